@@ -1,0 +1,441 @@
+//! The `hale` command line: `serve`, `check-config`, and the client verbs that talk to a
+//! running hale over its HTTP API (`--server` / `HALE_SERVER`).
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::de::DeserializeOwned;
+
+use crate::view::{AlertsView, ClearRequest, ErrorBody, NodeList, NodeView};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "hale",
+    version,
+    about = "Prometheus alerts in, node health out"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the service: poll and receive Alertmanager, score nodes, serve the API.
+    Serve {
+        /// Configuration file; without it the built-in defaults apply.
+        #[arg(long, short = 'c', env = "HALE_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Validate a configuration file with the same code `serve` uses.
+    CheckConfig { file: PathBuf },
+    /// Inspect and act on nodes.
+    Node {
+        #[command(subcommand)]
+        verb: NodeVerb,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// What hale currently sees from Alertmanager.
+    Alerts {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum NodeVerb {
+    /// List nodes: ID, CLUSTER, HOSTNAME, STATUS, HEALTH, SCORE, JOBS.
+    List,
+    /// A node's conditions, score breakdown, failures and unavailable signals.
+    Show { id: String },
+    /// Clear a condition (the only way a sticky one ends).
+    Clear {
+        id: String,
+        #[arg(value_name = "TYPE")]
+        condition: String,
+        /// Why: recorded on the event.
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct ClientArgs {
+    /// hale's API address.
+    #[arg(
+        long,
+        env = "HALE_SERVER",
+        default_value = "http://127.0.0.1:9470",
+        global = true
+    )]
+    server: String,
+    /// File holding the bearer token for mutating verbs.
+    #[arg(long, env = "HALE_TOKEN_FILE", global = true)]
+    token_file: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Table, global = true)]
+    output: Output,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+struct Client {
+    http: reqwest::Client,
+    base: reqwest::Url,
+    token: Option<String>,
+}
+
+impl Client {
+    fn new(args: &ClientArgs) -> anyhow::Result<Client> {
+        crate::init_tls();
+        let base = reqwest::Url::parse(&args.server)
+            .with_context(|| format!("--server {:?} is not a URL", args.server))?;
+        let token = match &args.token_file {
+            Some(p) => Some(
+                std::fs::read_to_string(p)
+                    .with_context(|| format!("cannot read token file {}", p.display()))?
+                    .trim()
+                    .to_string(),
+            ),
+            None => None,
+        };
+        Ok(Client {
+            http: reqwest::Client::new(),
+            base,
+            token,
+        })
+    }
+
+    /// URL of `segments` under the base, each percent-encoded (node ids may hold `/`).
+    fn url(&self, segments: &[&str]) -> reqwest::Url {
+        let mut url = self.base.clone();
+        url.path_segments_mut()
+            .expect("http URLs have paths")
+            .pop_if_empty()
+            .extend(segments);
+        url
+    }
+
+    async fn send<T: DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> anyhow::Result<T> {
+        let req = match &self.token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        };
+        let resp = req.send().await.map_err(|e| {
+            let why = crate::alertmanager::error_chain(&e.without_url());
+            anyhow::anyhow!("cannot reach hale at {}: {why}", self.base)
+        })?;
+        let status = resp.status();
+        let text = resp.text().await.context("reading hale's answer")?;
+        if !status.is_success() {
+            match serde_json::from_str::<ErrorBody>(&text) {
+                Ok(e) => bail!("{} ({}): {}", e.error, status.as_u16(), e.detail),
+                Err(_) => bail!("hale answered {status}: {text}"),
+            }
+        }
+        serde_json::from_str(&text).with_context(|| format!("unexpected answer from hale: {text}"))
+    }
+
+    async fn get<T: DeserializeOwned>(&self, segments: &[&str]) -> anyhow::Result<T> {
+        self.send(self.http.get(self.url(segments))).await
+    }
+}
+
+/// Run a client verb, printing to stdout.
+pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
+    let client = Client::new(&args)?;
+    let json = args.output == Output::Json;
+    match verb {
+        NodeVerb::List => {
+            let list: NodeList = client.get(&["api", "v1", "nodes"]).await?;
+            if json {
+                print_json(&list);
+            } else {
+                print!("{}", node_table(&list));
+            }
+        }
+        NodeVerb::Show { id } => {
+            let node: NodeView = client.get(&["api", "v1", "nodes", &id]).await?;
+            if json {
+                print_json(&node);
+            } else {
+                print!("{}", node_detail(&node));
+            }
+        }
+        NodeVerb::Clear {
+            id,
+            condition,
+            reason,
+        } => {
+            let url = client.url(&["api", "v1", "nodes", &id, "conditions", &condition, "clear"]);
+            let node: NodeView = client
+                .send(client.http.post(url).json(&ClearRequest { reason }))
+                .await?;
+            if json {
+                print_json(&node);
+            } else {
+                println!("cleared {condition} on {id}");
+                print!("{}", node_detail(&node));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub async fn run_alerts(args: ClientArgs) -> anyhow::Result<()> {
+    let client = Client::new(&args)?;
+    let view: AlertsView = client.get(&["api", "v1", "alerts"]).await?;
+    if args.output == Output::Json {
+        print_json(&view);
+    } else {
+        print!("{}", alerts_table(&view));
+    }
+    Ok(())
+}
+
+fn print_json<T: serde::Serialize>(value: &T) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).expect("views serialise")
+    );
+}
+
+/// Left-aligned columns separated by three spaces.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let mut l = String::new();
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(cell);
+            } else {
+                let _ = write!(l, "{cell:<w$}   ");
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(header.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+pub fn node_table(list: &NodeList) -> String {
+    let rows: Vec<Vec<String>> = list
+        .nodes
+        .iter()
+        .map(|n| {
+            vec![
+                n.id.clone(),
+                n.cluster.clone(),
+                n.hostname.clone(),
+                format!("{:?}", n.status),
+                format!("{:?}", n.health),
+                n.score.map_or("-".into(), |s| s.to_string()),
+                n.jobs.to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ID", "CLUSTER", "HOSTNAME", "STATUS", "HEALTH", "SCORE", "JOBS",
+        ],
+        &rows,
+    )
+}
+
+fn title(ctype: &str) -> String {
+    ctype
+        .split('_')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|f| f.to_uppercase().chain(c).collect::<String>())
+                .unwrap_or_default()
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub fn node_detail(n: &NodeView) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "Node:      {} (cluster {}, hostname {})",
+        n.id, n.cluster, n.hostname
+    );
+    let _ = writeln!(o, "Status:    {:?}", n.status);
+    match n.last_report {
+        Some(t) => {
+            let _ = writeln!(
+                o,
+                "Health:    {:?} (last reported {})",
+                n.health,
+                t.to_rfc3339()
+            );
+        }
+        None => {
+            let _ = writeln!(o, "Health:    {:?}", n.health);
+        }
+    }
+    match (n.score, &n.scored_by) {
+        (Some(score), Some(by)) => {
+            let _ = writeln!(o, "Score:     {score}/100 (penalties: {by})");
+            for d in &n.breakdown {
+                let _ = writeln!(o, "  -{:<4}{}", d.points, d.reason);
+            }
+        }
+        _ => {
+            let _ = writeln!(o, "Score:     not yet scored");
+        }
+    }
+    if n.conditions.is_empty() {
+        let _ = writeln!(o, "Conditions: none");
+    } else {
+        let _ = writeln!(o, "Conditions:");
+        for c in &n.conditions {
+            let mut flags = Vec::new();
+            if c.sticky {
+                flags.push("sticky");
+            }
+            if c.suppressed {
+                flags.push("suppressed");
+            }
+            let flags = if flags.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", flags.join(", "))
+            };
+            let severity = title(c.severity.as_str());
+            let _ = writeln!(o, "  {} [{severity}] {}{flags}", title(&c.ctype), c.message);
+            let _ = writeln!(
+                o,
+                "    first seen {}, {} observation{}",
+                c.first_seen.to_rfc3339(),
+                c.observations,
+                if c.observations == 1 { "" } else { "s" }
+            );
+        }
+    }
+    let f = &n.failures;
+    match f.last {
+        Some(last) => {
+            let _ = writeln!(
+                o,
+                "Attributed job failures: {} (last {}), costing {} points now",
+                f.total,
+                last.to_rfc3339(),
+                f.deduction
+            );
+            for (reason, count) in &f.by_reason {
+                let _ = writeln!(o, "  {}: {count}", title(reason));
+            }
+        }
+        None => {
+            let _ = writeln!(o, "Attributed job failures: 0");
+        }
+    }
+    if !n.unavailable_signals.is_empty() {
+        let shown: Vec<String> = n
+            .unavailable_signals
+            .iter()
+            .map(|s| format!("{s}: unavailable"))
+            .collect();
+        let _ = writeln!(o, "Not checked: {}", shown.join(", "));
+    }
+    o
+}
+
+pub fn alerts_table(v: &AlertsView) -> String {
+    let s = &v.source;
+    let mut o = format!(
+        "Source:    {} (receiver {}) {}{}\n",
+        s.url,
+        s.receiver,
+        if s.up { "up" } else { "DOWN" },
+        if s.stale { ", telemetry STALE" } else { "" }
+    );
+    if let Some(e) = &s.last_error {
+        let _ = writeln!(o, "Error:     {e}");
+    }
+    let rows: Vec<Vec<String>> = v
+        .alerts
+        .iter()
+        .map(|a| {
+            vec![
+                a.alertname.clone(),
+                a.node.clone().unwrap_or_else(|| "-".into()),
+                a.meaning.clone(),
+                a.severity.as_str().into(),
+                a.state.clone(),
+            ]
+        })
+        .collect();
+    o.push_str(&table(
+        &["ALERT", "NODE", "MEANING", "SEVERITY", "STATE"],
+        &rows,
+    ));
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{Health, Status};
+    use crate::view::NodeSummary;
+
+    fn summary(id: &str, score: Option<u8>, health: Health) -> NodeSummary {
+        NodeSummary {
+            id: id.into(),
+            cluster: "default".into(),
+            hostname: id.into(),
+            status: Status::Ready,
+            health,
+            score,
+            scored_by: score.map(|_| "cluster".into()),
+            conditions: vec![],
+            last_report: None,
+            jobs: 0,
+        }
+    }
+
+    #[test]
+    fn node_list_columns_and_unscored_dash() {
+        let list = NodeList {
+            nodes: vec![
+                summary("node-02", Some(55), Health::Degraded),
+                summary("node-03", None, Health::Unknown),
+            ],
+        };
+        assert_eq!(
+            node_table(&list),
+            "ID        CLUSTER   HOSTNAME   STATUS   HEALTH     SCORE   JOBS\n\
+             node-02   default   node-02    Ready    Degraded   55      0\n\
+             node-03   default   node-03    Ready    Unknown    -       0\n"
+        );
+    }
+
+    #[test]
+    fn condition_titles() {
+        assert_eq!(title("disk_degraded"), "Disk Degraded");
+        assert_eq!(
+            title("CalicoTooManyInterfacesEarly"),
+            "CalicoTooManyInterfacesEarly"
+        );
+    }
+}

@@ -1,0 +1,832 @@
+//! Configuration: the YAML file of DESIGN §15, its defaults (all in this file) and
+//! `validate()`. `hale serve` and `hale check-config` both go through [`Config::load`],
+//! so a file that passes the check is a file the service accepts.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::core::{BLIND_CONDITIONS, Severity};
+
+/// A configuration error that names the file, the line (when known) and the key.
+#[derive(Debug, thiserror::Error)]
+pub struct ConfigError {
+    pub file: String,
+    pub line: Option<u64>,
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{line}: {}: {}", self.file, self.key, self.message),
+            None => write!(f, "{}: {}: {}", self.file, self.key, self.message),
+        }
+    }
+}
+
+/// The whole configuration file. Every key is optional; omitted keys take the defaults
+/// of DESIGN §5 and §15.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct Config {
+    /// Name of the cluster this hale instance serves; carried on every node and metric.
+    pub cluster: String,
+    /// Address the HTTP API, webhook receiver and `/metrics` listen on.
+    pub listen: String,
+    /// File holding the bearer token required by mutating endpoints and the webhook
+    /// receiver. Without it those endpoints are open (fine on loopback, not beyond).
+    pub api_token_file: Option<PathBuf>,
+    /// Where alerts come from.
+    pub alertmanager: AlertmanagerConfig,
+    /// Which alert labels name the node an alert is about.
+    pub node_identity: NodeIdentity,
+    /// Cluster-wide health and policy settings (DESIGN §5).
+    pub node_health: NodeHealthOverrides,
+    /// Pools select nodes by label; their `nodeHealth` replaces the cluster's key by key.
+    pub pools: Vec<PoolConfig>,
+    /// Where node state (and later events) are kept.
+    pub store: StoreConfig,
+    /// The orchestrator hale acts through. Only `none` (observe and record) exists so far.
+    pub orchestrator: OrchestratorConfig,
+    /// Nodes known before they report (bare metal without an orchestrator).
+    pub inventory: Vec<InventoryNode>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            cluster: "default".into(),
+            listen: "127.0.0.1:9470".into(),
+            api_token_file: None,
+            alertmanager: AlertmanagerConfig::default(),
+            node_identity: NodeIdentity::default(),
+            node_health: NodeHealthOverrides::default(),
+            pools: Vec::new(),
+            store: StoreConfig::default(),
+            orchestrator: OrchestratorConfig::default(),
+            inventory: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct AlertmanagerConfig {
+    /// Base URL of Alertmanager (its v2 API is read under `/api/v2`).
+    pub url: String,
+    /// The receiver whose alerts hale reads; alerts routed elsewhere are ignored.
+    pub receiver: String,
+    /// How often the full picture is polled. `0` turns polling off (webhook only).
+    #[serde(deserialize_with = "de_duration")]
+    pub poll_interval: Duration,
+    /// Whether a poll counts as trusted only when it contains the watchdog alert.
+    pub require_watchdog: bool,
+    /// How long without trusted input before every node is marked `telemetry_stale`.
+    /// Defaults to three poll intervals (90 s when polling is off).
+    #[serde(deserialize_with = "de_opt_duration")]
+    pub stale_after: Option<Duration>,
+    /// Timeout for one poll request.
+    #[serde(deserialize_with = "de_duration")]
+    pub timeout: Duration,
+    /// Largest webhook body accepted, in bytes; larger bodies get 413.
+    pub max_webhook_bytes: usize,
+}
+
+impl Default for AlertmanagerConfig {
+    fn default() -> Self {
+        Self {
+            url: "http://127.0.0.1:9093".into(),
+            receiver: "hale".into(),
+            poll_interval: Duration::from_secs(30),
+            require_watchdog: true,
+            stale_after: None,
+            timeout: Duration::from_secs(10),
+            max_webhook_bytes: 4 << 20,
+        }
+    }
+}
+
+impl AlertmanagerConfig {
+    /// The effective `staleAfter`.
+    pub fn stale_after(&self) -> Duration {
+        self.stale_after.unwrap_or(if self.poll_interval.is_zero() {
+            Duration::from_secs(90)
+        } else {
+            self.poll_interval * 3
+        })
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct NodeIdentity {
+    /// Labels tried in order; the first present names the node.
+    pub labels: Vec<String>,
+    /// Strip a trailing `:port` so exporters of one host meet on one node.
+    pub strip_port: bool,
+}
+
+impl Default for NodeIdentity {
+    fn default() -> Self {
+        Self {
+            labels: vec!["node".into(), "instance".into()],
+            strip_port: true,
+        }
+    }
+}
+
+/// Policy mode (DESIGN §6). Only `observe` changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Observe,
+    Cordon,
+    Drain,
+    Replace,
+}
+
+/// Points deducted for a reason missing from the penalty table, by severity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DefaultPenalty {
+    pub info: u32,
+    pub warning: u32,
+    pub critical: u32,
+}
+
+impl Default for DefaultPenalty {
+    fn default() -> Self {
+        Self {
+            info: 0,
+            warning: 5,
+            critical: 25,
+        }
+    }
+}
+
+/// `nodeHealth` as written in the file: every key optional, so a pool can override
+/// just the keys it names.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NodeHealthOverrides {
+    /// Consecutive missed reports before a node is recorded as no longer reporting.
+    pub heartbeat_miss_threshold: Option<u32>,
+    /// Reporting interval assumed when a heartbeat alert carries no `hale_report_interval`.
+    pub report_interval_seconds: Option<u64>,
+    /// `observe | cordon | drain | replace`.
+    pub mode: Option<Mode>,
+    /// Cordon below this score.
+    pub cordon_below: Option<u32>,
+    /// Drain (passively) and gate scheduling below this score.
+    pub drain_below: Option<u32>,
+    /// A scored node at or below this is Degraded.
+    pub degraded_at_or_below: Option<u32>,
+    /// Guardrail: never take more than this share of a pool out of service.
+    pub max_unavailable_percent: Option<u32>,
+    /// Guardrail: leave a node alone this long after a manual uncordon.
+    pub cordon_suppression_minutes: Option<u64>,
+    /// Guardrail: replacements per pool in a rolling hour.
+    pub max_replacements_per_hour: Option<u32>,
+    /// Fault classes that evict work regardless of mode.
+    pub evict_on_fault_classes: Option<Vec<String>>,
+    /// A workload moved more than this many times is failed instead.
+    pub max_eviction_restarts: Option<u32>,
+    /// Points per attributed job failure, before decay.
+    pub failure_tally_penalty: Option<f64>,
+    /// Half-life of the failure deduction, from the most recent failure.
+    pub failure_tally_half_life_hours: Option<f64>,
+    /// Points by reason; merged over the built-in table of DESIGN §4.
+    pub penalties: Option<BTreeMap<String, u32>>,
+    /// Points for reasons missing from the table, by severity.
+    pub default_penalty: Option<DefaultPenalty>,
+}
+
+/// Fully resolved health settings for the cluster or one pool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// `cluster` or the pool's name: recorded with every score.
+    pub name: String,
+    pub heartbeat_miss_threshold: u32,
+    pub report_interval: Duration,
+    pub mode: Mode,
+    pub cordon_below: u32,
+    pub drain_below: u32,
+    pub degraded_at_or_below: u32,
+    pub max_unavailable_percent: u32,
+    pub cordon_suppression: Duration,
+    pub max_replacements_per_hour: u32,
+    pub evict_on_fault_classes: BTreeSet<String>,
+    pub max_eviction_restarts: u32,
+    pub failure_tally_penalty: f64,
+    pub failure_tally_half_life_hours: f64,
+    pub penalties: BTreeMap<String, u32>,
+    pub default_penalty: DefaultPenalty,
+}
+
+/// The penalty table of DESIGN §4.
+pub const DEFAULT_PENALTIES: &[(&str, u32)] = &[
+    ("CorrectableMemoryErrors", 10),
+    ("UncorrectableMemoryErrors", 45),
+    ("MachineCheckErrors", 10),
+    ("FatalMachineCheck", 50),
+    ("SmartWarning", 15),
+    ("SmartFailing", 40),
+    ("DeviceReadOnly", 40),
+    ("IoErrors", 10),
+    ("GpuEccCorrectable", 10),
+    ("GpuEccUncorrectable", 45),
+    ("GpuXidHardware", 45),
+    ("GpuXidApplication", 5),
+    ("GpuThrottling", 10),
+];
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            name: "cluster".into(),
+            heartbeat_miss_threshold: 3,
+            report_interval: Duration::from_secs(30),
+            mode: Mode::Observe,
+            cordon_below: 60,
+            drain_below: 45,
+            degraded_at_or_below: 95,
+            max_unavailable_percent: 20,
+            cordon_suppression: Duration::from_secs(30 * 60),
+            max_replacements_per_hour: 3,
+            evict_on_fault_classes: BTreeSet::new(),
+            max_eviction_restarts: 3,
+            failure_tally_penalty: 5.0,
+            failure_tally_half_life_hours: 168.0,
+            penalties: DEFAULT_PENALTIES
+                .iter()
+                .map(|(reason, points)| (reason.to_string(), *points))
+                .collect(),
+            default_penalty: DefaultPenalty::default(),
+        }
+    }
+}
+
+impl Settings {
+    /// These settings with `overrides` applied key by key, under a new name.
+    pub fn overridden(&self, name: &str, o: &NodeHealthOverrides) -> Settings {
+        let mut s = self.clone();
+        s.name = name.to_string();
+        if let Some(v) = o.heartbeat_miss_threshold {
+            s.heartbeat_miss_threshold = v;
+        }
+        if let Some(v) = o.report_interval_seconds {
+            s.report_interval = Duration::from_secs(v);
+        }
+        if let Some(v) = o.mode {
+            s.mode = v;
+        }
+        if let Some(v) = o.cordon_below {
+            s.cordon_below = v;
+        }
+        if let Some(v) = o.drain_below {
+            s.drain_below = v;
+        }
+        if let Some(v) = o.degraded_at_or_below {
+            s.degraded_at_or_below = v;
+        }
+        if let Some(v) = o.max_unavailable_percent {
+            s.max_unavailable_percent = v;
+        }
+        if let Some(v) = o.cordon_suppression_minutes {
+            s.cordon_suppression = Duration::from_secs(v * 60);
+        }
+        if let Some(v) = o.max_replacements_per_hour {
+            s.max_replacements_per_hour = v;
+        }
+        if let Some(v) = &o.evict_on_fault_classes {
+            s.evict_on_fault_classes = v.iter().cloned().collect();
+        }
+        if let Some(v) = o.max_eviction_restarts {
+            s.max_eviction_restarts = v;
+        }
+        if let Some(v) = o.failure_tally_penalty {
+            s.failure_tally_penalty = v;
+        }
+        if let Some(v) = o.failure_tally_half_life_hours {
+            s.failure_tally_half_life_hours = v;
+        }
+        if let Some(v) = &o.penalties {
+            s.penalties.extend(v.iter().map(|(k, p)| (k.clone(), *p)));
+        }
+        if let Some(v) = o.default_penalty {
+            s.default_penalty = v;
+        }
+        s
+    }
+
+    /// Points for a condition with this reason and severity.
+    pub fn penalty(&self, reason: &str, severity: Severity) -> u32 {
+        self.penalties
+            .get(reason)
+            .copied()
+            .unwrap_or(match severity {
+                Severity::Info => self.default_penalty.info,
+                Severity::Warning => self.default_penalty.warning,
+                Severity::Critical => self.default_penalty.critical,
+            })
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PoolConfig {
+    /// Pool name, recorded as `scoredBy` on its nodes' scores.
+    pub name: String,
+    /// Node labels a node must all carry to belong to the pool. First match wins.
+    pub selector: BTreeMap<String, String>,
+    /// Settings replacing the cluster's, key by key.
+    #[serde(default)]
+    pub node_health: NodeHealthOverrides,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    Sqlite,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct StoreConfig {
+    /// `sqlite` (embedded, the default).
+    pub kind: StoreKind,
+    /// Directory of the embedded store; created when missing.
+    pub path: PathBuf,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            kind: StoreKind::Sqlite,
+            path: PathBuf::from("./hale-data"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OrchestratorKind {
+    None,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct OrchestratorConfig {
+    /// `none`: hale observes, scores and records; nothing is acted on.
+    pub kind: OrchestratorKind,
+}
+
+impl Default for OrchestratorConfig {
+    fn default() -> Self {
+        Self {
+            kind: OrchestratorKind::None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct InventoryNode {
+    /// Node id as alerts name it (after port stripping).
+    pub id: String,
+    /// Hostname shown in listings; defaults to the id.
+    #[serde(default)]
+    pub hostname: Option<String>,
+    /// Labels used by pool selectors.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A loaded, validated configuration and where it came from.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub config: Config,
+    /// `cluster` settings followed by each pool's, resolved.
+    pub cluster_settings: Settings,
+    pub pools: Vec<(PoolConfig, Settings)>,
+    /// The API token, read from `apiTokenFile`.
+    pub api_token: Option<String>,
+}
+
+impl Loaded {
+    /// The settings that price a node with these labels: the first matching pool's,
+    /// else the cluster's.
+    pub fn settings_for(&self, labels: &BTreeMap<String, String>) -> &Settings {
+        self.pools
+            .iter()
+            .find(|(pool, _)| pool.selector.iter().all(|(k, v)| labels.get(k) == Some(v)))
+            .map_or(&self.cluster_settings, |(_, s)| s)
+    }
+}
+
+impl Config {
+    /// Read, parse and validate `path`; `None` means the built-in defaults.
+    pub fn load(path: Option<&Path>) -> Result<Loaded, ConfigError> {
+        let Some(path) = path else {
+            return Config::default().resolve("<defaults>", "");
+        };
+        let file = path.display().to_string();
+        let source = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            line: None,
+            key: "-".into(),
+            message: format!("cannot read: {e}"),
+        })?;
+        Self::parse(&file, &source)?.resolve(&file, &source)
+    }
+
+    /// Parse YAML text; errors carry the file, line and offending key.
+    pub fn parse(file: &str, source: &str) -> Result<Config, ConfigError> {
+        if source.trim().is_empty() {
+            return Ok(Config::default());
+        }
+        serde_saphyr::from_str::<Config>(source).map_err(|e| {
+            let line = e.location().map(|l| l.line()).filter(|l| *l > 0);
+            let key = line
+                .and_then(|l| source.lines().nth(l as usize - 1))
+                .and_then(key_on_line)
+                .unwrap_or_else(|| "-".into());
+            let message = e.to_string();
+            ConfigError {
+                file: file.into(),
+                line,
+                key,
+                message: message.lines().next().unwrap_or_default().to_string(),
+            }
+        })
+    }
+
+    /// Validate what serde cannot check and resolve per-pool settings.
+    pub fn resolve(self, file: &str, source: &str) -> Result<Loaded, ConfigError> {
+        let err = |key: &str, message: String| ConfigError {
+            file: file.into(),
+            line: locate(source, key),
+            key: key.into(),
+            message,
+        };
+        if self.cluster.trim().is_empty() {
+            return Err(err("cluster", "must not be empty".into()));
+        }
+        if self.listen.parse::<SocketAddr>().is_err() {
+            return Err(err(
+                "listen",
+                format!("`{}` is not an address like 127.0.0.1:9470", self.listen),
+            ));
+        }
+        let am = &self.alertmanager;
+        match reqwest::Url::parse(&am.url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+            _ => {
+                return Err(err(
+                    "alertmanager.url",
+                    format!("`{}` is not an http(s) URL", am.url),
+                ));
+            }
+        }
+        if am.receiver.trim().is_empty() {
+            return Err(err("alertmanager.receiver", "must not be empty".into()));
+        }
+        if am.stale_after().is_zero() {
+            return Err(err("alertmanager.staleAfter", "must be positive".into()));
+        }
+        if !am.poll_interval.is_zero() && am.stale_after() < am.poll_interval {
+            return Err(err(
+                "alertmanager.staleAfter",
+                "must be at least pollInterval, or every gap between polls is stale".into(),
+            ));
+        }
+        if am.timeout.is_zero() {
+            return Err(err("alertmanager.timeout", "must be positive".into()));
+        }
+        if am.max_webhook_bytes < 1024 {
+            return Err(err(
+                "alertmanager.maxWebhookBytes",
+                "must be at least 1024".into(),
+            ));
+        }
+        if self.node_identity.labels.is_empty() {
+            return Err(err("nodeIdentity.labels", "name at least one label".into()));
+        }
+        let cluster_settings = Settings::default().overridden("cluster", &self.node_health);
+        check_settings(&cluster_settings, "nodeHealth").map_err(|(k, m)| err(&k, m))?;
+
+        let mut names = BTreeSet::new();
+        let mut pools = Vec::new();
+        for (i, pool) in self.pools.iter().enumerate() {
+            let at = format!("pools[{i}]");
+            if pool.name.trim().is_empty() || pool.name == "cluster" {
+                return Err(err(
+                    &format!("{at}.name"),
+                    "must be non-empty and not `cluster`".into(),
+                ));
+            }
+            if !names.insert(pool.name.clone()) {
+                return Err(err(
+                    &format!("{at}.name"),
+                    format!("pool `{}` is defined twice", pool.name),
+                ));
+            }
+            if pool.selector.is_empty() {
+                return Err(err(
+                    &format!("{at}.selector"),
+                    "an empty selector would take every node; name at least one label".into(),
+                ));
+            }
+            let s = cluster_settings.overridden(&pool.name, &pool.node_health);
+            check_settings(&s, &format!("{at}.nodeHealth")).map_err(|(k, m)| err(&k, m))?;
+            pools.push((pool.clone(), s));
+        }
+        let mut ids = BTreeSet::new();
+        for (i, node) in self.inventory.iter().enumerate() {
+            if node.id.trim().is_empty() {
+                return Err(err(
+                    &format!("inventory[{i}].id"),
+                    "must not be empty".into(),
+                ));
+            }
+            if !ids.insert(node.id.as_str()) {
+                return Err(err(
+                    &format!("inventory[{i}].id"),
+                    format!("node `{}` is listed twice", node.id),
+                ));
+            }
+        }
+        let api_token = match &self.api_token_file {
+            None => None,
+            Some(p) => {
+                let token = std::fs::read_to_string(p).map_err(|e| {
+                    err("apiTokenFile", format!("cannot read {}: {e}", p.display()))
+                })?;
+                let token = token.trim().to_string();
+                if token.is_empty() {
+                    return Err(err("apiTokenFile", format!("{} is empty", p.display())));
+                }
+                Some(token)
+            }
+        };
+        Ok(Loaded {
+            config: self,
+            cluster_settings,
+            pools,
+            api_token,
+        })
+    }
+}
+
+/// Range and consistency checks for one resolved settings block; the error is
+/// (key, message).
+fn check_settings(s: &Settings, at: &str) -> Result<(), (String, String)> {
+    let fail = |key: &str, message: String| Err((format!("{at}.{key}"), message));
+    for (key, value) in [
+        ("cordonBelow", s.cordon_below),
+        ("drainBelow", s.drain_below),
+        ("degradedAtOrBelow", s.degraded_at_or_below),
+        ("maxUnavailablePercent", s.max_unavailable_percent),
+    ] {
+        if value > 100 {
+            return fail(key, format!("{value} is outside 0..=100"));
+        }
+    }
+    if s.drain_below > s.cordon_below {
+        return fail(
+            "drainBelow",
+            format!(
+                "{} is above cordonBelow {}: drain is the stronger step and must trigger lower",
+                s.drain_below, s.cordon_below
+            ),
+        );
+    }
+    if s.heartbeat_miss_threshold == 0 {
+        return fail("heartbeatMissThreshold", "must be at least 1".into());
+    }
+    if s.report_interval.is_zero() {
+        return fail("reportIntervalSeconds", "must be at least 1".into());
+    }
+    if !(s.failure_tally_penalty >= 0.0 && s.failure_tally_penalty <= 100.0) {
+        return fail("failureTallyPenalty", "must be within 0..=100".into());
+    }
+    if !(s.failure_tally_half_life_hours > 0.0 && s.failure_tally_half_life_hours.is_finite()) {
+        return fail("failureTallyHalfLifeHours", "must be positive".into());
+    }
+    for (reason, points) in &s.penalties {
+        if *points > 100 {
+            return fail(
+                &format!("penalties.{reason}"),
+                format!("{points} is outside 0..=100"),
+            );
+        }
+        if BLIND_CONDITIONS.contains(&reason.as_str()) {
+            return fail(
+                &format!("penalties.{reason}"),
+                "this signal means hale cannot see the node; it never costs points".into(),
+            );
+        }
+    }
+    let d = s.default_penalty;
+    if d.info.max(d.warning).max(d.critical) > 100 {
+        return fail("defaultPenalty", "points are outside 0..=100".into());
+    }
+    Ok(())
+}
+
+/// The key written on a YAML line (`  cordonBelow: 7` → `cordonBelow`).
+fn key_on_line(line: &str) -> Option<String> {
+    let t = line.trim_start().trim_start_matches("- ").trim_start();
+    let key = t.split(':').next()?.trim();
+    (!key.is_empty() && !key.starts_with('#')).then(|| key.to_string())
+}
+
+/// Best-effort line of a dotted key path (`pools[1].nodeHealth.drainBelow`) in block or
+/// flow YAML: each segment is searched after the previous one was found.
+fn locate(source: &str, path: &str) -> Option<u64> {
+    let lines: Vec<&str> = source.lines().collect();
+    let mut from = 0usize;
+    let mut found = None;
+    for segment in path.split('.') {
+        let (name, index) = match segment.split_once('[') {
+            Some((n, rest)) => (n, rest.trim_end_matches(']').parse::<usize>().ok()),
+            None => (segment, None),
+        };
+        let hit = (from..lines.len()).find(|&i| {
+            let l = lines[i];
+            l.trim_start()
+                .trim_start_matches("- ")
+                .starts_with(&format!("{name}:"))
+                || l.contains(&format!("{{ {name}:"))
+                || l.contains(&format!(", {name}:"))
+                || l.contains(&format!("{{{name}:"))
+        })?;
+        from = hit;
+        found = Some(hit);
+        if let Some(index) = index {
+            // Advance to the index-th list item after the key.
+            let mut seen = 0usize;
+            for (i, line) in lines.iter().enumerate().skip(hit + 1) {
+                if line.trim_start().starts_with("- ") {
+                    if seen == index {
+                        from = i;
+                        found = Some(i);
+                        break;
+                    }
+                    seen += 1;
+                }
+            }
+        }
+    }
+    found.map(|i| i as u64 + 1)
+}
+
+/// Durations are written `30s`, `5m`, `1h`, `1d`, `500ms` or `0`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    if t == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let split = t
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("`{t}` has no unit (use ms, s, m, h or d)"))?;
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{t}` is not a duration like 30s"))?;
+    let secs = |k: u64| Duration::from_secs(n.saturating_mul(k));
+    Ok(match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => secs(1),
+        "m" => secs(60),
+        "h" => secs(3600),
+        "d" => secs(86_400),
+        _ => return Err(format!("`{t}` has an unknown unit (use ms, s, m, h or d)")),
+    })
+}
+
+fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_duration(&text).map_err(serde::de::Error::custom)
+}
+
+fn de_opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    de_duration(d).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Loaded, ConfigError> {
+        Config::parse("hale.yaml", text)?.resolve("hale.yaml", text)
+    }
+
+    #[test]
+    fn empty_file_is_the_defaults() {
+        let l = load("").unwrap();
+        assert_eq!(l.config.listen, "127.0.0.1:9470");
+        assert_eq!(l.config.alertmanager.url, "http://127.0.0.1:9093");
+        assert_eq!(l.config.alertmanager.receiver, "hale");
+        assert_eq!(l.config.alertmanager.stale_after(), Duration::from_secs(90));
+        assert_eq!(l.config.store.path, PathBuf::from("./hale-data"));
+        assert_eq!(l.cluster_settings, Settings::default());
+        assert_eq!(l.cluster_settings.mode, Mode::Observe);
+    }
+
+    #[test]
+    fn unknown_key_names_file_line_and_key() {
+        let e = load("cluster: a\nnodeHealth:\n  cordonBelow: 50\n  cordnBelow: 40\n").unwrap_err();
+        assert_eq!(e.file, "hale.yaml");
+        assert_eq!(e.line, Some(4), "{e}");
+        assert_eq!(e.key, "cordnBelow");
+        assert!(e.message.contains("unknown field"), "{e}");
+    }
+
+    #[test]
+    fn wrong_type_names_the_key() {
+        let e = load("alertmanager:\n  pollInterval: soon\n").unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (Some(2), "pollInterval"), "{e}");
+    }
+
+    #[test]
+    fn validation_errors_name_the_line_of_the_key() {
+        let text = "cluster: a\npools:\n  - name: gpu\n    selector: { pool: gpu }\n  - name: cpu\n    selector: { pool: cpu }\n    nodeHealth:\n      cordonBelow: 40\n      drainBelow: 50\n";
+        let e = load(text).unwrap_err();
+        assert_eq!(e.key, "pools[1].nodeHealth.drainBelow");
+        assert_eq!(e.line, Some(9), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("hale.yaml:9: pools[1].nodeHealth.drainBelow:")
+        );
+    }
+
+    #[test]
+    fn range_and_reference_checks() {
+        for (text, key) in [
+            ("nodeHealth: { cordonBelow: 101 }", "nodeHealth.cordonBelow"),
+            (
+                "nodeHealth: { heartbeatMissThreshold: 0 }",
+                "nodeHealth.heartbeatMissThreshold",
+            ),
+            (
+                "nodeHealth: { failureTallyHalfLifeHours: 0 }",
+                "nodeHealth.failureTallyHalfLifeHours",
+            ),
+            (
+                "nodeHealth: { penalties: { heartbeat_missed: 5 } }",
+                "nodeHealth.penalties.heartbeat_missed",
+            ),
+            ("listen: nowhere", "listen"),
+            ("alertmanager: { url: 'ftp://x' }", "alertmanager.url"),
+            (
+                "alertmanager: { pollInterval: 30s, staleAfter: 10s }",
+                "alertmanager.staleAfter",
+            ),
+            ("pools: [{ name: a, selector: {} }]", "pools[0].selector"),
+            (
+                "pools: [{ name: a, selector: {p: a} }, { name: a, selector: {p: b} }]",
+                "pools[1].name",
+            ),
+            ("inventory: [{ id: n1 }, { id: n1 }]", "inventory[1].id"),
+            ("apiTokenFile: /nonexistent/token", "apiTokenFile"),
+        ] {
+            let e = load(text).expect_err(text);
+            assert_eq!(e.key, key, "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn pools_override_key_by_key() {
+        let l = load(
+            "nodeHealth: { cordonBelow: 70, penalties: { SmartFailing: 30 } }\npools:\n  - name: gpu\n    selector: { pool: gpu }\n    nodeHealth: { mode: cordon, drainBelow: 50, penalties: { GpuThrottling: 2 } }\n",
+        )
+        .unwrap();
+        let gpu = l.settings_for(&BTreeMap::from([("pool".into(), "gpu".into())]));
+        assert_eq!(gpu.name, "gpu");
+        assert_eq!(gpu.mode, Mode::Cordon);
+        assert_eq!((gpu.cordon_below, gpu.drain_below), (70, 50));
+        assert_eq!(gpu.penalty("SmartFailing", Severity::Critical), 30);
+        assert_eq!(gpu.penalty("GpuThrottling", Severity::Warning), 2);
+        let other = l.settings_for(&BTreeMap::new());
+        assert_eq!(other.name, "cluster");
+        assert_eq!(other.penalty("GpuThrottling", Severity::Warning), 10);
+        assert_eq!(other.penalty("SomethingNew", Severity::Critical), 25);
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert!(parse_duration("30").is_err());
+        assert!(parse_duration("3x").is_err());
+    }
+}

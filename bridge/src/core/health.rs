@@ -1,0 +1,764 @@
+//! How inputs move the fleet: polls (the full picture), webhook deliveries (a partial
+//! one), the passing of time, and operator actions. Every entry point ends in the same
+//! `finish` step — trust, heartbeats, scores — so the rules hold whichever path fed them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use super::labels::{Alert, AlertState, Signal};
+use super::{
+    COLLECTOR_FAILED, Condition, Event, EventKind, Fleet, HEARTBEAT_MISSED, Heartbeat, Node,
+    Severity, Source, TELEMETRY_STALE, Time,
+};
+use crate::config::{InventoryNode, Loaded};
+
+/// What one step changed: events to record, nodes to persist, nodes removed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outcome {
+    pub events: Vec<Event>,
+    pub dirty: BTreeSet<String>,
+    pub removed: Vec<String>,
+    /// Alerts that named no node (and were not the watchdog).
+    pub unmatched: u64,
+    /// Whether this input was trusted (polls and webhooks).
+    pub trusted: bool,
+}
+
+impl Outcome {
+    /// Fold a later outcome into this one (used to retry a failed persist).
+    pub fn absorb(&mut self, later: Outcome) {
+        self.events.extend(later.events);
+        self.dirty.extend(later.dirty);
+        for id in later.removed {
+            self.dirty.remove(&id);
+            self.removed.push(id);
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum CoreError {
+    #[error("node {0} is not known")]
+    UnknownNode(String),
+    #[error("node {node} has no condition {condition}")]
+    UnknownCondition { node: String, condition: String },
+    #[error(
+        "{condition} on node {node} is hale's own view of what it cannot see; it clears when the node is visible again"
+    )]
+    NotClearable { node: String, condition: String },
+}
+
+/// Which nodes `finish` rescores.
+enum Scope {
+    /// Every reported node (a poll, which may clear anything).
+    All,
+    /// Nodes this step touched, plus those whose failure deduction may have decayed.
+    Touched,
+}
+
+/// Heartbeat intervals are capped here before multiplying by the threshold.
+const MAX_INTERVAL: Duration = Duration::from_secs(24 * 3600);
+/// No node is missed sooner than this after its last heartbeat.
+const MIN_MISS_AFTER: Duration = Duration::from_secs(15);
+
+impl Fleet {
+    /// A successful answer from Alertmanager: the receiver's active and suppressed
+    /// alerts. Trusted when it holds the watchdog (or the watchdog is not required);
+    /// a trusted poll reconciles everything, an untrusted one only adds evidence.
+    pub fn poll(&mut self, cfg: &Loaded, now: Time, alerts: &[Alert<'_>]) -> Outcome {
+        let trusted = !cfg.config.alertmanager.require_watchdog
+            || alerts.iter().any(|a| a.signal() == Signal::Watchdog);
+        if trusted {
+            self.trust.last_trusted = Some(now);
+            self.trust.source_up = true;
+            self.trust.last_error = None;
+        } else {
+            self.trust.source_up = false;
+            self.trust.last_error = Some("the watchdog alert is missing from the answer".into());
+        }
+        let mut step = Step::new(self, cfg, now);
+        step.out.trusted = trusted;
+        step.settle_trust();
+        step.ingest(alerts, trusted, trusted);
+        step.finish(Scope::All)
+    }
+
+    /// Alertmanager could not be asked or answered garbage: nothing is cleared.
+    pub fn poll_failed(&mut self, cfg: &Loaded, now: Time, error: String) -> Outcome {
+        self.trust.source_up = false;
+        self.trust.last_error = Some(error);
+        Step::new(self, cfg, now).finish(Scope::Touched)
+    }
+
+    /// One webhook delivery: firing alerts add evidence, resolved ones end theirs. With
+    /// polling off, a firing watchdog here is what keeps the input trusted.
+    pub fn webhook(&mut self, cfg: &Loaded, now: Time, alerts: &[Alert<'_>]) -> Outcome {
+        let polling = !cfg.config.alertmanager.poll_interval.is_zero();
+        let watchdog = alerts
+            .iter()
+            .any(|a| a.state != AlertState::Resolved && a.signal() == Signal::Watchdog);
+        if !polling && watchdog {
+            self.trust.last_trusted = Some(now);
+            self.trust.source_up = true;
+            self.trust.last_error = None;
+        }
+        let mut step = Step::new(self, cfg, now);
+        step.settle_trust();
+        let trusted = !step.fleet.trust.stale;
+        step.out.trusted = trusted;
+        step.ingest(alerts, false, trusted);
+        step.finish(Scope::Touched)
+    }
+
+    /// Time passed: staleness, missed heartbeats, decaying failure deductions.
+    pub fn tick(&mut self, cfg: &Loaded, now: Time) -> Outcome {
+        Step::new(self, cfg, now).finish(Scope::Touched)
+    }
+
+    /// Register nodes known before they report; refresh their labels and hostname.
+    pub fn register(&mut self, cfg: &Loaded, now: Time, inventory: &[InventoryNode]) -> Outcome {
+        let mut step = Step::new(self, cfg, now);
+        for known in inventory {
+            let node = step.node(&known.id);
+            let hostname = known.hostname.clone();
+            if node.labels != known.labels || node.hostname != hostname {
+                node.labels = known.labels.clone();
+                node.hostname = hostname;
+                step.out.dirty.insert(known.id.clone());
+            }
+        }
+        step.finish(Scope::Touched)
+    }
+
+    /// `hale node clear`: end a condition by operator decision (sticky ones only end so).
+    pub fn clear_condition(
+        &mut self,
+        cfg: &Loaded,
+        now: Time,
+        node_id: &str,
+        condition: &str,
+        reason: &str,
+    ) -> Result<Outcome, CoreError> {
+        let node = self
+            .nodes
+            .get_mut(node_id)
+            .ok_or_else(|| CoreError::UnknownNode(node_id.into()))?;
+        if condition == HEARTBEAT_MISSED || condition == TELEMETRY_STALE {
+            return Err(CoreError::NotClearable {
+                node: node_id.into(),
+                condition: condition.into(),
+            });
+        }
+        let removed =
+            node.conditions
+                .remove(condition)
+                .ok_or_else(|| CoreError::UnknownCondition {
+                    node: node_id.into(),
+                    condition: condition.into(),
+                })?;
+        let mut step = Step::new(self, cfg, now);
+        let reason = if reason.trim().is_empty() {
+            "no reason given"
+        } else {
+            reason.trim()
+        };
+        step.event(
+            node_id,
+            EventKind::ConditionCleared {
+                condition: condition.into(),
+                severity: removed.severity,
+                cleared_by: "operator".into(),
+            },
+            format!("{condition} cleared by operator: {reason}"),
+        );
+        Ok(step.finish(Scope::Touched))
+    }
+
+    /// Attribute one job failure to a node (`POST /api/v1/nodes/{id}/failures`).
+    pub fn attribute_failure(
+        &mut self,
+        cfg: &Loaded,
+        now: Time,
+        node_id: &str,
+        job: &str,
+        reason: Option<&str>,
+        occurred_at: Option<Time>,
+    ) -> Result<Outcome, CoreError> {
+        if !self.nodes.contains_key(node_id) {
+            return Err(CoreError::UnknownNode(node_id.into()));
+        }
+        let mut step = Step::new(self, cfg, now);
+        let at = occurred_at.map_or(now, |t| t.min(now));
+        step.count_failure(node_id, job, reason.unwrap_or("unspecified"), at);
+        Ok(step.finish(Scope::Touched))
+    }
+
+    /// Forget a node (its history stays with the events). Alerts that still name it
+    /// bring it back as a new, unscored node.
+    pub fn decommission(
+        &mut self,
+        cfg: &Loaded,
+        now: Time,
+        node_id: &str,
+    ) -> Result<Outcome, CoreError> {
+        if self.nodes.remove(node_id).is_none() {
+            return Err(CoreError::UnknownNode(node_id.into()));
+        }
+        let mut step = Step::new(self, cfg, now);
+        step.event(
+            node_id,
+            EventKind::NodeDecommissioned {},
+            "node decommissioned".into(),
+        );
+        step.out.removed.push(node_id.into());
+        Ok(step.finish(Scope::Touched))
+    }
+}
+
+/// One application of inputs to the fleet, collecting its outcome.
+struct Step<'f> {
+    fleet: &'f mut Fleet,
+    cfg: &'f Loaded,
+    now: Time,
+    out: Outcome,
+}
+
+impl<'f> Step<'f> {
+    fn new(fleet: &'f mut Fleet, cfg: &'f Loaded, now: Time) -> Self {
+        Step {
+            fleet,
+            cfg,
+            now,
+            out: Outcome::default(),
+        }
+    }
+
+    fn event(&mut self, node_id: &str, kind: EventKind, message: String) {
+        self.out.dirty.insert(node_id.to_string());
+        self.out.events.push(Event {
+            node_id: node_id.to_string(),
+            kind,
+            occurred_at: self.now,
+            message,
+        });
+    }
+
+    /// The node, created unscored if new (stale from birth while the source is stale).
+    fn node(&mut self, id: &str) -> &mut Node {
+        if !self.fleet.nodes.contains_key(id) {
+            let mut node = Node::new(id);
+            if self.fleet.trust.stale {
+                node.conditions
+                    .insert(TELEMETRY_STALE.into(), stale_condition(self.now));
+                node.seen_types.insert(TELEMETRY_STALE.into());
+            }
+            self.fleet.nodes.insert(id.to_string(), node);
+            self.out.dirty.insert(id.to_string());
+        }
+        self.fleet.nodes.get_mut(id).expect("inserted above")
+    }
+
+    /// Apply a batch of alerts. `full`: the batch is the whole picture, so whatever it
+    /// lacks has ended. `trusted`: it may clear evidence and counts as a report.
+    fn ingest(&mut self, alerts: &[Alert<'_>], full: bool, trusted: bool) {
+        let identity = &self.cfg.config.node_identity;
+        let mut by_node: BTreeMap<&str, Vec<&Alert<'_>>> = BTreeMap::new();
+        for alert in alerts {
+            if alert.signal() == Signal::Watchdog {
+                continue;
+            }
+            match alert.node(identity) {
+                Some(node) => by_node.entry(node).or_default().push(alert),
+                None => self.out.unmatched += 1,
+            }
+        }
+        if !full {
+            for (id, alerts) in by_node {
+                self.apply_node(id, &alerts, false, trusted);
+            }
+            return;
+        }
+        // The whole picture: every known node too, in id order, so nodes the answer
+        // no longer names see their alerts end.
+        let mut ids: BTreeSet<String> = self.fleet.nodes.keys().cloned().collect();
+        ids.extend(by_node.keys().map(|id| id.to_string()));
+        for id in ids {
+            let alerts = by_node.get(id.as_str()).map_or(&[][..], Vec::as_slice);
+            self.apply_node(&id, alerts, true, trusted);
+        }
+    }
+
+    fn apply_node(&mut self, id: &str, alerts: &[&Alert<'_>], full: bool, trusted: bool) {
+        let mut fresh: BTreeMap<&str, BTreeMap<String, Source>> = BTreeMap::new();
+        let mut ended: Vec<(&str, &str)> = Vec::new();
+        let mut heartbeat: Option<Option<Duration>> = None;
+        let mut unavailable: BTreeMap<String, String> = BTreeMap::new();
+        let mut failures: Vec<(String, &str, &str, Time)> = Vec::new();
+        let mut named = false;
+
+        for alert in alerts {
+            let signal = alert.signal();
+            if alert.state == AlertState::Resolved {
+                if trusted {
+                    let ctype = match signal {
+                        Signal::CollectorFailed { .. } => COLLECTOR_FAILED,
+                        _ => alert.condition_type(),
+                    };
+                    ended.push((ctype, alert.fingerprint.as_ref()));
+                }
+                continue;
+            }
+            named = true;
+            let fingerprint = alert.fingerprint.to_string();
+            match signal {
+                Signal::Heartbeat { interval } => heartbeat = Some(interval),
+                Signal::CollectorFailed { collector } => {
+                    let mut source = source_of(alert);
+                    source.reason = COLLECTOR_FAILED.into();
+                    source.message = collector.into();
+                    fresh
+                        .entry(COLLECTOR_FAILED)
+                        .or_default()
+                        .insert(fingerprint, source);
+                }
+                Signal::Unavailable { signal } => {
+                    unavailable.insert(fingerprint, signal.to_string());
+                }
+                Signal::JobFailure { job } => {
+                    let at = alert.starts_at.map_or(self.now, |t| t.min(self.now));
+                    let key = format!("{fingerprint}@{}", at.timestamp_millis());
+                    failures.push((key, job, alert.reason(), at));
+                }
+                Signal::Condition => {
+                    fresh
+                        .entry(alert.condition_type())
+                        .or_default()
+                        .insert(fingerprint, source_of(alert));
+                }
+                Signal::Watchdog => {}
+            }
+        }
+
+        let now = self.now;
+        let settings_interval = {
+            let node = self.node(id);
+            if named && trusted {
+                node.last_report = Some(now);
+            }
+            let labels = node.labels.clone();
+            self.cfg.settings_for(&labels).report_interval
+        };
+        self.out.dirty.insert(id.to_string());
+
+        if let Some(interval) = heartbeat {
+            let node = self.node(id);
+            node.heartbeat = Some(Heartbeat {
+                last: now,
+                interval: interval.unwrap_or(settings_interval),
+            });
+            if let Some(missed) = node.conditions.remove(HEARTBEAT_MISSED) {
+                self.event(
+                    id,
+                    EventKind::HeartbeatResumed {
+                        last_heartbeat: now,
+                    },
+                    format!(
+                        "heartbeat resumed (missing since {})",
+                        missed.first_seen.to_rfc3339()
+                    ),
+                );
+            }
+        }
+
+        // Conditions: a full picture replaces each condition's sources; a partial one
+        // adds to them and ends the ones it says resolved.
+        let existing: Vec<String> = self.node(id).conditions.keys().cloned().collect();
+        if full {
+            for ctype in existing {
+                if ctype == HEARTBEAT_MISSED || ctype == TELEMETRY_STALE {
+                    continue;
+                }
+                let sources = fresh.remove(ctype.as_str()).unwrap_or_default();
+                self.set_sources(id, &ctype, sources, true);
+            }
+        } else {
+            for (ctype, fingerprint) in ended {
+                let node = self.node(id);
+                if let Some(c) = node.conditions.get_mut(ctype) {
+                    c.sources.remove(fingerprint);
+                    self.set_sources(id, ctype, BTreeMap::new(), false);
+                }
+            }
+        }
+        for (ctype, sources) in fresh {
+            self.set_sources(id, ctype, sources, full);
+        }
+
+        let node = self.node(id);
+        if full {
+            node.unavailable = unavailable;
+        } else {
+            node.unavailable.extend(unavailable);
+            for alert in alerts.iter().filter(|a| a.state == AlertState::Resolved) {
+                if trusted {
+                    node.unavailable.remove(alert.fingerprint.as_ref());
+                }
+            }
+        }
+
+        let mut current = BTreeSet::new();
+        for (key, job, reason, at) in failures {
+            if !self.node(id).failures.counted_alerts.contains(&key) {
+                self.count_failure(id, job, reason, at);
+            }
+            current.insert(key);
+        }
+        let node = self.node(id);
+        if full {
+            node.failures.counted_alerts = current;
+        } else {
+            node.failures.counted_alerts.extend(current);
+        }
+    }
+
+    /// Set (full) or merge (partial) a condition's sources, raising, escalating or
+    /// clearing it as the result demands.
+    fn set_sources(
+        &mut self,
+        id: &str,
+        ctype: &str,
+        sources: BTreeMap<String, Source>,
+        full: bool,
+    ) {
+        let now = self.now;
+        let node = self.node(id);
+        let Some(cond) = node.conditions.get_mut(ctype) else {
+            if let Some(cond) = raise(ctype, sources, now) {
+                node.seen_types.insert(ctype.to_string());
+                let message = format!(
+                    "{ctype} raised [{}]: {}",
+                    cond.severity.as_str(),
+                    cond.message
+                );
+                let kind = EventKind::ConditionRaised {
+                    condition: ctype.into(),
+                    reason: cond.reason.clone(),
+                    severity: cond.severity,
+                };
+                node.conditions.insert(ctype.to_string(), cond);
+                self.event(id, kind, message);
+            }
+            return;
+        };
+        let touched = !sources.is_empty();
+        if full {
+            cond.sources = sources;
+        } else {
+            cond.sources.extend(sources);
+        }
+        if cond.sources.is_empty() {
+            if !cond.sticky {
+                let severity = cond.severity;
+                node.conditions.remove(ctype);
+                self.event(
+                    id,
+                    EventKind::ConditionCleared {
+                        condition: ctype.into(),
+                        severity,
+                        cleared_by: "resolved".into(),
+                    },
+                    format!("{ctype} cleared: its alerts ended"),
+                );
+            }
+            return;
+        }
+        if !touched {
+            return;
+        }
+        let previous = cond.severity;
+        refresh(ctype, cond, now);
+        if cond.severity > previous {
+            let kind = EventKind::ConditionEscalated {
+                condition: ctype.into(),
+                reason: cond.reason.clone(),
+                severity: cond.severity,
+                previous_severity: previous,
+            };
+            let message = format!(
+                "{ctype} escalated {} -> {}: {}",
+                previous.as_str(),
+                cond.severity.as_str(),
+                cond.message
+            );
+            self.event(id, kind, message);
+        }
+    }
+
+    fn count_failure(&mut self, id: &str, job: &str, reason: &str, at: Time) {
+        let node = self.node(id);
+        let f = &mut node.failures;
+        f.total += 1;
+        f.last = Some(f.last.map_or(at, |l| l.max(at)));
+        *f.by_reason.entry(reason.to_string()).or_default() += 1;
+        let total = f.total;
+        self.event(
+            id,
+            EventKind::JobFailureAttributed {
+                job: job.into(),
+                reason: reason.into(),
+                total,
+            },
+            format!("job {job} failure attributed ({reason}); {total} in total"),
+        );
+    }
+
+    /// Enter or leave the stale state: with no trusted input for `staleAfter`, every
+    /// node carries `telemetry_stale` and nothing is cleared.
+    fn settle_trust(&mut self) {
+        let trust = &self.fleet.trust;
+        let since = trust
+            .last_trusted
+            .map_or(trust.watching_since, |t| t.max(trust.watching_since));
+        let stale_after = self.cfg.config.alertmanager.stale_after();
+        let stale = (self.now - since).to_std().unwrap_or_default() >= stale_after;
+        if stale == trust.stale {
+            return;
+        }
+        self.fleet.trust.stale = stale;
+        let ids: Vec<String> = self.fleet.nodes.keys().cloned().collect();
+        if stale {
+            self.fleet.trust.source_up = false;
+            let why = self
+                .fleet
+                .trust
+                .last_error
+                .clone()
+                .unwrap_or_else(|| "no trusted input".into());
+            for id in ids {
+                let node = self.fleet.nodes.get_mut(&id).expect("listed above");
+                node.conditions
+                    .insert(TELEMETRY_STALE.into(), stale_condition(self.now));
+                node.seen_types.insert(TELEMETRY_STALE.into());
+                self.event(
+                    &id,
+                    EventKind::ConditionRaised {
+                        condition: TELEMETRY_STALE.into(),
+                        reason: TELEMETRY_STALE.into(),
+                        severity: Severity::Warning,
+                    },
+                    format!(
+                        "telemetry stale: no trusted alert data since {} ({why})",
+                        since.to_rfc3339()
+                    ),
+                );
+            }
+        } else {
+            for id in ids {
+                let node = self.fleet.nodes.get_mut(&id).expect("listed above");
+                if node.conditions.remove(TELEMETRY_STALE).is_some() {
+                    self.event(
+                        &id,
+                        EventKind::ConditionCleared {
+                            condition: TELEMETRY_STALE.into(),
+                            severity: Severity::Warning,
+                            cleared_by: "resolved".into(),
+                        },
+                        "telemetry_stale cleared: trusted alert data again".into(),
+                    );
+                }
+            }
+        }
+    }
+
+    /// A node whose heartbeat was seen and has gone quiet for `max(15 s, threshold ×
+    /// min(interval, 24 h))` is no longer reporting. Never evaluated while stale: then
+    /// hale, not the node, is the one who cannot see.
+    fn check_heartbeats(&mut self) {
+        if self.fleet.trust.stale {
+            return;
+        }
+        let mut missed = Vec::new();
+        for (id, node) in &self.fleet.nodes {
+            let Some(hb) = &node.heartbeat else { continue };
+            if node.conditions.contains_key(HEARTBEAT_MISSED) {
+                continue;
+            }
+            let threshold = self.cfg.settings_for(&node.labels).heartbeat_miss_threshold;
+            let after = (hb.interval.min(MAX_INTERVAL) * threshold).max(MIN_MISS_AFTER);
+            if (self.now - hb.last).to_std().unwrap_or_default() >= after {
+                missed.push((id.clone(), hb.last, after));
+            }
+        }
+        for (id, last, after) in missed {
+            let now = self.now;
+            let node = self.node(&id);
+            node.conditions.insert(
+                HEARTBEAT_MISSED.into(),
+                Condition {
+                    reason: HEARTBEAT_MISSED.into(),
+                    severity: Severity::Warning,
+                    message: format!("no heartbeat since {}", last.to_rfc3339()),
+                    first_seen: now,
+                    last_seen: now,
+                    observations: 1,
+                    sticky: false,
+                    fault_class: HEARTBEAT_MISSED.to_uppercase(),
+                    priority: None,
+                    remediation: None,
+                    sources: BTreeMap::new(),
+                },
+            );
+            node.seen_types.insert(HEARTBEAT_MISSED.into());
+            self.event(
+                &id,
+                EventKind::HeartbeatMissed {
+                    last_heartbeat: last,
+                },
+                format!(
+                    "node {id} stopped reporting: last heartbeat {} ({}s without one)",
+                    last.to_rfc3339(),
+                    after.as_secs()
+                ),
+            );
+        }
+    }
+
+    fn finish(mut self, scope: Scope) -> Outcome {
+        self.settle_trust();
+        self.check_heartbeats();
+        let ids: Vec<String> = match scope {
+            Scope::All => self.fleet.nodes.keys().cloned().collect(),
+            Scope::Touched => {
+                let mut ids: BTreeSet<String> = self.out.dirty.clone();
+                ids.extend(
+                    self.fleet
+                        .nodes
+                        .iter()
+                        .filter(|(_, n)| {
+                            n.failures.last.is_some()
+                                && n.score.as_ref().is_some_and(|s| !s.breakdown.is_empty())
+                        })
+                        .map(|(id, _)| id.clone()),
+                );
+                ids.into_iter().collect()
+            }
+        };
+        for id in ids {
+            self.rescore(&id);
+        }
+        self.out
+    }
+
+    /// Recompute a reported node's score; record a change (a first score counts as a
+    /// change from 100).
+    fn rescore(&mut self, id: &str) {
+        let Some(node) = self.fleet.nodes.get_mut(id) else {
+            return;
+        };
+        if node.last_report.is_none() {
+            return;
+        }
+        let settings = self.cfg.settings_for(&node.labels);
+        let score = node.compute_score(settings, self.now);
+        if node.score.as_ref() == Some(&score) {
+            return;
+        }
+        let previous = node.score.as_ref().map_or(100, |s| s.value);
+        let value = score.value;
+        let scored_by = score.scored_by.clone();
+        node.score = Some(score);
+        self.out.dirty.insert(id.to_string());
+        if value != previous {
+            self.event(
+                id,
+                EventKind::ScoreChanged {
+                    score: value,
+                    previous_score: previous,
+                    scored_by,
+                },
+                format!("score {previous} -> {value}"),
+            );
+        }
+    }
+}
+
+fn source_of(alert: &Alert<'_>) -> Source {
+    Source {
+        reason: alert.reason().to_string(),
+        severity: alert.severity(),
+        message: alert.message(),
+        suppressed: alert.state == AlertState::Suppressed,
+        sticky: alert.sticky(),
+        fault_class: alert.fault_class(),
+        priority: alert.priority(),
+        remediation: alert.remediation().map(str::to_string),
+    }
+}
+
+fn stale_condition(now: Time) -> Condition {
+    Condition {
+        reason: TELEMETRY_STALE.into(),
+        severity: Severity::Warning,
+        message: "hale has no trusted alert data".into(),
+        first_seen: now,
+        last_seen: now,
+        observations: 1,
+        sticky: false,
+        fault_class: TELEMETRY_STALE.to_uppercase(),
+        priority: None,
+        remediation: None,
+        sources: BTreeMap::new(),
+    }
+}
+
+/// A new episode from its first sources; `None` when there are none.
+fn raise(ctype: &str, sources: BTreeMap<String, Source>, now: Time) -> Option<Condition> {
+    let worst = sources.values().max_by_key(|s| s.severity)?.clone();
+    let mut cond = Condition {
+        reason: worst.reason,
+        severity: worst.severity,
+        message: String::new(),
+        first_seen: now,
+        last_seen: now,
+        observations: 0,
+        sticky: false,
+        fault_class: worst.fault_class,
+        priority: None,
+        remediation: None,
+        sources,
+    };
+    refresh(ctype, &mut cond, now);
+    Some(cond)
+}
+
+/// Fold the current sources into the episode: worst severity (and its reason) wins,
+/// stickiness and remediation latch, the message keeps each source's latest.
+fn refresh(ctype: &str, cond: &mut Condition, now: Time) {
+    if let Some(worst) = cond.sources.values().max_by_key(|s| s.severity)
+        && worst.severity > cond.severity
+    {
+        cond.severity = worst.severity;
+        cond.reason = worst.reason.clone();
+        cond.fault_class = worst.fault_class.clone();
+    }
+    for s in cond.sources.values() {
+        cond.sticky |= s.sticky;
+        cond.priority = match (cond.priority, s.priority) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if cond.remediation.is_none() {
+            cond.remediation = s.remediation.clone();
+        }
+    }
+    let mut messages: Vec<&str> = cond.sources.values().map(|s| s.message.as_str()).collect();
+    messages.sort_unstable();
+    messages.dedup();
+    cond.message = if ctype == COLLECTOR_FAILED {
+        format!("collectors failed: {}", messages.join(", "))
+    } else {
+        messages.join("; ")
+    };
+    cond.last_seen = now;
+    cond.observations += 1;
+}

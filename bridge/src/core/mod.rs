@@ -1,0 +1,425 @@
+//! The decision core: node conditions, heartbeats, trust in the alert source, the
+//! reliability score and health state. Pure — state, configuration and `now` in; new
+//! state and events out. No clock, no I/O, no async.
+
+mod health;
+pub mod labels;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::config::Settings;
+
+pub use health::{CoreError, Outcome};
+
+pub type Time = DateTime<Utc>;
+
+/// Conditions that mean hale cannot fully see a node. They never cost points, keep a
+/// node Unknown unless real fault evidence makes it Degraded, and are never a fault.
+pub const BLIND_CONDITIONS: [&str; 3] = [HEARTBEAT_MISSED, TELEMETRY_STALE, COLLECTOR_FAILED];
+pub const HEARTBEAT_MISSED: &str = "heartbeat_missed";
+pub const TELEMETRY_STALE: &str = "telemetry_stale";
+pub const COLLECTOR_FAILED: &str = "collector_failed";
+
+/// The condition vocabulary every reported node publishes a metric series for, so a
+/// raised condition moves an existing series instead of creating one.
+pub const KNOWN_CONDITIONS: [&str; 9] = [
+    "memory_errors",
+    "machine_check_errors",
+    "disk_degraded",
+    "gpu_ecc_errors",
+    "gpu_xid_errors",
+    "gpu_throttling",
+    HEARTBEAT_MISSED,
+    TELEMETRY_STALE,
+    COLLECTOR_FAILED,
+];
+
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Info,
+    #[default]
+    Warning,
+    Critical,
+}
+
+impl Severity {
+    /// Metric value: 1 info, 2 warning, 3 critical (0 is "clear").
+    pub fn level(self) -> u8 {
+        self as u8 + 1
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Health {
+    Healthy,
+    Degraded,
+    Unknown,
+}
+
+impl Health {
+    pub const ALL: [Health; 3] = [Health::Healthy, Health::Degraded, Health::Unknown];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Healthy => "Healthy",
+            Health::Degraded => "Degraded",
+            Health::Unknown => "Unknown",
+        }
+    }
+}
+
+/// Service status of a node. Without an orchestrator every known node is `Ready`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum Status {
+    #[default]
+    Ready,
+    NotReady,
+    Cordoned,
+    Offline,
+}
+
+/// One alert feeding a condition, keyed by its fingerprint in [`Condition::sources`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Source {
+    pub reason: String,
+    pub severity: Severity,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suppressed: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sticky: bool,
+    pub fault_class: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remediation: Option<String>,
+}
+
+/// A raised condition: one episode of one (node, type).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Condition {
+    /// Reason of the worst source seen in the episode: what the penalty table prices.
+    pub reason: String,
+    /// Worst severity seen during the episode; never downgrades while raised.
+    pub severity: Severity,
+    pub message: String,
+    pub first_seen: Time,
+    pub last_seen: Time,
+    pub observations: u64,
+    /// Stays raised after its alerts end, until an operator clears it.
+    pub sticky: bool,
+    pub fault_class: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remediation: Option<String>,
+    /// Alerts currently feeding it, by fingerprint. Empty for a sticky condition whose
+    /// alerts ended and for the conditions hale raises itself.
+    #[serde(default)]
+    pub sources: BTreeMap<String, Source>,
+}
+
+impl Condition {
+    /// Fed only by silenced or inhibited alerts: shown, but costs nothing and triggers
+    /// nothing.
+    pub fn suppressed(&self) -> bool {
+        !self.sources.is_empty() && self.sources.values().all(|s| s.suppressed)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    pub last: Time,
+    #[serde(with = "secs")]
+    pub interval: Duration,
+}
+
+/// Attributed job failures: the total is never reset; only its deduction decays.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Failures {
+    pub total: u64,
+    pub last: Option<Time>,
+    /// Count per reason (the condition or cause the failure was attributed to).
+    #[serde(default)]
+    pub by_reason: BTreeMap<String, u64>,
+    /// `job_failure` alert instances (fingerprint@startsAt) already counted.
+    #[serde(default)]
+    pub counted_alerts: BTreeSet<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deduction {
+    pub reason: String,
+    pub points: u32,
+}
+
+/// The name the failure-tally line carries in a breakdown.
+pub const FAILURE_DEDUCTION: &str = "attributed job failures";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Score {
+    pub value: u8,
+    pub breakdown: Vec<Deduction>,
+    /// `cluster` or the pool whose settings priced it.
+    pub scored_by: String,
+}
+
+/// Everything hale knows about one node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    /// Orchestrator or inventory labels (pool selectors match these).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub status: Status,
+    #[serde(default)]
+    pub conditions: BTreeMap<String, Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat: Option<Heartbeat>,
+    /// Signals not checked on this node, by the fingerprint of the alert saying so.
+    #[serde(default)]
+    pub unavailable: BTreeMap<String, String>,
+    #[serde(default)]
+    pub failures: Failures,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<Score>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_report: Option<Time>,
+    /// Condition types this node has carried, so their metric series persist at 0.
+    #[serde(default)]
+    pub seen_types: BTreeSet<String>,
+}
+
+impl Node {
+    pub fn new(id: &str) -> Node {
+        Node {
+            id: id.to_string(),
+            hostname: None,
+            labels: BTreeMap::new(),
+            status: Status::Ready,
+            conditions: BTreeMap::new(),
+            heartbeat: None,
+            unavailable: BTreeMap::new(),
+            failures: Failures::default(),
+            score: None,
+            last_report: None,
+            seen_types: BTreeSet::new(),
+        }
+    }
+
+    /// Health state exactly as DESIGN §4: unscored → Unknown; real fault evidence at or
+    /// below `degradedAtOrBelow` → Degraded even when hale is partly blind; blind →
+    /// Unknown; else Healthy.
+    pub fn health(&self, settings: &Settings) -> Health {
+        let Some(score) = &self.score else {
+            return Health::Unknown;
+        };
+        if u32::from(score.value) <= settings.degraded_at_or_below {
+            Health::Degraded
+        } else if BLIND_CONDITIONS
+            .iter()
+            .any(|c| self.conditions.contains_key(*c))
+        {
+            Health::Unknown
+        } else {
+            Health::Healthy
+        }
+    }
+
+    /// Points the failure tally costs at `now`: `failureTallyPenalty × total ×
+    /// 2^(−hours since the most recent failure / half-life)`, rounded half away from
+    /// zero (7.5 → 8).
+    pub fn failure_deduction(&self, settings: &Settings, now: Time) -> u32 {
+        let Some(last) = self.failures.last else {
+            return 0;
+        };
+        let hours = ((now - last).num_milliseconds().max(0) as f64) / 3_600_000.0;
+        let raw = settings.failure_tally_penalty
+            * self.failures.total as f64
+            * (-hours / settings.failure_tally_half_life_hours).exp2();
+        raw.round() as u32
+    }
+
+    /// The score from scratch: 100 − Σ penalties of active, unsuppressed conditions −
+    /// the failure deduction, clamped to 0..=100.
+    pub fn compute_score(&self, settings: &Settings, now: Time) -> Score {
+        let mut breakdown: Vec<Deduction> = self
+            .conditions
+            .iter()
+            .filter(|(ctype, c)| !c.suppressed() && !BLIND_CONDITIONS.contains(&ctype.as_str()))
+            .map(|(_, c)| Deduction {
+                reason: c.reason.clone(),
+                points: settings.penalty(&c.reason, c.severity),
+            })
+            .filter(|d| d.points > 0)
+            .collect();
+        let tally = self.failure_deduction(settings, now);
+        if tally > 0 {
+            breakdown.push(Deduction {
+                reason: FAILURE_DEDUCTION.into(),
+                points: tally,
+            });
+        }
+        breakdown.sort_by(|a, b| b.points.cmp(&a.points).then(a.reason.cmp(&b.reason)));
+        let total: u32 = breakdown.iter().map(|d| d.points).sum();
+        Score {
+            value: 100u32.saturating_sub(total) as u8,
+            breakdown,
+            scored_by: settings.name.clone(),
+        }
+    }
+}
+
+/// Whether hale can believe what Alertmanager tells it (DESIGN §4, "Trusted input").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Trust {
+    /// Last time trusted input arrived (a poll holding the watchdog, or with polling off
+    /// a webhook carrying it).
+    pub last_trusted: Option<Time>,
+    /// When this process started watching; staleness is measured from the later of the
+    /// two so a restart gives the source `staleAfter` to answer.
+    #[serde(skip, default = "epoch")]
+    pub watching_since: Time,
+    /// The last poll was answered and trusted.
+    pub source_up: bool,
+    /// Every node carries `telemetry_stale`.
+    pub stale: bool,
+    /// Why the source is not trusted, when it is not.
+    pub last_error: Option<String>,
+}
+
+fn epoch() -> Time {
+    DateTime::<Utc>::UNIX_EPOCH
+}
+
+impl Trust {
+    pub fn new(watching_since: Time) -> Trust {
+        Trust {
+            last_trusted: None,
+            watching_since,
+            source_up: false,
+            stale: false,
+            last_error: None,
+        }
+    }
+}
+
+/// The whole fleet as the core sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fleet {
+    pub nodes: BTreeMap<String, Node>,
+    pub trust: Trust,
+}
+
+impl Fleet {
+    pub fn new(now: Time) -> Fleet {
+        Fleet {
+            nodes: BTreeMap::new(),
+            trust: Trust::new(now),
+        }
+    }
+}
+
+/// Something that happened to a node, recorded in its history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    pub node_id: String,
+    #[serde(flatten)]
+    pub kind: EventKind,
+    pub occurred_at: Time,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(
+    tag = "type",
+    rename_all = "SCREAMING_SNAKE_CASE",
+    rename_all_fields = "camelCase"
+)]
+pub enum EventKind {
+    ConditionRaised {
+        condition: String,
+        reason: String,
+        severity: Severity,
+    },
+    ConditionEscalated {
+        condition: String,
+        reason: String,
+        severity: Severity,
+        previous_severity: Severity,
+    },
+    ConditionCleared {
+        condition: String,
+        severity: Severity,
+        /// `resolved` when its alerts ended; `operator` for a manual clear.
+        cleared_by: String,
+    },
+    ScoreChanged {
+        score: u8,
+        previous_score: u8,
+        scored_by: String,
+    },
+    HeartbeatMissed {
+        last_heartbeat: Time,
+    },
+    HeartbeatResumed {
+        last_heartbeat: Time,
+    },
+    JobFailureAttributed {
+        job: String,
+        reason: String,
+        total: u64,
+    },
+    NodeDecommissioned {},
+}
+
+impl EventKind {
+    /// The `type` string, e.g. `SCORE_CHANGED`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventKind::ConditionRaised { .. } => "CONDITION_RAISED",
+            EventKind::ConditionEscalated { .. } => "CONDITION_ESCALATED",
+            EventKind::ConditionCleared { .. } => "CONDITION_CLEARED",
+            EventKind::ScoreChanged { .. } => "SCORE_CHANGED",
+            EventKind::HeartbeatMissed { .. } => "HEARTBEAT_MISSED",
+            EventKind::HeartbeatResumed { .. } => "HEARTBEAT_RESUMED",
+            EventKind::JobFailureAttributed { .. } => "JOB_FAILURE_ATTRIBUTED",
+            EventKind::NodeDecommissioned {} => "NODE_DECOMMISSIONED",
+        }
+    }
+}
+
+mod secs {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_secs())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_secs)
+    }
+}

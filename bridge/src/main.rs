@@ -1,0 +1,71 @@
+//! The `hale` binary: parse the command line and hand off. `serve` loads the
+//! configuration, starts logging, builds the shared state, spawns the loops and serves
+//! HTTP until SIGTERM or Ctrl-C.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Parser;
+use hale::cli::{Cli, Command};
+use hale::config::{Config, Loaded};
+use hale::service::Hale;
+use tracing::info;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve { config } => serve(Config::load(config.as_deref())?).await,
+        Command::CheckConfig { file } => {
+            let loaded = Config::load(Some(&file))?;
+            println!(
+                "{}: ok (cluster {}, {} pool(s), {} inventory node(s))",
+                file.display(),
+                loaded.config.cluster,
+                loaded.pools.len(),
+                loaded.config.inventory.len()
+            );
+            Ok(())
+        }
+        Command::Node { verb, client } => hale::cli::run_node(verb, client).await,
+        Command::Alerts { client } => hale::cli::run_alerts(client).await,
+    }
+}
+
+async fn serve(loaded: Loaded) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("HALE_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let listen = loaded.config.listen.clone();
+    let hale = Hale::open(loaded).context("opening the store")?;
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let cfg = hale.config();
+    info!(
+        listen = %listen,
+        alertmanager = %cfg.config.alertmanager.url,
+        receiver = %cfg.config.alertmanager.receiver,
+        mode = ?cfg.cluster_settings.mode,
+        "hale serving"
+    );
+    tokio::spawn(Arc::clone(&hale).poll_loop());
+    tokio::spawn(Arc::clone(&hale).tick_loop());
+    axum::serve(listener, hale::http::router(hale))
+        .with_graceful_shutdown(shutdown())
+        .await
+        .context("serving HTTP")
+}
+
+async fn shutdown() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    info!("shutting down");
+}

@@ -1,0 +1,212 @@
+//! `/metrics`: hale's own health (source, polls, ingest, store) as ordinary
+//! prometheus-client metrics, and the node series rendered from the fleet at scrape
+//! time — so a decommissioned node's series vanish with it and an unscored node never
+//! has a score series.
+
+use std::sync::{Arc, Mutex, RwLock};
+
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::config::Loaded;
+use crate::core::{Fleet, Health, KNOWN_CONDITIONS};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PathLabel {
+    pub path: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabel {
+    pub code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+/// hale's own metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    pub source_up: Gauge,
+    pub last_trusted: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub poll_duration: Histogram,
+    pub polls: Family<ResultLabel, Counter>,
+    pub ingested: Family<PathLabel, Counter>,
+    pub unmatched: Counter,
+    pub webhook_requests: Family<CodeLabel, Counter>,
+    pub store_bytes_used: Gauge,
+    pub store_write_failures: Family<ReasonLabel, Counter>,
+    registry: Registry,
+}
+
+impl Metrics {
+    /// Register everything, including the node collector over `fleet`.
+    pub fn new(fleet: Arc<Mutex<Fleet>>, config: Arc<RwLock<Arc<Loaded>>>) -> Metrics {
+        let mut registry = Registry::default();
+        let m = Metrics {
+            source_up: Gauge::default(),
+            last_trusted: Gauge::default(),
+            poll_duration: Histogram::new(exponential_buckets(0.005, 2.0, 14)),
+            polls: Family::default(),
+            ingested: Family::default(),
+            unmatched: Counter::default(),
+            webhook_requests: Family::default(),
+            store_bytes_used: Gauge::default(),
+            store_write_failures: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "hale_alert_source_up",
+            "1 while Alertmanager answers and its answer is trusted (holds the watchdog)",
+            m.source_up.clone(),
+        );
+        registry.register(
+            "hale_alert_source_last_trusted_timestamp_seconds",
+            "Unix time of the last trusted input from Alertmanager",
+            m.last_trusted.clone(),
+        );
+        registry.register(
+            "hale_alertmanager_poll_duration_seconds",
+            "Time to fetch, parse and ingest one Alertmanager poll",
+            m.poll_duration.clone(),
+        );
+        registry.register(
+            "hale_alertmanager_polls",
+            "Alertmanager polls by result (trusted, untrusted, or the error kind)",
+            m.polls.clone(),
+        );
+        registry.register(
+            "hale_alerts_ingested",
+            "Alerts ingested, by path (poll or webhook)",
+            m.ingested.clone(),
+        );
+        registry.register(
+            "hale_alerts_unmatched",
+            "Alerts that named no node (by the nodeIdentity labels) and were ignored",
+            m.unmatched.clone(),
+        );
+        registry.register(
+            "hale_alertmanager_webhook_requests",
+            "Alertmanager webhook deliveries received, by HTTP status answered",
+            m.webhook_requests.clone(),
+        );
+        registry.register(
+            "hale_store_bytes_used",
+            "Bytes the store occupies on disk",
+            m.store_bytes_used.clone(),
+        );
+        registry.register(
+            "hale_store_write_failures",
+            "Store writes that failed (state is kept in memory and retried)",
+            m.store_write_failures.clone(),
+        );
+        registry.register_collector(Box::new(NodeCollector { fleet, config }));
+        Metrics { registry, ..m }
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+/// Node series, read from the fleet at scrape time.
+#[derive(Debug)]
+struct NodeCollector {
+    fleet: Arc<Mutex<Fleet>>,
+    config: Arc<RwLock<Arc<Loaded>>>,
+}
+
+impl prometheus_client::collector::Collector for NodeCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let config = self.config.read().expect("config lock").clone();
+        let cluster = config.config.cluster.as_str();
+        let fleet = self.fleet.lock().expect("fleet lock");
+
+        let mut score = encoder.encode_descriptor(
+            "hale_node_reliability_score",
+            "Reliability score 0-100; absent while the node is unscored",
+            None,
+            MetricType::Gauge,
+        )?;
+        for node in fleet.nodes.values() {
+            if let Some(s) = &node.score {
+                let labels = [("node_id", node.id.as_str()), ("cluster", cluster)];
+                ConstGauge::new(i64::from(s.value)).encode(score.encode_family(&labels)?)?;
+            }
+        }
+
+        let mut health = encoder.encode_descriptor(
+            "hale_node_health_state",
+            "1 for the node's current health state, 0 for the others",
+            None,
+            MetricType::Gauge,
+        )?;
+        for node in fleet.nodes.values() {
+            let current = node.health(config.settings_for(&node.labels));
+            for state in Health::ALL {
+                let labels = [
+                    ("node_id", node.id.as_str()),
+                    ("cluster", cluster),
+                    ("state", state.as_str()),
+                ];
+                ConstGauge::new(i64::from(state == current))
+                    .encode(health.encode_family(&labels)?)?;
+            }
+        }
+
+        let mut conditions = encoder.encode_descriptor(
+            "hale_node_condition",
+            "Condition severity: 0 clear, 1 info, 2 warning, 3 critical (suppressed reads 0)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for node in fleet.nodes.values().filter(|n| n.last_report.is_some()) {
+            let mut types: Vec<&str> = KNOWN_CONDITIONS.to_vec();
+            types.extend(node.seen_types.iter().map(String::as_str));
+            types.extend(node.conditions.keys().map(String::as_str));
+            types.sort_unstable();
+            types.dedup();
+            for ctype in types {
+                let value = node
+                    .conditions
+                    .get(ctype)
+                    .filter(|c| !c.suppressed())
+                    .map_or(0, |c| c.severity.level());
+                let labels = [
+                    ("node_id", node.id.as_str()),
+                    ("cluster", cluster),
+                    ("condition", ctype),
+                ];
+                ConstGauge::new(i64::from(value)).encode(conditions.encode_family(&labels)?)?;
+            }
+        }
+
+        let mut failures = encoder.encode_descriptor(
+            "hale_node_attributed_job_failures",
+            "Job failures attributed to the node (never reset)",
+            None,
+            MetricType::Counter,
+        )?;
+        for node in fleet.nodes.values() {
+            let labels = [("node_id", node.id.as_str()), ("cluster", cluster)];
+            ConstCounter::new(node.failures.total).encode(failures.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,359 @@
+//! The running service: shared state, the poll and tick loops, and the one path every
+//! input takes — apply to the fleet under its lock, then persist the change with its
+//! events before anyone sees a newer one.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use tokio::sync::Notify;
+use tracing::{error, info, warn};
+
+use crate::alertmanager::{self, IngestError};
+use crate::config::Loaded;
+use crate::core::labels::{Alert, AlertState, Signal};
+use crate::core::{CoreError, EventKind, Fleet, Outcome, Time};
+use crate::metrics::{Metrics, PathLabel, ReasonLabel, ResultLabel};
+use crate::store::{Batch, Store, StoreError};
+use crate::view::{AlertsView, NodeView, SeenAlert, SourceView};
+
+/// How often time-driven rules (staleness, missed heartbeats, decay) are evaluated.
+const TICK: Duration = Duration::from_secs(1);
+
+/// Shared state of one hale process.
+pub struct Hale {
+    config: Arc<RwLock<Arc<Loaded>>>,
+    fleet: Arc<Mutex<Fleet>>,
+    writer: Mutex<Writer>,
+    pub metrics: Metrics,
+    poll_now: Notify,
+    seen: Mutex<BTreeMap<String, SeenAlert>>,
+    first_poll_done: AtomicBool,
+    client: alertmanager::Client,
+}
+
+/// The store and what it has not managed to write yet.
+struct Writer {
+    store: Store,
+    /// A step whose write failed; folded into the next write so nothing is lost.
+    pending: Option<Outcome>,
+}
+
+/// What a webhook delivery did, for the HTTP answer.
+#[derive(Debug, serde::Serialize)]
+pub struct WebhookResult {
+    pub alerts: usize,
+    pub trusted: bool,
+    pub unmatched: u64,
+}
+
+impl Hale {
+    /// Open the store, load the fleet as it was, register the inventory.
+    pub fn open(loaded: Loaded) -> Result<Arc<Hale>, StoreError> {
+        let store = Store::open(&loaded.config.store.path)?;
+        let now = Utc::now();
+        let fleet = store.load(now)?;
+        info!(
+            nodes = fleet.nodes.len(),
+            store = %loaded.config.store.path.display(),
+            "state loaded"
+        );
+        let client = alertmanager::Client::new(&loaded.config.alertmanager);
+        let config = Arc::new(RwLock::new(Arc::new(loaded)));
+        let fleet = Arc::new(Mutex::new(fleet));
+        let hale = Arc::new(Hale {
+            metrics: Metrics::new(fleet.clone(), config.clone()),
+            config,
+            fleet,
+            writer: Mutex::new(Writer {
+                store,
+                pending: None,
+            }),
+            poll_now: Notify::new(),
+            seen: Mutex::new(BTreeMap::new()),
+            first_poll_done: AtomicBool::new(false),
+            client,
+        });
+        let inventory = hale.config().config.inventory.clone();
+        hale.apply(|fleet, cfg, now| Ok(fleet.register(cfg, now, &inventory)))
+            .expect("registering cannot fail");
+        Ok(hale)
+    }
+
+    pub fn config(&self) -> Arc<Loaded> {
+        self.config.read().expect("config lock").clone()
+    }
+
+    fn lock_fleet(&self) -> MutexGuard<'_, Fleet> {
+        self.fleet.lock().expect("fleet lock")
+    }
+
+    /// Run one step of the core and persist its outcome. The fleet lock is held until
+    /// the writer lock is taken, so writes land in the order steps happened.
+    pub fn apply<F>(&self, step: F) -> Result<Outcome, CoreError>
+    where
+        F: FnOnce(&mut Fleet, &Loaded, Time) -> Result<Outcome, CoreError>,
+    {
+        let cfg = self.config();
+        let mut fleet = self.lock_fleet();
+        let outcome = step(&mut fleet, &cfg, Utc::now())?;
+        self.metrics.source_up.set(i64::from(fleet.trust.source_up));
+        if let Some(t) = fleet.trust.last_trusted {
+            self.metrics
+                .last_trusted
+                .set(t.timestamp_millis() as f64 / 1000.0);
+        }
+        if outcome.events.is_empty() && outcome.dirty.is_empty() && outcome.removed.is_empty() {
+            return Ok(outcome);
+        }
+        log_events(&outcome);
+        let mut writer = self.writer.lock().expect("writer lock");
+        let mut todo = writer.pending.take().unwrap_or_default();
+        todo.absorb(outcome.clone());
+        let batch = Batch::of(&fleet, &todo);
+        drop(fleet);
+        if let Err(e) = writer.store.write(&batch) {
+            error!(error = %e, nodes = batch.nodes.len(), events = batch.events.len(),
+                "store write failed; the change is kept in memory and retried with the next one");
+            self.metrics
+                .store_write_failures
+                .get_or_create(&ReasonLabel {
+                    reason: e.metric_label().into(),
+                })
+                .inc();
+            writer.pending = Some(todo);
+        }
+        self.metrics
+            .store_bytes_used
+            .set(writer.store.bytes_used() as i64);
+        Ok(outcome)
+    }
+
+    /// Fetch, parse and ingest one poll. Never clears anything unless the answer is
+    /// trusted (the core decides).
+    pub async fn poll_once(self: &Arc<Self>) {
+        let start = Instant::now();
+        let fetched = self.client.fetch().await;
+        let this = self.clone();
+        let result = tokio::task::spawn_blocking(move || this.ingest_poll(fetched)).await;
+        if let Err(e) = result {
+            error!(error = %e, "poll ingest task failed");
+        }
+        self.metrics
+            .poll_duration
+            .observe(start.elapsed().as_secs_f64());
+        self.first_poll_done.store(true, Ordering::Release);
+    }
+
+    fn ingest_poll(&self, fetched: Result<Vec<u8>, IngestError>) {
+        let body = match fetched {
+            Ok(body) => body,
+            Err(e) => return self.poll_failed(e),
+        };
+        let alerts = match alertmanager::parse_v2(&body) {
+            Ok(alerts) => alerts,
+            Err(e) => return self.poll_failed(e),
+        };
+        let outcome = self
+            .apply(|fleet, cfg, now| Ok(fleet.poll(cfg, now, &alerts)))
+            .expect("a poll cannot fail");
+        let result = if outcome.trusted {
+            "trusted"
+        } else {
+            warn!("Alertmanager answered without the watchdog alert: nothing is cleared");
+            "untrusted"
+        };
+        self.count_poll(result);
+        self.count_ingest("poll", alerts.len(), outcome.unmatched);
+        let cfg = self.config();
+        let seen = alerts
+            .iter()
+            .map(|a| (a.fingerprint.to_string(), seen_alert(a, &cfg)))
+            .collect();
+        *self.seen.lock().expect("seen lock") = seen;
+    }
+
+    fn poll_failed(&self, e: IngestError) {
+        warn!(error = %e, "poll failed: nothing is cleared");
+        self.count_poll(e.metric_label());
+        let reason = e.to_string();
+        self.apply(|fleet, cfg, now| Ok(fleet.poll_failed(cfg, now, reason)))
+            .expect("a failed poll cannot fail");
+    }
+
+    fn count_poll(&self, result: &str) {
+        self.metrics
+            .polls
+            .get_or_create(&ResultLabel {
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    fn count_ingest(&self, path: &str, alerts: usize, unmatched: u64) {
+        self.metrics
+            .ingested
+            .get_or_create(&PathLabel { path: path.into() })
+            .inc_by(alerts as u64);
+        self.metrics.unmatched.inc_by(unmatched);
+    }
+
+    /// Ingest one Alertmanager webhook body. A malformed body changes nothing.
+    pub fn ingest_webhook(&self, body: &[u8]) -> Result<WebhookResult, IngestError> {
+        let delivery = alertmanager::parse_webhook(body)?;
+        let outcome = self
+            .apply(|fleet, cfg, now| Ok(fleet.webhook(cfg, now, &delivery.alerts)))
+            .expect("a webhook cannot fail");
+        if delivery.truncated > 0 {
+            info!(
+                truncated = delivery.truncated,
+                "webhook delivery was truncated: polling now"
+            );
+            self.poll_now.notify_one();
+        }
+        self.count_ingest("webhook", delivery.alerts.len(), outcome.unmatched);
+        let cfg = self.config();
+        let mut seen = self.seen.lock().expect("seen lock");
+        for a in &delivery.alerts {
+            if a.state == AlertState::Resolved {
+                seen.remove(a.fingerprint.as_ref());
+            } else {
+                seen.insert(a.fingerprint.to_string(), seen_alert(a, &cfg));
+            }
+        }
+        Ok(WebhookResult {
+            alerts: delivery.alerts.len(),
+            trusted: outcome.trusted,
+            unmatched: outcome.unmatched,
+        })
+    }
+
+    /// Ready once the first poll has been attempted (or at once when polling is off).
+    pub fn ready(&self) -> bool {
+        self.config().config.alertmanager.poll_interval.is_zero()
+            || self.first_poll_done.load(Ordering::Acquire)
+    }
+
+    pub fn nodes(&self) -> Vec<NodeView> {
+        let cfg = self.config();
+        let now = Utc::now();
+        let fleet = self.lock_fleet();
+        fleet
+            .nodes
+            .values()
+            .map(|n| NodeView::of(n, &cfg.config.cluster, cfg.settings_for(&n.labels), now))
+            .collect()
+    }
+
+    pub fn node(&self, id: &str) -> Option<NodeView> {
+        let cfg = self.config();
+        let fleet = self.lock_fleet();
+        let n = fleet.nodes.get(id)?;
+        Some(NodeView::of(
+            n,
+            &cfg.config.cluster,
+            cfg.settings_for(&n.labels),
+            Utc::now(),
+        ))
+    }
+
+    pub fn alerts(&self) -> AlertsView {
+        let cfg = self.config();
+        let trust = self.lock_fleet().trust.clone();
+        AlertsView {
+            source: SourceView {
+                url: cfg.config.alertmanager.url.clone(),
+                receiver: cfg.config.alertmanager.receiver.clone(),
+                up: trust.source_up,
+                stale: trust.stale,
+                last_trusted: trust.last_trusted,
+                last_error: trust.last_error,
+            },
+            alerts: self
+                .seen
+                .lock()
+                .expect("seen lock")
+                .values()
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// Poll every `pollInterval` and whenever a truncated webhook asks; with polling
+    /// off, only when asked.
+    pub async fn poll_loop(self: Arc<Self>) {
+        let interval = self.config().config.alertmanager.poll_interval;
+        if interval.is_zero() {
+            loop {
+                self.poll_now.notified().await;
+                self.poll_once().await;
+            }
+        }
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                _ = self.poll_now.notified() => {}
+            }
+            self.poll_once().await;
+        }
+    }
+
+    /// Evaluate the time-driven rules every second.
+    pub async fn tick_loop(self: Arc<Self>) {
+        let mut ticker = tokio::time::interval(TICK);
+        loop {
+            ticker.tick().await;
+            let this = self.clone();
+            let done = tokio::task::spawn_blocking(move || {
+                this.apply(|fleet, cfg, now| Ok(fleet.tick(cfg, now)))
+            })
+            .await;
+            if let Err(e) = done {
+                error!(error = %e, "tick task failed");
+            }
+        }
+    }
+}
+
+fn seen_alert(a: &Alert<'_>, cfg: &Loaded) -> SeenAlert {
+    let meaning = match a.signal() {
+        Signal::Watchdog => "watchdog".to_string(),
+        Signal::Heartbeat { .. } => "heartbeat".to_string(),
+        Signal::CollectorFailed { collector } => format!("collector_failed:{collector}"),
+        Signal::Unavailable { signal } => format!("unavailable:{signal}"),
+        Signal::JobFailure { job } => format!("job_failure:{job}"),
+        Signal::Condition => format!("condition:{}", a.condition_type()),
+    };
+    SeenAlert {
+        fingerprint: a.fingerprint.to_string(),
+        alertname: a.alertname().to_string(),
+        node: a.node(&cfg.config.node_identity).map(str::to_string),
+        meaning,
+        severity: a.severity(),
+        state: match a.state {
+            AlertState::Suppressed => "suppressed",
+            _ => "active",
+        }
+        .into(),
+        starts_at: a.starts_at,
+    }
+}
+
+/// Operators read these in the service log; the missed heartbeat is the warning the
+/// design asks for (node and time of its last heartbeat).
+fn log_events(outcome: &Outcome) {
+    for e in &outcome.events {
+        match &e.kind {
+            EventKind::HeartbeatMissed { last_heartbeat } => warn!(
+                node = %e.node_id,
+                last_heartbeat = %last_heartbeat.to_rfc3339(),
+                "node stopped reporting"
+            ),
+            kind => info!(node = %e.node_id, event = kind.name(), "{}", e.message),
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! The JSON shapes of the HTTP API (DESIGN §11), shared by the server that renders them
+//! and the CLI that reads them.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Settings;
+use crate::core::{Deduction, Health, Node, Severity, Status, Time};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConditionView {
+    #[serde(rename = "type")]
+    pub ctype: String,
+    pub reason: String,
+    pub severity: Severity,
+    pub message: String,
+    pub first_seen: Time,
+    pub last_seen: Time,
+    pub observations: u64,
+    pub sticky: bool,
+    pub suppressed: bool,
+    pub fault_class: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remediation: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailuresView {
+    pub total: u64,
+    pub last: Option<Time>,
+    /// Points the tally costs now, after decay.
+    pub deduction: u32,
+    pub by_reason: std::collections::BTreeMap<String, u64>,
+}
+
+/// `GET /api/v1/nodes/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeView {
+    pub id: String,
+    pub cluster: String,
+    pub hostname: String,
+    pub status: Status,
+    pub health: Health,
+    /// `null` until the node's first report.
+    pub score: Option<u8>,
+    pub scored_by: Option<String>,
+    pub breakdown: Vec<Deduction>,
+    pub conditions: Vec<ConditionView>,
+    pub failures: FailuresView,
+    pub last_report: Option<Time>,
+    pub last_heartbeat: Option<Time>,
+    pub unavailable_signals: Vec<String>,
+    pub jobs: u64,
+}
+
+impl NodeView {
+    pub fn of(node: &Node, cluster: &str, settings: &Settings, now: Time) -> NodeView {
+        let mut unavailable: Vec<String> = node.unavailable.values().cloned().collect();
+        unavailable.sort();
+        unavailable.dedup();
+        NodeView {
+            id: node.id.clone(),
+            cluster: cluster.to_string(),
+            hostname: node.hostname.clone().unwrap_or_else(|| node.id.clone()),
+            status: node.status,
+            health: node.health(settings),
+            score: node.score.as_ref().map(|s| s.value),
+            scored_by: node.score.as_ref().map(|s| s.scored_by.clone()),
+            breakdown: node
+                .score
+                .as_ref()
+                .map(|s| s.breakdown.clone())
+                .unwrap_or_default(),
+            conditions: node
+                .conditions
+                .iter()
+                .map(|(ctype, c)| ConditionView {
+                    ctype: ctype.clone(),
+                    reason: c.reason.clone(),
+                    severity: c.severity,
+                    message: c.message.clone(),
+                    first_seen: c.first_seen,
+                    last_seen: c.last_seen,
+                    observations: c.observations,
+                    sticky: c.sticky,
+                    suppressed: c.suppressed(),
+                    fault_class: c.fault_class.clone(),
+                    priority: c.priority,
+                    remediation: c.remediation.clone(),
+                })
+                .collect(),
+            failures: FailuresView {
+                total: node.failures.total,
+                last: node.failures.last,
+                deduction: node.failure_deduction(settings, now),
+                by_reason: node.failures.by_reason.clone(),
+            },
+            last_report: node.last_report,
+            last_heartbeat: node.heartbeat.as_ref().map(|h| h.last),
+            unavailable_signals: unavailable,
+            jobs: 0,
+        }
+    }
+
+    pub fn summary(&self) -> NodeSummary {
+        NodeSummary {
+            id: self.id.clone(),
+            cluster: self.cluster.clone(),
+            hostname: self.hostname.clone(),
+            status: self.status,
+            health: self.health,
+            score: self.score,
+            scored_by: self.scored_by.clone(),
+            conditions: self.conditions.iter().map(|c| c.ctype.clone()).collect(),
+            last_report: self.last_report,
+            jobs: self.jobs,
+        }
+    }
+}
+
+/// An entry of `GET /api/v1/nodes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSummary {
+    pub id: String,
+    pub cluster: String,
+    pub hostname: String,
+    pub status: Status,
+    pub health: Health,
+    pub score: Option<u8>,
+    pub scored_by: Option<String>,
+    pub conditions: Vec<String>,
+    pub last_report: Option<Time>,
+    pub jobs: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeList {
+    pub nodes: Vec<NodeSummary>,
+}
+
+/// One alert as hale last saw it (`GET /api/v1/alerts`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SeenAlert {
+    pub fingerprint: String,
+    pub alertname: String,
+    /// The node it names, if any.
+    pub node: Option<String>,
+    /// `condition:<type>` or the special signal (`heartbeat`, `watchdog`, …).
+    pub meaning: String,
+    pub severity: Severity,
+    /// `active` or `suppressed`.
+    pub state: String,
+    pub starts_at: Option<Time>,
+}
+
+/// Whether hale trusts its alert source right now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceView {
+    pub url: String,
+    pub receiver: String,
+    pub up: bool,
+    pub stale: bool,
+    pub last_trusted: Option<Time>,
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AlertsView {
+    pub source: SourceView,
+    pub alerts: Vec<SeenAlert>,
+}
+
+/// Body of `POST /api/v1/nodes/{id}/failures`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FailureReport {
+    pub job: String,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub occurred_at: Option<Time>,
+}
+
+/// Body of `POST /api/v1/nodes/{id}/conditions/{type}/clear`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClearRequest {
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// Every error the API answers: `{error, detail}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+    pub detail: String,
+}

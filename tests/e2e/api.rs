@@ -1,0 +1,349 @@
+//! The HTTP API, metrics and CLI of a running hale: bad input, auth, ids with `/` and
+//! `:`, promtool on the exposition, decommission.
+
+use std::io::Write;
+
+use std::process::{Command, Stdio};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+async fn running() -> (Alertmanager, tempfile::TempDir, Hale) {
+    let am = Alertmanager::start(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let hale = Hale::start(
+        dir.path(),
+        &am.url,
+        "inventory:\n  - id: spare-1\n    hostname: spare1.example\n",
+    )
+    .await;
+    am.fire(&[
+        watchdog(),
+        heartbeat("rack1/n:3"),
+        smart_failing("rack1/n:3"),
+        alert(&[("alertname", "ClusterWide")], "names no node"),
+    ])
+    .await;
+    hale.wait_node("scored", "rack1/n:3", |n| n["score"] == 60)
+        .await;
+    (am, dir, hale)
+}
+
+#[tokio::test]
+async fn bad_webhook_input_changes_nothing() {
+    let (_am, _dir, hale) = running().await;
+    let client = reqwest::Client::new();
+    let url = format!("{}/api/v1/alertmanager", hale.url);
+    let before = hale.nodes().await;
+
+    let r = client.post(&url).body("{}").send().await.unwrap();
+    assert_eq!(r.status(), 401, "no token");
+    let r = client
+        .post(&url)
+        .bearer_auth("wrong")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401, "wrong token");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "unauthorized");
+
+    let resolved_all = json!({"version": "4", "alerts": [
+        {"status": "resolved", "labels": {"node": "rack1/n:3", "alertname": "SmartFailing",
+          "hale_condition": "disk_degraded"}, "fingerprint": "x"},
+        {"status": "bogus"}
+    ]});
+    for body in [
+        "{not json".to_string(),
+        r#"{"version":"3","alerts":[]}"#.to_string(),
+        resolved_all.to_string(),
+    ] {
+        let r = client
+            .post(&url)
+            .bearer_auth(TOKEN)
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{body}");
+        let e: Value = r.json().await.unwrap();
+        assert_eq!(e["error"], "bad_request");
+        assert!(!e["detail"].as_str().unwrap().is_empty());
+    }
+    // An oversized body is refused from its declared length, before it is read.
+    let addr = hale.url.trim_start_matches("http://").to_string();
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /api/v1/alertmanager HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        64 << 20
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = conn.read_to_end(&mut answer).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(
+        answer.contains(r#""error":"payload_too_large""#),
+        "{answer}"
+    );
+
+    let after = hale.nodes().await;
+    assert_eq!(before, after, "state untouched");
+    let metrics = hale.metrics().await;
+    assert!(metrics.contains("code=\"400\"} 3"), "{metrics}");
+    assert!(metrics.contains("hale_alerts_unmatched_total"));
+    let unmatched = metrics
+        .lines()
+        .find(|l| l.starts_with("hale_alerts_unmatched_total "))
+        .unwrap();
+    assert_ne!(
+        unmatched, "hale_alerts_unmatched_total 0",
+        "the node-less alert is counted"
+    );
+}
+
+#[tokio::test]
+async fn node_ids_with_slash_and_colon_and_operator_verbs() {
+    let (am, _dir, hale) = running().await;
+    let id = "rack1/n:3";
+    assert!(hale.node_url(id).contains("rack1%2Fn:3"));
+    let n = hale.node(id).await.unwrap();
+    assert_eq!(n["id"], id);
+
+    let client = reqwest::Client::new();
+    // Failures: auth, validation, 404, success.
+    let failures = format!("{}/failures", hale.node_url(id));
+    let r = client
+        .post(&failures)
+        .json(&json!({"job": "j1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = client
+        .post(&failures)
+        .bearer_auth(TOKEN)
+        .json(&json!({"jb": "typo"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let r = client
+        .post(format!("{}/failures", hale.node_url("nope")))
+        .bearer_auth(TOKEN)
+        .json(&json!({"job": "j1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"], "not_found");
+    let r = client
+        .post(&failures)
+        .bearer_auth(TOKEN)
+        .json(&json!({"job": "j1", "reason": "disk_degraded"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let n: Value = r.json().await.unwrap();
+    assert_eq!(n["failures"]["total"], 1);
+    assert_eq!(n["score"], 55);
+
+    // A sticky condition is cleared by the operator through the CLI.
+    am.fire(&[gpu_ecc_uncorrectable(id)]).await;
+    hale.wait_node("ECC", id, |n| has_condition(n, "gpu_ecc_errors"))
+        .await;
+    am.resolve(&[gpu_ecc_uncorrectable(id)]).await;
+    let out = hale.cli(&[
+        "node",
+        "clear",
+        id,
+        "gpu_ecc_errors",
+        "--reason",
+        "GPU swapped",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let n = hale.node(id).await.unwrap();
+    assert!(!has_condition(&n, "gpu_ecc_errors"));
+    let out = hale.cli(&["node", "clear", id, "telemetry_stale", "--reason", "x"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("conflict"));
+
+    // CLI views.
+    let out = hale.cli(&["node", "list"]);
+    let table = String::from_utf8(out.stdout).unwrap();
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "ID", "CLUSTER", "HOSTNAME", "STATUS", "HEALTH", "SCORE", "JOBS"
+        ]
+    );
+    let spare: Vec<&str> = table
+        .lines()
+        .find(|l| l.starts_with("spare-1"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        spare,
+        [
+            "spare-1",
+            "default",
+            "spare1.example",
+            "Ready",
+            "Unknown",
+            "-",
+            "0"
+        ]
+    );
+    let out = hale.cli(&["node", "show", id, "-o", "json"]);
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["id"], id);
+    let out = hale.cli(&["node", "show", id]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("Score:     55/100 (penalties: cluster)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Disk Degraded [Critical] SMART health check failing"),
+        "{text}"
+    );
+    let out = hale.cli(&["node", "show", "spare-1"]);
+    assert!(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .contains("not yet scored")
+    );
+    let out = hale.cli(&["alerts", "-o", "json"]);
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["source"]["up"], true);
+    assert!(
+        seen["alerts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["meaning"] == "watchdog")
+    );
+    let out = hale.cli(&["alerts"]);
+    assert!(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .contains("condition:disk_degraded")
+    );
+    let out = hale.cli(&["node", "show", "nope"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not_found (404)"));
+}
+
+#[tokio::test]
+async fn metrics_pass_promtool_and_follow_the_node() {
+    let (_am, _dir, hale) = running().await;
+    let text = hale.metrics().await;
+    if let Some(promtool) = which("promtool") {
+        let mut child = Command::new(promtool)
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "promtool check metrics: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    } else {
+        panic!("promtool is not installed: run tests/run.sh");
+    }
+    let node = r#"node_id="rack1/n:3",cluster="default""#;
+    assert!(
+        text.contains(&format!("hale_node_reliability_score{{{node}}} 60")),
+        "{text}"
+    );
+    assert!(text.contains(&format!(
+        "hale_node_condition{{{node},condition=\"disk_degraded\"}} 3"
+    )));
+    assert!(text.contains(&format!(
+        "hale_node_condition{{{node},condition=\"heartbeat_missed\"}} 0"
+    )));
+    assert!(text.contains(&format!(
+        "hale_node_health_state{{{node},state=\"Degraded\"}} 1"
+    )));
+    // The unscored inventory node: health Unknown, no score series.
+    assert!(text.contains(
+        r#"hale_node_health_state{node_id="spare-1",cluster="default",state="Unknown"} 1"#
+    ));
+    assert!(!text.contains(r#"hale_node_reliability_score{node_id="spare-1""#));
+
+    let client = reqwest::Client::new();
+    let r = client
+        .delete(hale.node_url("spare-1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = client
+        .delete(hale.node_url("spare-1"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    assert!(hale.node("spare-1").await.is_none());
+    assert!(
+        !hale.metrics().await.contains("spare-1"),
+        "series removed on decommission"
+    );
+}
+
+#[test]
+fn check_config_names_file_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.yaml");
+    std::fs::write(&good, "cluster: lab\nnodeHealth:\n  cordonBelow: 50\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hale"))
+        .args(["check-config"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "cluster: lab\nnodeHealth:\n  cordonBelow: 50\n  drainBelow: 70\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hale"))
+        .args(["check-config"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{}:4: nodeHealth.drainBelow:", bad.display())),
+        "{err}"
+    );
+}

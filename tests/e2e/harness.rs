@@ -1,0 +1,374 @@
+//! Real processes for the end-to-end tests: a real Alertmanager and the real `hale`
+//! binary, each on 127.0.0.1 on a free port, in its own temp dir, stopped on drop.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use chrono::{TimeDelta, Utc};
+use serde_json::{Value, json};
+
+pub fn free_port() -> u16 {
+    hale::init_tls();
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Wait for `check` to hold, polling every 100 ms; panic with `what` after `limit`.
+pub async fn eventually<F, Fut, T>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn require(binary: &str) -> PathBuf {
+    which(binary).unwrap_or_else(|| {
+        panic!("{binary} is not installed: run tests/run.sh, which installs the test components")
+    })
+}
+
+pub fn which(binary: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(binary))
+            .find(|p| p.is_file())
+    })
+}
+
+/// A real `prometheus-alertmanager` routing everything to receiver `hale`.
+pub struct Alertmanager {
+    pub url: String,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Alertmanager {
+    /// `webhook`: deliver to this hale URL with this bearer token; `None`: no
+    /// notifications (the receiver exists for polling only).
+    pub async fn start(webhook: Option<(&str, &str)>) -> Alertmanager {
+        let bin = require("prometheus-alertmanager");
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let receiver = match webhook {
+            Some((url, token)) => format!(
+                "  - name: hale\n    webhook_configs:\n      - url: {url}/api/v1/alertmanager\n        send_resolved: true\n        http_config:\n          authorization:\n            credentials: {token}\n"
+            ),
+            None => "  - name: hale\n".into(),
+        };
+        let config = format!(
+            "route:\n  receiver: hale\n  group_by: [node]\n  group_wait: 0s\n  group_interval: 1s\n  repeat_interval: 1h\nreceivers:\n{receiver}"
+        );
+        std::fs::write(dir.path().join("am.yml"), config).unwrap();
+        let child = Command::new(bin)
+            .arg(format!(
+                "--config.file={}",
+                dir.path().join("am.yml").display()
+            ))
+            .arg(format!(
+                "--storage.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--cluster.listen-address=")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("am.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let am = Alertmanager {
+            url: format!("http://127.0.0.1:{port}"),
+            child,
+            _dir: dir,
+        };
+        let ready = format!("{}/-/ready", am.url);
+        eventually("alertmanager ready", Duration::from_secs(20), || async {
+            let r = reqwest::get(&ready).await.ok()?;
+            r.status().is_success().then_some(())
+        })
+        .await;
+        am
+    }
+
+    /// Post alerts through the v2 API. `ends_in_s` ≤ 0 resolves them.
+    pub async fn post(&self, alerts: &[Value], ends_in_s: i64) {
+        let now = Utc::now();
+        let body: Vec<Value> = alerts
+            .iter()
+            .map(|a| {
+                let mut a = a.clone();
+                a["startsAt"] = json!((now - TimeDelta::minutes(1)).to_rfc3339());
+                a["endsAt"] = json!((now + TimeDelta::seconds(ends_in_s)).to_rfc3339());
+                a
+            })
+            .collect();
+        let resp = reqwest::Client::new()
+            .post(format!("{}/api/v2/alerts", self.url))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_success(), "{}", resp.text().await.unwrap());
+    }
+
+    pub async fn fire(&self, alerts: &[Value]) {
+        self.post(alerts, 3600).await;
+    }
+
+    pub async fn resolve(&self, alerts: &[Value]) {
+        self.post(alerts, -1).await;
+    }
+
+    /// Silence alerts whose `alertname` matches.
+    pub async fn silence(&self, alertname: &str) {
+        let now = Utc::now();
+        let body = json!({
+            "matchers": [{"name": "alertname", "value": alertname, "isRegex": false, "isEqual": true}],
+            "startsAt": now.to_rfc3339(),
+            "endsAt": (now + TimeDelta::hours(1)).to_rfc3339(),
+            "createdBy": "e2e", "comment": "maintenance",
+        });
+        let resp = reqwest::Client::new()
+            .post(format!("{}/api/v2/silences", self.url))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_success(), "{}", resp.text().await.unwrap());
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Alertmanager {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// An alert body for the v2 API.
+pub fn alert(labels: &[(&str, &str)], summary: &str) -> Value {
+    let labels: serde_json::Map<String, Value> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    json!({"labels": labels, "annotations": {"summary": summary}})
+}
+
+pub fn watchdog() -> Value {
+    alert(
+        &[
+            ("alertname", "Watchdog"),
+            ("hale_signal", "watchdog"),
+            ("severity", "info"),
+        ],
+        "Alerting pipeline is alive",
+    )
+}
+
+pub fn heartbeat(node: &str) -> Value {
+    alert(
+        &[
+            ("alertname", "HaleNodeReporting"),
+            ("hale_signal", "heartbeat"),
+            ("node", node),
+            ("severity", "info"),
+        ],
+        "node is reporting",
+    )
+}
+
+pub fn smart_failing(node: &str) -> Value {
+    alert(
+        &[
+            ("alertname", "SmartFailing"),
+            ("hale_condition", "disk_degraded"),
+            ("hale_reason", "SmartFailing"),
+            ("severity", "critical"),
+            ("node", node),
+        ],
+        "SMART health check failing on /dev/sda",
+    )
+}
+
+pub fn gpu_ecc_uncorrectable(node: &str) -> Value {
+    alert(
+        &[
+            ("alertname", "GpuEccUncorrectable"),
+            ("hale_condition", "gpu_ecc_errors"),
+            ("hale_reason", "GpuEccUncorrectable"),
+            ("hale_sticky", "true"),
+            ("severity", "critical"),
+            ("gpu", "0"),
+            ("node", node),
+        ],
+        "1 uncorrectable GPU ECC error on GPU 0",
+    )
+}
+
+/// A running `hale serve`.
+pub struct Hale {
+    pub url: String,
+    pub dir: PathBuf,
+    child: Option<Child>,
+}
+
+pub const TOKEN: &str = "e2e-secret-token";
+
+impl Hale {
+    /// Start hale with `extra` YAML appended to a config that listens on a free port,
+    /// stores under `dir` and reads `am_url`.
+    pub async fn start(dir: &Path, am_url: &str, extra: &str) -> Hale {
+        let port = free_port();
+        std::fs::write(dir.join("token"), TOKEN).unwrap();
+        let config = format!(
+            "listen: 127.0.0.1:{port}\napiTokenFile: {}\nstore: {{ path: {} }}\nalertmanager:\n  url: {am_url}\n  pollInterval: 1s\n{extra}",
+            dir.join("token").display(),
+            dir.join("data").display(),
+        );
+        Self::start_with(dir, port, &config).await
+    }
+
+    pub async fn start_with(dir: &Path, port: u16, config: &str) -> Hale {
+        std::fs::write(dir.join("hale.yaml"), config).unwrap();
+        let mut hale = Hale {
+            url: format!("http://127.0.0.1:{port}"),
+            dir: dir.to_path_buf(),
+            child: None,
+        };
+        hale.spawn().await;
+        hale
+    }
+
+    async fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("hale.log"))
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_hale"))
+            .args(["serve", "--config"])
+            .arg(self.dir.join("hale.yaml"))
+            .env("HALE_LOG", "info")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let health = format!("{}/healthz", self.url);
+        eventually("hale healthy", Duration::from_secs(20), || async {
+            reqwest::get(&health)
+                .await
+                .ok()?
+                .status()
+                .is_success()
+                .then_some(())
+        })
+        .await;
+    }
+
+    /// `kill -9`: no chance to flush or clean up.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub async fn restart(&mut self) {
+        self.kill9();
+        self.spawn().await;
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("hale.log")).unwrap_or_default()
+    }
+
+    pub fn node_url(&self, id: &str) -> String {
+        let mut url = reqwest::Url::parse(&self.url).unwrap();
+        url.path_segments_mut()
+            .unwrap()
+            .extend(["api", "v1", "nodes", id]);
+        url.to_string()
+    }
+
+    /// `GET /api/v1/nodes/{id}` as JSON, `None` on 404.
+    pub async fn node(&self, id: &str) -> Option<Value> {
+        let r = reqwest::get(self.node_url(id)).await.unwrap();
+        if r.status() == 404 {
+            return None;
+        }
+        assert!(r.status().is_success());
+        Some(r.json().await.unwrap())
+    }
+
+    pub async fn nodes(&self) -> Value {
+        reqwest::get(format!("{}/api/v1/nodes", self.url))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.url))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// Wait until node `id` satisfies `check`.
+    pub async fn wait_node(&self, what: &str, id: &str, check: impl Fn(&Value) -> bool) -> Value {
+        eventually(what, Duration::from_secs(20), || async {
+            self.node(id).await.filter(|n| check(n))
+        })
+        .await
+    }
+
+    /// Run the `hale` CLI against this server.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_hale"))
+            .args(args)
+            .env("HALE_SERVER", &self.url)
+            .env("HALE_TOKEN_FILE", self.dir.join("token"))
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Hale {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Condition types present on a node JSON.
+pub fn conditions(node: &Value) -> Vec<String> {
+    node["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].as_str().unwrap().to_string())
+        .collect()
+}
+
+pub fn has_condition(node: &Value, ctype: &str) -> bool {
+    conditions(node).iter().any(|c| c == ctype)
+}

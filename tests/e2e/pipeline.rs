@@ -1,0 +1,254 @@
+//! The ingest pipeline: poll path, webhook path, trust, restart.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::harness::*;
+
+#[tokio::test]
+async fn poll_path_raises_scores_suppresses_and_clears() {
+    let am = Alertmanager::start(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let hale = Hale::start(dir.path(), &am.url, "").await;
+
+    am.fire(&[watchdog(), heartbeat("gpu-14"), smart_failing("gpu-14")])
+        .await;
+    let n = hale
+        .wait_node("SMART failing scored", "gpu-14", |n| n["score"] == 60)
+        .await;
+    assert_eq!(n["health"], "Degraded");
+    assert_eq!(n["scoredBy"], "cluster");
+    assert_eq!(
+        n["breakdown"],
+        serde_json::json!([{"reason": "SmartFailing", "points": 40}])
+    );
+    let c = &n["conditions"][0];
+    assert_eq!(c["type"], "disk_degraded");
+    assert_eq!(c["severity"], "critical");
+    assert_eq!(c["message"], "SMART health check failing on /dev/sda");
+    assert!(n["lastHeartbeat"].is_string());
+
+    // A silenced alert is shown as suppressed and costs nothing.
+    am.fire(&[gpu_ecc_uncorrectable("gpu-14")]).await;
+    hale.wait_node("ECC raised", "gpu-14", |n| n["score"] == 15)
+        .await;
+    am.silence("GpuEccUncorrectable").await;
+    let n = hale
+        .wait_node("ECC suppressed", "gpu-14", |n| n["score"] == 60)
+        .await;
+    let ecc = n["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "gpu_ecc_errors")
+        .unwrap();
+    assert_eq!(ecc["suppressed"], true);
+
+    // Resolved in Alertmanager → absent from the next trusted poll → cleared.
+    am.resolve(&[smart_failing("gpu-14")]).await;
+    let n = hale
+        .wait_node("SMART cleared", "gpu-14", |n| {
+            !has_condition(n, "disk_degraded")
+        })
+        .await;
+    assert_eq!(n["score"], 100);
+    assert_eq!(n["health"], "Healthy");
+}
+
+#[tokio::test]
+async fn webhook_path_delivers_with_the_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let hale_url = format!("http://127.0.0.1:{port}");
+    let am = Alertmanager::start(Some((&hale_url, TOKEN))).await;
+    std::fs::write(dir.path().join("token"), TOKEN).unwrap();
+    // Polling off: only Alertmanager's deliveries can tell hale anything.
+    let config = format!(
+        "listen: 127.0.0.1:{port}\napiTokenFile: {}\nstore: {{ path: {} }}\nalertmanager:\n  url: {}\n  pollInterval: 0\n  staleAfter: 1h\n",
+        dir.path().join("token").display(),
+        dir.path().join("data").display(),
+        am.url
+    );
+    let hale = Hale::start_with(dir.path(), port, &config).await;
+
+    am.fire(&[watchdog(), smart_failing("n1")]).await;
+    hale.wait_node("delivered by webhook", "n1", |n| n["score"] == 60)
+        .await;
+    am.resolve(&[smart_failing("n1")]).await;
+    hale.wait_node("resolved by webhook", "n1", |n| {
+        !has_condition(n, "disk_degraded") && n["score"] == 100
+    })
+    .await;
+    let metrics = hale.metrics().await;
+    assert!(
+        metrics.contains("hale_alertmanager_webhook_requests_total{code=\"200\"}"),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("code=\"401\""),
+        "Alertmanager sent the token"
+    );
+    assert!(metrics.contains("hale_alert_source_up 1"));
+}
+
+#[tokio::test]
+async fn missing_watchdog_clears_nothing_and_marks_every_node_stale() {
+    let am = Alertmanager::start(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let hale = Hale::start(dir.path(), &am.url, "").await;
+    am.fire(&[
+        watchdog(),
+        heartbeat("n1"),
+        heartbeat("n2"),
+        smart_failing("n1"),
+    ])
+    .await;
+    hale.wait_node("scored", "n1", |n| n["score"] == 60).await;
+
+    // The watchdog ends: answers are no longer trusted, and SMART resolving must not
+    // be taken as a recovery.
+    am.resolve(&[watchdog(), smart_failing("n1")]).await;
+    for id in ["n1", "n2"] {
+        hale.wait_node("telemetry_stale", id, |n| {
+            has_condition(n, "telemetry_stale")
+        })
+        .await;
+    }
+    let n1 = hale.node("n1").await.unwrap();
+    assert!(has_condition(&n1, "disk_degraded"), "nothing cleared: {n1}");
+    assert_eq!(n1["health"], "Degraded", "fault evidence wins over Unknown");
+    assert_eq!(hale.node("n2").await.unwrap()["health"], "Unknown");
+    let metrics = hale.metrics().await;
+    assert!(metrics.contains("hale_alert_source_up 0"), "{metrics}");
+    assert!(metrics.contains("hale_alertmanager_polls_total{result=\"untrusted\"}"));
+
+    // Trust returns: stale clears and the poll reconciles what ended meanwhile.
+    am.fire(&[watchdog()]).await;
+    let n1 = hale
+        .wait_node("trusted again", "n1", |n| {
+            !has_condition(n, "telemetry_stale")
+        })
+        .await;
+    assert!(!has_condition(&n1, "disk_degraded"), "{n1}");
+    assert_eq!(n1["score"], 100);
+}
+
+#[tokio::test]
+async fn alertmanager_killed_clears_nothing() {
+    let mut am = Alertmanager::start(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let hale = Hale::start(dir.path(), &am.url, "").await;
+    am.fire(&[watchdog(), heartbeat("n1"), smart_failing("n1")])
+        .await;
+    hale.wait_node("scored", "n1", |n| n["score"] == 60).await;
+    am.kill();
+    let n1 = hale
+        .wait_node("stale after the source died", "n1", |n| {
+            has_condition(n, "telemetry_stale")
+        })
+        .await;
+    assert!(has_condition(&n1, "disk_degraded"));
+    assert!(
+        !has_condition(&n1, "heartbeat_missed"),
+        "hale is blind, not the node"
+    );
+    assert_eq!(n1["score"], 60);
+    let alerts: Value = reqwest::get(format!("{}/api/v1/alerts", hale.url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(alerts["source"]["up"], false);
+    assert_eq!(alerts["source"]["stale"], true);
+    let err = alerts["source"]["lastError"].as_str().unwrap();
+    assert!(err.contains("cannot reach Alertmanager"), "{err}");
+}
+
+#[tokio::test]
+async fn heartbeat_missed_when_a_node_goes_quiet() {
+    let am = Alertmanager::start(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let hale = Hale::start(
+        dir.path(),
+        &am.url,
+        "nodeHealth: { reportIntervalSeconds: 1 }\n",
+    )
+    .await;
+    let fast = |node: &str| {
+        let mut hb = heartbeat(node);
+        hb["labels"]["hale_report_interval"] = "1s".into();
+        hb
+    };
+    am.fire(&[watchdog(), fast("n1"), fast("n2")]).await;
+    hale.wait_node("reporting", "n1", |n| n["score"] == 100)
+        .await;
+    am.resolve(&[fast("n1")]).await;
+    // The 15 s floor applies to a 1 s interval.
+    let n1 = hale
+        .wait_node("heartbeat missed", "n1", |n| {
+            has_condition(n, "heartbeat_missed")
+        })
+        .await;
+    assert_eq!(n1["health"], "Unknown");
+    assert!(!has_condition(
+        &hale.node("n2").await.unwrap(),
+        "heartbeat_missed"
+    ));
+    let log = hale.log();
+    assert!(
+        log.contains("node stopped reporting") && log.contains("n1"),
+        "a warning names the node: {log}"
+    );
+    am.fire(&[fast("n1")]).await;
+    hale.wait_node("resumed", "n1", |n| !has_condition(n, "heartbeat_missed"))
+        .await;
+}
+
+#[tokio::test]
+async fn state_survives_kill_9() {
+    let am = Alertmanager::start(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut hale = Hale::start(dir.path(), &am.url, "").await;
+    am.fire(&[watchdog(), heartbeat("n1"), gpu_ecc_uncorrectable("n1")])
+        .await;
+    hale.wait_node("scored", "n1", |n| n["score"] == 55).await;
+    let client = reqwest::Client::new();
+    for job in ["a", "b"] {
+        let r = client
+            .post(format!("{}/failures", hale.node_url("n1")))
+            .bearer_auth(TOKEN)
+            .json(&serde_json::json!({"job": job, "reason": "gpu_ecc_errors"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+    }
+    // The sticky condition outlives its alert.
+    am.resolve(&[gpu_ecc_uncorrectable("n1")]).await;
+    let before = hale
+        .wait_node("failures counted", "n1", |n| {
+            n["failures"]["total"] == 2 && n["score"] == 45
+        })
+        .await;
+    // Make sure the last poll has settled, then stop the world without warning.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = hale.node("n1").await.unwrap_or(before);
+    hale.restart().await;
+    let after = hale.node("n1").await.expect("node still known");
+    for key in ["score", "scoredBy", "breakdown", "failures"] {
+        assert_eq!(before[key], after[key], "{key}");
+    }
+    let strip = |n: &Value| {
+        let mut cs = n["conditions"].clone();
+        for c in cs.as_array_mut().unwrap() {
+            c.as_object_mut().unwrap().remove("lastSeen");
+            c.as_object_mut().unwrap().remove("observations");
+        }
+        cs
+    };
+    assert_eq!(strip(&before), strip(&after));
+    assert!(after["lastHeartbeat"].as_str().unwrap() >= before["lastHeartbeat"].as_str().unwrap());
+    assert_eq!(after["conditions"][0]["type"], "gpu_ecc_errors");
+}
