@@ -196,8 +196,11 @@ async fn clear_condition(
     Ok(Json(hale.node(&id).ok_or_else(|| unknown(&id))?))
 }
 
-async fn alerts(State(hale): State<Arc<Hale>>) -> impl IntoResponse {
-    Json(hale.alerts())
+async fn alerts(State(hale): State<Arc<Hale>>) -> ApiResult<impl IntoResponse> {
+    hale.alerts()
+        .await
+        .map(Json)
+        .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, "source_unavailable", e.to_string()))
 }
 
 /// The Alertmanager webhook receiver. The body is read up to the configured limit;

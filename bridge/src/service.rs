@@ -2,7 +2,6 @@
 //! input takes — apply to the fleet under its lock, then persist the change with its
 //! events before anyone sees a newer one.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
@@ -14,7 +13,7 @@ use tracing::{error, info, warn};
 use crate::alertmanager::{self, IngestError};
 use crate::config::Loaded;
 use crate::core::labels::{Alert, AlertState, Signal};
-use crate::core::{CoreError, EventKind, Fleet, Outcome, Time};
+use crate::core::{CoreError, EventKind, Fleet, Outcome, TELEMETRY_STALE, Time};
 use crate::metrics::{Metrics, PathLabel, ReasonLabel, ResultLabel};
 use crate::store::{Batch, Store, StoreError};
 use crate::view::{AlertsView, NodeView, SeenAlert, SourceView};
@@ -29,7 +28,6 @@ pub struct Hale {
     writer: Mutex<Writer>,
     pub metrics: Metrics,
     poll_now: Notify,
-    seen: Mutex<BTreeMap<String, SeenAlert>>,
     first_poll_done: AtomicBool,
     client: alertmanager::Client,
 }
@@ -72,7 +70,6 @@ impl Hale {
                 pending: None,
             }),
             poll_now: Notify::new(),
-            seen: Mutex::new(BTreeMap::new()),
             first_poll_done: AtomicBool::new(false),
             client,
         });
@@ -105,7 +102,11 @@ impl Hale {
                 .last_trusted
                 .set(t.timestamp_millis() as f64 / 1000.0);
         }
-        if outcome.events.is_empty() && outcome.dirty.is_empty() && outcome.removed.is_empty() {
+        if outcome.events.is_empty()
+            && outcome.dirty.is_empty()
+            && outcome.touched.is_empty()
+            && outcome.removed.is_empty()
+        {
             return Ok(outcome);
         }
         log_events(&outcome);
@@ -167,12 +168,9 @@ impl Hale {
         };
         self.count_poll(result);
         self.count_ingest("poll", alerts.len(), outcome.unmatched);
-        let cfg = self.config();
-        let seen = alerts
-            .iter()
-            .map(|a| (a.fingerprint.to_string(), seen_alert(a, &cfg)))
-            .collect();
-        *self.seen.lock().expect("seen lock") = seen;
+        drop(alerts);
+        drop(body);
+        release_freed_memory();
     }
 
     fn poll_failed(&self, e: IngestError) {
@@ -214,15 +212,6 @@ impl Hale {
             self.poll_now.notify_one();
         }
         self.count_ingest("webhook", delivery.alerts.len(), outcome.unmatched);
-        let cfg = self.config();
-        let mut seen = self.seen.lock().expect("seen lock");
-        for a in &delivery.alerts {
-            if a.state == AlertState::Resolved {
-                seen.remove(a.fingerprint.as_ref());
-            } else {
-                seen.insert(a.fingerprint.to_string(), seen_alert(a, &cfg));
-            }
-        }
         Ok(WebhookResult {
             alerts: delivery.alerts.len(),
             trusted: outcome.trusted,
@@ -259,10 +248,18 @@ impl Hale {
         ))
     }
 
-    pub fn alerts(&self) -> AlertsView {
+    /// What hale sees: the receiver's alerts as Alertmanager holds them right now, each
+    /// read through the label contract, and whether hale trusts the source. Fetched on
+    /// request rather than kept, so it costs no memory and is never out of date.
+    pub async fn alerts(&self) -> Result<AlertsView, IngestError> {
+        let body = self.client.fetch().await?;
         let cfg = self.config();
+        let alerts = alertmanager::parse_v2(&body)?
+            .iter()
+            .map(|a| seen_alert(a, &cfg))
+            .collect();
         let trust = self.lock_fleet().trust.clone();
-        AlertsView {
+        Ok(AlertsView {
             source: SourceView {
                 url: cfg.config.alertmanager.url.clone(),
                 receiver: cfg.config.alertmanager.receiver.clone(),
@@ -271,14 +268,8 @@ impl Hale {
                 last_trusted: trust.last_trusted,
                 last_error: trust.last_error,
             },
-            alerts: self
-                .seen
-                .lock()
-                .expect("seen lock")
-                .values()
-                .cloned()
-                .collect(),
-        }
+            alerts,
+        })
     }
 
     /// Poll every `pollInterval` and whenever a truncated webhook asks; with polling
@@ -319,6 +310,22 @@ impl Hale {
     }
 }
 
+/// A large poll leaves tens of MiB of freed buffers in the allocator's per-thread
+/// arenas; hand them back to the OS so the service's footprint is its live state.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        unsafe extern "C" {
+            fn malloc_trim(pad: usize) -> i32;
+        }
+        // SAFETY: glibc's malloc_trim only releases free heap pages; it has no
+        // preconditions and is safe to call from any thread at any time.
+        unsafe {
+            malloc_trim(0);
+        }
+    }
+}
+
 fn seen_alert(a: &Alert<'_>, cfg: &Loaded) -> SeenAlert {
     let meaning = match a.signal() {
         Signal::Watchdog => "watchdog".to_string(),
@@ -344,8 +351,10 @@ fn seen_alert(a: &Alert<'_>, cfg: &Loaded) -> SeenAlert {
 }
 
 /// Operators read these in the service log; the missed heartbeat is the warning the
-/// design asks for (node and time of its last heartbeat).
+/// design asks for (node and time of its last heartbeat). Staleness hits every node at
+/// once, so it is one line, not one per node.
 fn log_events(outcome: &Outcome) {
+    let (mut stale, mut fresh) = (0usize, 0usize);
     for e in &outcome.events {
         match &e.kind {
             EventKind::HeartbeatMissed { last_heartbeat } => warn!(
@@ -353,7 +362,25 @@ fn log_events(outcome: &Outcome) {
                 last_heartbeat = %last_heartbeat.to_rfc3339(),
                 "node stopped reporting"
             ),
+            EventKind::ConditionRaised { condition, .. } if condition == TELEMETRY_STALE => {
+                stale += 1
+            }
+            EventKind::ConditionCleared { condition, .. } if condition == TELEMETRY_STALE => {
+                fresh += 1
+            }
             kind => info!(node = %e.node_id, event = kind.name(), "{}", e.message),
         }
+    }
+    if stale > 0 {
+        warn!(
+            nodes = stale,
+            "no trusted alert data: every node marked telemetry_stale, nothing is cleared"
+        );
+    }
+    if fresh > 0 {
+        info!(
+            nodes = fresh,
+            "trusted alert data again: telemetry_stale cleared"
+        );
     }
 }

@@ -53,8 +53,11 @@ impl<T> Op<T> for rusqlite::Result<T> {
 /// Everything one step asks the store to write, serialised while the fleet was locked.
 #[derive(Debug, Default)]
 pub struct Batch {
-    /// (node id, JSON record) for every changed node.
+    /// (node id, JSON record) for every node whose evidence changed.
     pub nodes: Vec<(String, String)>,
+    /// Report and heartbeat times of nodes that only reported: a small row each, so a
+    /// steady poll of a large fleet does not rewrite every node record.
+    pub liveness: Vec<Liveness>,
     pub removed: Vec<String>,
     pub events: Vec<Event>,
     /// JSON of the trust record.
@@ -75,13 +78,33 @@ impl Batch {
                 )
             })
             .collect();
+        let liveness = outcome
+            .touched
+            .iter()
+            .filter(|id| !outcome.dirty.contains(*id))
+            .filter_map(|id| fleet.nodes.get(id))
+            .map(|n| Liveness {
+                id: n.id.clone(),
+                last_report: n.last_report.map(|t| t.timestamp_millis()),
+                last_heartbeat: n.heartbeat.as_ref().map(|h| h.last.timestamp_millis()),
+            })
+            .collect();
         Batch {
             nodes,
+            liveness,
             removed: outcome.removed.clone(),
             events: outcome.events.clone(),
             trust: serde_json::to_string(&fleet.trust).expect("trust serialises"),
         }
     }
+}
+
+/// The times a report moves, in unix milliseconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Liveness {
+    pub id: String,
+    pub last_report: Option<i64>,
+    pub last_heartbeat: Option<i64>,
 }
 
 pub struct Store {
@@ -93,6 +116,11 @@ const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS nodes (
     id   TEXT PRIMARY KEY,
     body TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS liveness (
+    id             TEXT PRIMARY KEY,
+    last_report    INTEGER,
+    last_heartbeat INTEGER
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
@@ -147,6 +175,33 @@ impl Store {
             })?;
             fleet.nodes.insert(id, node);
         }
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, last_report, last_heartbeat FROM liveness")
+            .op("read liveness")?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, Option<i64>>(1)?,
+                    r.get::<_, Option<i64>>(2)?,
+                ))
+            })
+            .op("read liveness")?;
+        for row in rows {
+            let (id, report, heartbeat) = row.op("read liveness")?;
+            let Some(node) = fleet.nodes.get_mut(&id) else {
+                continue;
+            };
+            let later = |stored: Option<Time>, row: Option<i64>| {
+                let row = row.and_then(chrono::DateTime::from_timestamp_millis);
+                stored.max(row)
+            };
+            node.last_report = later(node.last_report, report);
+            if let Some(h) = node.heartbeat.as_mut() {
+                h.last = later(Some(h.last), heartbeat).unwrap_or(h.last);
+            }
+        }
         let trust: Option<String> = self
             .conn
             .query_row("SELECT value FROM meta WHERE key = 'trust'", [], |r| {
@@ -173,11 +228,24 @@ impl Store {
             for (id, body) in &batch.nodes {
                 put.execute(params![id, body]).op("write node")?;
             }
+            let mut live = tx
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO liveness (id, last_report, last_heartbeat) VALUES (?1, ?2, ?3)",
+                )
+                .op("prepare liveness write")?;
+            for l in &batch.liveness {
+                live.execute(params![l.id, l.last_report, l.last_heartbeat])
+                    .op("write liveness")?;
+            }
             let mut del = tx
                 .prepare_cached("DELETE FROM nodes WHERE id = ?1")
                 .op("prepare node delete")?;
+            let mut del_live = tx
+                .prepare_cached("DELETE FROM liveness WHERE id = ?1")
+                .op("prepare liveness delete")?;
             for id in &batch.removed {
                 del.execute(params![id]).op("delete node")?;
+                del_live.execute(params![id]).op("delete liveness")?;
             }
             let mut add = tx
                 .prepare_cached(

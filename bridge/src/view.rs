@@ -97,7 +97,12 @@ impl NodeView {
                 total: node.failures.total,
                 last: node.failures.last,
                 deduction: node.failure_deduction(settings, now),
-                by_reason: node.failures.by_reason.clone(),
+                by_reason: node
+                    .failures
+                    .by_reason
+                    .iter()
+                    .map(|(k, v)| (k.clone(), *v))
+                    .collect(),
             },
             last_report: node.last_report,
             last_heartbeat: node.heartbeat.as_ref().map(|h| h.last),

@@ -154,16 +154,18 @@ async fn alertmanager_killed_clears_nothing() {
         "hale is blind, not the node"
     );
     assert_eq!(n1["score"], 60);
-    let alerts: Value = reqwest::get(format!("{}/api/v1/alerts", hale.url))
-        .await
-        .unwrap()
-        .json()
+    assert!(hale.metrics().await.contains("hale_alert_source_up 0"));
+    let r = reqwest::get(format!("{}/api/v1/alerts", hale.url))
         .await
         .unwrap();
-    assert_eq!(alerts["source"]["up"], false);
-    assert_eq!(alerts["source"]["stale"], true);
-    let err = alerts["source"]["lastError"].as_str().unwrap();
-    assert!(err.contains("cannot reach Alertmanager"), "{err}");
+    assert_eq!(r.status(), 502);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"], "source_unavailable");
+    let detail = e["detail"].as_str().unwrap();
+    assert!(detail.contains("cannot reach Alertmanager"), "{detail}");
+    let out = hale.cli(&["alerts"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("source_unavailable"));
 }
 
 #[tokio::test]
@@ -251,4 +253,40 @@ async fn state_survives_kill_9() {
     assert_eq!(strip(&before), strip(&after));
     assert!(after["lastHeartbeat"].as_str().unwrap() >= before["lastHeartbeat"].as_str().unwrap());
     assert_eq!(after["conditions"][0]["type"], "gpu_ecc_errors");
+}
+
+#[tokio::test]
+async fn a_truncated_webhook_triggers_an_immediate_poll() {
+    let am = Alertmanager::start(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    std::fs::write(dir.path().join("token"), TOKEN).unwrap();
+    let config = format!(
+        "listen: 127.0.0.1:{port}\napiTokenFile: {}\nstore: {{ path: {} }}\nalertmanager:\n  url: {}\n  pollInterval: 1h\n",
+        dir.path().join("token").display(),
+        dir.path().join("data").display(),
+        am.url
+    );
+    let hale = Hale::start_with(dir.path(), port, &config).await;
+    am.fire(&[watchdog(), smart_failing("n1")]).await;
+    // Only the heartbeat is in the delivery; the SMART alert was left out of it.
+    let delivery = serde_json::json!({
+        "version": "4", "status": "firing", "receiver": "hale", "truncatedAlerts": 1,
+        "alerts": [{"status": "firing", "fingerprint": "hb1",
+                    "labels": {"alertname": "HaleNodeReporting", "hale_signal": "heartbeat", "node": "n1"}}]
+    });
+    let r = reqwest::Client::new()
+        .post(format!("{}/api/v1/alertmanager", hale.url))
+        .bearer_auth(TOKEN)
+        .json(&delivery)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let n1 = hale
+        .wait_node("the poll filled in what the delivery left out", "n1", |n| {
+            has_condition(n, "disk_degraded")
+        })
+        .await;
+    assert_eq!(n1["score"], 60);
 }

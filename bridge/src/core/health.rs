@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::labels::{Alert, AlertState, Signal};
 use super::{
-    COLLECTOR_FAILED, Condition, Event, EventKind, Fleet, HEARTBEAT_MISSED, Heartbeat, Node,
-    Severity, Source, TELEMETRY_STALE, Time,
+    COLLECTOR_FAILED, Condition, Event, EventKind, FAILURE_DEDUCTION, Fleet, HEARTBEAT_MISSED,
+    Heartbeat, Node, Severity, SmallMap, Source, TELEMETRY_STALE, Time,
 };
 use crate::config::{InventoryNode, Loaded};
 
@@ -16,7 +16,10 @@ use crate::config::{InventoryNode, Loaded};
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Outcome {
     pub events: Vec<Event>,
+    /// Nodes whose evidence changed: persisted with the events, in one transaction.
     pub dirty: BTreeSet<String>,
+    /// Nodes that only reported (report and heartbeat times, observation counts).
+    pub touched: BTreeSet<String>,
     pub removed: Vec<String>,
     /// Alerts that named no node (and were not the watchdog).
     pub unmatched: u64,
@@ -29,8 +32,10 @@ impl Outcome {
     pub fn absorb(&mut self, later: Outcome) {
         self.events.extend(later.events);
         self.dirty.extend(later.dirty);
+        self.touched.extend(later.touched);
         for id in later.removed {
             self.dirty.remove(&id);
+            self.touched.remove(&id);
             self.removed.push(id);
         }
     }
@@ -234,13 +239,12 @@ impl<'f> Step<'f> {
     }
 
     fn event(&mut self, node_id: &str, kind: EventKind, message: String) {
-        self.out.dirty.insert(node_id.to_string());
-        self.out.events.push(Event {
-            node_id: node_id.to_string(),
-            kind,
-            occurred_at: self.now,
-            message,
-        });
+        Recorder {
+            out: &mut self.out,
+            now: self.now,
+            id: node_id,
+        }
+        .event(kind, message);
     }
 
     /// The node, created unscored if new (stale from birth while the source is stale).
@@ -250,7 +254,7 @@ impl<'f> Step<'f> {
             if self.fleet.trust.stale {
                 node.conditions
                     .insert(TELEMETRY_STALE.into(), stale_condition(self.now));
-                node.seen_types.insert(TELEMETRY_STALE.into());
+                node.saw(TELEMETRY_STALE);
             }
             self.fleet.nodes.insert(id.to_string(), node);
             self.out.dirty.insert(id.to_string());
@@ -272,244 +276,46 @@ impl<'f> Step<'f> {
                 None => self.out.unmatched += 1,
             }
         }
-        if !full {
-            for (id, alerts) in by_node {
-                self.apply_node(id, &alerts, false, trusted);
-            }
-            return;
+        // The whole picture: known nodes it does not name see their alerts end.
+        let silent: Vec<String> = if full {
+            self.fleet
+                .nodes
+                .keys()
+                .filter(|id| !by_node.contains_key(id.as_str()))
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for (id, alerts) in by_node {
+            self.apply_node(id, &alerts, full, trusted);
         }
-        // The whole picture: every known node too, in id order, so nodes the answer
-        // no longer names see their alerts end.
-        let mut ids: BTreeSet<String> = self.fleet.nodes.keys().cloned().collect();
-        ids.extend(by_node.keys().map(|id| id.to_string()));
-        for id in ids {
-            let alerts = by_node.get(id.as_str()).map_or(&[][..], Vec::as_slice);
-            self.apply_node(&id, alerts, true, trusted);
+        for id in silent {
+            self.apply_node(&id, &[], true, trusted);
         }
     }
 
     fn apply_node(&mut self, id: &str, alerts: &[&Alert<'_>], full: bool, trusted: bool) {
-        let mut fresh: BTreeMap<&str, BTreeMap<String, Source>> = BTreeMap::new();
-        let mut ended: Vec<(&str, &str)> = Vec::new();
-        let mut heartbeat: Option<Option<Duration>> = None;
-        let mut unavailable: BTreeMap<String, String> = BTreeMap::new();
-        let mut failures: Vec<(String, &str, &str, Time)> = Vec::new();
-        let mut named = false;
-
-        for alert in alerts {
-            let signal = alert.signal();
-            if alert.state == AlertState::Resolved {
-                if trusted {
-                    let ctype = match signal {
-                        Signal::CollectorFailed { .. } => COLLECTOR_FAILED,
-                        _ => alert.condition_type(),
-                    };
-                    ended.push((ctype, alert.fingerprint.as_ref()));
-                }
-                continue;
-            }
-            named = true;
-            let fingerprint = alert.fingerprint.to_string();
-            match signal {
-                Signal::Heartbeat { interval } => heartbeat = Some(interval),
-                Signal::CollectorFailed { collector } => {
-                    let mut source = source_of(alert);
-                    source.reason = COLLECTOR_FAILED.into();
-                    source.message = collector.into();
-                    fresh
-                        .entry(COLLECTOR_FAILED)
-                        .or_default()
-                        .insert(fingerprint, source);
-                }
-                Signal::Unavailable { signal } => {
-                    unavailable.insert(fingerprint, signal.to_string());
-                }
-                Signal::JobFailure { job } => {
-                    let at = alert.starts_at.map_or(self.now, |t| t.min(self.now));
-                    let key = format!("{fingerprint}@{}", at.timestamp_millis());
-                    failures.push((key, job, alert.reason(), at));
-                }
-                Signal::Condition => {
-                    fresh
-                        .entry(alert.condition_type())
-                        .or_default()
-                        .insert(fingerprint, source_of(alert));
-                }
-                Signal::Watchdog => {}
-            }
-        }
-
-        let now = self.now;
-        let settings_interval = {
-            let node = self.node(id);
-            if named && trusted {
-                node.last_report = Some(now);
-            }
-            let labels = node.labels.clone();
-            self.cfg.settings_for(&labels).report_interval
+        self.node(id);
+        let cfg = self.cfg;
+        let node = self.fleet.nodes.get_mut(id).expect("created above");
+        let mut rec = Recorder {
+            out: &mut self.out,
+            now: self.now,
+            id,
         };
-        self.out.dirty.insert(id.to_string());
-
-        if let Some(interval) = heartbeat {
-            let node = self.node(id);
-            node.heartbeat = Some(Heartbeat {
-                last: now,
-                interval: interval.unwrap_or(settings_interval),
-            });
-            if let Some(missed) = node.conditions.remove(HEARTBEAT_MISSED) {
-                self.event(
-                    id,
-                    EventKind::HeartbeatResumed {
-                        last_heartbeat: now,
-                    },
-                    format!(
-                        "heartbeat resumed (missing since {})",
-                        missed.first_seen.to_rfc3339()
-                    ),
-                );
-            }
-        }
-
-        // Conditions: a full picture replaces each condition's sources; a partial one
-        // adds to them and ends the ones it says resolved.
-        let existing: Vec<String> = self.node(id).conditions.keys().cloned().collect();
-        if full {
-            for ctype in existing {
-                if ctype == HEARTBEAT_MISSED || ctype == TELEMETRY_STALE {
-                    continue;
-                }
-                let sources = fresh.remove(ctype.as_str()).unwrap_or_default();
-                self.set_sources(id, &ctype, sources, true);
-            }
-        } else {
-            for (ctype, fingerprint) in ended {
-                let node = self.node(id);
-                if let Some(c) = node.conditions.get_mut(ctype) {
-                    c.sources.remove(fingerprint);
-                    self.set_sources(id, ctype, BTreeMap::new(), false);
-                }
-            }
-        }
-        for (ctype, sources) in fresh {
-            self.set_sources(id, ctype, sources, full);
-        }
-
-        let node = self.node(id);
-        if full {
-            node.unavailable = unavailable;
-        } else {
-            node.unavailable.extend(unavailable);
-            for alert in alerts.iter().filter(|a| a.state == AlertState::Resolved) {
-                if trusted {
-                    node.unavailable.remove(alert.fingerprint.as_ref());
-                }
-            }
-        }
-
-        let mut current = BTreeSet::new();
-        for (key, job, reason, at) in failures {
-            if !self.node(id).failures.counted_alerts.contains(&key) {
-                self.count_failure(id, job, reason, at);
-            }
-            current.insert(key);
-        }
-        let node = self.node(id);
-        if full {
-            node.failures.counted_alerts = current;
-        } else {
-            node.failures.counted_alerts.extend(current);
-        }
-    }
-
-    /// Set (full) or merge (partial) a condition's sources, raising, escalating or
-    /// clearing it as the result demands.
-    fn set_sources(
-        &mut self,
-        id: &str,
-        ctype: &str,
-        sources: BTreeMap<String, Source>,
-        full: bool,
-    ) {
-        let now = self.now;
-        let node = self.node(id);
-        let Some(cond) = node.conditions.get_mut(ctype) else {
-            if let Some(cond) = raise(ctype, sources, now) {
-                node.seen_types.insert(ctype.to_string());
-                let message = format!(
-                    "{ctype} raised [{}]: {}",
-                    cond.severity.as_str(),
-                    cond.message
-                );
-                let kind = EventKind::ConditionRaised {
-                    condition: ctype.into(),
-                    reason: cond.reason.clone(),
-                    severity: cond.severity,
-                };
-                node.conditions.insert(ctype.to_string(), cond);
-                self.event(id, kind, message);
-            }
-            return;
-        };
-        let touched = !sources.is_empty();
-        if full {
-            cond.sources = sources;
-        } else {
-            cond.sources.extend(sources);
-        }
-        if cond.sources.is_empty() {
-            if !cond.sticky {
-                let severity = cond.severity;
-                node.conditions.remove(ctype);
-                self.event(
-                    id,
-                    EventKind::ConditionCleared {
-                        condition: ctype.into(),
-                        severity,
-                        cleared_by: "resolved".into(),
-                    },
-                    format!("{ctype} cleared: its alerts ended"),
-                );
-            }
-            return;
-        }
-        if !touched {
-            return;
-        }
-        let previous = cond.severity;
-        refresh(ctype, cond, now);
-        if cond.severity > previous {
-            let kind = EventKind::ConditionEscalated {
-                condition: ctype.into(),
-                reason: cond.reason.clone(),
-                severity: cond.severity,
-                previous_severity: previous,
-            };
-            let message = format!(
-                "{ctype} escalated {} -> {}: {}",
-                previous.as_str(),
-                cond.severity.as_str(),
-                cond.message
-            );
-            self.event(id, kind, message);
-        }
+        apply_alerts(node, &mut rec, cfg, alerts, full, trusted);
     }
 
     fn count_failure(&mut self, id: &str, job: &str, reason: &str, at: Time) {
-        let node = self.node(id);
-        let f = &mut node.failures;
-        f.total += 1;
-        f.last = Some(f.last.map_or(at, |l| l.max(at)));
-        *f.by_reason.entry(reason.to_string()).or_default() += 1;
-        let total = f.total;
-        self.event(
+        self.node(id);
+        let node = self.fleet.nodes.get_mut(id).expect("created above");
+        let mut rec = Recorder {
+            out: &mut self.out,
+            now: self.now,
             id,
-            EventKind::JobFailureAttributed {
-                job: job.into(),
-                reason: reason.into(),
-                total,
-            },
-            format!("job {job} failure attributed ({reason}); {total} in total"),
-        );
+        };
+        count_failure(node, &mut rec, job, reason, at);
     }
 
     /// Enter or leave the stale state: with no trusted input for `staleAfter`, every
@@ -538,7 +344,7 @@ impl<'f> Step<'f> {
                 let node = self.fleet.nodes.get_mut(&id).expect("listed above");
                 node.conditions
                     .insert(TELEMETRY_STALE.into(), stale_condition(self.now));
-                node.seen_types.insert(TELEMETRY_STALE.into());
+                node.saw(TELEMETRY_STALE);
                 self.event(
                     &id,
                     EventKind::ConditionRaised {
@@ -573,8 +379,15 @@ impl<'f> Step<'f> {
     /// A node whose heartbeat was seen and has gone quiet for `max(15 s, threshold ×
     /// min(interval, 24 h))` is no longer reporting. Never evaluated while stale: then
     /// hale, not the node, is the one who cannot see.
+    ///
+    /// Nor before the first trusted input since this process started watching: after a
+    /// restart every stored heartbeat is old, and the first poll decides who is alive.
     fn check_heartbeats(&mut self) {
-        if self.fleet.trust.stale {
+        let trust = &self.fleet.trust;
+        let seen_since_start = trust
+            .last_trusted
+            .is_some_and(|t| t >= trust.watching_since);
+        if trust.stale || !seen_since_start {
             return;
         }
         let mut missed = Vec::new();
@@ -605,10 +418,10 @@ impl<'f> Step<'f> {
                     fault_class: HEARTBEAT_MISSED.to_uppercase(),
                     priority: None,
                     remediation: None,
-                    sources: BTreeMap::new(),
+                    sources: SmallMap::new(),
                 },
             );
-            node.seen_types.insert(HEARTBEAT_MISSED.into());
+            node.saw(HEARTBEAT_MISSED);
             self.event(
                 &id,
                 EventKind::HeartbeatMissed {
@@ -626,72 +439,458 @@ impl<'f> Step<'f> {
     fn finish(mut self, scope: Scope) -> Outcome {
         self.settle_trust();
         self.check_heartbeats();
-        let ids: Vec<String> = match scope {
-            Scope::All => self.fleet.nodes.keys().cloned().collect(),
-            Scope::Touched => {
-                let mut ids: BTreeSet<String> = self.out.dirty.clone();
-                ids.extend(
-                    self.fleet
-                        .nodes
-                        .iter()
-                        .filter(|(_, n)| {
-                            n.failures.last.is_some()
-                                && n.score.as_ref().is_some_and(|s| !s.breakdown.is_empty())
-                        })
-                        .map(|(id, _)| id.clone()),
+        let Step {
+            fleet,
+            cfg,
+            now,
+            mut out,
+        } = self;
+        for (id, node) in fleet.nodes.iter_mut() {
+            let wanted = match scope {
+                Scope::All => true,
+                Scope::Touched => {
+                    out.dirty.contains(id) || out.touched.contains(id) || decaying(node)
+                }
+            };
+            if wanted {
+                rescore(
+                    node,
+                    &mut Recorder {
+                        out: &mut out,
+                        now,
+                        id,
+                    },
+                    cfg,
                 );
-                ids.into_iter().collect()
             }
-        };
-        for id in ids {
-            self.rescore(&id);
         }
-        self.out
+        out
+    }
+}
+
+/// Whether the failure deduction is part of the node's score and may have decayed.
+fn decaying(node: &Node) -> bool {
+    node.score
+        .as_ref()
+        .is_some_and(|s| s.breakdown.iter().any(|d| d.reason == FAILURE_DEDUCTION))
+}
+
+/// Recompute a reported node's score; record a change (a first score counts as a
+/// change from 100).
+fn rescore(node: &mut Node, rec: &mut Recorder<'_, '_>, cfg: &Loaded) {
+    if node.last_report.is_none() {
+        return;
+    }
+    let settings = cfg.settings_for(&node.labels);
+    if node
+        .score
+        .as_ref()
+        .is_some_and(|s| node.score_is(s, settings, rec.now))
+    {
+        return;
+    }
+    let score = node.compute_score(settings, rec.now);
+    let previous = node.score.as_ref().map_or(100, |s| s.value);
+    let value = score.value;
+    let scored_by = score.scored_by.clone();
+    node.score = Some(score);
+    rec.dirty();
+    if value != previous {
+        rec.event(
+            EventKind::ScoreChanged {
+                score: value,
+                previous_score: previous,
+                scored_by,
+            },
+            format!("score {previous} -> {value}"),
+        );
+    }
+}
+
+/// Records what happens to one node during a step.
+struct Recorder<'o, 'i> {
+    out: &'o mut Outcome,
+    now: Time,
+    id: &'i str,
+}
+
+impl Recorder<'_, '_> {
+    fn event(&mut self, kind: EventKind, message: String) {
+        self.dirty();
+        self.out.events.push(Event {
+            node_id: self.id.to_string(),
+            kind,
+            occurred_at: self.now,
+            message,
+        });
     }
 
-    /// Recompute a reported node's score; record a change (a first score counts as a
-    /// change from 100).
-    fn rescore(&mut self, id: &str) {
-        let Some(node) = self.fleet.nodes.get_mut(id) else {
-            return;
-        };
-        if node.last_report.is_none() {
-            return;
+    fn dirty(&mut self) {
+        if !self.out.dirty.contains(self.id) {
+            self.out.dirty.insert(self.id.to_string());
         }
-        let settings = self.cfg.settings_for(&node.labels);
-        let score = node.compute_score(settings, self.now);
-        if node.score.as_ref() == Some(&score) {
-            return;
-        }
-        let previous = node.score.as_ref().map_or(100, |s| s.value);
-        let value = score.value;
-        let scored_by = score.scored_by.clone();
-        node.score = Some(score);
-        self.out.dirty.insert(id.to_string());
-        if value != previous {
-            self.event(
-                id,
-                EventKind::ScoreChanged {
-                    score: value,
-                    previous_score: previous,
-                    scored_by,
-                },
-                format!("score {previous} -> {value}"),
-            );
+    }
+
+    fn touched(&mut self) {
+        if !self.out.touched.contains(self.id) {
+            self.out.touched.insert(self.id.to_string());
         }
     }
 }
 
-fn source_of(alert: &Alert<'_>) -> Source {
+/// Apply one node's alerts. `full`: they are all it has, so whatever is missing has
+/// ended. `trusted`: they may clear evidence and count as a report.
+fn apply_alerts(
+    node: &mut Node,
+    rec: &mut Recorder<'_, '_>,
+    cfg: &Loaded,
+    alerts: &[&Alert<'_>],
+    full: bool,
+    trusted: bool,
+) {
+    let now = rec.now;
+    let mut fresh: BTreeMap<&str, Vec<&Alert<'_>>> = BTreeMap::new();
+    let mut ended: Vec<(&str, &str)> = Vec::new();
+    let mut heartbeat: Option<Option<Duration>> = None;
+    let mut unavailable: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut failures: Vec<(String, &str, &str, Time)> = Vec::new();
+    let mut named = false;
+
+    for alert in alerts {
+        let signal = alert.signal();
+        if alert.state == AlertState::Resolved {
+            if trusted {
+                let ctype = match signal {
+                    Signal::CollectorFailed { .. } => COLLECTOR_FAILED,
+                    _ => alert.condition_type(),
+                };
+                ended.push((ctype, alert.fingerprint.as_ref()));
+            }
+            continue;
+        }
+        named = true;
+        match signal {
+            Signal::Heartbeat { interval } => heartbeat = Some(interval),
+            Signal::CollectorFailed { .. } => {
+                fresh.entry(COLLECTOR_FAILED).or_default().push(alert)
+            }
+            Signal::Unavailable { signal } => {
+                unavailable.insert(alert.fingerprint.as_ref(), signal);
+            }
+            Signal::JobFailure { job } => {
+                let at = alert.starts_at.map_or(now, |t| t.min(now));
+                let key = format!("{}@{}", alert.fingerprint, at.timestamp_millis());
+                failures.push((key, job, alert.reason(), at));
+            }
+            Signal::Condition => fresh.entry(alert.condition_type()).or_default().push(alert),
+            Signal::Watchdog => {}
+        }
+    }
+
+    if named {
+        rec.touched();
+        if trusted {
+            node.last_report = Some(now);
+        }
+    }
+
+    if let Some(interval) = heartbeat {
+        let interval = interval.unwrap_or(cfg.settings_for(&node.labels).report_interval);
+        if node
+            .heartbeat
+            .as_ref()
+            .is_none_or(|h| h.interval != interval)
+        {
+            rec.dirty();
+        }
+        node.heartbeat = Some(Heartbeat {
+            last: now,
+            interval,
+        });
+        if let Some(missed) = node.conditions.remove(HEARTBEAT_MISSED) {
+            rec.event(
+                EventKind::HeartbeatResumed {
+                    last_heartbeat: now,
+                },
+                format!(
+                    "heartbeat resumed (missing since {})",
+                    missed.first_seen.to_rfc3339()
+                ),
+            );
+        }
+    }
+
+    // Conditions: a full picture replaces each condition's sources; a partial one
+    // adds to them and ends the ones it says resolved.
+    if full {
+        let existing: Vec<String> = node
+            .conditions
+            .keys()
+            .filter(|c| {
+                *c != HEARTBEAT_MISSED && *c != TELEMETRY_STALE && !fresh.contains_key(c.as_str())
+            })
+            .cloned()
+            .collect();
+        for ctype in existing {
+            set_sources(node, rec, &ctype, &[], true);
+        }
+    } else {
+        for &(ctype, fingerprint) in &ended {
+            let removed = node
+                .conditions
+                .get_mut(ctype)
+                .and_then(|c| c.sources.remove(fingerprint));
+            if removed.is_some() {
+                rec.dirty();
+                set_sources(node, rec, ctype, &[], false);
+            }
+        }
+    }
+    for (ctype, alerts) in fresh {
+        set_sources(node, rec, ctype, &alerts, full);
+    }
+
+    let same = |old: &SmallMap<String, String>| {
+        old.len() == unavailable.len()
+            && old
+                .iter()
+                .zip(&unavailable)
+                .all(|((f, s), (nf, ns))| f == nf && s == ns)
+    };
+    if full {
+        if !same(&node.unavailable) {
+            node.unavailable = unavailable
+                .iter()
+                .map(|(f, s)| (f.to_string(), s.to_string()))
+                .collect();
+            rec.dirty();
+        }
+    } else {
+        let before = node.unavailable.len();
+        for (f, s) in &unavailable {
+            node.unavailable.insert(f.to_string(), s.to_string());
+        }
+        if trusted {
+            for (_, fingerprint) in &ended {
+                node.unavailable.remove(*fingerprint);
+            }
+        }
+        if node.unavailable.len() != before || !unavailable.is_empty() {
+            rec.dirty();
+        }
+    }
+
+    let mut current = BTreeSet::new();
+    for (key, job, reason, at) in failures {
+        if !node.failures.counted_alerts.contains(&key) {
+            count_failure(node, rec, job, reason, at);
+        }
+        current.insert(key);
+    }
+    let counted = &mut node.failures.counted_alerts;
+    let changed = if full {
+        let changed = *counted != current;
+        *counted = current;
+        changed
+    } else {
+        let before = counted.len();
+        counted.extend(current);
+        counted.len() != before
+    };
+    if changed {
+        rec.dirty();
+    }
+}
+
+/// Set (full) or merge (partial) a condition's sources from `alerts`, raising,
+/// escalating or clearing it as the result demands. Sources that did not change are
+/// kept as they are, so a steady fleet costs no allocation here.
+fn set_sources(
+    node: &mut Node,
+    rec: &mut Recorder<'_, '_>,
+    ctype: &str,
+    alerts: &[&Alert<'_>],
+    full: bool,
+) {
+    let now = rec.now;
+    let Some(cond) = node.conditions.get_mut(ctype) else {
+        let sources = alerts
+            .iter()
+            .map(|a| (a.fingerprint.to_string(), source_of(a, ctype)))
+            .collect();
+        if let Some(cond) = raise(ctype, sources, now) {
+            node.saw(ctype);
+            let message = format!(
+                "{ctype} raised [{}]: {}",
+                cond.severity.as_str(),
+                cond.message
+            );
+            let kind = EventKind::ConditionRaised {
+                condition: ctype.into(),
+                reason: cond.reason.clone(),
+                severity: cond.severity,
+            };
+            node.conditions.insert(ctype.to_string(), cond);
+            rec.event(kind, message);
+        }
+        return;
+    };
+    let mut keys_changed = false;
+    let mut content_changed = false;
+    if full {
+        let mut old = std::mem::replace(&mut cond.sources, SmallMap::with_capacity(alerts.len()));
+        for a in alerts {
+            let fp = a.fingerprint.as_ref();
+            let (key, source) = match old.remove_entry(fp) {
+                Some((key, s)) if s.matches(a, ctype) => (key, s),
+                Some((key, _)) => {
+                    content_changed = true;
+                    (key, source_of(a, ctype))
+                }
+                None => {
+                    keys_changed = true;
+                    (fp.to_string(), source_of(a, ctype))
+                }
+            };
+            cond.sources.insert(key, source);
+        }
+        keys_changed |= !old.is_empty();
+    } else {
+        for a in alerts {
+            let fp = a.fingerprint.as_ref();
+            match cond.sources.get_mut(fp) {
+                Some(s) if s.matches(a, ctype) => {}
+                Some(s) => {
+                    *s = source_of(a, ctype);
+                    content_changed = true;
+                }
+                None => {
+                    cond.sources.insert(fp.to_string(), source_of(a, ctype));
+                    keys_changed = true;
+                }
+            }
+        }
+    }
+    if keys_changed {
+        rec.dirty();
+    }
+    if cond.sources.is_empty() {
+        if !cond.sticky {
+            let severity = cond.severity;
+            node.conditions.remove(ctype);
+            rec.event(
+                EventKind::ConditionCleared {
+                    condition: ctype.into(),
+                    severity,
+                    cleared_by: "resolved".into(),
+                },
+                format!("{ctype} cleared: its alerts ended"),
+            );
+        }
+        return;
+    }
+    if alerts.is_empty() && !keys_changed {
+        return;
+    }
+    let previous = (
+        cond.severity,
+        cond.sticky,
+        cond.priority,
+        cond.remediation.is_some(),
+    );
+    refresh(ctype, cond, now, keys_changed || content_changed);
+    let latched = (
+        cond.severity,
+        cond.sticky,
+        cond.priority,
+        cond.remediation.is_some(),
+    );
+    if latched != previous {
+        rec.dirty();
+    }
+    if cond.severity > previous.0 {
+        let kind = EventKind::ConditionEscalated {
+            condition: ctype.into(),
+            reason: cond.reason.clone(),
+            severity: cond.severity,
+            previous_severity: previous.0,
+        };
+        let message = format!(
+            "{ctype} escalated {} -> {}: {}",
+            previous.0.as_str(),
+            cond.severity.as_str(),
+            cond.message
+        );
+        rec.event(kind, message);
+    }
+}
+
+fn count_failure(node: &mut Node, rec: &mut Recorder<'_, '_>, job: &str, reason: &str, at: Time) {
+    let f = &mut node.failures;
+    f.total += 1;
+    f.last = Some(f.last.map_or(at, |l| l.max(at)));
+    match f.by_reason.get_mut(reason) {
+        Some(n) => *n += 1,
+        None => {
+            f.by_reason.insert(reason.to_string(), 1);
+        }
+    }
+    let total = f.total;
+    rec.event(
+        EventKind::JobFailureAttributed {
+            job: job.into(),
+            reason: reason.into(),
+            total,
+        },
+        format!("job {job} failure attributed ({reason}); {total} in total"),
+    );
+}
+
+/// The collector a `collector_failed` alert names.
+fn collector<'s>(alert: &'s Alert<'_>) -> &'s str {
+    match alert.signal() {
+        Signal::CollectorFailed { collector } => collector,
+        _ => alert.alertname(),
+    }
+}
+
+fn source_of(alert: &Alert<'_>, ctype: &str) -> Source {
+    let failed_collector = ctype == COLLECTOR_FAILED;
     Source {
-        reason: alert.reason().to_string(),
+        reason: if failed_collector {
+            COLLECTOR_FAILED.into()
+        } else {
+            alert.reason().to_string()
+        },
         severity: alert.severity(),
-        message: alert.message(),
+        message: if failed_collector {
+            collector(alert).to_string()
+        } else {
+            alert.message()
+        },
         suppressed: alert.state == AlertState::Suppressed,
         sticky: alert.sticky(),
         fault_class: alert.fault_class(),
         priority: alert.priority(),
         remediation: alert.remediation().map(str::to_string),
+    }
+}
+
+impl Source {
+    /// Whether `alert` would produce exactly this source (checked without allocating).
+    fn matches(&self, alert: &Alert<'_>, ctype: &str) -> bool {
+        let described = if ctype == COLLECTOR_FAILED {
+            self.reason == COLLECTOR_FAILED && self.message == collector(alert)
+        } else {
+            self.reason == alert.reason() && alert.message_is(&self.message)
+        };
+        described
+            && self.severity == alert.severity()
+            && self.suppressed == (alert.state == AlertState::Suppressed)
+            && self.sticky == alert.sticky()
+            && self.priority == alert.priority()
+            && self.remediation.as_deref() == alert.remediation()
+            && alert.fault_class_is(&self.fault_class)
     }
 }
 
@@ -707,12 +906,12 @@ fn stale_condition(now: Time) -> Condition {
         fault_class: TELEMETRY_STALE.to_uppercase(),
         priority: None,
         remediation: None,
-        sources: BTreeMap::new(),
+        sources: SmallMap::new(),
     }
 }
 
 /// A new episode from its first sources; `None` when there are none.
-fn raise(ctype: &str, sources: BTreeMap<String, Source>, now: Time) -> Option<Condition> {
+fn raise(ctype: &str, sources: SmallMap<String, Source>, now: Time) -> Option<Condition> {
     let worst = sources.values().max_by_key(|s| s.severity)?.clone();
     let mut cond = Condition {
         reason: worst.reason,
@@ -727,13 +926,14 @@ fn raise(ctype: &str, sources: BTreeMap<String, Source>, now: Time) -> Option<Co
         remediation: None,
         sources,
     };
-    refresh(ctype, &mut cond, now);
+    refresh(ctype, &mut cond, now, true);
     Some(cond)
 }
 
 /// Fold the current sources into the episode: worst severity (and its reason) wins,
-/// stickiness and remediation latch, the message keeps each source's latest.
-fn refresh(ctype: &str, cond: &mut Condition, now: Time) {
+/// stickiness and remediation latch, the message keeps each source's latest
+/// (recomposed only when the sources changed).
+fn refresh(ctype: &str, cond: &mut Condition, now: Time, changed: bool) {
     if let Some(worst) = cond.sources.values().max_by_key(|s| s.severity)
         && worst.severity > cond.severity
     {
@@ -751,14 +951,16 @@ fn refresh(ctype: &str, cond: &mut Condition, now: Time) {
             cond.remediation = s.remediation.clone();
         }
     }
-    let mut messages: Vec<&str> = cond.sources.values().map(|s| s.message.as_str()).collect();
-    messages.sort_unstable();
-    messages.dedup();
-    cond.message = if ctype == COLLECTOR_FAILED {
-        format!("collectors failed: {}", messages.join(", "))
-    } else {
-        messages.join("; ")
-    };
+    if changed {
+        let mut messages: Vec<&str> = cond.sources.values().map(|s| s.message.as_str()).collect();
+        messages.sort_unstable();
+        messages.dedup();
+        cond.message = if ctype == COLLECTOR_FAILED {
+            format!("collectors failed: {}", messages.join(", "))
+        } else {
+            messages.join("; ")
+        };
+    }
     cond.last_seen = now;
     cond.observations += 1;
 }

@@ -3,14 +3,97 @@
 //! alert so the hot ingest path allocates only what it keeps.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::fmt;
 use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 
 use super::Severity;
 use crate::config::{NodeIdentity, parse_duration};
-use chrono::{DateTime, Utc};
 
-pub type Labels<'a> = BTreeMap<Cow<'a, str>, Cow<'a, str>>;
+/// Label or annotation pairs as Alertmanager sent them, borrowed from the body where
+/// possible. An alert has a handful: a linear scan beats building a map for each of
+/// 50,000 alerts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Labels<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>);
+
+impl<'a> Labels<'a> {
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_ref())
+    }
+
+    pub fn insert(&mut self, name: impl Into<Cow<'a, str>>, value: impl Into<Cow<'a, str>>) {
+        let (name, value) = (name.into(), value.into());
+        match self.0.iter_mut().find(|(k, _)| *k == name) {
+            Some((_, v)) => *v = value,
+            None => self.0.push((name, value)),
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Labels<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Pairs;
+        impl<'de> Visitor<'de> for Pairs {
+            type Value = Labels<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map of strings")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Labels<'de>, M::Error> {
+                let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some((k, v)) = map.next_entry::<Text, Text>()? {
+                    pairs.push((k.0, v.0));
+                }
+                Ok(Labels(pairs))
+            }
+        }
+        d.deserialize_map(Pairs)
+    }
+}
+
+/// A string borrowed from the input unless it had escapes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Text<'a>(pub Cow<'a, str>);
+
+impl<'a> Text<'a> {
+    pub fn new(text: impl Into<Cow<'a, str>>) -> Self {
+        Text(text.into())
+    }
+}
+
+/// The annotations hale reads; the others (`runbook_url`, …) are skipped unparsed.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+pub struct Annotations<'a> {
+    #[serde(borrow, default)]
+    pub summary: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    pub description: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    pub message: Option<Text<'a>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(v.to_string())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
 
 /// Where an alert stands, as the source reported it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,7 +110,7 @@ pub enum AlertState {
 #[derive(Debug, Clone)]
 pub struct Alert<'a> {
     pub labels: Labels<'a>,
-    pub annotations: Labels<'a>,
+    pub annotations: Annotations<'a>,
     /// Alertmanager's fingerprint: the same for an alert on both paths.
     pub fingerprint: Cow<'a, str>,
     pub starts_at: Option<DateTime<Utc>>,
@@ -53,10 +136,7 @@ pub enum Signal<'s> {
 
 impl<'a> Alert<'a> {
     fn label(&self, name: &str) -> Option<&str> {
-        self.labels
-            .get(name)
-            .map(|v| v.as_ref())
-            .filter(|v| !v.is_empty())
+        self.labels.get(name).filter(|v| !v.is_empty())
     }
 
     pub fn alertname(&self) -> &str {
@@ -134,7 +214,41 @@ impl<'a> Alert<'a> {
     pub fn fault_class(&self) -> String {
         self.label("hale_fault_class")
             .map(str::to_string)
-            .unwrap_or_else(|| self.condition_type().to_uppercase())
+            .unwrap_or_else(|| self.condition_type().to_ascii_uppercase())
+    }
+
+    /// Whether `stored` is what [`Alert::fault_class`] would return, without allocating.
+    pub fn fault_class_is(&self, stored: &str) -> bool {
+        match self.label("hale_fault_class") {
+            Some(class) => class == stored,
+            None => {
+                let ctype = self.condition_type();
+                ctype.len() == stored.len()
+                    && ctype
+                        .bytes()
+                        .zip(stored.bytes())
+                        .all(|(a, b)| a.to_ascii_uppercase() == b)
+            }
+        }
+    }
+
+    /// Whether `stored` is what [`Alert::message`] would return, without allocating
+    /// unless the alert carries a priority.
+    pub fn message_is(&self, stored: &str) -> bool {
+        match self.priority() {
+            Some(_) => self.message() == stored,
+            None => self.text() == stored,
+        }
+    }
+
+    fn text(&self) -> &str {
+        let a = &self.annotations;
+        [&a.summary, &a.description, &a.message]
+            .into_iter()
+            .flatten()
+            .map(|t| t.0.as_ref())
+            .find(|t| !t.is_empty())
+            .unwrap_or_else(|| self.alertname())
     }
 
     /// Cloudflare-style priority (`"6"` or `"P6"`); lower is more urgent.
@@ -150,11 +264,7 @@ impl<'a> Alert<'a> {
     /// Message: annotation `summary`, else `description`, else `message`, else the
     /// alertname; prefixed `[P6] ` when the alert carries a priority.
     pub fn message(&self) -> String {
-        let text = ["summary", "description", "message"]
-            .iter()
-            .find_map(|k| self.annotations.get(*k).filter(|v| !v.is_empty()))
-            .map(|v| v.as_ref())
-            .unwrap_or_else(|| self.alertname());
+        let text = self.text();
         match self.priority() {
             Some(p) => format!("[P{p}] {text}"),
             None => text.to_string(),
@@ -183,11 +293,13 @@ mod tests {
 
     fn alert(labels: &[(&'static str, &'static str)]) -> Alert<'static> {
         Alert {
-            labels: labels
-                .iter()
-                .map(|(k, v)| (Cow::Borrowed(*k), Cow::Borrowed(*v)))
-                .collect(),
-            annotations: Labels::new(),
+            labels: Labels(
+                labels
+                    .iter()
+                    .map(|(k, v)| (Cow::Borrowed(*k), Cow::Borrowed(*v)))
+                    .collect(),
+            ),
+            annotations: Annotations::default(),
             fingerprint: Cow::Borrowed("f"),
             starts_at: None,
             state: AlertState::Active,
@@ -234,6 +346,9 @@ mod tests {
         assert_eq!(a.severity(), Severity::Warning);
         assert!(!a.sticky());
         assert_eq!(a.fault_class(), "CALICOTOOMANYINTERFACESEARLY");
+        assert!(a.fault_class_is("CALICOTOOMANYINTERFACESEARLY"));
+        assert!(!a.fault_class_is("CALICO"));
+        assert!(a.message_is("[P6] CalicoTooManyInterfacesEarly"));
         assert_eq!(a.signal(), Signal::Condition);
         assert_eq!(a.message(), "[P6] CalicoTooManyInterfacesEarly");
     }
@@ -281,11 +396,15 @@ mod tests {
     #[test]
     fn message_precedence() {
         let mut a = alert(&[("alertname", "A")]);
-        a.annotations.insert("message".into(), "m".into());
+        a.annotations.message = Some(Text::new("m"));
         assert_eq!(a.message(), "m");
-        a.annotations.insert("description".into(), "d".into());
+        a.annotations.description = Some(Text::new("d"));
         assert_eq!(a.message(), "d");
-        a.annotations.insert("summary".into(), "s".into());
+        a.annotations.summary = Some(Text::new("s"));
         assert_eq!(a.message(), "s");
+        assert!(a.message_is("s"));
+        let parsed: Labels = serde_json::from_str(r#"{"a":"x","b":"with \"escape\""}"#).unwrap();
+        assert_eq!(parsed.get("a"), Some("x"));
+        assert_eq!(parsed.get("b"), Some("with \"escape\""));
     }
 }

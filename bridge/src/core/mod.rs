@@ -4,6 +4,7 @@
 
 mod health;
 pub mod labels;
+mod small_map;
 #[cfg(test)]
 mod tests;
 
@@ -16,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::Settings;
 
 pub use health::{CoreError, Outcome};
+pub use small_map::SmallMap;
 
 pub type Time = DateTime<Utc>;
 
@@ -133,7 +135,7 @@ pub struct Condition {
     /// Alerts currently feeding it, by fingerprint. Empty for a sticky condition whose
     /// alerts ended and for the conditions hale raises itself.
     #[serde(default)]
-    pub sources: BTreeMap<String, Source>,
+    pub sources: SmallMap<String, Source>,
 }
 
 impl Condition {
@@ -158,7 +160,7 @@ pub struct Failures {
     pub last: Option<Time>,
     /// Count per reason (the condition or cause the failure was attributed to).
     #[serde(default)]
-    pub by_reason: BTreeMap<String, u64>,
+    pub by_reason: SmallMap<String, u64>,
     /// `job_failure` alert instances (fingerprint@startsAt) already counted.
     #[serde(default)]
     pub counted_alerts: BTreeSet<String>,
@@ -193,20 +195,21 @@ pub struct Node {
     #[serde(default)]
     pub status: Status,
     #[serde(default)]
-    pub conditions: BTreeMap<String, Condition>,
+    pub conditions: SmallMap<String, Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heartbeat: Option<Heartbeat>,
     /// Signals not checked on this node, by the fingerprint of the alert saying so.
     #[serde(default)]
-    pub unavailable: BTreeMap<String, String>,
+    pub unavailable: SmallMap<String, String>,
     #[serde(default)]
     pub failures: Failures,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub score: Option<Score>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_report: Option<Time>,
-    /// Condition types this node has carried, so their metric series persist at 0.
-    #[serde(default)]
+    /// Condition types outside [`KNOWN_CONDITIONS`] this node has carried, so their
+    /// metric series persist at 0 after they clear.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub seen_types: BTreeSet<String>,
 }
 
@@ -217,13 +220,20 @@ impl Node {
             hostname: None,
             labels: BTreeMap::new(),
             status: Status::Ready,
-            conditions: BTreeMap::new(),
+            conditions: SmallMap::new(),
             heartbeat: None,
-            unavailable: BTreeMap::new(),
+            unavailable: SmallMap::new(),
             failures: Failures::default(),
             score: None,
             last_report: None,
             seen_types: BTreeSet::new(),
+        }
+    }
+
+    /// Remember that this node carried `ctype` (see `seen_types`).
+    pub fn saw(&mut self, ctype: &str) {
+        if !KNOWN_CONDITIONS.contains(&ctype) && !self.seen_types.contains(ctype) {
+            self.seen_types.insert(ctype.to_string());
         }
     }
 
@@ -263,30 +273,50 @@ impl Node {
     /// The score from scratch: 100 − Σ penalties of active, unsuppressed conditions −
     /// the failure deduction, clamped to 0..=100.
     pub fn compute_score(&self, settings: &Settings, now: Time) -> Score {
-        let mut breakdown: Vec<Deduction> = self
+        let (value, parts) = self.price(settings, now);
+        Score {
+            value,
+            breakdown: parts
+                .into_iter()
+                .map(|(reason, points)| Deduction {
+                    reason: reason.to_string(),
+                    points,
+                })
+                .collect(),
+            scored_by: settings.name.clone(),
+        }
+    }
+
+    /// Whether `score` is what [`Node::compute_score`] would return now, without
+    /// building a new one (the steady state of every poll).
+    pub fn score_is(&self, score: &Score, settings: &Settings, now: Time) -> bool {
+        let (value, parts) = self.price(settings, now);
+        score.value == value
+            && score.scored_by == settings.name
+            && score.breakdown.len() == parts.len()
+            && score
+                .breakdown
+                .iter()
+                .zip(&parts)
+                .all(|(d, (reason, points))| d.reason == *reason && d.points == *points)
+    }
+
+    /// The value and its deductions, largest first.
+    fn price(&self, settings: &Settings, now: Time) -> (u8, Vec<(&str, u32)>) {
+        let mut parts: Vec<(&str, u32)> = self
             .conditions
             .iter()
             .filter(|(ctype, c)| !c.suppressed() && !BLIND_CONDITIONS.contains(&ctype.as_str()))
-            .map(|(_, c)| Deduction {
-                reason: c.reason.clone(),
-                points: settings.penalty(&c.reason, c.severity),
-            })
-            .filter(|d| d.points > 0)
+            .map(|(_, c)| (c.reason.as_str(), settings.penalty(&c.reason, c.severity)))
+            .filter(|(_, points)| *points > 0)
             .collect();
         let tally = self.failure_deduction(settings, now);
         if tally > 0 {
-            breakdown.push(Deduction {
-                reason: FAILURE_DEDUCTION.into(),
-                points: tally,
-            });
+            parts.push((FAILURE_DEDUCTION, tally));
         }
-        breakdown.sort_by(|a, b| b.points.cmp(&a.points).then(a.reason.cmp(&b.reason)));
-        let total: u32 = breakdown.iter().map(|d| d.points).sum();
-        Score {
-            value: 100u32.saturating_sub(total) as u8,
-            breakdown,
-            scored_by: settings.name.clone(),
-        }
+        parts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let total: u32 = parts.iter().map(|(_, p)| p).sum();
+        (100u32.saturating_sub(total) as u8, parts)
     }
 }
 

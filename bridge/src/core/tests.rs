@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use chrono::{TimeDelta, TimeZone};
 
-use super::labels::{Alert, AlertState, Labels};
+use super::labels::{Alert, AlertState, Annotations, Labels, Text};
 use super::*;
 use crate::config::{Config, InventoryNode, Loaded};
 
@@ -25,11 +25,11 @@ fn config(yaml: &str) -> Loaded {
 struct A(Alert<'static>);
 
 fn alert(name: &str) -> A {
-    let mut labels = Labels::new();
-    labels.insert("alertname".into(), Cow::Owned(name.to_string()));
+    let mut labels = Labels::default();
+    labels.insert("alertname", name.to_string());
     A(Alert {
         labels,
-        annotations: Labels::new(),
+        annotations: Annotations::default(),
         fingerprint: Cow::Owned(format!("fp-{name}")),
         starts_at: None,
         state: AlertState::Active,
@@ -38,9 +38,7 @@ fn alert(name: &str) -> A {
 
 impl A {
     fn label(mut self, k: &str, v: &str) -> A {
-        self.0
-            .labels
-            .insert(Cow::Owned(k.into()), Cow::Owned(v.into()));
+        self.0.labels.insert(k.to_string(), v.to_string());
         self.0.fingerprint = Cow::Owned(format!("{}|{k}={v}", self.0.fingerprint));
         self
     }
@@ -58,9 +56,7 @@ impl A {
         self.label("hale_sticky", "true")
     }
     fn summary(mut self, text: &str) -> A {
-        self.0
-            .annotations
-            .insert("summary".into(), Cow::Owned(text.into()));
+        self.0.annotations.summary = Some(Text::new(text.to_string()));
         self
     }
     fn suppressed(mut self) -> A {
@@ -593,7 +589,7 @@ fn health_state_table() {
             (s.score("n1"), s.health("n1")),
             (score, health),
             "{:?}",
-            s.node("n1").conditions.keys()
+            s.node("n1").conditions
         );
     }
 }
@@ -813,4 +809,53 @@ fn events_render_with_their_typed_fields() {
         })
     );
     assert_eq!(serde_json::from_value::<Event>(json).unwrap(), e);
+}
+
+#[test]
+fn after_a_restart_only_a_trusted_poll_decides_who_is_missed() {
+    let mut s = script("");
+    s.at(0)
+        .poll(&[watchdog(), heartbeat("n1"), heartbeat("n2")]);
+    s.took();
+    // hale was down for five minutes; its stored heartbeats are all old.
+    let restarted = t0() + TimeDelta::seconds(300);
+    s.fleet.trust.watching_since = restarted;
+    s.at(301).tick();
+    assert_eq!(
+        s.took(),
+        Vec::<String>::new(),
+        "nobody is missed on stale memory"
+    );
+    s.at(302).poll(&[watchdog(), heartbeat("n2")]);
+    assert_eq!(s.took(), ["n1 HEARTBEAT_MISSED"]);
+}
+
+#[test]
+fn a_steady_poll_rewrites_no_evidence() {
+    let mut s = script("");
+    let alerts = [
+        watchdog(),
+        heartbeat("n1"),
+        smart_failing("n1"),
+        gpu_ecc_correctable("n1", "0"),
+        collector_failed("n1", "smart"),
+    ];
+    s.at(0).poll(&alerts);
+    assert!(s.last.dirty.contains("n1"));
+    s.at(30).poll(&alerts);
+    assert!(s.last.dirty.is_empty(), "{:?}", s.last.dirty);
+    assert!(
+        s.last.touched.contains("n1"),
+        "report and heartbeat times moved"
+    );
+    assert_eq!(s.node("n1").conditions["disk_degraded"].observations, 2);
+    // A second GPU joining the condition changes its evidence.
+    let mut more = alerts.to_vec();
+    more.push(gpu_ecc_correctable("n1", "1"));
+    s.at(60).poll(&more);
+    assert!(s.last.dirty.contains("n1"));
+    assert_eq!(
+        s.node("n1").conditions["gpu_ecc_errors"].message,
+        "correctable ECC errors on GPU 0; correctable ECC errors on GPU 1"
+    );
 }
