@@ -5,11 +5,10 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
 use crate::config::AlertmanagerConfig;
-use crate::core::labels::{Alert, AlertState, Annotations, Labels};
+use crate::core::labels::{Alert, AlertState, Annotations, Labels, Text};
 
 pub type Result<T, E = IngestError> = std::result::Result<T, E>;
 
@@ -45,8 +44,8 @@ struct V2Alert<'a> {
     annotations: Annotations<'a>,
     #[serde(borrow)]
     fingerprint: Cow<'a, str>,
-    #[serde(rename = "startsAt", default)]
-    starts_at: Option<DateTime<Utc>>,
+    #[serde(rename = "startsAt", borrow, default)]
+    starts_at: Option<Text<'a>>,
     #[serde(borrow)]
     status: V2Status<'a>,
 }
@@ -73,7 +72,7 @@ pub fn parse_v2(body: &[u8]) -> Result<Vec<Alert<'_>>> {
             labels: a.labels,
             annotations: a.annotations,
             fingerprint: a.fingerprint,
-            starts_at: a.starts_at,
+            starts_at: a.starts_at.map(|t| t.0),
             state: if a.status.state == "suppressed" {
                 AlertState::Suppressed
             } else {
@@ -105,8 +104,8 @@ struct WebhookAlert<'a> {
     annotations: Annotations<'a>,
     #[serde(borrow, default)]
     fingerprint: Cow<'a, str>,
-    #[serde(default)]
-    starts_at: Option<DateTime<Utc>>,
+    #[serde(borrow, default)]
+    starts_at: Option<Text<'a>>,
 }
 
 /// One webhook delivery.
@@ -149,7 +148,7 @@ pub fn parse_webhook(body: &[u8]) -> Result<Delivery<'_>> {
             labels: a.labels,
             annotations: a.annotations,
             fingerprint: a.fingerprint,
-            starts_at: a.starts_at,
+            starts_at: a.starts_at.map(|t| t.0),
             state,
         });
     }
@@ -191,13 +190,8 @@ impl Client {
         }
     }
 
-    /// The URL without credentials a user may have put in it, for messages.
     fn shown_url(&self) -> String {
-        let mut u = self.alerts_url.clone();
-        let _ = u.set_password(None);
-        let _ = u.set_username("");
-        u.set_query(None);
-        u.to_string()
+        crate::config::shown_url(&self.alerts_url)
     }
 
     /// Fetch the raw answer; parse it with [`parse_v2`].

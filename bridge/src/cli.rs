@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::de::DeserializeOwned;
 
-use crate::view::{AlertsView, ClearRequest, ErrorBody, NodeList, NodeView};
+use crate::view::{AlertsView, ClearRequest, ErrorBody, EventsView, NodeList, NodeView};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -51,6 +51,28 @@ pub enum NodeVerb {
     List,
     /// A node's conditions, score breakdown, failures and unavailable signals.
     Show { id: String },
+    /// A node's history, oldest first: TIME, TYPE, DETAIL.
+    Events {
+        id: String,
+        /// From this time on: RFC 3339, or a duration meaning that long ago (24h).
+        #[arg(long)]
+        since: Option<String>,
+        /// Before this time (same forms as --since).
+        #[arg(long)]
+        until: Option<String>,
+        /// Only these types (score_changed, CONDITION_RAISED, …); repeatable.
+        #[arg(long = "type", value_name = "TYPE")]
+        types: Vec<String>,
+        /// The newest page instead of the oldest.
+        #[arg(long)]
+        latest: bool,
+        /// Events per page (1-1000).
+        #[arg(long, default_value_t = 100)]
+        page_size: usize,
+        /// Continue where a previous page ended.
+        #[arg(long)]
+        page_token: Option<String>,
+    },
     /// Clear a condition (the only way a sticky one ends).
     Clear {
         id: String,
@@ -167,6 +189,45 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                 print_json(&node);
             } else {
                 print!("{}", node_detail(&node));
+            }
+        }
+        NodeVerb::Events {
+            id,
+            since,
+            until,
+            types,
+            latest,
+            page_size,
+            page_token,
+        } => {
+            let mut url = client.url(&["api", "v1", "nodes", &id, "events"]);
+            {
+                let mut q = url.query_pairs_mut();
+                if let Some(v) = &since {
+                    q.append_pair("since", v);
+                }
+                if let Some(v) = &until {
+                    q.append_pair("until", v);
+                }
+                for t in &types {
+                    q.append_pair("type", t);
+                }
+                if latest {
+                    q.append_pair("latest", "true");
+                }
+                q.append_pair("pageSize", &page_size.to_string());
+                if let Some(v) = &page_token {
+                    q.append_pair("pageToken", v);
+                }
+            }
+            let page: EventsView = client.send(client.http.get(url)).await?;
+            if json {
+                print_json(&page);
+            } else {
+                print!("{}", events_table(&page));
+                if let Some(token) = &page.next_page_token {
+                    eprintln!("more events: --page-token {token}");
+                }
             }
         }
         NodeVerb::Clear {
@@ -359,6 +420,23 @@ pub fn node_detail(n: &NodeView) -> String {
         let _ = writeln!(o, "Not checked: {}", shown.join(", "));
     }
     o
+}
+
+pub fn events_table(page: &EventsView) -> String {
+    let rows: Vec<Vec<String>> = page
+        .events
+        .iter()
+        .map(|e| {
+            vec![
+                e.event
+                    .occurred_at
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                e.event.kind.name().to_string(),
+                e.event.message.clone(),
+            ]
+        })
+        .collect();
+    table(&["TIME", "TYPE", "DETAIL"], &rows)
 }
 
 pub fn alerts_table(v: &AlertsView) -> String {

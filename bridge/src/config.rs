@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::core::{BLIND_CONDITIONS, Severity};
+use crate::core::{BLIND_CONDITIONS, EVENT_TYPES, Severity};
 
 /// A configuration error that names the file, the line (when known) and the key.
 #[derive(Debug, thiserror::Error)]
@@ -50,8 +50,10 @@ pub struct Config {
     pub node_health: NodeHealthOverrides,
     /// Pools select nodes by label; their `nodeHealth` replaces the cluster's key by key.
     pub pools: Vec<PoolConfig>,
-    /// Where node state (and later events) are kept.
+    /// Where node state and the event history are kept.
     pub store: StoreConfig,
+    /// Endpoints that receive node events as signed CloudEvents.
+    pub node_event_webhooks: Vec<WebhookConfig>,
     /// The orchestrator hale acts through. Only `none` (observe and record) exists so far.
     pub orchestrator: OrchestratorConfig,
     /// Nodes known before they report (bare metal without an orchestrator).
@@ -69,6 +71,7 @@ impl Default for Config {
             node_health: NodeHealthOverrides::default(),
             pools: Vec::new(),
             store: StoreConfig::default(),
+            node_event_webhooks: Vec::new(),
             orchestrator: OrchestratorConfig::default(),
             inventory: Vec::new(),
         }
@@ -363,6 +366,12 @@ pub struct StoreConfig {
     pub kind: StoreKind,
     /// Directory of the embedded store; created when missing.
     pub path: PathBuf,
+    /// Events older than this are deleted by a background sweep.
+    pub event_retention_days: u32,
+    /// The disk budget of the store, in bytes. hale does not delete history to meet
+    /// it: it exports it (`hale_store_bytes_max`) and warns past 90 %, so an alert can
+    /// fire before the disk fills.
+    pub max_bytes: Option<u64>,
 }
 
 impl Default for StoreConfig {
@@ -370,8 +379,89 @@ impl Default for StoreConfig {
         Self {
             kind: StoreKind::Sqlite,
             path: PathBuf::from("./hale-data"),
+            event_retention_days: 90,
+            max_bytes: None,
         }
     }
+}
+
+/// One `nodeEventWebhooks` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WebhookConfig {
+    /// Where events are POSTed (CloudEvents 1.0, structured mode).
+    pub url: String,
+    /// File holding the HMAC-SHA256 signing secret.
+    pub secret_file: PathBuf,
+    /// Event types to send; omitted sends every type.
+    #[serde(default)]
+    pub events: Option<Vec<String>>,
+    /// Attempts per event, the first included, before it is dropped.
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+    /// Events waiting for this endpoint; beyond it new events are dropped and counted.
+    #[serde(default = "default_queue_size")]
+    pub queue_size: usize,
+    /// Timeout of one attempt.
+    #[serde(default = "default_webhook_timeout", deserialize_with = "de_duration")]
+    pub timeout: Duration,
+}
+
+fn default_max_attempts() -> u32 {
+    5
+}
+
+fn default_queue_size() -> usize {
+    1000
+}
+
+fn default_webhook_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+/// A secret read from a file. It prints as `***` so it cannot leak into logs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// A validated webhook endpoint with its secret read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Webhook {
+    pub url: reqwest::Url,
+    pub secret: Secret,
+    /// `None`: every event type.
+    pub events: Option<BTreeSet<String>>,
+    pub max_attempts: u32,
+    pub queue_size: usize,
+    pub timeout: Duration,
+}
+
+impl Webhook {
+    /// The URL as it may appear in logs and metric labels: no credentials, no query.
+    pub fn shown(&self) -> String {
+        shown_url(&self.url)
+    }
+}
+
+/// A URL without user, password or query, for logs and labels.
+pub fn shown_url(url: &reqwest::Url) -> String {
+    let mut u = url.clone();
+    let _ = u.set_password(None);
+    let _ = u.set_username("");
+    u.set_query(None);
+    u.set_fragment(None);
+    u.to_string()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -416,7 +506,11 @@ pub struct Loaded {
     pub cluster_settings: Settings,
     pub pools: Vec<(PoolConfig, Settings)>,
     /// The API token, read from `apiTokenFile`.
-    pub api_token: Option<String>,
+    pub api_token: Option<Secret>,
+    /// `nodeEventWebhooks`, validated, secrets read.
+    pub webhooks: Vec<Webhook>,
+    /// The file this came from (`None`: built-in defaults), for reloads.
+    pub source: Option<PathBuf>,
 }
 
 impl Loaded {
@@ -436,6 +530,12 @@ impl Config {
         let Some(path) = path else {
             return Config::default().resolve("<defaults>", "");
         };
+        let mut loaded = Self::read(path)?;
+        loaded.source = Some(path.to_path_buf());
+        Ok(loaded)
+    }
+
+    fn read(path: &Path) -> Result<Loaded, ConfigError> {
         let file = path.display().to_string();
         let source = std::fs::read_to_string(path).map_err(|e| ConfigError {
             file: file.clone(),
@@ -572,14 +672,82 @@ impl Config {
                 if token.is_empty() {
                     return Err(err("apiTokenFile", format!("{} is empty", p.display())));
                 }
-                Some(token)
+                Some(Secret(token))
             }
         };
+        if self.store.event_retention_days == 0 {
+            return Err(err(
+                "store.eventRetentionDays",
+                "must be at least 1 (history is what makes a score legible)".into(),
+            ));
+        }
+        let mut webhooks = Vec::new();
+        for (i, w) in self.node_event_webhooks.iter().enumerate() {
+            let at = format!("nodeEventWebhooks[{i}]");
+            let url = match reqwest::Url::parse(&w.url) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") => u,
+                _ => {
+                    return Err(err(&format!("{at}.url"), "is not an http(s) URL".into()));
+                }
+            };
+            let secret = std::fs::read_to_string(&w.secret_file).map_err(|e| {
+                err(
+                    &format!("{at}.secretFile"),
+                    format!("cannot read {}: {e}", w.secret_file.display()),
+                )
+            })?;
+            let secret = secret.trim().to_string();
+            if secret.is_empty() {
+                return Err(err(
+                    &format!("{at}.secretFile"),
+                    format!("{} is empty", w.secret_file.display()),
+                ));
+            }
+            let events = match &w.events {
+                None => None,
+                Some(types) => {
+                    let mut set = BTreeSet::new();
+                    for t in types {
+                        let upper = t.to_ascii_uppercase();
+                        if !EVENT_TYPES.contains(&upper.as_str()) {
+                            return Err(err(
+                                &format!("{at}.events"),
+                                format!("`{t}` is not an event type ({})", EVENT_TYPES.join(", ")),
+                            ));
+                        }
+                        set.insert(upper);
+                    }
+                    Some(set)
+                }
+            };
+            if w.max_attempts == 0 {
+                return Err(err(
+                    &format!("{at}.maxAttempts"),
+                    "must be at least 1".into(),
+                ));
+            }
+            if w.queue_size == 0 {
+                return Err(err(&format!("{at}.queueSize"), "must be at least 1".into()));
+            }
+            if w.timeout.is_zero() {
+                return Err(err(&format!("{at}.timeout"), "must be positive".into()));
+            }
+            webhooks.push(Webhook {
+                url,
+                secret: Secret(secret),
+                events,
+                max_attempts: w.max_attempts,
+                queue_size: w.queue_size,
+                timeout: w.timeout,
+            });
+        }
         Ok(Loaded {
             config: self,
             cluster_settings,
             pools,
             api_token,
+            webhooks,
+            source: None,
         })
     }
 }
@@ -796,6 +964,18 @@ mod tests {
             ),
             ("inventory: [{ id: n1 }, { id: n1 }]", "inventory[1].id"),
             ("apiTokenFile: /nonexistent/token", "apiTokenFile"),
+            (
+                "store: { eventRetentionDays: 0 }",
+                "store.eventRetentionDays",
+            ),
+            (
+                "nodeEventWebhooks: [{ url: 'http://x', secretFile: /nonexistent }]",
+                "nodeEventWebhooks[0].secretFile",
+            ),
+            (
+                "nodeEventWebhooks: [{ url: 'x', secretFile: /nonexistent }]",
+                "nodeEventWebhooks[0].url",
+            ),
         ] {
             let e = load(text).expect_err(text);
             assert_eq!(e.key, key, "{text}: {e}");
@@ -818,6 +998,35 @@ mod tests {
         assert_eq!(other.name, "cluster");
         assert_eq!(other.penalty("GpuThrottling", Severity::Warning), 10);
         assert_eq!(other.penalty("SomethingNew", Severity::Critical), 25);
+    }
+
+    #[test]
+    fn webhooks_read_their_secret_and_check_event_types() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "s3cret\n").unwrap();
+        let text = format!(
+            "nodeEventWebhooks:\n  - url: https://user:pw@hooks.example/hale?k=v\n    secretFile: {}\n    events: [score_changed, POLICY_ACTED]\n",
+            secret.display()
+        );
+        let l = load(&text).unwrap();
+        let w = &l.webhooks[0];
+        assert_eq!(w.secret.expose(), "s3cret");
+        assert_eq!(
+            format!("{w:?}").matches("s3cret").count(),
+            0,
+            "secrets never print"
+        );
+        assert_eq!(w.shown(), "https://hooks.example/hale");
+        assert_eq!(
+            w.events.as_ref().unwrap().iter().collect::<Vec<_>>(),
+            ["POLICY_ACTED", "SCORE_CHANGED"]
+        );
+        assert_eq!((w.max_attempts, w.queue_size), (5, 1000));
+        let bad = text.replace("POLICY_ACTED", "POLICY_ACTD");
+        let e = load(&bad).unwrap_err();
+        assert_eq!(e.key, "nodeEventWebhooks[0].events");
+        assert_eq!(e.line, Some(4), "{e}");
     }
 
     #[test]

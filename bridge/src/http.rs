@@ -8,16 +8,18 @@ use axum::Json;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::alertmanager::IngestError;
-use crate::core::CoreError;
+use crate::config::parse_duration;
+use crate::core::{CoreError, EVENT_TYPES, Time};
 use crate::metrics::CodeLabel;
 use crate::service::Hale;
-use crate::view::{ClearRequest, ErrorBody, FailureReport, NodeList};
+use crate::store::EventQuery;
+use crate::view::{ClearRequest, ErrorBody, EventsView, FailureReport, NodeList};
 
 /// An error answer.
 #[derive(Debug)]
@@ -77,7 +79,9 @@ pub fn router(hale: Arc<Hale>) -> Router {
             "/api/v1/nodes/{id}/conditions/{ctype}/clear",
             post(clear_condition),
         )
+        .route("/api/v1/nodes/{id}/events", get(node_events))
         .route("/api/v1/alerts", get(alerts))
+        .route("/-/reload", post(reload))
         .route("/api/v1/alertmanager", post(webhook))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
@@ -91,7 +95,7 @@ pub fn router(hale: Arc<Hale>) -> Router {
 /// Check the bearer token in constant time.
 fn authorize(hale: &Hale, headers: &HeaderMap) -> ApiResult<()> {
     let cfg = hale.config();
-    let Some(want) = cfg.api_token.as_deref() else {
+    let Some(want) = cfg.api_token.as_ref().map(|t| t.expose()) else {
         return Ok(());
     };
     let got = headers
@@ -196,6 +200,108 @@ async fn clear_condition(
     Ok(Json(hale.node(&id).ok_or_else(|| unknown(&id))?))
 }
 
+/// Largest `pageSize` accepted; the default is 100.
+const MAX_PAGE_SIZE: usize = 1000;
+
+fn bad_request(detail: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "bad_request", detail)
+}
+
+/// `since` / `until`: an RFC 3339 time, or a duration meaning that long ago (`24h`).
+fn parse_time(key: &str, value: &str, now: Time) -> ApiResult<i64> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(value) {
+        return Ok(t.timestamp_millis());
+    }
+    let ago = parse_duration(value).map_err(|_| {
+        bad_request(format!(
+            "{key}={value:?} is neither an RFC 3339 time nor a duration like 24h"
+        ))
+    })?;
+    let ago = chrono::TimeDelta::from_std(ago)
+        .map_err(|_| bad_request(format!("{key} is too far back")))?;
+    Ok((now - ago).timestamp_millis())
+}
+
+/// Parse the events query: `since`, `until`, `type` (repeatable, any case), `pageSize`,
+/// `pageToken`, `latest`.
+pub fn event_query(raw: &str, now: Time) -> ApiResult<EventQuery> {
+    let mut q = EventQuery {
+        page_size: 100,
+        ..EventQuery::default()
+    };
+    for (key, value) in form_urlencoded::parse(raw.as_bytes()) {
+        match key.as_ref() {
+            "since" => q.since = Some(parse_time("since", &value, now)?),
+            "until" => q.until = Some(parse_time("until", &value, now)?),
+            "type" => {
+                for t in value.split(',').filter(|t| !t.is_empty()) {
+                    let upper = t.to_ascii_uppercase();
+                    if !EVENT_TYPES.contains(&upper.as_str()) {
+                        return Err(bad_request(format!(
+                            "type={t:?} is not an event type ({})",
+                            EVENT_TYPES.join(", ")
+                        )));
+                    }
+                    q.types.push(upper);
+                }
+            }
+            "pageSize" => {
+                q.page_size = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=MAX_PAGE_SIZE).contains(n))
+                    .ok_or_else(|| bad_request(format!("pageSize must be 1..={MAX_PAGE_SIZE}")))?
+            }
+            "pageToken" => {
+                q.after = Some(
+                    i64::from_str_radix(&value, 16)
+                        .map_err(|_| bad_request("pageToken is not one this server issued"))?,
+                )
+            }
+            "latest" => {
+                q.latest = match value.as_ref() {
+                    "" | "true" | "1" => true,
+                    "false" | "0" => false,
+                    _ => return Err(bad_request("latest must be true or false")),
+                }
+            }
+            other => return Err(bad_request(format!("unknown parameter {other:?}"))),
+        }
+    }
+    if q.latest && q.after.is_some() {
+        return Err(bad_request(
+            "latest returns the newest page; it takes no pageToken",
+        ));
+    }
+    Ok(q)
+}
+
+async fn node_events(
+    State(hale): State<Arc<Hale>>,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<EventsView>> {
+    let query = event_query(raw.as_deref().unwrap_or(""), chrono::Utc::now())?;
+    let node = id.clone();
+    let page = blocking(move || hale.events(&node, &query))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "store", e.to_string()))?
+        .ok_or_else(|| unknown(&id))?;
+    Ok(Json(EventsView {
+        events: page.events,
+        next_page_token: page.next.map(|seq| format!("{seq:x}")),
+    }))
+}
+
+/// `POST /-/reload`: re-read the configuration; an invalid one is refused and the
+/// running one stays.
+async fn reload(State(hale): State<Arc<Hale>>, headers: HeaderMap) -> ApiResult<&'static str> {
+    authorize(&hale, &headers)?;
+    hale.reload()
+        .map(|()| "reloaded")
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_config", e.to_string()))
+}
+
 async fn alerts(State(hale): State<Arc<Hale>>) -> ApiResult<impl IntoResponse> {
     hale.alerts()
         .await
@@ -285,4 +391,49 @@ where
     tokio::task::spawn_blocking(f)
         .await
         .expect("blocking task panicked")
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    #[test]
+    fn event_queries() {
+        let now = chrono::Utc.with_ymd_and_hms(2026, 8, 5, 12, 0, 0).unwrap();
+        let ms = |t: &str| {
+            chrono::DateTime::parse_from_rfc3339(t)
+                .unwrap()
+                .timestamp_millis()
+        };
+        let q = event_query("", now).unwrap();
+        assert_eq!((q.page_size, q.latest, q.types.len()), (100, false, 0));
+        let q = event_query(
+            "since=24h&until=2026-08-05T11%3A00%3A00Z&type=score_changed&type=CONDITION_RAISED,heartbeat_missed&pageSize=20&pageToken=ff",
+            now,
+        )
+        .unwrap();
+        assert_eq!(q.since, Some(ms("2026-08-04T12:00:00Z")));
+        assert_eq!(q.until, Some(ms("2026-08-05T11:00:00Z")));
+        assert_eq!(
+            q.types,
+            ["SCORE_CHANGED", "CONDITION_RAISED", "HEARTBEAT_MISSED"]
+        );
+        assert_eq!((q.page_size, q.after), (20, Some(255)));
+        assert!(event_query("latest=true", now).unwrap().latest);
+        for bad in [
+            "type=SCORE_CHANGD",
+            "pageSize=0",
+            "pageSize=1001",
+            "pageToken=zz",
+            "since=yesterday",
+            "latest=maybe",
+            "latest=true&pageToken=1",
+            "limit=5",
+        ] {
+            let e = event_query(bad, now).unwrap_err();
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{bad}");
+        }
+    }
 }

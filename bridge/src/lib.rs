@@ -8,6 +8,7 @@ pub mod config;
 pub mod core;
 pub mod http;
 pub mod metrics;
+pub mod notify;
 pub mod service;
 pub mod store;
 pub mod view;

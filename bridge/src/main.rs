@@ -54,10 +54,23 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
     );
     tokio::spawn(Arc::clone(&hale).poll_loop());
     tokio::spawn(Arc::clone(&hale).tick_loop());
+    tokio::spawn(Arc::clone(&hale).retention_loop());
+    tokio::spawn(reload_on_hangup(Arc::clone(&hale)));
     axum::serve(listener, hale::http::router(hale))
         .with_graceful_shutdown(shutdown())
         .await
         .context("serving HTTP")
+}
+
+/// SIGHUP re-reads the configuration; a bad file is logged and the running one stays.
+async fn reload_on_hangup(hale: Arc<Hale>) {
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .expect("SIGHUP handler");
+    while hup.recv().await.is_some() {
+        if let Err(e) = hale.reload() {
+            tracing::error!(error = %e, "reload refused; the running configuration stays");
+        }
+    }
 }
 
 async fn shutdown() {

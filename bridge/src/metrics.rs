@@ -15,6 +15,7 @@ use prometheus_client::registry::Registry;
 
 use crate::config::Loaded;
 use crate::core::{Fleet, Health, KNOWN_CONDITIONS};
+use crate::notify::WebhookMetrics;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
@@ -47,6 +48,8 @@ pub struct Metrics {
     pub unmatched: Counter,
     pub webhook_requests: Family<CodeLabel, Counter>,
     pub store_bytes_used: Gauge,
+    pub store_bytes_max: Gauge,
+    pub webhooks: WebhookMetrics,
     pub store_write_failures: Family<ReasonLabel, Counter>,
     registry: Registry,
 }
@@ -64,6 +67,8 @@ impl Metrics {
             unmatched: Counter::default(),
             webhook_requests: Family::default(),
             store_bytes_used: Gauge::default(),
+            store_bytes_max: Gauge::default(),
+            webhooks: WebhookMetrics::default(),
             store_write_failures: Family::default(),
             registry: Registry::default(),
         };
@@ -107,6 +112,12 @@ impl Metrics {
             "Bytes the store occupies on disk",
             m.store_bytes_used.clone(),
         );
+        registry.register(
+            "hale_store_bytes_max",
+            "store.maxBytes, the store's disk budget (0 when none is configured)",
+            m.store_bytes_max.clone(),
+        );
+        m.webhooks.register(&mut registry);
         registry.register(
             "hale_store_write_failures",
             "Store writes that failed (state is kept in memory and retried)",

@@ -11,15 +11,18 @@ use tokio::sync::Notify;
 use tracing::{error, info, warn};
 
 use crate::alertmanager::{self, IngestError};
-use crate::config::Loaded;
+use crate::config::{Config, ConfigError, Loaded};
 use crate::core::labels::{Alert, AlertState, Signal};
 use crate::core::{CoreError, EventKind, Fleet, Outcome, TELEMETRY_STALE, Time};
 use crate::metrics::{Metrics, PathLabel, ReasonLabel, ResultLabel};
-use crate::store::{Batch, Store, StoreError};
+use crate::notify::Notifier;
+use crate::store::{Batch, EventPage, EventQuery, Store, StoreError};
 use crate::view::{AlertsView, NodeView, SeenAlert, SourceView};
 
 /// How often time-driven rules (staleness, missed heartbeats, decay) are evaluated.
 const TICK: Duration = Duration::from_secs(1);
+/// How often events past their retention are deleted.
+const RETENTION_SWEEP: Duration = Duration::from_secs(3600);
 
 /// Shared state of one hale process.
 pub struct Hale {
@@ -29,7 +32,13 @@ pub struct Hale {
     pub metrics: Metrics,
     poll_now: Notify,
     first_poll_done: AtomicBool,
-    client: alertmanager::Client,
+    client: RwLock<alertmanager::Client>,
+    notifier: RwLock<Notifier>,
+    /// A second connection for event reads and the retention sweep, so neither waits
+    /// behind ingest's writer.
+    maintenance: Mutex<Store>,
+    /// Whether the last size check found the store past 90 % of `maxBytes`.
+    near_full: AtomicBool,
 }
 
 /// The store and what it has not managed to write yet.
@@ -49,8 +58,10 @@ pub struct WebhookResult {
 
 impl Hale {
     /// Open the store, load the fleet as it was, register the inventory.
+    /// Must run inside a Tokio runtime (webhook delivery tasks start here).
     pub fn open(loaded: Loaded) -> Result<Arc<Hale>, StoreError> {
         let store = Store::open(&loaded.config.store.path)?;
+        let maintenance = Store::open(&loaded.config.store.path)?;
         let now = Utc::now();
         let fleet = store.load(now)?;
         info!(
@@ -59,10 +70,17 @@ impl Hale {
             "state loaded"
         );
         let client = alertmanager::Client::new(&loaded.config.alertmanager);
-        let config = Arc::new(RwLock::new(Arc::new(loaded)));
+        let metrics_config = Arc::new(RwLock::new(Arc::new(loaded)));
         let fleet = Arc::new(Mutex::new(fleet));
+        let metrics = Metrics::new(fleet.clone(), metrics_config.clone());
+        let config = metrics_config;
+        let loaded = config.read().expect("config lock").clone();
+        let notifier = Notifier::start(&loaded.config.cluster, &loaded.webhooks, &metrics.webhooks);
+        if let Some(max) = loaded.config.store.max_bytes {
+            metrics.store_bytes_max.set(max as i64);
+        }
         let hale = Arc::new(Hale {
-            metrics: Metrics::new(fleet.clone(), config.clone()),
+            metrics,
             config,
             fleet,
             writer: Mutex::new(Writer {
@@ -71,7 +89,10 @@ impl Hale {
             }),
             poll_now: Notify::new(),
             first_poll_done: AtomicBool::new(false),
-            client,
+            client: RwLock::new(client),
+            notifier: RwLock::new(notifier),
+            maintenance: Mutex::new(maintenance),
+            near_full: AtomicBool::new(false),
         });
         let inventory = hale.config().config.inventory.clone();
         hale.apply(|fleet, cfg, now| Ok(fleet.register(cfg, now, &inventory)))
@@ -115,28 +136,48 @@ impl Hale {
         todo.absorb(outcome.clone());
         let batch = Batch::of(&fleet, &todo);
         drop(fleet);
-        if let Err(e) = writer.store.write(&batch) {
-            error!(error = %e, nodes = batch.nodes.len(), events = batch.events.len(),
-                "store write failed; the change is kept in memory and retried with the next one");
-            self.metrics
-                .store_write_failures
-                .get_or_create(&ReasonLabel {
-                    reason: e.metric_label().into(),
-                })
-                .inc();
-            writer.pending = Some(todo);
+        match writer.store.write(&batch) {
+            Ok(stored) => self
+                .notifier
+                .read()
+                .expect("notifier lock")
+                .publish(&stored),
+            Err(e) => {
+                error!(error = %e, nodes = batch.nodes.len(), events = batch.events.len(),
+                    "store write failed; the change is kept in memory and retried with the next one");
+                self.metrics
+                    .store_write_failures
+                    .get_or_create(&ReasonLabel {
+                        reason: e.metric_label().into(),
+                    })
+                    .inc();
+                writer.pending = Some(todo);
+            }
         }
-        self.metrics
-            .store_bytes_used
-            .set(writer.store.bytes_used() as i64);
+        self.check_size(writer.store.bytes_used());
         Ok(outcome)
+    }
+
+    /// Export the store's size and warn once when it passes 90 % of `maxBytes`.
+    fn check_size(&self, used: u64) {
+        self.metrics.store_bytes_used.set(used as i64);
+        let Some(max) = self.config().config.store.max_bytes else {
+            return;
+        };
+        let near = used.saturating_mul(10) >= max.saturating_mul(9);
+        if near && !self.near_full.swap(true, Ordering::Relaxed) {
+            warn!(used, max, "the store is past 90% of store.maxBytes");
+        } else if !near {
+            self.near_full.store(false, Ordering::Relaxed);
+        }
     }
 
     /// Fetch, parse and ingest one poll. Never clears anything unless the answer is
     /// trusted (the core decides).
     pub async fn poll_once(self: &Arc<Self>) {
         let start = Instant::now();
-        let fetched = self.client.fetch().await;
+        let client = self.client.read().expect("client lock").clone();
+        let fetched = client.fetch().await;
         let this = self.clone();
         let result = tokio::task::spawn_blocking(move || this.ingest_poll(fetched)).await;
         if let Err(e) = result {
@@ -252,7 +293,8 @@ impl Hale {
     /// read through the label contract, and whether hale trusts the source. Fetched on
     /// request rather than kept, so it costs no memory and is never out of date.
     pub async fn alerts(&self) -> Result<AlertsView, IngestError> {
-        let body = self.client.fetch().await?;
+        let client = self.client.read().expect("client lock").clone();
+        let body = client.fetch().await?;
         let cfg = self.config();
         let alerts = alertmanager::parse_v2(&body)?
             .iter()
@@ -273,24 +315,88 @@ impl Hale {
     }
 
     /// Poll every `pollInterval` and whenever a truncated webhook asks; with polling
-    /// off, only when asked.
+    /// off, only when asked. The interval is read each round, so a reload applies.
     pub async fn poll_loop(self: Arc<Self>) {
-        let interval = self.config().config.alertmanager.poll_interval;
-        if interval.is_zero() {
-            loop {
-                self.poll_now.notified().await;
-                self.poll_once().await;
-            }
-        }
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut first = true;
         loop {
-            tokio::select! {
-                _ = ticker.tick() => {}
-                _ = self.poll_now.notified() => {}
+            let interval = self.config().config.alertmanager.poll_interval;
+            if interval.is_zero() {
+                self.poll_now.notified().await;
+            } else if !first {
+                tokio::select! {
+                    _ = tokio::time::sleep(interval) => {}
+                    _ = self.poll_now.notified() => {}
+                }
             }
+            first = false;
             self.poll_once().await;
         }
+    }
+
+    /// A node's events, or `None` when hale has neither the node nor any history of it.
+    pub fn events(
+        &self,
+        node_id: &str,
+        query: &EventQuery,
+    ) -> Result<Option<EventPage>, StoreError> {
+        let store = self.maintenance.lock().expect("maintenance lock");
+        let page = store.events(node_id, query)?;
+        if page.events.is_empty()
+            && !self.lock_fleet().nodes.contains_key(node_id)
+            && !store.has_events(node_id)?
+        {
+            return Ok(None);
+        }
+        Ok(Some(page))
+    }
+
+    /// Delete events past `store.eventRetentionDays`, hourly, in small batches.
+    pub async fn retention_loop(self: Arc<Self>) {
+        let mut ticker = tokio::time::interval(RETENTION_SWEEP);
+        loop {
+            ticker.tick().await;
+            let this = self.clone();
+            let swept = tokio::task::spawn_blocking(move || {
+                let days = this.config().config.store.event_retention_days;
+                let cutoff = Utc::now() - chrono::TimeDelta::days(i64::from(days));
+                let mut store = this.maintenance.lock().expect("maintenance lock");
+                store.sweep(cutoff.timestamp_millis(), 5_000)
+            })
+            .await;
+            match swept {
+                Ok(Ok(0)) => {}
+                Ok(Ok(n)) => info!(events = n, "retention sweep deleted old events"),
+                Ok(Err(e)) => error!(error = %e, "retention sweep failed"),
+                Err(e) => error!(error = %e, "retention sweep task failed"),
+            }
+        }
+    }
+
+    /// Re-read the configuration file. An invalid file changes nothing. Webhook
+    /// endpoints, filters, penalties and policy settings apply to the next report;
+    /// `listen` and `store` need a restart.
+    pub fn reload(&self) -> Result<(), ConfigError> {
+        let current = self.config();
+        let Some(path) = current.source.clone() else {
+            info!("running on built-in defaults: nothing to reload");
+            return Ok(());
+        };
+        let next = Config::load(Some(&path))?;
+        if next.config.listen != current.config.listen
+            || next.config.store.path != current.config.store.path
+        {
+            warn!("listen and store.path changes take effect only after a restart");
+        }
+        *self.client.write().expect("client lock") =
+            alertmanager::Client::new(&next.config.alertmanager);
+        *self.notifier.write().expect("notifier lock") =
+            Notifier::start(&next.config.cluster, &next.webhooks, &self.metrics.webhooks);
+        self.metrics
+            .store_bytes_max
+            .set(next.config.store.max_bytes.map_or(0, |m| m as i64));
+        *self.config.write().expect("config lock") = Arc::new(next);
+        info!(config = %path.display(), "configuration reloaded");
+        Ok(())
     }
 
     /// Evaluate the time-driven rules every second.
@@ -346,7 +452,7 @@ fn seen_alert(a: &Alert<'_>, cfg: &Loaded) -> SeenAlert {
             _ => "active",
         }
         .into(),
-        starts_at: a.starts_at,
+        starts_at: a.started(),
     }
 }
 

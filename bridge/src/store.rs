@@ -99,6 +99,26 @@ impl Batch {
     }
 }
 
+fn event_id(instance: &str, seq: i64) -> String {
+    format!("{instance}-{seq}")
+}
+
+/// A store instance id: unique enough to tell two stores' event ids apart.
+fn new_instance_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in nanos
+        .to_le_bytes()
+        .into_iter()
+        .chain(std::process::id().to_le_bytes())
+    {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{:08x}", h as u32)
+}
+
 /// The times a report moves, in unix milliseconds.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Liveness {
@@ -110,6 +130,40 @@ pub struct Liveness {
 pub struct Store {
     conn: Connection,
     file: PathBuf,
+    /// Distinguishes this store's event ids from another's (a wiped or new store).
+    instance: String,
+}
+
+/// An event as stored and as the API and webhooks render it: with its id.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StoredEvent {
+    pub id: String,
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// Which events of a node to read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EventQuery {
+    /// Inclusive, unix milliseconds.
+    pub since: Option<i64>,
+    /// Exclusive, unix milliseconds.
+    pub until: Option<i64>,
+    /// Event type names; empty means all.
+    pub types: Vec<String>,
+    pub page_size: usize,
+    /// Continue after this position (from a previous page's token).
+    pub after: Option<i64>,
+    /// The newest page instead of the oldest; no continuation.
+    pub latest: bool,
+}
+
+/// One page of events, oldest first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventPage {
+    pub events: Vec<StoredEvent>,
+    /// Position to continue after, when more events match.
+    pub next: Option<i64>,
 }
 
 const SCHEMA: &str = "
@@ -134,6 +188,7 @@ CREATE TABLE IF NOT EXISTS events (
     body        TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_by_node ON events (node_id, seq);
+CREATE INDEX IF NOT EXISTS events_by_time ON events (occurred_at);
 ";
 
 impl Store {
@@ -154,7 +209,29 @@ impl Store {
         conn.pragma_update(None, "busy_timeout", 5000)
             .op("set busy timeout")?;
         conn.execute_batch(SCHEMA).op("create schema")?;
-        Ok(Store { conn, file })
+        let instance: Option<String> = conn
+            .query_row("SELECT value FROM meta WHERE key = 'instance'", [], |r| {
+                r.get(0)
+            })
+            .optional()
+            .op("read store instance")?;
+        let instance = match instance {
+            Some(i) => i,
+            None => {
+                let i = new_instance_id();
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('instance', ?1)",
+                    params![i],
+                )
+                .op("write store instance")?;
+                i
+            }
+        };
+        Ok(Store {
+            conn,
+            file,
+            instance,
+        })
     }
 
     /// The fleet as last written, watching from `now`.
@@ -218,9 +295,11 @@ impl Store {
         Ok(fleet)
     }
 
-    /// Write one batch atomically.
-    pub fn write(&mut self, batch: &Batch) -> Result<()> {
+    /// Write one batch atomically; returns its events with the ids they were given.
+    pub fn write(&mut self, batch: &Batch) -> Result<Vec<StoredEvent>> {
+        let instance = self.instance.clone();
         let tx = self.conn.transaction().op("begin")?;
+        let mut stored = Vec::with_capacity(batch.events.len());
         {
             let mut put = tx
                 .prepare_cached("INSERT OR REPLACE INTO nodes (id, body) VALUES (?1, ?2)")
@@ -261,6 +340,10 @@ impl Store {
                     body
                 ])
                 .op("write event")?;
+                stored.push(StoredEvent {
+                    id: event_id(&instance, tx.last_insert_rowid()),
+                    event: e.clone(),
+                });
             }
             tx.execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES ('trust', ?1)",
@@ -268,29 +351,104 @@ impl Store {
             )
             .op("write trust")?;
         }
-        tx.commit().op("commit")
+        tx.commit().op("commit")?;
+        Ok(stored)
     }
 
-    /// Events of one node, oldest first.
-    pub fn events(&self, node_id: &str) -> Result<Vec<Event>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT body FROM events WHERE node_id = ?1 ORDER BY seq")
-            .op("read events")?;
-        let rows = stmt
-            .query_map(params![node_id], |r| r.get::<_, String>(0))
-            .op("read events")?;
-        let mut out = Vec::new();
-        for body in rows {
-            let body = body.op("read events")?;
-            out.push(
-                serde_json::from_str(&body).map_err(|source| StoreError::Corrupt {
-                    node: node_id.into(),
-                    source,
-                })?,
-            );
+    /// One page of a node's events, oldest first (the newest page with `latest`).
+    pub fn events(&self, node_id: &str, q: &EventQuery) -> Result<EventPage> {
+        let mut sql = String::from("SELECT seq, body FROM events WHERE node_id = ?");
+        let mut args: Vec<rusqlite::types::Value> = vec![node_id.to_string().into()];
+        if let Some(after) = q.after {
+            sql.push_str(" AND seq > ?");
+            args.push(after.into());
         }
-        Ok(out)
+        if let Some(since) = q.since {
+            sql.push_str(" AND occurred_at >= ?");
+            args.push(since.into());
+        }
+        if let Some(until) = q.until {
+            sql.push_str(" AND occurred_at < ?");
+            args.push(until.into());
+        }
+        if !q.types.is_empty() {
+            sql.push_str(" AND type IN (");
+            sql.push_str(&vec!["?"; q.types.len()].join(", "));
+            sql.push(')');
+            args.extend(q.types.iter().map(|t| t.clone().into()));
+        }
+        let size = q.page_size.max(1);
+        sql.push_str(if q.latest {
+            " ORDER BY seq DESC LIMIT ?"
+        } else {
+            " ORDER BY seq LIMIT ?"
+        });
+        // One more than a page tells whether another page follows.
+        args.push(((size + 1) as i64).into());
+        let mut stmt = self.conn.prepare_cached(&sql).op("read events")?;
+        let rows = stmt
+            .query_map(rusqlite::params_from_iter(args), |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+            })
+            .op("read events")?;
+        let mut events = Vec::new();
+        let mut last = None;
+        let mut more = false;
+        for row in rows {
+            let (seq, body) = row.op("read events")?;
+            if events.len() == size {
+                more = true;
+                break;
+            }
+            let event = serde_json::from_str(&body).map_err(|source| StoreError::Corrupt {
+                node: node_id.into(),
+                source,
+            })?;
+            events.push(StoredEvent {
+                id: event_id(&self.instance, seq),
+                event,
+            });
+            last = Some(seq);
+        }
+        if q.latest {
+            events.reverse();
+            return Ok(EventPage { events, next: None });
+        }
+        Ok(EventPage {
+            events,
+            next: if more { last } else { None },
+        })
+    }
+
+    /// Whether any event names this node (its record may be gone).
+    pub fn has_events(&self, node_id: &str) -> Result<bool> {
+        self.conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM events WHERE node_id = ?1)",
+                params![node_id],
+                |r| r.get(0),
+            )
+            .op("read events")
+    }
+
+    /// Delete events older than `cutoff` (unix ms), at most `batch` per transaction so a
+    /// writer waits for one short batch at most. Returns how many went.
+    pub fn sweep(&mut self, cutoff: i64, batch: usize) -> Result<usize> {
+        let mut total = 0;
+        loop {
+            let n = self
+                .conn
+                .execute(
+                    "DELETE FROM events WHERE seq IN \
+                     (SELECT seq FROM events WHERE occurred_at < ?1 LIMIT ?2)",
+                    params![cutoff, batch as i64],
+                )
+                .op("sweep events")?;
+            total += n;
+            if n < batch {
+                return Ok(total);
+            }
+        }
     }
 
     /// Bytes the store occupies on disk (database plus write-ahead log).
@@ -340,7 +498,14 @@ mod tests {
         assert_eq!(loaded.nodes, fleet.nodes);
         assert_eq!(loaded.trust.last_trusted, Some(now));
         assert_eq!(loaded.trust.watching_since, later);
-        assert_eq!(store.events("rack1/n:3").unwrap(), vec![event.clone()]);
+        let all = EventQuery {
+            page_size: 100,
+            ..EventQuery::default()
+        };
+        let page = store.events("rack1/n:3", &all).unwrap();
+        assert_eq!(page.events.len(), 1);
+        assert_eq!(page.events[0].event, event);
+        assert!(store.has_events("rack1/n:3").unwrap());
         assert!(store.bytes_used() > 0);
 
         let mut store = store;
@@ -350,10 +515,149 @@ mod tests {
         };
         store.write(&Batch::of(&Fleet::new(now), &gone)).unwrap();
         assert!(store.load(now).unwrap().nodes.is_empty());
-        assert_eq!(
-            store.events("rack1/n:3").unwrap(),
-            vec![event],
-            "events outlive the node"
+        let page = store.events("rack1/n:3", &all).unwrap();
+        assert_eq!(page.events[0].event, event, "events outlive the node");
+    }
+
+    fn burst(store: &mut Store, node: &str, n: usize, start: crate::core::Time) {
+        let events: Vec<Event> = (0..n)
+            .map(|i| Event {
+                node_id: node.into(),
+                kind: if i % 3 == 0 {
+                    EventKind::ScoreChanged {
+                        score: (i % 100) as u8,
+                        previous_score: 100,
+                        scored_by: "cluster".into(),
+                    }
+                } else {
+                    EventKind::NodeDecommissioned {}
+                },
+                occurred_at: start + chrono::TimeDelta::seconds(i as i64),
+                message: format!("event {i}"),
+            })
+            .collect();
+        let fleet = Fleet::new(start);
+        let batch = Batch {
+            events,
+            trust: serde_json::to_string(&fleet.trust).unwrap(),
+            ..Batch::default()
+        };
+        store.write(&batch).unwrap();
+    }
+
+    #[test]
+    fn pages_cover_every_event_exactly_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let t0 = Utc.with_ymd_and_hms(2026, 8, 5, 12, 0, 0).unwrap();
+        burst(&mut store, "a", 250, t0);
+        burst(&mut store, "b", 10, t0);
+        type Case = (
+            usize,
+            Vec<&'static str>,
+            Option<i64>,
+            Option<i64>,
+            Vec<usize>,
         );
+        // (page size, types, since offset s, until offset s, expected event numbers)
+        let cases: Vec<Case> = vec![
+            (7, vec![], None, None, (0..250).collect()),
+            (100, vec![], None, None, (0..250).collect()),
+            (250, vec![], None, None, (0..250).collect()),
+            (
+                9,
+                vec!["SCORE_CHANGED"],
+                None,
+                None,
+                (0..250).step_by(3).collect(),
+            ),
+            (10, vec![], Some(100), Some(120), (100..120).collect()),
+            (
+                4,
+                vec!["SCORE_CHANGED", "NODE_DECOMMISSIONED"],
+                Some(245),
+                None,
+                (245..250).collect(),
+            ),
+        ];
+        let at = |s: i64| (t0 + chrono::TimeDelta::seconds(s)).timestamp_millis();
+        for (size, types, since, until, want) in cases {
+            let mut q = EventQuery {
+                page_size: size,
+                types: types.iter().map(|t| t.to_string()).collect(),
+                since: since.map(at),
+                until: until.map(at),
+                ..EventQuery::default()
+            };
+            let mut seen = Vec::new();
+            let mut pages = 0;
+            loop {
+                let page = store.events("a", &q).unwrap();
+                assert!(page.events.len() <= size);
+                pages += 1;
+                seen.extend(page.events.iter().map(|e| e.event.message.clone()));
+                match page.next {
+                    Some(next) => q.after = Some(next),
+                    None => break,
+                }
+            }
+            let want: Vec<String> = want.iter().map(|i| format!("event {i}")).collect();
+            assert_eq!(seen, want, "size {size} types {types:?}");
+            assert_eq!(
+                pages,
+                want.len().div_ceil(size).max(1),
+                "no empty trailing page"
+            );
+        }
+        let latest = store
+            .events(
+                "a",
+                &EventQuery {
+                    page_size: 5,
+                    latest: true,
+                    ..EventQuery::default()
+                },
+            )
+            .unwrap();
+        let got: Vec<&str> = latest
+            .events
+            .iter()
+            .map(|e| e.event.message.as_str())
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "event 245",
+                "event 246",
+                "event 247",
+                "event 248",
+                "event 249"
+            ]
+        );
+        assert_eq!(latest.next, None);
+        let ids: BTreeSet<_> = latest.events.iter().map(|e| &e.id).collect();
+        assert_eq!(ids.len(), 5, "ids are unique");
+    }
+
+    #[test]
+    fn retention_sweep_deletes_only_what_is_old() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let t0 = Utc.with_ymd_and_hms(2026, 8, 5, 12, 0, 0).unwrap();
+        burst(&mut store, "a", 120, t0);
+        let cutoff = (t0 + chrono::TimeDelta::seconds(50)).timestamp_millis();
+        assert_eq!(store.sweep(cutoff, 7).unwrap(), 50);
+        assert_eq!(store.sweep(cutoff, 7).unwrap(), 0);
+        let page = store
+            .events(
+                "a",
+                &EventQuery {
+                    page_size: 1000,
+                    ..EventQuery::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(page.events.len(), 70);
+        assert_eq!(page.events[0].event.message, "event 50");
     }
 }

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Settings;
 use crate::core::{Deduction, Health, Node, Severity, Status, Time};
+use crate::store::StoredEvent;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -199,6 +200,15 @@ pub struct FailureReport {
 pub struct ClearRequest {
     #[serde(default)]
     pub reason: String,
+}
+
+/// `GET /api/v1/nodes/{id}/events`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventsView {
+    pub events: Vec<StoredEvent>,
+    /// Present while more events match; pass it back as `pageToken`.
+    pub next_page_token: Option<String>,
 }
 
 /// Every error the API answers: `{error, detail}`.

@@ -294,6 +294,42 @@ impl Hale {
         self.spawn().await;
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// Send a signal (`HUP`, …) with kill(1).
+    pub fn signal(&self, name: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{name}");
+    }
+
+    /// POST an Alertmanager webhook delivery with the token.
+    pub async fn deliver(&self, body: &Value) -> reqwest::StatusCode {
+        reqwest::Client::new()
+            .post(format!("{}/api/v1/alertmanager", self.url))
+            .bearer_auth(TOKEN)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+            .status()
+    }
+
+    /// `GET /api/v1/nodes/{id}/events?{query}`.
+    pub async fn events(&self, id: &str, query: &str) -> Value {
+        let r = reqwest::get(format!("{}/events?{query}", self.node_url(id)))
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.status());
+        r.json().await.unwrap()
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("hale.log")).unwrap_or_default()
     }
@@ -371,4 +407,145 @@ pub fn conditions(node: &Value) -> Vec<String> {
 
 pub fn has_condition(node: &Value, ctype: &str) -> bool {
     conditions(node).iter().any(|c| c == ctype)
+}
+
+/// A webhook delivery (version 4) of firing or resolved alerts.
+pub fn delivery(alerts: &[(&Value, &str)]) -> Value {
+    let alerts: Vec<Value> = alerts
+        .iter()
+        .map(|(a, status)| {
+            let labels = &a["labels"];
+            let fingerprint: String = labels
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            json!({"status": status, "labels": labels, "annotations": a["annotations"],
+                   "fingerprint": fingerprint, "startsAt": Utc::now().to_rfc3339()})
+        })
+        .collect();
+    json!({"version": "4", "status": "firing", "receiver": "hale", "groupKey": "{}", "truncatedAlerts": 0, "alerts": alerts})
+}
+
+/// A config for webhook-only ingest (no polling, trust for an hour), plus `extra`.
+pub fn webhook_only_config(dir: &Path, port: u16, extra: &str) -> String {
+    std::fs::write(dir.join("token"), TOKEN).unwrap();
+    format!(
+        "listen: 127.0.0.1:{port}\napiTokenFile: {}\nstore: {{ path: {} }}\nalertmanager:\n  url: http://127.0.0.1:9\n  pollInterval: 0\n  staleAfter: 1h\n{extra}",
+        dir.join("token").display(),
+        dir.join("data").display(),
+    )
+}
+
+/// One request a [`Receiver`] took.
+#[derive(Clone, Debug)]
+pub struct Received {
+    pub path: String,
+    pub headers: axum::http::HeaderMap,
+    pub body: Vec<u8>,
+}
+
+#[derive(Default)]
+struct ReceiverState {
+    got: Vec<Received>,
+    /// Per path: how many requests to answer 500 before answering 200.
+    fail_first: std::collections::HashMap<String, usize>,
+    in_flight: usize,
+}
+
+/// A real HTTP receiver for outbound webhooks: records every request; `/hang/...`
+/// never answers within a test's life; paths set with `fail_first` answer 500 first.
+#[derive(Clone)]
+pub struct Receiver {
+    pub url: String,
+    state: std::sync::Arc<std::sync::Mutex<ReceiverState>>,
+}
+
+impl Receiver {
+    pub async fn start() -> Receiver {
+        let state = std::sync::Arc::new(std::sync::Mutex::new(ReceiverState::default()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let st = state.clone();
+        let app = axum::Router::new().fallback(
+            move |uri: axum::http::Uri, headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                let st = st.clone();
+                async move {
+                    let path = uri.path().to_string();
+                    let fail = {
+                        let mut s = st.lock().unwrap();
+                        s.got.push(Received {
+                            path: path.clone(),
+                            headers,
+                            body: body.to_vec(),
+                        });
+                        s.in_flight += 1;
+                        match s.fail_first.get_mut(&path) {
+                            Some(n) if *n > 0 => {
+                                *n -= 1;
+                                true
+                            }
+                            _ => false,
+                        }
+                    };
+                    if path.starts_with("/hang") {
+                        tokio::time::sleep(Duration::from_secs(600)).await;
+                    }
+                    st.lock().unwrap().in_flight -= 1;
+                    if fail {
+                        axum::http::StatusCode::INTERNAL_SERVER_ERROR
+                    } else {
+                        axum::http::StatusCode::OK
+                    }
+                }
+            },
+        );
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Receiver { url, state }
+    }
+
+    pub fn fail_first(&self, path: &str, n: usize) {
+        self.state
+            .lock()
+            .unwrap()
+            .fail_first
+            .insert(path.to_string(), n);
+    }
+
+    pub fn got(&self, path: &str) -> Vec<Received> {
+        self.state
+            .lock()
+            .unwrap()
+            .got
+            .iter()
+            .filter(|r| r.path == path)
+            .cloned()
+            .collect()
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.state.lock().unwrap().in_flight
+    }
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap()
+    }
+
+    /// Whether the signature verifies for `body` under `secret`.
+    pub fn verifies(&self, secret: &str, body: &[u8]) -> bool {
+        let expected =
+            hale::notify::signature(secret.as_bytes(), self.header("X-Hale-Timestamp"), body);
+        expected == self.header("X-Hale-Signature")
+    }
 }

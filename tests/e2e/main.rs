@@ -1,5 +1,6 @@
 //! End-to-end tests: the real `hale` binary against a real Alertmanager.
 
 mod api;
+mod events;
 mod harness;
 mod pipeline;

@@ -77,7 +77,7 @@ fn run(nodes: usize, work: &Path) -> anyhow::Result<()> {
     let (cold, cold_nodes, cold_events) = cycle(0, &mut fleet, &mut phases);
     let mut steady = Vec::new();
     let mut steady_writes = 0;
-    for i in 1..=5 {
+    for i in 1..=7 {
         let (t, written, _) = cycle(i, &mut fleet, &mut phases);
         steady.push(t);
         steady_writes = written;
@@ -109,6 +109,8 @@ fn run(nodes: usize, work: &Path) -> anyhow::Result<()> {
         rss_start as f64 / 1024.0,
         rss_fleet as f64 / 1024.0
     );
+
+    events(work)?;
 
     let Some(am_bin) = which("prometheus-alertmanager") else {
         println!("prometheus-alertmanager is not installed: skipping the Alertmanager comparison");
@@ -276,6 +278,114 @@ async fn live(am_bin: &Path, work: &Path, alerts: &[Value], cycle: Duration) -> 
         "  p50 {:>7.1} ms   p99 {:>7.1} ms   (target p99 <= 100 ms)",
         ms(p(0.5)),
         ms(p(0.99))
+    );
+    Ok(())
+}
+
+/// Event appends per second, and paged reads on a node holding 100,000 events.
+fn events(work: &Path) -> anyhow::Result<()> {
+    use hale::core::{Event, EventKind};
+    use hale::store::EventQuery;
+
+    let mut store = Store::open(&work.join("events"))?;
+    let trust = serde_json::to_string(&Fleet::new(Utc::now()).trust)?;
+    let start = Utc::now() - TimeDelta::days(30);
+    let event = |node: &str, i: usize| Event {
+        node_id: node.to_string(),
+        kind: EventKind::ScoreChanged {
+            score: (i % 100) as u8,
+            previous_score: ((i + 1) % 100) as u8,
+            scored_by: "cluster".into(),
+        },
+        occurred_at: start + TimeDelta::milliseconds(i as i64 * 20),
+        message: format!("score {} -> {}", (i + 1) % 100, i % 100),
+    };
+    // 100,000 events on one node, among 100,000 on 1,000 others, 1,000 per transaction.
+    let total = 200_000;
+    let t = Instant::now();
+    for chunk in 0..total / 1000 {
+        let events = (0..1000)
+            .map(|k| {
+                let i = chunk * 1000 + k;
+                if i % 2 == 0 {
+                    event("big", i)
+                } else {
+                    event(&format!("node-{:04}", i % 1000), i)
+                }
+            })
+            .collect();
+        store.write(&Batch {
+            events,
+            trust: trust.clone(),
+            ..Batch::default()
+        })?;
+    }
+    let batched = total as f64 / t.elapsed().as_secs_f64();
+    let singles = 2_000;
+    let t = Instant::now();
+    for i in 0..singles {
+        store.write(&Batch {
+            events: vec![event("single", i)],
+            trust: trust.clone(),
+            ..Batch::default()
+        })?;
+    }
+    let single = singles as f64 / t.elapsed().as_secs_f64();
+
+    let first = store.events(
+        "big",
+        &EventQuery {
+            page_size: 1,
+            ..EventQuery::default()
+        },
+    )?;
+    let first_seq: i64 = first.events[0]
+        .id
+        .rsplit('-')
+        .next()
+        .unwrap_or("1")
+        .parse()?;
+    let mut reads = Vec::new();
+    let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;
+    for _ in 0..1000 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let after = first_seq + (rng % (total as u64 - 400)) as i64;
+        let t = Instant::now();
+        let page = store.events(
+            "big",
+            &EventQuery {
+                page_size: 100,
+                after: Some(after),
+                ..EventQuery::default()
+            },
+        )?;
+        reads.push(t.elapsed());
+        assert_eq!(page.events.len(), 100);
+    }
+    reads.sort();
+    let p = |q: f64| reads[((reads.len() as f64 - 1.0) * q).round() as usize];
+    let t = Instant::now();
+    let latest = store.events(
+        "big",
+        &EventQuery {
+            page_size: 100,
+            latest: true,
+            types: vec!["SCORE_CHANGED".into()],
+            ..EventQuery::default()
+        },
+    )?;
+    let latest_t = t.elapsed();
+    assert_eq!(latest.events.len(), 100);
+    println!("event store (embedded SQLite)");
+    println!("  appends, 1,000 per transaction  {batched:>10.0} events/s (target >= 50,000/s)");
+    println!("  appends, one per transaction    {single:>10.0} events/s");
+    println!(
+        "  page of 100 on a node holding 100,000 events: p50 {:.2} ms, p99 {:.2} ms (target p99 <= 10 ms); latest page {:.2} ms\n",
+        ms(p(0.5)),
+        ms(p(0.99)),
+        ms(latest_t)
     );
     Ok(())
 }

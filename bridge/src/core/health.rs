@@ -578,7 +578,7 @@ fn apply_alerts(
                 unavailable.insert(alert.fingerprint.as_ref(), signal);
             }
             Signal::JobFailure { job } => {
-                let at = alert.starts_at.map_or(now, |t| t.min(now));
+                let at = alert.started().map_or(now, |t| t.min(now));
                 let key = format!("{}@{}", alert.fingerprint, at.timestamp_millis());
                 failures.push((key, job, alert.reason(), at));
             }

@@ -424,6 +424,32 @@ pub enum EventKind {
     NodeDecommissioned {},
 }
 
+/// Every event type of the contract (DESIGN §9), including those later components
+/// emit, so filters can name them today.
+pub const EVENT_TYPES: &[&str] = &[
+    "CONDITION_RAISED",
+    "CONDITION_ESCALATED",
+    "CONDITION_CLEARED",
+    "SCORE_CHANGED",
+    "HEARTBEAT_MISSED",
+    "HEARTBEAT_RESUMED",
+    "JOB_FAILURE_ATTRIBUTED",
+    "POLICY_RECOMMENDED",
+    "POLICY_ACTED",
+    "POLICY_HALTED",
+    "NODE_CORDONED",
+    "NODE_UNCORDONED",
+    "NODE_DRAINED",
+    "NODE_EVICTED",
+    "NODE_REPLACED",
+    "NODE_FENCED",
+    "NODE_DECOMMISSIONED",
+    "REMEDIATION_STARTED",
+    "REMEDIATION_STEP",
+    "REMEDIATION_SUCCEEDED",
+    "REMEDIATION_FAILED",
+];
+
 impl EventKind {
     /// The `type` string, e.g. `SCORE_CHANGED`.
     pub fn name(&self) -> &'static str {

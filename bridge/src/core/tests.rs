@@ -68,7 +68,7 @@ impl A {
         self
     }
     fn starts(mut self, t: Time) -> A {
-        self.0.starts_at = Some(t);
+        self.0.starts_at = Some(Cow::Owned(t.to_rfc3339()));
         self
     }
 }

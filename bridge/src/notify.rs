@@ -1,0 +1,372 @@
+//! Outbound node-event webhooks (`nodeEventWebhooks`, DESIGN §10): each event as a
+//! CloudEvents 1.0 structured-mode JSON, signed with HMAC-SHA256, delivered off the
+//! ingest path through a bounded queue per endpoint, retried with backoff and jitter.
+//! A slow or dead receiver costs queue space and, past it, counted drops — never ingest.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use hmac::{Hmac, KeyInit, Mac};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use serde::Serialize;
+use sha2::Sha256;
+use tokio::sync::mpsc;
+use tracing::warn;
+
+use crate::config::Webhook;
+use crate::store::StoredEvent;
+
+pub const CONTENT_TYPE: &str = "application/cloudevents+json; charset=utf-8";
+
+/// Delivery counters, shared by every endpoint (and kept across reloads).
+#[derive(Debug, Default, Clone)]
+pub struct WebhookMetrics {
+    /// Final outcome per event: `delivered` or `failed`.
+    pub deliveries: Family<Vec<(&'static str, String)>, Counter>,
+    /// Attempts that did not succeed, by reason.
+    pub attempt_failures: Family<Vec<(&'static str, String)>, Counter>,
+    /// Events given up: `overflow` (queue full), `exhausted` (attempts used up),
+    /// `rejected` (a 4xx that retrying cannot fix).
+    pub dropped: Family<Vec<(&'static str, String)>, Counter>,
+}
+
+impl WebhookMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "hale_webhook_deliveries",
+            "Node events by final delivery outcome, per endpoint",
+            self.deliveries.clone(),
+        );
+        registry.register(
+            "hale_webhook_attempt_failures",
+            "Delivery attempts that failed, per endpoint and reason",
+            self.attempt_failures.clone(),
+        );
+        registry.register(
+            "hale_webhook_dropped",
+            "Node events dropped, per endpoint and reason (overflow, exhausted, rejected)",
+            self.dropped.clone(),
+        );
+    }
+
+    fn count(
+        family: &Family<Vec<(&'static str, String)>, Counter>,
+        endpoint: &str,
+        k: &'static str,
+        v: &str,
+    ) {
+        family
+            .get_or_create(&vec![
+                ("endpoint", endpoint.to_string()),
+                (k, v.to_string()),
+            ])
+            .inc();
+    }
+}
+
+/// The CloudEvents 1.0 structured-mode envelope.
+#[derive(Serialize)]
+struct CloudEvent<'a> {
+    specversion: &'static str,
+    #[serde(rename = "type")]
+    kind: String,
+    source: String,
+    id: &'a str,
+    time: String,
+    subject: &'a str,
+    datacontenttype: &'static str,
+    data: &'a StoredEvent,
+}
+
+/// One event ready to send: the same bytes go to every endpoint.
+#[derive(Debug)]
+pub struct Outgoing {
+    pub id: String,
+    pub kind: &'static str,
+    pub body: Vec<u8>,
+}
+
+/// Build the envelope of `event` for cluster `cluster`.
+pub fn envelope(cluster: &str, event: &StoredEvent) -> Outgoing {
+    let kind = event.event.kind.name();
+    let ce = CloudEvent {
+        specversion: "1.0",
+        kind: format!("dev.hale.node.{kind}"),
+        source: format!("/hale/clusters/{cluster}"),
+        id: &event.id,
+        time: event
+            .event
+            .occurred_at
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        subject: &event.event.node_id,
+        datacontenttype: "application/json",
+        data: event,
+    };
+    Outgoing {
+        id: event.id.clone(),
+        kind,
+        body: serde_json::to_vec(&ce).expect("events serialise"),
+    }
+}
+
+/// `sha256=<hex of HMAC-SHA256(secret, timestamp + "." + body)>`.
+pub fn signature(secret: &[u8], timestamp: &str, body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
+    mac.update(timestamp.as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    let digest = mac.finalize().into_bytes();
+    let mut out = String::with_capacity(7 + 64);
+    out.push_str("sha256=");
+    for b in digest {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+/// Why one attempt failed.
+#[derive(Debug, thiserror::Error)]
+enum AttemptError {
+    #[error("HTTP {0}")]
+    Status(u16),
+    #[error("timed out")]
+    Timeout,
+    #[error("{0}")]
+    Transport(String),
+}
+
+impl AttemptError {
+    /// The one place that decides what is worth retrying: network trouble, 5xx, 408
+    /// and 429. Any other answer will not change by asking again.
+    fn is_retriable(&self) -> bool {
+        match self {
+            AttemptError::Status(code) => *code >= 500 || *code == 408 || *code == 429,
+            AttemptError::Timeout | AttemptError::Transport(_) => true,
+        }
+    }
+
+    fn metric_label(&self) -> String {
+        match self {
+            AttemptError::Status(code) => format!("status_{code}"),
+            AttemptError::Timeout => "timeout".into(),
+            AttemptError::Transport(_) => "transport".into(),
+        }
+    }
+}
+
+struct Endpoint {
+    hook: Webhook,
+    shown: String,
+    http: reqwest::Client,
+    metrics: WebhookMetrics,
+}
+
+impl Endpoint {
+    /// One attempt, with a fresh timestamp and signature.
+    async fn attempt(&self, event: &Outgoing) -> Result<(), AttemptError> {
+        let timestamp = chrono::Utc::now().timestamp().to_string();
+        let signature = signature(
+            self.hook.secret.expose().as_bytes(),
+            &timestamp,
+            &event.body,
+        );
+        let result = self
+            .http
+            .post(self.hook.url.clone())
+            .header(reqwest::header::CONTENT_TYPE, CONTENT_TYPE)
+            .header("X-Hale-Event-Id", &event.id)
+            .header("X-Hale-Timestamp", &timestamp)
+            .header("X-Hale-Signature", signature)
+            .body(event.body.clone())
+            .send()
+            .await;
+        let error = match result {
+            Ok(resp) if resp.status().is_success() => return Ok(()),
+            Ok(resp) => AttemptError::Status(resp.status().as_u16()),
+            Err(e) if e.is_timeout() => AttemptError::Timeout,
+            Err(e) => AttemptError::Transport(crate::alertmanager::error_chain(&e.without_url())),
+        };
+        WebhookMetrics::count(
+            &self.metrics.attempt_failures,
+            &self.shown,
+            "reason",
+            &error.metric_label(),
+        );
+        Err(error)
+    }
+
+    /// Deliver one event: retry what is retriable with exponential backoff and jitter
+    /// (at least a second apart, so every attempt carries a new timestamp), up to
+    /// `maxAttempts` attempts in all.
+    async fn deliver(&self, event: &Outgoing) {
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_secs(1))
+            .with_max_delay(Duration::from_secs(60))
+            .with_factor(2.0)
+            .with_jitter()
+            .with_max_times(self.hook.max_attempts.saturating_sub(1) as usize);
+        let result = (|| self.attempt(event))
+            .retry(backoff)
+            .sleep(tokio::time::sleep)
+            .when(AttemptError::is_retriable)
+            .await;
+        let m = &self.metrics;
+        match result {
+            Ok(()) => WebhookMetrics::count(&m.deliveries, &self.shown, "result", "delivered"),
+            Err(e) => {
+                let why = if e.is_retriable() {
+                    "exhausted"
+                } else {
+                    "rejected"
+                };
+                warn!(endpoint = %self.shown, event_id = %event.id, event = event.kind,
+                    error = %e, reason = why, "webhook delivery failed; event dropped");
+                WebhookMetrics::count(&m.deliveries, &self.shown, "result", "failed");
+                WebhookMetrics::count(&m.dropped, &self.shown, "reason", why);
+            }
+        }
+    }
+}
+
+/// The endpoints of one configuration, each with its queue and delivery task. Dropping
+/// a `Notifier` (on reload) lets its tasks finish what is queued, then end.
+pub struct Notifier {
+    cluster: String,
+    queues: Vec<Queue>,
+}
+
+struct Queue {
+    shown: String,
+    filter: Option<std::collections::BTreeSet<String>>,
+    tx: mpsc::Sender<Arc<Outgoing>>,
+    metrics: WebhookMetrics,
+}
+
+impl Notifier {
+    /// Start a delivery task per endpoint. Needs a Tokio runtime.
+    pub fn start(cluster: &str, hooks: &[Webhook], metrics: &WebhookMetrics) -> Notifier {
+        crate::init_tls();
+        let queues = hooks
+            .iter()
+            .map(|hook| {
+                let (tx, mut rx) = mpsc::channel::<Arc<Outgoing>>(hook.queue_size);
+                let endpoint = Endpoint {
+                    shown: hook.shown(),
+                    http: reqwest::Client::builder()
+                        .timeout(hook.timeout)
+                        .build()
+                        .expect("client builds"),
+                    hook: hook.clone(),
+                    metrics: metrics.clone(),
+                };
+                let queue = Queue {
+                    shown: endpoint.shown.clone(),
+                    filter: hook.events.clone(),
+                    tx,
+                    metrics: metrics.clone(),
+                };
+                tokio::spawn(async move {
+                    while let Some(event) = rx.recv().await {
+                        endpoint.deliver(&event).await;
+                    }
+                });
+                queue
+            })
+            .collect();
+        Notifier {
+            cluster: cluster.to_string(),
+            queues,
+        }
+    }
+
+    /// Queue `events` for every endpoint whose filter takes them. Never waits: a full
+    /// queue drops the event, with a log line and a counter.
+    pub fn publish(&self, events: &[StoredEvent]) {
+        if self.queues.is_empty() {
+            return;
+        }
+        for event in events {
+            let kind = event.event.kind.name();
+            let mut outgoing: Option<Arc<Outgoing>> = None;
+            for q in &self.queues {
+                if q.filter.as_ref().is_some_and(|f| !f.contains(kind)) {
+                    continue;
+                }
+                let out = outgoing
+                    .get_or_insert_with(|| Arc::new(envelope(&self.cluster, event)))
+                    .clone();
+                if q.tx.try_send(out).is_err() {
+                    warn!(endpoint = %q.shown, event_id = %event.id, event = kind,
+                        "webhook queue full; event dropped");
+                    WebhookMetrics::count(&q.metrics.dropped, &q.shown, "reason", "overflow");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{Event, EventKind};
+
+    #[test]
+    fn signature_matches_a_known_vector() {
+        // RFC 4231 test case 2 (key "Jefe", "what do ya want for nothing?") with the
+        // timestamp and "." in front, as Python's hmac computes it.
+        let sig = signature(b"Jefe", "1700000000", b"what do ya want for nothing?");
+        assert_eq!(
+            sig,
+            "sha256=1cdd0650c8be1cb0974b1788d458b1e781206cfef59b85faafc582d2e182c57e"
+        );
+    }
+
+    #[test]
+    fn envelope_is_cloudevents_structured_mode() {
+        let event = StoredEvent {
+            id: "abc-7".into(),
+            event: Event {
+                node_id: "gpu-14".into(),
+                kind: EventKind::ScoreChanged {
+                    score: 55,
+                    previous_score: 90,
+                    scored_by: "cluster".into(),
+                },
+                occurred_at: chrono::DateTime::from_timestamp(1_786_000_000, 0).unwrap(),
+                message: "score 90 -> 55".into(),
+            },
+        };
+        let out = envelope("lab", &event);
+        let v: serde_json::Value = serde_json::from_slice(&out.body).unwrap();
+        assert_eq!(v["specversion"], "1.0");
+        assert_eq!(v["type"], "dev.hale.node.SCORE_CHANGED");
+        assert_eq!(v["source"], "/hale/clusters/lab");
+        assert_eq!(v["id"], "abc-7");
+        assert_eq!(v["subject"], "gpu-14");
+        assert_eq!(v["datacontenttype"], "application/json");
+        assert_eq!(v["data"], serde_json::to_value(&event).unwrap());
+        assert_eq!(v["data"]["id"], "abc-7");
+        assert_eq!(v["data"]["score"], 55);
+        assert_eq!(out.kind, "SCORE_CHANGED");
+    }
+
+    #[test]
+    fn retry_classification() {
+        for (e, retry) in [
+            (AttemptError::Status(500), true),
+            (AttemptError::Status(503), true),
+            (AttemptError::Status(408), true),
+            (AttemptError::Status(429), true),
+            (AttemptError::Status(400), false),
+            (AttemptError::Status(401), false),
+            (AttemptError::Status(404), false),
+            (AttemptError::Timeout, true),
+            (AttemptError::Transport("refused".into()), true),
+        ] {
+            assert_eq!(e.is_retriable(), retry, "{e}");
+        }
+    }
+}
