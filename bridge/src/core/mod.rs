@@ -287,29 +287,51 @@ impl Node {
         }
     }
 
-    /// Whether `score` is what [`Node::compute_score`] would return now, without
-    /// building a new one (the steady state of every poll).
+    /// Whether `score` is what [`Node::compute_score`] would return now, checked
+    /// without building a new one (the steady state of every poll).
     pub fn score_is(&self, score: &Score, settings: &Settings, now: Time) -> bool {
-        let (value, parts) = self.price(settings, now);
-        score.value == value
-            && score.scored_by == settings.name
-            && score.breakdown.len() == parts.len()
-            && score
-                .breakdown
-                .iter()
-                .zip(&parts)
-                .all(|(d, (reason, points))| d.reason == *reason && d.points == *points)
+        if score.scored_by != settings.name {
+            return false;
+        }
+        let tally = self.failure_deduction(settings, now);
+        let parts = || {
+            self.penalties(settings)
+                .chain((tally > 0).then_some((FAILURE_DEDUCTION, tally)))
+        };
+        if parts().count() != score.breakdown.len() {
+            return false;
+        }
+        let total: u32 = parts().map(|(_, p)| p).sum();
+        if 100u32.saturating_sub(total) as u8 != score.value {
+            return false;
+        }
+        // Same entries, counted with multiplicity: the stored order is canonical.
+        score.breakdown.iter().all(|d| {
+            let same = |reason: &str, points: u32| reason == d.reason && points == d.points;
+            parts().filter(|(r, p)| same(r, *p)).count()
+                == score
+                    .breakdown
+                    .iter()
+                    .filter(|e| same(&e.reason, e.points))
+                    .count()
+        })
     }
 
-    /// The value and its deductions, largest first.
-    fn price(&self, settings: &Settings, now: Time) -> (u8, Vec<(&str, u32)>) {
-        let mut parts: Vec<(&str, u32)> = self
-            .conditions
+    /// (reason, points) of each active, unsuppressed condition that costs points.
+    fn penalties<'n, 's>(
+        &'n self,
+        settings: &'s Settings,
+    ) -> impl Iterator<Item = (&'n str, u32)> + use<'n, 's> {
+        self.conditions
             .iter()
             .filter(|(ctype, c)| !c.suppressed() && !BLIND_CONDITIONS.contains(&ctype.as_str()))
             .map(|(_, c)| (c.reason.as_str(), settings.penalty(&c.reason, c.severity)))
             .filter(|(_, points)| *points > 0)
-            .collect();
+    }
+
+    /// The value and its deductions, largest first.
+    fn price(&self, settings: &Settings, now: Time) -> (u8, Vec<(&str, u32)>) {
+        let mut parts: Vec<(&str, u32)> = self.penalties(settings).collect();
         let tally = self.failure_deduction(settings, now);
         if tally > 0 {
             parts.push((FAILURE_DEDUCTION, tally));
