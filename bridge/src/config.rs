@@ -435,8 +435,9 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// A validated webhook endpoint with its secret read.
-#[derive(Debug, Clone, PartialEq)]
+/// A validated webhook endpoint with its secret read. Its `Debug` shows the URL
+/// without credentials.
+#[derive(Clone, PartialEq)]
 pub struct Webhook {
     pub url: reqwest::Url,
     pub secret: Secret,
@@ -445,6 +446,18 @@ pub struct Webhook {
     pub max_attempts: u32,
     pub queue_size: usize,
     pub timeout: Duration,
+}
+
+impl fmt::Debug for Webhook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Webhook")
+            .field("url", &self.shown())
+            .field("events", &self.events)
+            .field("max_attempts", &self.max_attempts)
+            .field("queue_size", &self.queue_size)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Webhook {

@@ -122,8 +122,22 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 async fn list_nodes(State(hale): State<Arc<Hale>>) -> Json<NodeList> {
-    let nodes = hale.nodes().iter().map(|n| n.summary()).collect();
+    let nodes = tokio::task::spawn_blocking(move || hale.nodes())
+        .await
+        .expect("node listing panicked")
+        .iter()
+        .map(|n| n.summary())
+        .collect();
     Json(NodeList { nodes })
+}
+
+/// A node's view, read off the async workers (the fleet lock may be held by ingest).
+async fn view(hale: Arc<Hale>, id: String) -> ApiResult<crate::view::NodeView> {
+    let shown = id.clone();
+    tokio::task::spawn_blocking(move || hale.node(&id))
+        .await
+        .expect("node view panicked")
+        .ok_or_else(|| unknown(&shown))
 }
 
 fn unknown(id: &str) -> ApiError {
@@ -134,7 +148,7 @@ async fn show_node(
     State(hale): State<Arc<Hale>>,
     Path(id): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
-    hale.node(&id).map(Json).ok_or_else(|| unknown(&id))
+    view(hale, id).await.map(Json)
 }
 
 async fn decommission(
@@ -177,10 +191,7 @@ async fn attribute_failure(
         })
     })
     .await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(hale.node(&id).ok_or_else(|| unknown(&id))?),
-    ))
+    Ok((StatusCode::CREATED, Json(view(hale, id).await?)))
 }
 
 async fn clear_condition(
@@ -197,7 +208,7 @@ async fn clear_condition(
         h.apply(|fleet, cfg, now| fleet.clear_condition(cfg, now, &node, &ctype, &reason))
     })
     .await?;
-    Ok(Json(hale.node(&id).ok_or_else(|| unknown(&id))?))
+    Ok(Json(view(hale, id).await?))
 }
 
 /// Largest `pageSize` accepted; the default is 100.

@@ -47,7 +47,7 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
     let cfg = hale.config();
     info!(
         listen = %listen,
-        alertmanager = %cfg.config.alertmanager.url,
+        alertmanager = %hale::config::shown_url(&reqwest::Url::parse(&cfg.config.alertmanager.url)?),
         receiver = %cfg.config.alertmanager.receiver,
         mode = ?cfg.cluster_settings.mode,
         "hale serving"
@@ -56,10 +56,13 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
     tokio::spawn(Arc::clone(&hale).tick_loop());
     tokio::spawn(Arc::clone(&hale).retention_loop());
     tokio::spawn(reload_on_hangup(Arc::clone(&hale)));
-    axum::serve(listener, hale::http::router(hale))
+    axum::serve(listener, hale::http::router(Arc::clone(&hale)))
         .with_graceful_shutdown(shutdown())
         .await
-        .context("serving HTTP")
+        .context("serving HTTP")?;
+    // A last step writes anything a failed write left pending.
+    hale.apply(|fleet, cfg, now| Ok(fleet.tick(cfg, now)))?;
+    Ok(())
 }
 
 /// SIGHUP re-reads the configuration; a bad file is logged and the running one stays.

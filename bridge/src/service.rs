@@ -2,6 +2,7 @@
 //! input takes — apply to the fleet under its lock, then persist the change with its
 //! events before anyone sees a newer one.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
@@ -39,6 +40,9 @@ pub struct Hale {
     maintenance: Mutex<Store>,
     /// Whether the last size check found the store past 90 % of `maxBytes`.
     near_full: AtomicBool,
+    /// While a poll is in flight: fingerprints webhook deliveries named meanwhile,
+    /// whose word is newer than the answer the poll will bring.
+    delivered_during_poll: Mutex<Option<BTreeSet<String>>>,
 }
 
 /// The store and what it has not managed to write yet.
@@ -93,6 +97,7 @@ impl Hale {
             notifier: RwLock::new(notifier),
             maintenance: Mutex::new(maintenance),
             near_full: AtomicBool::new(false),
+            delivered_during_poll: Mutex::new(None),
         });
         let inventory = hale.config().config.inventory.clone();
         hale.apply(|fleet, cfg, now| Ok(fleet.register(cfg, now, &inventory)))
@@ -123,15 +128,16 @@ impl Hale {
                 .last_trusted
                 .set(t.timestamp_millis() as f64 / 1000.0);
         }
-        if outcome.events.is_empty()
+        let unchanged = outcome.events.is_empty()
             && outcome.dirty.is_empty()
             && outcome.touched.is_empty()
-            && outcome.removed.is_empty()
-        {
+            && outcome.removed.is_empty();
+        let mut writer = self.writer.lock().expect("writer lock");
+        // Even a step that changed nothing retries a write that failed before.
+        if unchanged && writer.pending.is_none() {
             return Ok(outcome);
         }
         log_events(&outcome);
-        let mut writer = self.writer.lock().expect("writer lock");
         let mut todo = writer.pending.take().unwrap_or_default();
         todo.absorb(outcome.clone());
         let batch = Batch::of(&fleet, &todo);
@@ -177,6 +183,7 @@ impl Hale {
     pub async fn poll_once(self: &Arc<Self>) {
         let start = Instant::now();
         let client = self.client.read().expect("client lock").clone();
+        *self.delivered_during_poll.lock().expect("poll lock") = Some(BTreeSet::new());
         let fetched = client.fetch().await;
         let this = self.clone();
         let result = tokio::task::spawn_blocking(move || this.ingest_poll(fetched)).await;
@@ -199,7 +206,17 @@ impl Hale {
             Err(e) => return self.poll_failed(e),
         };
         let outcome = self
-            .apply(|fleet, cfg, now| Ok(fleet.poll(cfg, now, &alerts)))
+            .apply(|fleet, cfg, now| {
+                // Taken under the fleet lock: a delivery either registered here first
+                // or applies after this poll.
+                let delivered = self
+                    .delivered_during_poll
+                    .lock()
+                    .expect("poll lock")
+                    .take()
+                    .unwrap_or_default();
+                Ok(fleet.poll_around(cfg, now, &alerts, &delivered))
+            })
             .expect("a poll cannot fail");
         let result = if outcome.trusted {
             "trusted"
@@ -215,6 +232,7 @@ impl Hale {
     }
 
     fn poll_failed(&self, e: IngestError) {
+        self.delivered_during_poll.lock().expect("poll lock").take();
         warn!(error = %e, "poll failed: nothing is cleared");
         self.count_poll(e.metric_label());
         let reason = e.to_string();
@@ -242,6 +260,14 @@ impl Hale {
     /// Ingest one Alertmanager webhook body. A malformed body changes nothing.
     pub fn ingest_webhook(&self, body: &[u8]) -> Result<WebhookResult, IngestError> {
         let delivery = alertmanager::parse_webhook(body)?;
+        if let Some(newer) = self
+            .delivered_during_poll
+            .lock()
+            .expect("poll lock")
+            .as_mut()
+        {
+            newer.extend(delivery.alerts.iter().map(|a| a.fingerprint.to_string()));
+        }
         let outcome = self
             .apply(|fleet, cfg, now| Ok(fleet.webhook(cfg, now, &delivery.alerts)))
             .expect("a webhook cannot fail");
@@ -303,7 +329,9 @@ impl Hale {
         let trust = self.lock_fleet().trust.clone();
         Ok(AlertsView {
             source: SourceView {
-                url: cfg.config.alertmanager.url.clone(),
+                url: crate::config::shown_url(
+                    &reqwest::Url::parse(&cfg.config.alertmanager.url).expect("validated"),
+                ),
                 receiver: cfg.config.alertmanager.receiver.clone(),
                 up: trust.source_up,
                 stale: trust.stale,

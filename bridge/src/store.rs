@@ -301,6 +301,18 @@ impl Store {
         let tx = self.conn.transaction().op("begin")?;
         let mut stored = Vec::with_capacity(batch.events.len());
         {
+            // Deletes first: a node removed and then re-created (by a retried batch)
+            // must end up present.
+            let mut del = tx
+                .prepare_cached("DELETE FROM nodes WHERE id = ?1")
+                .op("prepare node delete")?;
+            let mut del_live = tx
+                .prepare_cached("DELETE FROM liveness WHERE id = ?1")
+                .op("prepare liveness delete")?;
+            for id in &batch.removed {
+                del.execute(params![id]).op("delete node")?;
+                del_live.execute(params![id]).op("delete liveness")?;
+            }
             let mut put = tx
                 .prepare_cached("INSERT OR REPLACE INTO nodes (id, body) VALUES (?1, ?2)")
                 .op("prepare node write")?;
@@ -315,16 +327,6 @@ impl Store {
             for l in &batch.liveness {
                 live.execute(params![l.id, l.last_report, l.last_heartbeat])
                     .op("write liveness")?;
-            }
-            let mut del = tx
-                .prepare_cached("DELETE FROM nodes WHERE id = ?1")
-                .op("prepare node delete")?;
-            let mut del_live = tx
-                .prepare_cached("DELETE FROM liveness WHERE id = ?1")
-                .op("prepare liveness delete")?;
-            for id in &batch.removed {
-                del.execute(params![id]).op("delete node")?;
-                del_live.execute(params![id]).op("delete liveness")?;
             }
             let mut add = tx
                 .prepare_cached(

@@ -25,8 +25,7 @@ fn types(page: &Value) -> Vec<String> {
 #[tokio::test]
 async fn events_api_pages_filters_and_outlives_the_node() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let hale = Hale::start_with(dir.path(), port, &webhook_only_config(dir.path(), port, "")).await;
+    let hale = Hale::webhook_only(dir.path(), "").await;
     let smart = smart_failing("n1");
     assert_eq!(
         hale.deliver(&delivery(&[(&heartbeat("n1"), "firing")]))
@@ -159,18 +158,12 @@ async fn webhooks_are_signed_retried_and_filtered() {
     receiver.fail_first("/all", 2);
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("secret"), format!("{SECRET}\n")).unwrap();
-    let port = free_port();
     let hooks = format!(
         "nodeEventWebhooks:\n  - url: {url}/all\n    secretFile: {secret}\n    maxAttempts: 3\n  - url: {url}/scores\n    secretFile: {secret}\n    events: [score_changed]\n",
         url = receiver.url,
         secret = dir.path().join("secret").display()
     );
-    let hale = Hale::start_with(
-        dir.path(),
-        port,
-        &webhook_only_config(dir.path(), port, &hooks),
-    )
-    .await;
+    let hale = Hale::webhook_only(dir.path(), &hooks).await;
     assert_eq!(
         hale.deliver(&delivery(&[(&smart_failing("n1"), "firing")]))
             .await,
@@ -256,18 +249,12 @@ async fn a_hanging_receiver_does_not_slow_ingest_and_overflow_is_counted() {
     let receiver = Receiver::start().await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("secret"), SECRET).unwrap();
-    let port = free_port();
     let hooks = format!(
         "nodeEventWebhooks:\n  - url: {}/hang\n    secretFile: {}\n    queueSize: 3\n    timeout: 5m\n    maxAttempts: 1\n",
         receiver.url,
         dir.path().join("secret").display()
     );
-    let hale = Hale::start_with(
-        dir.path(),
-        port,
-        &webhook_only_config(dir.path(), port, &hooks),
-    )
-    .await;
+    let hale = Hale::webhook_only(dir.path(), &hooks).await;
     let started = Instant::now();
     for i in 0..40 {
         let node = format!("n{i}");
@@ -324,17 +311,11 @@ async fn the_example_receiver_verifies_and_deduplicates() {
     .await;
 
     // hale delivers to it.
-    let port = free_port();
     let hooks = format!(
         "nodeEventWebhooks:\n  - url: {url}/hale\n    secretFile: {}\n    events: [CONDITION_RAISED]\n",
         secret_file.display()
     );
-    let hale = Hale::start_with(
-        dir.path(),
-        port,
-        &webhook_only_config(dir.path(), port, &hooks),
-    )
-    .await;
+    let hale = Hale::webhook_only(dir.path(), &hooks).await;
     assert_eq!(
         hale.deliver(&delivery(&[(&smart_failing("n1"), "firing")]))
             .await,
@@ -487,9 +468,7 @@ async fn sighup_reloads_endpoints_and_penalties_and_a_bad_file_changes_nothing()
 #[tokio::test]
 async fn kill_9_during_a_burst_keeps_state_and_events_in_step() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut hale =
-        Hale::start_with(dir.path(), port, &webhook_only_config(dir.path(), port, "")).await;
+    let mut hale = Hale::webhook_only(dir.path(), "").await;
     let nodes: Vec<String> = (0..12).map(|i| format!("n{i}")).collect();
     let mut senders = Vec::new();
     for (i, node) in nodes.iter().cloned().enumerate() {

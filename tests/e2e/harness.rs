@@ -243,6 +243,12 @@ impl Hale {
         Self::start_with(dir, port, &config).await
     }
 
+    /// Start hale on webhook-only ingest ([`webhook_only_config`]) with `extra` YAML.
+    pub async fn webhook_only(dir: &Path, extra: &str) -> Hale {
+        let port = free_port();
+        Self::start_with(dir, port, &webhook_only_config(dir, port, extra)).await
+    }
+
     pub async fn start_with(dir: &Path, port: u16, config: &str) -> Hale {
         std::fs::write(dir.join("hale.yaml"), config).unwrap();
         let mut hale = Hale {

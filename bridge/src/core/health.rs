@@ -71,6 +71,19 @@ impl Fleet {
     /// alerts. Trusted when it holds the watchdog (or the watchdog is not required);
     /// a trusted poll reconciles everything, an untrusted one only adds evidence.
     pub fn poll(&mut self, cfg: &Loaded, now: Time, alerts: &[Alert<'_>]) -> Outcome {
+        self.poll_around(cfg, now, alerts, &BTreeSet::new())
+    }
+
+    /// [`Fleet::poll`] for an answer fetched while webhook deliveries were applied:
+    /// the alerts those deliveries named (`delivered`, by fingerprint) are newer than
+    /// the answer, so it neither ends nor revives them.
+    pub fn poll_around(
+        &mut self,
+        cfg: &Loaded,
+        now: Time,
+        alerts: &[Alert<'_>],
+        delivered: &BTreeSet<String>,
+    ) -> Outcome {
         let trusted = !cfg.config.alertmanager.require_watchdog
             || alerts.iter().any(|a| a.signal() == Signal::Watchdog);
         if trusted {
@@ -84,6 +97,7 @@ impl Fleet {
         let mut step = Step::new(self, cfg, now);
         step.out.trusted = trusted;
         step.settle_trust();
+        step.newer = delivered;
         step.ingest(alerts, trusted, trusted);
         step.finish(Scope::All)
     }
@@ -226,7 +240,11 @@ struct Step<'f> {
     cfg: &'f Loaded,
     now: Time,
     out: Outcome,
+    /// Fingerprints whose latest word came after this input was taken.
+    newer: &'f BTreeSet<String>,
 }
+
+static NONE_NEWER: BTreeSet<String> = BTreeSet::new();
 
 impl<'f> Step<'f> {
     fn new(fleet: &'f mut Fleet, cfg: &'f Loaded, now: Time) -> Self {
@@ -235,6 +253,7 @@ impl<'f> Step<'f> {
             cfg,
             now,
             out: Outcome::default(),
+            newer: &NONE_NEWER,
         }
     }
 
@@ -251,13 +270,25 @@ impl<'f> Step<'f> {
     fn node(&mut self, id: &str) -> &mut Node {
         if !self.fleet.nodes.contains_key(id) {
             let mut node = Node::new(id);
-            if self.fleet.trust.stale {
+            let stale = self.fleet.trust.stale;
+            if stale {
                 node.conditions
                     .insert(TELEMETRY_STALE.into(), stale_condition(self.now));
                 node.saw(TELEMETRY_STALE);
             }
             self.fleet.nodes.insert(id.to_string(), node);
             self.out.dirty.insert(id.to_string());
+            if stale {
+                self.event(
+                    id,
+                    EventKind::ConditionRaised {
+                        condition: TELEMETRY_STALE.into(),
+                        reason: TELEMETRY_STALE.into(),
+                        severity: Severity::Warning,
+                    },
+                    "telemetry stale: a new node, seen while hale has no trusted alert data".into(),
+                );
+            }
         }
         self.fleet.nodes.get_mut(id).expect("inserted above")
     }
@@ -269,7 +300,8 @@ impl<'f> Step<'f> {
         // Alerts grouped by node: a sort of 50,000 references beats a map of vectors.
         let mut named: Vec<(&str, &Alert<'_>)> = Vec::with_capacity(alerts.len());
         for alert in alerts {
-            if alert.signal() == Signal::Watchdog {
+            if alert.signal() == Signal::Watchdog || self.newer.contains(alert.fingerprint.as_ref())
+            {
                 continue;
             }
             match alert.node(identity) {
@@ -318,7 +350,8 @@ impl<'f> Step<'f> {
             now: self.now,
             id,
         };
-        apply_alerts(node, &mut rec, cfg, alerts, full, trusted);
+        let newer = self.newer;
+        apply_alerts(node, &mut rec, cfg, alerts, full, trusted, newer);
     }
 
     fn count_failure(&mut self, id: &str, job: &str, reason: &str, at: Time) {
@@ -340,7 +373,15 @@ impl<'f> Step<'f> {
             .last_trusted
             .map_or(trust.watching_since, |t| t.max(trust.watching_since));
         let stale_after = self.cfg.config.alertmanager.stale_after();
-        let stale = (self.now - since).to_std().unwrap_or_default() >= stale_after;
+        let mut stale = (self.now - since).to_std().unwrap_or_default() >= stale_after;
+        // The restart grace only delays becoming stale; leaving it takes trusted input
+        // seen by this process, never just a restart.
+        let trusted_since_start = trust
+            .last_trusted
+            .is_some_and(|t| t >= trust.watching_since);
+        if trust.stale && !trusted_since_start {
+            stale = true;
+        }
         if stale == trust.stale {
             return;
         }
@@ -458,6 +499,7 @@ impl<'f> Step<'f> {
             cfg,
             now,
             mut out,
+            ..
         } = self;
         for (id, node) in fleet.nodes.iter_mut() {
             let wanted = match scope {
@@ -561,6 +603,7 @@ fn apply_alerts(
     alerts: &[&Alert<'_>],
     full: bool,
     trusted: bool,
+    newer: &BTreeSet<String>,
 ) {
     let now = rec.now;
     let mut fresh: Vec<(&str, &Alert<'_>)> = Vec::new();
@@ -590,8 +633,14 @@ fn apply_alerts(
                 unavailable.insert(alert.fingerprint.as_ref(), signal);
             }
             Signal::JobFailure { job } => {
+                // The instance is the fingerprint and startsAt as sent; only the time
+                // used for decay is clamped to now (a source clock may run ahead).
                 let at = alert.started().map_or(now, |t| t.min(now));
-                let key = format!("{}@{}", alert.fingerprint, at.timestamp_millis());
+                let key = format!(
+                    "{}@{}",
+                    alert.fingerprint,
+                    alert.starts_at.as_deref().unwrap_or("")
+                );
                 failures.push((key, job, alert.reason(), at));
             }
             Signal::Condition => fresh.push((alert.condition_type(), alert)),
@@ -617,7 +666,9 @@ fn apply_alerts(
         }
     }
 
-    if let Some(interval) = heartbeat {
+    // Only trusted input says a node is alive: a heartbeat from an answer without the
+    // watchdog, or while stale, neither arms nor clears missed-heartbeat detection.
+    if trusted && let Some(interval) = heartbeat {
         let interval = interval.unwrap_or(cfg.settings_for(&node.labels).report_interval);
         if node
             .heartbeat
@@ -659,7 +710,7 @@ fn apply_alerts(
             .cloned()
             .collect();
         for ctype in existing {
-            set_sources(node, rec, &ctype, &[], true);
+            set_sources(node, rec, &ctype, &[], true, newer);
         }
     } else {
         for &(ctype, fingerprint) in &ended {
@@ -669,12 +720,15 @@ fn apply_alerts(
                 .and_then(|c| c.sources.remove(fingerprint));
             if removed.is_some() {
                 rec.dirty();
-                set_sources(node, rec, ctype, &[], false);
+                if let Some(c) = node.conditions.get_mut(ctype) {
+                    compose_message(ctype, c);
+                }
+                set_sources(node, rec, ctype, &[], false, newer);
             }
         }
     }
     for (ctype, alerts) in &fresh {
-        set_sources(node, rec, ctype, alerts, full);
+        set_sources(node, rec, ctype, alerts, full, newer);
     }
 
     let same = |old: &SmallMap<String, String>| {
@@ -738,6 +792,7 @@ fn set_sources(
     ctype: &str,
     alerts: &[&Alert<'_>],
     full: bool,
+    newer: &BTreeSet<String>,
 ) {
     let now = rec.now;
     let Some(cond) = node.conditions.get_mut(ctype) else {
@@ -781,7 +836,13 @@ fn set_sources(
             };
             cond.sources.insert(key, source);
         }
-        keys_changed |= !old.is_empty();
+        for (key, source) in old {
+            if newer.contains(&key) {
+                cond.sources.insert(key, source);
+            } else {
+                keys_changed = true;
+            }
+        }
     } else {
         for a in alerts {
             let fp = a.fingerprint.as_ref();
@@ -979,15 +1040,24 @@ fn refresh(ctype: &str, cond: &mut Condition, now: Time, changed: bool) {
         }
     }
     if changed {
-        let mut messages: Vec<&str> = cond.sources.values().map(|s| s.message.as_str()).collect();
-        messages.sort_unstable();
-        messages.dedup();
-        cond.message = if ctype == COLLECTOR_FAILED {
-            format!("collectors failed: {}", messages.join(", "))
-        } else {
-            messages.join("; ")
-        };
+        compose_message(ctype, cond);
     }
     cond.last_seen = now;
     cond.observations += 1;
+}
+
+/// The message of a condition: each source's latest message, once. A condition whose
+/// sources all ended keeps the message it had.
+fn compose_message(ctype: &str, cond: &mut Condition) {
+    if cond.sources.is_empty() {
+        return;
+    }
+    let mut messages: Vec<&str> = cond.sources.values().map(|s| s.message.as_str()).collect();
+    messages.sort_unstable();
+    messages.dedup();
+    cond.message = if ctype == COLLECTOR_FAILED {
+        format!("collectors failed: {}", messages.join(", "))
+    } else {
+        messages.join("; ")
+    };
 }

@@ -859,3 +859,116 @@ fn a_steady_poll_rewrites_no_evidence() {
         "correctable ECC errors on GPU 0; correctable ECC errors on GPU 1"
     );
 }
+
+#[test]
+fn a_restart_does_not_end_staleness_without_trusted_input() {
+    let mut s = script("");
+    s.at(0).poll(&[watchdog(), heartbeat("n1")]);
+    s.at(200).fail();
+    assert!(s.fleet.trust.stale);
+    s.took();
+    // hale restarts: the stored trust says stale; the restart grace must not clear it.
+    s.fleet.trust.watching_since = t0() + TimeDelta::seconds(300);
+    s.at(301).tick();
+    assert!(s.fleet.trust.stale);
+    assert!(s.node("n1").conditions.contains_key(TELEMETRY_STALE));
+    assert_eq!(s.took(), Vec::<String>::new());
+    s.at(302).poll(&[watchdog(), heartbeat("n1")]);
+    assert!(!s.fleet.trust.stale);
+    assert_eq!(s.took(), ["n1 CONDITION_CLEARED"]);
+}
+
+#[test]
+fn untrusted_heartbeats_neither_arm_nor_clear() {
+    let mut s = script("");
+    s.at(0).poll(&[watchdog(), heartbeat("n1")]);
+    s.at(90).poll(&[watchdog()]);
+    assert!(s.node("n1").conditions.contains_key(HEARTBEAT_MISSED));
+    // An answer without the watchdog carries n1's heartbeat: not proof of life.
+    s.at(95).poll(&[heartbeat("n1"), heartbeat("n2")]);
+    assert!(s.node("n1").conditions.contains_key(HEARTBEAT_MISSED));
+    assert!(
+        s.node("n2").heartbeat.is_none(),
+        "untrusted input arms nothing"
+    );
+    s.at(100).poll(&[watchdog(), heartbeat("n1")]);
+    assert!(!s.node("n1").conditions.contains_key(HEARTBEAT_MISSED));
+}
+
+#[test]
+fn a_job_failure_from_a_clock_ahead_counts_once() {
+    let mut s = script("");
+    let ahead = alert("JobFailedOnNode")
+        .on("n1")
+        .label("hale_signal", "job_failure")
+        .starts(t0() + TimeDelta::seconds(20));
+    s.at(0).poll(&[watchdog(), ahead.clone()]);
+    s.at(10).webhook(std::slice::from_ref(&ahead));
+    s.at(30).poll(&[watchdog(), ahead.clone()]);
+    assert_eq!(s.node("n1").failures.total, 1);
+    assert_eq!(
+        s.node("n1").failures.last,
+        Some(t0()),
+        "decay is measured from now, not the future"
+    );
+}
+
+#[test]
+fn a_resolved_source_leaves_the_message() {
+    let mut s = script("");
+    let a = gpu_ecc_correctable("n1", "0");
+    let b = gpu_ecc_correctable("n1", "1");
+    s.at(0).poll(&[watchdog(), a.clone(), b.clone()]);
+    s.at(5).webhook(&[b.resolved()]);
+    assert_eq!(
+        s.node("n1").conditions["gpu_ecc_errors"].message,
+        "correctable ECC errors on GPU 0"
+    );
+}
+
+#[test]
+fn a_node_born_stale_records_why() {
+    let mut s = script("");
+    s.at(100).fail();
+    s.took();
+    s.at(101).webhook(&[smart_failing("late")]);
+    let raised: Vec<String> = s
+        .events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ConditionRaised { condition, .. } => Some(condition.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(raised, [TELEMETRY_STALE, "disk_degraded"]);
+}
+
+#[test]
+fn a_poll_fetched_before_a_delivery_does_not_undo_it() {
+    let mut s = script("");
+    let smart = smart_failing("n1");
+    let ecc = gpu_ecc_uncorrectable("n1", "0");
+    s.at(0).poll(&[watchdog(), heartbeat("n1"), smart.clone()]);
+    // While the next poll was in flight: SMART resolved and ECC fired, by webhook.
+    s.at(10).webhook(&[smart.clone().resolved(), ecc.clone()]);
+    s.took();
+    let stale_answer: Vec<Alert> = [watchdog(), heartbeat("n1"), smart.clone()]
+        .iter()
+        .map(|a| a.0.clone())
+        .collect();
+    let delivered: std::collections::BTreeSet<String> = [
+        smart.0.fingerprint.to_string(),
+        ecc.0.fingerprint.to_string(),
+    ]
+    .into();
+    let out = s.fleet.poll_around(
+        &s.cfg,
+        t0() + TimeDelta::seconds(11),
+        &stale_answer,
+        &delivered,
+    );
+    s.record(out);
+    assert_eq!(s.took(), Vec::<String>::new(), "neither revived nor ended");
+    assert!(!s.node("n1").conditions.contains_key("disk_degraded"));
+    assert!(s.node("n1").conditions.contains_key("gpu_ecc_errors"));
+}
