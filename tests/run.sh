@@ -21,4 +21,5 @@ fi
 
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
+tests/promtool.sh
 cargo test --all-targets --locked
