@@ -234,12 +234,7 @@ impl Hale {
     /// stores under `dir` and reads `am_url`.
     pub async fn start(dir: &Path, am_url: &str, extra: &str) -> Hale {
         let port = free_port();
-        std::fs::write(dir.join("token"), TOKEN).unwrap();
-        let config = format!(
-            "listen: 127.0.0.1:{port}\napiTokenFile: {}\nstore: {{ path: {} }}\nalertmanager:\n  url: {am_url}\n  pollInterval: 1s\n{extra}",
-            dir.join("token").display(),
-            dir.join("data").display(),
-        );
+        let config = config(dir, port, am_url, "pollInterval: 1s", extra);
         Self::start_with(dir, port, &config).await
     }
 
@@ -437,9 +432,17 @@ pub fn delivery(alerts: &[(&Value, &str)]) -> Value {
 
 /// A config for webhook-only ingest (no polling, trust for an hour), plus `extra`.
 pub fn webhook_only_config(dir: &Path, port: u16, extra: &str) -> String {
+    let am = "pollInterval: 0, staleAfter: 1h";
+    config(dir, port, "http://127.0.0.1:9", am, extra)
+}
+
+/// A config listening on `port`, with the token and the store under `dir`, reading
+/// the Alertmanager at `am_url` with the flow-style `alertmanager` keys `am`, then
+/// `extra` top-level YAML.
+pub fn config(dir: &Path, port: u16, am_url: &str, am: &str, extra: &str) -> String {
     std::fs::write(dir.join("token"), TOKEN).unwrap();
     format!(
-        "listen: 127.0.0.1:{port}\napiTokenFile: {}\nstore: {{ path: {} }}\nalertmanager:\n  url: http://127.0.0.1:9\n  pollInterval: 0\n  staleAfter: 1h\n{extra}",
+        "listen: 127.0.0.1:{port}\napiTokenFile: {}\nstore: {{ path: {} }}\nalertmanager: {{ url: '{am_url}', {am} }}\n{extra}",
         dir.join("token").display(),
         dir.join("data").display(),
     )

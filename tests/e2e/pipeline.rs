@@ -62,14 +62,9 @@ async fn webhook_path_delivers_with_the_token() {
     let port = free_port();
     let hale_url = format!("http://127.0.0.1:{port}");
     let am = Alertmanager::start(Some((&hale_url, TOKEN))).await;
-    std::fs::write(dir.path().join("token"), TOKEN).unwrap();
     // Polling off: only Alertmanager's deliveries can tell hale anything.
-    let config = format!(
-        "listen: 127.0.0.1:{port}\napiTokenFile: {}\nstore: {{ path: {} }}\nalertmanager:\n  url: {}\n  pollInterval: 0\n  staleAfter: 1h\n",
-        dir.path().join("token").display(),
-        dir.path().join("data").display(),
-        am.url
-    );
+    let am_keys = "pollInterval: 0, staleAfter: 1h";
+    let config = config(dir.path(), port, &am.url, am_keys, "");
     let hale = Hale::start_with(dir.path(), port, &config).await;
 
     am.fire(&[watchdog(), smart_failing("n1")]).await;
@@ -260,13 +255,7 @@ async fn a_truncated_webhook_triggers_an_immediate_poll() {
     let am = Alertmanager::start(None).await;
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    std::fs::write(dir.path().join("token"), TOKEN).unwrap();
-    let config = format!(
-        "listen: 127.0.0.1:{port}\napiTokenFile: {}\nstore: {{ path: {} }}\nalertmanager:\n  url: {}\n  pollInterval: 1h\n",
-        dir.path().join("token").display(),
-        dir.path().join("data").display(),
-        am.url
-    );
+    let config = config(dir.path(), port, &am.url, "pollInterval: 1h", "");
     let hale = Hale::start_with(dir.path(), port, &config).await;
     am.fire(&[watchdog(), smart_failing("n1")]).await;
     // Only the heartbeat is in the delivery; the SMART alert was left out of it.

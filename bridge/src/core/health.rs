@@ -297,7 +297,6 @@ impl<'f> Step<'f> {
     /// lacks has ended. `trusted`: it may clear evidence and counts as a report.
     fn ingest(&mut self, alerts: &[Alert<'_>], full: bool, trusted: bool) {
         let identity = &self.cfg.config.node_identity;
-        // Alerts grouped by node: a sort of 50,000 references beats a map of vectors.
         let mut named: Vec<(&str, &Alert<'_>)> = Vec::with_capacity(alerts.len());
         for alert in alerts {
             if alert.signal() == Signal::Watchdog || self.newer.contains(alert.fingerprint.as_ref())
@@ -309,15 +308,7 @@ impl<'f> Step<'f> {
                 None => self.out.unmatched += 1,
             }
         }
-        // Stable: each node's alerts keep the order they came in.
-        named.sort_by(|a, b| a.0.cmp(b.0));
-        let mut groups: Vec<(&str, Vec<&Alert<'_>>)> = Vec::new();
-        for (node, alert) in named {
-            match groups.last_mut() {
-                Some((id, list)) if *id == node => list.push(alert),
-                _ => groups.push((node, vec![alert])),
-            }
-        }
+        let groups = group_by_key(named);
         // The whole picture: known nodes it does not name see their alerts end.
         let silent: Vec<String> = if full {
             self.fleet
@@ -563,6 +554,20 @@ fn rescore(node: &mut Node, rec: &mut Recorder<'_, '_>, cfg: &Loaded) {
     }
 }
 
+/// Group (key, item) pairs by key, keys in order, each group's items in the order they
+/// came (the sort is stable). For 50,000 alerts a sort beats a map of vectors.
+fn group_by_key<'k, T>(mut pairs: Vec<(&'k str, T)>) -> Vec<(&'k str, Vec<T>)> {
+    pairs.sort_by(|a, b| a.0.cmp(b.0));
+    let mut groups: Vec<(&'k str, Vec<T>)> = Vec::new();
+    for (key, item) in pairs {
+        match groups.last_mut() {
+            Some((k, items)) if *k == key => items.push(item),
+            _ => groups.push((key, vec![item])),
+        }
+    }
+    groups
+}
+
 /// Records what happens to one node during a step.
 struct Recorder<'o, 'i> {
     out: &'o mut Outcome,
@@ -648,16 +653,7 @@ fn apply_alerts(
         }
     }
 
-    // Group by condition type; stable, so each type's alerts keep their order.
-    fresh.sort_by(|a, b| a.0.cmp(b.0));
-    let mut fresh_by_type: Vec<(&str, Vec<&Alert<'_>>)> = Vec::new();
-    for (ctype, alert) in fresh {
-        match fresh_by_type.last_mut() {
-            Some((t, list)) if *t == ctype => list.push(alert),
-            _ => fresh_by_type.push((ctype, vec![alert])),
-        }
-    }
-    let fresh = fresh_by_type;
+    let fresh = group_by_key(fresh);
 
     if named {
         rec.touched();
