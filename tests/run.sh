@@ -23,3 +23,4 @@ cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 tests/promtool.sh
 cargo test --all-targets --locked
+tests/examples.sh
