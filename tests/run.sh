@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 missing=()
 command -v prometheus-alertmanager >/dev/null || missing+=(prometheus-alertmanager)
 command -v promtool >/dev/null || missing+=(prometheus)
+command -v mtail >/dev/null || missing+=(mtail)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "installing: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -22,5 +23,6 @@ fi
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 tests/promtool.sh
+tests/mtail.sh
 cargo test --all-targets --locked
 tests/examples.sh
