@@ -24,5 +24,6 @@ cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 tests/promtool.sh
 tests/mtail.sh
-cargo test --all-targets --locked
+cargo build --locked --bin hale
 tests/examples.sh
+cargo test --all-targets --locked
