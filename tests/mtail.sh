@@ -13,17 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v mtail >/dev/null; then
-    echo "installing: mtail"
-    export DEBIAN_FRONTEND=noninteractive
-    # Keep Debian's init scripts from starting the daemon with its default config.
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-        chmod +x /usr/sbin/policy-rc.d
-    fi
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends mtail >/dev/null
-fi
+. tests/install.sh
+install_missing mtail=mtail
 
 progs=rules/mtail
 tmp=$(mktemp -d)
