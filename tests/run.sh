@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 . tests/install.sh
-install_missing prometheus-alertmanager=prometheus-alertmanager promtool=prometheus mtail=mtail
+install_missing prometheus-alertmanager=prometheus-alertmanager promtool=prometheus \
+    prometheus-node-exporter=prometheus-node-exporter mtail=mtail
 
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
@@ -13,4 +14,5 @@ tests/promtool.sh
 tests/mtail.sh
 cargo build --locked --bin hale
 tests/examples.sh
+tests/helm.sh
 cargo test --all-targets --locked

@@ -26,6 +26,9 @@ pub enum IngestError {
 
 impl IngestError {
     /// Low-cardinality label for failure counters.
+    /// Every value [`IngestError::metric_label`] returns.
+    pub const METRIC_LABELS: [&'static str; 4] = ["unreachable", "status", "malformed", "version"];
+
     pub fn metric_label(&self) -> &'static str {
         match self {
             IngestError::Unreachable { .. } => "unreachable",
@@ -46,6 +49,8 @@ struct V2Alert<'a> {
     fingerprint: Cow<'a, str>,
     #[serde(rename = "startsAt", borrow, default)]
     starts_at: Option<Text<'a>>,
+    #[serde(rename = "endsAt", borrow, default)]
+    ends_at: Option<Text<'a>>,
     #[serde(borrow)]
     status: V2Status<'a>,
 }
@@ -73,6 +78,7 @@ pub fn parse_v2(body: &[u8]) -> Result<Vec<Alert<'_>>> {
             annotations: a.annotations,
             fingerprint: a.fingerprint,
             starts_at: a.starts_at.map(|t| t.0),
+            ends_at: a.ends_at.map(|t| t.0),
             state: if a.status.state == "suppressed" {
                 AlertState::Suppressed
             } else {
@@ -106,6 +112,8 @@ struct WebhookAlert<'a> {
     fingerprint: Cow<'a, str>,
     #[serde(borrow, default)]
     starts_at: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    ends_at: Option<Text<'a>>,
 }
 
 /// One webhook delivery.
@@ -149,6 +157,12 @@ pub fn parse_webhook(body: &[u8]) -> Result<Delivery<'_>> {
             annotations: a.annotations,
             fingerprint: a.fingerprint,
             starts_at: a.starts_at.map(|t| t.0),
+            // A firing alert's is zeroed in notifications; a resolved one's says when
+            // it ended, which tells a resolution from an expiry.
+            ends_at: (state == AlertState::Resolved)
+                .then_some(a.ends_at)
+                .flatten()
+                .map(|t| t.0),
             state,
         });
     }
@@ -195,7 +209,7 @@ impl Client {
     }
 
     /// Fetch the raw answer; parse it with [`parse_v2`].
-    pub async fn fetch(&self) -> Result<Vec<u8>> {
+    pub async fn fetch(&self) -> Result<Answer> {
         let unreachable = |e: reqwest::Error| IngestError::Unreachable {
             url: self.shown_url(),
             reason: error_chain(&e.without_url()),
@@ -213,9 +227,23 @@ impl Client {
                 status: resp.status().as_u16(),
             });
         }
+        let date = resp
+            .headers()
+            .get(reqwest::header::DATE)
+            .and_then(|d| d.to_str().ok())
+            .and_then(|d| chrono::DateTime::parse_from_rfc2822(d).ok())
+            .map(|d| d.with_timezone(&chrono::Utc));
         // Collected into one buffer, so the conversion reuses it rather than copying.
-        Ok(resp.bytes().await.map_err(unreachable)?.into())
+        let body = resp.bytes().await.map_err(unreachable)?.into();
+        Ok(Answer { body, date })
     }
+}
+
+/// One answer of the v2 API.
+pub struct Answer {
+    pub body: Vec<u8>,
+    /// Alertmanager's clock when it answered (its `Date` header, to the second).
+    pub date: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// An error and its causes, `outer: inner: innermost` (reqwest hides the cause that

@@ -13,9 +13,11 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::alertmanager::IngestError;
 use crate::config::Loaded;
 use crate::core::{Fleet, Health, KNOWN_CONDITIONS};
 use crate::notify::WebhookMetrics;
+use crate::store::StoreError;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
@@ -124,6 +126,23 @@ impl Metrics {
             m.store_write_failures.clone(),
         );
         registry.register_collector(Box::new(NodeCollector { fleet, config }));
+        // Zero series for the fixed label values, so `rate()` sees the first event.
+        let polled = ["trusted", "untrusted"]
+            .into_iter()
+            .chain(IngestError::METRIC_LABELS);
+        for result in polled {
+            drop(m.polls.get_or_create(&ResultLabel {
+                result: result.into(),
+            }));
+        }
+        for path in ["poll", "webhook"] {
+            drop(m.ingested.get_or_create(&PathLabel { path: path.into() }));
+        }
+        for reason in StoreError::METRIC_LABELS {
+            drop(m.store_write_failures.get_or_create(&ReasonLabel {
+                reason: reason.into(),
+            }));
+        }
         Metrics { registry, ..m }
     }
 

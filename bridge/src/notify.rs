@@ -52,18 +52,38 @@ impl WebhookMetrics {
         );
     }
 
+    /// Create the zero series of an endpoint's fixed outcomes, so `rate()` and the
+    /// dashboard see them before the first failure rather than only after it.
+    fn init(&self, endpoint: &str) {
+        for result in ["delivered", "failed"] {
+            Self::touch(&self.deliveries, endpoint, "result", result);
+        }
+        for reason in ["overflow", "exhausted", "rejected"] {
+            Self::touch(&self.dropped, endpoint, "reason", reason);
+        }
+    }
+
     fn count(
         family: &Family<Vec<(&'static str, String)>, Counter>,
         endpoint: &str,
         k: &'static str,
         v: &str,
     ) {
+        Self::touch(family, endpoint, k, v).inc();
+    }
+
+    fn touch(
+        family: &Family<Vec<(&'static str, String)>, Counter>,
+        endpoint: &str,
+        k: &'static str,
+        v: &str,
+    ) -> Counter {
         family
             .get_or_create(&vec![
                 ("endpoint", endpoint.to_string()),
                 (k, v.to_string()),
             ])
-            .inc();
+            .clone()
     }
 }
 
@@ -262,6 +282,7 @@ impl Notifier {
                     hook: hook.clone(),
                     metrics: metrics.clone(),
                 };
+                metrics.init(&endpoint.shown);
                 let queue = Queue {
                     shown: endpoint.shown.clone(),
                     filter: hook.events.clone(),

@@ -11,7 +11,7 @@ use chrono::Utc;
 use tokio::sync::Notify;
 use tracing::{error, info, warn};
 
-use crate::alertmanager::{self, IngestError};
+use crate::alertmanager::{self, Answer, IngestError};
 use crate::config::{Config, ConfigError, Loaded};
 use crate::core::labels::{Alert, AlertState, Signal};
 use crate::core::{CoreError, EventKind, Fleet, Outcome, TELEMETRY_STALE, Time};
@@ -196,9 +196,9 @@ impl Hale {
         self.first_poll_done.store(true, Ordering::Release);
     }
 
-    fn ingest_poll(&self, fetched: Result<Vec<u8>, IngestError>) {
-        let body = match fetched {
-            Ok(body) => body,
+    fn ingest_poll(&self, fetched: Result<Answer, IngestError>) {
+        let (body, answered) = match fetched {
+            Ok(answer) => (answer.body, answer.date),
             Err(e) => return self.poll_failed(e),
         };
         let alerts = match alertmanager::parse_v2(&body) {
@@ -215,7 +215,8 @@ impl Hale {
                     .expect("poll lock")
                     .take()
                     .unwrap_or_default();
-                Ok(fleet.poll_around(cfg, now, &alerts, &delivered))
+                let answered = answered.unwrap_or(now);
+                Ok(fleet.poll_around(cfg, now, answered, &alerts, &delivered))
             })
             .expect("a poll cannot fail");
         let result = if outcome.trusted {
@@ -320,7 +321,7 @@ impl Hale {
     /// request rather than kept, so it costs no memory and is never out of date.
     pub async fn alerts(&self) -> Result<AlertsView, IngestError> {
         let client = self.client.read().expect("client lock").clone();
-        let body = client.fetch().await?;
+        let body = client.fetch().await?.body;
         let cfg = self.config();
         let alerts = alertmanager::parse_v2(&body)?
             .iter()

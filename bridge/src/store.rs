@@ -31,6 +31,9 @@ pub enum StoreError {
 
 impl StoreError {
     /// Low-cardinality label for failure counters.
+    /// Every value [`StoreError::metric_label`] returns.
+    pub const METRIC_LABELS: [&'static str; 3] = ["create", "sqlite", "corrupt"];
+
     pub fn metric_label(&self) -> &'static str {
         match self {
             StoreError::Create { .. } => "create",

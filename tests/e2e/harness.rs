@@ -4,6 +4,7 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{TimeDelta, Utc};
@@ -34,7 +35,7 @@ where
     }
 }
 
-fn require(binary: &str) -> PathBuf {
+pub fn require(binary: &str) -> PathBuf {
     which(binary).unwrap_or_else(|| {
         panic!("{binary} is not installed: run tests/run.sh, which installs the test components")
     })
@@ -48,10 +49,13 @@ pub fn which(binary: &str) -> Option<PathBuf> {
     })
 }
 
-/// A real `prometheus-alertmanager` routing everything to receiver `hale`.
+/// A real `prometheus-alertmanager` routing everything to receiver `hale`. A firing
+/// watchdog is re-sent every second, as Prometheus re-sends it: hale ends a condition
+/// only after it has seen the watchdog's expiry move forward.
 pub struct Alertmanager {
     pub url: String,
     child: Child,
+    resend: Arc<Mutex<Vec<Value>>>,
     _dir: tempfile::TempDir,
 }
 
@@ -59,9 +63,6 @@ impl Alertmanager {
     /// `webhook`: deliver to this hale URL with this bearer token; `None`: no
     /// notifications (the receiver exists for polling only).
     pub async fn start(webhook: Option<(&str, &str)>) -> Alertmanager {
-        let bin = require("prometheus-alertmanager");
-        let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
         let receiver = match webhook {
             Some((url, token)) => format!(
                 "  - name: hale\n    webhook_configs:\n      - url: {url}/api/v1/alertmanager\n        send_resolved: true\n        http_config:\n          authorization:\n            credentials: {token}\n"
@@ -71,6 +72,14 @@ impl Alertmanager {
         let config = format!(
             "route:\n  receiver: hale\n  group_by: [node]\n  group_wait: 0s\n  group_interval: 1s\n  repeat_interval: 1h\nreceivers:\n{receiver}"
         );
+        Self::with_config(&config).await
+    }
+
+    /// A real Alertmanager running `config` (YAML text).
+    pub async fn with_config(config: &str) -> Alertmanager {
+        let bin = require("prometheus-alertmanager");
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
         std::fs::write(dir.path().join("am.yml"), config).unwrap();
         let child = Command::new(bin)
             .arg(format!(
@@ -90,8 +99,24 @@ impl Alertmanager {
         let am = Alertmanager {
             url: format!("http://127.0.0.1:{port}"),
             child,
+            resend: Arc::default(),
             _dir: dir,
         };
+        let (url, resend) = (am.url.clone(), am.resend.clone());
+        tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let alerts: Vec<Value> = resend.lock().unwrap().clone();
+                if !alerts.is_empty() {
+                    let _ = http
+                        .post(format!("{url}/api/v2/alerts"))
+                        .json(&with_times(&alerts, 3600))
+                        .send()
+                        .await;
+                }
+            }
+        });
         let ready = format!("{}/-/ready", am.url);
         eventually("alertmanager ready", Duration::from_secs(20), || async {
             let r = reqwest::get(&ready).await.ok()?;
@@ -103,19 +128,21 @@ impl Alertmanager {
 
     /// Post alerts through the v2 API. `ends_in_s` ≤ 0 resolves them.
     pub async fn post(&self, alerts: &[Value], ends_in_s: i64) {
-        let now = Utc::now();
-        let body: Vec<Value> = alerts
-            .iter()
-            .map(|a| {
-                let mut a = a.clone();
-                a["startsAt"] = json!((now - TimeDelta::minutes(1)).to_rfc3339());
-                a["endsAt"] = json!((now + TimeDelta::seconds(ends_in_s)).to_rfc3339());
-                a
-            })
-            .collect();
+        {
+            let mut resend = self.resend.lock().unwrap();
+            for a in alerts
+                .iter()
+                .filter(|a| a["labels"]["hale_signal"] == "watchdog")
+            {
+                resend.retain(|r| r["labels"] != a["labels"]);
+                if ends_in_s > 0 {
+                    resend.push(a.clone());
+                }
+            }
+        }
         let resp = reqwest::Client::new()
             .post(format!("{}/api/v2/alerts", self.url))
-            .json(&body)
+            .json(&with_times(alerts, ends_in_s))
             .send()
             .await
             .unwrap();
@@ -152,6 +179,20 @@ impl Alertmanager {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `alerts` stamped as sent now, started a minute ago, ending in `ends_in_s`.
+fn with_times(alerts: &[Value], ends_in_s: i64) -> Vec<Value> {
+    let now = Utc::now();
+    alerts
+        .iter()
+        .map(|a| {
+            let mut a = a.clone();
+            a["startsAt"] = json!((now - TimeDelta::minutes(1)).to_rfc3339());
+            a["endsAt"] = json!((now + TimeDelta::seconds(ends_in_s)).to_rfc3339());
+            a
+        })
+        .collect()
 }
 
 impl Drop for Alertmanager {
@@ -373,7 +414,19 @@ impl Hale {
 
     /// Wait until node `id` satisfies `check`.
     pub async fn wait_node(&self, what: &str, id: &str, check: impl Fn(&Value) -> bool) -> Value {
-        eventually(what, Duration::from_secs(20), || async {
+        self.wait_node_within(what, id, Duration::from_secs(20), check)
+            .await
+    }
+
+    /// [`Hale::wait_node`] with its own time limit.
+    pub async fn wait_node_within(
+        &self,
+        what: &str,
+        id: &str,
+        limit: Duration,
+        check: impl Fn(&Value) -> bool,
+    ) -> Value {
+        eventually(what, limit, || async {
             self.node(id).await.filter(|n| check(n))
         })
         .await

@@ -3,4 +3,5 @@
 mod api;
 mod events;
 mod harness;
+mod monitoring;
 mod pipeline;

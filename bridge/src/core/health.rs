@@ -5,6 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use chrono::TimeDelta;
+
 use super::labels::{Alert, AlertState, Signal};
 use super::{
     COLLECTOR_FAILED, Condition, Event, EventKind, FAILURE_DEDUCTION, Fleet, HEARTBEAT_MISSED,
@@ -71,25 +73,40 @@ impl Fleet {
     /// alerts. Trusted when it holds the watchdog (or the watchdog is not required);
     /// a trusted poll reconciles everything, an untrusted one only adds evidence.
     pub fn poll(&mut self, cfg: &Loaded, now: Time, alerts: &[Alert<'_>]) -> Outcome {
-        self.poll_around(cfg, now, alerts, &BTreeSet::new())
+        self.poll_around(cfg, now, now, alerts, &BTreeSet::new())
     }
 
     /// [`Fleet::poll`] for an answer fetched while webhook deliveries were applied:
     /// the alerts those deliveries named (`delivered`, by fingerprint) are newer than
-    /// the answer, so it neither ends nor revives them.
+    /// the answer, so it neither ends nor revives them. `answered` is Alertmanager's
+    /// clock when it answered: an alert gone before its expiry was resolved.
     pub fn poll_around(
         &mut self,
         cfg: &Loaded,
         now: Time,
+        answered: Time,
         alerts: &[Alert<'_>],
         delivered: &BTreeSet<String>,
     ) -> Outcome {
-        let trusted = !cfg.config.alertmanager.require_watchdog
-            || alerts.iter().any(|a| a.signal() == Signal::Watchdog);
+        let require = cfg.config.alertmanager.require_watchdog;
+        let watchdog = alerts.iter().filter(|a| a.signal() == Signal::Watchdog);
+        let trusted = !require || watchdog.clone().next().is_some();
+        let mut refreshes = None;
         if trusted {
             self.trust.last_trusted = Some(now);
             self.trust.source_up = true;
             self.trust.last_error = None;
+            if require && let Some(expires) = watchdog.filter_map(Alert::expires).max() {
+                if self
+                    .trust
+                    .watchdog_expires
+                    .is_some_and(|seen| expires > seen)
+                {
+                    self.trust.watchdog_refreshes += 1;
+                }
+                self.trust.watchdog_expires = self.trust.watchdog_expires.max(Some(expires));
+                refreshes = Some(self.trust.watchdog_refreshes);
+            }
         } else {
             self.trust.source_up = false;
             self.trust.last_error = Some("the watchdog alert is missing from the answer".into());
@@ -97,7 +114,11 @@ impl Fleet {
         let mut step = Step::new(self, cfg, now);
         step.out.trusted = trusted;
         step.settle_trust();
-        step.newer = delivered;
+        step.keep = Keep {
+            newer: delivered,
+            answered: Some(answered),
+            refreshes,
+        };
         step.ingest(alerts, trusted, trusted);
         step.finish(Scope::All)
     }
@@ -121,7 +142,14 @@ impl Fleet {
             self.trust.source_up = true;
             self.trust.last_error = None;
         }
+        // With polling on, a delivery's resolutions wait for the polls to show the
+        // watchdog moving (see `Keep`); without it nothing can tell them from expiries.
+        let refreshes = (polling && cfg.config.alertmanager.require_watchdog)
+            .then_some(&self.trust)
+            .filter(|t| t.watchdog_expires.is_some())
+            .map(|t| t.watchdog_refreshes);
         let mut step = Step::new(self, cfg, now);
+        step.keep.refreshes = refreshes;
         step.settle_trust();
         let trusted = !step.fleet.trust.stale;
         step.out.trusted = trusted;
@@ -240,8 +268,68 @@ struct Step<'f> {
     cfg: &'f Loaded,
     now: Time,
     out: Outcome,
-    /// Fingerprints whose latest word came after this input was taken.
+    /// What this input may not end yet.
+    keep: Keep<'f>,
+}
+
+/// What an input may not end: sources whose latest word came after it was taken, and
+/// sources whose alert may only have expired.
+///
+/// Alertmanager drops an alert both when Prometheus resolves it and when it expires
+/// because Prometheus stopped sending it — and a stopped Prometheus lets every alert
+/// expire within one evaluation of the watchdog. An alert gone before its expiry
+/// (`endsAt`) was resolved and ends its source at once; any other ends it only after
+/// the watchdog's expiry has moved forward twice more, proof that Prometheus kept
+/// sending alerts after this one left.
+#[derive(Clone, Copy)]
+struct Keep<'f> {
+    /// Fingerprints named by webhook deliveries applied while this poll was fetched.
     newer: &'f BTreeSet<String>,
+    /// Alertmanager's clock at a poll's answer.
+    answered: Option<Time>,
+    /// [`super::Trust::watchdog_refreshes`], when the watchdog's expiry is known.
+    refreshes: Option<u64>,
+}
+
+/// `Date` headers count whole seconds.
+const CLOCK_GRAIN: TimeDelta = TimeDelta::seconds(1);
+
+impl Keep<'_> {
+    /// Whether `source`, whose alert the poll no longer lists, stays for now.
+    fn holds(&self, fingerprint: &str, source: &mut Source) -> bool {
+        if self.newer.contains(fingerprint) {
+            return true;
+        }
+        let unexpired =
+            |answered: Time| source.expires.is_some_and(|e| e >= answered + CLOCK_GRAIN);
+        if self.answered.is_some_and(unexpired) {
+            return false;
+        }
+        self.until_refreshed(source)
+    }
+
+    /// Whether `source`, whose alert a notification says `resolved` at `ended`, stays.
+    fn holds_resolved(&self, source: &mut Source, ended: Option<Time>) -> bool {
+        match (source.expires, ended) {
+            (Some(expires), Some(ended)) if ended < expires => false,
+            (Some(_), _) => self.until_refreshed(source),
+            (None, _) => false,
+        }
+    }
+
+    /// Hold `source` until the watchdog has moved twice after it first went missing.
+    fn until_refreshed(&self, source: &mut Source) -> bool {
+        let Some(refreshes) = self.refreshes else {
+            return false;
+        };
+        match source.vanished {
+            None => {
+                source.vanished = Some(refreshes);
+                true
+            }
+            Some(at) => refreshes < at + 2,
+        }
+    }
 }
 
 static NONE_NEWER: BTreeSet<String> = BTreeSet::new();
@@ -253,7 +341,11 @@ impl<'f> Step<'f> {
             cfg,
             now,
             out: Outcome::default(),
-            newer: &NONE_NEWER,
+            keep: Keep {
+                newer: &NONE_NEWER,
+                answered: None,
+                refreshes: None,
+            },
         }
     }
 
@@ -299,7 +391,8 @@ impl<'f> Step<'f> {
         let identity = &self.cfg.config.node_identity;
         let mut named: Vec<(&str, &Alert<'_>)> = Vec::with_capacity(alerts.len());
         for alert in alerts {
-            if alert.signal() == Signal::Watchdog || self.newer.contains(alert.fingerprint.as_ref())
+            if alert.signal() == Signal::Watchdog
+                || self.keep.newer.contains(alert.fingerprint.as_ref())
             {
                 continue;
             }
@@ -341,8 +434,7 @@ impl<'f> Step<'f> {
             now: self.now,
             id,
         };
-        let newer = self.newer;
-        apply_alerts(node, &mut rec, cfg, alerts, full, trusted, newer);
+        apply_alerts(node, &mut rec, cfg, alerts, full, trusted, self.keep);
     }
 
     fn count_failure(&mut self, id: &str, job: &str, reason: &str, at: Time) {
@@ -433,7 +525,9 @@ impl<'f> Step<'f> {
         let seen_since_start = trust
             .last_trusted
             .is_some_and(|t| t >= trust.watching_since);
-        if trust.stale || !seen_since_start {
+        // A heartbeat gone along with the watchdog says the pipeline stopped, not the
+        // node: only while the source is trusted is its absence the node's.
+        if trust.stale || !trust.source_up || !seen_since_start {
             return;
         }
         let mut missed = Vec::new();
@@ -608,11 +702,11 @@ fn apply_alerts(
     alerts: &[&Alert<'_>],
     full: bool,
     trusted: bool,
-    newer: &BTreeSet<String>,
+    keep: Keep<'_>,
 ) {
     let now = rec.now;
     let mut fresh: Vec<(&str, &Alert<'_>)> = Vec::new();
-    let mut ended: Vec<(&str, &str)> = Vec::new();
+    let mut ended: Vec<(&str, &str, Option<Time>)> = Vec::new();
     let mut heartbeat: Option<Option<Duration>> = None;
     let mut unavailable: BTreeMap<&str, &str> = BTreeMap::new();
     let mut failures: Vec<(String, &str, &str, Time)> = Vec::new();
@@ -626,7 +720,7 @@ fn apply_alerts(
                     Signal::CollectorFailed { .. } => COLLECTOR_FAILED,
                     _ => alert.condition_type(),
                 };
-                ended.push((ctype, alert.fingerprint.as_ref()));
+                ended.push((ctype, alert.fingerprint.as_ref(), alert.expires()));
             }
             continue;
         }
@@ -706,25 +800,32 @@ fn apply_alerts(
             .cloned()
             .collect();
         for ctype in existing {
-            set_sources(node, rec, &ctype, &[], true, newer);
+            set_sources(node, rec, &ctype, &[], true, keep);
         }
     } else {
-        for &(ctype, fingerprint) in &ended {
-            let removed = node
-                .conditions
-                .get_mut(ctype)
-                .and_then(|c| c.sources.remove(fingerprint));
-            if removed.is_some() {
-                rec.dirty();
-                if let Some(c) = node.conditions.get_mut(ctype) {
-                    compose_message(ctype, c);
+        for &(ctype, fingerprint, at) in &ended {
+            let Some(cond) = node.conditions.get_mut(ctype) else {
+                continue;
+            };
+            let Some(source) = cond.sources.get_mut(fingerprint) else {
+                continue;
+            };
+            let vanished = source.vanished;
+            if keep.holds_resolved(source, at) {
+                if source.vanished != vanished {
+                    rec.dirty();
                 }
-                set_sources(node, rec, ctype, &[], false, newer);
+                continue;
+            }
+            if cond.sources.remove(fingerprint).is_some() {
+                rec.dirty();
+                compose_message(ctype, cond);
+                set_sources(node, rec, ctype, &[], false, keep);
             }
         }
     }
     for (ctype, alerts) in &fresh {
-        set_sources(node, rec, ctype, alerts, full, newer);
+        set_sources(node, rec, ctype, alerts, full, keep);
     }
 
     let same = |old: &SmallMap<String, String>| {
@@ -748,7 +849,7 @@ fn apply_alerts(
             node.unavailable.insert(f.to_string(), s.to_string());
         }
         if trusted {
-            for (_, fingerprint) in &ended {
+            for (_, fingerprint, _) in &ended {
                 node.unavailable.remove(*fingerprint);
             }
         }
@@ -788,7 +889,7 @@ fn set_sources(
     ctype: &str,
     alerts: &[&Alert<'_>],
     full: bool,
-    newer: &BTreeSet<String>,
+    keep: Keep<'_>,
 ) {
     let now = rec.now;
     let Some(cond) = node.conditions.get_mut(ctype) else {
@@ -820,7 +921,11 @@ fn set_sources(
         for a in alerts {
             let fp = a.fingerprint.as_ref();
             let (key, source) = match old.remove_entry(fp) {
-                Some((key, s)) if s.matches(a, ctype) => (key, s),
+                Some((key, mut s)) if s.matches(a, ctype) => {
+                    // Moves with every re-send; not a change worth a write.
+                    s.expires = a.expires().or(s.expires);
+                    (key, s)
+                }
                 Some((key, _)) => {
                     content_changed = true;
                     (key, source_of(a, ctype))
@@ -832,8 +937,12 @@ fn set_sources(
             };
             cond.sources.insert(key, source);
         }
-        for (key, source) in old {
-            if newer.contains(&key) {
+        for (key, mut source) in old {
+            let vanished = source.vanished;
+            if keep.holds(&key, &mut source) {
+                if source.vanished != vanished {
+                    rec.dirty();
+                }
                 cond.sources.insert(key, source);
             } else {
                 keys_changed = true;
@@ -845,7 +954,9 @@ fn set_sources(
             match cond.sources.get_mut(fp) {
                 Some(s) if s.matches(a, ctype) => {}
                 Some(s) => {
+                    let expires = s.expires;
                     *s = source_of(a, ctype);
+                    s.expires = s.expires.or(expires);
                     content_changed = true;
                 }
                 None => {
@@ -957,6 +1068,8 @@ fn source_of(alert: &Alert<'_>, ctype: &str) -> Source {
         fault_class: alert.fault_class(),
         priority: alert.priority(),
         remediation: alert.remediation().map(str::to_string),
+        expires: alert.expires(),
+        vanished: None,
     }
 }
 
@@ -969,6 +1082,7 @@ impl Source {
             self.reason == alert.reason() && alert.message_is(&self.message)
         };
         described
+            && self.vanished.is_none()
             && self.severity == alert.severity()
             && self.suppressed == (alert.state == AlertState::Suppressed)
             && self.sticky == alert.sticky()

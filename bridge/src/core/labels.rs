@@ -116,6 +116,9 @@ pub struct Alert<'a> {
     /// `startsAt` as sent; parsed only where needed ([`Alert::started`]), since most
     /// of 50,000 alerts never need it.
     pub starts_at: Option<Cow<'a, str>>,
+    /// `endsAt` as Alertmanager's API reports it for an active alert: when it expires
+    /// unless its source sends it again. Only the watchdog's is ever parsed.
+    pub ends_at: Option<Cow<'a, str>>,
     pub state: AlertState,
 }
 
@@ -144,6 +147,14 @@ impl<'a> Alert<'a> {
     /// When the alert started, if it says so validly.
     pub fn started(&self) -> Option<DateTime<Utc>> {
         let text = self.starts_at.as_deref()?;
+        DateTime::parse_from_rfc3339(text)
+            .ok()
+            .map(|t| t.with_timezone(&Utc))
+    }
+
+    /// When Alertmanager expires the alert unless it is sent again.
+    pub fn expires(&self) -> Option<DateTime<Utc>> {
+        let text = self.ends_at.as_deref()?;
         DateTime::parse_from_rfc3339(text)
             .ok()
             .map(|t| t.with_timezone(&Utc))
@@ -312,6 +323,7 @@ mod tests {
             annotations: Annotations::default(),
             fingerprint: Cow::Borrowed("f"),
             starts_at: None,
+            ends_at: None,
             state: AlertState::Active,
         }
     }

@@ -112,6 +112,15 @@ pub struct Source {
     pub priority: Option<u8>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remediation: Option<String>,
+    /// When Alertmanager would expire the alert unless Prometheus sent it again
+    /// (its `endsAt` in the last poll that listed it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<Time>,
+    /// The alert left Alertmanager, possibly by expiring, when the watchdog had been
+    /// refreshed this many times ([`Trust::watchdog_refreshes`]); the source ends
+    /// once it has been refreshed twice more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vanished: Option<u64>,
 }
 
 /// A raised condition: one episode of one (node, type).
@@ -358,6 +367,14 @@ pub struct Trust {
     pub stale: bool,
     /// Why the source is not trusted, when it is not.
     pub last_error: Option<String>,
+    /// The watchdog's expiry (`endsAt`) in the last trusted poll. Prometheus pushes it
+    /// forward each time it re-sends the watchdog; a dead Prometheus does not.
+    #[serde(default)]
+    pub watchdog_expires: Option<Time>,
+    /// How many trusted polls have seen the watchdog's expiry move forward: each one
+    /// proves Prometheus sent alerts after the previous.
+    #[serde(default)]
+    pub watchdog_refreshes: u64,
 }
 
 fn epoch() -> Time {
@@ -372,6 +389,8 @@ impl Trust {
             source_up: false,
             stale: false,
             last_error: None,
+            watchdog_expires: None,
+            watchdog_refreshes: 0,
         }
     }
 }

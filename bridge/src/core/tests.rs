@@ -32,6 +32,7 @@ fn alert(name: &str) -> A {
         annotations: Annotations::default(),
         fingerprint: Cow::Owned(format!("fp-{name}")),
         starts_at: None,
+        ends_at: None,
         state: AlertState::Active,
     })
 }
@@ -69,6 +70,11 @@ impl A {
     }
     fn starts(mut self, t: Time) -> A {
         self.0.starts_at = Some(Cow::Owned(t.to_rfc3339()));
+        self
+    }
+    /// Alertmanager's `endsAt` for an active alert: `secs` after `t0()`.
+    fn expires(mut self, secs: i64) -> A {
+        self.0.ends_at = Some(Cow::Owned((t0() + TimeDelta::seconds(secs)).to_rfc3339()));
         self
     }
 }
@@ -687,6 +693,125 @@ fn webhook_adds_and_resolves_but_never_clears_while_stale() {
     );
 }
 
+/// Prometheus re-sends the watchdog every minute with `endsAt` four minutes on, as
+/// Alertmanager's API then reports it; `sent` is the last re-send.
+fn watchdog_sent(sent: i64) -> A {
+    watchdog().expires(sent + 240)
+}
+
+fn edac(node: &str) -> A {
+    alert("CorrectableMemoryErrors")
+        .on(node)
+        .condition("memory_errors", "CorrectableMemoryErrors")
+}
+
+#[test]
+fn an_alert_gone_before_its_expiry_was_resolved() {
+    let mut s = script("");
+    s.at(0)
+        .poll(&[watchdog_sent(0), heartbeat("n1"), edac("n1").expires(240)]);
+    s.took();
+    s.at(30).poll(&[watchdog_sent(0), heartbeat("n1")]);
+    assert!(!s.node("n1").conditions.contains_key("memory_errors"));
+    assert_eq!(s.took(), ["n1 CONDITION_CLEARED", "n1 SCORE_CHANGED"]);
+}
+
+#[test]
+fn an_alert_that_may_have_expired_ends_once_the_watchdog_moved_twice() {
+    let mut s = script("");
+    // Sent at 0 with Prometheus's 4-minute expiry, never again.
+    s.at(0)
+        .poll(&[watchdog_sent(0), heartbeat("n1"), edac("n1").expires(240)]);
+    s.took();
+    s.at(240).poll(&[watchdog_sent(60), heartbeat("n1")]);
+    s.at(270).poll(&[watchdog_sent(60), heartbeat("n1")]);
+    s.at(300).poll(&[watchdog_sent(120), heartbeat("n1")]);
+    assert!(
+        s.node("n1").conditions.contains_key("memory_errors"),
+        "one re-send may come from a Prometheus that has not evaluated the rule yet"
+    );
+    assert_eq!(s.took(), Vec::<String>::new());
+    s.at(360).poll(&[watchdog_sent(180), heartbeat("n1")]);
+    assert!(!s.node("n1").conditions.contains_key("memory_errors"));
+    assert_eq!(s.took(), ["n1 CONDITION_CLEARED", "n1 SCORE_CHANGED"]);
+    assert_eq!(s.score("n1"), Some(100));
+}
+
+#[test]
+fn prometheus_stopping_clears_nothing() {
+    // Prometheus stops after its re-send at 60 s: every alert it sent expires in
+    // Alertmanager at 300 s, the watchdog a little later (another rule group).
+    let mut s = script("alertmanager: { staleAfter: 90s }");
+    let sent = edac("n1").expires(300);
+    for t in (0..=270).step_by(30) {
+        s.at(t)
+            .poll(&[watchdog_sent(62), heartbeat("n1"), sent.clone()]);
+    }
+    s.took();
+    s.at(300).poll(&[watchdog_sent(62), heartbeat("n1")]);
+    // Alertmanager notifies the expiry as a resolution, with the expiry as its end.
+    s.at(302).webhook(&[edac("n1").resolved().expires(300)]);
+    s.at(330).poll(&[heartbeat("n1")]);
+    s.at(400).poll(&[]);
+    assert!(s.fleet.trust.stale);
+    assert!(s.node("n1").conditions.contains_key("memory_errors"));
+    assert_eq!(
+        s.took(),
+        ["n1 CONDITION_RAISED"],
+        "only telemetry_stale is raised; nothing is cleared"
+    );
+
+    // Prometheus back: the watchdog is re-sent first, the rule evaluated next.
+    s.at(430).poll(&[watchdog_sent(425), heartbeat("n1")]);
+    s.at(440)
+        .poll(&[watchdog_sent(425), heartbeat("n1"), edac("n1").expires(665)]);
+    assert_eq!(s.took(), ["n1 CONDITION_CLEARED"], "telemetry_stale ends");
+    let back = &s.node("n1").conditions["memory_errors"];
+    assert!(
+        back.sources
+            .values()
+            .all(|source| source.vanished.is_none())
+    );
+}
+
+#[test]
+fn heartbeats_gone_with_the_watchdog_are_not_missed() {
+    let mut s = script("alertmanager: { staleAfter: 1h }");
+    s.at(0).poll(&[watchdog(), heartbeat("n1")]);
+    s.at(30).poll(&[]);
+    s.at(200).tick();
+    assert!(!s.node("n1").conditions.contains_key("heartbeat_missed"));
+    s.at(230).poll(&[watchdog()]);
+    s.at(231).tick();
+    assert!(
+        s.node("n1").conditions.contains_key("heartbeat_missed"),
+        "a trusted answer without it: the node is missing"
+    );
+}
+
+#[test]
+fn a_notified_resolution_ends_at_once_and_a_notified_expiry_waits() {
+    let mut s = script("");
+    s.at(0).poll(&[
+        watchdog_sent(0),
+        heartbeat("n1"),
+        edac("n1").expires(240),
+        smart_failing("n2").expires(240),
+    ]);
+    // Resolved by Prometheus at 10, long before it would have expired.
+    s.at(12).webhook(&[edac("n1").resolved().expires(10)]);
+    assert!(!s.node("n1").conditions.contains_key("memory_errors"));
+    // Expired: the notification's end is the expiry itself.
+    let n2 = smart_failing("n2");
+    s.at(242).webhook(&[n2.clone().resolved().expires(240)]);
+    assert!(s.node("n2").conditions.contains_key("disk_degraded"));
+    s.at(250).poll(&[watchdog_sent(60), heartbeat("n1")]);
+    s.at(260).poll(&[watchdog_sent(120), heartbeat("n1")]);
+    assert!(s.node("n2").conditions.contains_key("disk_degraded"));
+    s.at(270).poll(&[watchdog_sent(180), heartbeat("n1")]);
+    assert!(!s.node("n2").conditions.contains_key("disk_degraded"));
+}
+
 #[test]
 fn webhook_only_mode_trusts_the_watchdog_by_webhook() {
     let mut s = script("alertmanager: { pollInterval: 0, staleAfter: 60s }");
@@ -961,12 +1086,10 @@ fn a_poll_fetched_before_a_delivery_does_not_undo_it() {
         ecc.0.fingerprint.to_string(),
     ]
     .into();
-    let out = s.fleet.poll_around(
-        &s.cfg,
-        t0() + TimeDelta::seconds(11),
-        &stale_answer,
-        &delivered,
-    );
+    let at = t0() + TimeDelta::seconds(11);
+    let out = s
+        .fleet
+        .poll_around(&s.cfg, at, at, &stale_answer, &delivered);
     s.record(out);
     assert_eq!(s.took(), Vec::<String>::new(), "neither revived nor ended");
     assert!(!s.node("n1").conditions.contains_key("disk_degraded"));

@@ -1,0 +1,552 @@
+#!/usr/bin/env python3
+"""Renders the chart for several value sets and checks what comes out, with the
+real tools wherever one exists. Run by tests/helm.sh, which prepares the venv.
+
+No helm binary can be installed here: helm-python-sdk binds Helm's Go SDK, so
+lint, schema validation and rendering are Helm's own code. For each value set:
+
+- Helm's strict lint, and a render (the schema is enforced by both);
+- every manifest free of duplicate keys (PyYAML alone would keep the last);
+- every built-in kind valid for Kubernetes 1.33, unknown fields rejected
+  (kubernetes-validate --strict's code); a kind without a schema fails here
+  instead of passing with a warning;
+- ServiceMonitor and PrometheusRule against the schemas of helm/schemas/
+  (check-jsonschema), derived from the prometheus-operator CRDs;
+- the PrometheusRule's groups equal to rules/*.yml and alerts/*.yml as parsed
+  from the repository, less disabled alerts, and accepted by promtool;
+- hale.yaml from the ConfigMap accepted by the real `hale check-config`;
+- the bundled Prometheus and Alertmanager configs by promtool and amtool;
+- the objects agreeing with each other (selectors, ports, mounts, RBAC).
+
+Value sets the schema or the templates must refuse are rendered and linted too.
+"""
+
+import copy
+import functools
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import helm_python as helm
+import kubernetes_validate
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "helm" / "hale"
+HALE = Path(os.environ.get("HALE", ROOT / "target" / "debug" / "hale"))
+RELEASE, NAMESPACE = "hale", "hale-system"
+KUBE_VERSION = "1.33"
+CRD_SCHEMAS = {
+    "ServiceMonitor": ROOT / "helm" / "schemas" / "servicemonitor_v1.json",
+    "PrometheusRule": ROOT / "helm" / "schemas" / "prometheusrule_v1.json",
+}
+# The venv's, whether or not the venv is activated.
+CHECK_JSONSCHEMA = Path(sys.executable).parent / "check-jsonschema"
+DISABLED_ALERT = "WorkerUptimeTooHigh"
+RUNBOOK_BASE = "https://runbooks.example.com/hale"
+
+# The contract of hale's Kubernetes adapter (DESIGN §13): (apiGroup, resource, verb).
+CLUSTER_ACCESS = {
+    ("", "nodes", v) for v in ("get", "list", "watch", "patch")
+} | {
+    ("", "nodes/status", "patch"),
+    ("", "pods", "list"),
+    ("", "pods/eviction", "create"),
+    ("", "events", "create"),
+    ("apps", "replicasets", "get"),
+    ("apps", "statefulsets", "get"),
+    ("batch", "jobs", "get"),
+    ("cluster.x-k8s.io", "machines", "get"),
+    ("cluster.x-k8s.io", "machines", "delete"),
+    ("karpenter.sh", "nodeclaims", "get"),
+    ("karpenter.sh", "nodeclaims", "delete"),
+}
+LEASE_ACCESS = {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
+
+
+class StrictLoader(yaml.CSafeLoader):
+    """libyaml's safe loader, refusing a key given twice in one mapping."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def load(text):
+    return yaml.load(text, Loader=StrictLoader)
+
+
+class Failure(Exception):
+    pass
+
+
+def expect(condition, message):
+    if not condition:
+        raise Failure(message)
+
+
+@dataclass
+class Case:
+    name: str
+    values: dict
+    docs: list = field(default_factory=list)
+
+    def all(self, kind):
+        return [d for d in self.docs if d["kind"] == kind]
+
+    def one(self, kind, name=None):
+        found = [d for d in self.all(kind) if name is None or d["metadata"]["name"] == name]
+        expect(len(found) == 1, f"{self.name}: expected one {kind} {name or ''}, found {len(found)}")
+        return found[0]
+
+
+# A configuration touching every section of hale.yaml, large numbers included,
+# with the bundled monitoring and no API token (the Alertmanager then sends none).
+FULL = {
+    "replicaCount": 3,
+    "monitoring": {"enabled": True},
+    "apiToken": {"existingSecret": ""},
+    "webhookSecrets": [{"name": "oncall", "existingSecret": "hale-oncall", "key": "secret"}],
+    "config": {
+        "cluster": "dc1",
+        "apiTokenFile": None,
+        "alertmanager": {"pollInterval": "15s", "staleAfter": "45s", "maxWebhookBytes": 8388608},
+        "nodeIdentity": {"labels": ["node", "instance"], "stripPort": True},
+        "nodeHealth": {"mode": "observe", "cordonBelow": 70, "penalties": {"SmartFailing": 30},
+                       "defaultPenalty": {"info": 0, "warning": 5, "critical": 25}},
+        "pools": [{"name": "gpu", "selector": {"pool": "gpu"}, "nodeHealth": {"drainBelow": 50}}],
+        "store": {"eventRetentionDays": 30, "maxBytes": 10737418240},
+        "nodeEventWebhooks": [{"url": "https://oncall.example.com/hale",
+                               "secretFile": "/etc/hale/secrets/webhooks/oncall",
+                               "events": ["SCORE_CHANGED", "HEARTBEAT_MISSED"]}],
+        "inventory": [{"id": "bm-01", "hostname": "bm-01.dc1.example", "labels": {"pool": "gpu"}}],
+    },
+}
+
+CASES = [
+    Case("defaults", {}),
+    Case("monitoring", {"monitoring": {"enabled": True}}),
+    Case("disabled-alert", {"prometheusRule": {"disabledAlerts": [DISABLED_ALERT]}}),
+    # With a trailing slash, which must not end up doubled in the links.
+    Case("runbook-base", {"prometheusRule": {"runbookUrlBase": RUNBOOK_BASE + "/"}}),
+    Case("extras-off", {"serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
+                        "dashboard": {"enabled": False}, "replicaCount": 1}),
+    Case("full-config", FULL),
+]
+
+# (name, values, what the error must say, whether lint reports it too). Lint
+# reports schema violations; a template's `fail` only logs in Helm's lint mode,
+# so those are caught by rendering.
+REFUSED = [
+    ("top-level typo", {"replicaCont": 3}, "additional properties 'replicaCont' not allowed", True),
+    ("hale config typo", {"config": {"nodeHealth": {"cordnBelow": 50}}}, "cordnBelow", True),
+    ("unknown orchestrator", {"config": {"orchestrator": {"kind": "kubernetes"}}}, "/config/orchestrator/kind", True),
+    ("loopback listen", {"config": {"listen": "127.0.0.1:9470"}}, "is a loopback address", False),
+    ("unknown disabled alert", {"prometheusRule": {"disabledAlerts": ["NoSuchAlert"]}},
+     "NoSuchAlert is not one of hale's alerts", False),
+    ("token file without Secret", {"apiToken": {"existingSecret": ""}}, "apiToken.existingSecret is empty", False),
+    ("unmounted webhook secret",
+     {"config": {"nodeEventWebhooks": [{"url": "https://x.example/h", "secretFile": "/etc/hale/token"}]}},
+     "is not a mounted secret", False),
+]
+
+
+@functools.cache
+def _source_groups():
+    groups = []
+    for d in ("rules", "alerts"):
+        for f in sorted((ROOT / d).glob("*.yml")):
+            groups += load(f.read_text())["groups"]
+    return groups
+
+
+def source_groups():
+    """rules/*.yml then alerts/*.yml, as Prometheus would read them."""
+    return copy.deepcopy(_source_groups())
+
+
+def expected_groups(values):
+    pr = values.get("prometheusRule", {})
+    disabled = set(pr.get("disabledAlerts", []))
+    base = pr.get("runbookUrlBase", "").rstrip("/")
+    groups = []
+    for g in source_groups():
+        g["rules"] = [r for r in g["rules"] if r.get("alert") not in disabled]
+        for r in g["rules"]:
+            if base and "runbook_url" in r.get("annotations", {}):
+                r["annotations"]["runbook_url"] = f"{base}/{r['annotations']['runbook_url'].rsplit('/', 1)[-1]}"
+        if g["rules"]:
+            groups.append(g)
+    return groups
+
+
+def alerts(groups):
+    return {r["alert"] for g in groups for r in g["rules"] if "alert" in r}
+
+
+def prometheus_templates(groups):
+    return sum(len(re.findall(r"\{\{.*?\$labels\..*?\}\}", v))
+               for g in groups for r in g["rules"] for v in r.get("annotations", {}).values())
+
+
+def run(cmd, **kw):
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+
+
+def labels_match(selector, labels):
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+# --- the checks of one rendered value set ------------------------------------
+
+
+def check_render(case, chart):
+    try:
+        manifests = chart.render(case.values, name=RELEASE, namespace=NAMESPACE)
+    except helm.HelmError as e:
+        raise Failure(f"{case.name}: {e}") from None
+    for path, text in manifests.items():
+        if path.endswith("NOTES.txt"):
+            continue
+        try:
+            case.docs += [d for d in yaml.load_all(text, Loader=StrictLoader) if d]
+        except yaml.YAMLError as e:
+            raise Failure(f"{case.name}: {path}: {e}") from None
+    expect(case.docs, f"{case.name}: nothing rendered")
+    expect(not case.all("Secret"), f"{case.name}: the chart must reference Secrets, never hold one")
+
+
+def check_kubernetes_schemas(case, crd_dir):
+    for i, doc in enumerate(case.docs):
+        where = f"{case.name}: {doc['kind']}/{doc['metadata']['name']}"
+        if doc["kind"] in CRD_SCHEMAS:
+            (crd_dir / f"{doc['kind']}-{case.name}-{i}.json").write_text(json.dumps(doc))
+            continue
+        try:
+            kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            raise Failure(f"{where}: {'.'.join(map(str, e.path))}: {e.message}") from None
+        except kubernetes_validate.SchemaNotFoundError as e:
+            raise Failure(f"{where}: {e.message}") from None
+
+
+def check_hale_config(case, tmp):
+    cm = case.one("ConfigMap", RELEASE)
+    text = cm["data"]["hale.yaml"]
+    config = load(text)
+    values = helm_values(case)
+    values_config = {**values["config"]}
+    if values["monitoring"]["enabled"]:
+        expect(config["alertmanager"]["url"] == f"http://{RELEASE}-alertmanager.{NAMESPACE}.svc:9093",
+               f"{case.name}: hale does not poll the bundled Alertmanager: {config['alertmanager']}")
+        values_config["alertmanager"] = {**values_config["alertmanager"], "url": config["alertmanager"]["url"]}
+    expect(config == values_config, f"{case.name}: hale.yaml is not values.config:\n{text}")
+    expect(not re.match(r"(127\.|localhost|\[::1\])", config["listen"]), f"{case.name}: hale listens on loopback")
+
+    # The secret files only exist in the pod: point them at temporary files.
+    secrets = tmp / f"secrets-{case.name}"
+    secrets.mkdir()
+    def fake(m):
+        path = secrets / str(len(list(secrets.iterdir())))
+        path.write_text("not-a-real-secret\n")
+        return f"{m.group(1)}{path}"
+    local = re.sub(r"(?m)^(\s*(?:-\s+)?(?:apiTokenFile|secretFile):\s*)\S+", fake, text)
+    f = tmp / f"hale-{case.name}.yaml"
+    f.write_text(local)
+    r = run([HALE, "check-config", f], env={**os.environ, "RUST_BACKTRACE": "0"})
+    expect(r.returncode == 0, f"{case.name}: hale check-config refused the chart's hale.yaml:\n{r.stdout}{r.stderr}\n{local}")
+
+
+def helm_values(case):
+    with helm.Chart.load(CHART) as chart:
+        return chart.merge_values(case.values)
+
+
+def check_deployment(case):
+    values = helm_values(case)
+    dep = case.one("Deployment", RELEASE)
+    pod = dep["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    expect(c["command"] + c["args"] == ["hale", "serve", "--config", "/etc/hale/hale.yaml"],
+           f"{case.name}: hale runs {c['command'] + c['args']}")
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in c["env"]}
+    expect(env.get("POD_NAME") == "metadata.name" and env.get("POD_NAMESPACE") == "metadata.namespace",
+           f"{case.name}: POD_NAME/POD_NAMESPACE are not from the downward API: {c['env']}")
+    expect(dep["spec"]["replicas"] == values["replicaCount"], f"{case.name}: replicas")
+
+    sc, psc = c["securityContext"], pod["securityContext"]
+    expect(psc.get("runAsNonRoot") is True and psc.get("runAsUser", 0) != 0, f"{case.name}: pod may run as root")
+    expect(sc.get("readOnlyRootFilesystem") is True and sc.get("allowPrivilegeEscalation") is False
+           and sc.get("capabilities", {}).get("drop") == ["ALL"], f"{case.name}: container securityContext {sc}")
+    expect(c["resources"].get("requests") and c["resources"].get("limits"), f"{case.name}: resources unset")
+
+    (port,) = c["ports"]
+    listen_port = int(values["config"]["listen"].rsplit(":", 1)[1])
+    expect(port == {"name": "http", "containerPort": listen_port, "protocol": "TCP"}, f"{case.name}: port {port}")
+    routes = set(re.findall(r'\.route\(\s*"([^"]+)"', (ROOT / "bridge" / "src" / "http.rs").read_text()))
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        get = c[probe]["httpGet"]
+        expect(get["path"] in routes and get["port"] == "http",
+               f"{case.name}: {probe} {get} is not one of hale's routes {sorted(routes)}")
+
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    store = mounts.get(values["config"]["store"]["path"])
+    expect(store and "emptyDir" in volumes[store["name"]], f"{case.name}: store path is not on the emptyDir")
+    expect(mounts["/etc/hale/hale.yaml"]["subPath"] == "hale.yaml", f"{case.name}: config mount")
+    secrets = mounts.get("/etc/hale/secrets")
+    files = {}
+    if secrets:
+        expect(secrets.get("readOnly") is True, f"{case.name}: secrets mounted writable")
+        for src in volumes[secrets["name"]]["projected"]["sources"]:
+            for item in src["secret"]["items"]:
+                files[f"/etc/hale/secrets/{item['path']}"] = (src["secret"]["name"], item["key"])
+    wanted = {}
+    if values["apiToken"]["existingSecret"]:
+        wanted[values["config"]["apiTokenFile"]] = (values["apiToken"]["existingSecret"], values["apiToken"]["key"])
+    for w in values["webhookSecrets"]:
+        wanted[f"/etc/hale/secrets/webhooks/{w['name']}"] = (w["existingSecret"], w["key"])
+    expect(files == wanted, f"{case.name}: mounted secrets {files}, wanted {wanted}")
+    for w in values["config"].get("nodeEventWebhooks", []):
+        expect(w["secretFile"] in files, f"{case.name}: {w['secretFile']} is not mounted")
+
+    term = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    expect(term["topologyKey"] == "kubernetes.io/hostname"
+           and term["labelSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"],
+           f"{case.name}: anti-affinity {term}")
+    pdbs = case.all("PodDisruptionBudget")
+    if values["replicaCount"] > 1:
+        expect(len(pdbs) == 1 and pdbs[0]["spec"]["minAvailable"] == 1
+               and pdbs[0]["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"],
+               f"{case.name}: PodDisruptionBudget {pdbs}")
+    else:
+        expect(not pdbs, f"{case.name}: a PodDisruptionBudget for one replica blocks every drain")
+
+
+def check_services(case):
+    """Each Service selects the pods of exactly one Deployment, by a named port it has."""
+    deployments = case.all("Deployment")
+    for svc in case.all("Service"):
+        name = svc["metadata"]["name"]
+        chosen = [d for d in deployments if labels_match(svc["spec"]["selector"], d["spec"]["template"]["metadata"]["labels"])]
+        expect(len(chosen) == 1, f"{case.name}: Service {name} selects {[d['metadata']['name'] for d in chosen]}")
+        ports = {p["name"] for c in chosen[0]["spec"]["template"]["spec"]["containers"] for p in c["ports"]}
+        for p in svc["spec"]["ports"]:
+            expect(p["targetPort"] in ports, f"{case.name}: Service {name} targets port {p['targetPort']}, not in {ports}")
+    hale_svc = case.one("Service", RELEASE)
+    expect(hale_svc["spec"]["ports"][0]["port"] == 9470 and hale_svc["spec"]["ports"][0]["name"] == "http",
+           f"{case.name}: hale's Service port")
+
+
+def check_rbac(case):
+    sa = case.one("ServiceAccount")["metadata"]["name"]
+    expect(case.one("Deployment", RELEASE)["spec"]["template"]["spec"]["serviceAccountName"] == sa,
+           f"{case.name}: the Deployment does not run as {sa}")
+    def access(role):
+        return {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
+                for r in rule["resources"] for v in rule["verbs"]}
+    cluster = access(case.one("ClusterRole"))
+    expect(cluster == CLUSTER_ACCESS,
+           f"{case.name}: ClusterRole differs from the adapter's contract: extra {sorted(cluster - CLUSTER_ACCESS)}, "
+           f"missing {sorted(CLUSTER_ACCESS - cluster)}")
+    lease = access(case.one("Role"))
+    expect(lease == LEASE_ACCESS, f"{case.name}: Role grants {sorted(lease)}")
+    for kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
+        b = case.one(kind)
+        expect(b["roleRef"]["name"] == case.one(role_kind)["metadata"]["name"]
+               and b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}],
+               f"{case.name}: {kind} {b}")
+    expect(case.one("Role")["metadata"]["namespace"] == NAMESPACE, f"{case.name}: the Lease Role is not in the release namespace")
+
+
+def check_monitoring_objects(case):
+    values = helm_values(case)
+    kinds = {d["kind"] for d in case.docs}
+    for enabled, kind in ((values["serviceMonitor"]["enabled"], "ServiceMonitor"),
+                          (values["prometheusRule"]["enabled"], "PrometheusRule")):
+        expect((kind in kinds) == enabled, f"{case.name}: {kind} {'missing' if enabled else 'rendered while disabled'}")
+    dashboards = [d for d in case.all("ConfigMap") if labels_match({"grafana_dashboard": "1"}, d["metadata"]["labels"])]
+    expect(len(dashboards) == int(values["dashboard"]["enabled"]), f"{case.name}: {len(dashboards)} dashboard ConfigMaps")
+    for d in dashboards:
+        for f in (ROOT / "dashboards").glob("*.json"):
+            expect(json.loads(d["data"][f.name]) == json.loads(f.read_text()), f"{case.name}: dashboard {f.name} differs")
+
+    if values["serviceMonitor"]["enabled"]:
+        sm = case.one("ServiceMonitor")
+        (ep,) = sm["spec"]["endpoints"]
+        expect(ep["port"] == "http" and ep["path"] == "/metrics", f"{case.name}: ServiceMonitor endpoint {ep}")
+        expect({"targetLabel": "job", "replacement": "hale"} in ep["relabelings"],
+               f"{case.name}: ServiceMonitor does not name the job `hale`, which alerts/hale.yml reads")
+        selected = [s["metadata"]["name"] for s in case.all("Service")
+                    if labels_match(sm["spec"]["selector"]["matchLabels"], s["metadata"]["labels"])]
+        expect(selected == [RELEASE], f"{case.name}: ServiceMonitor selects Services {selected}")
+
+    if values["prometheusRule"]["enabled"]:
+        groups = case.one("PrometheusRule")["spec"]["groups"]
+        want = expected_groups(values)
+        if groups != want:
+            got = {g["name"]: g for g in groups}
+            diff = [g["name"] for g in want if got.get(g["name"]) != g] + sorted(set(got) - {g["name"] for g in want})
+            raise Failure(f"{case.name}: PrometheusRule groups differ from rules/ and alerts/ in {diff}")
+        n = prometheus_templates(groups)
+        expect(n > 0 and n == prometheus_templates(want), f"{case.name}: {{{{ $labels }}}} templates lost")
+        names = alerts(groups)
+        if DISABLED_ALERT in values["prometheusRule"]["disabledAlerts"]:
+            expect(DISABLED_ALERT not in names and names == alerts(source_groups()) - {DISABLED_ALERT},
+                   f"{case.name}: disabling {DISABLED_ALERT} left {sorted(alerts(source_groups()) - names)} out")
+
+
+def check_rules_promtool(case, tmp):
+    for doc in case.all("PrometheusRule"):
+        f = tmp / f"rules-{case.name}.yml"
+        f.write_text(yaml.safe_dump({"groups": doc["spec"]["groups"]}, sort_keys=False))
+        r = run(["promtool", "check", "rules", f])
+        expect(r.returncode == 0, f"{case.name}: promtool check rules:\n{r.stdout}{r.stderr}")
+
+
+def check_bundled_monitoring(case, tmp):
+    if not helm_values(case)["monitoring"]["enabled"]:
+        expect(not any(d["metadata"]["name"].endswith(("-prometheus", "-alertmanager")) for d in case.docs),
+               f"{case.name}: monitoring objects rendered while disabled")
+        return
+    d = tmp / f"monitoring-{case.name}"
+    d.mkdir()
+    prom = case.one("ConfigMap", f"{RELEASE}-prometheus")["data"]
+    config = load(prom["prometheus.yml"])
+    expect(config["rule_files"] == ["/etc/prometheus/hale-rules.yml"], f"{case.name}: rule_files {config['rule_files']}")
+    expect(load(prom["hale-rules.yml"])["groups"] == expected_groups(helm_values(case)),
+           f"{case.name}: the bundled Prometheus loads other rules than the PrometheusRule's")
+    hale_job = [j for j in config["scrape_configs"] if j["job_name"] == "hale"]
+    expect(len(hale_job) == 1, f"{case.name}: no single `hale` scrape job")
+    pods = case.one("Service", f"{RELEASE}-pods")
+    expect(hale_job[0]["dns_sd_configs"][0]["names"] == [f"{RELEASE}-pods.{NAMESPACE}.svc"]
+           and pods["spec"]["clusterIP"] == "None" and pods["spec"]["publishNotReadyAddresses"] is True,
+           f"{case.name}: Prometheus does not find every hale replica through a headless Service")
+    (d / "hale-rules.yml").write_text(prom["hale-rules.yml"])
+    config["rule_files"] = [str(d / "hale-rules.yml")]
+    (d / "prometheus.yml").write_text(yaml.safe_dump(config))
+    r = run(["promtool", "check", "config", d / "prometheus.yml"])
+    expect(r.returncode == 0, f"{case.name}: promtool check config:\n{r.stdout}{r.stderr}")
+
+    am_text = case.one("ConfigMap", f"{RELEASE}-alertmanager")["data"]["alertmanager.yml"]
+    am = load(am_text)
+    (d / "alertmanager.yml").write_text(am_text)
+    r = run(["amtool", "check-config", d / "alertmanager.yml"])
+    expect(r.returncode == 0, f"{case.name}: amtool check-config:\n{r.stdout}{r.stderr}")
+    # The routing must stay that of examples/alertmanager.yml; only where the
+    # webhook goes and where its token comes from differ.
+    example = load((ROOT / "examples" / "alertmanager.yml").read_text())
+    (hook,) = next(r for r in am["receivers"] if r["name"] == "hale")["webhook_configs"]
+    expect(hook["url"] == f"http://{RELEASE}.{NAMESPACE}.svc:9470/api/v1/alertmanager", f"{case.name}: webhook {hook['url']}")
+    token = helm_values(case)["apiToken"]["existingSecret"]
+    expect(("http_config" in hook) == bool(token), f"{case.name}: webhook token {hook.get('http_config')}")
+    for cfg in (am, example):
+        cfg.pop("global", None)
+        for rcv in cfg["receivers"]:
+            for h in rcv.get("webhook_configs", []):
+                h.pop("url")
+                h.pop("http_config", None)
+    expect(am == example, f"{case.name}: the bundled Alertmanager's routing differs from examples/alertmanager.yml")
+
+
+def check_crds(crd_dir):
+    for kind, schema in CRD_SCHEMAS.items():
+        files = sorted(crd_dir.glob(f"{kind}-*.json"))
+        expect(files, f"no {kind} was rendered")
+        r = run([CHECK_JSONSCHEMA, "--schemafile", schema, *files])
+        expect(r.returncode == 0, f"check-jsonschema {schema.name}:\n{r.stdout}{r.stderr}")
+
+
+def lint(values):
+    """helm lint --strict. In lint mode Helm turns each template `fail` into a
+    line on stderr and no finding; the renders catch those, so the noise goes."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            return helm.lint(CHART, values, strict=True, namespace=NAMESPACE, kube_version=f"v{KUBE_VERSION}.0")
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def check_refused(name, values, message, by_lint):
+    with helm.Chart.load(CHART) as chart:
+        try:
+            chart.render(values, name=RELEASE, namespace=NAMESPACE)
+        except helm.HelmError as e:
+            expect(message in str(e), f"{name}: render failed, but not with {message!r}: {e}")
+        else:
+            raise Failure(f"{name}: {values} rendered")
+    if by_lint:
+        report = lint(values)
+        expect(any(message in m["error"] for m in report["messages"] if m["severity"] >= 3),
+               f"{name}: helm lint did not report {message!r}: {report['messages']}")
+
+
+def check_lint(case):
+    report = lint(case.values)
+    # Severity 1 is advice (e.g. "icon is recommended"); strict lint fails on 2 and up.
+    bad = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+    expect(not bad, f"{case.name}: helm lint --strict: {bad}")
+
+
+def main():
+    start = time.monotonic()
+    results = []
+
+    def step(name, fn, *args):
+        try:
+            fn(*args)
+            results.append((name, None))
+        except Exception as e:  # a check that crashes on the output fails like one that rejects it
+            message = str(e) if isinstance(e, Failure) else f"{type(e).__name__}: {e}"
+            results.append((name, message))
+            print(f"FAIL {name}\n    " + message.replace("\n", "\n    "), flush=True)
+
+    step(f"{DISABLED_ALERT}, the alert disabled below, exists", expect,
+         DISABLED_ALERT in alerts(source_groups()), f"{DISABLED_ALERT} is not in alerts/: pick another")
+
+    with tempfile.TemporaryDirectory(prefix="hale-helm-") as t:
+        tmp = Path(t)
+        crd_dir = tmp / "crds"
+        crd_dir.mkdir()
+        with helm.Chart.load(CHART) as chart:
+            for case in CASES:
+                step(f"{case.name}: lint", check_lint, case)
+                step(f"{case.name}: render", check_render, case, chart)
+                if not case.docs:
+                    continue
+                for name, fn, *args in (
+                    ("Kubernetes 1.33 schemas", check_kubernetes_schemas, crd_dir),
+                    ("hale check-config", check_hale_config, tmp),
+                    ("Deployment", check_deployment),
+                    ("Services", check_services),
+                    ("RBAC", check_rbac),
+                    ("PrometheusRule, ServiceMonitor, dashboard", check_monitoring_objects),
+                    ("promtool check rules", check_rules_promtool, tmp),
+                    ("bundled Prometheus and Alertmanager", check_bundled_monitoring, tmp),
+                ):
+                    step(f"{case.name}: {name}", fn, case, *args)
+        step("CRD kinds against helm/schemas", check_crds, crd_dir)
+    for name, values, message, by_lint in REFUSED:
+        step(f"refused: {name}", check_refused, name, values, message, by_lint)
+
+    failed = [n for n, e in results if e]
+    print(f"helm: {len(results) - len(failed)} passed, {len(failed)} failed ({time.monotonic() - start:.1f}s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+{{/* The chart name, or nameOverride. */}}
+{{- define "hale.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release-qualified name of hale's own objects (Deployment, Service, ...). */}}
+{{- define "hale.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The full name with a suffix, still a valid DNS label (63 characters):
+include "hale.suffixed" (list . "prometheus").
+*/}}
+{{- define "hale.suffixed" -}}
+{{- $ctx := index . 0 }}
+{{- $suffix := index . 1 }}
+{{- printf "%s-%s" (include "hale.fullname" $ctx | trunc (int (sub 62 (len $suffix))) | trimSuffix "-") $suffix }}
+{{- end }}
+
+{{- define "hale.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "hale.labels" -}}
+helm.sh/chart: {{ include "hale.chart" . }}
+{{ include "hale.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+The release's pods. Every workload adds its app.kubernetes.io/component, so
+that hale's Service never selects the bundled Prometheus or Alertmanager.
+*/}}
+{{- define "hale.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "hale.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "hale.serverSelectorLabels" -}}
+{{ include "hale.selectorLabels" . }}
+app.kubernetes.io/component: server
+{{- end }}
+
+{{- define "hale.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "hale.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "hale.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/* The port of config.listen, which the container exposes. */}}
+{{- define "hale.port" -}}
+{{- splitList ":" (toString .Values.config.listen) | last | int }}
+{{- end }}
+
+{{- define "hale.alertmanagerUrl" -}}
+{{- printf "http://%s.%s.svc:9093" (include "hale.suffixed" (list . "alertmanager")) .Release.Namespace }}
+{{- end }}
+
+{{/*
+hale.yaml: values.config as written, except that the bundled monitoring stack,
+when enabled, is the Alertmanager hale polls.
+*/}}
+{{- define "hale.config" -}}
+{{- $config := deepCopy .Values.config }}
+{{- if .Values.monitoring.enabled }}
+{{- $am := $config.alertmanager | default dict }}
+{{- $_ := set $am "url" (include "hale.alertmanagerUrl" .) }}
+{{- $_ = set $config "alertmanager" $am }}
+{{- end }}
+{{- toYaml $config }}
+{{- end }}
+
+{{/*
+Fails the render on the values that would make hale crash-loop: the keys of
+values.config that must agree with how the pod is built. Renders nothing.
+*/}}
+{{- define "hale.validate" -}}
+{{- $c := .Values.config }}
+{{- $listen := toString ($c.listen | default "") }}
+{{- if not $listen }}
+{{- fail "config.listen must be set: hale's default, 127.0.0.1:9470, is unreachable from the Service and the probes" }}
+{{- end }}
+{{- if regexMatch "^(127\\.|localhost:|\\[::1\\]:)" $listen }}
+{{- fail (printf "config.listen %s is a loopback address: neither the Service nor the probes could reach hale; use 0.0.0.0:<port>" $listen) }}
+{{- end }}
+{{- $token := $c.apiTokenFile | default "" }}
+{{- if and $token (ne $token "/etc/hale/secrets/api-token") }}
+{{- fail (printf "config.apiTokenFile %s: the token is mounted at /etc/hale/secrets/api-token" $token) }}
+{{- end }}
+{{- if and $token (not .Values.apiToken.existingSecret) }}
+{{- fail "config.apiTokenFile is set but apiToken.existingSecret is empty: name the Secret that holds the token, or set config.apiTokenFile to null to run without one" }}
+{{- end }}
+{{- if and .Values.apiToken.existingSecret (not $token) }}
+{{- fail "apiToken.existingSecret is set but config.apiTokenFile is not: hale would leave its API open; set config.apiTokenFile to /etc/hale/secrets/api-token" }}
+{{- end }}
+{{- $mounted := list }}
+{{- range .Values.webhookSecrets }}
+{{- $mounted = append $mounted (printf "/etc/hale/secrets/webhooks/%s" .name) }}
+{{- end }}
+{{- range $i, $w := $c.nodeEventWebhooks | default list }}
+{{- if not (has (toString $w.secretFile) $mounted) }}
+{{- fail (printf "config.nodeEventWebhooks[%d].secretFile %s is not a mounted secret: add it to webhookSecrets and use /etc/hale/secrets/webhooks/<name>" $i (toString $w.secretFile)) }}
+{{- end }}
+{{- end }}
+{{- $_ := required "config.store.path must be set: the store volume is mounted there" ($c.store | default dict).path }}
+{{- end }}
+
+{{/*
+The rule groups of files/rules and files/alerts (copies of the repository's
+rules/ and alerts/, made by helm/generate.py), less prometheusRule.disabledAlerts,
+with runbook links rebased on prometheusRule.runbookUrlBase. The groups go
+through fromYaml and toYaml as data, never through the template engine again,
+so Prometheus's own {{ $labels.x }} templates in annotations reach Prometheus
+unchanged.
+*/}}
+{{- define "hale.ruleGroups" -}}
+{{- $disabled := .Values.prometheusRule.disabledAlerts }}
+{{- $runbookBase := .Values.prometheusRule.runbookUrlBase | trimSuffix "/" }}
+{{- $known := list }}
+{{- $groups := list }}
+{{- range $dir := list "rules" "alerts" }}
+{{- range $path, $_ := $.Files.Glob (printf "files/%s/*.yml" $dir) }}
+{{- range $group := ($.Files.Get $path | fromYaml).groups }}
+{{- $rules := list }}
+{{- range $rule := $group.rules }}
+{{- if $rule.alert }}
+{{- $known = append $known $rule.alert }}
+{{- if and $runbookBase $rule.annotations $rule.annotations.runbook_url }}
+{{- $_ := set $rule.annotations "runbook_url" (printf "%s/%s" $runbookBase (base $rule.annotations.runbook_url)) }}
+{{- end }}
+{{- end }}
+{{- if not (and $rule.alert (has $rule.alert $disabled)) }}
+{{- $rules = append $rules $rule }}
+{{- end }}
+{{- end }}
+{{- if $rules }}
+{{- $groups = append $groups (set $group "rules" $rules) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- range $disabled }}
+{{- if not (has . $known) }}
+{{- fail (printf "prometheusRule.disabledAlerts: %s is not one of hale's alerts" .) }}
+{{- end }}
+{{- end }}
+{{- toYaml $groups }}
+{{- end }}
