@@ -8,7 +8,12 @@ use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::de::DeserializeOwned;
 
-use crate::view::{AlertsView, ClearRequest, ErrorBody, EventsView, NodeList, NodeView};
+use crate::core::Status;
+use crate::core::policy::Conclusion;
+use crate::view::{
+    AlertsView, ClearRequest, DrainRequest, ErrorBody, EventsView, NodeList, NodeView,
+    OperateRequest,
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -43,6 +48,115 @@ pub enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// The policy's offline tools.
+    Policy {
+        #[command(subcommand)]
+        verb: PolicyVerb,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PolicyVerb {
+    /// Replay the recorded history through the policy with a candidate configuration
+    /// and show what it would have done beside what was recorded.
+    Backtest {
+        /// The candidate configuration.
+        #[arg(long, short = 'c')]
+        config: PathBuf,
+        /// How far back: a duration (30d, 12h) or an RFC 3339 time.
+        #[arg(long, default_value = "30d")]
+        since: String,
+        /// The store to read; default: the candidate's `store.path`.
+        #[arg(long)]
+        store: Option<PathBuf>,
+        #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
+}
+
+/// `hale policy backtest`: reads the store directly (SQLite allows it beside a running
+/// hale) and never writes to it.
+pub fn run_backtest(verb: PolicyVerb) -> anyhow::Result<()> {
+    let PolicyVerb::Backtest {
+        config,
+        since,
+        store,
+        output,
+    } = verb;
+    let loaded = crate::config::Config::load(Some(&config))?;
+    let path = store.unwrap_or_else(|| loaded.config.store.path.clone());
+    if !path.join(crate::store::FILE).is_file() {
+        bail!("no hale store at {}", path.display());
+    }
+    let now = chrono::Utc::now();
+    let since = match chrono::DateTime::parse_from_rfc3339(&since) {
+        Ok(t) => t.with_timezone(&chrono::Utc),
+        Err(_) => {
+            let ago = crate::config::parse_duration(&since).map_err(|_| {
+                anyhow::anyhow!(
+                    "--since {since:?} is neither a duration (30d) nor an RFC 3339 time"
+                )
+            })?;
+            now - chrono::TimeDelta::from_std(ago).context("--since is too far back")?
+        }
+    };
+    let store = crate::store::Store::open(&path)?;
+    let known = store.load(now)?.nodes;
+    let history = store.history(since.timestamp_millis())?;
+    let report = crate::core::replay::backtest(&loaded, &known, &history, Some(since));
+    if output == Output::Json {
+        print_json(&report);
+    } else {
+        print!("{}", backtest_table(&report, &config.display().to_string()));
+    }
+    Ok(())
+}
+
+fn backtest_table(r: &crate::core::replay::Backtest, candidate: &str) -> String {
+    use crate::core::replay::Tally;
+    let cells = |t: &Tally| {
+        [
+            t.recommendations,
+            t.cordons,
+            t.drains,
+            t.replacements,
+            t.halts,
+        ]
+    };
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{} event(s) since {} replayed with {candidate}",
+        r.events_replayed,
+        r.since.map_or("the start".into(), |t| t.to_rfc3339())
+    );
+    let _ = writeln!(
+        o,
+        "{:<24} {:>12} {:>8} {:>7} {:>13} {:>6}",
+        "", "RECOMMENDED", "CORDONS", "DRAINS", "REPLACEMENTS", "HALTS"
+    );
+    for (name, t) in [("candidate", &r.candidate), ("recorded", &r.recorded)] {
+        let [a, b, c, d, e] = cells(t);
+        let _ = writeln!(o, "{name:<24} {a:>12} {b:>8} {c:>7} {d:>13} {e:>6}");
+    }
+    if !r.nodes.is_empty() {
+        let _ = writeln!(o, "\nper node, candidate/recorded:");
+        for (id, side) in &r.nodes {
+            let c = cells(&side.candidate);
+            let rec = cells(&side.recorded);
+            let pair = |i: usize| format!("{}/{}", c[i], rec[i]);
+            let _ = writeln!(
+                o,
+                "{id:<24} {:>12} {:>8} {:>7} {:>13} {:>6}",
+                pair(0),
+                pair(1),
+                pair(2),
+                pair(3),
+                pair(4)
+            );
+        }
+    }
+    o
 }
 
 #[derive(Subcommand, Debug)]
@@ -72,6 +186,34 @@ pub enum NodeVerb {
         /// Continue where a previous page ended.
         #[arg(long)]
         page_token: Option<String>,
+    },
+    /// Take a node out of service: no new work; running work is left alone.
+    Cordon {
+        id: String,
+        /// Why: recorded on the event.
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Return a node to service. Automation then leaves it alone for
+    /// cordonSuppressionMinutes.
+    Uncordon {
+        id: String,
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Cordon, then let running work finish (passive) or move it (--active).
+    Drain {
+        /// The node; with --all, every ready node instead.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        id: Option<String>,
+        /// Every ready node; the count is what this took out of service.
+        #[arg(long)]
+        all: bool,
+        /// Also requeue running work: it restarts from the beginning elsewhere.
+        #[arg(long)]
+        active: bool,
+        #[arg(long, default_value = "")]
+        reason: String,
     },
     /// Clear a condition (the only way a sticky one ends).
     Clear {
@@ -168,6 +310,28 @@ impl Client {
     async fn get<T: DeserializeOwned>(&self, segments: &[&str]) -> anyhow::Result<T> {
         self.send(self.http.get(self.url(segments))).await
     }
+
+    /// `POST /api/v1/nodes/{id}/{verb}` with `body`; the node as it now is.
+    async fn operate(
+        &self,
+        id: &str,
+        verb: &str,
+        body: &impl serde::Serialize,
+    ) -> anyhow::Result<NodeView> {
+        let url = self.url(&["api", "v1", "nodes", id, verb]);
+        self.send(self.http.post(url).json(body)).await
+    }
+}
+
+/// Print the node after a verb: the whole record as JSON, or a line saying what
+/// happened and the detail.
+fn report(json: bool, node: &NodeView, done: &str) {
+    if json {
+        print_json(node);
+    } else {
+        println!("{done}");
+        print!("{}", node_detail(node));
+    }
 }
 
 /// Run a client verb, printing to stdout.
@@ -228,6 +392,53 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                 if let Some(token) = &page.next_page_token {
                     eprintln!("more events: --page-token {token}");
                 }
+            }
+        }
+        NodeVerb::Cordon { id, reason } => {
+            let node = client
+                .operate(&id, "cordon", &OperateRequest { reason })
+                .await?;
+            report(json, &node, &format!("{id} cordoned"));
+        }
+        NodeVerb::Uncordon { id, reason } => {
+            let node = client
+                .operate(&id, "uncordon", &OperateRequest { reason })
+                .await?;
+            report(json, &node, &format!("{id} uncordoned"));
+        }
+        NodeVerb::Drain {
+            id: Some(id),
+            active,
+            reason,
+            ..
+        } => {
+            let node = client
+                .operate(&id, "drain", &DrainRequest { active, reason })
+                .await?;
+            let how = if active { "active" } else { "passive" };
+            report(json, &node, &format!("{id} drained ({how})"));
+        }
+        NodeVerb::Drain {
+            id: None,
+            active,
+            reason,
+            ..
+        } => {
+            // Only ready nodes are drained, so the count is what this took out.
+            let list: NodeList = client.get(&["api", "v1", "nodes"]).await?;
+            let mut drained = Vec::new();
+            for n in list.nodes.iter().filter(|n| n.status == Status::Ready) {
+                let req = DrainRequest {
+                    active,
+                    reason: reason.clone(),
+                };
+                client.operate(&n.id, "drain", &req).await?;
+                drained.push(n.id.clone());
+            }
+            if json {
+                print_json(&serde_json::json!({"drained": drained.len(), "nodes": drained}));
+            } else {
+                println!("Cordoned {} node(s)", drained.len());
             }
         }
         NodeVerb::Clear {
@@ -341,6 +552,41 @@ pub fn node_detail(n: &NodeView) -> String {
         n.id, n.cluster, n.hostname
     );
     let _ = writeln!(o, "Status:    {:?}", n.status);
+    if let Some(c) = &n.cordon {
+        let drained = if c.drained { ", drained" } else { "" };
+        let _ = writeln!(
+            o,
+            "Cordoned:  by {} at {}{drained}: {}",
+            c.by.as_str(),
+            c.at.to_rfc3339(),
+            c.reason
+        );
+    }
+    if n.gated {
+        let _ = writeln!(o, "Gated:     new work kept off (score below drainBelow)");
+    }
+    match &n.policy {
+        Some(Conclusion::Recommended { action }) => {
+            let _ = writeln!(o, "Policy:    would {} (observe)", action.as_str());
+        }
+        Some(Conclusion::Acted { action, waiting }) => {
+            let waiting = if *waiting {
+                ", waiting for the node to empty"
+            } else {
+                ""
+            };
+            let _ = writeln!(o, "Policy:    {}{waiting}", action.as_str());
+        }
+        Some(Conclusion::Halted { action, guardrail }) => {
+            let _ = writeln!(
+                o,
+                "Policy:    {} halted by {}",
+                action.as_str(),
+                guardrail.as_str()
+            );
+        }
+        None => {}
+    }
     match n.last_report {
         Some(t) => {
             let _ = writeln!(

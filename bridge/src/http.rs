@@ -15,11 +15,13 @@ use axum::routing::{get, post};
 
 use crate::alertmanager::IngestError;
 use crate::config::parse_duration;
-use crate::core::{CoreError, EVENT_TYPES, Time};
+use crate::core::{CoreError, EVENT_TYPES, Fleet, Outcome, Time};
 use crate::metrics::CodeLabel;
 use crate::service::Hale;
 use crate::store::EventQuery;
-use crate::view::{ClearRequest, ErrorBody, EventsView, FailureReport, NodeList};
+use crate::view::{
+    ClearRequest, DrainRequest, ErrorBody, EventsView, FailureReport, NodeList, OperateRequest,
+};
 
 /// An error answer.
 #[derive(Debug)]
@@ -55,7 +57,7 @@ impl From<CoreError> for ApiError {
             CoreError::UnknownNode(_) | CoreError::UnknownCondition { .. } => {
                 ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string())
             }
-            CoreError::NotClearable { .. } => {
+            CoreError::NotClearable { .. } | CoreError::NotDrainable { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string())
             }
         }
@@ -75,6 +77,9 @@ pub fn router(hale: Arc<Hale>) -> Router {
         .route("/api/v1/nodes", get(list_nodes))
         .route("/api/v1/nodes/{id}", get(show_node).delete(decommission))
         .route("/api/v1/nodes/{id}/failures", post(attribute_failure))
+        .route("/api/v1/nodes/{id}/cordon", post(cordon))
+        .route("/api/v1/nodes/{id}/uncordon", post(uncordon))
+        .route("/api/v1/nodes/{id}/drain", post(drain))
         .route(
             "/api/v1/nodes/{id}/conditions/{ctype}/clear",
             post(clear_condition),
@@ -208,6 +213,66 @@ async fn clear_condition(
         h.apply(|fleet, cfg, now| fleet.clear_condition(cfg, now, &node, &ctype, &reason))
     })
     .await?;
+    Ok(Json(view(hale, id).await?))
+}
+
+async fn cordon(
+    State(hale): State<Arc<Hale>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Option<Json<OperateRequest>>,
+) -> ApiResult<impl IntoResponse> {
+    with_reason(hale, id, &headers, body, Fleet::cordon).await
+}
+
+async fn uncordon(
+    State(hale): State<Arc<Hale>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Option<Json<OperateRequest>>,
+) -> ApiResult<impl IntoResponse> {
+    with_reason(hale, id, &headers, body, Fleet::uncordon).await
+}
+
+/// A verb whose only argument is the operator's reason.
+async fn with_reason(
+    hale: Arc<Hale>,
+    id: String,
+    headers: &HeaderMap,
+    body: Option<Json<OperateRequest>>,
+    verb: fn(&mut Fleet, Time, &str, &str) -> Result<Outcome, CoreError>,
+) -> ApiResult<Json<crate::view::NodeView>> {
+    authorize(&hale, headers)?;
+    let reason = body.map(|Json(b)| b.reason).unwrap_or_default();
+    operate(hale, id, move |fleet, now, node| {
+        verb(fleet, now, node, &reason)
+    })
+    .await
+}
+
+async fn drain(
+    State(hale): State<Arc<Hale>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Option<Json<DrainRequest>>,
+) -> ApiResult<impl IntoResponse> {
+    authorize(&hale, &headers)?;
+    let req = body.map(|Json(b)| b).unwrap_or_default();
+    operate(hale, id, move |fleet, now, node| {
+        fleet.drain(now, node, req.active, &req.reason)
+    })
+    .await
+}
+
+/// Apply an operator's verb to node `id` and answer with the node as it now is.
+async fn operate(
+    hale: Arc<Hale>,
+    id: String,
+    verb: impl FnOnce(&mut Fleet, Time, &str) -> Result<Outcome, CoreError> + Send + 'static,
+) -> ApiResult<Json<crate::view::NodeView>> {
+    let h = hale.clone();
+    let node = id.clone();
+    blocking(move || h.apply(|fleet, _, now| verb(fleet, now, &node))).await?;
     Ok(Json(view(hale, id).await?))
 }
 

@@ -9,6 +9,7 @@ pub mod core;
 pub mod http;
 pub mod metrics;
 pub mod notify;
+pub mod orchestrator;
 pub mod service;
 pub mod store;
 pub mod view;

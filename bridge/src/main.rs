@@ -29,6 +29,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Node { verb, client } => hale::cli::run_node(verb, client).await,
         Command::Alerts { client } => hale::cli::run_alerts(client).await,
+        Command::Policy { verb } => hale::cli::run_backtest(verb),
     }
 }
 
@@ -54,6 +55,7 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
     );
     tokio::spawn(Arc::clone(&hale).poll_loop());
     tokio::spawn(Arc::clone(&hale).tick_loop());
+    tokio::spawn(Arc::clone(&hale).act_loop());
     tokio::spawn(Arc::clone(&hale).retention_loop());
     tokio::spawn(reload_on_hangup(Arc::clone(&hale)));
     axum::serve(listener, hale::http::router(Arc::clone(&hale)))

@@ -15,6 +15,7 @@ use prometheus_client::registry::Registry;
 
 use crate::alertmanager::IngestError;
 use crate::config::Loaded;
+use crate::core::policy::Action;
 use crate::core::{Fleet, Health, KNOWN_CONDITIONS};
 use crate::notify::WebhookMetrics;
 use crate::store::StoreError;
@@ -39,6 +40,12 @@ pub struct ReasonLabel {
     pub reason: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabel {
+    pub action: String,
+    pub result: String,
+}
+
 /// hale's own metrics.
 #[derive(Debug)]
 pub struct Metrics {
@@ -53,6 +60,7 @@ pub struct Metrics {
     pub store_bytes_max: Gauge,
     pub webhooks: WebhookMetrics,
     pub store_write_failures: Family<ReasonLabel, Counter>,
+    pub policy_actions: Family<ActionLabel, Counter>,
     registry: Registry,
 }
 
@@ -72,6 +80,7 @@ impl Metrics {
             store_bytes_max: Gauge::default(),
             webhooks: WebhookMetrics::default(),
             store_write_failures: Family::default(),
+            policy_actions: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -125,6 +134,11 @@ impl Metrics {
             "Store writes that failed (state is kept in memory and retried)",
             m.store_write_failures.clone(),
         );
+        registry.register(
+            "hale_policy_actions",
+            "Actions performed through the orchestrator (policy and operators), by result",
+            m.policy_actions.clone(),
+        );
         registry.register_collector(Box::new(NodeCollector { fleet, config }));
         // Zero series for the fixed label values, so `rate()` sees the first event.
         let polled = ["trusted", "untrusted"]
@@ -137,6 +151,14 @@ impl Metrics {
         }
         for path in ["poll", "webhook"] {
             drop(m.ingested.get_or_create(&PathLabel { path: path.into() }));
+        }
+        for action in Action::NAMES {
+            for result in ["done", "failed"] {
+                drop(m.policy_actions.get_or_create(&ActionLabel {
+                    action: action.into(),
+                    result: result.into(),
+                }));
+            }
         }
         for reason in StoreError::METRIC_LABELS {
             drop(m.store_write_failures.get_or_create(&ReasonLabel {

@@ -14,9 +14,11 @@ use tracing::{error, info, warn};
 use crate::alertmanager::{self, Answer, IngestError};
 use crate::config::{Config, ConfigError, Loaded};
 use crate::core::labels::{Alert, AlertState, Signal};
+use crate::core::policy::Action;
 use crate::core::{CoreError, EventKind, Fleet, Outcome, TELEMETRY_STALE, Time};
-use crate::metrics::{Metrics, PathLabel, ReasonLabel, ResultLabel};
+use crate::metrics::{ActionLabel, Metrics, PathLabel, ReasonLabel, ResultLabel};
 use crate::notify::Notifier;
+use crate::orchestrator::{self, NoOrchestrator, Orchestrator, OrchestratorError};
 use crate::store::{Batch, EventPage, EventQuery, Store, StoreError};
 use crate::view::{AlertsView, NodeView, SeenAlert, SourceView};
 
@@ -24,6 +26,8 @@ use crate::view::{AlertsView, NodeView, SeenAlert, SourceView};
 const TICK: Duration = Duration::from_secs(1);
 /// How often events past their retention are deleted.
 const RETENTION_SWEEP: Duration = Duration::from_secs(3600);
+/// How often actions still pending (after a transient failure) are tried again.
+const ACT_RETRY: Duration = Duration::from_secs(10);
 
 /// Shared state of one hale process.
 pub struct Hale {
@@ -43,6 +47,10 @@ pub struct Hale {
     /// While a poll is in flight: fingerprints webhook deliveries named meanwhile,
     /// whose word is newer than the answer the poll will bring.
     delivered_during_poll: Mutex<Option<BTreeSet<String>>>,
+    orchestrator: Arc<dyn Orchestrator>,
+    /// Nodes whose pending actions are being performed right now.
+    acting: Mutex<BTreeSet<String>>,
+    act_now: Notify,
 }
 
 /// The store and what it has not managed to write yet.
@@ -98,6 +106,9 @@ impl Hale {
             maintenance: Mutex::new(maintenance),
             near_full: AtomicBool::new(false),
             delivered_during_poll: Mutex::new(None),
+            orchestrator: Arc::new(NoOrchestrator),
+            acting: Mutex::new(BTreeSet::new()),
+            act_now: Notify::new(),
         });
         let inventory = hale.config().config.inventory.clone();
         hale.apply(|fleet, cfg, now| Ok(fleet.register(cfg, now, &inventory)))
@@ -127,6 +138,14 @@ impl Hale {
             self.metrics
                 .last_trusted
                 .set(t.timestamp_millis() as f64 / 1000.0);
+        }
+        if outcome.dirty.iter().any(|id| {
+            fleet
+                .nodes
+                .get(id)
+                .is_some_and(|n| !n.policy.pending.is_empty())
+        }) {
+            self.act_now.notify_one();
         }
         let unchanged = outcome.events.is_empty()
             && outcome.dirty.is_empty()
@@ -426,6 +445,106 @@ impl Hale {
         *self.config.write().expect("config lock") = Arc::new(next);
         info!(config = %path.display(), "configuration reloaded");
         Ok(())
+    }
+
+    /// Perform the actions the policy and the operators decided: at once when a step
+    /// decides one, and again every `ACT_RETRY` for those a transient failure left
+    /// pending (at start, those a previous process decided and did not confirm).
+    pub async fn act_loop(self: Arc<Self>) {
+        loop {
+            self.act_pending();
+            tokio::select! {
+                () = self.act_now.notified() => {}
+                () = tokio::time::sleep(ACT_RETRY) => {}
+            }
+        }
+    }
+
+    /// One task per node with pending actions, doing them in the order decided (a
+    /// cordon before the eviction that follows it).
+    fn act_pending(self: &Arc<Self>) {
+        let (pending, moves) = {
+            let fleet = self.lock_fleet();
+            (fleet.pending(), fleet.ledger.moves.clone())
+        };
+        let mut by_node: std::collections::BTreeMap<String, Vec<Action>> = Default::default();
+        for (node, action) in pending {
+            by_node.entry(node).or_default().push(action);
+        }
+        for (node, actions) in by_node {
+            if !self
+                .acting
+                .lock()
+                .expect("acting lock")
+                .insert(node.clone())
+            {
+                continue;
+            }
+            let this = self.clone();
+            let moves = moves.clone();
+            tokio::spawn(async move {
+                for action in actions {
+                    if !this.perform(&node, &action, &moves).await {
+                        break;
+                    }
+                }
+                this.acting.lock().expect("acting lock").remove(&node);
+            });
+        }
+    }
+
+    /// Perform one action, retrying transient failures with backoff; record the
+    /// outcome. Returns whether the node's next action may follow.
+    async fn perform(
+        self: &Arc<Self>,
+        node: &str,
+        action: &Action,
+        moves: &std::collections::BTreeMap<String, u32>,
+    ) -> bool {
+        use backon::{ExponentialBuilder, Retryable};
+        let orchestrator = self.orchestrator.clone();
+        let result = (|| orchestrator::perform(orchestrator.as_ref(), node, action, moves))
+            .retry(
+                ExponentialBuilder::default()
+                    .with_min_delay(Duration::from_millis(500))
+                    .with_max_times(3)
+                    .with_jitter(),
+            )
+            .when(OrchestratorError::is_retriable)
+            .await;
+        let name = action.name();
+        let (label, ok) = match &result {
+            Ok(_) => ("done", true),
+            Err(_) => ("failed", false),
+        };
+        self.metrics
+            .policy_actions
+            .get_or_create(&ActionLabel {
+                action: name.into(),
+                result: label.into(),
+            })
+            .inc();
+        let this = self.clone();
+        let (node, action) = (node.to_string(), action.clone());
+        let step = tokio::task::spawn_blocking(move || match result {
+            Ok(done) => {
+                info!(node, action = name, "done");
+                this.apply(|fleet, cfg, now| Ok(fleet.action_done(cfg, now, &node, &action, &done)))
+            }
+            Err(e) if e.is_retriable() => {
+                warn!(node, action = name, error = %e, "not done yet; tried again shortly");
+                Ok(Outcome::default())
+            }
+            Err(e) => {
+                error!(node, action = name, error = %e, "refused");
+                this.apply(|fleet, cfg, now| Ok(fleet.action_failed(cfg, now, &node, &action)))
+            }
+        })
+        .await;
+        if let Err(e) = step {
+            error!(error = %e, "recording an action failed");
+        }
+        ok
     }
 
     /// Evaluate the time-driven rules every second.

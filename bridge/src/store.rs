@@ -22,9 +22,9 @@ pub enum StoreError {
         op: &'static str,
         source: rusqlite::Error,
     },
-    #[error("store: node {node} has an unreadable record: {source}")]
+    #[error("store: {what} has an unreadable record: {source}")]
     Corrupt {
-        node: String,
+        what: String,
         source: serde_json::Error,
     },
 }
@@ -65,6 +65,8 @@ pub struct Batch {
     pub events: Vec<Event>,
     /// JSON of the trust record.
     pub trust: String,
+    /// JSON of the policy's ledger (replacements, eviction moves).
+    pub ledger: Option<String>,
 }
 
 impl Batch {
@@ -98,9 +100,13 @@ impl Batch {
             removed: outcome.removed.clone(),
             events: outcome.events.clone(),
             trust: serde_json::to_string(&fleet.trust).expect("trust serialises"),
+            ledger: Some(serde_json::to_string(&fleet.ledger).expect("ledger serialises")),
         }
     }
 }
+
+/// The database file inside the store directory.
+pub const FILE: &str = "hale.db";
 
 fn event_id(instance: &str, seq: i64) -> String {
     format!("{instance}-{seq}")
@@ -201,7 +207,7 @@ impl Store {
             path: dir.to_path_buf(),
             source,
         })?;
-        let file = dir.join("hale.db");
+        let file = dir.join(FILE);
         let conn = Connection::open(&file).op("open")?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .op("enable WAL")?;
@@ -250,7 +256,7 @@ impl Store {
         for row in rows {
             let (id, body) = row.op("read nodes")?;
             let node: Node = serde_json::from_str(&body).map_err(|source| StoreError::Corrupt {
-                node: id.clone(),
+                what: format!("node {id}"),
                 source,
             })?;
             fleet.nodes.insert(id, node);
@@ -294,6 +300,19 @@ impl Store {
                 watching_since: now,
                 ..trust
             };
+        }
+        let ledger: Option<String> = self
+            .conn
+            .query_row("SELECT value FROM meta WHERE key = 'ledger'", [], |r| {
+                r.get(0)
+            })
+            .optional()
+            .op("read ledger")?;
+        if let Some(ledger) = ledger {
+            fleet.ledger = serde_json::from_str(&ledger).map_err(|source| StoreError::Corrupt {
+                what: "the policy ledger".into(),
+                source,
+            })?;
         }
         Ok(fleet)
     }
@@ -355,9 +374,40 @@ impl Store {
                 params![batch.trust],
             )
             .op("write trust")?;
+            if let Some(ledger) = &batch.ledger {
+                tx.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('ledger', ?1)",
+                    params![ledger],
+                )
+                .op("write ledger")?;
+            }
         }
         tx.commit().op("commit")?;
         Ok(stored)
+    }
+
+    /// Every node's events from `since` (Unix ms) on, in the order they were recorded.
+    pub fn history(&self, since: i64) -> Result<Vec<Event>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT node_id, body FROM events WHERE occurred_at >= ?1 ORDER BY seq")
+            .op("read history")?;
+        let rows = stmt
+            .query_map(params![since], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })
+            .op("read history")?;
+        let mut events = Vec::new();
+        for row in rows {
+            let (node, body) = row.op("read history")?;
+            events.push(
+                serde_json::from_str(&body).map_err(|source| StoreError::Corrupt {
+                    what: format!("an event of node {node}"),
+                    source,
+                })?,
+            );
+        }
+        Ok(events)
     }
 
     /// One page of a node's events, oldest first (the newest page with `latest`).
@@ -406,7 +456,7 @@ impl Store {
                 break;
             }
             let event = serde_json::from_str(&body).map_err(|source| StoreError::Corrupt {
-                node: node_id.into(),
+                what: format!("an event of node {node_id}"),
                 source,
             })?;
             events.push(StoredEvent {

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::Settings;
+use crate::core::policy::{Conclusion, Cordon};
 use crate::core::{Deduction, Health, Node, Severity, Status, Time};
 use crate::store::StoredEvent;
 
@@ -56,6 +57,14 @@ pub struct NodeView {
     pub last_heartbeat: Option<Time>,
     pub unavailable_signals: Vec<String>,
     pub jobs: u64,
+    /// Who took the node out of service and why, while it is out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cordon: Option<Cordon>,
+    /// The scheduling gate: new work kept off while the score is below drainBelow.
+    pub gated: bool,
+    /// The policy's standing conclusion about the node, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Conclusion>,
 }
 
 impl NodeView {
@@ -108,7 +117,10 @@ impl NodeView {
             last_report: node.last_report,
             last_heartbeat: node.heartbeat.as_ref().map(|h| h.last),
             unavailable_signals: unavailable,
-            jobs: 0,
+            jobs: u64::from(node.policy.allocations),
+            cordon: node.policy.cordon.clone(),
+            gated: node.policy.gated,
+            policy: node.policy.conclusion.clone(),
         }
     }
 
@@ -198,6 +210,25 @@ pub struct FailureReport {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClearRequest {
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// `POST /api/v1/nodes/{id}/{cordon|uncordon}`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperateRequest {
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// `POST /api/v1/nodes/{id}/drain`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrainRequest {
+    /// Also move the running work (it restarts from the beginning elsewhere).
+    #[serde(default)]
+    pub active: bool,
     #[serde(default)]
     pub reason: String,
 }

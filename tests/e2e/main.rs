@@ -5,3 +5,4 @@ mod events;
 mod harness;
 mod monitoring;
 mod pipeline;
+mod policy;

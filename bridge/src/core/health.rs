@@ -8,6 +8,7 @@ use std::time::Duration;
 use chrono::TimeDelta;
 
 use super::labels::{Alert, AlertState, Signal};
+use super::policy::Policy;
 use super::{
     COLLECTOR_FAILED, Condition, Event, EventKind, FAILURE_DEDUCTION, Fleet, HEARTBEAT_MISSED,
     Heartbeat, Node, Severity, SmallMap, Source, TELEMETRY_STALE, Time,
@@ -49,6 +50,10 @@ pub enum CoreError {
     UnknownNode(String),
     #[error("node {node} has no condition {condition}")]
     UnknownCondition { node: String, condition: String },
+    #[error(
+        "node {node} is {status} and cannot be drained: only a READY or already cordoned node can be taken out of service"
+    )]
+    NotDrainable { node: String, status: &'static str },
     #[error(
         "{condition} on node {node} is hale's own view of what it cannot see; it clears when the node is visible again"
     )]
@@ -154,6 +159,21 @@ impl Fleet {
         let trusted = !step.fleet.trust.stale;
         step.out.trusted = trusted;
         step.ingest(alerts, false, trusted);
+        step.finish(Scope::Touched)
+    }
+
+    /// A backtest step ([`super::replay`]): the recorded evidence is already back on
+    /// the nodes in `reported`, which count as reporting now through a trusted source.
+    pub fn replayed(&mut self, cfg: &Loaded, now: Time, reported: &BTreeSet<String>) -> Outcome {
+        self.trust.last_trusted = Some(now);
+        self.trust.source_up = true;
+        let mut step = Step::new(self, cfg, now);
+        for id in reported {
+            if let Some(node) = step.fleet.nodes.get_mut(id) {
+                node.last_report = Some(now);
+                step.out.dirty.insert(id.clone());
+            }
+        }
         step.finish(Scope::Touched)
     }
 
@@ -605,6 +625,12 @@ impl<'f> Step<'f> {
                 );
             }
         }
+        Policy {
+            cfg,
+            now,
+            out: &mut out,
+        }
+        .evaluate(fleet);
         out
     }
 }

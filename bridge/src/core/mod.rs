@@ -4,6 +4,8 @@
 
 mod health;
 pub mod labels;
+pub mod policy;
+pub mod replay;
 mod small_map;
 #[cfg(test)]
 mod tests;
@@ -220,6 +222,9 @@ pub struct Node {
     /// metric series persist at 0 after they clear.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub seen_types: BTreeSet<String>,
+    /// Service state and the policy's memory of the node.
+    #[serde(default)]
+    pub policy: policy::NodePolicy,
 }
 
 impl Node {
@@ -236,6 +241,7 @@ impl Node {
             score: None,
             last_report: None,
             seen_types: BTreeSet::new(),
+            policy: policy::NodePolicy::default(),
         }
     }
 
@@ -400,6 +406,8 @@ impl Trust {
 pub struct Fleet {
     pub nodes: BTreeMap<String, Node>,
     pub trust: Trust,
+    /// What the policy's guardrails count across nodes.
+    pub ledger: policy::Ledger,
 }
 
 impl Fleet {
@@ -407,6 +415,7 @@ impl Fleet {
         Fleet {
             nodes: BTreeMap::new(),
             trust: Trust::new(now),
+            ledger: policy::Ledger::default(),
         }
     }
 }
@@ -463,6 +472,51 @@ pub enum EventKind {
         total: u64,
     },
     NodeDecommissioned {},
+    PolicyRecommended {
+        action: String,
+        policy_mode: String,
+        scored_by: String,
+        score: u8,
+    },
+    PolicyActed {
+        action: String,
+        policy_mode: String,
+        scored_by: String,
+        score: u8,
+        /// `replace`: allocations the node must finish before it is terminated.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        waiting_on: Option<u32>,
+    },
+    PolicyHalted {
+        action: String,
+        /// The guardrail that stopped it (its config key, or why).
+        guardrail: String,
+        policy_mode: String,
+        scored_by: String,
+        score: u8,
+    },
+    NodeCordoned {
+        /// `hale` or `operator`.
+        by: String,
+        reason: String,
+    },
+    NodeUncordoned {
+        by: String,
+        reason: String,
+    },
+    NodeDrained {
+        by: String,
+        active: bool,
+        reason: String,
+        /// Allocations stopped and run again elsewhere (active drains).
+        moved: u32,
+    },
+    NodeEvicted {
+        fault_class: String,
+        moved: u32,
+        failed: u32,
+    },
+    NodeReplaced {},
 }
 
 /// Every event type of the contract (DESIGN §9), including those later components
@@ -503,6 +557,14 @@ impl EventKind {
             EventKind::HeartbeatResumed { .. } => "HEARTBEAT_RESUMED",
             EventKind::JobFailureAttributed { .. } => "JOB_FAILURE_ATTRIBUTED",
             EventKind::NodeDecommissioned {} => "NODE_DECOMMISSIONED",
+            EventKind::PolicyRecommended { .. } => "POLICY_RECOMMENDED",
+            EventKind::PolicyActed { .. } => "POLICY_ACTED",
+            EventKind::PolicyHalted { .. } => "POLICY_HALTED",
+            EventKind::NodeCordoned { .. } => "NODE_CORDONED",
+            EventKind::NodeUncordoned { .. } => "NODE_UNCORDONED",
+            EventKind::NodeDrained { .. } => "NODE_DRAINED",
+            EventKind::NodeEvicted { .. } => "NODE_EVICTED",
+            EventKind::NodeReplaced {} => "NODE_REPLACED",
         }
     }
 }

@@ -1095,3 +1095,626 @@ fn a_poll_fetched_before_a_delivery_does_not_undo_it() {
     assert!(!s.node("n1").conditions.contains_key("disk_degraded"));
     assert!(s.node("n1").conditions.contains_key("gpu_ecc_errors"));
 }
+
+// ---- Policy (DESIGN §6–§7) ----------------------------------------------------
+
+fn ecc(node: &str) -> A {
+    gpu_ecc_uncorrectable(node, "0")
+}
+
+/// A node whose score is 55 (SmartFailing 40 + GPU ECC correctable... ) is built
+/// from conditions: `low(n)` scores 55, `very_low(n)` 15.
+fn low(node: &str) -> Vec<A> {
+    vec![heartbeat(node), ecc(node)]
+}
+fn very_low(node: &str) -> Vec<A> {
+    vec![heartbeat(node), ecc(node), smart_failing(node)]
+}
+
+impl Script {
+    /// Register `n` nodes `prefix-0..` in pool `pool`.
+    fn pool(&mut self, prefix: &str, n: usize, pool: &str) -> Vec<String> {
+        let inv: Vec<InventoryNode> = (0..n)
+            .map(|i| InventoryNode {
+                id: format!("{prefix}-{i}"),
+                hostname: None,
+                labels: [("pool".to_string(), pool.to_string())].into(),
+            })
+            .collect();
+        let out = self.fleet.register(&self.cfg, self.now, &inv);
+        self.record(out);
+        inv.into_iter().map(|n| n.id).collect()
+    }
+    /// A trusted poll where `sick` nodes carry `alerts` and the rest only report.
+    fn report(&mut self, ids: &[String], sick: &[&str], alerts: Sick) -> &mut Self {
+        let mut all = vec![watchdog()];
+        for id in ids {
+            if sick.contains(&id.as_str()) {
+                all.extend(alerts(id));
+            } else {
+                all.push(heartbeat(id));
+            }
+        }
+        self.poll(&all)
+    }
+    fn policy_events(&mut self) -> Vec<String> {
+        self.events
+            .drain(..)
+            .filter(|e| {
+                let n = e.kind.name();
+                n.starts_with("POLICY_") || (n.starts_with("NODE_") && n != "NODE_DECOMMISSIONED")
+            })
+            .map(|e| format!("{} {}", e.node_id, policy_detail(&e)))
+            .collect()
+    }
+}
+
+fn policy_detail(e: &Event) -> String {
+    match &e.kind {
+        EventKind::PolicyRecommended { action, .. } => format!("POLICY_RECOMMENDED {action}"),
+        EventKind::PolicyActed { action, .. } => format!("POLICY_ACTED {action}"),
+        EventKind::PolicyHalted {
+            action, guardrail, ..
+        } => format!("POLICY_HALTED {action} {guardrail}"),
+        EventKind::NodeCordoned { by, .. } => format!("NODE_CORDONED {by}"),
+        EventKind::NodeUncordoned { by, .. } => format!("NODE_UNCORDONED {by}"),
+        EventKind::NodeDrained { by, active, .. } => format!("NODE_DRAINED {by} active={active}"),
+        EventKind::NodeEvicted {
+            fault_class,
+            moved,
+            failed,
+        } => format!("NODE_EVICTED {fault_class} moved={moved} failed={failed}"),
+        other => other.name().to_string(),
+    }
+}
+
+/// The alerts of a degraded node.
+type Sick = fn(&str) -> Vec<A>;
+
+const GPU_POOL: &str =
+    "pools: [{ name: gpu, selector: { pool: gpu }, nodeHealth: { mode: MODE } }]";
+
+fn pool_script(mode: &str) -> Script {
+    script(&GPU_POOL.replace("MODE", mode))
+}
+
+#[test]
+fn the_action_follows_mode_and_thresholds() {
+    // (mode, alerts, expected conclusion events on the second report)
+    let table: &[(&str, Sick, &[&str])] = &[
+        ("observe", low, &["POLICY_RECOMMENDED cordon"]),
+        (
+            "observe",
+            very_low,
+            &["POLICY_ACTED gate", "POLICY_RECOMMENDED drain"],
+        ),
+        (
+            "cordon",
+            low,
+            &["NODE_CORDONED hale", "POLICY_ACTED cordon"],
+        ),
+        (
+            "cordon",
+            very_low,
+            &[
+                "POLICY_ACTED gate",
+                "NODE_CORDONED hale",
+                "POLICY_ACTED cordon",
+            ],
+        ),
+        ("drain", low, &["NODE_CORDONED hale", "POLICY_ACTED cordon"]),
+        (
+            "drain",
+            very_low,
+            &[
+                "POLICY_ACTED gate",
+                "NODE_CORDONED hale",
+                "NODE_DRAINED hale active=false",
+                "POLICY_ACTED drain",
+            ],
+        ),
+    ];
+    for (mode, alerts, want) in table {
+        let mut s = pool_script(mode);
+        let ids = s.pool("g", 10, "gpu");
+        s.at(0).report(&ids, &["g-0"], *alerts);
+        assert_eq!(
+            s.policy_events(),
+            Vec::<String>::new(),
+            "{mode}: first score never acts"
+        );
+        s.at(30).report(&ids, &["g-0"], *alerts);
+        let got = s.policy_events();
+        let want: Vec<String> = want.iter().map(|w| format!("g-0 {w}")).collect();
+        assert_eq!(got, want, "{mode}");
+        let cordoned = s.node("g-0").status == Status::Cordoned;
+        assert_eq!(
+            cordoned,
+            *mode != "observe",
+            "{mode}: observe changes nothing"
+        );
+        // A node stuck there records nothing more.
+        for t in (60..=7 * DAY).step_by(3600) {
+            s.at(t).report(&ids, &["g-0"], *alerts);
+        }
+        assert_eq!(
+            s.policy_events(),
+            Vec::<String>::new(),
+            "{mode}: one event per conclusion"
+        );
+    }
+}
+
+#[test]
+fn rack_power_loss_acts_on_at_most_the_ceiling() {
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    let rack = ["g-3", "g-4", "g-5"];
+    s.at(0).report(&ids, &[], low);
+    s.at(30).report(&ids, &rack, low);
+    s.at(60).report(&ids, &rack, low);
+    let got = s.policy_events();
+    assert_eq!(
+        got,
+        [
+            "g-3 NODE_CORDONED hale",
+            "g-3 POLICY_ACTED cordon",
+            "g-4 NODE_CORDONED hale",
+            "g-4 POLICY_ACTED cordon",
+            "g-5 POLICY_HALTED cordon maxUnavailablePercent",
+        ]
+    );
+    for t in [90, 120, 150] {
+        s.at(t).report(&ids, &rack, low);
+    }
+    assert_eq!(
+        s.policy_events(),
+        Vec::<String>::new(),
+        "the halt is recorded once"
+    );
+}
+
+#[test]
+fn operator_cordons_count_against_the_ceiling() {
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &[], low);
+    let out = s.fleet.cordon(s.now, "g-0", "firmware update").unwrap();
+    s.record(out);
+    let out = s.fleet.cordon(s.now, "g-1", "firmware update").unwrap();
+    s.record(out);
+    s.policy_events();
+    s.at(30).report(&ids, &["g-5"], low);
+    s.at(60).report(&ids, &["g-5"], low);
+    assert_eq!(
+        s.policy_events(),
+        ["g-5 POLICY_HALTED cordon maxUnavailablePercent"]
+    );
+    assert_eq!(s.node("g-5").status, Status::Ready);
+}
+
+#[test]
+fn a_manual_uncordon_holds_automation_off_for_the_window() {
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &["g-0"], low);
+    s.at(30).report(&ids, &["g-0"], low);
+    assert_eq!(s.node("g-0").status, Status::Cordoned);
+    s.policy_events();
+    let out = s.fleet.uncordon(s.now, "g-0", "checked the DIMM").unwrap();
+    s.record(out);
+    assert_eq!(s.policy_events(), ["g-0 NODE_UNCORDONED operator"]);
+    // Still degraded, inside the 30-minute window: halted once, never re-cordoned.
+    for t in (60..=29 * 60).step_by(30) {
+        s.at(t).report(&ids, &["g-0"], low);
+    }
+    assert_eq!(
+        s.policy_events(),
+        ["g-0 POLICY_HALTED cordon cordonSuppressionMinutes"]
+    );
+    assert_eq!(s.node("g-0").status, Status::Ready);
+    // After it: the policy acts again.
+    s.at(31 * 60).report(&ids, &["g-0"], low);
+    assert_eq!(
+        s.policy_events(),
+        ["g-0 NODE_CORDONED hale", "g-0 POLICY_ACTED cordon"]
+    );
+}
+
+/// Conditions that clear when their alerts end, scoring 50.
+fn flapping(node: &str) -> Vec<A> {
+    vec![
+        heartbeat(node),
+        smart_failing(node),
+        gpu_ecc_correctable(node, "0"),
+    ]
+}
+
+#[test]
+fn a_flapping_condition_records_one_conclusion() {
+    let mut s = pool_script("observe");
+    let ids = s.pool("g", 10, "gpu");
+    for (i, t) in (0..3600).step_by(30).enumerate() {
+        let sick: &[&str] = if i % 2 == 1 { &["g-0"] } else { &[] };
+        s.at(t).report(&ids, sick, flapping);
+    }
+    assert_eq!(s.policy_events(), ["g-0 POLICY_RECOMMENDED cordon"]);
+    // A recovery that holds makes the next degradation a new episode.
+    s.at(4000).report(&ids, &[], flapping);
+    s.at(4000 + 16 * 60).report(&ids, &[], flapping);
+    s.at(6000).report(&ids, &["g-0"], flapping);
+    assert_eq!(s.policy_events(), ["g-0 POLICY_RECOMMENDED cordon"]);
+}
+
+#[test]
+fn the_first_score_never_acts() {
+    let mut s = pool_script("drain");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &["g-0"], very_low);
+    assert_eq!(s.policy_events(), Vec::<String>::new());
+    assert_eq!(s.node("g-0").status, Status::Ready);
+    assert!(!s.node("g-0").policy.gated);
+    s.at(30).report(&ids, &["g-0"], very_low);
+    assert!(s.node("g-0").policy.gated);
+    assert_eq!(s.node("g-0").status, Status::Cordoned);
+}
+
+#[test]
+fn blind_nodes_are_held_without_action_or_event() {
+    for blind in ["collector_failed", "heartbeat_missed", "telemetry_stale"] {
+        let mut s = pool_script("drain");
+        let ids = s.pool("g", 10, "gpu");
+        s.at(0).report(&ids, &[], low);
+        let alerts: fn(&str) -> Vec<A> = |n| {
+            let mut a = very_low(n);
+            a.push(collector_failed(n, "gpu"));
+            a
+        };
+        match blind {
+            "collector_failed" => {
+                s.at(30).report(&ids, &["g-0"], alerts);
+                s.at(60).report(&ids, &["g-0"], alerts);
+            }
+            "heartbeat_missed" => {
+                s.at(30).report(&ids, &[], low);
+                s.at(200).poll(&[watchdog()]);
+                assert!(s.node("g-0").conditions.contains_key("heartbeat_missed"));
+                s.at(230)
+                    .poll(&[watchdog(), ecc("g-0"), smart_failing("g-0")]);
+                s.at(260)
+                    .poll(&[watchdog(), ecc("g-0"), smart_failing("g-0")]);
+            }
+            _ => {
+                s.at(30).report(&ids, &["g-0"], very_low);
+                s.policy_events();
+                s.at(200).fail();
+                assert!(s.fleet.trust.stale);
+                s.at(230).tick();
+            }
+        }
+        let events: Vec<String> = s
+            .policy_events()
+            .into_iter()
+            .filter(|e| e.starts_with("g-0") && blind != "telemetry_stale")
+            .collect();
+        assert_eq!(events, Vec::<String>::new(), "{blind}: no policy event");
+        if blind != "telemetry_stale" {
+            assert_eq!(s.node("g-0").status, Status::Ready, "{blind}: no action");
+        }
+    }
+}
+
+fn replace_pool(s: &mut Script, n: usize) -> Vec<String> {
+    let ids = s.pool("c", n, "gpu");
+    for id in &ids {
+        s.fleet.nodes.get_mut(id).unwrap().policy.provisioned = true;
+    }
+    ids
+}
+
+/// Perform every pending action as an orchestrator that always succeeds.
+fn act(s: &mut Script) {
+    for (id, action) in s.fleet.pending() {
+        let out = s
+            .fleet
+            .action_done(&s.cfg, s.now, &id, &action, &policy::Done::default());
+        s.record(out);
+    }
+}
+
+#[test]
+fn replace_waits_for_the_node_to_empty_then_terminates() {
+    let mut s = pool_script("replace");
+    let ids = replace_pool(&mut s, 10);
+    s.fleet.nodes.get_mut("c-0").unwrap().policy.allocations = 2;
+    s.at(0).report(&ids, &["c-0"], very_low);
+    s.at(30).report(&ids, &["c-0"], very_low);
+    act(&mut s);
+    let waiting = s
+        .events
+        .iter()
+        .find(|e| e.kind.name() == "POLICY_ACTED" && e.message.contains("waiting on 2"))
+        .cloned();
+    assert!(
+        waiting.is_some(),
+        "POLICY_ACTED names the allocations it waits on"
+    );
+    s.policy_events();
+    s.fleet.nodes.get_mut("c-0").unwrap().policy.allocations = 0;
+    s.at(60).report(&ids, &["c-0"], very_low);
+    assert_eq!(
+        s.fleet.pending(),
+        [("c-0".to_string(), policy::Action::Terminate)]
+    );
+    act(&mut s);
+    assert!(!s.fleet.nodes.contains_key("c-0"));
+    let events = s.policy_events();
+    assert_eq!(
+        events.last().unwrap(),
+        "c-0 NODE_REPLACED",
+        "the node's last event"
+    );
+}
+
+#[test]
+fn replace_spares_nodes_hale_did_not_take_out_or_did_not_provision() {
+    let mut s = pool_script("replace");
+    let ids = replace_pool(&mut s, 10);
+    s.fleet.nodes.get_mut("c-1").unwrap().policy.provisioned = false;
+    s.at(0).report(&ids, &["c-0", "c-1"], very_low);
+    let out = s.fleet.drain(s.now, "c-0", false, "disk swap").unwrap();
+    s.record(out);
+    s.policy_events();
+    s.at(30).report(&ids, &["c-0", "c-1"], very_low);
+    let got = s.policy_events();
+    assert!(
+        got.contains(&"c-0 POLICY_HALTED replace notTakenOutByHale".to_string()),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&"c-1 POLICY_HALTED replace notProvisioned".to_string()),
+        "{got:?}"
+    );
+    assert!(
+        s.fleet
+            .pending()
+            .iter()
+            .all(|(_, a)| *a != policy::Action::Terminate)
+    );
+}
+
+#[test]
+fn the_replacement_budget_is_spent_and_refilled_in_a_rolling_hour() {
+    let mut s = script(
+        "pools: [{ name: gpu, selector: { pool: gpu }, nodeHealth: { mode: replace, maxUnavailablePercent: 100, maxReplacementsPerHour: 3 } }]",
+    );
+    let ids = replace_pool(&mut s, 10);
+    let sick = ["c-0", "c-1", "c-2", "c-3"];
+    s.at(0).report(&ids, &sick, very_low);
+    s.at(30).report(&ids, &sick, very_low);
+    // The orchestrator rejects one termination: not counted.
+    let out = s
+        .fleet
+        .action_failed(&s.cfg, s.now, "c-0", &policy::Action::Terminate);
+    s.record(out);
+    act(&mut s);
+    let live: Vec<String> = s.fleet.nodes.keys().cloned().collect();
+    s.at(60).report(&live, &sick, very_low);
+    act(&mut s);
+    let got = s.policy_events();
+    assert!(
+        got.contains(&"c-0 POLICY_HALTED replace terminationRejected".to_string()),
+        "{got:?}"
+    );
+    assert_eq!(
+        got.iter().filter(|e| e.ends_with("NODE_REPLACED")).count(),
+        3
+    );
+    // c-0's retry after 10 minutes finds the budget spent.
+    s.at(700).report(&live, &sick, very_low);
+    let halted: Vec<Event> = s
+        .events
+        .iter()
+        .filter(|e| e.kind.name() == "POLICY_HALTED")
+        .cloned()
+        .collect();
+    assert_eq!(halted.len(), 1, "{halted:?}");
+    assert!(
+        halted[0].message.contains("3 node(s) of pool gpu replaced"),
+        "{}",
+        halted[0].message
+    );
+    s.policy_events();
+    // An hour after the first replacements the budget refills.
+    s.at(30 + 3601).report(&live, &sick, very_low);
+    act(&mut s);
+    assert!(!s.fleet.nodes.contains_key("c-0"));
+}
+
+#[test]
+fn a_crash_between_deciding_and_acting_neither_loses_nor_repeats() {
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &["g-0"], low);
+    s.at(30).report(&ids, &["g-0"], low);
+    // The decision is persisted with its pending action (the node's record)...
+    let stored = serde_json::to_string(s.node("g-0")).unwrap();
+    // ...and the process dies before acting. Restart: the record is loaded.
+    let node: Node = serde_json::from_str(&stored).unwrap();
+    let cordon = policy::Action::Cordon {
+        reason: "score below cordonBelow 60".into(),
+    };
+    assert_eq!(node.policy.pending, std::slice::from_ref(&cordon));
+    s.fleet.nodes.insert("g-0".into(), node);
+    s.policy_events();
+    // The next report decides nothing new; the pending action is done once.
+    s.at(60).report(&ids, &["g-0"], low);
+    assert_eq!(s.policy_events(), Vec::<String>::new());
+    assert_eq!(s.fleet.pending(), [("g-0".to_string(), cordon.clone())]);
+    act(&mut s);
+    assert!(s.fleet.pending().is_empty());
+    // A duplicate confirmation (the orchestrator answered twice) changes nothing.
+    let out = s
+        .fleet
+        .action_done(&s.cfg, s.now, "g-0", &cordon, &policy::Done::default());
+    assert!(out.events.is_empty() && out.dirty.is_empty());
+}
+
+#[test]
+fn fault_eviction_acts_in_observe_mode_and_names_the_fault() {
+    let mut s = script("nodeHealth: { evictOnFaultClasses: [GPU_ECC_ERRORS] }");
+    let mut ids = s.pool("g", 9, "gpu");
+    ids.push("gpu-14".into());
+    s.at(0).report(&ids, &[], low);
+    s.at(30).report(&ids, &["gpu-14"], low);
+    let pending = s.fleet.pending();
+    let evict = pending
+        .iter()
+        .find(|(_, a)| matches!(a, policy::Action::Evict { .. }))
+        .expect("evicted")
+        .1
+        .clone();
+    let policy::Action::Evict { message, .. } = &evict else {
+        unreachable!()
+    };
+    assert_eq!(
+        message,
+        "node gpu-14: GPU ECC errors; job failed and the node cordoned. Set policy.restart to on-node-fault for work that is safe to run again from the beginning"
+    );
+    assert_eq!(s.node("gpu-14").status, Status::Cordoned);
+    let out = s.fleet.action_done(
+        &s.cfg,
+        s.now,
+        "gpu-14",
+        &evict,
+        &policy::Done {
+            moved: 1,
+            failed: 2,
+            moved_owners: vec!["job/train".into()],
+        },
+    );
+    s.record(out);
+    let got = s.policy_events();
+    assert!(
+        got.contains(&"gpu-14 NODE_EVICTED GPU_ECC_ERRORS moved=1 failed=2".to_string()),
+        "{got:?}"
+    );
+    // Once per episode.
+    act(&mut s);
+    s.at(60).report(&ids, &["gpu-14"], low);
+    assert!(s.fleet.pending().is_empty());
+    // A blind condition names no fault and evicts nothing.
+    let mut s = script("nodeHealth: { evictOnFaultClasses: [HEARTBEAT_MISSED] }");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &[], low);
+    s.at(30).report(&ids, &[], low);
+    s.at(200).report(&ids[1..], &[], low);
+    assert!(s.node("g-0").conditions.contains_key("heartbeat_missed"));
+    assert!(s.fleet.pending().is_empty());
+}
+
+#[test]
+fn manual_operations_record_events_and_refuse_what_cannot_be() {
+    let mut s = script("");
+    s.at(0)
+        .poll(&[watchdog(), heartbeat("a"), heartbeat("b"), heartbeat("c")]);
+    s.fleet.nodes.get_mut("c").unwrap().status = Status::NotReady;
+    let e = s.fleet.drain(s.now, "c", false, "x").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "node c is NOT_READY and cannot be drained: only a READY or already cordoned node can be taken out of service"
+    );
+    let out = s.fleet.cordon(s.now, "a", "bios").unwrap();
+    s.record(out);
+    let all = s.fleet.drain_all(s.now, false, "maintenance");
+    assert_eq!(all.drained, ["b"], "only ready nodes count");
+    s.record(all.outcome);
+    let out = s.fleet.drain(s.now, "a", true, "failing disk").unwrap();
+    s.record(out);
+    let active = policy::Action::Drain {
+        active: true,
+        reason: "failing disk".into(),
+    };
+    let out = s.fleet.action_done(
+        &s.cfg,
+        s.now,
+        "a",
+        &active,
+        &policy::Done {
+            moved: 4,
+            ..policy::Done::default()
+        },
+    );
+    s.record(out);
+    assert_eq!(
+        s.policy_events(),
+        [
+            "a NODE_CORDONED operator",
+            "b NODE_CORDONED operator",
+            "b NODE_DRAINED operator active=false",
+            "a NODE_DRAINED operator active=true",
+        ]
+    );
+    assert_eq!(s.node("b").status, Status::Cordoned);
+}
+
+#[test]
+fn backtest_replays_history_with_a_candidate_and_reproduces_the_running_config() {
+    let mut s = pool_script("observe");
+    let ids = s.pool("g", 10, "gpu");
+    let mut history = Vec::new();
+    s.at(0).report(&ids, &[], low);
+    s.at(30).report(&ids, &["g-1"], low);
+    s.at(60).report(&ids, &["g-1", "g-2"], very_low);
+    for t in (90..3600).step_by(30) {
+        s.at(t).report(&ids, &["g-1", "g-2"], very_low);
+    }
+    history.append(&mut s.events);
+    let known = s.fleet.nodes.clone();
+
+    let same = replay::backtest(&s.cfg, &known, &history, None);
+    assert_eq!(
+        same.recorded.recommendations, 3,
+        "cordon, then drain for g-1: {same:?}"
+    );
+    assert_eq!(
+        same.candidate, same.recorded,
+        "the running config reproduces its record"
+    );
+
+    let drain = pool_script("drain");
+    let r = replay::backtest(&drain.cfg, &known, &history, None);
+    assert_eq!(r.candidate.recommendations, 0);
+    assert_eq!((r.candidate.cordons, r.candidate.drains), (2, 2), "{r:?}");
+    assert_eq!(r.nodes["g-1"].candidate.drains, 1);
+    assert_eq!(r.nodes["g-1"].recorded.recommendations, 2);
+}
+
+#[test]
+fn the_gate_follows_the_score_in_every_mode_and_never_an_unscored_node() {
+    let mut s = script("nodeHealth: { penalties: { SmartFailing: 60 } }");
+    let out = s.fleet.register(
+        &s.cfg,
+        s.now,
+        &[InventoryNode {
+            id: "new".into(),
+            hostname: None,
+            labels: BTreeMap::new(),
+        }],
+    );
+    s.record(out);
+    s.at(0).poll(&[watchdog(), heartbeat("n1")]);
+    s.at(30)
+        .poll(&[watchdog(), heartbeat("n1"), smart_failing("n1")]);
+    assert!(s.node("n1").policy.gated, "observe mode gates too");
+    assert!(!s.node("new").policy.gated, "unscored: never gated");
+    s.at(60).poll(&[watchdog(), heartbeat("n1")]);
+    assert!(!s.node("n1").policy.gated, "lifted when the score recovers");
+    assert_eq!(
+        s.fleet.pending(),
+        [
+            ("n1".to_string(), policy::Action::Gate { on: true }),
+            ("n1".to_string(), policy::Action::Gate { on: false }),
+        ]
+    );
+}

@@ -1,0 +1,980 @@
+//! The policy (DESIGN §6): after every report, what to do about each node's score and
+//! faults — recommend, cordon, drain, replace, gate, evict — inside the guardrails.
+//! Pure: it changes the fleet's bookkeeping, records one event per conclusion and
+//! leaves the orchestrator's part as pending actions, which the service performs
+//! and reports back ([`Fleet::action_done`], [`Fleet::action_failed`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::health::{CoreError, Outcome};
+use super::{BLIND_CONDITIONS, Event, EventKind, Fleet, Node, Status, Time};
+use crate::config::{Loaded, Mode, Settings};
+
+/// A rejected termination is not tried again sooner than this.
+const TERMINATE_RETRY: Duration = Duration::from_secs(600);
+/// The replacement budget's window.
+const HOUR: Duration = Duration::from_secs(3600);
+/// A recovery must hold this long before a new degradation is a new episode, so a
+/// flapping condition records one conclusion, not one per flap.
+pub const RECOVERY_HOLD: Duration = Duration::from_secs(15 * 60);
+
+/// What hale keeps about a node's service state and the policy's view of it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePolicy {
+    /// The conclusion of the last policy event, so a report that reaches the same
+    /// conclusion records nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conclusion: Option<Conclusion>,
+    /// Reports that carried a score (counted to 2): a first score never acts.
+    #[serde(default)]
+    pub scored_reports: u8,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counted_report: Option<Time>,
+    /// Who took the node out of service, why and when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cordon: Option<Cordon>,
+    /// The last uncordon by an operator: automation leaves the node alone for
+    /// `cordonSuppressionMinutes` after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncordoned_at: Option<Time>,
+    /// New work kept off (the scheduling gate).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gated: bool,
+    /// The orchestrator provisioned it (it may be terminated in `replace` mode).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub provisioned: bool,
+    /// Allocations running on the node, as the orchestrator last said.
+    #[serde(default)]
+    pub allocations: u32,
+    /// Fault classes whose eviction ran during their current episode.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub evicted: BTreeSet<String>,
+    /// Actions decided and not yet confirmed done: written with the decision, so a
+    /// crash between deciding and acting neither loses nor repeats one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<Action>,
+    /// Since when the score has been at or above `cordonBelow` while a conclusion
+    /// stood.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered_since: Option<Time>,
+    /// A rejected termination waits until then before it is tried again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<Time>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cordon {
+    pub by: Actor,
+    pub reason: String,
+    pub at: Time,
+    /// A drain followed the cordon (passive unless an operator asked otherwise).
+    #[serde(default)]
+    pub drained: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Actor {
+    Hale,
+    Operator,
+}
+
+impl Actor {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Actor::Hale => "hale",
+            Actor::Operator => "operator",
+        }
+    }
+}
+
+/// What the policy concluded about a node; a policy event marks each change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum Conclusion {
+    /// `observe`: what enforcement would do.
+    Recommended { action: Verdict },
+    /// Done (for `replace`: drained and waiting for the node to empty, or terminating).
+    Acted { action: Verdict, waiting: bool },
+    /// A guardrail stops the action.
+    Halted {
+        action: Verdict,
+        guardrail: Guardrail,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Cordon,
+    Drain,
+    Replace,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Cordon => "cordon",
+            Verdict::Drain => "drain",
+            Verdict::Replace => "replace",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Guardrail {
+    /// Acting would take more than `maxUnavailablePercent` of the pool out of service.
+    MaxUnavailable,
+    /// An operator uncordoned the node less than `cordonSuppressionMinutes` ago.
+    Suppressed,
+    /// `replace` terminates only provisioned nodes.
+    NotProvisioned,
+    /// `replace` terminates only nodes hale itself took out of service.
+    NotOurs,
+    /// `maxReplacementsPerHour` of the pool were replaced in the last hour.
+    ReplacementBudget,
+    /// The orchestrator refused to terminate the node.
+    TerminationRejected,
+}
+
+impl Guardrail {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Guardrail::MaxUnavailable => "maxUnavailablePercent",
+            Guardrail::Suppressed => "cordonSuppressionMinutes",
+            Guardrail::NotProvisioned => "notProvisioned",
+            Guardrail::NotOurs => "notTakenOutByHale",
+            Guardrail::ReplacementBudget => "maxReplacementsPerHour",
+            Guardrail::TerminationRejected => "terminationRejected",
+        }
+    }
+}
+
+/// What the orchestrator is asked to do. Each is idempotent: doing it twice leaves
+/// the node as doing it once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "action")]
+pub enum Action {
+    Cordon {
+        reason: String,
+    },
+    Uncordon,
+    Drain {
+        active: bool,
+        reason: String,
+    },
+    Gate {
+        on: bool,
+    },
+    /// Move the work that declared `on-node-fault`, fail the rest with `message`.
+    Evict {
+        fault_class: String,
+        message: String,
+        max_restarts: u32,
+    },
+    Terminate,
+}
+
+impl Action {
+    /// Every value [`Action::name`] returns.
+    pub const NAMES: [&'static str; 7] = [
+        "cordon",
+        "uncordon",
+        "drain",
+        "gate",
+        "ungate",
+        "evict",
+        "terminate",
+    ];
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Action::Cordon { .. } => "cordon",
+            Action::Uncordon => "uncordon",
+            Action::Drain { .. } => "drain",
+            Action::Gate { on: true } => "gate",
+            Action::Gate { on: false } => "ungate",
+            Action::Evict { .. } => "evict",
+            Action::Terminate => "terminate",
+        }
+    }
+}
+
+/// What an orchestrator reports back about a finished action.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Done {
+    /// Allocations stopped and run again elsewhere (active drain, eviction).
+    pub moved: u32,
+    /// Allocations failed (eviction of work that did not declare `on-node-fault`).
+    pub failed: u32,
+    /// The owners of the moved allocations (their restarts are counted).
+    pub moved_owners: Vec<String>,
+}
+
+/// What the guardrails count across nodes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ledger {
+    /// Terminations per pool in the last hour (`maxReplacementsPerHour`).
+    #[serde(default)]
+    pub replacements: BTreeMap<String, Vec<Time>>,
+    /// Times each workload owner was moved by a fault eviction (`maxEvictionRestarts`).
+    #[serde(default)]
+    pub moves: BTreeMap<String, u32>,
+}
+
+/// Whether a node's view is incomplete: no policy acts on it, and none speaks of it.
+pub fn blind(node: &Node) -> bool {
+    BLIND_CONDITIONS
+        .iter()
+        .any(|c| node.conditions.contains_key(*c))
+}
+
+/// The failure message of work a fault eviction could not move (the first seed's).
+pub fn eviction_message(node: &str, fault: &str) -> String {
+    format!(
+        "node {node}: {fault}; job failed and the node cordoned. Set policy.restart to on-node-fault for work that is safe to run again from the beginning"
+    )
+}
+
+/// The fault named to the work on a node: the description of its worst raised
+/// condition in that class (never a blind condition, which names no fault).
+fn fault_name(node: &Node, class: &str) -> Option<String> {
+    node.conditions
+        .iter()
+        .filter(|(ctype, c)| c.fault_class == class && !BLIND_CONDITIONS.contains(&ctype.as_str()))
+        .max_by_key(|(_, c)| c.severity)
+        .map(|(ctype, _)| describe_fault(ctype))
+}
+
+/// `gpu_ecc_errors` → `GPU ECC errors`.
+fn describe_fault(ctype: &str) -> String {
+    const UPPER: &[&str] = &["gpu", "ecc", "xid", "smart", "io", "cpu", "nvlink"];
+    let words: Vec<String> = ctype
+        .split('_')
+        .enumerate()
+        .map(|(i, w)| {
+            if UPPER.contains(&w) {
+                w.to_uppercase()
+            } else if i == 0 {
+                let mut c = w.chars();
+                c.next()
+                    .map(|f| f.to_uppercase().chain(c).collect())
+                    .unwrap_or_default()
+            } else {
+                w.to_string()
+            }
+        })
+        .collect();
+    words.join(" ")
+}
+
+/// Pool occupancy: nodes and nodes out of service (cordoned by anyone, not ready).
+#[derive(Default)]
+struct Pool {
+    size: u32,
+    out: u32,
+}
+
+impl Pool {
+    /// Whether one more node out of service stays within `max_percent`.
+    fn admits(&self, max_percent: u32) -> bool {
+        u64::from(self.out + 1) * 100 <= u64::from(max_percent) * u64::from(self.size)
+    }
+}
+
+pub(super) struct Policy<'a, 'o> {
+    pub cfg: &'a Loaded,
+    pub now: Time,
+    pub out: &'o mut Outcome,
+}
+
+impl Policy<'_, '_> {
+    /// Evaluate every node, worst score first, so a guardrail that stops part of a
+    /// pool stops the healthiest of the candidates.
+    pub fn evaluate(&mut self, fleet: &mut Fleet) {
+        let mut pools: BTreeMap<String, Pool> = BTreeMap::new();
+        for node in fleet.nodes.values() {
+            let pool = pools
+                .entry(self.cfg.settings_for(&node.labels).name.clone())
+                .or_default();
+            pool.size += 1;
+            if node.status != Status::Ready {
+                pool.out += 1;
+            }
+        }
+        let mut order: Vec<(u8, String)> = fleet
+            .nodes
+            .values()
+            .map(|n| (n.score.as_ref().map_or(u8::MAX, |s| s.value), n.id.clone()))
+            .collect();
+        order.sort();
+        let hour_ago = self.now - chrono::TimeDelta::from_std(HOUR).expect("an hour");
+        for spent in fleet.ledger.replacements.values_mut() {
+            spent.retain(|t| *t > hour_ago);
+        }
+        for (_, id) in order {
+            let node = fleet.nodes.get_mut(&id).expect("listed above");
+            let settings = self.cfg.settings_for(&node.labels);
+            let pool = pools.get_mut(&settings.name).expect("counted above");
+            let spent = fleet
+                .ledger
+                .replacements
+                .get(&settings.name)
+                .map_or(0, |v| v.len() as u32);
+            self.node(node, settings, pool, spent);
+        }
+    }
+
+    fn node(&mut self, node: &mut Node, settings: &Settings, pool: &mut Pool, spent: u32) {
+        if blind(node) {
+            return;
+        }
+        let Some(score) = node.score.as_ref().map(|s| s.value) else {
+            return;
+        };
+        if node.last_report.is_some() && node.policy.counted_report != node.last_report {
+            node.policy.counted_report = node.last_report;
+            node.policy.scored_reports = node.policy.scored_reports.saturating_add(1).min(2);
+            self.out.dirty.insert(node.id.clone());
+        }
+        let first = node.policy.scored_reports < 2;
+
+        // The scheduling gate, in every mode; an unscored node never has it.
+        let gate = u32::from(score) < settings.drain_below;
+        if gate != node.policy.gated && !(gate && first) {
+            node.policy.gated = gate;
+            node.policy.pending.push(Action::Gate { on: gate });
+            self.out.dirty.insert(node.id.clone());
+            let id = node.id.clone();
+            self.event(
+                &id,
+                EventKind::PolicyActed {
+                    action: Action::Gate { on: gate }.name().into(),
+                    policy_mode: mode_name(settings.mode).into(),
+                    scored_by: settings.name.clone(),
+                    score,
+                    waiting_on: None,
+                },
+                format!(
+                    "{} scheduling: score {score} is {} drainBelow {}",
+                    if gate { "gated" } else { "reopened" },
+                    if gate { "below" } else { "at or above" },
+                    settings.drain_below
+                ),
+            );
+        }
+        if first {
+            return;
+        }
+
+        self.evict(node, settings, pool);
+
+        let wanted = if u32::from(score) < settings.drain_below {
+            Some(match settings.mode {
+                Mode::Replace => Verdict::Replace,
+                Mode::Cordon => Verdict::Cordon,
+                Mode::Drain | Mode::Observe => Verdict::Drain,
+            })
+        } else if u32::from(score) < settings.cordon_below {
+            Some(Verdict::Cordon)
+        } else {
+            None
+        };
+        let Some(verdict) = wanted else {
+            // Recovered: once it holds, the next degradation is a new episode. The
+            // node is never uncordoned by this.
+            if node.policy.conclusion.is_some() {
+                let fresh = node.policy.recovered_since.is_none();
+                let since = *node.policy.recovered_since.get_or_insert(self.now);
+                if (self.now - since).to_std().unwrap_or_default() >= RECOVERY_HOLD {
+                    node.policy.conclusion = None;
+                    node.policy.recovered_since = None;
+                    self.out.dirty.insert(node.id.clone());
+                } else if fresh {
+                    self.out.dirty.insert(node.id.clone());
+                }
+            }
+            return;
+        };
+        if node.policy.recovered_since.take().is_some() {
+            self.out.dirty.insert(node.id.clone());
+        }
+        let conclusion = if settings.mode == Mode::Observe {
+            Conclusion::Recommended { action: verdict }
+        } else {
+            self.enforce(node, settings, pool, spent, verdict)
+        };
+        self.conclude(node, settings, score, spent, conclusion);
+    }
+
+    /// Take the node out of service as `verdict` says, inside the guardrails.
+    fn enforce(
+        &mut self,
+        node: &mut Node,
+        settings: &Settings,
+        pool: &mut Pool,
+        spent: u32,
+        verdict: Verdict,
+    ) -> Conclusion {
+        let halted = |guardrail| Conclusion::Halted {
+            action: verdict,
+            guardrail,
+        };
+        let suppressed = node.policy.uncordoned_at.is_some_and(|t| {
+            (self.now - t).to_std().unwrap_or_default() < settings.cordon_suppression
+        });
+        if node.policy.cordon.is_none() {
+            if suppressed {
+                return halted(Guardrail::Suppressed);
+            }
+            if node.status == Status::Ready && !pool.admits(settings.max_unavailable_percent) {
+                return halted(Guardrail::MaxUnavailable);
+            }
+            if node.status == Status::Ready {
+                pool.out += 1;
+            }
+            let reason = format!("score below {}", threshold(settings, verdict));
+            node.status = Status::Cordoned;
+            node.policy.cordon = Some(Cordon {
+                by: Actor::Hale,
+                reason: reason.clone(),
+                at: self.now,
+                drained: false,
+            });
+            node.policy.pending.push(Action::Cordon {
+                reason: reason.clone(),
+            });
+            self.record_cordon(node, Actor::Hale, &reason);
+        }
+        let cordon = node.policy.cordon.as_mut().expect("cordoned above");
+        if verdict >= Verdict::Drain && !cordon.drained {
+            // Automated drains are passive: running work is left to finish.
+            cordon.drained = true;
+            let reason = format!("score below drainBelow {}", settings.drain_below);
+            node.policy.pending.push(Action::Drain {
+                active: false,
+                reason: reason.clone(),
+            });
+            let id = node.id.clone();
+            self.event(
+                &id,
+                EventKind::NodeDrained {
+                    by: Actor::Hale.as_str().into(),
+                    active: false,
+                    reason: reason.clone(),
+                    moved: 0,
+                },
+                format!("drained (passive) by hale: {reason}"),
+            );
+        }
+        self.out.dirty.insert(node.id.clone());
+        if verdict != Verdict::Replace {
+            return Conclusion::Acted {
+                action: verdict,
+                waiting: false,
+            };
+        }
+        let cordon = node.policy.cordon.as_ref().expect("cordoned above");
+        if !node.policy.provisioned {
+            return halted(Guardrail::NotProvisioned);
+        }
+        if cordon.by != Actor::Hale {
+            return halted(Guardrail::NotOurs);
+        }
+        if node.policy.allocations > 0 {
+            return Conclusion::Acted {
+                action: verdict,
+                waiting: true,
+            };
+        }
+        if node.policy.pending.contains(&Action::Terminate) {
+            return Conclusion::Acted {
+                action: verdict,
+                waiting: false,
+            };
+        }
+        if node.policy.retry_after.is_some_and(|t| self.now < t) {
+            return halted(Guardrail::TerminationRejected);
+        }
+        if spent >= settings.max_replacements_per_hour {
+            return halted(Guardrail::ReplacementBudget);
+        }
+        node.policy.pending.push(Action::Terminate);
+        Conclusion::Acted {
+            action: verdict,
+            waiting: false,
+        }
+    }
+
+    /// Fault-triggered eviction, in every mode: once per fault class and episode.
+    fn evict(&mut self, node: &mut Node, settings: &Settings, pool: &mut Pool) {
+        let raised: BTreeSet<String> = node
+            .conditions
+            .iter()
+            .filter(|(ctype, _)| !BLIND_CONDITIONS.contains(&ctype.as_str()))
+            .map(|(_, c)| c.fault_class.clone())
+            .collect();
+        let before = node.policy.evicted.len();
+        node.policy.evicted.retain(|class| raised.contains(class));
+        if node.policy.evicted.len() != before {
+            self.out.dirty.insert(node.id.clone());
+        }
+        for class in &settings.evict_on_fault_classes {
+            if !raised.contains(class) || node.policy.evicted.contains(class) {
+                continue;
+            }
+            let Some(fault) = fault_name(node, class) else {
+                continue;
+            };
+            if node.policy.cordon.is_none() {
+                if node.status == Status::Ready && !pool.admits(settings.max_unavailable_percent) {
+                    let conclusion = Conclusion::Halted {
+                        action: Verdict::Drain,
+                        guardrail: Guardrail::MaxUnavailable,
+                    };
+                    let score = node.score.as_ref().map_or(100, |s| s.value);
+                    self.conclude(node, settings, score, 0, conclusion);
+                    continue;
+                }
+                if node.status == Status::Ready {
+                    pool.out += 1;
+                }
+                let reason = format!("fault eviction: {class}");
+                node.status = Status::Cordoned;
+                node.policy.cordon = Some(Cordon {
+                    by: Actor::Hale,
+                    reason: reason.clone(),
+                    at: self.now,
+                    drained: true,
+                });
+                node.policy.pending.push(Action::Cordon {
+                    reason: reason.clone(),
+                });
+                self.record_cordon(node, Actor::Hale, &reason);
+            }
+            node.policy.evicted.insert(class.clone());
+            node.policy.pending.push(Action::Evict {
+                fault_class: class.clone(),
+                message: eviction_message(&node.id, &fault),
+                max_restarts: settings.max_eviction_restarts,
+            });
+            self.out.dirty.insert(node.id.clone());
+        }
+    }
+
+    fn record_cordon(&mut self, node: &Node, by: Actor, reason: &str) {
+        self.event(
+            &node.id,
+            EventKind::NodeCordoned {
+                by: by.as_str().into(),
+                reason: reason.into(),
+            },
+            format!("cordoned by {}: {reason}", by.as_str()),
+        );
+    }
+
+    /// Record `conclusion` when it differs from the last one.
+    fn conclude(
+        &mut self,
+        node: &mut Node,
+        settings: &Settings,
+        score: u8,
+        spent: u32,
+        conclusion: Conclusion,
+    ) {
+        if node.policy.conclusion.as_ref() == Some(&conclusion) {
+            return;
+        }
+        let mode = mode_name(settings.mode).to_string();
+        let scored_by = settings.name.clone();
+        let (kind, message) = match &conclusion {
+            Conclusion::Recommended { action } => (
+                EventKind::PolicyRecommended {
+                    action: action.as_str().into(),
+                    policy_mode: mode,
+                    scored_by,
+                    score,
+                },
+                format!(
+                    "would {}: score {score} (observe mode changes nothing)",
+                    action.as_str()
+                ),
+            ),
+            Conclusion::Acted { action, waiting } => {
+                let waiting_on = waiting.then_some(node.policy.allocations);
+                let message = match waiting_on {
+                    Some(n) => format!(
+                        "{}: drained, waiting on {n} allocation(s) before terminating",
+                        action.as_str()
+                    ),
+                    None if *action == Verdict::Replace => {
+                        "replace: drained and empty, terminating".to_string()
+                    }
+                    None => format!("{}: score {score}", action.as_str()),
+                };
+                (
+                    EventKind::PolicyActed {
+                        action: action.as_str().into(),
+                        policy_mode: mode,
+                        scored_by,
+                        score,
+                        waiting_on,
+                    },
+                    message,
+                )
+            }
+            Conclusion::Halted { action, guardrail } => {
+                let why = match guardrail {
+                    Guardrail::ReplacementBudget => format!(
+                        "{spent} node(s) of pool {} replaced in the last hour \
+                         (maxReplacementsPerHour {})",
+                        settings.name, settings.max_replacements_per_hour
+                    ),
+                    Guardrail::MaxUnavailable => format!(
+                        "it would take more than {}% of pool {} out of service",
+                        settings.max_unavailable_percent, settings.name
+                    ),
+                    Guardrail::Suppressed => format!(
+                        "an operator uncordoned it less than {} minutes ago",
+                        settings.cordon_suppression.as_secs() / 60
+                    ),
+                    Guardrail::NotProvisioned => {
+                        "it is not a provisioned node: drained and left cordoned".into()
+                    }
+                    Guardrail::NotOurs => {
+                        "an operator took it out of service: left as it is".into()
+                    }
+                    Guardrail::TerminationRejected => {
+                        "the orchestrator refused to terminate it".into()
+                    }
+                };
+                (
+                    EventKind::PolicyHalted {
+                        action: action.as_str().into(),
+                        guardrail: guardrail.as_str().into(),
+                        policy_mode: mode,
+                        scored_by,
+                        score,
+                    },
+                    format!("{} halted: {why}", action.as_str()),
+                )
+            }
+        };
+        let id = node.id.clone();
+        node.policy.conclusion = Some(conclusion);
+        self.out.dirty.insert(id.clone());
+        self.event(&id, kind, message);
+    }
+
+    fn event(&mut self, node: &str, kind: EventKind, message: String) {
+        self.out.events.push(Event {
+            node_id: node.to_string(),
+            kind,
+            occurred_at: self.now,
+            message,
+        });
+    }
+}
+
+fn threshold(settings: &Settings, verdict: Verdict) -> String {
+    match verdict {
+        Verdict::Cordon => format!("cordonBelow {}", settings.cordon_below),
+        Verdict::Drain | Verdict::Replace => format!("drainBelow {}", settings.drain_below),
+    }
+}
+
+pub fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Observe => "observe",
+        Mode::Cordon => "cordon",
+        Mode::Drain => "drain",
+        Mode::Replace => "replace",
+    }
+}
+
+/// The status as the CLI and errors spell it.
+pub fn status_name(status: Status) -> &'static str {
+    match status {
+        Status::Ready => "READY",
+        Status::NotReady => "NOT_READY",
+        Status::Cordoned => "CORDONED",
+        Status::Offline => "OFFLINE",
+    }
+}
+
+/// The result of a manual drain of every node.
+#[derive(Debug, Default)]
+pub struct DrainAll {
+    pub outcome: Outcome,
+    /// Nodes this drain took out of service (ready ones only).
+    pub drained: Vec<String>,
+}
+
+impl Fleet {
+    fn operated(&mut self, id: &str) -> Result<&mut Node, CoreError> {
+        self.nodes
+            .get_mut(id)
+            .ok_or_else(|| CoreError::UnknownNode(id.into()))
+    }
+
+    /// `hale node cordon`: no new work; running work is left alone.
+    pub fn cordon(&mut self, now: Time, id: &str, reason: &str) -> Result<Outcome, CoreError> {
+        let node = self.operated(id)?;
+        let mut out = Outcome::default();
+        if node.policy.cordon.is_none() {
+            take_out(node, Actor::Operator, reason, now);
+            out.events.push(event(
+                id,
+                now,
+                EventKind::NodeCordoned {
+                    by: Actor::Operator.as_str().into(),
+                    reason: reason.into(),
+                },
+                format!("cordoned by operator: {reason}"),
+            ));
+            out.dirty.insert(id.into());
+        }
+        Ok(out)
+    }
+
+    /// `hale node uncordon`: back in service. Automation then leaves the node alone
+    /// for `cordonSuppressionMinutes`: the operator overruled it.
+    pub fn uncordon(&mut self, now: Time, id: &str, reason: &str) -> Result<Outcome, CoreError> {
+        let node = self.operated(id)?;
+        let mut out = Outcome::default();
+        if node.policy.cordon.is_some() || node.status == Status::Cordoned {
+            node.policy.cordon = None;
+            node.policy.conclusion = None;
+            node.policy.uncordoned_at = Some(now);
+            node.status = Status::Ready;
+            node.policy.pending.push(Action::Uncordon);
+            out.events.push(event(
+                id,
+                now,
+                EventKind::NodeUncordoned {
+                    by: Actor::Operator.as_str().into(),
+                    reason: reason.into(),
+                },
+                format!("uncordoned by operator: {reason}"),
+            ));
+            out.dirty.insert(id.into());
+        }
+        Ok(out)
+    }
+
+    /// `hale node drain`: cordon, then leave running work to finish (passive) or
+    /// move it (active). Only a ready or cordoned node can be drained.
+    pub fn drain(
+        &mut self,
+        now: Time,
+        id: &str,
+        active: bool,
+        reason: &str,
+    ) -> Result<Outcome, CoreError> {
+        let node = self.operated(id)?;
+        if !matches!(node.status, Status::Ready | Status::Cordoned) {
+            return Err(CoreError::NotDrainable {
+                node: id.into(),
+                status: status_name(node.status),
+            });
+        }
+        let mut out = Outcome::default();
+        if node.policy.cordon.is_none() {
+            take_out(node, Actor::Operator, reason, now);
+            out.events.push(event(
+                id,
+                now,
+                EventKind::NodeCordoned {
+                    by: Actor::Operator.as_str().into(),
+                    reason: reason.into(),
+                },
+                format!("cordoned by operator: {reason}"),
+            ));
+        }
+        let cordon = node.policy.cordon.as_mut().expect("taken out above");
+        cordon.drained = true;
+        node.policy.pending.push(Action::Drain {
+            active,
+            reason: reason.into(),
+        });
+        if !active {
+            out.events.push(event(
+                id,
+                now,
+                EventKind::NodeDrained {
+                    by: Actor::Operator.as_str().into(),
+                    active: false,
+                    reason: reason.into(),
+                    moved: 0,
+                },
+                format!("drained (passive) by operator: {reason}"),
+            ));
+        }
+        out.dirty.insert(id.into());
+        Ok(out)
+    }
+
+    /// `hale node drain --all`: every ready node; the rest are skipped, so the count
+    /// is what this took out of service.
+    pub fn drain_all(&mut self, now: Time, active: bool, reason: &str) -> DrainAll {
+        let ready: Vec<String> = self
+            .nodes
+            .values()
+            .filter(|n| n.status == Status::Ready)
+            .map(|n| n.id.clone())
+            .collect();
+        let mut all = DrainAll::default();
+        for id in ready {
+            let out = self
+                .drain(now, &id, active, reason)
+                .expect("ready nodes drain");
+            all.outcome.absorb(out);
+            all.drained.push(id);
+        }
+        all
+    }
+
+    /// Actions decided and not yet confirmed, by node, oldest first.
+    pub fn pending(&self) -> Vec<(String, Action)> {
+        self.nodes
+            .values()
+            .flat_map(|n| n.policy.pending.iter().map(|a| (n.id.clone(), a.clone())))
+            .collect()
+    }
+
+    /// The orchestrator did `action` on node `id`.
+    pub fn action_done(
+        &mut self,
+        cfg: &Loaded,
+        now: Time,
+        id: &str,
+        action: &Action,
+        done: &Done,
+    ) -> Outcome {
+        let mut out = Outcome::default();
+        let Some(node) = self.nodes.get_mut(id) else {
+            return out;
+        };
+        let Some(at) = node.policy.pending.iter().position(|a| a == action) else {
+            return out;
+        };
+        node.policy.pending.remove(at);
+        out.dirty.insert(id.into());
+        match action {
+            Action::Drain {
+                active: true,
+                reason,
+            } => out.events.push(event(
+                id,
+                now,
+                EventKind::NodeDrained {
+                    by: Actor::Operator.as_str().into(),
+                    active: true,
+                    reason: reason.clone(),
+                    moved: done.moved,
+                },
+                format!(
+                    "drained (active) by operator: {reason}; {} allocation(s) requeued",
+                    done.moved
+                ),
+            )),
+            Action::Evict { fault_class, .. } => {
+                for owner in &done.moved_owners {
+                    *self.ledger.moves.entry(owner.clone()).or_default() += 1;
+                }
+                out.events.push(event(
+                    id,
+                    now,
+                    EventKind::NodeEvicted {
+                        fault_class: fault_class.clone(),
+                        moved: done.moved,
+                        failed: done.failed,
+                    },
+                    format!(
+                        "evicted on {fault_class}: {} allocation(s) moved, {} failed",
+                        done.moved, done.failed
+                    ),
+                ));
+            }
+            Action::Terminate => {
+                let pool = cfg.settings_for(&node.labels).name.clone();
+                self.ledger.replacements.entry(pool).or_default().push(now);
+                self.nodes.remove(id);
+                out.dirty.remove(id);
+                out.events.push(event(
+                    id,
+                    now,
+                    EventKind::NodeReplaced {},
+                    "terminated: the pool provisions a replacement when work needs it".into(),
+                ));
+                out.removed.push(id.into());
+            }
+            _ => {}
+        }
+        out
+    }
+
+    /// The orchestrator refused `action` for good (retries are the service's). A
+    /// refused termination is not counted against the budget and waits before the
+    /// next attempt; anything else stays pending and is tried again.
+    pub fn action_failed(&mut self, cfg: &Loaded, now: Time, id: &str, action: &Action) -> Outcome {
+        let mut out = Outcome::default();
+        if *action != Action::Terminate {
+            return out;
+        }
+        let Some(node) = self.nodes.get_mut(id) else {
+            return out;
+        };
+        node.policy.pending.retain(|a| a != action);
+        node.policy.retry_after =
+            Some(now + chrono::TimeDelta::from_std(TERMINATE_RETRY).expect("minutes"));
+        let settings = cfg.settings_for(&node.labels);
+        let score = node.score.as_ref().map_or(100, |s| s.value);
+        Policy {
+            cfg,
+            now,
+            out: &mut out,
+        }
+        .conclude(
+            node,
+            settings,
+            score,
+            0,
+            Conclusion::Halted {
+                action: Verdict::Replace,
+                guardrail: Guardrail::TerminationRejected,
+            },
+        );
+        out
+    }
+}
+
+/// Out of service by `by`: cordoned, and the orchestrator asked to cordon.
+fn take_out(node: &mut Node, by: Actor, reason: &str, now: Time) {
+    node.status = Status::Cordoned;
+    node.policy.cordon = Some(Cordon {
+        by,
+        reason: reason.into(),
+        at: now,
+        drained: false,
+    });
+    node.policy.pending.push(Action::Cordon {
+        reason: reason.into(),
+    });
+}
+
+fn event(id: &str, now: Time, kind: EventKind, message: String) -> Event {
+    Event {
+        node_id: id.into(),
+        kind,
+        occurred_at: now,
+        message,
+    }
+}

@@ -1,0 +1,218 @@
+//! The orchestrator port (DESIGN §13): what hale asks of the system that runs work on
+//! the nodes. The policy decides (`core::policy`); an orchestrator only does, and
+//! every operation is idempotent — asked twice, it leaves the node as asked once —
+//! because a crash between doing and recording repeats the request on restart.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::core::Status;
+use crate::core::policy::{Action, Done};
+
+#[derive(Debug, thiserror::Error)]
+pub enum OrchestratorError {
+    /// Worth trying again (network, conflict, a PodDisruptionBudget saying not yet).
+    #[error("{0}")]
+    Transient(String),
+    /// Refused for good (the node is not the orchestrator's to change, a 4xx).
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl OrchestratorError {
+    pub fn is_retriable(&self) -> bool {
+        matches!(self, OrchestratorError::Transient(_))
+    }
+}
+
+pub type Result<T> = std::result::Result<T, OrchestratorError>;
+pub type Fut<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
+
+/// A node as the orchestrator sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observed {
+    pub id: String,
+    pub hostname: Option<String>,
+    pub status: Status,
+    pub labels: BTreeMap<String, String>,
+    /// Owned by a provisioner (a Cluster API Machine, a Karpenter NodeClaim): it may
+    /// be terminated and replaced.
+    pub provisioned: bool,
+    /// Allocations running on it.
+    pub allocations: u32,
+}
+
+/// A unit of work on a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workload {
+    pub id: String,
+    /// What restarts count against: the job or controller that owns the work.
+    pub owner: String,
+    /// It declared `on-node-fault`: safe to run again from the beginning elsewhere.
+    pub restart_on_node_fault: bool,
+}
+
+/// What a fault eviction does with each workload: move the ones that declared they
+/// may restart and have not been moved `max_restarts` times, fail the others.
+pub fn plan_eviction<'w>(
+    workloads: &'w [Workload],
+    moves: &BTreeMap<String, u32>,
+    max_restarts: u32,
+) -> (Vec<&'w Workload>, Vec<&'w Workload>) {
+    workloads.iter().partition(|w| {
+        w.restart_on_node_fault && moves.get(&w.owner).copied().unwrap_or(0) < max_restarts
+    })
+}
+
+/// The operations every orchestrator implements.
+pub trait Orchestrator: Send + Sync {
+    /// The nodes with their status, labels and provisioned flag; `None` when the
+    /// orchestrator keeps no inventory and hale's own bookkeeping is the truth.
+    fn inventory(&self) -> Fut<'_, Option<Vec<Observed>>>;
+    fn cordon<'a>(&'a self, node: &'a str, reason: &'a str) -> Fut<'a, ()>;
+    fn uncordon<'a>(&'a self, node: &'a str) -> Fut<'a, ()>;
+    /// Keep new work off (`on`) or let it back, without cordoning.
+    fn gate<'a>(&'a self, node: &'a str, on: bool) -> Fut<'a, ()>;
+    /// Passive: cordon only. Active: also stop running work so it runs elsewhere;
+    /// returns how many allocations were requeued.
+    fn drain<'a>(&'a self, node: &'a str, active: bool) -> Fut<'a, u32>;
+    fn workloads<'a>(&'a self, node: &'a str) -> Fut<'a, Vec<Workload>>;
+    /// Move `moved` elsewhere, fail `failed` with `message`.
+    fn evict<'a>(
+        &'a self,
+        node: &'a str,
+        moved: &'a [&'a Workload],
+        failed: &'a [&'a Workload],
+        message: &'a str,
+    ) -> Fut<'a, ()>;
+    /// Terminate the node; one already gone counts as done.
+    fn terminate<'a>(&'a self, node: &'a str) -> Fut<'a, ()>;
+}
+
+/// Perform one decided action. `moves`: how often each workload owner was moved by
+/// node faults so far.
+pub async fn perform(
+    orchestrator: &dyn Orchestrator,
+    node: &str,
+    action: &Action,
+    moves: &BTreeMap<String, u32>,
+) -> Result<Done> {
+    let mut done = Done::default();
+    match action {
+        Action::Cordon { reason } => orchestrator.cordon(node, reason).await?,
+        Action::Uncordon => orchestrator.uncordon(node).await?,
+        Action::Gate { on } => orchestrator.gate(node, *on).await?,
+        Action::Drain { active, .. } => done.moved = orchestrator.drain(node, *active).await?,
+        Action::Evict {
+            message,
+            max_restarts,
+            ..
+        } => {
+            let workloads = orchestrator.workloads(node).await?;
+            let (moved, failed) = plan_eviction(&workloads, moves, *max_restarts);
+            orchestrator.evict(node, &moved, &failed, message).await?;
+            done.moved = moved.len() as u32;
+            done.failed = failed.len() as u32;
+            done.moved_owners = moved.iter().map(|w| w.owner.clone()).collect();
+        }
+        Action::Terminate => orchestrator.terminate(node).await?,
+    }
+    Ok(done)
+}
+
+/// `orchestrator.kind: none`: no cluster to change. hale's own bookkeeping of each
+/// node's status is the whole truth, so every verb succeeds and no work is moved.
+pub struct NoOrchestrator;
+
+impl Orchestrator for NoOrchestrator {
+    fn inventory(&self) -> Fut<'_, Option<Vec<Observed>>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn cordon<'a>(&'a self, _: &'a str, _: &'a str) -> Fut<'a, ()> {
+        Box::pin(async { Ok(()) })
+    }
+    fn uncordon<'a>(&'a self, _: &'a str) -> Fut<'a, ()> {
+        Box::pin(async { Ok(()) })
+    }
+    fn gate<'a>(&'a self, _: &'a str, _: bool) -> Fut<'a, ()> {
+        Box::pin(async { Ok(()) })
+    }
+    fn drain<'a>(&'a self, _: &'a str, _: bool) -> Fut<'a, u32> {
+        Box::pin(async { Ok(0) })
+    }
+    fn workloads<'a>(&'a self, _: &'a str) -> Fut<'a, Vec<Workload>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    fn evict<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a [&'a Workload],
+        _: &'a [&'a Workload],
+        _: &'a str,
+    ) -> Fut<'a, ()> {
+        Box::pin(async { Ok(()) })
+    }
+    fn terminate<'a>(&'a self, node: &'a str) -> Fut<'a, ()> {
+        Box::pin(async move {
+            Err(OrchestratorError::Refused(format!(
+                "node {node}: orchestrator none provisions nothing and terminates nothing"
+            )))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(id: &str, owner: &str, restart: bool) -> Workload {
+        Workload {
+            id: id.into(),
+            owner: owner.into(),
+            restart_on_node_fault: restart,
+        }
+    }
+
+    #[test]
+    fn eviction_moves_only_declared_work_within_its_restarts() {
+        let work = [
+            w("train-1", "job/train", true),
+            w("etl-1", "job/etl", false),
+            w("sim-1", "job/sim", true),
+        ];
+        let moves: BTreeMap<String, u32> = [("job/sim".to_string(), 3)].into();
+        let (moved, failed) = plan_eviction(&work, &moves, 3);
+        let ids = |v: Vec<&Workload>| v.iter().map(|w| w.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(moved), ["train-1"]);
+        assert_eq!(
+            ids(failed),
+            ["etl-1", "sim-1"],
+            "undeclared work fails; work moved 3 times fails"
+        );
+    }
+
+    #[tokio::test]
+    async fn none_does_every_verb_but_terminate() {
+        let none = NoOrchestrator;
+        let moves = BTreeMap::new();
+        for action in [
+            Action::Cordon { reason: "r".into() },
+            Action::Uncordon,
+            Action::Gate { on: true },
+            Action::Drain {
+                active: true,
+                reason: "r".into(),
+            },
+        ] {
+            assert_eq!(
+                perform(&none, "n1", &action, &moves).await.unwrap(),
+                Done::default()
+            );
+        }
+        let e = perform(&none, "n1", &Action::Terminate, &moves)
+            .await
+            .unwrap_err();
+        assert!(!e.is_retriable());
+    }
+}
