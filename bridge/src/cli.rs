@@ -102,7 +102,8 @@ pub fn run_backtest(verb: PolicyVerb) -> anyhow::Result<()> {
     };
     let store = crate::store::Store::open(&path)?;
     let known = store.load(now)?.nodes;
-    let history = store.history(since.timestamp_millis())?;
+    // All of it: what came before the window rebuilds the state it starts in.
+    let history = store.history(0)?;
     let report = crate::core::replay::backtest(&loaded, &known, &history, Some(since));
     if output == Output::Json {
         print_json(&report);
@@ -432,8 +433,12 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                     active,
                     reason: reason.clone(),
                 };
-                client.operate(&n.id, "drain", &req).await?;
-                drained.push(n.id.clone());
+                // A node that left Ready since the listing is skipped, not fatal.
+                match client.operate(&n.id, "drain", &req).await {
+                    Ok(_) => drained.push(n.id.clone()),
+                    Err(e) if e.to_string().contains("(409)") => eprintln!("skipped {}: {e}", n.id),
+                    Err(e) => return Err(e),
+                }
             }
             if json {
                 print_json(&serde_json::json!({"drained": drained.len(), "nodes": drained}));

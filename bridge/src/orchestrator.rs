@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::core::Status;
+pub use crate::core::policy::Observed;
 use crate::core::policy::{Action, Done};
 
 #[derive(Debug, thiserror::Error)]
@@ -28,20 +28,6 @@ impl OrchestratorError {
 
 pub type Result<T> = std::result::Result<T, OrchestratorError>;
 pub type Fut<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
-
-/// A node as the orchestrator sees it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Observed {
-    pub id: String,
-    pub hostname: Option<String>,
-    pub status: Status,
-    pub labels: BTreeMap<String, String>,
-    /// Owned by a provisioner (a Cluster API Machine, a Karpenter NodeClaim): it may
-    /// be terminated and replaced.
-    pub provisioned: bool,
-    /// Allocations running on it.
-    pub allocations: u32,
-}
 
 /// A unit of work on a node.
 #[derive(Debug, Clone, PartialEq, Eq)]

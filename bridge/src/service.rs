@@ -14,7 +14,7 @@ use tracing::{error, info, warn};
 use crate::alertmanager::{self, Answer, IngestError};
 use crate::config::{Config, ConfigError, Loaded};
 use crate::core::labels::{Alert, AlertState, Signal};
-use crate::core::policy::Action;
+use crate::core::policy::Pending;
 use crate::core::{CoreError, EventKind, Fleet, Outcome, TELEMETRY_STALE, Time};
 use crate::metrics::{ActionLabel, Metrics, PathLabel, ReasonLabel, ResultLabel};
 use crate::notify::Notifier;
@@ -139,14 +139,12 @@ impl Hale {
                 .last_trusted
                 .set(t.timestamp_millis() as f64 / 1000.0);
         }
-        if outcome.dirty.iter().any(|id| {
+        let acting = outcome.dirty.iter().any(|id| {
             fleet
                 .nodes
                 .get(id)
                 .is_some_and(|n| !n.policy.pending.is_empty())
-        }) {
-            self.act_now.notify_one();
-        }
+        });
         let unchanged = outcome.events.is_empty()
             && outcome.dirty.is_empty()
             && outcome.touched.is_empty()
@@ -162,11 +160,16 @@ impl Hale {
         let batch = Batch::of(&fleet, &todo);
         drop(fleet);
         match writer.store.write(&batch) {
-            Ok(stored) => self
-                .notifier
-                .read()
-                .expect("notifier lock")
-                .publish(&stored),
+            Ok(stored) => {
+                self.notifier
+                    .read()
+                    .expect("notifier lock")
+                    .publish(&stored);
+                // Only a decision on disk is acted upon.
+                if acting {
+                    self.act_now.notify_one();
+                }
+            }
             Err(e) => {
                 error!(error = %e, nodes = batch.nodes.len(), events = batch.events.len(),
                     "store write failed; the change is kept in memory and retried with the next one");
@@ -377,7 +380,28 @@ impl Hale {
                 }
             }
             first = false;
+            self.sync_inventory().await;
             self.poll_once().await;
+        }
+    }
+
+    /// Take in the orchestrator's view of the nodes before the poll the policy runs
+    /// on. An orchestrator that keeps no inventory (`none`) has nothing to say; one
+    /// that cannot answer leaves the last view standing.
+    async fn sync_inventory(self: &Arc<Self>) {
+        match self.orchestrator.inventory().await {
+            Ok(Some(observed)) => {
+                let this = self.clone();
+                let step = tokio::task::spawn_blocking(move || {
+                    this.apply(|fleet, _, now| Ok(fleet.observe(now, &observed)))
+                })
+                .await;
+                if let Err(e) = step {
+                    error!(error = %e, "inventory task failed");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => warn!(error = %e, "orchestrator inventory failed; the last one stands"),
         }
     }
 
@@ -461,17 +485,19 @@ impl Hale {
     }
 
     /// One task per node with pending actions, doing them in the order decided (a
-    /// cordon before the eviction that follows it).
+    /// cordon before the eviction that follows it). Nothing is performed while a
+    /// decision is only in memory: a failed store write leaves it unacted upon.
     fn act_pending(self: &Arc<Self>) {
-        let (pending, moves) = {
-            let fleet = self.lock_fleet();
-            (fleet.pending(), fleet.ledger.moves.clone())
-        };
-        let mut by_node: std::collections::BTreeMap<String, Vec<Action>> = Default::default();
-        for (node, action) in pending {
-            by_node.entry(node).or_default().push(action);
+        if self.writer.lock().expect("writer lock").pending.is_some() {
+            return;
         }
-        for (node, actions) in by_node {
+        let nodes: BTreeSet<String> = self
+            .lock_fleet()
+            .pending()
+            .into_iter()
+            .map(|(node, _)| node)
+            .collect();
+        for node in nodes {
             if !self
                 .acting
                 .lock()
@@ -481,10 +507,18 @@ impl Hale {
                 continue;
             }
             let this = self.clone();
-            let moves = moves.clone();
             tokio::spawn(async move {
-                for action in actions {
-                    if !this.perform(&node, &action, &moves).await {
+                // Read afresh before each action: an operator's uncordon may have
+                // withdrawn what was queued behind the one just done.
+                loop {
+                    let next = {
+                        let fleet = this.lock_fleet();
+                        fleet
+                            .next_action(&node)
+                            .map(|p| (p, fleet.ledger.moves.clone()))
+                    };
+                    let Some((pending, moves)) = next else { break };
+                    if !this.perform(&node, pending, &moves).await {
                         break;
                     }
                 }
@@ -498,11 +532,12 @@ impl Hale {
     async fn perform(
         self: &Arc<Self>,
         node: &str,
-        action: &Action,
+        pending: Pending,
         moves: &std::collections::BTreeMap<String, u32>,
     ) -> bool {
         use backon::{ExponentialBuilder, Retryable};
         let orchestrator = self.orchestrator.clone();
+        let action = &pending.action;
         let result = (|| orchestrator::perform(orchestrator.as_ref(), node, action, moves))
             .retry(
                 ExponentialBuilder::default()
@@ -513,9 +548,9 @@ impl Hale {
             .when(OrchestratorError::is_retriable)
             .await;
         let name = action.name();
-        let (label, ok) = match &result {
+        let (label, next) = match &result {
             Ok(_) => ("done", true),
-            Err(_) => ("failed", false),
+            Err(e) => ("failed", !e.is_retriable()),
         };
         self.metrics
             .policy_actions
@@ -525,26 +560,26 @@ impl Hale {
             })
             .inc();
         let this = self.clone();
-        let (node, action) = (node.to_string(), action.clone());
+        let (node, id) = (node.to_string(), pending.id);
         let step = tokio::task::spawn_blocking(move || match result {
             Ok(done) => {
                 info!(node, action = name, "done");
-                this.apply(|fleet, cfg, now| Ok(fleet.action_done(cfg, now, &node, &action, &done)))
+                this.apply(|fleet, cfg, now| Ok(fleet.action_done(cfg, now, &node, id, &done)))
             }
             Err(e) if e.is_retriable() => {
                 warn!(node, action = name, error = %e, "not done yet; tried again shortly");
                 Ok(Outcome::default())
             }
             Err(e) => {
-                error!(node, action = name, error = %e, "refused");
-                this.apply(|fleet, cfg, now| Ok(fleet.action_failed(cfg, now, &node, &action)))
+                error!(node, action = name, error = %e, "refused; dropped");
+                this.apply(|fleet, cfg, now| Ok(fleet.action_failed(cfg, now, &node, id)))
             }
         })
         .await;
         if let Err(e) = step {
             error!(error = %e, "recording an action failed");
         }
-        ok
+        next
     }
 
     /// Evaluate the time-driven rules every second.

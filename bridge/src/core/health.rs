@@ -397,6 +397,7 @@ impl<'f> Step<'f> {
                         condition: TELEMETRY_STALE.into(),
                         reason: TELEMETRY_STALE.into(),
                         severity: Severity::Warning,
+                        fault_class: None,
                     },
                     "telemetry stale: a new node, seen while hale has no trusted alert data".into(),
                 );
@@ -509,6 +510,7 @@ impl<'f> Step<'f> {
                         condition: TELEMETRY_STALE.into(),
                         reason: TELEMETRY_STALE.into(),
                         severity: Severity::Warning,
+                        fault_class: None,
                     },
                     format!(
                         "telemetry stale: no trusted alert data since {} ({why})",
@@ -934,6 +936,7 @@ fn set_sources(
                 condition: ctype.into(),
                 reason: cond.reason.clone(),
                 severity: cond.severity,
+                fault_class: Some(cond.fault_class.clone()),
             };
             node.conditions.insert(ctype.to_string(), cond);
             rec.event(kind, message);

@@ -442,6 +442,9 @@ pub enum EventKind {
         condition: String,
         reason: String,
         severity: Severity,
+        /// What fault-triggered eviction matches; absent from older records.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fault_class: Option<String>,
     },
     ConditionEscalated {
         condition: String,

@@ -56,7 +56,13 @@ pub struct NodePolicy {
     /// Actions decided and not yet confirmed done: written with the decision, so a
     /// crash between deciding and acting neither loses nor repeats one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pending: Vec<Action>,
+    pub pending: Vec<Pending>,
+    /// The id of the last action decided for this node.
+    #[serde(default)]
+    pub last_action: u64,
+    /// Since when the score has been at or above `drainBelow` while gated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ungate_since: Option<Time>,
     /// Since when the score has been at or above `cordonBelow` while a conclusion
     /// stood.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -153,6 +159,29 @@ impl Guardrail {
             Guardrail::ReplacementBudget => "maxReplacementsPerHour",
             Guardrail::TerminationRejected => "terminationRejected",
         }
+    }
+}
+
+/// An action decided and not yet confirmed done; `id` tells two equal ones apart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
+    pub id: u64,
+    #[serde(flatten)]
+    pub action: Action,
+}
+
+impl NodePolicy {
+    /// Queue `action` for the orchestrator.
+    pub fn push(&mut self, action: Action) {
+        self.last_action += 1;
+        self.pending.push(Pending {
+            id: self.last_action,
+            action,
+        });
+    }
+
+    fn has(&self, action: &Action) -> bool {
+        self.pending.iter().any(|p| p.action == *action)
     }
 }
 
@@ -275,11 +304,32 @@ fn describe_fault(ctype: &str) -> String {
     words.join(" ")
 }
 
+/// Whether an operator uncordoned the node less than `cordonSuppressionMinutes` ago.
+fn suppressed(node: &Node, settings: &Settings, now: Time) -> bool {
+    node.policy
+        .uncordoned_at
+        .is_some_and(|t| (now - t).to_std().unwrap_or_default() < settings.cordon_suppression)
+}
+
+/// Whether the policy has anything to decide about a scored node: a steady healthy
+/// fleet costs a glance per node, not an evaluation.
+fn concerns(node: &Node, settings: &Settings, score: u8) -> bool {
+    let p = &node.policy;
+    u32::from(score) < settings.cordon_below.max(settings.drain_below)
+        || p.scored_reports < 2
+        || p.gated
+        || p.conclusion.is_some()
+        || !p.evicted.is_empty()
+        || (!settings.evict_on_fault_classes.is_empty() && !node.conditions.is_empty())
+}
+
 /// Pool occupancy: nodes and nodes out of service (cordoned by anyone, not ready).
 #[derive(Default)]
 struct Pool {
     size: u32,
     out: u32,
+    /// Terminations in the last hour, done or decided.
+    replaced: u32,
 }
 
 impl Pool {
@@ -299,58 +349,82 @@ impl Policy<'_, '_> {
     /// Evaluate every node, worst score first, so a guardrail that stops part of a
     /// pool stops the healthiest of the candidates.
     pub fn evaluate(&mut self, fleet: &mut Fleet) {
-        let mut pools: BTreeMap<String, Pool> = BTreeMap::new();
+        let mut pools: BTreeMap<&str, Pool> = BTreeMap::new();
+        let mut order: Vec<(u8, String)> = Vec::new();
         for node in fleet.nodes.values() {
-            let pool = pools
-                .entry(self.cfg.settings_for(&node.labels).name.clone())
-                .or_default();
+            let settings = self.cfg.settings_for(&node.labels);
+            let pool = pools.entry(&settings.name).or_default();
             pool.size += 1;
             if node.status != Status::Ready {
                 pool.out += 1;
             }
+            if node.policy.has(&Action::Terminate) {
+                pool.replaced += 1;
+            }
+            if let Some(score) = node.score.as_ref().map(|s| s.value)
+                && concerns(node, settings, score)
+            {
+                order.push((score, node.id.clone()));
+            }
         }
-        let mut order: Vec<(u8, String)> = fleet
-            .nodes
-            .values()
-            .map(|n| (n.score.as_ref().map_or(u8::MAX, |s| s.value), n.id.clone()))
-            .collect();
+        // Owned keys: the nodes are changed below.
+        let mut pools: BTreeMap<String, Pool> =
+            pools.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         order.sort();
         let hour_ago = self.now - chrono::TimeDelta::from_std(HOUR).expect("an hour");
-        for spent in fleet.ledger.replacements.values_mut() {
+        for (name, spent) in fleet.ledger.replacements.iter_mut() {
             spent.retain(|t| *t > hour_ago);
+            if let Some(pool) = pools.get_mut(name) {
+                pool.replaced += spent.len() as u32;
+            }
         }
         for (_, id) in order {
             let node = fleet.nodes.get_mut(&id).expect("listed above");
             let settings = self.cfg.settings_for(&node.labels);
             let pool = pools.get_mut(&settings.name).expect("counted above");
-            let spent = fleet
-                .ledger
-                .replacements
-                .get(&settings.name)
-                .map_or(0, |v| v.len() as u32);
-            self.node(node, settings, pool, spent);
+            self.node(node, settings, pool);
         }
     }
 
-    fn node(&mut self, node: &mut Node, settings: &Settings, pool: &mut Pool, spent: u32) {
+    fn node(&mut self, node: &mut Node, settings: &Settings, pool: &mut Pool) {
         if blind(node) {
             return;
         }
         let Some(score) = node.score.as_ref().map(|s| s.value) else {
             return;
         };
-        if node.last_report.is_some() && node.policy.counted_report != node.last_report {
+        if node.policy.scored_reports < 2
+            && node.last_report.is_some()
+            && node.policy.counted_report != node.last_report
+        {
             node.policy.counted_report = node.last_report;
             node.policy.scored_reports = node.policy.scored_reports.saturating_add(1).min(2);
             self.out.dirty.insert(node.id.clone());
         }
         let first = node.policy.scored_reports < 2;
 
-        // The scheduling gate, in every mode; an unscored node never has it.
-        let gate = u32::from(score) < settings.drain_below;
-        if gate != node.policy.gated && !(gate && first) {
+        // The scheduling gate, in every mode; an unscored node never has it. It is
+        // lifted once the recovery has held, so a score hovering at drainBelow does
+        // not open and close it with every report.
+        let below = u32::from(score) < settings.drain_below;
+        let gate = if below {
+            if node.policy.ungate_since.take().is_some() {
+                self.out.dirty.insert(node.id.clone());
+            }
+            !first || node.policy.gated
+        } else if node.policy.gated {
+            let since = *node.policy.ungate_since.get_or_insert_with(|| {
+                self.out.dirty.insert(node.id.clone());
+                self.now
+            });
+            (self.now - since).to_std().unwrap_or_default() < RECOVERY_HOLD
+        } else {
+            false
+        };
+        if gate != node.policy.gated {
             node.policy.gated = gate;
-            node.policy.pending.push(Action::Gate { on: gate });
+            node.policy.ungate_since = None;
+            node.policy.push(Action::Gate { on: gate });
             self.out.dirty.insert(node.id.clone());
             let id = node.id.clone();
             self.event(
@@ -374,7 +448,7 @@ impl Policy<'_, '_> {
             return;
         }
 
-        self.evict(node, settings, pool);
+        let evicting = self.evict(node, settings, pool);
 
         let wanted = if u32::from(score) < settings.drain_below {
             Some(match settings.mode {
@@ -387,7 +461,15 @@ impl Policy<'_, '_> {
         } else {
             None
         };
-        let Some(verdict) = wanted else {
+        let conclusion = match (evicting, wanted) {
+            (Some(halted), _) => Some(halted),
+            (None, Some(verdict)) if settings.mode == Mode::Observe => {
+                Some(Conclusion::Recommended { action: verdict })
+            }
+            (None, Some(verdict)) => Some(self.enforce(node, settings, pool, verdict)),
+            (None, None) => None,
+        };
+        let Some(conclusion) = conclusion else {
             // Recovered: once it holds, the next degradation is a new episode. The
             // node is never uncordoned by this.
             if node.policy.conclusion.is_some() {
@@ -406,12 +488,22 @@ impl Policy<'_, '_> {
         if node.policy.recovered_since.take().is_some() {
             self.out.dirty.insert(node.id.clone());
         }
-        let conclusion = if settings.mode == Mode::Observe {
-            Conclusion::Recommended { action: verdict }
-        } else {
-            self.enforce(node, settings, pool, spent, verdict)
+        // Within an episode a conclusion never steps down: a score moving between
+        // the thresholds keeps the drain it reached.
+        let conclusion = match (&node.policy.conclusion, conclusion) {
+            (Some(Conclusion::Recommended { action: was }), Conclusion::Recommended { action })
+                if action < *was =>
+            {
+                Conclusion::Recommended { action: *was }
+            }
+            (
+                Some(standing @ Conclusion::Acted { action: was, .. }),
+                Conclusion::Acted { action, .. },
+            ) if action < *was => standing.clone(),
+            (_, conclusion) => conclusion,
         };
-        self.conclude(node, settings, score, spent, conclusion);
+        let replaced = pool.replaced;
+        self.conclude(node, settings, score, replaced, conclusion);
     }
 
     /// Take the node out of service as `verdict` says, inside the guardrails.
@@ -420,18 +512,14 @@ impl Policy<'_, '_> {
         node: &mut Node,
         settings: &Settings,
         pool: &mut Pool,
-        spent: u32,
         verdict: Verdict,
     ) -> Conclusion {
         let halted = |guardrail| Conclusion::Halted {
             action: verdict,
             guardrail,
         };
-        let suppressed = node.policy.uncordoned_at.is_some_and(|t| {
-            (self.now - t).to_std().unwrap_or_default() < settings.cordon_suppression
-        });
         if node.policy.cordon.is_none() {
-            if suppressed {
+            if suppressed(node, settings, self.now) {
                 return halted(Guardrail::Suppressed);
             }
             if node.status == Status::Ready && !pool.admits(settings.max_unavailable_percent) {
@@ -448,7 +536,7 @@ impl Policy<'_, '_> {
                 at: self.now,
                 drained: false,
             });
-            node.policy.pending.push(Action::Cordon {
+            node.policy.push(Action::Cordon {
                 reason: reason.clone(),
             });
             self.record_cordon(node, Actor::Hale, &reason);
@@ -458,7 +546,7 @@ impl Policy<'_, '_> {
             // Automated drains are passive: running work is left to finish.
             cordon.drained = true;
             let reason = format!("score below drainBelow {}", settings.drain_below);
-            node.policy.pending.push(Action::Drain {
+            node.policy.push(Action::Drain {
                 active: false,
                 reason: reason.clone(),
             });
@@ -494,7 +582,7 @@ impl Policy<'_, '_> {
                 waiting: true,
             };
         }
-        if node.policy.pending.contains(&Action::Terminate) {
+        if node.policy.has(&Action::Terminate) {
             return Conclusion::Acted {
                 action: verdict,
                 waiting: false,
@@ -503,10 +591,15 @@ impl Policy<'_, '_> {
         if node.policy.retry_after.is_some_and(|t| self.now < t) {
             return halted(Guardrail::TerminationRejected);
         }
-        if spent >= settings.max_replacements_per_hour {
+        if pool.replaced >= settings.max_replacements_per_hour {
             return halted(Guardrail::ReplacementBudget);
         }
-        node.policy.pending.push(Action::Terminate);
+        pool.replaced += 1;
+        node.policy.push(Action::Terminate);
+        // A retry after a refusal stays halted until the termination is done.
+        if node.policy.retry_after.take().is_some() {
+            return halted(Guardrail::TerminationRejected);
+        }
         Conclusion::Acted {
             action: verdict,
             waiting: false,
@@ -514,7 +607,14 @@ impl Policy<'_, '_> {
     }
 
     /// Fault-triggered eviction, in every mode: once per fault class and episode.
-    fn evict(&mut self, node: &mut Node, settings: &Settings, pool: &mut Pool) {
+    /// Returns the guardrail's halt when one stops it (its cordon is held to the
+    /// same guardrails as the policy's).
+    fn evict(
+        &mut self,
+        node: &mut Node,
+        settings: &Settings,
+        pool: &mut Pool,
+    ) -> Option<Conclusion> {
         let raised: BTreeSet<String> = node
             .conditions
             .iter()
@@ -534,14 +634,20 @@ impl Policy<'_, '_> {
                 continue;
             };
             if node.policy.cordon.is_none() {
-                if node.status == Status::Ready && !pool.admits(settings.max_unavailable_percent) {
-                    let conclusion = Conclusion::Halted {
+                let blocked = if suppressed(node, settings, self.now) {
+                    Some(Guardrail::Suppressed)
+                } else if node.status == Status::Ready
+                    && !pool.admits(settings.max_unavailable_percent)
+                {
+                    Some(Guardrail::MaxUnavailable)
+                } else {
+                    None
+                };
+                if let Some(guardrail) = blocked {
+                    return Some(Conclusion::Halted {
                         action: Verdict::Drain,
-                        guardrail: Guardrail::MaxUnavailable,
-                    };
-                    let score = node.score.as_ref().map_or(100, |s| s.value);
-                    self.conclude(node, settings, score, 0, conclusion);
-                    continue;
+                        guardrail,
+                    });
                 }
                 if node.status == Status::Ready {
                     pool.out += 1;
@@ -554,19 +660,20 @@ impl Policy<'_, '_> {
                     at: self.now,
                     drained: true,
                 });
-                node.policy.pending.push(Action::Cordon {
+                node.policy.push(Action::Cordon {
                     reason: reason.clone(),
                 });
                 self.record_cordon(node, Actor::Hale, &reason);
             }
             node.policy.evicted.insert(class.clone());
-            node.policy.pending.push(Action::Evict {
+            node.policy.push(Action::Evict {
                 fault_class: class.clone(),
                 message: eviction_message(&node.id, &fault),
                 max_restarts: settings.max_eviction_restarts,
             });
             self.out.dirty.insert(node.id.clone());
         }
+        None
     }
 
     fn record_cordon(&mut self, node: &Node, by: Actor, reason: &str) {
@@ -699,6 +806,20 @@ pub fn mode_name(mode: Mode) -> &'static str {
     }
 }
 
+/// A node as the orchestrator sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observed {
+    pub id: String,
+    pub hostname: Option<String>,
+    pub status: Status,
+    pub labels: BTreeMap<String, String>,
+    /// Owned by a provisioner (a Cluster API Machine, a Karpenter NodeClaim): it may
+    /// be terminated and replaced.
+    pub provisioned: bool,
+    /// Allocations running on it.
+    pub allocations: u32,
+}
+
 /// The status as the CLI and errors spell it.
 pub fn status_name(status: Status) -> &'static str {
     match status {
@@ -728,8 +849,16 @@ impl Fleet {
     pub fn cordon(&mut self, now: Time, id: &str, reason: &str) -> Result<Outcome, CoreError> {
         let node = self.operated(id)?;
         let mut out = Outcome::default();
-        if node.policy.cordon.is_none() {
-            take_out(node, Actor::Operator, reason, now);
+        let owner = node.policy.cordon.as_ref().map(|c| c.by);
+        if owner != Some(Actor::Operator) {
+            match &mut node.policy.cordon {
+                // Taken over from hale: an operator's node is never replaced.
+                Some(c) => {
+                    c.by = Actor::Operator;
+                    c.reason = reason.into();
+                }
+                None => take_out(node, Actor::Operator, reason, now),
+            }
             out.events.push(event(
                 id,
                 now,
@@ -754,7 +883,11 @@ impl Fleet {
             node.policy.conclusion = None;
             node.policy.uncordoned_at = Some(now);
             node.status = Status::Ready;
-            node.policy.pending.push(Action::Uncordon);
+            // What was queued to take the node out is withdrawn with it.
+            node.policy
+                .pending
+                .retain(|p| matches!(p.action, Action::Gate { .. }));
+            node.policy.push(Action::Uncordon);
             out.events.push(event(
                 id,
                 now,
@@ -800,7 +933,7 @@ impl Fleet {
         }
         let cordon = node.policy.cordon.as_mut().expect("taken out above");
         cordon.drained = true;
-        node.policy.pending.push(Action::Drain {
+        node.policy.push(Action::Drain {
             active,
             reason: reason.into(),
         });
@@ -841,33 +974,130 @@ impl Fleet {
         all
     }
 
+    /// The orchestrator's inventory: labels, provisioning, running work and status.
+    /// A cordon or uncordon made outside hale (kubectl) is recorded as the
+    /// operator's, and an uncordon starts the suppression window.
+    pub fn observe(&mut self, now: Time, observed: &[Observed]) -> Outcome {
+        let mut out = Outcome::default();
+        for o in observed {
+            let node = self
+                .nodes
+                .entry(o.id.clone())
+                .or_insert_with(|| Node::new(&o.id));
+            let before = (
+                node.labels.clone(),
+                node.hostname.clone(),
+                node.policy.provisioned,
+                node.policy.allocations,
+                node.status,
+            );
+            node.labels = o.labels.clone();
+            node.hostname = o.hostname.clone();
+            node.policy.provisioned = o.provisioned;
+            node.policy.allocations = o.allocations;
+            let queued = |node: &Node, f: fn(&Action) -> bool| {
+                node.policy.pending.iter().any(|p| f(&p.action))
+            };
+            match o.status {
+                Status::Cordoned
+                    if node.policy.cordon.is_none()
+                        && !queued(node, |a| matches!(a, Action::Uncordon)) =>
+                {
+                    let reason = "cordoned outside hale";
+                    node.status = Status::Cordoned;
+                    node.policy.cordon = Some(Cordon {
+                        by: Actor::Operator,
+                        reason: reason.into(),
+                        at: now,
+                        drained: false,
+                    });
+                    out.events.push(event(
+                        &o.id,
+                        now,
+                        EventKind::NodeCordoned {
+                            by: Actor::Operator.as_str().into(),
+                            reason: reason.into(),
+                        },
+                        format!("cordoned by operator: {reason}"),
+                    ));
+                }
+                Status::Ready
+                    if node.policy.cordon.is_some()
+                        && !queued(node, |a| {
+                            matches!(a, Action::Cordon { .. } | Action::Drain { .. })
+                        }) =>
+                {
+                    let reason = "uncordoned outside hale";
+                    node.policy.cordon = None;
+                    node.policy.conclusion = None;
+                    node.policy.uncordoned_at = Some(now);
+                    node.status = Status::Ready;
+                    out.events.push(event(
+                        &o.id,
+                        now,
+                        EventKind::NodeUncordoned {
+                            by: Actor::Operator.as_str().into(),
+                            reason: reason.into(),
+                        },
+                        format!("uncordoned by operator: {reason}"),
+                    ));
+                }
+                Status::NotReady | Status::Offline => node.status = o.status,
+                Status::Ready if node.status != Status::Cordoned => node.status = Status::Ready,
+                _ => {}
+            }
+            let after = (
+                node.labels.clone(),
+                node.hostname.clone(),
+                node.policy.provisioned,
+                node.policy.allocations,
+                node.status,
+            );
+            if before != after || !out.events.is_empty() {
+                out.dirty.insert(o.id.clone());
+            }
+        }
+        out
+    }
+
     /// Actions decided and not yet confirmed, by node, oldest first.
-    pub fn pending(&self) -> Vec<(String, Action)> {
+    pub fn pending(&self) -> Vec<(String, Pending)> {
         self.nodes
             .values()
-            .flat_map(|n| n.policy.pending.iter().map(|a| (n.id.clone(), a.clone())))
+            .flat_map(|n| n.policy.pending.iter().map(|p| (n.id.clone(), p.clone())))
             .collect()
     }
 
-    /// The orchestrator did `action` on node `id`.
+    /// The next action to perform on node `id`, if any is still wanted. A
+    /// termination is not performed on a node gone blind meanwhile.
+    pub fn next_action(&self, id: &str) -> Option<Pending> {
+        let node = self.nodes.get(id)?;
+        let next = node.policy.pending.first()?;
+        if next.action == Action::Terminate && blind(node) {
+            return None;
+        }
+        Some(next.clone())
+    }
+
+    /// The orchestrator did the pending action `action_id` on node `id`.
     pub fn action_done(
         &mut self,
         cfg: &Loaded,
         now: Time,
         id: &str,
-        action: &Action,
+        action_id: u64,
         done: &Done,
     ) -> Outcome {
         let mut out = Outcome::default();
         let Some(node) = self.nodes.get_mut(id) else {
             return out;
         };
-        let Some(at) = node.policy.pending.iter().position(|a| a == action) else {
+        let Some(at) = node.policy.pending.iter().position(|p| p.id == action_id) else {
             return out;
         };
-        node.policy.pending.remove(at);
+        let action = node.policy.pending.remove(at).action;
         out.dirty.insert(id.into());
-        match action {
+        match &action {
             Action::Drain {
                 active: true,
                 reason,
@@ -921,20 +1151,27 @@ impl Fleet {
         out
     }
 
-    /// The orchestrator refused `action` for good (retries are the service's). A
-    /// refused termination is not counted against the budget and waits before the
-    /// next attempt; anything else stays pending and is tried again.
-    pub fn action_failed(&mut self, cfg: &Loaded, now: Time, id: &str, action: &Action) -> Outcome {
+    /// The orchestrator refused the pending action `action_id` for good (transient
+    /// failures are retried by the service). It is dropped; a refused termination is
+    /// not counted against the budget and is tried again after `TERMINATE_RETRY`.
+    pub fn action_failed(&mut self, cfg: &Loaded, now: Time, id: &str, action_id: u64) -> Outcome {
         let mut out = Outcome::default();
-        if *action != Action::Terminate {
-            return out;
-        }
         let Some(node) = self.nodes.get_mut(id) else {
             return out;
         };
-        node.policy.pending.retain(|a| a != action);
+        let Some(at) = node.policy.pending.iter().position(|p| p.id == action_id) else {
+            return out;
+        };
+        let action = node.policy.pending.remove(at).action;
+        out.dirty.insert(id.into());
+        if action != Action::Terminate {
+            return out;
+        }
         node.policy.retry_after =
             Some(now + chrono::TimeDelta::from_std(TERMINATE_RETRY).expect("minutes"));
+        if blind(node) {
+            return out;
+        }
         let settings = cfg.settings_for(&node.labels);
         let score = node.score.as_ref().map_or(100, |s| s.value);
         Policy {
@@ -965,7 +1202,7 @@ fn take_out(node: &mut Node, by: Actor, reason: &str, now: Time) {
         at: now,
         drained: false,
     });
-    node.policy.pending.push(Action::Cordon {
+    node.policy.push(Action::Cordon {
         reason: reason.into(),
     });
 }

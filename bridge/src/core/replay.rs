@@ -1,15 +1,15 @@
 //! `hale policy backtest`: the recorded history replayed through the same core with a
 //! candidate configuration. Conditions, missed heartbeats, staleness and job failures
 //! are put back on the nodes as the events recorded them, and the operators' cordons,
-//! drains and uncordons are done again; every change is a report,
-//! confirmed by a second one a report interval later (a policy never acts on a first
-//! score), and the orchestrator is taken to do whatever it is asked.
+//! drains and uncordons are done again. Every change is a report, followed by the
+//! next report and by one after the recovery hold (healthy nodes report without
+//! recording events), and the orchestrator is taken to do whatever it is asked.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use super::policy::Done;
+use super::policy::{Done, RECOVERY_HOLD};
 use super::{
     Condition, Event, EventKind, Fleet, HEARTBEAT_MISSED, Node, Score, Severity, SmallMap, Time,
 };
@@ -106,7 +106,6 @@ pub fn backtest(
         });
         fleet.nodes.insert(id.clone(), n);
     }
-    // Every recorded change is a report; the next report confirms it.
     let mut steps: BTreeMap<Time, BTreeSet<String>> = BTreeMap::new();
     let mut by_time: BTreeMap<Time, Vec<&Event>> = BTreeMap::new();
     let counted = |t: Time| since.is_none_or(|s| t >= s);
@@ -127,11 +126,11 @@ pub fn backtest(
             })
             .report_interval;
         let confirm = e.occurred_at + chrono::TimeDelta::from_std(interval).expect("interval");
-        steps
-            .entry(e.occurred_at)
-            .or_default()
-            .insert(e.node_id.clone());
-        steps.entry(confirm).or_default().insert(e.node_id.clone());
+        // Reports at the change, the next one, and once a recovery could have held.
+        let held = confirm + chrono::TimeDelta::from_std(RECOVERY_HOLD).expect("minutes");
+        for at in [e.occurred_at, confirm, held] {
+            steps.entry(at).or_default().insert(e.node_id.clone());
+        }
     }
     for (at, touched) in steps {
         for e in by_time.remove(&at).unwrap_or_default() {
@@ -155,8 +154,8 @@ pub fn backtest(
         }
         let mut simulated = fleet.replayed(cfg, at, &touched).events;
         // The orchestrator does what it is asked, at once.
-        for (id, action) in fleet.pending() {
-            let out = fleet.action_done(cfg, at, &id, &action, &Done::default());
+        for (id, pending) in fleet.pending() {
+            let out = fleet.action_done(cfg, at, &id, pending.id, &Done::default());
             simulated.extend(out.events);
         }
         if !counted(at) {
@@ -188,13 +187,34 @@ fn put_back(node: &mut Node, e: &Event) {
             condition,
             reason,
             severity,
-        }
-        | EventKind::ConditionEscalated {
+            fault_class,
+        } => raise(
+            node,
+            condition,
+            reason,
+            *severity,
+            fault_class.as_deref(),
+            e.occurred_at,
+        ),
+        EventKind::ConditionEscalated {
             condition,
             reason,
             severity,
             ..
-        } => raise(node, condition, reason, *severity, e.occurred_at),
+        } => {
+            let class = node
+                .conditions
+                .get(condition)
+                .map(|c| c.fault_class.clone());
+            raise(
+                node,
+                condition,
+                reason,
+                *severity,
+                class.as_deref(),
+                e.occurred_at,
+            );
+        }
         EventKind::ConditionCleared { condition, .. } => {
             node.conditions.remove(condition);
         }
@@ -203,6 +223,7 @@ fn put_back(node: &mut Node, e: &Event) {
             HEARTBEAT_MISSED,
             HEARTBEAT_MISSED,
             Severity::Warning,
+            None,
             e.occurred_at,
         ),
         EventKind::HeartbeatResumed { .. } => {
@@ -219,7 +240,16 @@ fn put_back(node: &mut Node, e: &Event) {
     }
 }
 
-fn raise(node: &mut Node, ctype: &str, reason: &str, severity: Severity, at: Time) {
+/// `fault_class`: as recorded; older records name none, and the condition type
+/// upper-cased is the label contract's default.
+fn raise(
+    node: &mut Node,
+    ctype: &str,
+    reason: &str,
+    severity: Severity,
+    fault_class: Option<&str>,
+    at: Time,
+) {
     node.conditions.insert(
         ctype.to_string(),
         Condition {
@@ -230,7 +260,7 @@ fn raise(node: &mut Node, ctype: &str, reason: &str, severity: Severity, at: Tim
             last_seen: at,
             observations: 1,
             sticky: false,
-            fault_class: ctype.to_ascii_uppercase(),
+            fault_class: fault_class.map_or_else(|| ctype.to_ascii_uppercase(), str::to_string),
             priority: None,
             remediation: None,
             sources: SmallMap::new(),

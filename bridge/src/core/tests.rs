@@ -1414,12 +1414,32 @@ fn replace_pool(s: &mut Script, n: usize) -> Vec<String> {
 
 /// Perform every pending action as an orchestrator that always succeeds.
 fn act(s: &mut Script) {
-    for (id, action) in s.fleet.pending() {
+    for (id, pending) in s.fleet.pending() {
         let out = s
             .fleet
-            .action_done(&s.cfg, s.now, &id, &action, &policy::Done::default());
+            .action_done(&s.cfg, s.now, &id, pending.id, &policy::Done::default());
         s.record(out);
     }
+}
+
+/// The pending actions, by node, without their ids.
+fn actions(s: &Script) -> Vec<(String, policy::Action)> {
+    s.fleet
+        .pending()
+        .into_iter()
+        .map(|(id, p)| (id, p.action))
+        .collect()
+}
+
+/// The id of node `id`'s pending `action`.
+fn pending_id(s: &Script, id: &str, action: &policy::Action) -> u64 {
+    s.node(id)
+        .policy
+        .pending
+        .iter()
+        .find(|p| p.action == *action)
+        .expect("pending")
+        .id
 }
 
 #[test]
@@ -1443,7 +1463,7 @@ fn replace_waits_for_the_node_to_empty_then_terminates() {
     s.fleet.nodes.get_mut("c-0").unwrap().policy.allocations = 0;
     s.at(60).report(&ids, &["c-0"], very_low);
     assert_eq!(
-        s.fleet.pending(),
+        actions(&s),
         [("c-0".to_string(), policy::Action::Terminate)]
     );
     act(&mut s);
@@ -1476,8 +1496,7 @@ fn replace_spares_nodes_hale_did_not_take_out_or_did_not_provision() {
         "{got:?}"
     );
     assert!(
-        s.fleet
-            .pending()
+        actions(&s)
             .iter()
             .all(|(_, a)| *a != policy::Action::Terminate)
     );
@@ -1493,9 +1512,8 @@ fn the_replacement_budget_is_spent_and_refilled_in_a_rolling_hour() {
     s.at(0).report(&ids, &sick, very_low);
     s.at(30).report(&ids, &sick, very_low);
     // The orchestrator rejects one termination: not counted.
-    let out = s
-        .fleet
-        .action_failed(&s.cfg, s.now, "c-0", &policy::Action::Terminate);
+    let terminate = pending_id(&s, "c-0", &policy::Action::Terminate);
+    let out = s.fleet.action_failed(&s.cfg, s.now, "c-0", terminate);
     s.record(out);
     act(&mut s);
     let live: Vec<String> = s.fleet.nodes.keys().cloned().collect();
@@ -1544,19 +1562,21 @@ fn a_crash_between_deciding_and_acting_neither_loses_nor_repeats() {
     let cordon = policy::Action::Cordon {
         reason: "score below cordonBelow 60".into(),
     };
-    assert_eq!(node.policy.pending, std::slice::from_ref(&cordon));
+    let queued: Vec<&policy::Action> = node.policy.pending.iter().map(|p| &p.action).collect();
+    assert_eq!(queued, [&cordon]);
     s.fleet.nodes.insert("g-0".into(), node);
     s.policy_events();
     // The next report decides nothing new; the pending action is done once.
     s.at(60).report(&ids, &["g-0"], low);
     assert_eq!(s.policy_events(), Vec::<String>::new());
-    assert_eq!(s.fleet.pending(), [("g-0".to_string(), cordon.clone())]);
+    assert_eq!(actions(&s), [("g-0".to_string(), cordon.clone())]);
+    let id = pending_id(&s, "g-0", &cordon);
     act(&mut s);
     assert!(s.fleet.pending().is_empty());
     // A duplicate confirmation (the orchestrator answered twice) changes nothing.
     let out = s
         .fleet
-        .action_done(&s.cfg, s.now, "g-0", &cordon, &policy::Done::default());
+        .action_done(&s.cfg, s.now, "g-0", id, &policy::Done::default());
     assert!(out.events.is_empty() && out.dirty.is_empty());
 }
 
@@ -1570,11 +1590,11 @@ fn fault_eviction_acts_in_observe_mode_and_names_the_fault() {
     let pending = s.fleet.pending();
     let evict = pending
         .iter()
-        .find(|(_, a)| matches!(a, policy::Action::Evict { .. }))
+        .find(|(_, p)| matches!(p.action, policy::Action::Evict { .. }))
         .expect("evicted")
         .1
         .clone();
-    let policy::Action::Evict { message, .. } = &evict else {
+    let policy::Action::Evict { message, .. } = &evict.action else {
         unreachable!()
     };
     assert_eq!(
@@ -1586,7 +1606,7 @@ fn fault_eviction_acts_in_observe_mode_and_names_the_fault() {
         &s.cfg,
         s.now,
         "gpu-14",
-        &evict,
+        evict.id,
         &policy::Done {
             moved: 1,
             failed: 2,
@@ -1635,11 +1655,12 @@ fn manual_operations_record_events_and_refuse_what_cannot_be() {
         active: true,
         reason: "failing disk".into(),
     };
+    let active = pending_id(&s, "a", &active);
     let out = s.fleet.action_done(
         &s.cfg,
         s.now,
         "a",
-        &active,
+        active,
         &policy::Done {
             moved: 4,
             ..policy::Done::default()
@@ -1709,12 +1730,166 @@ fn the_gate_follows_the_score_in_every_mode_and_never_an_unscored_node() {
     assert!(s.node("n1").policy.gated, "observe mode gates too");
     assert!(!s.node("new").policy.gated, "unscored: never gated");
     s.at(60).poll(&[watchdog(), heartbeat("n1")]);
-    assert!(!s.node("n1").policy.gated, "lifted when the score recovers");
+    assert!(
+        s.node("n1").policy.gated,
+        "a recovery lifts it once it held"
+    );
+    s.at(60 + 15 * 60).poll(&[watchdog(), heartbeat("n1")]);
+    assert!(
+        !s.node("n1").policy.gated,
+        "lifted when the score recovered"
+    );
     assert_eq!(
-        s.fleet.pending(),
+        actions(&s),
         [
             ("n1".to_string(), policy::Action::Gate { on: true }),
             ("n1".to_string(), policy::Action::Gate { on: false }),
         ]
     );
+}
+
+#[test]
+fn a_score_hovering_at_drain_below_records_no_storm() {
+    // SmartFailing 40 + GpuEccCorrectable 10 = 50; with IoErrors 10 more, 40.
+    let hover: Sick = |n| {
+        vec![
+            heartbeat(n),
+            smart_failing(n),
+            gpu_ecc_correctable(n, "0"),
+            alert("IoErrors").on(n).condition("disk_io", "IoErrors"),
+        ]
+    };
+    let settle: Sick = |n| vec![heartbeat(n), smart_failing(n), gpu_ecc_correctable(n, "0")];
+    for mode in ["observe", "drain"] {
+        let mut s = pool_script(mode);
+        let ids = s.pool("g", 10, "gpu");
+        s.at(0).report(&ids, &[], low);
+        for (i, t) in (30..3600).step_by(30).enumerate() {
+            s.at(t)
+                .report(&ids, &["g-0"], if i % 2 == 0 { hover } else { settle });
+        }
+        let got = s.policy_events();
+        let gates = got.iter().filter(|e| e.ends_with("gate")).count();
+        assert_eq!(gates, 1, "{mode}: the gate closes once: {got:?}");
+        let conclusions = got
+            .iter()
+            .filter(|e| {
+                e.contains("RECOMMENDED")
+                    || e.contains("POLICY_ACTED drain")
+                    || e.contains("POLICY_ACTED cordon")
+            })
+            .count();
+        assert_eq!(
+            conclusions, 1,
+            "{mode}: the drain it reached stands: {got:?}"
+        );
+    }
+}
+
+#[test]
+fn the_replacement_budget_counts_terminations_decided_in_the_same_report() {
+    let mut s = script(
+        "pools: [{ name: gpu, selector: { pool: gpu }, nodeHealth: { mode: replace, maxUnavailablePercent: 100, maxReplacementsPerHour: 3 } }]",
+    );
+    let ids = replace_pool(&mut s, 10);
+    let sick = ["c-0", "c-1", "c-2", "c-3"];
+    s.at(0).report(&ids, &sick, very_low);
+    s.at(30).report(&ids, &sick, very_low);
+    let terminations = actions(&s)
+        .into_iter()
+        .filter(|(_, a)| *a == policy::Action::Terminate)
+        .count();
+    assert_eq!(terminations, 3, "the fourth waits for the budget");
+    let halted: Vec<String> = s
+        .policy_events()
+        .into_iter()
+        .filter(|e| e.contains("maxReplacementsPerHour"))
+        .collect();
+    assert_eq!(halted, ["c-3 POLICY_HALTED replace maxReplacementsPerHour"]);
+}
+
+#[test]
+fn an_operator_uncordon_withdraws_what_was_queued_to_take_the_node_out() {
+    let mut s = pool_script("replace");
+    let ids = replace_pool(&mut s, 10);
+    s.at(0).report(&ids, &["c-0"], very_low);
+    s.at(30).report(&ids, &["c-0"], very_low);
+    assert!(actions(&s).contains(&("c-0".to_string(), policy::Action::Terminate)));
+    let out = s.fleet.uncordon(s.now, "c-0", "not this one").unwrap();
+    s.record(out);
+    let left: Vec<policy::Action> = actions(&s).into_iter().map(|(_, a)| a).collect();
+    assert_eq!(
+        left,
+        [policy::Action::Gate { on: true }, policy::Action::Uncordon],
+        "cordon, drain and terminate withdrawn"
+    );
+    // An operator's cordon takes the node over: hale never replaces it.
+    let out = s.fleet.cordon(s.now, "c-1", "mine").unwrap();
+    s.record(out);
+    s.at(60).report(&ids, &["c-0", "c-1"], very_low);
+    assert_eq!(s.node("c-0").status, Status::Ready, "suppressed");
+    assert!(
+        !actions(&s)
+            .iter()
+            .any(|(n, a)| n == "c-1" && *a == policy::Action::Terminate)
+    );
+}
+
+#[test]
+fn an_eviction_the_ceiling_stops_is_one_event() {
+    let mut s = script("nodeHealth: { evictOnFaultClasses: [GPU_ECC_ERRORS] }");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &[], low);
+    for id in ["g-8", "g-9"] {
+        let out = s.fleet.cordon(s.now, id, "maintenance").unwrap();
+        s.record(out);
+    }
+    s.policy_events();
+    for t in (30..600).step_by(30) {
+        s.at(t).report(&ids, &["g-0"], low);
+    }
+    assert_eq!(
+        s.policy_events(),
+        ["g-0 POLICY_HALTED drain maxUnavailablePercent"]
+    );
+    assert_eq!(s.node("g-0").status, Status::Ready);
+}
+
+#[test]
+fn the_orchestrators_inventory_records_cordons_made_outside_hale() {
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &[], low);
+    let seen = |id: &str, status: Status| policy::Observed {
+        id: id.into(),
+        hostname: Some(format!("{id}.example")),
+        status,
+        labels: [("pool".to_string(), "gpu".to_string())].into(),
+        provisioned: true,
+        allocations: 3,
+    };
+    let out = s.fleet.observe(s.now, &[seen("g-1", Status::Cordoned)]);
+    s.record(out);
+    assert_eq!(s.policy_events(), ["g-1 NODE_CORDONED operator"]);
+    assert_eq!(s.node("g-1").policy.allocations, 3);
+    assert!(s.node("g-1").policy.provisioned);
+    // kubectl uncordon: recorded, and automation stays off for the window.
+    s.at(30);
+    let out = s.fleet.observe(s.now, &[seen("g-1", Status::Ready)]);
+    s.record(out);
+    assert_eq!(s.policy_events(), ["g-1 NODE_UNCORDONED operator"]);
+    s.at(60).report(&ids, &["g-1"], low);
+    s.at(90).report(&ids, &["g-1"], low);
+    assert_eq!(
+        s.policy_events(),
+        ["g-1 POLICY_HALTED cordon cordonSuppressionMinutes"]
+    );
+    // Hale's own cordon, not yet performed, is not mistaken for an uncordon.
+    s.at(120).report(&ids, &["g-2"], low);
+    s.at(150).report(&ids, &["g-2"], low);
+    assert_eq!(s.node("g-2").status, Status::Cordoned);
+    let out = s.fleet.observe(s.now, &[seen("g-2", Status::Ready)]);
+    s.record(out);
+    assert_eq!(s.node("g-2").status, Status::Cordoned);
+    assert!(s.node("g-2").policy.cordon.is_some());
 }
