@@ -481,19 +481,28 @@ pub fn shown_url(url: &reqwest::Url) -> String {
 #[serde(rename_all = "lowercase")]
 pub enum OrchestratorKind {
     None,
+    Kubernetes,
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct OrchestratorConfig {
-    /// `none`: hale observes, scores and records; nothing is acted on.
+    /// `none`: hale keeps its own bookkeeping of node statuses and moves no work;
+    /// `kubernetes`: Nodes, cordons and taints through the API server.
     pub kind: OrchestratorKind,
+    /// Kubernetes: the kubeconfig file; omitted: `KUBECONFIG`, `~/.kube/config`, or
+    /// the in-cluster service account.
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubernetes: the kubeconfig context; omitted: its current context.
+    pub context: Option<String>,
 }
 
 impl Default for OrchestratorConfig {
     fn default() -> Self {
         Self {
             kind: OrchestratorKind::None,
+            kubeconfig: None,
+            context: None,
         }
     }
 }
@@ -674,6 +683,15 @@ impl Config {
                     format!("node `{}` is listed twice", node.id),
                 ));
             }
+        }
+        if self.orchestrator.kind == OrchestratorKind::Kubernetes
+            && let Some(p) = &self.orchestrator.kubeconfig
+            && let Err(e) = std::fs::metadata(p)
+        {
+            return Err(err(
+                "orchestrator.kubeconfig",
+                format!("cannot read {}: {e}", p.display()),
+            ));
         }
         let api_token = match &self.api_token_file {
             None => None,
@@ -977,6 +995,10 @@ mod tests {
             ),
             ("inventory: [{ id: n1 }, { id: n1 }]", "inventory[1].id"),
             ("apiTokenFile: /nonexistent/token", "apiTokenFile"),
+            (
+                "orchestrator: { kind: kubernetes, kubeconfig: /nonexistent/kubeconfig }",
+                "orchestrator.kubeconfig",
+            ),
             (
                 "store: { eventRetentionDays: 0 }",
                 "store.eventRetentionDays",

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod config;
 pub mod core;
 pub mod http;
+pub mod kubernetes;
 pub mod metrics;
 pub mod notify;
 pub mod orchestrator;

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Parser;
 use hale::cli::{Cli, Command};
-use hale::config::{Config, Loaded};
+use hale::config::{Config, Loaded, OrchestratorKind};
+use hale::kubernetes::Kubernetes;
+use hale::orchestrator::{NoOrchestrator, Orchestrator};
 use hale::service::Hale;
 use tracing::info;
 
@@ -41,7 +43,13 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
         )
         .init();
     let listen = loaded.config.listen.clone();
-    let hale = Hale::open(loaded).context("opening the store")?;
+    let orchestrator: Arc<dyn Orchestrator> = match loaded.config.orchestrator.kind {
+        OrchestratorKind::None => Arc::new(NoOrchestrator),
+        OrchestratorKind::Kubernetes => Kubernetes::connect(&loaded.config.orchestrator)
+            .await
+            .context("connecting to Kubernetes")?,
+    };
+    let hale = Hale::open(loaded, orchestrator).context("opening the store")?;
     let listener = tokio::net::TcpListener::bind(&listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;

@@ -56,7 +56,8 @@ pub trait Orchestrator: Send + Sync {
     /// The nodes with their status, labels and provisioned flag; `None` when the
     /// orchestrator keeps no inventory and hale's own bookkeeping is the truth.
     fn inventory(&self) -> Fut<'_, Option<Vec<Observed>>>;
-    fn cordon<'a>(&'a self, node: &'a str, reason: &'a str) -> Fut<'a, ()>;
+    /// `by`: `hale` or `operator`, recorded on the node with the reason.
+    fn cordon<'a>(&'a self, node: &'a str, by: &'a str, reason: &'a str) -> Fut<'a, ()>;
     fn uncordon<'a>(&'a self, node: &'a str) -> Fut<'a, ()>;
     /// Keep new work off (`on`) or let it back, without cordoning.
     fn gate<'a>(&'a self, node: &'a str, on: bool) -> Fut<'a, ()>;
@@ -86,7 +87,7 @@ pub async fn perform(
 ) -> Result<Done> {
     let mut done = Done::default();
     match action {
-        Action::Cordon { reason } => orchestrator.cordon(node, reason).await?,
+        Action::Cordon { by, reason } => orchestrator.cordon(node, by.as_str(), reason).await?,
         Action::Uncordon => orchestrator.uncordon(node).await?,
         Action::Gate { on } => orchestrator.gate(node, *on).await?,
         Action::Drain { active, .. } => done.moved = orchestrator.drain(node, *active).await?,
@@ -115,7 +116,7 @@ impl Orchestrator for NoOrchestrator {
     fn inventory(&self) -> Fut<'_, Option<Vec<Observed>>> {
         Box::pin(async { Ok(None) })
     }
-    fn cordon<'a>(&'a self, _: &'a str, _: &'a str) -> Fut<'a, ()> {
+    fn cordon<'a>(&'a self, _: &'a str, _: &'a str, _: &'a str) -> Fut<'a, ()> {
         Box::pin(async { Ok(()) })
     }
     fn uncordon<'a>(&'a self, _: &'a str) -> Fut<'a, ()> {
@@ -183,7 +184,10 @@ mod tests {
         let none = NoOrchestrator;
         let moves = BTreeMap::new();
         for action in [
-            Action::Cordon { reason: "r".into() },
+            Action::Cordon {
+                by: crate::core::policy::Actor::Operator,
+                reason: "r".into(),
+            },
             Action::Uncordon,
             Action::Gate { on: true },
             Action::Drain {

@@ -18,7 +18,7 @@ use crate::core::policy::Pending;
 use crate::core::{CoreError, EventKind, Fleet, Outcome, TELEMETRY_STALE, Time};
 use crate::metrics::{ActionLabel, Metrics, PathLabel, ReasonLabel, ResultLabel};
 use crate::notify::Notifier;
-use crate::orchestrator::{self, NoOrchestrator, Orchestrator, OrchestratorError};
+use crate::orchestrator::{self, Orchestrator, OrchestratorError};
 use crate::store::{Batch, EventPage, EventQuery, Store, StoreError};
 use crate::view::{AlertsView, NodeView, SeenAlert, SourceView};
 
@@ -71,7 +71,10 @@ pub struct WebhookResult {
 impl Hale {
     /// Open the store, load the fleet as it was, register the inventory.
     /// Must run inside a Tokio runtime (webhook delivery tasks start here).
-    pub fn open(loaded: Loaded) -> Result<Arc<Hale>, StoreError> {
+    pub fn open(
+        loaded: Loaded,
+        orchestrator: Arc<dyn Orchestrator>,
+    ) -> Result<Arc<Hale>, StoreError> {
         let store = Store::open(&loaded.config.store.path)?;
         let maintenance = Store::open(&loaded.config.store.path)?;
         let now = Utc::now();
@@ -106,7 +109,7 @@ impl Hale {
             maintenance: Mutex::new(maintenance),
             near_full: AtomicBool::new(false),
             delivered_during_poll: Mutex::new(None),
-            orchestrator: Arc::new(NoOrchestrator),
+            orchestrator,
             acting: Mutex::new(BTreeSet::new()),
             act_now: Notify::new(),
         });

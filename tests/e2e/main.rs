@@ -3,6 +3,8 @@
 mod api;
 mod events;
 mod harness;
+mod kube_fake;
+mod kubernetes;
 mod monitoring;
 mod pipeline;
 mod policy;

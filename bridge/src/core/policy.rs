@@ -90,6 +90,10 @@ pub enum Actor {
     Operator,
 }
 
+fn hale_actor() -> Actor {
+    Actor::Hale
+}
+
 impl Actor {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -191,6 +195,9 @@ impl NodePolicy {
 #[serde(rename_all = "camelCase", tag = "action")]
 pub enum Action {
     Cordon {
+        /// Recorded on the node (`hale` or `operator`).
+        #[serde(default = "hale_actor")]
+        by: Actor,
         reason: String,
     },
     Uncordon,
@@ -537,6 +544,7 @@ impl Policy<'_, '_> {
                 drained: false,
             });
             node.policy.push(Action::Cordon {
+                by: Actor::Hale,
                 reason: reason.clone(),
             });
             self.record_cordon(node, Actor::Hale, &reason);
@@ -661,6 +669,7 @@ impl Policy<'_, '_> {
                     drained: true,
                 });
                 node.policy.push(Action::Cordon {
+                    by: Actor::Hale,
                     reason: reason.clone(),
                 });
                 self.record_cordon(node, Actor::Hale, &reason);
@@ -1203,6 +1212,7 @@ fn take_out(node: &mut Node, by: Actor, reason: &str, now: Time) {
         drained: false,
     });
     node.policy.push(Action::Cordon {
+        by,
         reason: reason.into(),
     });
 }

@@ -1560,6 +1560,7 @@ fn a_crash_between_deciding_and_acting_neither_loses_nor_repeats() {
     // ...and the process dies before acting. Restart: the record is loaded.
     let node: Node = serde_json::from_str(&stored).unwrap();
     let cordon = policy::Action::Cordon {
+        by: policy::Actor::Hale,
         reason: "score below cordonBelow 60".into(),
     };
     let queued: Vec<&policy::Action> = node.policy.pending.iter().map(|p| &p.action).collect();
