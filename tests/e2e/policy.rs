@@ -15,6 +15,16 @@ fn event_types(events: &Value) -> Vec<String> {
         .collect()
 }
 
+/// `out`, after checking the command succeeded (its stderr shown if not).
+fn succeed(out: std::process::Output) -> std::process::Output {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 fn metric(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find(|l| l.starts_with(series))
@@ -77,12 +87,7 @@ async fn cordon_mode_acts_once_inside_the_guardrails_and_backtest_replays_it() {
 
     // The operator uncordons g-3: automation leaves it alone (one halt), and the
     // freed capacity lets the policy cordon g-5.
-    let out = hale.cli(&["node", "uncordon", "g-3", "--reason", "DIMM reseated"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeed(hale.cli(&["node", "uncordon", "g-3", "--reason", "DIMM reseated"]));
     let n = hale
         .wait_node("suppressed", "g-3", |n| {
             n["policy"]["guardrail"] == "suppressed"
@@ -102,7 +107,7 @@ async fn cordon_mode_acts_once_inside_the_guardrails_and_backtest_replays_it() {
         ),
     )
     .unwrap();
-    let out = hale.cli(&[
+    let out = succeed(hale.cli(&[
         "policy",
         "backtest",
         "--config",
@@ -111,12 +116,7 @@ async fn cordon_mode_acts_once_inside_the_guardrails_and_backtest_replays_it() {
         "1h",
         "-o",
         "json",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ]));
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["recorded"]["cordons"], 3, "{r}");
     assert_eq!(r["recorded"]["halts"], 2, "{r}");
@@ -143,7 +143,7 @@ async fn operator_verbs_are_events_and_drain_all_counts_what_it_took_out() {
         .await;
     hale.wait_node("reported", "c", |n| n["score"] == 100).await;
 
-    let out = hale.cli(&[
+    let out = succeed(hale.cli(&[
         "node",
         "cordon",
         "a",
@@ -151,23 +151,13 @@ async fn operator_verbs_are_events_and_drain_all_counts_what_it_took_out() {
         "BIOS update",
         "-o",
         "json",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ]));
     let node: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(node["status"], "Cordoned");
     assert_eq!(node["cordon"]["by"], "operator");
     assert_eq!(node["cordon"]["reason"], "BIOS update");
 
-    let out = hale.cli(&["node", "drain", "--all", "--reason", "maintenance"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeed(hale.cli(&["node", "drain", "--all", "--reason", "maintenance"]));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         "Cordoned 2 node(s)",
@@ -177,14 +167,8 @@ async fn operator_verbs_are_events_and_drain_all_counts_what_it_took_out() {
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["drained"], 0, "nothing left to take out: {r}");
 
-    let out = hale.cli(&["node", "drain", "a", "--active", "--reason", "failing disk"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = hale.cli(&["node", "uncordon", "b"]);
-    assert!(out.status.success());
+    succeed(hale.cli(&["node", "drain", "a", "--active", "--reason", "failing disk"]));
+    let out = succeed(hale.cli(&["node", "uncordon", "b"]));
     assert!(String::from_utf8_lossy(&out.stdout).contains("b uncordoned"));
 
     let a = event_types(&hale.events("a", "").await);
