@@ -27,6 +27,8 @@ pub const CORDONED_BY: &str = "hale.dev/cordoned-by";
 pub const CORDON_REASON: &str = "hale.dev/cordon-reason";
 /// The scheduling gate's taint key (effect `NoSchedule`).
 pub const GATE_TAINT: &str = "hale.dev/low-score";
+/// How long the first list of Nodes may take before `serve` gives up.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 /// Cluster API's annotation naming the Machine that owns a node.
 const CAPI_MACHINE: &str = "cluster.x-k8s.io/machine";
 
@@ -71,7 +73,15 @@ impl Kubernetes {
                 }
             }
         });
-        store.wait_until_ready().await?;
+        // A cluster that never answers fails the start, rather than hanging it.
+        tokio::time::timeout(CONNECT_TIMEOUT, store.wait_until_ready())
+            .await
+            .map_err(|_| {
+                anyhow::anyhow!(
+                    "the API server did not list the Nodes within {}s",
+                    CONNECT_TIMEOUT.as_secs()
+                )
+            })??;
         info!(nodes = store.state().len(), "watching Kubernetes Nodes");
         Ok(Arc::new(Kubernetes {
             nodes,
