@@ -35,8 +35,9 @@ const CAPI_MACHINE: &str = "cluster.x-k8s.io/machine";
 pub struct Kubernetes {
     nodes: Api<Node>,
     store: Store<Node>,
-    /// What the API server answered to hale's own writes, until the watch catches
-    /// up: a cordon just made must not read as an uncordon made by someone else.
+    /// What the API server answered to hale's last write of each node: while the
+    /// watch (or a relist) shows an older version, a cordon just made must not read
+    /// as an uncordon made by someone else.
     written: Mutex<HashMap<String, Node>>,
 }
 
@@ -61,7 +62,9 @@ impl Kubernetes {
         let client = kube::Client::try_from(config)?;
         let nodes: Api<Node> = Api::all(client);
         let (store, writer) = reflector::store();
-        let stream = watcher(nodes.clone(), watcher::Config::default())
+        // Relists read from etcd, not a lagging cache that could undo a write.
+        let config = watcher::Config::default().list_semantic(watcher::ListSemantic::MostRecent);
+        let stream = watcher(nodes.clone(), config)
             .default_backoff()
             .reflect(writer)
             .applied_objects();
@@ -105,21 +108,18 @@ impl Kubernetes {
 
     /// The watch's view of every node, or hale's own write where that is newer.
     fn current(&self) -> Vec<Node> {
-        let mut written = self.written.lock().expect("written lock");
-        let watched = self.store.state();
-        let mut nodes = Vec::with_capacity(watched.len());
-        for node in watched {
-            let name = node.metadata.name.clone().unwrap_or_default();
-            match written.get(&name) {
-                Some(mine) if version(mine) > version(&node) => nodes.push(mine.clone()),
-                Some(_) => {
-                    written.remove(&name);
-                    nodes.push(Node::clone(&node));
+        let written = self.written.lock().expect("written lock");
+        self.store
+            .state()
+            .into_iter()
+            .map(|node| {
+                let name = node.metadata.name.as_deref().unwrap_or_default();
+                match written.get(name) {
+                    Some(mine) if version(mine) > version(&node) => mine.clone(),
+                    _ => Node::clone(&node),
                 }
-                None => nodes.push(Node::clone(&node)),
-            }
-        }
-        nodes
+            })
+            .collect()
     }
 }
 

@@ -3,7 +3,7 @@
 //! events before anyone sees a newer one.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
@@ -50,6 +50,9 @@ pub struct Hale {
     orchestrator: Arc<dyn Orchestrator>,
     /// Nodes whose pending actions are being performed right now.
     acting: Mutex<BTreeSet<String>>,
+    /// Actions recorded done or refused, counted under the fleet lock: an inventory
+    /// taken before one of them is older than the books and is not applied.
+    actions_recorded: AtomicU64,
     act_now: Notify,
 }
 
@@ -111,6 +114,7 @@ impl Hale {
             delivered_during_poll: Mutex::new(None),
             orchestrator,
             acting: Mutex::new(BTreeSet::new()),
+            actions_recorded: AtomicU64::new(0),
             act_now: Notify::new(),
         });
         let inventory = hale.config().config.inventory.clone();
@@ -392,11 +396,17 @@ impl Hale {
     /// on. An orchestrator that keeps no inventory (`none`) has nothing to say; one
     /// that cannot answer leaves the last view standing.
     async fn sync_inventory(self: &Arc<Self>) {
+        let taken = self.actions_recorded.load(Ordering::Acquire);
         match self.orchestrator.inventory().await {
             Ok(Some(observed)) => {
                 let this = self.clone();
                 let step = tokio::task::spawn_blocking(move || {
-                    this.apply(|fleet, _, now| Ok(fleet.observe(now, &observed)))
+                    this.apply(|fleet, _, now| {
+                        if this.actions_recorded.load(Ordering::Acquire) != taken {
+                            return Ok(Outcome::default());
+                        }
+                        Ok(fleet.observe(now, &observed))
+                    })
                 })
                 .await;
                 if let Err(e) = step {
@@ -567,7 +577,10 @@ impl Hale {
         let step = tokio::task::spawn_blocking(move || match result {
             Ok(done) => {
                 info!(node, action = name, "done");
-                this.apply(|fleet, cfg, now| Ok(fleet.action_done(cfg, now, &node, id, &done)))
+                this.apply(|fleet, cfg, now| {
+                    this.actions_recorded.fetch_add(1, Ordering::AcqRel);
+                    Ok(fleet.action_done(cfg, now, &node, id, &done))
+                })
             }
             Err(e) if e.is_retriable() => {
                 warn!(node, action = name, error = %e, "not done yet; tried again shortly");
@@ -575,7 +588,10 @@ impl Hale {
             }
             Err(e) => {
                 error!(node, action = name, error = %e, "refused; dropped");
-                this.apply(|fleet, cfg, now| Ok(fleet.action_failed(cfg, now, &node, id)))
+                this.apply(|fleet, cfg, now| {
+                    this.actions_recorded.fetch_add(1, Ordering::AcqRel);
+                    Ok(fleet.action_failed(cfg, now, &node, id))
+                })
             }
         })
         .await;

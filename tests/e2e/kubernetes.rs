@@ -57,9 +57,11 @@ fn granted() -> BTreeSet<(String, String)> {
 
 #[tokio::test]
 async fn nodes_cordons_and_the_gate_go_through_the_api_server() {
-    let nodes: Vec<Value> = (0..10)
+    let mut nodes: Vec<Value> = (0..10)
         .map(|i| ready_node(&format!("g-{i}"), json!({"pool": "gpu"})))
         .collect();
+    // A taint someone else owns: the gate must keep it.
+    nodes[4]["spec"]["taints"] = json!([{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]);
     let fake = FakeApi::start(nodes).await;
     let am = Alertmanager::start(None).await;
     let dir = tempfile::tempdir().unwrap();
@@ -107,7 +109,8 @@ async fn nodes_cordons_and_the_gate_go_through_the_api_server() {
         taints(n).contains(&"hale.dev/low-score".to_string())
     })
     .await;
-    assert_eq!(node["spec"]["taints"][0]["effect"], "NoSchedule");
+    assert_eq!(taints(&node), ["nvidia.com/gpu", "hale.dev/low-score"]);
+    assert_eq!(node["spec"]["taints"][1]["effect"], "NoSchedule");
 
     // kubectl uncordon g-3: hale records the operator's uncordon and leaves it alone.
     fake.kubectl("g-3", json!({"spec": {"unschedulable": null}}));

@@ -497,6 +497,15 @@ async fn shipped_rules_alerts_and_receiver_drive_hale() {
         |n| condition(n, "gpu_xid_errors").is_none(),
     )
     .await;
+    // Only once Prometheus no longer fires it does "stays" mean sticky.
+    eventually("GpuXidHardware no longer firing", MINUTE, || async {
+        let firing = prometheus
+            .query(r#"ALERTS{alertname="GpuXidHardware", node="xid-a", alertstate="firing"}"#)
+            .await;
+        firing.is_empty().then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let n = hale.node("xid-a").await.unwrap();
     let c = condition(&n, "gpu_xid_errors").expect("Xid 79 stays raised");
     assert_eq!(c["reason"], "GpuXidHardware");

@@ -332,8 +332,7 @@ impl Keep<'_> {
     fn holds_resolved(&self, source: &mut Source, ended: Option<Time>) -> bool {
         match (source.expires, ended) {
             (Some(expires), Some(ended)) if ended < expires => false,
-            (Some(_), _) => self.until_refreshed(source),
-            (None, _) => false,
+            _ => self.until_refreshed(source),
         }
     }
 

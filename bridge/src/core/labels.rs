@@ -116,8 +116,9 @@ pub struct Alert<'a> {
     /// `startsAt` as sent; parsed only where needed ([`Alert::started`]), since most
     /// of 50,000 alerts never need it.
     pub starts_at: Option<Cow<'a, str>>,
-    /// `endsAt` as Alertmanager's API reports it for an active alert: when it expires
-    /// unless its source sends it again. Only the watchdog's is ever parsed.
+    /// `endsAt` as Alertmanager's API reports it for an active alert (when it expires
+    /// unless its source sends it again), or a resolved notification's end. Parsed
+    /// per condition alert on each poll: the source keeps its latest expiry.
     pub ends_at: Option<Cow<'a, str>>,
     pub state: AlertState,
 }

@@ -1173,6 +1173,17 @@ impl Fleet {
         };
         let action = node.policy.pending.remove(at).action;
         out.dirty.insert(id.into());
+        if matches!(action, Action::Cordon { .. }) {
+            // Not out of service after all: the books say what the cluster says,
+            // and the next report decides again (a refusal is not an uncordon).
+            node.policy.cordon = None;
+            node.policy.conclusion = None;
+            node.status = Status::Ready;
+            node.policy
+                .pending
+                .retain(|p| matches!(p.action, Action::Gate { .. }));
+            return out;
+        }
         if action != Action::Terminate {
             return out;
         }

@@ -1894,3 +1894,29 @@ fn the_orchestrators_inventory_records_cordons_made_outside_hale() {
     assert_eq!(s.node("g-2").status, Status::Cordoned);
     assert!(s.node("g-2").policy.cordon.is_some());
 }
+
+#[test]
+fn a_refused_cordon_leaves_the_node_in_service_and_is_not_an_uncordon() {
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &["g-0"], low);
+    s.at(30).report(&ids, &["g-0"], low);
+    s.policy_events();
+    let cordon = s.node("g-0").policy.pending[0].id;
+    let out = s.fleet.action_failed(&s.cfg, s.now, "g-0", cordon);
+    s.record(out);
+    assert_eq!(s.node("g-0").status, Status::Ready);
+    assert!(s.node("g-0").policy.cordon.is_none());
+    assert!(s.fleet.pending().is_empty());
+    assert_eq!(
+        s.policy_events(),
+        Vec::<String>::new(),
+        "no uncordon recorded"
+    );
+    // The next report decides again.
+    s.at(60).report(&ids, &["g-0"], low);
+    assert_eq!(
+        s.policy_events(),
+        ["g-0 NODE_CORDONED hale", "g-0 POLICY_ACTED cordon"]
+    );
+}
