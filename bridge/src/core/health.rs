@@ -98,9 +98,7 @@ impl Fleet {
         let trusted = !require || watchdog.clone().next().is_some();
         let mut refreshes = None;
         if trusted {
-            self.trust.last_trusted = Some(now);
-            self.trust.source_up = true;
-            self.trust.last_error = None;
+            self.trust.trusted(now);
             if require && let Some(expires) = watchdog.filter_map(Alert::expires).max() {
                 if self
                     .trust
@@ -143,9 +141,7 @@ impl Fleet {
             .iter()
             .any(|a| a.state != AlertState::Resolved && a.signal() == Signal::Watchdog);
         if !polling && watchdog {
-            self.trust.last_trusted = Some(now);
-            self.trust.source_up = true;
-            self.trust.last_error = None;
+            self.trust.trusted(now);
         }
         // With polling on, a delivery's resolutions wait for the polls to show the
         // watchdog moving (see `Keep`); without it nothing can tell them from expiries.
@@ -165,8 +161,7 @@ impl Fleet {
     /// A backtest step ([`super::replay`]): the recorded evidence is already back on
     /// the nodes in `reported`, which count as reporting now through a trusted source.
     pub fn replayed(&mut self, cfg: &Loaded, now: Time, reported: &BTreeSet<String>) -> Outcome {
-        self.trust.last_trusted = Some(now);
-        self.trust.source_up = true;
+        self.trust.trusted(now);
         let mut step = Step::new(self, cfg, now);
         for id in reported {
             if let Some(node) = step.fleet.nodes.get_mut(id) {
@@ -559,7 +554,9 @@ impl<'f> Step<'f> {
             }
             let threshold = self.cfg.settings_for(&node.labels).heartbeat_miss_threshold;
             let after = (hb.interval.min(MAX_INTERVAL) * threshold).max(MIN_MISS_AFTER);
-            if (self.now - hb.last).to_std().unwrap_or_default() >= after {
+            // Heartbeats that left with the pipeline get a full window to return.
+            let since = trust.trusted_since.map_or(hb.last, |t| t.max(hb.last));
+            if (self.now - since).to_std().unwrap_or_default() >= after {
                 missed.push((id.clone(), hb.last, after));
             }
         }

@@ -381,6 +381,9 @@ pub struct Trust {
     /// proves Prometheus sent alerts after the previous.
     #[serde(default)]
     pub watchdog_refreshes: u64,
+    /// When the current run of trusted input began.
+    #[serde(default)]
+    pub trusted_since: Option<Time>,
 }
 
 fn epoch() -> Time {
@@ -397,7 +400,18 @@ impl Trust {
             last_error: None,
             watchdog_expires: None,
             watchdog_refreshes: 0,
+            trusted_since: None,
         }
+    }
+
+    /// Trusted input arrived now.
+    pub fn trusted(&mut self, now: Time) {
+        if !self.source_up {
+            self.trusted_since = Some(now);
+        }
+        self.last_trusted = Some(now);
+        self.source_up = true;
+        self.last_error = None;
     }
 }
 

@@ -783,9 +783,12 @@ fn heartbeats_gone_with_the_watchdog_are_not_missed() {
     assert!(!s.node("n1").conditions.contains_key("heartbeat_missed"));
     s.at(230).poll(&[watchdog()]);
     s.at(231).tick();
+    assert!(!s.node("n1").conditions.contains_key("heartbeat_missed"));
+    s.at(300).poll(&[watchdog()]);
+    s.at(320).tick();
     assert!(
         s.node("n1").conditions.contains_key("heartbeat_missed"),
-        "a trusted answer without it: the node is missing"
+        "trusted answers without it for a whole window: the node is missing"
     );
 }
 
@@ -1919,4 +1922,24 @@ fn a_refused_cordon_leaves_the_node_in_service_and_is_not_an_uncordon() {
         s.policy_events(),
         ["g-0 NODE_CORDONED hale", "g-0 POLICY_ACTED cordon"]
     );
+}
+
+#[test]
+fn heartbeats_get_a_full_window_to_return_with_trust() {
+    let mut s = script("alertmanager: { staleAfter: 60s }");
+    s.at(0).poll(&[watchdog(), heartbeat("n1")]);
+    s.at(30).fail();
+    s.at(600).fail();
+    assert!(s.fleet.trust.stale);
+    // The watchdog comes back before the heartbeats (another rule group).
+    s.at(630).poll(&[watchdog()]);
+    s.at(631).tick();
+    assert!(
+        !s.node("n1").conditions.contains_key("heartbeat_missed"),
+        "an outage is not a missed node"
+    );
+    s.at(650).poll(&[watchdog(), heartbeat("n1")]);
+    s.at(900).poll(&[watchdog()]);
+    s.at(901).tick();
+    assert!(s.node("n1").conditions.contains_key("heartbeat_missed"));
 }
