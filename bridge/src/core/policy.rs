@@ -536,17 +536,7 @@ impl Policy<'_, '_> {
                 pool.out += 1;
             }
             let reason = format!("score below {}", threshold(settings, verdict));
-            node.status = Status::Cordoned;
-            node.policy.cordon = Some(Cordon {
-                by: Actor::Hale,
-                reason: reason.clone(),
-                at: self.now,
-                drained: false,
-            });
-            node.policy.push(Action::Cordon {
-                by: Actor::Hale,
-                reason: reason.clone(),
-            });
+            take_out(node, Actor::Hale, &reason, self.now);
             self.record_cordon(node, Actor::Hale, &reason);
         }
         let cordon = node.policy.cordon.as_mut().expect("cordoned above");
@@ -661,17 +651,10 @@ impl Policy<'_, '_> {
                     pool.out += 1;
                 }
                 let reason = format!("fault eviction: {class}");
-                node.status = Status::Cordoned;
-                node.policy.cordon = Some(Cordon {
-                    by: Actor::Hale,
-                    reason: reason.clone(),
-                    at: self.now,
-                    drained: true,
-                });
-                node.policy.push(Action::Cordon {
-                    by: Actor::Hale,
-                    reason: reason.clone(),
-                });
+                take_out(node, Actor::Hale, &reason, self.now);
+                if let Some(cordon) = node.policy.cordon.as_mut() {
+                    cordon.drained = true;
+                }
                 self.record_cordon(node, Actor::Hale, &reason);
             }
             node.policy.evicted.insert(class.clone());
