@@ -495,6 +495,20 @@ pub struct OrchestratorConfig {
     pub kubeconfig: Option<PathBuf>,
     /// Kubernetes: the kubeconfig context; omitted: its current context.
     pub context: Option<String>,
+    /// Kubernetes: the prefix of the Node conditions hale owns (Sciuro's default).
+    pub condition_prefix: String,
+    /// Kubernetes: how long a cleared condition stays on the Node as `False`.
+    #[serde(deserialize_with = "de_duration")]
+    pub condition_linger: Duration,
+    /// Kubernetes: how often an unchanged condition's `lastHeartbeatTime` is renewed.
+    #[serde(deserialize_with = "de_duration")]
+    pub condition_heartbeat: Duration,
+    /// Kubernetes: how long a PodDisruptionBudget may hold one pod's eviction before
+    /// the drain is given up (and recorded as refused).
+    #[serde(deserialize_with = "de_duration")]
+    pub eviction_timeout: Duration,
+    /// Kubernetes: the leader election's Lease.
+    pub lease: LeaseConfig,
 }
 
 impl Default for OrchestratorConfig {
@@ -503,6 +517,32 @@ impl Default for OrchestratorConfig {
             kind: OrchestratorKind::None,
             kubeconfig: None,
             context: None,
+            condition_prefix: "AlertManager_".into(),
+            condition_linger: Duration::from_secs(96 * 3600),
+            condition_heartbeat: Duration::from_secs(300),
+            eviction_timeout: Duration::from_secs(300),
+            lease: LeaseConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct LeaseConfig {
+    pub name: String,
+    /// Omitted: `POD_NAMESPACE` (the chart sets it), else `default`.
+    pub namespace: Option<String>,
+    /// How long a silent leader keeps the Lease; it renews every third of it.
+    #[serde(deserialize_with = "de_duration")]
+    pub duration: Duration,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        Self {
+            name: "hale".into(),
+            namespace: None,
+            duration: Duration::from_secs(15),
         }
     }
 }
@@ -692,6 +732,35 @@ impl Config {
                 "orchestrator.kubeconfig",
                 format!("cannot read {}: {e}", p.display()),
             ));
+        }
+        let o = &self.orchestrator;
+        if o.condition_prefix.is_empty()
+            || !o
+                .condition_prefix
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return Err(err(
+                "orchestrator.conditionPrefix",
+                "letters, digits and `_`, at least one: kubectl's condition types are words".into(),
+            ));
+        }
+        for (key, d) in [
+            ("orchestrator.conditionHeartbeat", o.condition_heartbeat),
+            ("orchestrator.evictionTimeout", o.eviction_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(err(key, "must be longer than 0".into()));
+            }
+        }
+        if o.lease.duration < Duration::from_secs(3) {
+            return Err(err(
+                "orchestrator.lease.duration",
+                "at least 3s: the leader renews every third of it".into(),
+            ));
+        }
+        if o.lease.name.is_empty() {
+            return Err(err("orchestrator.lease.name", "must not be empty".into()));
         }
         let api_token = match &self.api_token_file {
             None => None,
@@ -998,6 +1067,18 @@ mod tests {
             (
                 "orchestrator: { kind: kubernetes, kubeconfig: /nonexistent/kubeconfig }",
                 "orchestrator.kubeconfig",
+            ),
+            (
+                "orchestrator: { conditionPrefix: \"Alert Manager \" }",
+                "orchestrator.conditionPrefix",
+            ),
+            (
+                "orchestrator: { lease: { duration: 1s } }",
+                "orchestrator.lease.duration",
+            ),
+            (
+                "orchestrator: { evictionTimeout: 0s }",
+                "orchestrator.evictionTimeout",
             ),
             (
                 "store: { eventRetentionDays: 0 }",

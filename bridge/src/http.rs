@@ -270,6 +270,9 @@ async fn operate(
     id: String,
     verb: impl FnOnce(&mut Fleet, Time, &str) -> Result<Outcome, CoreError> + Send + 'static,
 ) -> ApiResult<Json<crate::view::NodeView>> {
+    // A follower would only queue what it may not perform.
+    hale.leading()
+        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_leader", e))?;
     let h = hale.clone();
     let node = id.clone();
     blocking(move || h.apply(|fleet, _, now| verb(fleet, now, &node))).await?;

@@ -64,6 +64,7 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
     tokio::spawn(Arc::clone(&hale).poll_loop());
     tokio::spawn(Arc::clone(&hale).tick_loop());
     tokio::spawn(Arc::clone(&hale).act_loop());
+    tokio::spawn(Arc::clone(&hale).publish_loop());
     tokio::spawn(Arc::clone(&hale).retention_loop());
     tokio::spawn(reload_on_hangup(Arc::clone(&hale)));
     axum::serve(listener, hale::http::router(Arc::clone(&hale)))
@@ -72,6 +73,7 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
         .context("serving HTTP")?;
     // A last step writes anything a failed write left pending.
     hale.apply(|fleet, cfg, now| Ok(fleet.tick(cfg, now)))?;
+    hale.step_down().await;
     Ok(())
 }
 

@@ -18,6 +18,7 @@ use crate::config::Loaded;
 use crate::core::policy::Action;
 use crate::core::{Fleet, Health, KNOWN_CONDITIONS};
 use crate::notify::WebhookMetrics;
+use crate::orchestrator::Orchestrator;
 use crate::store::StoreError;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -66,7 +67,11 @@ pub struct Metrics {
 
 impl Metrics {
     /// Register everything, including the node collector over `fleet`.
-    pub fn new(fleet: Arc<Mutex<Fleet>>, config: Arc<RwLock<Arc<Loaded>>>) -> Metrics {
+    pub fn new(
+        fleet: Arc<Mutex<Fleet>>,
+        config: Arc<RwLock<Arc<Loaded>>>,
+        orchestrator: Arc<dyn Orchestrator>,
+    ) -> Metrics {
         let mut registry = Registry::default();
         let m = Metrics {
             source_up: Gauge::default(),
@@ -139,7 +144,11 @@ impl Metrics {
             "Actions performed through the orchestrator (policy and operators), by result",
             m.policy_actions.clone(),
         );
-        registry.register_collector(Box::new(NodeCollector { fleet, config }));
+        registry.register_collector(Box::new(NodeCollector {
+            fleet,
+            config,
+            orchestrator,
+        }));
         // Zero series for the fixed label values, so `rate()` sees the first event.
         let polled = ["trusted", "untrusted"]
             .into_iter()
@@ -177,15 +186,33 @@ impl Metrics {
     }
 }
 
-/// Node series, read from the fleet at scrape time.
-#[derive(Debug)]
+/// Node series, read from the fleet at scrape time; the leader's only, so two
+/// replicas never publish two series for one node.
 struct NodeCollector {
     fleet: Arc<Mutex<Fleet>>,
     config: Arc<RwLock<Arc<Loaded>>>,
+    orchestrator: Arc<dyn Orchestrator>,
+}
+
+impl std::fmt::Debug for NodeCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NodeCollector")
+    }
 }
 
 impl prometheus_client::collector::Collector for NodeCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let leads = self.orchestrator.leads();
+        let leader = encoder.encode_descriptor(
+            "hale_leader",
+            "1 while this replica leads: only the leader acts and publishes node series",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(i64::from(leads)).encode(leader)?;
+        if !leads {
+            return Ok(());
+        }
         let config = self.config.read().expect("config lock").clone();
         let cluster = config.config.cluster.as_str();
         let fleet = self.fleet.lock().expect("fleet lock");

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
+use crate::core::Health;
 pub use crate::core::policy::Observed;
 use crate::core::policy::{Action, Done};
 
@@ -51,8 +52,32 @@ pub fn plan_eviction<'w>(
     })
 }
 
+/// What hale says about one node, for the orchestrator to show where its users look.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    pub id: String,
+    pub score: Option<u8>,
+    pub health: Health,
+    /// hale cannot see this node's alerts (`telemetry_stale`).
+    pub stale: bool,
+    /// Raised conditions: (hale's condition type, message).
+    pub conditions: Vec<(String, String)>,
+}
+
 /// The operations every orchestrator implements.
 pub trait Orchestrator: Send + Sync {
+    /// Whether this replica may act and publish. An orchestrator with a leader
+    /// election answers from it; one without has a single replica, always leading.
+    fn leads(&self) -> bool {
+        true
+    }
+    /// The replica that leads, as last seen, for a follower's refusals.
+    fn leader(&self) -> Option<String> {
+        None
+    }
+    /// Show each node's conditions, score and health on the node itself, writing
+    /// only what changed.
+    fn publish<'a>(&'a self, reports: &'a [Report]) -> Fut<'a, ()>;
     /// The nodes with their status, labels and provisioned flag; `None` when the
     /// orchestrator keeps no inventory and hale's own bookkeeping is the truth.
     fn inventory(&self) -> Fut<'_, Option<Vec<Observed>>>;
@@ -75,6 +100,10 @@ pub trait Orchestrator: Send + Sync {
     ) -> Fut<'a, ()>;
     /// Terminate the node; one already gone counts as done.
     fn terminate<'a>(&'a self, node: &'a str) -> Fut<'a, ()>;
+    /// At shutdown, after the last action: let another replica lead at once.
+    fn release(&self) -> Fut<'_, ()> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// Perform one decided action. `moves`: how often each workload owner was moved by
@@ -115,6 +144,9 @@ pub struct NoOrchestrator;
 impl Orchestrator for NoOrchestrator {
     fn inventory(&self) -> Fut<'_, Option<Vec<Observed>>> {
         Box::pin(async { Ok(None) })
+    }
+    fn publish<'a>(&'a self, _: &'a [Report]) -> Fut<'a, ()> {
+        Box::pin(async { Ok(()) })
     }
     fn cordon<'a>(&'a self, _: &'a str, _: &'a str, _: &'a str) -> Fut<'a, ()> {
         Box::pin(async { Ok(()) })

@@ -18,7 +18,7 @@ use crate::core::policy::Pending;
 use crate::core::{CoreError, EventKind, Fleet, Outcome, TELEMETRY_STALE, Time};
 use crate::metrics::{ActionLabel, Metrics, PathLabel, ReasonLabel, ResultLabel};
 use crate::notify::Notifier;
-use crate::orchestrator::{self, Orchestrator, OrchestratorError};
+use crate::orchestrator::{self, Orchestrator, OrchestratorError, Report};
 use crate::store::{Batch, EventPage, EventQuery, Store, StoreError};
 use crate::view::{AlertsView, NodeView, SeenAlert, SourceView};
 
@@ -28,6 +28,9 @@ const TICK: Duration = Duration::from_secs(1);
 const RETENTION_SWEEP: Duration = Duration::from_secs(3600);
 /// How often actions still pending (after a transient failure) are tried again.
 const ACT_RETRY: Duration = Duration::from_secs(10);
+/// How often the nodes' conditions, score and health are compared with what the
+/// orchestrator shows (and at once after a change).
+const PUBLISH: Duration = Duration::from_secs(10);
 
 /// Shared state of one hale process.
 pub struct Hale {
@@ -54,6 +57,7 @@ pub struct Hale {
     /// taken before one of them is older than the books and is not applied.
     actions_recorded: AtomicU64,
     act_now: Notify,
+    publish_now: Notify,
 }
 
 /// The store and what it has not managed to write yet.
@@ -90,7 +94,7 @@ impl Hale {
         let client = alertmanager::Client::new(&loaded.config.alertmanager);
         let metrics_config = Arc::new(RwLock::new(Arc::new(loaded)));
         let fleet = Arc::new(Mutex::new(fleet));
-        let metrics = Metrics::new(fleet.clone(), metrics_config.clone());
+        let metrics = Metrics::new(fleet.clone(), metrics_config.clone(), orchestrator.clone());
         let config = metrics_config;
         let loaded = config.read().expect("config lock").clone();
         let notifier = Notifier::start(&loaded.config.cluster, &loaded.webhooks, &metrics.webhooks);
@@ -116,6 +120,7 @@ impl Hale {
             acting: Mutex::new(BTreeSet::new()),
             actions_recorded: AtomicU64::new(0),
             act_now: Notify::new(),
+            publish_now: Notify::new(),
         });
         let inventory = hale.config().config.inventory.clone();
         hale.apply(|fleet, cfg, now| Ok(fleet.register(cfg, now, &inventory)))
@@ -168,10 +173,16 @@ impl Hale {
         drop(fleet);
         match writer.store.write(&batch) {
             Ok(stored) => {
-                self.notifier
-                    .read()
-                    .expect("notifier lock")
-                    .publish(&stored);
+                // Every replica keeps its own record; only the leader tells others.
+                if self.orchestrator.leads() {
+                    self.notifier
+                        .read()
+                        .expect("notifier lock")
+                        .publish(&stored);
+                }
+                if !batch.nodes.is_empty() {
+                    self.publish_now.notify_one();
+                }
                 // Only a decision on disk is acted upon.
                 if acting {
                     self.act_now.notify_one();
@@ -487,13 +498,89 @@ impl Hale {
     /// Perform the actions the policy and the operators decided: at once when a step
     /// decides one, and again every `ACT_RETRY` for those a transient failure left
     /// pending (at start, those a previous process decided and did not confirm).
+    ///
+    /// Only the leader acts. A replica that becomes leader first takes in the
+    /// cluster as the previous leader left it, so what that one already did is
+    /// seen as done (and the orchestrator's verbs, asked again, change nothing).
     pub async fn act_loop(self: Arc<Self>) {
+        let mut leading = false;
         loop {
-            self.act_pending();
+            let leads = self.orchestrator.leads();
+            if leads && !leading {
+                info!("leading: taking in the cluster before acting");
+                self.sync_inventory().await;
+            }
+            leading = leads;
+            if leads {
+                self.act_pending();
+            }
             tokio::select! {
                 () = self.act_now.notified() => {}
                 () = tokio::time::sleep(ACT_RETRY) => {}
             }
+        }
+    }
+
+    /// Show every node's conditions, score and health where the orchestrator's users
+    /// look (leader only; the orchestrator writes only what changed).
+    pub async fn publish_loop(self: Arc<Self>) {
+        loop {
+            tokio::select! {
+                () = self.publish_now.notified() => {}
+                () = tokio::time::sleep(PUBLISH) => {}
+            }
+            if !self.orchestrator.leads() {
+                continue;
+            }
+            let reports = self.reports();
+            if let Err(e) = self.orchestrator.publish(&reports).await {
+                warn!(error = %e, "publishing node health to the orchestrator failed; retried shortly");
+            }
+            // At most one round a second, however fast the changes come.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    fn reports(&self) -> Vec<Report> {
+        let cfg = self.config();
+        let fleet = self.lock_fleet();
+        fleet
+            .nodes
+            .values()
+            .map(|n| Report {
+                id: n.id.clone(),
+                score: n.score.as_ref().map(|s| s.value),
+                health: n.health(cfg.settings_for(&n.labels)),
+                stale: n.conditions.contains_key(TELEMETRY_STALE),
+                conditions: n
+                    .conditions
+                    .iter()
+                    .filter(|(ctype, _)| ctype.as_str() != TELEMETRY_STALE)
+                    .map(|(ctype, c)| (ctype.clone(), c.message.clone()))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Whether this replica may change the cluster; a follower names the leader.
+    pub fn leading(&self) -> Result<(), String> {
+        if self.orchestrator.leads() {
+            return Ok(());
+        }
+        Err(match self.orchestrator.leader() {
+            Some(leader) => {
+                format!("this replica does not lead; send this to the leader, {leader}")
+            }
+            None => {
+                "this replica does not lead and no leader is elected yet; try again shortly".into()
+            }
+        })
+    }
+
+    /// At shutdown: let another replica lead at once.
+    pub async fn step_down(&self) {
+        if let Err(e) = self.orchestrator.release().await {
+            warn!(error = %e, "could not give up the leadership; it lapses on its own");
         }
     }
 
@@ -524,6 +611,9 @@ impl Hale {
                 // Read afresh before each action: an operator's uncordon may have
                 // withdrawn what was queued behind the one just done.
                 loop {
+                    if !this.orchestrator.leads() {
+                        break;
+                    }
                     let next = {
                         let fleet = this.lock_fleet();
                         fleet

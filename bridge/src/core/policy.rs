@@ -810,6 +810,10 @@ pub struct Observed {
     pub provisioned: bool,
     /// Allocations running on it.
     pub allocations: u32,
+    /// Who cordoned it and why, where the orchestrator keeps hale's record of that
+    /// on the node (a restarted or newly elected hale reads it back); `None`: a
+    /// cordon made outside hale.
+    pub cordoned_by: Option<(Actor, String)>,
 }
 
 /// The status as the CLI and errors spell it.
@@ -995,11 +999,14 @@ impl Fleet {
                     if node.policy.cordon.is_none()
                         && !queued(node, |a| matches!(a, Action::Uncordon)) =>
                 {
-                    let reason = "cordoned outside hale";
+                    let (by, reason) = o
+                        .cordoned_by
+                        .clone()
+                        .unwrap_or((Actor::Operator, "cordoned outside hale".into()));
                     node.status = Status::Cordoned;
                     node.policy.cordon = Some(Cordon {
-                        by: Actor::Operator,
-                        reason: reason.into(),
+                        by,
+                        reason: reason.clone(),
                         at: now,
                         drained: false,
                     });
@@ -1007,10 +1014,10 @@ impl Fleet {
                         &o.id,
                         now,
                         EventKind::NodeCordoned {
-                            by: Actor::Operator.as_str().into(),
-                            reason: reason.into(),
+                            by: by.as_str().into(),
+                            reason: reason.clone(),
                         },
-                        format!("cordoned by operator: {reason}"),
+                        format!("cordoned by {}: {reason}", by.as_str()),
                     ));
                 }
                 Status::Ready

@@ -1871,6 +1871,7 @@ fn the_orchestrators_inventory_records_cordons_made_outside_hale() {
         labels: [("pool".to_string(), "gpu".to_string())].into(),
         provisioned: true,
         allocations: 3,
+        cordoned_by: None,
     };
     let out = s.fleet.observe(s.now, &[seen("g-1", Status::Cordoned)]);
     s.record(out);
@@ -1896,6 +1897,17 @@ fn the_orchestrators_inventory_records_cordons_made_outside_hale() {
     s.record(out);
     assert_eq!(s.node("g-2").status, Status::Cordoned);
     assert!(s.node("g-2").policy.cordon.is_some());
+    // A cordon carrying hale's own record (another replica's, or one from before a
+    // lost store) is hale's, with its reason, and starts no suppression.
+    s.policy_events();
+    let mut by_hale = seen("g-5", Status::Cordoned);
+    by_hale.cordoned_by = Some((policy::Actor::Hale, "score below cordonBelow 60".into()));
+    let out = s.fleet.observe(s.now, &[by_hale]);
+    s.record(out);
+    assert_eq!(s.policy_events(), ["g-5 NODE_CORDONED hale"]);
+    let cordon = s.node("g-5").policy.cordon.clone().unwrap();
+    assert_eq!(cordon.reason, "score below cordonBelow 60");
+    assert!(s.node("g-5").policy.uncordoned_at.is_none());
 }
 
 #[test]

@@ -1,0 +1,600 @@
+//! `orchestrator.kind: kubernetes` (DESIGN §13), through `kube` and `k8s-openapi`.
+//! The inventory comes from a watch on Nodes (a reflector, never a list per cycle);
+//! cordons are `spec.unschedulable` with annotations saying who and why; the gate is
+//! the `hale.dev/low-score:NoSchedule` taint; hale's conditions, score and health are
+//! published on the Node (`conditions`); drains and fault evictions go through the
+//! Eviction API and replacement deletes the node's Machine or NodeClaim (`pods`);
+//! only the replica holding the Lease writes anything (`lease`). Node writes are
+//! JSON merge patches, the taint list and annotations under the node's
+//! `resourceVersion` so a concurrent change is a conflict to retry, never a lost
+//! update, and the status conditions a strategic merge by type, which leaves every
+//! other owner's conditions alone.
+
+mod conditions;
+mod lease;
+mod pods;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Taint};
+use kube::api::{Api, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+pub use conditions::{HEALTH, SCORE, condition_type};
+use lease::Leadership;
+pub use pods::{ON_NODE_FAULT, RESTART};
+
+use crate::config::OrchestratorConfig;
+use crate::core::Status;
+use crate::core::policy::Actor;
+use crate::orchestrator::{Fut, Observed, Orchestrator, OrchestratorError, Report, Workload};
+
+/// Annotation: who took the node out of service.
+pub const CORDONED_BY: &str = "hale.dev/cordoned-by";
+/// Annotation: why.
+pub const CORDON_REASON: &str = "hale.dev/cordon-reason";
+/// The scheduling gate's taint key (effect `NoSchedule`).
+pub const GATE_TAINT: &str = "hale.dev/low-score";
+/// How long the first list of Nodes may take before `serve` gives up.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Node writes in flight at once when publishing or counting pods.
+const CONCURRENCY: usize = 8;
+
+/// What the adapter needs from the configuration, fixed at start.
+struct Settings {
+    style: conditions::Style,
+    eviction_timeout: Duration,
+    /// This replica's name in the election and on the Events it writes.
+    identity: String,
+}
+
+pub struct Kubernetes {
+    client: kube::Client,
+    nodes: Api<Node>,
+    store: Store<Node>,
+    /// What the API server answered to hale's last write of each node: while the
+    /// watch (or a relist) shows an older version, a cordon just made must not read
+    /// as an uncordon made by someone else.
+    written: Mutex<HashMap<String, Node>>,
+    settings: Settings,
+    leadership: Arc<Leadership>,
+    lease: Api<Lease>,
+    lease_name: String,
+}
+
+/// This replica's name: the pod's (the chart sets `POD_NAME`), else host and pid.
+fn identity() -> String {
+    if let Ok(pod) = std::env::var("POD_NAME")
+        && !pod.is_empty()
+    {
+        return pod;
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "hale".into());
+    format!("{host}-{}", std::process::id())
+}
+
+impl Kubernetes {
+    /// Connect (kubeconfig path and context, else in-cluster), start the watch on
+    /// Nodes and the leader election, and wait for the first full list of Nodes.
+    pub async fn connect(cfg: &OrchestratorConfig) -> anyhow::Result<Arc<Kubernetes>> {
+        crate::init_tls();
+        let options = KubeConfigOptions {
+            context: cfg.context.clone(),
+            ..KubeConfigOptions::default()
+        };
+        let config = match &cfg.kubeconfig {
+            Some(path) => {
+                let file = Kubeconfig::read_from(path).map_err(|e| {
+                    anyhow::anyhow!("orchestrator.kubeconfig {}: {e}", path.display())
+                })?;
+                kube::Config::from_custom_kubeconfig(file, &options).await?
+            }
+            None => kube::Config::infer().await?,
+        };
+        let client = kube::Client::try_from(config)?;
+        let nodes: Api<Node> = Api::all(client.clone());
+        let (store, writer) = reflector::store();
+        // Relists read from etcd, not a lagging cache that could undo a write.
+        let config = watcher::Config::default().list_semantic(watcher::ListSemantic::MostRecent);
+        let stream = watcher(nodes.clone(), config)
+            .default_backoff()
+            .reflect(writer)
+            .applied_objects();
+        tokio::spawn(async move {
+            futures::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                if let Err(e) = event {
+                    warn!(error = %e, "watch on Nodes interrupted; resuming");
+                }
+            }
+        });
+        // A cluster that never answers fails the start, rather than hanging it.
+        tokio::time::timeout(CONNECT_TIMEOUT, store.wait_until_ready())
+            .await
+            .map_err(|_| {
+                anyhow::anyhow!(
+                    "the API server did not list the Nodes within {}s",
+                    CONNECT_TIMEOUT.as_secs()
+                )
+            })??;
+        info!(nodes = store.state().len(), "watching Kubernetes Nodes");
+        let namespace = cfg
+            .lease
+            .namespace
+            .clone()
+            .or_else(|| {
+                std::env::var("POD_NAMESPACE")
+                    .ok()
+                    .filter(|n| !n.is_empty())
+            })
+            .unwrap_or_else(|| "default".into());
+        let lease: Api<Lease> = Api::namespaced(client.clone(), &namespace);
+        let leadership = Arc::new(Leadership::new(identity()));
+        info!(lease = %cfg.lease.name, namespace, identity = %leadership.identity,
+            "joining the leader election");
+        tokio::spawn({
+            let (api, name, duration, me) = (
+                lease.clone(),
+                cfg.lease.name.clone(),
+                cfg.lease.duration,
+                leadership.clone(),
+            );
+            async move { lease::run(api, name, duration, &me).await }
+        });
+        Ok(Arc::new(Kubernetes {
+            client,
+            nodes,
+            store,
+            written: Mutex::default(),
+            settings: Settings {
+                style: conditions::Style {
+                    prefix: cfg.condition_prefix.clone(),
+                    linger: cfg.condition_linger,
+                    heartbeat: cfg.condition_heartbeat,
+                },
+                eviction_timeout: cfg.eviction_timeout,
+                identity: leadership.identity.clone(),
+            },
+            leadership,
+            lease,
+            lease_name: cfg.lease.name.clone(),
+        }))
+    }
+
+    /// Refuse every write while this replica does not hold the Lease.
+    fn must_lead(&self) -> crate::orchestrator::Result<()> {
+        if self.leadership.leads() {
+            return Ok(());
+        }
+        Err(OrchestratorError::Transient(format!(
+            "this replica does not hold the Lease (leader: {})",
+            self.leadership.holder().as_deref().unwrap_or("none yet")
+        )))
+    }
+
+    fn remember(&self, node: &str, updated: Node) {
+        self.written
+            .lock()
+            .expect("written lock")
+            .insert(node.to_string(), updated);
+    }
+
+    async fn merge(&self, node: &str, patch: serde_json::Value) -> crate::orchestrator::Result<()> {
+        self.must_lead()?;
+        let updated = self
+            .nodes
+            .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(classify)?;
+        self.remember(node, updated);
+        Ok(())
+    }
+
+    /// The newer of the watch's view of a node and hale's own last write of it.
+    fn newest(&self, node: Node, written: &HashMap<String, Node>) -> Node {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        match written.get(name) {
+            Some(mine) if version(mine) > version(&node) => mine.clone(),
+            _ => node,
+        }
+    }
+
+    /// Every node as hale last knew it.
+    fn current(&self) -> Vec<Node> {
+        let written = self.written.lock().expect("written lock");
+        self.store
+            .state()
+            .into_iter()
+            .map(|node| self.newest(Node::clone(&node), &written))
+            .collect()
+    }
+
+    /// One node as hale last knew it; `None`: not (or no longer) in the cluster.
+    fn node_now(&self, name: &str) -> Option<Node> {
+        let node = self.store.get(&ObjectRef::new(name))?;
+        let written = self.written.lock().expect("written lock");
+        Some(self.newest(Node::clone(&node), &written))
+    }
+
+    /// A node as the policy sees it; on a cordoned one, the pods a replacement
+    /// waits for.
+    async fn observe(&self, node: Node) -> crate::orchestrator::Result<Observed> {
+        let mut o = observed(&node);
+        if o.status == Status::Cordoned {
+            o.allocations = self.occupancy(&o.id).await?;
+        }
+        Ok(o)
+    }
+
+    /// Bring one node's conditions and annotations to `report`.
+    async fn publish_one(&self, report: &Report) -> Result<(), (String, OrchestratorError)> {
+        self.publish_node(report)
+            .await
+            .map_err(|e| (report.id.clone(), e))
+    }
+
+    async fn publish_node(&self, report: &Report) -> crate::orchestrator::Result<()> {
+        let Some(node) = self.node_now(&report.id) else {
+            return Ok(());
+        };
+        let now = chrono::Utc::now();
+        if let Some(patch) = conditions::status_patch(&node, report, &self.settings.style, now) {
+            self.must_lead()?;
+            let updated = self
+                .nodes
+                .patch_status(
+                    &report.id,
+                    &PatchParams::default(),
+                    &Patch::Strategic(&patch),
+                )
+                .await
+                .map_err(classify)?;
+            self.remember(&report.id, updated);
+        }
+        let node = self.node_now(&report.id).unwrap_or(node);
+        if let Some(patch) = conditions::annotations(&node, report, &[CORDONED_BY, CORDON_REASON]) {
+            self.merge(&report.id, patch).await?;
+        }
+        Ok(())
+    }
+}
+
+/// A node's resourceVersion as a number (opaque to clients, but an etcd revision on
+/// every API server; an unreadable one counts as oldest).
+fn version(node: &Node) -> u64 {
+    node.metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Conflicts, throttling, server errors and the network are worth retrying; the
+/// rest (forbidden, not found, invalid) is not.
+fn classify(e: kube::Error) -> OrchestratorError {
+    match &e {
+        kube::Error::Api(status) if matches!(status.code, 409 | 429) || status.code >= 500 => {
+            OrchestratorError::Transient(e.to_string())
+        }
+        kube::Error::Api(_) => OrchestratorError::Refused(e.to_string()),
+        _ => OrchestratorError::Transient(e.to_string()),
+    }
+}
+
+/// A Node as hale's policy sees it.
+pub fn observed(node: &Node) -> Observed {
+    let meta = &node.metadata;
+    let labels: BTreeMap<String, String> = meta.labels.clone().unwrap_or_default();
+    let annotations = meta.annotations.clone().unwrap_or_default();
+    let unschedulable = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True");
+    let status = if unschedulable {
+        Status::Cordoned
+    } else if ready {
+        Status::Ready
+    } else {
+        Status::NotReady
+    };
+    let owned_by_claim = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "NodeClaim" && o.api_version.starts_with("karpenter.sh/"));
+    let cordoned_by = match annotations.get(CORDONED_BY).map(String::as_str) {
+        Some("hale") if unschedulable => Some(Actor::Hale),
+        Some("operator") if unschedulable => Some(Actor::Operator),
+        _ => None,
+    };
+    Observed {
+        id: meta.name.clone().unwrap_or_default(),
+        hostname: labels.get("kubernetes.io/hostname").cloned(),
+        status,
+        provisioned: owned_by_claim || annotations.contains_key(pods::CAPI_MACHINE),
+        labels,
+        allocations: 0,
+        cordoned_by: cordoned_by.map(|by| {
+            let reason = annotations.get(CORDON_REASON).cloned().unwrap_or_default();
+            (by, reason)
+        }),
+    }
+}
+
+/// The node's taints with the gate set to `on`; `None` when nothing changes.
+fn gated_taints(node: &Node, on: bool) -> Option<Vec<Taint>> {
+    let mut taints: Vec<Taint> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    let has = taints.iter().any(|t| t.key == GATE_TAINT);
+    if has == on {
+        return None;
+    }
+    if on {
+        taints.push(Taint {
+            key: GATE_TAINT.into(),
+            effect: "NoSchedule".into(),
+            value: Some("true".into()),
+            time_added: None,
+        });
+    } else {
+        taints.retain(|t| t.key != GATE_TAINT);
+    }
+    Some(taints)
+}
+
+/// Whether the node is already cordoned by `by` for `reason` (`None`: uncordoned
+/// with no record of hale's left on it).
+fn cordoned_as(node: &Node, by: Option<(&str, &str)>) -> bool {
+    let unschedulable = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    let annotations = node.metadata.annotations.as_ref();
+    let get = |k: &str| annotations.and_then(|a| a.get(k)).map(String::as_str);
+    match by {
+        Some((by, reason)) => {
+            unschedulable && get(CORDONED_BY) == Some(by) && get(CORDON_REASON) == Some(reason)
+        }
+        None => !unschedulable && get(CORDONED_BY).is_none() && get(CORDON_REASON).is_none(),
+    }
+}
+
+impl Orchestrator for Kubernetes {
+    fn leads(&self) -> bool {
+        self.leadership.leads()
+    }
+
+    fn leader(&self) -> Option<String> {
+        self.leadership.holder()
+    }
+
+    /// Nodes from the watch; on cordoned ones, the pods a replacement waits for.
+    fn inventory(&self) -> Fut<'_, Option<Vec<Observed>>> {
+        Box::pin(async move {
+            // A node on its way out (deleted, or its owner deleted by hale) is no
+            // longer in the fleet hale schedules for.
+            let staying = self.current().into_iter().filter(|n| {
+                n.metadata.deletion_timestamp.is_none()
+                    && !n
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .is_some_and(|a| a.contains_key(pods::REPLACED_AT))
+            });
+            let counted = futures::stream::iter(staying.map(|n| self.observe(n)))
+                .buffer_unordered(CONCURRENCY)
+                .collect::<Vec<_>>()
+                .await;
+            Ok(Some(counted.into_iter().collect::<Result<Vec<_>, _>>()?))
+        })
+    }
+
+    fn publish<'a>(&'a self, reports: &'a [Report]) -> Fut<'a, ()> {
+        Box::pin(async move {
+            if !self.leads() {
+                return Ok(());
+            }
+            // Collected before awaiting: the stream then holds futures, not a closure.
+            let writes: Vec<_> = reports.iter().map(|r| self.publish_one(r)).collect();
+            let results = futures::stream::iter(writes)
+                .buffer_unordered(CONCURRENCY)
+                .collect::<Vec<_>>()
+                .await;
+            let failed: Vec<(String, OrchestratorError)> =
+                results.into_iter().filter_map(Result::err).collect();
+            for (node, e) in &failed {
+                debug!(node, error = %e, "publishing to the Node failed; the next round retries");
+            }
+            match failed.into_iter().next() {
+                Some((node, e)) => Err(OrchestratorError::Transient(format!("node {node}: {e}"))),
+                None => Ok(()),
+            }
+        })
+    }
+
+    fn cordon<'a>(&'a self, node: &'a str, by: &'a str, reason: &'a str) -> Fut<'a, ()> {
+        Box::pin(async move {
+            if self
+                .node_now(node)
+                .is_some_and(|n| cordoned_as(&n, Some((by, reason))))
+            {
+                return Ok(());
+            }
+            self.merge(
+                node,
+                json!({
+                    "metadata": {"annotations": {CORDONED_BY: by, CORDON_REASON: reason}},
+                    "spec": {"unschedulable": true},
+                }),
+            )
+            .await
+        })
+    }
+
+    fn uncordon<'a>(&'a self, node: &'a str) -> Fut<'a, ()> {
+        Box::pin(async move {
+            if self.node_now(node).is_some_and(|n| cordoned_as(&n, None)) {
+                return Ok(());
+            }
+            self.merge(
+                node,
+                json!({
+                    "metadata": {"annotations": {CORDONED_BY: null, CORDON_REASON: null}},
+                    "spec": {"unschedulable": null},
+                }),
+            )
+            .await
+        })
+    }
+
+    fn gate<'a>(&'a self, node: &'a str, on: bool) -> Fut<'a, ()> {
+        Box::pin(async move {
+            // Read fresh and write under its resourceVersion: a taint added by
+            // someone else meanwhile is a 409 and a retry, not a loss.
+            let current = self.nodes.get(node).await.map_err(classify)?;
+            let Some(taints) = gated_taints(&current, on) else {
+                return Ok(());
+            };
+            let patch = json!({
+                "metadata": {"resourceVersion": current.metadata.resource_version},
+                "spec": {"taints": taints},
+            });
+            self.merge(node, patch).await
+        })
+    }
+
+    /// Passive: the cordon that precedes it is the whole of it. Active: every
+    /// movable pod evicted, PodDisruptionBudgets permitting.
+    fn drain<'a>(&'a self, node: &'a str, active: bool) -> Fut<'a, u32> {
+        Box::pin(async move {
+            if !active {
+                return Ok(0);
+            }
+            let work = self.workloads_on(node).await?;
+            let ids: Vec<&str> = work.iter().map(|w| w.id.as_str()).collect();
+            self.evict_all(node, &ids).await?;
+            Ok(ids.len() as u32)
+        })
+    }
+
+    fn workloads<'a>(&'a self, node: &'a str) -> Fut<'a, Vec<Workload>> {
+        Box::pin(self.workloads_on(node))
+    }
+
+    /// Both kinds leave the faulty node through the Eviction API (which marks each
+    /// pod `DisruptionTarget`); the failed ones first get an Event saying why.
+    fn evict<'a>(
+        &'a self,
+        node: &'a str,
+        moved: &'a [&'a Workload],
+        failed: &'a [&'a Workload],
+        message: &'a str,
+    ) -> Fut<'a, ()> {
+        Box::pin(async move {
+            for w in failed {
+                if let Err(e) = self.tell_pod(&w.id, message).await {
+                    warn!(node, pod = w.id, error = %e, "could not record the failure on the pod");
+                }
+            }
+            let ids: Vec<&str> = failed.iter().chain(moved).map(|w| w.id.as_str()).collect();
+            self.evict_all(node, &ids).await
+        })
+    }
+
+    fn terminate<'a>(&'a self, node: &'a str) -> Fut<'a, ()> {
+        Box::pin(self.replace(node))
+    }
+
+    fn release(&self) -> Fut<'_, ()> {
+        Box::pin(async move {
+            lease::release(&self.lease, &self.lease_name, &self.leadership).await;
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(json: serde_json::Value) -> Node {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn status_labels_and_provisioning_come_from_the_node() {
+        let table = [
+            (
+                json!({"metadata": {"name": "a"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+                Status::Ready,
+                false,
+            ),
+            (
+                json!({"metadata": {"name": "b"}, "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}),
+                Status::NotReady,
+                false,
+            ),
+            (
+                json!({"metadata": {"name": "c"}, "spec": {"unschedulable": true}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+                Status::Cordoned,
+                false,
+            ),
+            (
+                json!({"metadata": {"name": "d", "annotations": {pods::CAPI_MACHINE: "m-1"}}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+                Status::Ready,
+                true,
+            ),
+            (
+                json!({"metadata": {"name": "e", "ownerReferences": [{"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": "nc-1", "uid": "u"}]}}),
+                Status::NotReady,
+                true,
+            ),
+        ];
+        for (json, status, provisioned) in table {
+            let o = observed(&node(json));
+            assert_eq!((o.status, o.provisioned), (status, provisioned), "{}", o.id);
+        }
+        let o = observed(&node(
+            json!({"metadata": {"name": "f", "labels": {"pool": "gpu", "kubernetes.io/hostname": "f.example"}}}),
+        ));
+        assert_eq!(o.labels["pool"], "gpu");
+        assert_eq!(o.hostname.as_deref(), Some("f.example"));
+    }
+
+    #[test]
+    fn the_gate_taint_is_added_once_and_removed_alone() {
+        let n = node(
+            json!({"metadata": {"name": "a"}, "spec": {"taints": [{"key": "gpu", "effect": "NoSchedule"}]}}),
+        );
+        let on = gated_taints(&n, true).unwrap();
+        assert_eq!(on.len(), 2);
+        let gated = node(json!({"metadata": {"name": "a"}, "spec": {"taints": on}}));
+        assert!(gated_taints(&gated, true).is_none(), "already gated");
+        let off = gated_taints(&gated, false).unwrap();
+        assert_eq!(
+            off.iter().map(|t| t.key.as_str()).collect::<Vec<_>>(),
+            ["gpu"]
+        );
+    }
+}

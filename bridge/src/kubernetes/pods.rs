@@ -1,0 +1,351 @@
+//! Work on a node and taking the node away: the pods a drain or a fault eviction
+//! moves (through the Eviction API, so PodDisruptionBudgets hold), the workload
+//! owners' `hale.dev/restart` declarations, Kubernetes Events on the pods a fault
+//! fails, and replacement by deleting the Cluster API Machine or Karpenter NodeClaim
+//! that owns the node.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Event, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time as KubeTime};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, EvictParams, ListParams, PostParams,
+    Preconditions,
+};
+use kube::core::GroupVersionKind;
+use tracing::{info, warn};
+
+use super::{Kubernetes, classify};
+use crate::orchestrator::{OrchestratorError, Result, Workload};
+
+/// The annotation a pod or its owner sets to be moved, not failed, by a node fault.
+pub const RESTART: &str = "hale.dev/restart";
+pub const ON_NODE_FAULT: &str = "on-node-fault";
+const MIRROR: &str = "kubernetes.io/config.mirror";
+/// Cluster API's annotations naming the Machine that owns a node, and its namespace.
+pub const CAPI_MACHINE: &str = "cluster.x-k8s.io/machine";
+const CAPI_NAMESPACE: &str = "cluster.x-k8s.io/cluster-namespace";
+/// Annotation: when hale deleted the node's owner; the node is on its way out.
+pub const REPLACED_AT: &str = "hale.dev/replaced-at";
+
+/// A pod a drain must move: not a DaemonSet's (it would come straight back and its
+/// controller tolerates the cordon), not a static pod's mirror (the API cannot delete
+/// it), not finished.
+pub fn movable(pod: &Pod) -> bool {
+    let meta = &pod.metadata;
+    let daemon = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.kind == "DaemonSet");
+    let mirror = meta
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(MIRROR));
+    let finished = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| p == "Succeeded" || p == "Failed");
+    !daemon && !mirror && !finished
+}
+
+fn declared(annotations: Option<&BTreeMap<String, String>>) -> bool {
+    annotations
+        .and_then(|a| a.get(RESTART))
+        .is_some_and(|v| v == ON_NODE_FAULT)
+}
+
+/// `namespace/name` of a pod.
+fn pod_id(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The API resource of an owner kind whose annotation hale reads.
+fn owner_resource(kind: &str) -> Option<ApiResource> {
+    let (group, version) = match kind {
+        "ReplicaSet" | "StatefulSet" => ("apps", "v1"),
+        "Job" => ("batch", "v1"),
+        _ => return None,
+    };
+    Some(ApiResource::from_gvk(&GroupVersionKind::gvk(
+        group, version, kind,
+    )))
+}
+
+impl Kubernetes {
+    async fn pods_on(&self, node: &str) -> Result<Vec<Pod>> {
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        Ok(pods.list(&params).await.map_err(classify)?.items)
+    }
+
+    /// How many pods a drain would still have to move off `node`.
+    pub(super) async fn occupancy(&self, node: &str) -> Result<u32> {
+        Ok(self
+            .pods_on(node)
+            .await?
+            .iter()
+            .filter(|p| movable(p))
+            .count() as u32)
+    }
+
+    /// The node's movable pods, each with the owner its restarts count against and
+    /// whether it (or that owner) declared `hale.dev/restart: on-node-fault`.
+    pub(super) async fn workloads_on(&self, node: &str) -> Result<Vec<Workload>> {
+        let mut owners: BTreeMap<String, bool> = BTreeMap::new();
+        let mut out = Vec::new();
+        for pod in self.pods_on(node).await?.iter().filter(|p| movable(p)) {
+            let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+            let controller = pod
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.controller == Some(true));
+            let owner = match controller {
+                Some(o) => format!("{}/{namespace}/{}", o.kind, o.name),
+                None => format!("Pod/{}", pod_id(pod)),
+            };
+            let mut restart = declared(pod.metadata.annotations.as_ref());
+            if !restart && let Some(o) = controller {
+                restart = match owners.get(&owner) {
+                    Some(d) => *d,
+                    None => {
+                        let d = self.owner_declares(&namespace, &o.kind, &o.name).await?;
+                        owners.insert(owner.clone(), d);
+                        d
+                    }
+                };
+            }
+            out.push(Workload {
+                id: pod_id(pod),
+                owner,
+                restart_on_node_fault: restart,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn owner_declares(&self, namespace: &str, kind: &str, name: &str) -> Result<bool> {
+        let Some(resource) = owner_resource(kind) else {
+            return Ok(false);
+        };
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &resource);
+        match api.get_opt(name).await.map_err(classify)? {
+            Some(owner) => Ok(declared(owner.metadata.annotations.as_ref())),
+            None => Ok(false),
+        }
+    }
+
+    /// Evict every pod in `ids` (`namespace/name`), one after the other. A
+    /// PodDisruptionBudget's 429 is retried with backoff until `evictionTimeout`;
+    /// a pod already gone counts as evicted. Stops the moment the lease is lost.
+    pub(super) async fn evict_all(&self, node: &str, ids: &[&str]) -> Result<()> {
+        let deadline = Instant::now() + self.settings.eviction_timeout;
+        for id in ids {
+            let (namespace, name) = id.split_once('/').unwrap_or(("", id));
+            let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+            let mut wait = Duration::from_secs(1);
+            loop {
+                self.must_lead()?;
+                match pods.evict(name, &EvictParams::default()).await {
+                    Ok(_) => {
+                        info!(node, pod = id, "evicted");
+                        break;
+                    }
+                    Err(kube::Error::Api(s)) if s.code == 404 => break,
+                    Err(kube::Error::Api(s)) if s.code == 429 => {
+                        if Instant::now() + wait > deadline {
+                            return Err(OrchestratorError::Refused(format!(
+                                "node {node}: evicting {id} was refused for {}s by a PodDisruptionBudget: {}",
+                                self.settings.eviction_timeout.as_secs(),
+                                s.message
+                            )));
+                        }
+                        warn!(
+                            node,
+                            pod = id,
+                            "a PodDisruptionBudget holds the eviction; retrying"
+                        );
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(Duration::from_secs(15));
+                    }
+                    Err(e) => return Err(classify(e)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A Kubernetes Event on the pod saying why its work failed, where `kubectl
+    /// describe pod` and the workload's owner see it.
+    pub(super) async fn tell_pod(&self, id: &str, message: &str) -> Result<()> {
+        self.must_lead()?;
+        let (namespace, name) = id.split_once('/').unwrap_or(("", id));
+        let now = chrono::Utc::now();
+        let time =
+            KubeTime(k8s_openapi::jiff::Timestamp::from_second(now.timestamp()).expect("in range"));
+        let event = Event {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{name}.")),
+                namespace: Some(namespace.into()),
+                ..ObjectMeta::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(name.into()),
+                namespace: Some(namespace.into()),
+                ..ObjectReference::default()
+            },
+            reason: Some("NodeFault".into()),
+            message: Some(message.into()),
+            type_: Some("Warning".into()),
+            first_timestamp: Some(time.clone()),
+            last_timestamp: Some(time),
+            event_time: Some(MicroTime(
+                k8s_openapi::jiff::Timestamp::from_second(now.timestamp()).expect("in range"),
+            )),
+            count: Some(1),
+            action: Some("Evict".into()),
+            reporting_component: Some("hale".into()),
+            reporting_instance: Some(self.settings.identity.clone()),
+            source: Some(k8s_openapi::api::core::v1::EventSource {
+                component: Some("hale".into()),
+                host: None,
+            }),
+            ..Event::default()
+        };
+        let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        events
+            .create(&PostParams::default(), &event)
+            .await
+            .map_err(classify)?;
+        Ok(())
+    }
+
+    /// Delete what owns the node: its Cluster API Machine or Karpenter NodeClaim,
+    /// checked to still name this node, and only once no pod is left to move. A
+    /// node without either is refused: hale never deletes a Node it cannot have
+    /// re-provisioned.
+    pub(super) async fn replace(&self, node: &str) -> Result<()> {
+        let Some(current) = self.node_now(node) else {
+            return Ok(());
+        };
+        let annotations = current.metadata.annotations.clone().unwrap_or_default();
+        let claim = current
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.kind == "NodeClaim" && o.api_version.starts_with("karpenter.sh/"))
+            .map(|o| o.name.clone());
+        let (api, name): (Api<DynamicObject>, String) = if let Some(machine) =
+            annotations.get(CAPI_MACHINE)
+        {
+            let namespace = annotations
+                .get(CAPI_NAMESPACE)
+                .map_or("default", String::as_str);
+            let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+                "cluster.x-k8s.io",
+                "v1beta1",
+                "Machine",
+            ));
+            (
+                Api::namespaced_with(self.client.clone(), namespace, &resource),
+                machine.clone(),
+            )
+        } else if let Some(claim) = claim {
+            let resource =
+                ApiResource::from_gvk(&GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim"));
+            (Api::all_with(self.client.clone(), &resource), claim)
+        } else {
+            return Err(OrchestratorError::Refused(format!(
+                "node {node} is owned by no Cluster API Machine or Karpenter NodeClaim; hale deletes nothing it cannot have re-provisioned"
+            )));
+        };
+        let left = self.occupancy(node).await?;
+        if left > 0 {
+            return Err(OrchestratorError::Transient(format!(
+                "node {node} still runs {left} pod(s); replaced once it is empty"
+            )));
+        }
+        let Some(owner) = api.get_opt(&name).await.map_err(classify)? else {
+            return Ok(());
+        };
+        let names_node = owner
+            .data
+            .pointer("/status/nodeRef/name")
+            .or_else(|| owner.data.pointer("/status/nodeName"))
+            .and_then(|v| v.as_str());
+        if names_node != Some(node) {
+            return Err(OrchestratorError::Refused(format!(
+                "node {node}: {name} does not name this node ({names_node:?}); nothing deleted"
+            )));
+        }
+        // Marked first: while its owner's controller drains and deletes it, the node
+        // is no longer hale's to score into another replacement.
+        if !annotations.contains_key(REPLACED_AT) {
+            let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            self.merge(
+                node,
+                serde_json::json!({"metadata": {"annotations": {REPLACED_AT: at}}}),
+            )
+            .await?;
+        }
+        self.must_lead()?;
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: owner.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::background()
+        };
+        match api.delete(&name, &params).await {
+            Ok(_) => {
+                info!(
+                    node,
+                    owner = name,
+                    "deleted the node's owner; it is re-provisioned"
+                );
+                Ok(())
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(classify(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn drains_skip_daemonsets_mirrors_and_finished_pods() {
+        let pod = |v: serde_json::Value| -> Pod { serde_json::from_value(v).unwrap() };
+        let owned = |kind: &str| {
+            json!({"metadata": {"name": "p", "namespace": "ns", "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": kind, "name": "o", "uid": "u", "controller": true}]},
+                "status": {"phase": "Running"}})
+        };
+        assert!(movable(&pod(owned("ReplicaSet"))));
+        assert!(!movable(&pod(owned("DaemonSet"))));
+        assert!(!movable(&pod(
+            json!({"metadata": {"name": "p", "annotations": {MIRROR: "abc"}}})
+        )));
+        assert!(!movable(&pod(
+            json!({"metadata": {"name": "p"}, "status": {"phase": "Succeeded"}})
+        )));
+        assert!(movable(&pod(
+            json!({"metadata": {"name": "p"}, "status": {"phase": "Pending"}})
+        )));
+    }
+}
