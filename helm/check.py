@@ -131,6 +131,9 @@ FULL = {
                                "secretFile": "/etc/hale/secrets/webhooks/oncall",
                                "events": ["SCORE_CHANGED", "HEARTBEAT_MISSED"]}],
         "inventory": [{"id": "bm-01", "hostname": "bm-01.dc1.example", "labels": {"pool": "gpu"}}],
+        "orchestrator": {"kind": "kubernetes", "conditionPrefix": "Hale_", "conditionLinger": "48h",
+                         "conditionHeartbeat": "5m", "evictionTimeout": "10m",
+                         "lease": {"name": "hale-dc1", "duration": "20s"}},
     },
 }
 
@@ -156,6 +159,13 @@ REFUSED = [
     ("unknown disabled alert", {"prometheusRule": {"disabledAlerts": ["NoSuchAlert"]}},
      "NoSuchAlert is not one of hale's alerts", False),
     ("token file without Secret", {"apiToken": {"existingSecret": ""}}, "apiToken.existingSecret is empty", False),
+    ("webhooks on replicas without a leader",
+     {"webhookSecrets": [{"name": "oncall", "existingSecret": "hale-oncall", "key": "secret"}],
+      "config": {"nodeEventWebhooks": [{"url": "https://x.example/h",
+                                        "secretFile": "/etc/hale/secrets/webhooks/oncall"}]}},
+     "without a leader election every replica delivers", False),
+    ("condition prefix with a space", {"config": {"orchestrator": {"kind": "kubernetes", "conditionPrefix": "Alert Manager"}}},
+     "/config/orchestrator/conditionPrefix", True),
     ("unmounted webhook secret",
      {"config": {"nodeEventWebhooks": [{"url": "https://x.example/h", "secretFile": "/etc/hale/token"}]}},
      "is not a mounted secret", False),

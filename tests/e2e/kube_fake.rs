@@ -373,7 +373,7 @@ fn micro_time_ok(s: &str) -> bool {
     let zone = b.get(26..).unwrap_or_default();
     s.get(..19)
         .is_some_and(|t| chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%dT%H:%M:%S").is_ok())
-        && b[19] == b'.'
+        && b.get(19) == Some(&b'.')
         && digits(20..26)
         && (zone == b"Z"
             || (zone.len() == 6
@@ -652,16 +652,63 @@ impl Cluster {
         (k.resource.into(), namespace.into(), name.into())
     }
 
+    /// Create or replace an object; a namespaced one without a namespace goes to
+    /// `default`, as kubectl puts it.
     fn store(&mut self, k: &Kind, obj: Value) -> Value {
-        let obj = self.stamp(k, obj);
-        let meta = &obj["metadata"];
+        let mut obj = self.stamp(k, obj);
+        let meta = obj["metadata"].as_object_mut().unwrap();
+        if !k.namespaced {
+            meta.remove("namespace");
+        } else if meta
+            .get("namespace")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            meta.insert("namespace".into(), json!("default"));
+        }
         let key = Cluster::key(
             k,
-            meta["namespace"].as_str().unwrap_or("default"),
-            meta["name"].as_str().expect("an object has a name"),
+            meta.get("namespace").and_then(Value::as_str).unwrap_or(""),
+            meta.get("name")
+                .and_then(Value::as_str)
+                .expect("an object has a name"),
         );
         self.objects.insert(key, obj.clone());
         obj
+    }
+
+    /// A Lease created, by POST or by a PUT of one that does not exist (leases
+    /// allow create on update).
+    fn create_lease(&mut self, ns: &str, mut lease: Value) -> Response {
+        let k = Kind::by_kind("Lease");
+        let Some(name) = new_name(&lease, self.version + 1) else {
+            return unprocessable(
+                "Lease.coordination.k8s.io",
+                k.group(),
+                k.kind,
+                "",
+                &[required(
+                    "metadata.name",
+                    "name or generateName is required",
+                )],
+            );
+        };
+        lease["metadata"]["name"] = json!(name);
+        let errors = lease_errors(&lease);
+        if !errors.is_empty() {
+            return unprocessable(
+                "Lease.coordination.k8s.io",
+                k.group(),
+                k.kind,
+                &name,
+                &errors,
+            );
+        }
+        if self.objects.contains_key(&Cluster::key(k, ns, &name)) {
+            return already_exists(k, &name);
+        }
+        let lease = self.store(k, lease);
+        (StatusCode::CREATED, axum::Json(lease)).into_response()
     }
 }
 
@@ -713,7 +760,9 @@ fn getter(resource: &'static str) -> MethodRouter<FakeApi> {
 /// GET and DELETE of one object of `resource`.
 fn getter_deleter(resource: &'static str) -> MethodRouter<FakeApi> {
     getter(resource).delete(
-        move |State(fake): State<FakeApi>, Path(p): Path<BTreeMap<String, String>>, body: Bytes| async move {
+        move |State(fake): State<FakeApi>,
+              Path(p): Path<BTreeMap<String, String>>,
+              body: Bytes| async move {
             fake.delete_object(Kind::by_resource(resource), &p, &body)
         },
     )
@@ -902,7 +951,10 @@ impl FakeApi {
     pub fn put_object(&self, obj: Value) {
         let kind = obj["kind"].as_str().expect("an object has a kind");
         let k = Kind::by_kind(kind);
-        assert!(!matches!(k.kind, "Node" | "Event"), "put nodes with put()");
+        assert!(
+            !matches!(k.kind, "Node" | "Event"),
+            "nodes go through put(), events through the API"
+        );
         self.state.lock().unwrap().store(k, obj);
     }
 
@@ -1066,42 +1118,10 @@ impl FakeApi {
         c.objects.remove(&key);
         c.bump();
         c.evicted.push(pod);
-        let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
+        let body = json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201,
+        });
         (StatusCode::CREATED, axum::Json(body)).into_response()
-    }
-
-    /// A Lease created, by POST or by a PUT of one that does not exist (leases
-    /// allow create on update).
-    fn create_lease_locked(&self, c: &mut Cluster, ns: &str, mut lease: Value) -> Response {
-        let k = Kind::by_kind("Lease");
-        let Some(name) = new_name(&lease, c.version + 1) else {
-            return unprocessable(
-                "Lease.coordination.k8s.io",
-                k.group(),
-                k.kind,
-                "",
-                &[required(
-                    "metadata.name",
-                    "name or generateName is required",
-                )],
-            );
-        };
-        lease["metadata"]["name"] = json!(name);
-        let errors = lease_errors(&lease);
-        if !errors.is_empty() {
-            return unprocessable(
-                "Lease.coordination.k8s.io",
-                k.group(),
-                k.kind,
-                &name,
-                &errors,
-            );
-        }
-        if c.objects.contains_key(&Cluster::key(k, ns, &name)) {
-            return already_exists(k, &name);
-        }
-        let lease = c.store(k, lease);
-        (StatusCode::CREATED, axum::Json(lease)).into_response()
     }
 }
 
@@ -1261,6 +1281,8 @@ fn patch_node_part(
             node.as_object_mut().unwrap().remove(kept);
         }
     }
+    // The patch's resourceVersion, even a `null` one, was only a precondition.
+    node["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
     if node == old {
         return axum::Json(old).into_response();
     }
@@ -1494,7 +1516,7 @@ async fn create_lease(
             "resourceVersion should not be set on objects to be created",
         );
     }
-    fake.create_lease_locked(&mut fake.state.lock().unwrap(), &ns, lease)
+    fake.state.lock().unwrap().create_lease(&ns, lease)
 }
 
 /// A PUT of a Lease: an update conditional on its resourceVersion (leases allow no
@@ -1531,7 +1553,7 @@ async fn update_lease(
             .as_object_mut()
             .unwrap()
             .remove("resourceVersion");
-        return fake.create_lease_locked(&mut c, &ns, lease);
+        return c.create_lease(&ns, lease);
     };
     let meta = &mut lease["metadata"];
     if let Some(uid) = meta["uid"].as_str().filter(|u| !u.is_empty())
@@ -1611,7 +1633,10 @@ pub fn pod(
     let mut pod = json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
+        },
         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
     });
     if annotations.is_object() {

@@ -814,6 +814,8 @@ pub struct Observed {
     /// on the node (a restarted or newly elected hale reads it back); `None`: a
     /// cordon made outside hale.
     pub cordoned_by: Option<(Actor, String)>,
+    /// Whether the scheduling gate is on, where the orchestrator shows it.
+    pub gated: Option<bool>,
 }
 
 /// The status as the CLI and errors spell it.
@@ -986,11 +988,21 @@ impl Fleet {
                 node.policy.provisioned,
                 node.policy.allocations,
                 node.status,
+                node.policy.pending.len(),
             );
             node.labels = o.labels.clone();
             node.hostname = o.hostname.clone();
             node.policy.provisioned = o.provisioned;
             node.policy.allocations = o.allocations;
+            // What the cluster already shows done is done: another replica did it
+            // (this one was following), or it was done before a crash was recorded.
+            let cordoned = o.status == Status::Cordoned;
+            node.policy.pending.retain(|p| match &p.action {
+                Action::Cordon { .. } | Action::Drain { active: false, .. } => !cordoned,
+                Action::Uncordon => cordoned,
+                Action::Gate { on } => o.gated != Some(*on),
+                _ => true,
+            });
             let queued = |node: &Node, f: fn(&Action) -> bool| {
                 node.policy.pending.iter().any(|p| f(&p.action))
             };
@@ -1051,6 +1063,7 @@ impl Fleet {
                 node.policy.provisioned,
                 node.policy.allocations,
                 node.status,
+                node.policy.pending.len(),
             );
             if before != after || !out.events.is_empty() {
                 out.dirty.insert(o.id.clone());

@@ -1872,6 +1872,7 @@ fn the_orchestrators_inventory_records_cordons_made_outside_hale() {
         provisioned: true,
         allocations: 3,
         cordoned_by: None,
+        gated: None,
     };
     let out = s.fleet.observe(s.now, &[seen("g-1", Status::Cordoned)]);
     s.record(out);
@@ -1954,4 +1955,55 @@ fn heartbeats_get_a_full_window_to_return_with_trust() {
     s.at(900).poll(&[watchdog()]);
     s.at(901).tick();
     assert!(s.node("n1").conditions.contains_key("heartbeat_missed"));
+}
+
+#[test]
+fn what_the_cluster_shows_done_is_not_done_again() {
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &["g-0"], low);
+    s.at(30).report(&ids, &["g-0"], low);
+    assert_eq!(
+        s.policy_events(),
+        ["g-0 NODE_CORDONED hale", "g-0 POLICY_ACTED cordon"]
+    );
+    let queued = |s: &Script| -> Vec<&'static str> {
+        s.node("g-0")
+            .policy
+            .pending
+            .iter()
+            .map(|p| p.action.name())
+            .collect()
+    };
+    assert!(queued(&s).contains(&"cordon"), "{:?}", queued(&s));
+    // This replica follows: the leader cordoned the node (its record on it).
+    let seen = |status: Status, gated: bool| policy::Observed {
+        id: "g-0".into(),
+        hostname: None,
+        status,
+        labels: [("pool".to_string(), "gpu".to_string())].into(),
+        provisioned: false,
+        allocations: 0,
+        cordoned_by: (status == Status::Cordoned).then(|| {
+            (
+                policy::Actor::Hale,
+                "score below cordonBelow 60".to_string(),
+            )
+        }),
+        gated: Some(gated),
+    };
+    let out = s.fleet.observe(s.now, &[seen(Status::Cordoned, false)]);
+    s.record(out);
+    assert!(!queued(&s).contains(&"cordon"), "{:?}", queued(&s));
+    assert_eq!(
+        s.policy_events(),
+        Vec::<String>::new(),
+        "nothing new happened"
+    );
+    // An operator's uncordon is then seen for what it is, on every replica.
+    s.at(60);
+    let out = s.fleet.observe(s.now, &[seen(Status::Ready, false)]);
+    s.record(out);
+    assert_eq!(s.policy_events(), ["g-0 NODE_UNCORDONED operator"]);
+    assert!(queued(&s).is_empty(), "{:?}", queued(&s));
 }

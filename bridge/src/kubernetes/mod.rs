@@ -92,7 +92,7 @@ impl Kubernetes {
             context: cfg.context.clone(),
             ..KubeConfigOptions::default()
         };
-        let config = match &cfg.kubeconfig {
+        let mut config = match &cfg.kubeconfig {
             Some(path) => {
                 let file = Kubeconfig::read_from(path).map_err(|e| {
                     anyhow::anyhow!("orchestrator.kubeconfig {}: {e}", path.display())
@@ -101,6 +101,9 @@ impl Kubernetes {
             }
             None => kube::Config::infer().await?,
         };
+        // kube retries a 429 up to 15 times on its own (five minutes against a
+        // PodDisruptionBudget); hale's callers retry with their own limits instead.
+        config.default_retry = false;
         let client = kube::Client::try_from(config)?;
         let nodes: Api<Node> = Api::all(client.clone());
         let (store, writer) = reflector::store();
@@ -331,6 +334,12 @@ pub fn observed(node: &Node) -> Observed {
         provisioned: owned_by_claim || annotations.contains_key(pods::CAPI_MACHINE),
         labels,
         allocations: 0,
+        gated: Some(
+            node.spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|ts| ts.iter().any(|t| t.key == GATE_TAINT)),
+        ),
         cordoned_by: cordoned_by.map(|by| {
             let reason = annotations.get(CORDON_REASON).cloned().unwrap_or_default();
             (by, reason)

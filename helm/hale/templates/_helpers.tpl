@@ -119,6 +119,10 @@ values.config that must agree with how the pod is built. Renders nothing.
 {{- fail (printf "config.nodeEventWebhooks[%d].secretFile %s is not a mounted secret: add it to webhookSecrets and use /etc/hale/secrets/webhooks/<name>" $i (toString $w.secretFile)) }}
 {{- end }}
 {{- end }}
+{{- $kind := (($c.orchestrator | default dict).kind | default "none") }}
+{{- if and (gt (int .Values.replicaCount) 1) (eq $kind "none") ($c.nodeEventWebhooks | default list) }}
+{{- fail "config.nodeEventWebhooks with more than one replica and orchestrator none: without a leader election every replica delivers every event under its own id; set replicaCount to 1 or use orchestrator kubernetes" }}
+{{- end }}
 {{- $_ := required "config.store.path must be set: the store volume is mounted there" ($c.store | default dict).path }}
 {{- end }}
 
