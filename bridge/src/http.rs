@@ -162,6 +162,7 @@ async fn decommission(
     headers: HeaderMap,
 ) -> ApiResult<StatusCode> {
     authorize(&hale, &headers)?;
+    leader(&hale)?;
     blocking(move || hale.apply(|fleet, cfg, now| fleet.decommission(cfg, now, &id))).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -173,6 +174,7 @@ async fn attribute_failure(
     body: Result<Json<FailureReport>, JsonRejection>,
 ) -> ApiResult<impl IntoResponse> {
     authorize(&hale, &headers)?;
+    leader(&hale)?;
     let Json(report) = body?;
     if report.job.trim().is_empty() {
         return Err(ApiError::new(
@@ -206,6 +208,7 @@ async fn clear_condition(
     body: Option<Json<ClearRequest>>,
 ) -> ApiResult<impl IntoResponse> {
     authorize(&hale, &headers)?;
+    leader(&hale)?;
     let reason = body.map(|Json(b)| b.reason).unwrap_or_default();
     let h = hale.clone();
     let node = id.clone();
@@ -264,15 +267,20 @@ async fn drain(
     .await
 }
 
+/// Changes to nodes are the leader's: a follower would queue what it may not
+/// perform, or keep a record the leader never sees.
+fn leader(hale: &Hale) -> ApiResult<()> {
+    hale.leading()
+        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_leader", e))
+}
+
 /// Apply an operator's verb to node `id` and answer with the node as it now is.
 async fn operate(
     hale: Arc<Hale>,
     id: String,
     verb: impl FnOnce(&mut Fleet, Time, &str) -> Result<Outcome, CoreError> + Send + 'static,
 ) -> ApiResult<Json<crate::view::NodeView>> {
-    // A follower would only queue what it may not perform.
-    hale.leading()
-        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_leader", e))?;
+    leader(&hale)?;
     let h = hale.clone();
     let node = id.clone();
     blocking(move || h.apply(|fleet, _, now| verb(fleet, now, &node))).await?;

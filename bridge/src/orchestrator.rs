@@ -38,6 +38,8 @@ pub struct Workload {
     pub owner: String,
     /// It declared `on-node-fault`: safe to run again from the beginning elsewhere.
     pub restart_on_node_fault: bool,
+    /// The orchestrator's unique id of this instance, where it has one (a pod's uid).
+    pub uid: Option<String>,
 }
 
 /// What a fault eviction does with each workload: move the ones that declared they
@@ -71,6 +73,11 @@ pub trait Orchestrator: Send + Sync {
     fn leads(&self) -> bool {
         true
     }
+    /// Changes each time this replica becomes leader, so a new term is noticed
+    /// even when the leadership was lost and regained between two looks.
+    fn term(&self) -> u64 {
+        0
+    }
     /// The replica that leads, as last seen, for a follower's refusals.
     fn leader(&self) -> Option<String> {
         None
@@ -87,17 +94,19 @@ pub trait Orchestrator: Send + Sync {
     /// Keep new work off (`on`) or let it back, without cordoning.
     fn gate<'a>(&'a self, node: &'a str, on: bool) -> Fut<'a, ()>;
     /// Passive: cordon only. Active: also stop running work so it runs elsewhere;
-    /// returns how many allocations were requeued.
-    fn drain<'a>(&'a self, node: &'a str, active: bool) -> Fut<'a, u32>;
+    /// returns how many allocations were requeued (`moved`) and how many a
+    /// disruption budget kept on the node (`blocked`).
+    fn drain<'a>(&'a self, node: &'a str, active: bool) -> Fut<'a, Done>;
     fn workloads<'a>(&'a self, node: &'a str) -> Fut<'a, Vec<Workload>>;
-    /// Move `moved` elsewhere, fail `failed` with `message`.
+    /// Move `moved` elsewhere, fail `failed` with `message`; returns the ids of
+    /// those a disruption budget kept on the node (neither moved nor failed).
     fn evict<'a>(
         &'a self,
         node: &'a str,
         moved: &'a [&'a Workload],
         failed: &'a [&'a Workload],
         message: &'a str,
-    ) -> Fut<'a, ()>;
+    ) -> Fut<'a, Vec<String>>;
     /// Terminate the node; one already gone counts as done.
     fn terminate<'a>(&'a self, node: &'a str) -> Fut<'a, ()>;
     /// At shutdown, after the last action: let another replica lead at once.
@@ -119,7 +128,7 @@ pub async fn perform(
         Action::Cordon { by, reason } => orchestrator.cordon(node, by.as_str(), reason).await?,
         Action::Uncordon => orchestrator.uncordon(node).await?,
         Action::Gate { on } => orchestrator.gate(node, *on).await?,
-        Action::Drain { active, .. } => done.moved = orchestrator.drain(node, *active).await?,
+        Action::Drain { active, .. } => done = orchestrator.drain(node, *active).await?,
         Action::Evict {
             message,
             max_restarts,
@@ -127,10 +136,12 @@ pub async fn perform(
         } => {
             let workloads = orchestrator.workloads(node).await?;
             let (moved, failed) = plan_eviction(&workloads, moves, *max_restarts);
-            orchestrator.evict(node, &moved, &failed, message).await?;
-            done.moved = moved.len() as u32;
-            done.failed = failed.len() as u32;
-            done.moved_owners = moved.iter().map(|w| w.owner.clone()).collect();
+            let blocked = orchestrator.evict(node, &moved, &failed, message).await?;
+            let left = |w: &&&Workload| !blocked.contains(&w.id);
+            done.moved = moved.iter().filter(left).count() as u32;
+            done.failed = failed.iter().filter(left).count() as u32;
+            done.blocked = blocked.len() as u32;
+            done.moved_owners = moved.iter().filter(left).map(|w| w.owner.clone()).collect();
         }
         Action::Terminate => orchestrator.terminate(node).await?,
     }
@@ -157,8 +168,8 @@ impl Orchestrator for NoOrchestrator {
     fn gate<'a>(&'a self, _: &'a str, _: bool) -> Fut<'a, ()> {
         Box::pin(async { Ok(()) })
     }
-    fn drain<'a>(&'a self, _: &'a str, _: bool) -> Fut<'a, u32> {
-        Box::pin(async { Ok(0) })
+    fn drain<'a>(&'a self, _: &'a str, _: bool) -> Fut<'a, Done> {
+        Box::pin(async { Ok(Done::default()) })
     }
     fn workloads<'a>(&'a self, _: &'a str) -> Fut<'a, Vec<Workload>> {
         Box::pin(async { Ok(Vec::new()) })
@@ -169,8 +180,8 @@ impl Orchestrator for NoOrchestrator {
         _: &'a [&'a Workload],
         _: &'a [&'a Workload],
         _: &'a str,
-    ) -> Fut<'a, ()> {
-        Box::pin(async { Ok(()) })
+    ) -> Fut<'a, Vec<String>> {
+        Box::pin(async { Ok(Vec::new()) })
     }
     fn terminate<'a>(&'a self, node: &'a str) -> Fut<'a, ()> {
         Box::pin(async move {
@@ -190,6 +201,7 @@ mod tests {
             id: id.into(),
             owner: owner.into(),
             restart_on_node_fault: restart,
+            uid: None,
         }
     }
 

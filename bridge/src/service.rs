@@ -503,14 +503,15 @@ impl Hale {
     /// cluster as the previous leader left it, so what that one already did is
     /// seen as done (and the orchestrator's verbs, asked again, change nothing).
     pub async fn act_loop(self: Arc<Self>) {
-        let mut leading = false;
+        let mut term = None;
         loop {
             let leads = self.orchestrator.leads();
-            if leads && !leading {
+            let now = self.orchestrator.term();
+            if leads && term != Some(now) {
                 info!("leading: taking in the cluster before acting");
                 self.sync_inventory().await;
+                term = Some(now);
             }
-            leading = leads;
             if leads {
                 self.act_pending();
             }
@@ -541,9 +542,19 @@ impl Hale {
         }
     }
 
+    /// What to publish: nothing until this process has had trusted input (a
+    /// restarted hale knows its nodes, but not yet whether their alerts still fire)
+    /// or has given up waiting for it (every node then reads as not seen).
     fn reports(&self) -> Vec<Report> {
         let cfg = self.config();
         let fleet = self.lock_fleet();
+        let trust = &fleet.trust;
+        let seen = trust
+            .last_trusted
+            .is_some_and(|t| t >= trust.watching_since);
+        if !seen && !trust.stale {
+            return Vec::new();
+        }
         fleet
             .nodes
             .values()
@@ -551,7 +562,7 @@ impl Hale {
                 id: n.id.clone(),
                 score: n.score.as_ref().map(|s| s.value),
                 health: n.health(cfg.settings_for(&n.labels)),
-                stale: n.conditions.contains_key(TELEMETRY_STALE),
+                stale: trust.stale || n.conditions.contains_key(TELEMETRY_STALE),
                 conditions: n
                     .conditions
                     .iter()

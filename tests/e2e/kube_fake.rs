@@ -55,7 +55,8 @@ struct Cluster {
     /// Apart: the chart grants leases in a namespaced Role, the rest cluster-wide.
     served_leases: BTreeSet<(String, String)>,
     requests: Vec<Request>,
-    revoked: BTreeSet<String>,
+    /// Tokens refused on Leases only (their Role taken away).
+    lease_forbidden: BTreeSet<String>,
     /// Everything but nodes and events, by (resource, namespace or "", name).
     objects: BTreeMap<(String, String, String), Value>,
     budgets: BTreeMap<(String, String), Budget>,
@@ -582,8 +583,8 @@ fn request_info(method: &Method, path: &str, query: Option<&str>) -> (String, St
     (verb.into(), resource, name.into())
 }
 
-/// Ahead of every endpoint: a revoked token is refused as the real server refuses
-/// an invalid one, anything else is recorded and served.
+/// Ahead of every endpoint: a token forbidden the Leases is refused there as RBAC
+/// refuses it; anything else is recorded and served.
 async fn gate(
     State(fake): State<FakeApi>,
     request: axum::extract::Request,
@@ -603,8 +604,14 @@ async fn gate(
     );
     {
         let mut c = fake.state.lock().unwrap();
-        if c.revoked.contains(&user) {
-            return status(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized");
+        if resource == "leases" && c.lease_forbidden.contains(&user) {
+            return status(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                &format!(
+                    "leases.coordination.k8s.io \"{name}\" is forbidden: User \"{user}\" cannot {verb} resource \"leases\" in API group \"coordination.k8s.io\""
+                ),
+            );
         }
         let pair = (verb.clone(), resource.clone());
         if resource == "leases" {
@@ -885,10 +892,14 @@ impl FakeApi {
         self.state.lock().unwrap().requests.clone()
     }
 
-    /// From now on, answer `token` 401 Unauthorized: one replica cut off the API
-    /// server.
-    pub fn revoke(&self, token: &str) {
-        self.state.lock().unwrap().revoked.insert(token.into());
+    /// From now on, refuse `token` every request on Leases (403), and nothing
+    /// else: one replica that cannot renew while it still could write Nodes.
+    pub fn forbid_leases(&self, token: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .lease_forbidden
+            .insert(token.into());
     }
 
     /// Create or replace a pod, as its controller and the scheduler would.
@@ -1671,7 +1682,7 @@ pub fn kubeconfig(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
 }
 
 /// A kubeconfig pointing at the fake with the bearer `token`: one replica's
-/// identity in `requests()`, and what `revoke` cuts off.
+/// identity in `requests()`, and what `forbid_leases` cuts off.
 pub fn kubeconfig_as(dir: &std::path::Path, url: &str, token: &str) -> std::path::PathBuf {
     // A JSON string is a YAML string, whatever the token holds.
     let user = format!("{{token: {}}}", json!(token));

@@ -219,7 +219,7 @@ async fn conditions_score_and_health_are_published_on_the_node() -> Served {
     let mut am = Alertmanager::start(None).await;
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = kubeconfig(dir.path(), &fake.url);
-    let extra = kube_extra(&kubeconfig, ", conditionLinger: 4s, conditionHeartbeat: 2s");
+    let extra = kube_extra(&kubeconfig, ", conditionLinger: 6s, conditionHeartbeat: 2s");
     let hale = Hale::start(dir.path(), &am.url, &extra).await;
     am.fire(&[
         watchdog(),
@@ -287,19 +287,27 @@ async fn conditions_score_and_health_are_published_on_the_node() -> Served {
     })
     .await;
     let cleared_at = std::time::Instant::now();
-    let c = condition(&node, ctype).unwrap();
-    assert_eq!(c["reason"], "AlertIsNotFiring");
-    assert_ne!(
-        c["lastTransitionTime"],
-        node["status"]["conditions"][0]["lastTransitionTime"]
+    let cleared = condition(&node, ctype).unwrap();
+    assert_eq!(cleared["reason"], "AlertIsNotFiring");
+    let time = |c: &Value, key: &str| {
+        c[key]
+            .as_str()
+            .unwrap()
+            .parse::<chrono::DateTime<chrono::Utc>>()
+            .unwrap()
+    };
+    assert!(
+        time(cleared, "lastTransitionTime") > time(&c, "lastTransitionTime"),
+        "the transition to False moved lastTransitionTime: {cleared} after {c}"
     );
     fake_until("removed after the linger", &fake, "n-1", |n| {
         condition(n, ctype).is_none()
     })
     .await;
+    // Whole-second timestamps and polling: at least 4 of the linger's 6 seconds.
     assert!(
-        cleared_at.elapsed() >= Duration::from_secs(2),
-        "removed after {:?}, before the 4 s linger",
+        cleared_at.elapsed() >= Duration::from_secs(4),
+        "removed after {:?}, before the 6 s linger",
         cleared_at.elapsed()
     );
     let node = fake.node("n-1");
@@ -388,6 +396,19 @@ async fn drains_and_fault_evictions_go_through_the_eviction_api() -> Served {
         "metadata": {"name": "cache", "namespace": "ml",
             "annotations": {"hale.dev/restart": "on-node-fault"}}}));
     fake.put_pod(pod("etl", "etl-0", "w-2", Some(("Job", "etl")), json!({})));
+    // w-3: a database whose budget never allows a disruption.
+    let mut db = pod(
+        "data",
+        "db-0",
+        "w-3",
+        Some(("StatefulSet", "db")),
+        json!({}),
+    );
+    db["metadata"]["labels"] = json!({"app": "db"});
+    fake.put_pod(db);
+    fake.put_object(json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "db", "namespace": "data"}}));
+    fake.pdb("db-pdb", "data", json!({"app": "db"}), 0);
     fake.put_object(json!({"apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": "etl", "namespace": "etl"}}));
 
@@ -396,7 +417,7 @@ async fn drains_and_fault_evictions_go_through_the_eviction_api() -> Served {
     let kubeconfig = kubeconfig(dir.path(), &fake.url);
     let extra = format!(
         "nodeHealth: {{ evictOnFaultClasses: [GPU_ECC_ERRORS] }}\n{}",
-        kube_extra(&kubeconfig, ", evictionTimeout: 60s")
+        kube_extra(&kubeconfig, ", evictionTimeout: 8s")
     );
     let hale = Hale::start(dir.path(), &am.url, &extra).await;
     let mut alerts = vec![watchdog()];
@@ -480,6 +501,15 @@ async fn drains_and_fault_evictions_go_through_the_eviction_api() -> Served {
     let events = fake.events();
     assert_eq!(events.len(), 1, "one Event, on the failed pod: {events:?}");
     assert_eq!(events[0]["involvedObject"]["name"], "etl-0");
+    let etl = fake
+        .evicted()
+        .into_iter()
+        .find(|p| p["metadata"]["name"] == "etl-0")
+        .unwrap();
+    assert_eq!(
+        events[0]["involvedObject"]["uid"], etl["metadata"]["uid"],
+        "kubectl describe pod finds events by uid"
+    );
     assert_eq!(events[0]["type"], "Warning");
     assert!(
         events[0]["message"].as_str().unwrap().contains("node w-2"),
@@ -487,6 +517,48 @@ async fn drains_and_fault_evictions_go_through_the_eviction_api() -> Served {
         events[0]["message"]
     );
     assert_eq!(fake.node("w-2")["spec"]["unschedulable"], true);
+
+    // A budget that never gives way: after evictionTimeout the pod stays, the drain
+    // is recorded with what it could not move, and nothing is retried behind the
+    // operator's back.
+    let r = reqwest::Client::new()
+        .post(format!("{}/drain", hale.node_url("w-3")))
+        .bearer_auth(TOKEN)
+        .json(&json!({"active": true, "reason": "disk swap"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let drained = eventually("w-3 drain recorded", Duration::from_secs(30), || async {
+        let e = hale.events("w-3", "type=NODE_DRAINED").await;
+        e["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["active"] == true)
+            .cloned()
+    })
+    .await;
+    assert_eq!(
+        (drained["moved"].clone(), drained["blocked"].clone()),
+        (json!(0), json!(1))
+    );
+    assert!(
+        drained["message"]
+            .as_str()
+            .unwrap()
+            .contains("held on the node"),
+        "{drained}"
+    );
+    assert!(fake.pods().iter().any(|p| p["metadata"]["name"] == "db-0"));
+    let attempts = fake.eviction_attempts("data", "db-0");
+    assert!(attempts >= 3, "{attempts} attempts in 8 s of backoff");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        fake.eviction_attempts("data", "db-0"),
+        attempts,
+        "retried after giving up"
+    );
     served(&fake)
 }
 
@@ -498,10 +570,23 @@ async fn replacement_deletes_the_machine_or_nodeclaim_once_the_node_is_empty() -
         "cluster.x-k8s.io/machine": "m-1", "cluster.x-k8s.io/cluster-namespace": "capi"});
     nodes[2]["metadata"]["ownerReferences"] = json!([{"apiVersion": "karpenter.sh/v1",
         "kind": "NodeClaim", "name": "nc-2", "uid": "uid-nc-2"}]);
+    // r-4: a control plane's Machine, which nothing would bring back.
+    nodes[4]["metadata"]["annotations"] = json!({
+        "cluster.x-k8s.io/machine": "cp-4", "cluster.x-k8s.io/cluster-namespace": "capi"});
     let fake = FakeApi::start(nodes).await;
     fake.put_object(
         json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
-        "metadata": {"name": "m-1", "namespace": "capi"}, "status": {"nodeRef": {"name": "r-1"}}}),
+        "metadata": {"name": "m-1", "namespace": "capi", "ownerReferences": [{
+            "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "MachineSet",
+            "name": "workers-abc", "uid": "uid-ms", "controller": true}]},
+        "status": {"nodeRef": {"name": "r-1"}}}),
+    );
+    fake.put_object(
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+        "metadata": {"name": "cp-4", "namespace": "capi", "ownerReferences": [{
+            "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "KubeadmControlPlane",
+            "name": "cp", "uid": "uid-kcp", "controller": true}]},
+        "status": {"nodeRef": {"name": "r-4"}}}),
     );
     fake.put_object(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
         "metadata": {"name": "nc-2"}, "status": {"nodeName": "r-2"}}));
@@ -536,7 +621,7 @@ async fn replacement_deletes_the_machine_or_nodeclaim_once_the_node_is_empty() -
     am.fire(&alerts).await;
     hale.wait_node("reported", "r-9", |n| n["score"] == 100)
         .await;
-    let broken: Vec<Value> = (1..=3)
+    let broken: Vec<Value> = (1..=4)
         .flat_map(|i| {
             let n = format!("r-{i}");
             [gpu_ecc_uncorrectable(&n), smart_failing(&n)]
@@ -589,6 +674,22 @@ async fn replacement_deletes_the_machine_or_nodeclaim_once_the_node_is_empty() -
     })
     .await;
     assert_eq!(halted["guardrail"], "notProvisioned", "{halted}");
+    // r-4's Machine belongs to a control plane: refused, and kept.
+    let halted = eventually("r-4 refused", Duration::from_secs(20), || async {
+        let e = hale.events("r-4", "type=POLICY_HALTED").await;
+        e["events"].as_array().unwrap().first().cloned()
+    })
+    .await;
+    assert_eq!(halted["guardrail"], "terminationRejected", "{halted}");
+    assert!(fake.object("Machine", Some("capi"), "cp-4").is_some());
+    // A replaced node is on its way out: marked, out of the fleet hale schedules
+    // for, never replaced twice while its owner's controller removes it.
+    let r1 = fake.node("r-1");
+    assert!(
+        r1["metadata"]["annotations"]["hale.dev/replaced-at"].is_string(),
+        "{r1}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
         fake.deleted(),
         [
@@ -658,6 +759,14 @@ async fn two_replicas_one_leader_and_a_handover_without_double_action() -> Serve
     .await;
     b.wait_node("b saw it too", "g-1", |n| n["status"] == "Cordoned")
         .await;
+    // The operator puts g-1 back in service: both replicas record it, and what b
+    // had decided about g-1 must not come back when b leads.
+    fake.kubectl("g-1", json!({"spec": {"unschedulable": null}}));
+    for replica in [&a, &b] {
+        replica
+            .wait_node("uncordon seen", "g-1", |n| n["status"] == "Ready")
+            .await;
+    }
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // Only the leader writes and publishes node series; the follower refuses verbs.
@@ -677,8 +786,9 @@ async fn two_replicas_one_leader_and_a_handover_without_double_action() -> Serve
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"], "not_leader");
 
-    // a loses the API server: it must stop leading before b starts.
-    fake.revoke("replica-a");
+    // a can no longer renew the Lease, though it could still write Nodes: it must
+    // stop acting on its own, before b starts.
+    fake.forbid_leases("replica-a");
     let cut = std::time::Instant::now();
     loop {
         let (la, lb) = (leads(&a).await, leads(&b).await);
@@ -689,20 +799,34 @@ async fn two_replicas_one_leader_and_a_handover_without_double_action() -> Serve
         assert!(cut.elapsed() < Duration::from_secs(30), "b never took over");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // b carries on from where a left: g-1 is not cordoned again, g-2 is b's to do.
+    let handover = fake.requests().len();
+    // b carries on from where a left: g-2 is b's to cordon, a does nothing more,
+    // and g-1 stays in service.
     am.fire(&[gpu_ecc_uncorrectable("g-2")]).await;
     fake_until("g-2 cordoned by b", &fake, "g-2", |n| {
         n["spec"]["unschedulable"] == true
     })
     .await;
     assert!(asked(&fake, "replica-b", "patch", "nodes", "g-2") > 0);
+    a.wait_node("a decided it too", "g-2", |n| n["status"] == "Cordoned")
+        .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let late: Vec<_> = fake.requests()[handover..]
+        .iter()
+        .filter(|r| r.user == "replica-a" && r.resource != "leases" && r.verb == "patch")
+        .cloned()
+        .collect();
+    assert!(late.is_empty(), "a wrote after b took over: {late:?}");
+    assert_eq!(
+        fake.node("g-1")["spec"]["unschedulable"],
+        Value::Null,
+        "g-1 re-cordoned"
+    );
     assert_eq!(
         asked(&fake, "replica-b", "patch", "nodes", "g-1"),
         0,
-        "g-1 acted on twice"
+        "b acted on g-1"
     );
-    assert_eq!(asked(&fake, "replica-b", "patch", "nodes/status", "g-1"), 0);
     let lease = fake.lease("default", "hale").unwrap();
     let holder = lease["spec"]["holderIdentity"].as_str().unwrap();
     assert!(holder.ends_with(&format!("-{}", b.pid())), "{lease}");

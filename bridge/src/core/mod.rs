@@ -386,6 +386,10 @@ pub struct Trust {
     pub trusted_since: Option<Time>,
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 fn epoch() -> Time {
     DateTime::<Utc>::UNIX_EPOCH
 }
@@ -527,11 +531,18 @@ pub enum EventKind {
         reason: String,
         /// Allocations stopped and run again elsewhere (active drains).
         moved: u32,
+        /// Allocations a disruption budget kept on the node past the orchestrator's
+        /// timeout (they still run there).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        blocked: u32,
     },
     NodeEvicted {
         fault_class: String,
         moved: u32,
         failed: u32,
+        /// As for `NODE_DRAINED`: left running on the faulty node.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        blocked: u32,
     },
     NodeReplaced {},
 }

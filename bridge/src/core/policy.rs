@@ -251,6 +251,8 @@ pub struct Done {
     pub failed: u32,
     /// The owners of the moved allocations (their restarts are counted).
     pub moved_owners: Vec<String>,
+    /// Allocations a disruption budget kept on the node past the timeout.
+    pub blocked: u32,
 }
 
 /// What the guardrails count across nodes.
@@ -556,6 +558,7 @@ impl Policy<'_, '_> {
                     active: false,
                     reason: reason.clone(),
                     moved: 0,
+                    blocked: 0,
                 },
                 format!("drained (passive) by hale: {reason}"),
             );
@@ -944,6 +947,7 @@ impl Fleet {
                     active: false,
                     reason: reason.into(),
                     moved: 0,
+                    blocked: 0,
                 },
                 format!("drained (passive) by operator: {reason}"),
             ));
@@ -1043,6 +1047,11 @@ impl Fleet {
                     node.policy.conclusion = None;
                     node.policy.uncordoned_at = Some(now);
                     node.status = Status::Ready;
+                    // As with hale's own uncordon: what was queued to take the node
+                    // out (an eviction, a termination) is withdrawn with it.
+                    node.policy
+                        .pending
+                        .retain(|p| matches!(p.action, Action::Gate { .. }));
                     out.events.push(event(
                         &o.id,
                         now,
@@ -1121,10 +1130,12 @@ impl Fleet {
                     active: true,
                     reason: reason.clone(),
                     moved: done.moved,
+                    blocked: done.blocked,
                 },
                 format!(
-                    "drained (active) by operator: {reason}; {} allocation(s) requeued",
-                    done.moved
+                    "drained (active) by operator: {reason}; {} allocation(s) requeued{}",
+                    done.moved,
+                    held(done.blocked)
                 ),
             )),
             Action::Evict { fault_class, .. } => {
@@ -1138,10 +1149,13 @@ impl Fleet {
                         fault_class: fault_class.clone(),
                         moved: done.moved,
                         failed: done.failed,
+                        blocked: done.blocked,
                     },
                     format!(
-                        "evicted on {fault_class}: {} allocation(s) moved, {} failed",
-                        done.moved, done.failed
+                        "evicted on {fault_class}: {} allocation(s) moved, {} failed{}",
+                        done.moved,
+                        done.failed,
+                        held(done.blocked)
                     ),
                 ));
             }
@@ -1214,6 +1228,14 @@ impl Fleet {
         );
         out
     }
+}
+
+/// The part of a drain's or eviction's message about what stayed behind.
+fn held(blocked: u32) -> String {
+    if blocked == 0 {
+        return String::new();
+    }
+    format!("; {blocked} held on the node by a disruption budget past the timeout")
 }
 
 /// Out of service by `by`: cordoned, and the orchestrator asked to cordon.

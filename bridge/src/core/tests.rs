@@ -1166,7 +1166,14 @@ fn policy_detail(e: &Event) -> String {
             fault_class,
             moved,
             failed,
+            blocked: 0,
         } => format!("NODE_EVICTED {fault_class} moved={moved} failed={failed}"),
+        EventKind::NodeEvicted {
+            fault_class,
+            moved,
+            failed,
+            blocked,
+        } => format!("NODE_EVICTED {fault_class} moved={moved} failed={failed} blocked={blocked}"),
         other => other.name().to_string(),
     }
 }
@@ -1615,6 +1622,7 @@ fn fault_eviction_acts_in_observe_mode_and_names_the_fault() {
             moved: 1,
             failed: 2,
             moved_owners: vec!["job/train".into()],
+            blocked: 0,
         },
     );
     s.record(out);
@@ -2005,5 +2013,42 @@ fn what_the_cluster_shows_done_is_not_done_again() {
     let out = s.fleet.observe(s.now, &[seen(Status::Ready, false)]);
     s.record(out);
     assert_eq!(s.policy_events(), ["g-0 NODE_UNCORDONED operator"]);
+    assert!(queued(&s).is_empty(), "{:?}", queued(&s));
+}
+
+#[test]
+fn an_uncordon_seen_in_the_cluster_withdraws_a_queued_eviction() {
+    let mut s = script("nodeHealth: { evictOnFaultClasses: [GPU_ECC_ERRORS] }");
+    let mut ids = s.pool("g", 9, "gpu");
+    ids.push("gpu-14".into());
+    s.at(0).report(&ids, &[], low);
+    s.at(30).report(&ids, &["gpu-14"], low);
+    let queued = |s: &Script| -> Vec<&'static str> {
+        s.node("gpu-14")
+            .policy
+            .pending
+            .iter()
+            .map(|p| p.action.name())
+            .collect()
+    };
+    assert_eq!(queued(&s), ["cordon", "evict"]);
+    let seen = |status: Status| policy::Observed {
+        id: "gpu-14".into(),
+        hostname: None,
+        status,
+        labels: [("pool".to_string(), "gpu".to_string())].into(),
+        provisioned: false,
+        allocations: 0,
+        cordoned_by: None,
+        gated: None,
+    };
+    // Another replica cordoned it; an operator then put it back in service before
+    // this one performed the eviction it had queued.
+    let out = s.fleet.observe(s.now, &[seen(Status::Cordoned)]);
+    s.record(out);
+    assert_eq!(queued(&s), ["evict"]);
+    s.at(40);
+    let out = s.fleet.observe(s.now, &[seen(Status::Ready)]);
+    s.record(out);
     assert!(queued(&s).is_empty(), "{:?}", queued(&s));
 }

@@ -7,10 +7,13 @@
 //! before another can start. A takeover needs the Lease unchanged for `duration`
 //! after the holder's last renewal reached the API server, while the holder counts
 //! itself leader only until two thirds of `duration` after it *sent* that renewal.
-//! Every write the adapter makes checks [`Leadership::leads`] first, so the last third
-//! is the margin for a request already in flight.
+//! Every write the adapter makes runs under that deadline ([`Leadership::deadline`]):
+//! one not answered by then is abandoned, so the last third is the margin for a
+//! request already on the wire. A Lease deleted under a holder is waited out the
+//! same way before it is created again.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -18,20 +21,37 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
 use tracing::{info, warn};
 
+/// What `observed` records while the Lease does not exist.
+const ABSENT: &str = "";
+
 /// One replica's standing in the election.
 pub struct Leadership {
     pub identity: String,
     state: Mutex<State>,
+    /// Writes to the cluster in flight, which a release waits for.
+    writing: AtomicUsize,
 }
 
 #[derive(Default)]
 struct State {
     /// Leader until then; `None`: not the leader.
     until: Option<Instant>,
+    /// Counts the times this replica became leader.
+    term: u64,
     /// The holder the Lease last named.
     holder: Option<String>,
-    /// The Lease's resourceVersion as last seen, and when it was first seen.
+    /// The Lease's resourceVersion as last seen ([`ABSENT`] while it does not
+    /// exist), and when that was first seen; `None` before the first look.
     observed: Option<(String, Instant)>,
+}
+
+/// Held while a write is in flight.
+pub struct Writing<'a>(&'a AtomicUsize);
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Leadership {
@@ -39,16 +59,26 @@ impl Leadership {
         Leadership {
             identity,
             state: Mutex::default(),
+            writing: AtomicUsize::new(0),
         }
     }
 
-    /// Whether this replica holds the Lease right now.
-    pub fn leads(&self) -> bool {
+    /// Until when this replica leads; `None`: it does not.
+    pub fn deadline(&self) -> Option<Instant> {
         self.state
             .lock()
             .expect("lease lock")
             .until
-            .is_some_and(|t| Instant::now() < t)
+            .filter(|t| Instant::now() < *t)
+    }
+
+    pub fn leads(&self) -> bool {
+        self.deadline().is_some()
+    }
+
+    /// How many times this replica became leader: a change means a new term.
+    pub fn term(&self) -> u64 {
+        self.state.lock().expect("lease lock").term
     }
 
     /// Who holds the Lease, as last seen.
@@ -56,8 +86,15 @@ impl Leadership {
         self.state.lock().expect("lease lock").holder.clone()
     }
 
-    fn step_down(&self) {
-        self.state.lock().expect("lease lock").until = None;
+    /// Count a write in flight until the guard drops.
+    pub fn writing(&self) -> Writing<'_> {
+        self.writing.fetch_add(1, Ordering::AcqRel);
+        Writing(&self.writing)
+    }
+
+    /// Stop leading now; returns until when it would have led.
+    fn step_down(&self) -> Option<Instant> {
+        self.state.lock().expect("lease lock").until.take()
     }
 }
 
@@ -69,16 +106,20 @@ fn micro_now() -> MicroTime {
     )
 }
 
-/// Keep trying to hold `name` in `namespace` for as long as the process runs.
+/// Keep trying to hold `name` for as long as the task runs.
 pub async fn run(api: Api<Lease>, name: String, duration: Duration, me: &Leadership) {
     let seconds = duration.as_secs().max(1) as i32;
     let renew_deadline = duration * 2 / 3;
     loop {
         let sent = Instant::now();
-        match attempt(&api, &name, seconds, duration, me).await {
-            Ok(true) => {
+        // A hung request must not hold the loop: the next round starts afresh.
+        let round =
+            tokio::time::timeout(duration / 3, attempt(&api, &name, seconds, duration, me)).await;
+        match round {
+            Ok(Ok(true)) => {
                 let mut s = me.state.lock().expect("lease lock");
-                if s.until.is_none_or(|t| t <= sent) {
+                if s.until.is_none_or(|t| t <= Instant::now()) {
+                    s.term += 1;
                     info!(
                         lease = name,
                         identity = me.identity,
@@ -88,21 +129,37 @@ pub async fn run(api: Api<Lease>, name: String, duration: Duration, me: &Leaders
                 s.until = Some(sent + renew_deadline);
                 s.holder = Some(me.identity.clone());
             }
-            Ok(false) => {
-                if me.leads() {
+            Ok(Ok(false)) => {
+                if me.step_down().is_some_and(|t| Instant::now() < t) {
                     warn!(
                         lease = name,
                         "the Lease is held by another replica: stepping down"
                     );
                 }
-                me.step_down();
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 // Leadership lapses on its own at its deadline; nothing else to do.
                 warn!(lease = name, error = %e, "could not read or renew the Lease");
             }
+            Err(_) => warn!(
+                lease = name,
+                "the API server did not answer about the Lease in time"
+            ),
         }
         tokio::time::sleep(duration / 3).await;
+    }
+}
+
+/// Whether a Lease last seen as `version` has been so for `held_for`, starting the
+/// clock when the version is new to this replica.
+fn unchanged_for(me: &Leadership, version: &str, held_for: Duration) -> bool {
+    let mut s = me.state.lock().expect("lease lock");
+    match &s.observed {
+        Some((v, at)) if v == version => at.elapsed() >= held_for,
+        _ => {
+            s.observed = Some((version.to_string(), Instant::now()));
+            false
+        }
     }
 }
 
@@ -115,6 +172,12 @@ async fn attempt(
     me: &Leadership,
 ) -> kube::Result<bool> {
     let Some(mut lease) = api.get_opt(name).await? else {
+        // Deleted under a holder that may still think it leads: wait it out. Only
+        // a replica that never saw the Lease (the first start) creates it at once.
+        let first_look = me.state.lock().expect("lease lock").observed.is_none();
+        if !first_look && !unchanged_for(me, ABSENT, duration) {
+            return Ok(false);
+        }
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(name.into()),
@@ -138,22 +201,12 @@ async fn attempt(
     let spec = lease.spec.clone().unwrap_or_default();
     let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
     let version = lease.metadata.resource_version.clone().unwrap_or_default();
-    let expired = {
-        let mut s = me.state.lock().expect("lease lock");
-        s.holder = holder.clone();
-        let seen_at = match &s.observed {
-            Some((v, at)) if *v == version => *at,
-            _ => {
-                s.observed = Some((version, Instant::now()));
-                Instant::now()
-            }
-        };
-        // The holder's own duration if it says one, else ours.
-        let held_for = spec
-            .lease_duration_seconds
-            .map_or(duration, |d| Duration::from_secs(d.max(0) as u64));
-        seen_at.elapsed() >= held_for
-    };
+    me.state.lock().expect("lease lock").holder = holder.clone();
+    // The holder's own duration if it says one, else ours.
+    let held_for = spec
+        .lease_duration_seconds
+        .map_or(duration, |d| Duration::from_secs(d.max(0) as u64));
+    let expired = unchanged_for(me, &version, held_for);
     let mine = holder.as_deref() == Some(me.identity.as_str());
     if holder.is_some() && !mine && !expired {
         return Ok(false);
@@ -179,10 +232,16 @@ async fn attempt(
     }
 }
 
-/// Give the Lease up at shutdown, after this replica stopped acting, so the next
-/// leader need not wait out the duration.
+/// Give the Lease up at shutdown so the next leader need not wait out the duration:
+/// stop leading, let the writes in flight finish (no later than the deadline they
+/// run under), then clear the holder. The caller has stopped the renewal loop.
 pub async fn release(api: &Api<Lease>, name: &str, me: &Leadership) {
-    me.step_down();
+    let Some(until) = me.step_down() else {
+        return;
+    };
+    while me.writing.load(Ordering::Acquire) > 0 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let Ok(Some(mut lease)) = api.get_opt(name).await else {
         return;
     };

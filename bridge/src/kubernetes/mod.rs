@@ -15,6 +15,7 @@ mod lease;
 mod pods;
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,7 +35,7 @@ pub use pods::{ON_NODE_FAULT, RESTART};
 
 use crate::config::OrchestratorConfig;
 use crate::core::Status;
-use crate::core::policy::Actor;
+use crate::core::policy::{Actor, Done};
 use crate::orchestrator::{Fut, Observed, Orchestrator, OrchestratorError, Report, Workload};
 
 /// Annotation: who took the node out of service.
@@ -68,6 +69,8 @@ pub struct Kubernetes {
     leadership: Arc<Leadership>,
     lease: Api<Lease>,
     lease_name: String,
+    /// The election's renewal loop, stopped before the Lease is released.
+    election: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// This replica's name: the pod's (the chart sets `POD_NAME`), else host and pid.
@@ -145,7 +148,7 @@ impl Kubernetes {
         let leadership = Arc::new(Leadership::new(identity()));
         info!(lease = %cfg.lease.name, namespace, identity = %leadership.identity,
             "joining the leader election");
-        tokio::spawn({
+        let election = tokio::spawn({
             let (api, name, duration, me) = (
                 lease.clone(),
                 cfg.lease.name.clone(),
@@ -171,18 +174,30 @@ impl Kubernetes {
             leadership,
             lease,
             lease_name: cfg.lease.name.clone(),
+            election: Mutex::new(Some(election)),
         }))
     }
 
-    /// Refuse every write while this replica does not hold the Lease.
-    fn must_lead(&self) -> crate::orchestrator::Result<()> {
-        if self.leadership.leads() {
-            return Ok(());
-        }
-        Err(OrchestratorError::Transient(format!(
-            "this replica does not hold the Lease (leader: {})",
-            self.leadership.holder().as_deref().unwrap_or("none yet")
-        )))
+    /// Run one write to the cluster as the leader: refused while this replica does
+    /// not hold the Lease, abandoned if not answered before its leadership ends.
+    async fn lead<T>(
+        &self,
+        write: impl Future<Output = kube::Result<T>>,
+    ) -> crate::orchestrator::Result<kube::Result<T>> {
+        let Some(until) = self.leadership.deadline() else {
+            return Err(OrchestratorError::Transient(format!(
+                "this replica does not hold the Lease (leader: {})",
+                self.leadership.holder().as_deref().unwrap_or("none yet")
+            )));
+        };
+        let _writing = self.leadership.writing();
+        tokio::time::timeout_at(until.into(), write)
+            .await
+            .map_err(|_| {
+                OrchestratorError::Transient(
+                    "the leadership ended before the API server answered".into(),
+                )
+            })
     }
 
     fn remember(&self, node: &str, updated: Node) {
@@ -193,11 +208,12 @@ impl Kubernetes {
     }
 
     async fn merge(&self, node: &str, patch: serde_json::Value) -> crate::orchestrator::Result<()> {
-        self.must_lead()?;
         let updated = self
-            .nodes
-            .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
+            .lead(
+                self.nodes
+                    .patch(node, &PatchParams::default(), &Patch::Merge(&patch)),
+            )
+            .await?
             .map_err(classify)?;
         self.remember(node, updated);
         Ok(())
@@ -252,15 +268,13 @@ impl Kubernetes {
         };
         let now = chrono::Utc::now();
         if let Some(patch) = conditions::status_patch(&node, report, &self.settings.style, now) {
-            self.must_lead()?;
             let updated = self
-                .nodes
-                .patch_status(
+                .lead(self.nodes.patch_status(
                     &report.id,
                     &PatchParams::default(),
                     &Patch::Strategic(&patch),
-                )
-                .await
+                ))
+                .await?
                 .map_err(classify)?;
             self.remember(&report.id, updated);
         }
@@ -495,15 +509,19 @@ impl Orchestrator for Kubernetes {
 
     /// Passive: the cordon that precedes it is the whole of it. Active: every
     /// movable pod evicted, PodDisruptionBudgets permitting.
-    fn drain<'a>(&'a self, node: &'a str, active: bool) -> Fut<'a, u32> {
+    fn drain<'a>(&'a self, node: &'a str, active: bool) -> Fut<'a, Done> {
         Box::pin(async move {
             if !active {
-                return Ok(0);
+                return Ok(Done::default());
             }
             let work = self.workloads_on(node).await?;
-            let ids: Vec<&str> = work.iter().map(|w| w.id.as_str()).collect();
-            self.evict_all(node, &ids).await?;
-            Ok(ids.len() as u32)
+            let all: Vec<&Workload> = work.iter().collect();
+            let blocked = self.evict_each(node, &all, &[], "").await?;
+            Ok(Done {
+                moved: (all.len() - blocked.len()) as u32,
+                blocked: blocked.len() as u32,
+                ..Done::default()
+            })
         })
     }
 
@@ -512,22 +530,17 @@ impl Orchestrator for Kubernetes {
     }
 
     /// Both kinds leave the faulty node through the Eviction API (which marks each
-    /// pod `DisruptionTarget`); the failed ones first get an Event saying why.
+    /// pod `DisruptionTarget`); each failed one, once gone, gets an Event saying why.
     fn evict<'a>(
         &'a self,
         node: &'a str,
         moved: &'a [&'a Workload],
         failed: &'a [&'a Workload],
         message: &'a str,
-    ) -> Fut<'a, ()> {
+    ) -> Fut<'a, Vec<String>> {
         Box::pin(async move {
-            for w in failed {
-                if let Err(e) = self.tell_pod(&w.id, message).await {
-                    warn!(node, pod = w.id, error = %e, "could not record the failure on the pod");
-                }
-            }
-            let ids: Vec<&str> = failed.iter().chain(moved).map(|w| w.id.as_str()).collect();
-            self.evict_all(node, &ids).await
+            let all: Vec<&Workload> = failed.iter().chain(moved).copied().collect();
+            self.evict_each(node, &all, failed, message).await
         })
     }
 
@@ -535,8 +548,15 @@ impl Orchestrator for Kubernetes {
         Box::pin(self.replace(node))
     }
 
+    fn term(&self) -> u64 {
+        self.leadership.term()
+    }
+
     fn release(&self) -> Fut<'_, ()> {
         Box::pin(async move {
+            if let Some(election) = self.election.lock().expect("election lock").take() {
+                election.abort();
+            }
             lease::release(&self.lease, &self.lease_name, &self.leadership).await;
             Ok(())
         })

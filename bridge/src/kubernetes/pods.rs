@@ -14,7 +14,7 @@ use kube::api::{
     Preconditions,
 };
 use kube::core::GroupVersionKind;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::{Kubernetes, classify};
 use crate::orchestrator::{OrchestratorError, Result, Workload};
@@ -127,6 +127,7 @@ impl Kubernetes {
                 id: pod_id(pod),
                 owner,
                 restart_on_node_fault: restart,
+                uid: pod.metadata.uid.clone(),
             });
         }
         Ok(out)
@@ -144,51 +145,87 @@ impl Kubernetes {
         }
     }
 
-    /// Evict every pod in `ids` (`namespace/name`), one after the other. A
-    /// PodDisruptionBudget's 429 is retried with backoff until `evictionTimeout`;
-    /// a pod already gone counts as evicted. Stops the moment the lease is lost.
-    pub(super) async fn evict_all(&self, node: &str, ids: &[&str]) -> Result<()> {
-        let deadline = Instant::now() + self.settings.eviction_timeout;
-        for id in ids {
-            let (namespace, name) = id.split_once('/').unwrap_or(("", id));
+    /// Evict `work` from `node`, one pod after the other, while the node is still
+    /// out of service (an operator who put it back withdrew the eviction). A
+    /// PodDisruptionBudget's 429 is retried with backoff for up to
+    /// `evictionTimeout` per pod, then the pod is left where it is and the next one
+    /// tried; a pod already gone counts as evicted. Each pod of `failed`, once
+    /// evicted, gets an Event with `message`. Returns the ids left on the node.
+    pub(super) async fn evict_each(
+        &self,
+        node: &str,
+        work: &[&Workload],
+        failed: &[&Workload],
+        message: &str,
+    ) -> Result<Vec<String>> {
+        let schedulable = self.node_now(node).is_some_and(|n| {
+            !n.spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false)
+        });
+        if schedulable {
+            return Err(OrchestratorError::Refused(format!(
+                "node {node} is schedulable again: nothing evicted"
+            )));
+        }
+        let mut blocked = Vec::new();
+        for w in work {
+            let (namespace, name) = w.id.split_once('/').unwrap_or(("", &w.id));
             let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+            let deadline = Instant::now() + self.settings.eviction_timeout;
             let mut wait = Duration::from_secs(1);
             loop {
-                self.must_lead()?;
-                match pods.evict(name, &EvictParams::default()).await {
+                match self.lead(pods.evict(name, &EvictParams::default())).await? {
                     Ok(_) => {
-                        info!(node, pod = id, "evicted");
+                        info!(node, pod = w.id, "evicted");
+                        if failed.iter().any(|f| f.id == w.id)
+                            && let Err(e) = self.tell_pod(w, message).await
+                        {
+                            warn!(node, pod = w.id, error = %e, "could not record the failure on the pod");
+                        }
                         break;
                     }
                     Err(kube::Error::Api(s)) if s.code == 404 => break,
                     Err(kube::Error::Api(s)) if s.code == 429 => {
                         if Instant::now() + wait > deadline {
-                            return Err(OrchestratorError::Refused(format!(
-                                "node {node}: evicting {id} was refused for {}s by a PodDisruptionBudget: {}",
-                                self.settings.eviction_timeout.as_secs(),
-                                s.message
-                            )));
+                            warn!(
+                                node,
+                                pod = w.id,
+                                timeout_s = self.settings.eviction_timeout.as_secs(),
+                                "a PodDisruptionBudget held the eviction past evictionTimeout; the pod stays"
+                            );
+                            blocked.push(w.id.clone());
+                            break;
                         }
-                        warn!(
+                        debug!(
                             node,
-                            pod = id,
+                            pod = w.id,
                             "a PodDisruptionBudget holds the eviction; retrying"
                         );
                         tokio::time::sleep(wait).await;
                         wait = (wait * 2).min(Duration::from_secs(15));
                     }
+                    // The API server's answer to a pod under two budgets: it will
+                    // not evict the pod until someone fixes the budgets.
+                    Err(kube::Error::Api(s))
+                        if s.message.contains("more than one PodDisruptionBudget") =>
+                    {
+                        warn!(node, pod = w.id, error = %s.message, "cannot evict the pod; it stays");
+                        blocked.push(w.id.clone());
+                        break;
+                    }
                     Err(e) => return Err(classify(e)),
                 }
             }
         }
-        Ok(())
+        Ok(blocked)
     }
 
     /// A Kubernetes Event on the pod saying why its work failed, where `kubectl
-    /// describe pod` and the workload's owner see it.
-    pub(super) async fn tell_pod(&self, id: &str, message: &str) -> Result<()> {
-        self.must_lead()?;
-        let (namespace, name) = id.split_once('/').unwrap_or(("", id));
+    /// describe pod` (which matches the pod's uid) and the workload's owner see it.
+    async fn tell_pod(&self, w: &Workload, message: &str) -> Result<()> {
+        let (namespace, name) = w.id.split_once('/').unwrap_or(("", &w.id));
         let now = chrono::Utc::now();
         let time =
             KubeTime(k8s_openapi::jiff::Timestamp::from_second(now.timestamp()).expect("in range"));
@@ -203,6 +240,7 @@ impl Kubernetes {
                 kind: Some("Pod".into()),
                 name: Some(name.into()),
                 namespace: Some(namespace.into()),
+                uid: w.uid.clone(),
                 ..ObjectReference::default()
             },
             reason: Some("NodeFault".into()),
@@ -224,9 +262,8 @@ impl Kubernetes {
             ..Event::default()
         };
         let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
-        events
-            .create(&PostParams::default(), &event)
-            .await
+        self.lead(events.create(&PostParams::default(), &event))
+            .await?
             .map_err(classify)?;
         Ok(())
     }
@@ -240,6 +277,19 @@ impl Kubernetes {
             return Ok(());
         };
         let annotations = current.metadata.annotations.clone().unwrap_or_default();
+        // Decided while hale had the node out of service; an operator who has put
+        // it back since (or another hale that found it healthy) has the last word.
+        let unschedulable = current
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false);
+        if !unschedulable || annotations.get(super::CORDONED_BY).map(String::as_str) != Some("hale")
+        {
+            return Err(OrchestratorError::Refused(format!(
+                "node {node} is not cordoned by hale any more: nothing deleted"
+            )));
+        }
         let claim = current
             .metadata
             .owner_references
@@ -247,9 +297,7 @@ impl Kubernetes {
             .flatten()
             .find(|o| o.kind == "NodeClaim" && o.api_version.starts_with("karpenter.sh/"))
             .map(|o| o.name.clone());
-        let (api, name): (Api<DynamicObject>, String) = if let Some(machine) =
-            annotations.get(CAPI_MACHINE)
-        {
+        let (api, name, machine) = if let Some(machine) = annotations.get(CAPI_MACHINE) {
             let namespace = annotations
                 .get(CAPI_NAMESPACE)
                 .map_or("default", String::as_str);
@@ -258,14 +306,13 @@ impl Kubernetes {
                 "v1beta1",
                 "Machine",
             ));
-            (
-                Api::namespaced_with(self.client.clone(), namespace, &resource),
-                machine.clone(),
-            )
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), namespace, &resource);
+            (api, machine.clone(), true)
         } else if let Some(claim) = claim {
             let resource =
                 ApiResource::from_gvk(&GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim"));
-            (Api::all_with(self.client.clone(), &resource), claim)
+            (Api::all_with(self.client.clone(), &resource), claim, false)
         } else {
             return Err(OrchestratorError::Refused(format!(
                 "node {node} is owned by no Cluster API Machine or Karpenter NodeClaim; hale deletes nothing it cannot have re-provisioned"
@@ -278,7 +325,8 @@ impl Kubernetes {
             )));
         }
         let Some(owner) = api.get_opt(&name).await.map_err(classify)? else {
-            return Ok(());
+            // Deleted already (by hale before a restart, or by its controller).
+            return self.mark_replaced(node, &annotations).await;
         };
         let names_node = owner
             .data
@@ -290,17 +338,19 @@ impl Kubernetes {
                 "node {node}: {name} does not name this node ({names_node:?}); nothing deleted"
             )));
         }
-        // Marked first: while its owner's controller drains and deletes it, the node
-        // is no longer hale's to score into another replacement.
-        if !annotations.contains_key(REPLACED_AT) {
-            let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-            self.merge(
-                node,
-                serde_json::json!({"metadata": {"annotations": {REPLACED_AT: at}}}),
-            )
-            .await?;
+        // A MachineSet (a MachineDeployment's) brings a deleted Machine back; a
+        // control plane's or a standalone Machine is not hale's to delete.
+        let in_set = owner
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "MachineSet");
+        if machine && !in_set {
+            return Err(OrchestratorError::Refused(format!(
+                "node {node}: Machine {name} belongs to no MachineSet (a control plane's or a standalone Machine) and would not come back; nothing deleted"
+            )));
         }
-        self.must_lead()?;
         let params = DeleteParams {
             preconditions: Some(Preconditions {
                 uid: owner.metadata.uid.clone(),
@@ -308,17 +358,39 @@ impl Kubernetes {
             }),
             ..DeleteParams::background()
         };
-        match api.delete(&name, &params).await {
-            Ok(_) => {
-                info!(
-                    node,
-                    owner = name,
-                    "deleted the node's owner; it is re-provisioned"
-                );
-                Ok(())
-            }
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(classify(e)),
+        match self.lead(api.delete(&name, &params)).await? {
+            Ok(_) => info!(
+                node,
+                owner = name,
+                "deleted the node's owner; it is re-provisioned"
+            ),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(classify(e)),
+        }
+        self.mark_replaced(node, &annotations).await
+    }
+
+    /// Once its owner is deleted, mark the node: while the owner's controller drains
+    /// and removes it, it is out of the fleet hale scores into another replacement.
+    async fn mark_replaced(
+        &self,
+        node: &str,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<()> {
+        if annotations.contains_key(REPLACED_AT) {
+            return Ok(());
+        }
+        let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let marked = self
+            .merge(
+                node,
+                serde_json::json!({"metadata": {"annotations": {REPLACED_AT: at}}}),
+            )
+            .await;
+        match marked {
+            // The node may be gone already: that is the point.
+            Err(OrchestratorError::Refused(_)) | Ok(()) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 }
