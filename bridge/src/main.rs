@@ -64,7 +64,10 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
     tokio::spawn(Arc::clone(&hale).poll_loop());
     tokio::spawn(Arc::clone(&hale).tick_loop());
     tokio::spawn(Arc::clone(&hale).act_loop());
-    tokio::spawn(Arc::clone(&hale).publish_loop());
+    // Only an orchestrator with nodes of its own has somewhere to show hale's view.
+    if cfg.config.orchestrator.kind != OrchestratorKind::None {
+        tokio::spawn(Arc::clone(&hale).publish_loop());
+    }
     tokio::spawn(Arc::clone(&hale).retention_loop());
     tokio::spawn(reload_on_hangup(Arc::clone(&hale)));
     axum::serve(listener, hale::http::router(Arc::clone(&hale)))

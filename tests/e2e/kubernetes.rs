@@ -183,6 +183,14 @@ async fn nodes_cordons_and_the_gate_go_through_the_api_server() -> Served {
         .await
         .unwrap();
     assert_eq!(r.status(), 415);
+    let r = reqwest::Client::new()
+        .patch(format!("{}/api/v1/nodes/g-1", fake.url))
+        .header("content-type", "application/merge-patch+json")
+        .body(r#"{"metadata": {"resourceVersion": "1"}, "spec": {"unschedulable": true}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409, "a stale resourceVersion is a conflict");
 
     served(&fake)
 }

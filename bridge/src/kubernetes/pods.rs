@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Event, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time as KubeTime};
 use kube::api::{
@@ -31,8 +32,10 @@ pub const REPLACED_AT: &str = "hale.dev/replaced-at";
 
 /// A pod a drain must move: not a DaemonSet's (it would come straight back and its
 /// controller tolerates the cordon), not a static pod's mirror (the API cannot delete
-/// it), not finished.
-pub fn movable(pod: &Pod) -> bool {
+/// it), not finished, and not stuck past its deletion (its grace period ended over
+/// a minute ago: a dead node's kubelet will never confirm it, and a replacement
+/// must not wait on it forever).
+pub fn movable(pod: &Pod, now: DateTime<Utc>) -> bool {
     let meta = &pod.metadata;
     let daemon = meta
         .owner_references
@@ -48,7 +51,11 @@ pub fn movable(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.phase.as_deref())
         .is_some_and(|p| p == "Succeeded" || p == "Failed");
-    !daemon && !mirror && !finished
+    let stuck = meta
+        .deletion_timestamp
+        .as_ref()
+        .is_some_and(|t| now.timestamp() > t.0.as_second() + 60);
+    !daemon && !mirror && !finished && !stuck
 }
 
 fn declared(annotations: Option<&BTreeMap<String, String>>) -> bool {
@@ -87,12 +94,9 @@ impl Kubernetes {
 
     /// How many pods a drain would still have to move off `node`.
     pub(super) async fn occupancy(&self, node: &str) -> Result<u32> {
-        Ok(self
-            .pods_on(node)
-            .await?
-            .iter()
-            .filter(|p| movable(p))
-            .count() as u32)
+        let now = Utc::now();
+        let pods = self.pods_on(node).await?;
+        Ok(pods.iter().filter(|p| movable(p, now)).count() as u32)
     }
 
     /// The node's movable pods, each with the owner its restarts count against and
@@ -100,7 +104,8 @@ impl Kubernetes {
     pub(super) async fn workloads_on(&self, node: &str) -> Result<Vec<Workload>> {
         let mut owners: BTreeMap<String, bool> = BTreeMap::new();
         let mut out = Vec::new();
-        for pod in self.pods_on(node).await?.iter().filter(|p| movable(p)) {
+        let now = Utc::now();
+        for pod in self.pods_on(node).await?.iter().filter(|p| movable(p, now)) {
             let namespace = pod.metadata.namespace.clone().unwrap_or_default();
             let controller = pod
                 .metadata
@@ -401,7 +406,9 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn drains_skip_daemonsets_mirrors_and_finished_pods() {
+    fn drains_skip_daemonsets_mirrors_finished_and_stuck_pods() {
+        let now: DateTime<Utc> = "2026-11-30T12:00:00Z".parse().unwrap();
+        let movable = |p: &Pod| movable(p, now);
         let pod = |v: serde_json::Value| -> Pod { serde_json::from_value(v).unwrap() };
         let owned = |kind: &str| {
             json!({"metadata": {"name": "p", "namespace": "ns", "ownerReferences": [
@@ -418,6 +425,14 @@ mod tests {
         )));
         assert!(movable(&pod(
             json!({"metadata": {"name": "p"}, "status": {"phase": "Pending"}})
+        )));
+        // Terminating within its grace period (and a minute): still on the node.
+        assert!(movable(&pod(
+            json!({"metadata": {"name": "p", "deletionTimestamp": "2026-11-30T11:59:30Z"}})
+        )));
+        // Long past it: a dead node's pod, gone in all but name.
+        assert!(!movable(&pod(
+            json!({"metadata": {"name": "p", "deletionTimestamp": "2026-11-30T11:55:00Z"}})
         )));
     }
 }
