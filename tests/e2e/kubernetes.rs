@@ -839,5 +839,14 @@ async fn two_replicas_one_leader_and_a_handover_without_double_action() -> Serve
     let holder = lease["spec"]["holderIdentity"].as_str().unwrap();
     assert!(holder.ends_with(&format!("-{}", b.pid())), "{lease}");
     assert!(lease["spec"]["leaseTransitions"].as_i64().unwrap() >= 1);
+    // SIGTERM: b gives the Lease up rather than leaving the next leader to wait
+    // out its duration (a, cut off from the Leases, cannot take it meanwhile).
+    b.signal("TERM");
+    let released = eventually("the Lease released", Duration::from_secs(15), || async {
+        let lease = fake.lease("default", "hale").unwrap();
+        lease["spec"]["holderIdentity"].is_null().then_some(lease)
+    })
+    .await;
+    assert_eq!(released["spec"]["leaseDurationSeconds"], 1, "{released}");
     served(&fake)
 }
