@@ -1501,21 +1501,24 @@ async fn create_event(
     (StatusCode::CREATED, axum::Json(event)).into_response()
 }
 
+/// A Lease in a create or update body, checked as the API server checks it.
+fn lease_body(headers: &HeaderMap, body: &Bytes, ns: &str) -> Result<Value, Response> {
+    let mut lease = json_body(headers, body)?;
+    check_body(&mut lease, &["coordination.k8s.io/v1"], "Lease", ns)?;
+    micro_times(&lease, &["/spec/acquireTime", "/spec/renewTime"], "Lease")?;
+    Ok(lease)
+}
+
 async fn create_lease(
     State(fake): State<FakeApi>,
     Path(ns): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let mut lease = match json_body(&headers, &body) {
+    let lease = match lease_body(&headers, &body, &ns) {
         Ok(l) => l,
         Err(r) => return r,
     };
-    if let Err(r) = check_body(&mut lease, &["coordination.k8s.io/v1"], "Lease", &ns)
-        .and_then(|()| micro_times(&lease, &["/spec/acquireTime", "/spec/renewTime"], "Lease"))
-    {
-        return r;
-    }
     if lease["metadata"]["resourceVersion"]
         .as_str()
         .is_some_and(|v| !v.is_empty())
@@ -1538,15 +1541,10 @@ async fn update_lease(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let mut lease = match json_body(&headers, &body) {
+    let mut lease = match lease_body(&headers, &body, &ns) {
         Ok(l) => l,
         Err(r) => return r,
     };
-    if let Err(r) = check_body(&mut lease, &["coordination.k8s.io/v1"], "Lease", &ns)
-        .and_then(|()| micro_times(&lease, &["/spec/acquireTime", "/spec/renewTime"], "Lease"))
-    {
-        return r;
-    }
     let body_name = lease["metadata"]["name"].as_str().unwrap_or("");
     if body_name != name {
         return status(
