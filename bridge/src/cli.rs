@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -14,6 +15,9 @@ use crate::view::{
     AlertsView, ClearRequest, DrainRequest, ErrorBody, EventsView, NodeList, NodeView,
     OperateRequest,
 };
+
+/// How often the CLI asks again when a follower answered instead of the leader.
+const LEADER_ATTEMPTS: u64 = 5;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -288,17 +292,34 @@ impl Client {
         url
     }
 
+    /// Send `req`. Behind a Service over several replicas a change may reach a
+    /// follower, which answers 503 `not_leader`: asked again, the Service soon
+    /// picks the leader.
     async fn send<T: DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> anyhow::Result<T> {
-        let req = match &self.token {
+        let mut req = match &self.token {
             Some(t) => req.bearer_auth(t),
             None => req,
         };
-        let resp = req.send().await.map_err(|e| {
-            let why = crate::alertmanager::error_chain(&e.without_url());
-            anyhow::anyhow!("cannot reach hale at {}: {why}", self.base)
-        })?;
-        let status = resp.status();
-        let text = resp.text().await.context("reading hale's answer")?;
+        let mut attempt = 1;
+        let (status, text) = loop {
+            let again = req.try_clone();
+            let resp = req.send().await.map_err(|e| {
+                let why = crate::alertmanager::error_chain(&e.without_url());
+                anyhow::anyhow!("cannot reach hale at {}: {why}", self.base)
+            })?;
+            let status = resp.status();
+            let text = resp.text().await.context("reading hale's answer")?;
+            let follower = status == reqwest::StatusCode::SERVICE_UNAVAILABLE
+                && serde_json::from_str::<ErrorBody>(&text).is_ok_and(|e| e.error == "not_leader");
+            match again {
+                Some(next) if follower && attempt < LEADER_ATTEMPTS => {
+                    tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+                    attempt += 1;
+                    req = next;
+                }
+                _ => break (status, text),
+            }
+        };
         if !status.is_success() {
             match serde_json::from_str::<ErrorBody>(&text) {
                 Ok(e) => bail!("{} ({}): {}", e.error, status.as_u16(), e.detail),

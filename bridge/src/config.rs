@@ -503,8 +503,8 @@ pub struct OrchestratorConfig {
     /// Kubernetes: how often an unchanged condition's `lastHeartbeatTime` is renewed.
     #[serde(deserialize_with = "de_duration")]
     pub condition_heartbeat: Duration,
-    /// Kubernetes: how long a PodDisruptionBudget may hold one pod's eviction before
-    /// the drain is given up (and recorded as refused).
+    /// Kubernetes: how long a drain or eviction retries the pods PodDisruptionBudgets
+    /// hold; after it, they are left on the node and recorded as blocked.
     #[serde(deserialize_with = "de_duration")]
     pub eviction_timeout: Duration,
     /// Kubernetes: the leader election's Lease.

@@ -98,11 +98,13 @@ pub trait Orchestrator: Send + Sync {
     /// disruption budget kept on the node (`blocked`).
     fn drain<'a>(&'a self, node: &'a str, active: bool) -> Fut<'a, Done>;
     fn workloads<'a>(&'a self, node: &'a str) -> Fut<'a, Vec<Workload>>;
-    /// Move `moved` elsewhere, fail `failed` with `message`; returns the ids of
-    /// those a disruption budget kept on the node (neither moved nor failed).
+    /// Move `moved` elsewhere, fail `failed` with `message` (the `fault` class's);
+    /// returns the ids of those a disruption budget kept on the node (neither
+    /// moved nor failed).
     fn evict<'a>(
         &'a self,
         node: &'a str,
+        fault: &'a str,
         moved: &'a [&'a Workload],
         failed: &'a [&'a Workload],
         message: &'a str,
@@ -130,13 +132,15 @@ pub async fn perform(
         Action::Gate { on } => orchestrator.gate(node, *on).await?,
         Action::Drain { active, .. } => done = orchestrator.drain(node, *active).await?,
         Action::Evict {
+            fault_class,
             message,
             max_restarts,
-            ..
         } => {
             let workloads = orchestrator.workloads(node).await?;
             let (moved, failed) = plan_eviction(&workloads, moves, *max_restarts);
-            let blocked = orchestrator.evict(node, &moved, &failed, message).await?;
+            let blocked = orchestrator
+                .evict(node, fault_class, &moved, &failed, message)
+                .await?;
             let left = |w: &&&Workload| !blocked.contains(&w.id);
             done.moved = moved.iter().filter(left).count() as u32;
             done.failed = failed.iter().filter(left).count() as u32;
@@ -176,6 +180,7 @@ impl Orchestrator for NoOrchestrator {
     }
     fn evict<'a>(
         &'a self,
+        _: &'a str,
         _: &'a str,
         _: &'a [&'a Workload],
         _: &'a [&'a Workload],

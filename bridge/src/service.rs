@@ -405,27 +405,37 @@ impl Hale {
 
     /// Take in the orchestrator's view of the nodes before the poll the policy runs
     /// on. An orchestrator that keeps no inventory (`none`) has nothing to say; one
-    /// that cannot answer leaves the last view standing.
-    async fn sync_inventory(self: &Arc<Self>) {
+    /// that cannot answer leaves the last view standing. Returns whether the books
+    /// now hold the orchestrator's view (or it keeps none).
+    async fn sync_inventory(self: &Arc<Self>) -> bool {
         let taken = self.actions_recorded.load(Ordering::Acquire);
         match self.orchestrator.inventory().await {
             Ok(Some(observed)) => {
                 let this = self.clone();
                 let step = tokio::task::spawn_blocking(move || {
-                    this.apply(|fleet, _, now| {
+                    let mut applied = false;
+                    let _ = this.apply(|fleet, _, now| {
+                        // An action recorded meanwhile (under this same lock) makes
+                        // the view older than the books: not applied.
                         if this.actions_recorded.load(Ordering::Acquire) != taken {
                             return Ok(Outcome::default());
                         }
+                        applied = true;
                         Ok(fleet.observe(now, &observed))
-                    })
+                    });
+                    applied
                 })
                 .await;
-                if let Err(e) = step {
+                step.unwrap_or_else(|e| {
                     error!(error = %e, "inventory task failed");
-                }
+                    false
+                })
             }
-            Ok(None) => {}
-            Err(e) => warn!(error = %e, "orchestrator inventory failed; the last one stands"),
+            Ok(None) => true,
+            Err(e) => {
+                warn!(error = %e, "orchestrator inventory failed; the last one stands");
+                false
+            }
         }
     }
 
@@ -509,10 +519,11 @@ impl Hale {
             let now = self.orchestrator.term();
             if leads && term != Some(now) {
                 info!("leading: taking in the cluster before acting");
-                self.sync_inventory().await;
-                term = Some(now);
+                if self.sync_inventory().await {
+                    term = Some(now);
+                }
             }
-            if leads {
+            if leads && term == Some(now) {
                 self.act_pending();
             }
             tokio::select! {
@@ -674,13 +685,13 @@ impl Hale {
             })
             .inc();
         let this = self.clone();
-        let (node, id) = (node.to_string(), pending.id);
+        let node = node.to_string();
         let step = tokio::task::spawn_blocking(move || match result {
             Ok(done) => {
                 info!(node, action = name, "done");
                 this.apply(|fleet, cfg, now| {
                     this.actions_recorded.fetch_add(1, Ordering::AcqRel);
-                    Ok(fleet.action_done(cfg, now, &node, id, &done))
+                    Ok(fleet.action_done(cfg, now, &node, &pending, &done))
                 })
             }
             Err(e) if e.is_retriable() => {
@@ -691,7 +702,7 @@ impl Hale {
                 error!(node, action = name, error = %e, "refused; dropped");
                 this.apply(|fleet, cfg, now| {
                     this.actions_recorded.fetch_add(1, Ordering::AcqRel);
-                    Ok(fleet.action_failed(cfg, now, &node, id))
+                    Ok(fleet.action_failed(cfg, now, &node, pending.id))
                 })
             }
         })

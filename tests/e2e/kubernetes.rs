@@ -204,7 +204,7 @@ fn condition<'a>(node: &'a Value, ctype: &str) -> Option<&'a Value> {
 
 fn kube_extra(kubeconfig: &std::path::Path, more: &str) -> String {
     format!(
-        "orchestrator: {{ kind: kubernetes, kubeconfig: {}, lease: {{ duration: 3s }}{more} }}\n",
+        "orchestrator: {{ kind: kubernetes, kubeconfig: {}, lease: {{ duration: 6s }}{more} }}\n",
         kubeconfig.display()
     )
 }
@@ -524,7 +524,12 @@ async fn drains_and_fault_evictions_go_through_the_eviction_api() -> Served {
         "{}",
         events[0]["message"]
     );
-    assert_eq!(fake.node("w-2")["spec"]["unschedulable"], true);
+    let w2 = fake.node("w-2");
+    assert_eq!(w2["spec"]["unschedulable"], true);
+    assert_eq!(
+        w2["metadata"]["annotations"]["hale.dev/evicted"], "GPU_ECC_ERRORS",
+        "the eviction is on the node, for a replica that takes over"
+    );
 
     // A budget that never gives way: after evictionTimeout the pod stays, the drain
     // is recorded with what it could not move, and nothing is retried behind the
@@ -740,8 +745,6 @@ async fn two_replicas_one_leader_and_a_handover_without_double_action() -> Serve
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let start = |dir: std::path::PathBuf, token: &'static str| {
         let kubeconfig = kubeconfig_as(&dir, &fake.url, token);
-        // Longer than the other scenarios' 3 s: a busy test machine must not cost
-        // the leader its Lease before the test means it to.
         let extra = format!(
             "{pool}orchestrator: {{ kind: kubernetes, kubeconfig: {}, lease: {{ duration: 6s }} }}\n",
             kubeconfig.display()
@@ -775,6 +778,11 @@ async fn two_replicas_one_leader_and_a_handover_without_double_action() -> Serve
             .wait_node("uncordon seen", "g-1", |n| n["status"] == "Ready")
             .await;
     }
+    // a, leading, takes hale's record of the cordon off the node.
+    fake_until("stale cordon record removed", &fake, "g-1", |n| {
+        n["metadata"]["annotations"]["hale.dev/cordoned-by"].is_null()
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // Only the leader writes and publishes node series; the follower refuses verbs.
@@ -793,6 +801,19 @@ async fn two_replicas_one_leader_and_a_handover_without_double_action() -> Serve
     assert_eq!(r.status(), 503);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"], "not_leader");
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("-{}", a.pid())),
+        "names the leader: {body}"
+    );
+    // The CLI asks again (behind a Service, another replica may answer), then
+    // says why it gave up.
+    let out = b.cli(&["node", "cordon", "g-5", "--reason", "test"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not_leader (503)"), "{err}");
 
     // a can no longer renew the Lease, though it could still write Nodes: it must
     // stop acting on its own, before b starts.

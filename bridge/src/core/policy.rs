@@ -819,6 +819,9 @@ pub struct Observed {
     pub cordoned_by: Option<(Actor, String)>,
     /// Whether the scheduling gate is on, where the orchestrator shows it.
     pub gated: Option<bool>,
+    /// The fault class of the eviction the orchestrator shows done on the node in
+    /// its current time out of service.
+    pub evicted: Option<String>,
 }
 
 /// The status as the CLI and errors spell it.
@@ -853,10 +856,15 @@ impl Fleet {
         let owner = node.policy.cordon.as_ref().map(|c| c.by);
         if owner != Some(Actor::Operator) {
             match &mut node.policy.cordon {
-                // Taken over from hale: an operator's node is never replaced.
+                // Taken over from hale: an operator's node is never replaced, and
+                // the node itself says so (hale's record on it would not).
                 Some(c) => {
                     c.by = Actor::Operator;
                     c.reason = reason.into();
+                    node.policy.push(Action::Cordon {
+                        by: Actor::Operator,
+                        reason: reason.into(),
+                    });
                 }
                 None => take_out(node, Actor::Operator, reason, now),
             }
@@ -998,15 +1006,7 @@ impl Fleet {
             node.hostname = o.hostname.clone();
             node.policy.provisioned = o.provisioned;
             node.policy.allocations = o.allocations;
-            // What the cluster already shows done is done: another replica did it
-            // (this one was following), or it was done before a crash was recorded.
-            let cordoned = o.status == Status::Cordoned;
-            node.policy.pending.retain(|p| match &p.action {
-                Action::Cordon { .. } | Action::Drain { active: false, .. } => !cordoned,
-                Action::Uncordon => cordoned,
-                Action::Gate { on } => o.gated != Some(*on),
-                _ => true,
-            });
+            confirm_done(&mut node.policy.pending, o);
             let queued = |node: &Node, f: fn(&Action) -> bool| {
                 node.policy.pending.iter().any(|p| f(&p.action))
             };
@@ -1100,23 +1100,37 @@ impl Fleet {
         Some(next.clone())
     }
 
-    /// The orchestrator did the pending action `action_id` on node `id`.
+    /// The orchestrator did the pending action `done_action` on node `id`. Work
+    /// moved off the node is recorded even when the action was withdrawn while it
+    /// ran (an uncordon meanwhile): it happened.
     pub fn action_done(
         &mut self,
         cfg: &Loaded,
         now: Time,
         id: &str,
-        action_id: u64,
+        done_action: &Pending,
         done: &Done,
     ) -> Outcome {
         let mut out = Outcome::default();
         let Some(node) = self.nodes.get_mut(id) else {
             return out;
         };
-        let Some(at) = node.policy.pending.iter().position(|p| p.id == action_id) else {
-            return out;
+        let action = match node
+            .policy
+            .pending
+            .iter()
+            .position(|p| p.id == done_action.id)
+        {
+            Some(at) => node.policy.pending.remove(at).action,
+            None if matches!(
+                done_action.action,
+                Action::Evict { .. } | Action::Drain { active: true, .. }
+            ) =>
+            {
+                done_action.action.clone()
+            }
+            None => return out,
         };
-        let action = node.policy.pending.remove(at).action;
         out.dirty.insert(id.into());
         match &action {
             Action::Drain {
@@ -1227,6 +1241,48 @@ impl Fleet {
             },
         );
         out
+    }
+}
+
+/// Drop the pending actions the orchestrator shows done: another replica did them
+/// (this one was following), or they were done before a crash was recorded. Each
+/// family (cordon/uncordon/passive drain; the gate) is judged by its last queued
+/// entry — the state the node must end in — and by the last cordon or uncordon in
+/// it, so a cordon by someone else does not stand for hale's record of who and why.
+fn confirm_done(pending: &mut Vec<Pending>, o: &Observed) {
+    let cordoned = o.status == Status::Cordoned;
+    let shown = |a: &Action| match a {
+        Action::Cordon { by, reason } => {
+            cordoned
+                && o.cordoned_by
+                    .as_ref()
+                    .is_some_and(|(b, r)| b == by && r == reason)
+        }
+        Action::Drain { active: false, .. } => cordoned,
+        Action::Uncordon => !cordoned,
+        Action::Gate { on } => o.gated == Some(*on),
+        Action::Evict { fault_class, .. } => o.evicted.as_deref() == Some(fault_class.as_str()),
+        _ => false,
+    };
+    let cordoning = |a: &Action| {
+        matches!(
+            a,
+            Action::Cordon { .. } | Action::Uncordon | Action::Drain { active: false, .. }
+        )
+    };
+    let families: [fn(&Action) -> bool; 3] = [
+        cordoning,
+        |a| matches!(a, Action::Gate { .. }),
+        |a| matches!(a, Action::Evict { .. }),
+    ];
+    for family in families {
+        let last = pending.iter().rev().find(|p| family(&p.action));
+        let last_cordon = pending.iter().rev().find(|p| {
+            matches!(p.action, Action::Cordon { .. } | Action::Uncordon) && family(&p.action)
+        });
+        if last.is_some_and(|p| shown(&p.action)) && last_cordon.is_none_or(|p| shown(&p.action)) {
+            pending.retain(|p| !family(&p.action));
+        }
     }
 }
 

@@ -155,7 +155,7 @@ pub fn backtest(
         let mut simulated = fleet.replayed(cfg, at, &touched).events;
         // The orchestrator does what it is asked, at once.
         for (id, pending) in fleet.pending() {
-            let out = fleet.action_done(cfg, at, &id, pending.id, &Done::default());
+            let out = fleet.action_done(cfg, at, &id, &pending, &Done::default());
             simulated.extend(out.events);
         }
         if !counted(at) {

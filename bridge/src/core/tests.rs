@@ -1427,7 +1427,7 @@ fn act(s: &mut Script) {
     for (id, pending) in s.fleet.pending() {
         let out = s
             .fleet
-            .action_done(&s.cfg, s.now, &id, pending.id, &policy::Done::default());
+            .action_done(&s.cfg, s.now, &id, &pending, &policy::Done::default());
         s.record(out);
     }
 }
@@ -1585,9 +1585,13 @@ fn a_crash_between_deciding_and_acting_neither_loses_nor_repeats() {
     act(&mut s);
     assert!(s.fleet.pending().is_empty());
     // A duplicate confirmation (the orchestrator answered twice) changes nothing.
+    let confirmed = policy::Pending {
+        id,
+        action: cordon.clone(),
+    };
     let out = s
         .fleet
-        .action_done(&s.cfg, s.now, "g-0", id, &policy::Done::default());
+        .action_done(&s.cfg, s.now, "g-0", &confirmed, &policy::Done::default());
     assert!(out.events.is_empty() && out.dirty.is_empty());
 }
 
@@ -1617,7 +1621,7 @@ fn fault_eviction_acts_in_observe_mode_and_names_the_fault() {
         &s.cfg,
         s.now,
         "gpu-14",
-        evict.id,
+        &evict,
         &policy::Done {
             moved: 1,
             failed: 2,
@@ -1667,12 +1671,15 @@ fn manual_operations_record_events_and_refuse_what_cannot_be() {
         active: true,
         reason: "failing disk".into(),
     };
-    let active = pending_id(&s, "a", &active);
+    let active = policy::Pending {
+        id: pending_id(&s, "a", &active),
+        action: active,
+    };
     let out = s.fleet.action_done(
         &s.cfg,
         s.now,
         "a",
-        active,
+        &active,
         &policy::Done {
             moved: 4,
             ..policy::Done::default()
@@ -1881,6 +1888,7 @@ fn the_orchestrators_inventory_records_cordons_made_outside_hale() {
         allocations: 3,
         cordoned_by: None,
         gated: None,
+        evicted: None,
     };
     let out = s.fleet.observe(s.now, &[seen("g-1", Status::Cordoned)]);
     s.record(out);
@@ -1999,6 +2007,7 @@ fn what_the_cluster_shows_done_is_not_done_again() {
             )
         }),
         gated: Some(gated),
+        evicted: None,
     };
     let out = s.fleet.observe(s.now, &[seen(Status::Cordoned, false)]);
     s.record(out);
@@ -2032,23 +2041,148 @@ fn an_uncordon_seen_in_the_cluster_withdraws_a_queued_eviction() {
             .collect()
     };
     assert_eq!(queued(&s), ["cordon", "evict"]);
-    let seen = |status: Status| policy::Observed {
+    let policy::Action::Cordon { by, reason } = s.node("gpu-14").policy.pending[0].action.clone()
+    else {
+        unreachable!()
+    };
+    let seen = |status: Status, evicted: Option<&str>| policy::Observed {
         id: "gpu-14".into(),
         hostname: None,
         status,
         labels: [("pool".to_string(), "gpu".to_string())].into(),
         provisioned: false,
         allocations: 0,
-        cordoned_by: None,
+        cordoned_by: (status == Status::Cordoned).then(|| (by, reason.clone())),
         gated: None,
+        evicted: evicted.map(str::to_string),
     };
     // Another replica cordoned it; an operator then put it back in service before
     // this one performed the eviction it had queued.
-    let out = s.fleet.observe(s.now, &[seen(Status::Cordoned)]);
+    let out = s.fleet.observe(s.now, &[seen(Status::Cordoned, None)]);
     s.record(out);
     assert_eq!(queued(&s), ["evict"]);
     s.at(40);
-    let out = s.fleet.observe(s.now, &[seen(Status::Ready)]);
+    let out = s.fleet.observe(s.now, &[seen(Status::Ready, None)]);
     s.record(out);
     assert!(queued(&s).is_empty(), "{:?}", queued(&s));
+}
+
+#[test]
+fn an_eviction_the_cluster_shows_done_is_not_done_again() {
+    let mut s = script("nodeHealth: { evictOnFaultClasses: [GPU_ECC_ERRORS] }");
+    let mut ids = s.pool("g", 9, "gpu");
+    ids.push("gpu-14".into());
+    s.at(0).report(&ids, &[], low);
+    s.at(30).report(&ids, &["gpu-14"], low);
+    let seen = |evicted: &str| policy::Observed {
+        id: "gpu-14".into(),
+        hostname: None,
+        status: Status::Cordoned,
+        labels: [("pool".to_string(), "gpu".to_string())].into(),
+        provisioned: false,
+        allocations: 0,
+        cordoned_by: None,
+        gated: None,
+        evicted: Some(evicted.into()),
+    };
+    let evicts = |s: &Script| {
+        s.node("gpu-14")
+            .policy
+            .pending
+            .iter()
+            .filter(|p| matches!(p.action, policy::Action::Evict { .. }))
+            .count()
+    };
+    // An eviction for another fault says nothing about this one.
+    let out = s.fleet.observe(s.now, &[seen("DISK_DEGRADED")]);
+    s.record(out);
+    assert_eq!(evicts(&s), 1);
+    let out = s.fleet.observe(s.now, &[seen("GPU_ECC_ERRORS")]);
+    s.record(out);
+    assert_eq!(evicts(&s), 0);
+}
+
+#[test]
+fn each_family_of_queued_actions_is_judged_by_its_last_entry() {
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &[], low);
+    let seen = |status: Status, by: Option<(policy::Actor, &str)>, gated: bool| policy::Observed {
+        id: "g-0".into(),
+        hostname: None,
+        status,
+        labels: [("pool".to_string(), "gpu".to_string())].into(),
+        provisioned: false,
+        allocations: 0,
+        cordoned_by: by.map(|(a, r)| (a, r.to_string())),
+        gated: Some(gated),
+        evicted: None,
+    };
+    let queued = |s: &Script| -> Vec<String> {
+        s.node("g-0")
+            .policy
+            .pending
+            .iter()
+            .map(|p| format!("{:?}", p.action))
+            .collect()
+    };
+    // An operator uncordons and cordons again while the first is not yet done:
+    // the node still cordoned (by hale) is not the operator's cordon.
+    s.fleet.nodes.get_mut("g-0").unwrap().policy.pending.clear();
+    let out = s.fleet.cordon(s.now, "g-0", "rack work").unwrap();
+    s.record(out);
+    act(&mut s);
+    let out = s.fleet.uncordon(s.now, "g-0", "done").unwrap();
+    s.record(out);
+    let out = s.fleet.cordon(s.now, "g-0", "more rack work").unwrap();
+    s.record(out);
+    assert_eq!(queued(&s).len(), 2, "{:?}", queued(&s));
+    let out = s.fleet.observe(
+        s.now,
+        &[seen(
+            Status::Cordoned,
+            Some((policy::Actor::Operator, "rack work")),
+            false,
+        )],
+    );
+    s.record(out);
+    assert_eq!(queued(&s).len(), 2, "kept: {:?}", queued(&s));
+    // Shown as the operator's new cordon: both done.
+    let out = s.fleet.observe(
+        s.now,
+        &[seen(
+            Status::Cordoned,
+            Some((policy::Actor::Operator, "more rack work")),
+            false,
+        )],
+    );
+    s.record(out);
+    assert!(queued(&s).is_empty(), "{:?}", queued(&s));
+    // The gate on then off, the first not yet done: the node shows it off, as the
+    // last one wants, so neither is left to put the taint back.
+    let node = s.fleet.nodes.get_mut("g-0").unwrap();
+    node.policy.push(policy::Action::Gate { on: true });
+    node.policy.push(policy::Action::Gate { on: false });
+    let cordoned = seen(
+        Status::Cordoned,
+        Some((policy::Actor::Operator, "more rack work")),
+        false,
+    );
+    let out = s.fleet.observe(s.now, std::slice::from_ref(&cordoned));
+    s.record(out);
+    assert!(queued(&s).is_empty(), "{:?}", queued(&s));
+    // Shown on while the last queued says off: both stay, in order.
+    let node = s.fleet.nodes.get_mut("g-0").unwrap();
+    node.policy.push(policy::Action::Gate { on: true });
+    node.policy.push(policy::Action::Gate { on: false });
+    let mut gated = cordoned;
+    gated.gated = Some(true);
+    let out = s.fleet.observe(s.now, &[gated]);
+    s.record(out);
+    assert_eq!(
+        queued(&s),
+        ["Gate { on: true }", "Gate { on: false }"],
+        "{:?}",
+        queued(&s)
+    );
 }

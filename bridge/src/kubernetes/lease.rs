@@ -108,7 +108,8 @@ fn micro_now() -> MicroTime {
 
 /// Keep trying to hold `name` for as long as the task runs.
 pub async fn run(api: Api<Lease>, name: String, duration: Duration, me: &Leadership) {
-    let seconds = duration.as_secs().max(1) as i32;
+    // Rounded up: the Lease must not promise others less than this replica waits.
+    let seconds = duration.as_secs_f64().ceil().max(1.0) as i32;
     let renew_deadline = duration * 2 / 3;
     loop {
         let sent = Instant::now();

@@ -46,6 +46,8 @@ pub const CORDON_REASON: &str = "hale.dev/cordon-reason";
 pub const GATE_TAINT: &str = "hale.dev/low-score";
 /// How long the first list of Nodes may take before `serve` gives up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a shutdown waits to hand the Lease over before leaving it to expire.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Node writes in flight at once when publishing or counting pods.
 const CONCURRENCY: usize = 8;
 
@@ -184,13 +186,15 @@ impl Kubernetes {
         &self,
         write: impl Future<Output = kube::Result<T>>,
     ) -> crate::orchestrator::Result<kube::Result<T>> {
+        // Counted before the deadline is read: a release waiting for the writes in
+        // flight cannot slip in between.
+        let _writing = self.leadership.writing();
         let Some(until) = self.leadership.deadline() else {
             return Err(OrchestratorError::Transient(format!(
                 "this replica does not hold the Lease (leader: {})",
                 self.leadership.holder().as_deref().unwrap_or("none yet")
             )));
         };
-        let _writing = self.leadership.writing();
         tokio::time::timeout_at(until.into(), write)
             .await
             .map_err(|_| {
@@ -279,7 +283,9 @@ impl Kubernetes {
             self.remember(&report.id, updated);
         }
         let node = self.node_now(&report.id).unwrap_or(node);
-        if let Some(patch) = conditions::annotations(&node, report, &[CORDONED_BY, CORDON_REASON]) {
+        if let Some(patch) =
+            conditions::annotations(&node, report, &[CORDONED_BY, CORDON_REASON, pods::EVICTED])
+        {
             self.merge(&report.id, patch).await?;
         }
         Ok(())
@@ -354,6 +360,10 @@ pub fn observed(node: &Node) -> Observed {
                 .and_then(|s| s.taints.as_ref())
                 .is_some_and(|ts| ts.iter().any(|t| t.key == GATE_TAINT)),
         ),
+        evicted: annotations
+            .get(pods::EVICTED)
+            .filter(|_| unschedulable)
+            .cloned(),
         cordoned_by: cordoned_by.map(|by| {
             let reason = annotations.get(CORDON_REASON).cloned().unwrap_or_default();
             (by, reason)
@@ -399,7 +409,12 @@ fn cordoned_as(node: &Node, by: Option<(&str, &str)>) -> bool {
         Some((by, reason)) => {
             unschedulable && get(CORDONED_BY) == Some(by) && get(CORDON_REASON) == Some(reason)
         }
-        None => !unschedulable && get(CORDONED_BY).is_none() && get(CORDON_REASON).is_none(),
+        None => {
+            !unschedulable
+                && [CORDONED_BY, CORDON_REASON, pods::EVICTED]
+                    .iter()
+                    .all(|k| get(k).is_none())
+        }
     }
 }
 
@@ -483,7 +498,9 @@ impl Orchestrator for Kubernetes {
             self.merge(
                 node,
                 json!({
-                    "metadata": {"annotations": {CORDONED_BY: null, CORDON_REASON: null}},
+                    "metadata": {"annotations": {
+                        CORDONED_BY: null, CORDON_REASON: null, pods::EVICTED: null,
+                    }},
                     "spec": {"unschedulable": null},
                 }),
             )
@@ -534,13 +551,21 @@ impl Orchestrator for Kubernetes {
     fn evict<'a>(
         &'a self,
         node: &'a str,
+        fault: &'a str,
         moved: &'a [&'a Workload],
         failed: &'a [&'a Workload],
         message: &'a str,
     ) -> Fut<'a, Vec<String>> {
         Box::pin(async move {
             let all: Vec<&Workload> = failed.iter().chain(moved).copied().collect();
-            self.evict_each(node, &all, failed, message).await
+            let blocked = self.evict_each(node, &all, failed, message).await?;
+            // Said on the node, so a replica that takes over sees it done.
+            self.merge(
+                node,
+                json!({"metadata": {"annotations": {pods::EVICTED: fault}}}),
+            )
+            .await?;
+            Ok(blocked)
         })
     }
 
@@ -554,10 +579,19 @@ impl Orchestrator for Kubernetes {
 
     fn release(&self) -> Fut<'_, ()> {
         Box::pin(async move {
-            if let Some(election) = self.election.lock().expect("election lock").take() {
+            let election = self.election.lock().expect("election lock").take();
+            if let Some(election) = election {
                 election.abort();
+                // Stopped for certain: a renewal in flight cannot lead again.
+                let _ = election.await;
             }
-            lease::release(&self.lease, &self.lease_name, &self.leadership).await;
+            let release = lease::release(&self.lease, &self.lease_name, &self.leadership);
+            if tokio::time::timeout(RELEASE_TIMEOUT, release)
+                .await
+                .is_err()
+            {
+                warn!("releasing the Lease timed out; it expires on its own");
+            }
             Ok(())
         })
     }

@@ -27,6 +27,9 @@ const MIRROR: &str = "kubernetes.io/config.mirror";
 /// Cluster API's annotations naming the Machine that owns a node, and its namespace.
 pub const CAPI_MACHINE: &str = "cluster.x-k8s.io/machine";
 const CAPI_NAMESPACE: &str = "cluster.x-k8s.io/cluster-namespace";
+/// Annotation: the fault class whose eviction hale performed on the node while it
+/// is out of service (removed with the cordon).
+pub const EVICTED: &str = "hale.dev/evicted";
 /// Annotation: when hale deleted the node's owner; the node is on its way out.
 pub const REPLACED_AT: &str = "hale.dev/replaced-at";
 
@@ -105,7 +108,15 @@ impl Kubernetes {
         let mut owners: BTreeMap<String, bool> = BTreeMap::new();
         let mut out = Vec::new();
         let now = Utc::now();
-        for pod in self.pods_on(node).await?.iter().filter(|p| movable(p, now)) {
+        // A pod already terminating is leaving (evicted by an earlier eviction, or
+        // deleted): it is neither moved nor failed again.
+        let pods = self.pods_on(node).await?;
+        let leaving = |p: &&Pod| p.metadata.deletion_timestamp.is_some();
+        for pod in pods
+            .iter()
+            .filter(|p| movable(p, now))
+            .filter(|p| !leaving(p))
+        {
             let namespace = pod.metadata.namespace.clone().unwrap_or_default();
             let controller = pod
                 .metadata
@@ -151,11 +162,12 @@ impl Kubernetes {
     }
 
     /// Evict `work` from `node`, one pod after the other, while the node is still
-    /// out of service (an operator who put it back withdrew the eviction). A
-    /// PodDisruptionBudget's 429 is retried with backoff for up to
-    /// `evictionTimeout` per pod, then the pod is left where it is and the next one
-    /// tried; a pod already gone counts as evicted. Each pod of `failed`, once
-    /// evicted, gets an Event with `message`. Returns the ids left on the node.
+    /// out of service (an operator who put it back withdrew the eviction: what is
+    /// left stays). A PodDisruptionBudget's 429 is retried with backoff until
+    /// `evictionTimeout` after the first attempt; from then on a pod a budget holds
+    /// is left where it is. A pod already gone counts as evicted. Each pod of
+    /// `failed`, once evicted, gets an Event with `message`. Returns the ids left
+    /// on the node.
     pub(super) async fn evict_each(
         &self,
         node: &str,
@@ -163,24 +175,23 @@ impl Kubernetes {
         failed: &[&Workload],
         message: &str,
     ) -> Result<Vec<String>> {
-        let schedulable = self.node_now(node).is_some_and(|n| {
-            !n.spec
-                .as_ref()
-                .and_then(|s| s.unschedulable)
-                .unwrap_or(false)
-        });
-        if schedulable {
-            return Err(OrchestratorError::Refused(format!(
-                "node {node} is schedulable again: nothing evicted"
-            )));
-        }
+        let deadline = Instant::now() + self.settings.eviction_timeout;
         let mut blocked = Vec::new();
-        for w in work {
+        for (i, w) in work.iter().enumerate() {
             let (namespace, name) = w.id.split_once('/').unwrap_or(("", &w.id));
             let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-            let deadline = Instant::now() + self.settings.eviction_timeout;
             let mut wait = Duration::from_secs(1);
             loop {
+                if self.schedulable(node) {
+                    if i == 0 {
+                        return Err(OrchestratorError::Refused(format!(
+                            "node {node} is schedulable again: nothing evicted"
+                        )));
+                    }
+                    warn!(node, "the node was put back in service: the eviction stops");
+                    blocked.extend(work[i..].iter().map(|w| w.id.clone()));
+                    return Ok(blocked);
+                }
                 match self.lead(pods.evict(name, &EvictParams::default())).await? {
                     Ok(_) => {
                         info!(node, pod = w.id, "evicted");
@@ -225,6 +236,16 @@ impl Kubernetes {
             }
         }
         Ok(blocked)
+    }
+
+    /// Whether the node takes new work as hale last saw it (unknown nodes do not).
+    fn schedulable(&self, node: &str) -> bool {
+        self.node_now(node).is_some_and(|n| {
+            !n.spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false)
+        })
     }
 
     /// A Kubernetes Event on the pod saying why its work failed, where `kubectl
