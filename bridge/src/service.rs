@@ -518,7 +518,10 @@ impl Hale {
             let leads = self.orchestrator.leads();
             let now = self.orchestrator.term();
             if leads && term != Some(now) {
-                info!("leading: taking in the cluster before acting");
+                // Term 0: no election, a single replica that always led.
+                if now > 0 {
+                    info!("leading: taking in the cluster before acting");
+                }
                 if self.sync_inventory().await {
                     term = Some(now);
                 }
