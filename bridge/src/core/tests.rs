@@ -1880,15 +1880,10 @@ fn the_orchestrators_inventory_records_cordons_made_outside_hale() {
     let ids = s.pool("g", 10, "gpu");
     s.at(0).report(&ids, &[], low);
     let seen = |id: &str, status: Status| policy::Observed {
-        id: id.into(),
         hostname: Some(format!("{id}.example")),
-        status,
-        labels: [("pool".to_string(), "gpu".to_string())].into(),
         provisioned: true,
         allocations: 3,
-        cordoned_by: None,
-        gated: None,
-        evicted: None,
+        ..shown(id, status)
     };
     let out = s.fleet.observe(s.now, &[seen("g-1", Status::Cordoned)]);
     s.record(out);
@@ -1994,12 +1989,6 @@ fn what_the_cluster_shows_done_is_not_done_again() {
     assert!(queued(&s).contains(&"cordon"), "{:?}", queued(&s));
     // This replica follows: the leader cordoned the node (its record on it).
     let seen = |status: Status, gated: bool| policy::Observed {
-        id: "g-0".into(),
-        hostname: None,
-        status,
-        labels: [("pool".to_string(), "gpu".to_string())].into(),
-        provisioned: false,
-        allocations: 0,
         cordoned_by: (status == Status::Cordoned).then(|| {
             (
                 policy::Actor::Hale,
@@ -2007,7 +1996,7 @@ fn what_the_cluster_shows_done_is_not_done_again() {
             )
         }),
         gated: Some(gated),
-        evicted: None,
+        ..shown("g-0", status)
     };
     let out = s.fleet.observe(s.now, &[seen(Status::Cordoned, false)]);
     s.record(out);
@@ -2046,15 +2035,9 @@ fn an_uncordon_seen_in_the_cluster_withdraws_a_queued_eviction() {
         unreachable!()
     };
     let seen = |status: Status, evicted: Option<&str>| policy::Observed {
-        id: "gpu-14".into(),
-        hostname: None,
-        status,
-        labels: [("pool".to_string(), "gpu".to_string())].into(),
-        provisioned: false,
-        allocations: 0,
         cordoned_by: (status == Status::Cordoned).then(|| (by, reason.clone())),
-        gated: None,
         evicted: evicted.map(str::to_string),
+        ..shown("gpu-14", status)
     };
     // Another replica cordoned it; an operator then put it back in service before
     // this one performed the eviction it had queued.
@@ -2075,15 +2058,8 @@ fn an_eviction_the_cluster_shows_done_is_not_done_again() {
     s.at(0).report(&ids, &[], low);
     s.at(30).report(&ids, &["gpu-14"], low);
     let seen = |evicted: &str| policy::Observed {
-        id: "gpu-14".into(),
-        hostname: None,
-        status: Status::Cordoned,
-        labels: [("pool".to_string(), "gpu".to_string())].into(),
-        provisioned: false,
-        allocations: 0,
-        cordoned_by: None,
-        gated: None,
         evicted: Some(evicted.into()),
+        ..shown("gpu-14", Status::Cordoned)
     };
     let evicts = |s: &Script| {
         s.node("gpu-14")
@@ -2108,15 +2084,9 @@ fn each_family_of_queued_actions_is_judged_by_its_last_entry() {
     let ids = s.pool("g", 10, "gpu");
     s.at(0).report(&ids, &[], low);
     let seen = |status: Status, by: Option<(policy::Actor, &str)>, gated: bool| policy::Observed {
-        id: "g-0".into(),
-        hostname: None,
-        status,
-        labels: [("pool".to_string(), "gpu".to_string())].into(),
-        provisioned: false,
-        allocations: 0,
         cordoned_by: by.map(|(a, r)| (a, r.to_string())),
         gated: Some(gated),
-        evicted: None,
+        ..shown("g-0", status)
     };
     let queued = |s: &Script| -> Vec<String> {
         s.node("g-0")
@@ -2185,4 +2155,19 @@ fn each_family_of_queued_actions_is_judged_by_its_last_entry() {
         "{:?}",
         queued(&s)
     );
+}
+
+/// A node of the `gpu` pool as an orchestrator shows it: its status, nothing more.
+fn shown(id: &str, status: Status) -> policy::Observed {
+    policy::Observed {
+        id: id.into(),
+        hostname: None,
+        status,
+        labels: [("pool".to_string(), "gpu".to_string())].into(),
+        provisioned: false,
+        allocations: 0,
+        cordoned_by: None,
+        gated: None,
+        evicted: None,
+    }
 }
