@@ -55,8 +55,6 @@ const CONCURRENCY: usize = 8;
 struct Settings {
     style: conditions::Style,
     eviction_timeout: Duration,
-    /// This replica's name in the election and on the Events it writes.
-    identity: String,
 }
 
 pub struct Kubernetes {
@@ -171,7 +169,6 @@ impl Kubernetes {
                     heartbeat: cfg.condition_heartbeat,
                 },
                 eviction_timeout: cfg.eviction_timeout,
-                identity: leadership.identity.clone(),
             },
             leadership,
             lease,
@@ -232,14 +229,25 @@ impl Kubernetes {
         }
     }
 
-    /// Every node as hale last knew it.
+    /// Every node as hale last knew it. Own writes the watch has caught up with
+    /// (or whose node is gone) are forgotten here, so the overlay stays small.
     fn current(&self) -> Vec<Node> {
-        let written = self.written.lock().expect("written lock");
-        self.store
-            .state()
-            .into_iter()
-            .map(|node| self.newest(Node::clone(&node), &written))
-            .collect()
+        let mut written = self.written.lock().expect("written lock");
+        let state = self.store.state();
+        let nodes: Vec<Node> = state
+            .iter()
+            .map(|node| self.newest(Node::clone(node), &written))
+            .collect();
+        let watched: HashMap<&str, u64> = state
+            .iter()
+            .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), version(n)))
+            .collect();
+        written.retain(|name, mine| {
+            watched
+                .get(name.as_str())
+                .is_some_and(|v| version(mine) > *v)
+        });
+        nodes
     }
 
     /// One node as hale last knew it; `None`: not (or no longer) in the cluster.

@@ -280,7 +280,7 @@ impl Kubernetes {
             count: Some(1),
             action: Some("Evict".into()),
             reporting_component: Some("hale".into()),
-            reporting_instance: Some(self.settings.identity.clone()),
+            reporting_instance: Some(self.leadership.identity.clone()),
             source: Some(k8s_openapi::api::core::v1::EventSource {
                 component: Some("hale".into()),
                 host: None,
