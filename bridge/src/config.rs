@@ -54,7 +54,7 @@ pub struct Config {
     pub store: StoreConfig,
     /// Endpoints that receive node events as signed CloudEvents.
     pub node_event_webhooks: Vec<WebhookConfig>,
-    /// The orchestrator hale acts through. Only `none` (observe and record) exists so far.
+    /// The orchestrator hale acts through: `none` (observe and record) or `kubernetes`.
     pub orchestrator: OrchestratorConfig,
     /// Nodes known before they report (bare metal without an orchestrator).
     pub inventory: Vec<InventoryNode>,
