@@ -701,15 +701,8 @@ impl Cluster {
             );
         };
         lease["metadata"]["name"] = json!(name);
-        let errors = lease_errors(&lease);
-        if !errors.is_empty() {
-            return unprocessable(
-                "Lease.coordination.k8s.io",
-                k.group(),
-                k.kind,
-                &name,
-                &errors,
-            );
+        if let Err(r) = valid_lease(&lease) {
+            return r;
         }
         if self.objects.contains_key(&Cluster::key(k, ns, &name)) {
             return already_exists(k, &name);
@@ -1134,6 +1127,23 @@ impl FakeApi {
         });
         (StatusCode::CREATED, axum::Json(body)).into_response()
     }
+}
+
+/// The 422 the API server answers for an invalid Lease, if it is one.
+fn valid_lease(lease: &Value) -> Result<(), Response> {
+    let errors = lease_errors(lease);
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let k = Kind::by_kind("Lease");
+    let name = lease["metadata"]["name"].as_str().unwrap_or("");
+    Err(unprocessable(
+        "Lease.coordination.k8s.io",
+        k.group(),
+        k.kind,
+        name,
+        &errors,
+    ))
 }
 
 /// ValidateLease's checks of the fields hale writes.
@@ -1601,15 +1611,8 @@ async fn update_lease(
     }
     meta["uid"] = old["metadata"]["uid"].clone();
     meta["creationTimestamp"] = old["metadata"]["creationTimestamp"].clone();
-    let errors = lease_errors(&lease);
-    if !errors.is_empty() {
-        return unprocessable(
-            "Lease.coordination.k8s.io",
-            k.group(),
-            k.kind,
-            &name,
-            &errors,
-        );
+    if let Err(r) = valid_lease(&lease) {
+        return r;
     }
     if lease == old {
         return axum::Json(old).into_response();
