@@ -1,15 +1,17 @@
 //! An in-process fake of the Kubernetes API server for exactly the endpoints hale
 //! uses, speaking the real wire format and refusing what the real server refuses:
-//! Nodes (LIST with a resourceVersion, WATCH as a stream of newline-delimited events
-//! resumed from a resourceVersion, GET, and PATCH of the node and of its status as a
-//! JSON merge patch or a strategic merge patch, with optimistic concurrency on
+//! Nodes (LIST, exact or not, at a resourceVersion; WATCH as a stream of
+//! newline-delimited events resumed from a resourceVersion, ended after its timeout,
+//! with bookmarks when asked, and `410 Gone` once its history is compacted; GET; and
+//! PATCH of the node and of its status as a JSON patch, a JSON merge patch, a
+//! strategic merge patch or a server-side apply, with optimistic concurrency on
 //! `metadata.resourceVersion`), the Pods on a node, their eviction under
-//! PodDisruptionBudgets, Events, the workload owners of pods, the Cluster API
-//! Machines and Karpenter NodeClaims behind nodes, and the Lease of the leader
-//! election. Status errors carry the code, reason and details the real server
-//! gives, because the kube client reads them. Every request is recorded with the
-//! bearer token that made it, for the tests that hold the (verb, resource) pairs
-//! against the Helm chart's RBAC and that tell hale's replicas apart.
+//! PodDisruptionBudgets and their graceful termination, Events, the workload owners
+//! of pods, the Cluster API Machines and Karpenter NodeClaims behind nodes, and the
+//! Lease of the leader election. Status errors carry the code, reason and details the
+//! real server gives, because the kube client reads them. Every request is recorded
+//! with the bearer token that made it, for the tests that hold the (verb, resource)
+//! pairs against the Helm chart's RBAC and that tell hale's replicas apart.
 
 // A refusal is the handler's finished answer (an axum `Response`), returned early
 // from the checks every endpoint shares; its size is irrelevant in a test server.
@@ -17,6 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
@@ -25,7 +28,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, patch, post};
 use serde_json::{Map, Value, json};
-use tokio::sync::broadcast;
+use tokio::sync::watch;
 
 /// One request past authentication: the bearer token that made it ("" without
 /// one), and the verb, resource (with its subresource) and name the API server's
@@ -44,21 +47,66 @@ struct Budget {
     allowed: u32,
 }
 
+/// An object besides nodes and events: (resource, namespace or "", name).
+type Key = (String, String, String);
+
+/// A change another writer makes to a node, as `on_next_get` takes it.
+type Mutation = Box<dyn FnOnce(&mut Value) + Send>;
+
+/// How the fake paces what the real server and the kubelets pace with clocks.
+struct Timing {
+    /// The longest a watch stays open (the client's `timeoutSeconds`, when shorter,
+    /// ends it sooner).
+    watch_timeout: Duration,
+    /// How often a watch that allows bookmarks gets one.
+    bookmarks: Duration,
+    /// The part of its grace period a terminating pod waits out before its kubelet
+    /// confirms it: 0 confirms at once, 1 waits the whole period.
+    grace_scale: f64,
+}
+
+impl Default for Timing {
+    /// Shorter than the real server's (`timeoutSeconds` of 290 s from kube's watcher,
+    /// a bookmark a minute), so that a test of a minute sees its watches resumed; and
+    /// kubelets whose containers stop at once on SIGTERM.
+    fn default() -> Timing {
+        Timing {
+            watch_timeout: Duration::from_secs(10),
+            bookmarks: Duration::from_secs(4),
+            grace_scale: 0.0,
+        }
+    }
+}
+
 #[derive(Default)]
 struct Cluster {
     nodes: BTreeMap<String, Value>,
     /// One counter for every write, as etcd's revision is.
     version: u64,
-    /// Every node change, for watches resumed from an older resourceVersion.
+    /// Every node change since `compacted`, for watches resumed from a
+    /// resourceVersion and lists at an exact one.
     log: Vec<(u64, Value)>,
+    /// The revision the history was last compacted at: a watch or an exact list from
+    /// before it is 410 Gone.
+    compacted: u64,
+    /// The nodes as they stood at `compacted`, where an exact list replays the log from.
+    at_compaction: BTreeMap<String, Value>,
+    /// How many compactions there were: a watch opened before the last one has lost
+    /// its place in the history.
+    compactions: u64,
+    timing: Timing,
+    /// Another writer's change to a node, made right after its next GET is served.
+    on_get: BTreeMap<String, Mutation>,
     served: BTreeSet<(String, String)>,
     /// Apart: the chart grants leases in a namespaced Role, the rest cluster-wide.
     served_leases: BTreeSet<(String, String)>,
     requests: Vec<Request>,
     /// Tokens refused on Leases only (their Role taken away).
     lease_forbidden: BTreeSet<String>,
-    /// Everything but nodes and events, by (resource, namespace or "", name).
-    objects: BTreeMap<(String, String, String), Value>,
+    /// Everything but nodes and events.
+    objects: BTreeMap<Key, Value>,
+    /// Terminating pods, and when their kubelet confirms each.
+    terminating: BTreeMap<Key, Instant>,
     budgets: BTreeMap<(String, String), Budget>,
     events: Vec<Value>,
     evicted: Vec<Value>,
@@ -70,7 +118,8 @@ struct Cluster {
 pub struct FakeApi {
     pub url: String,
     state: Arc<Mutex<Cluster>>,
-    changes: broadcast::Sender<(u64, Value)>,
+    /// Moved on by every node change and compaction, to wake the open watches.
+    changes: watch::Sender<u64>,
 }
 
 /// A kind the fake stores besides Node, with what its URLs and messages name it by.
@@ -166,9 +215,9 @@ impl Kind {
 const OPTIMISTIC_LOCK: &str =
     "the object has been modified; please apply your changes to the latest version and try again";
 
-/// A Kubernetes `Status` of a failure; `reason` "" is the real server's unknown
-/// reason, left out as it leaves it out.
-fn failure(code: StatusCode, reason: &str, message: &str, details: Option<Value>) -> Response {
+/// A Kubernetes `Status` of a failure, as a body or a watch's ERROR event carries
+/// it; `reason` "" is the real server's unknown reason, left out as it leaves it out.
+fn status_body(code: StatusCode, reason: &str, message: &str, details: Option<Value>) -> Value {
     let mut body = json!({
         "kind": "Status", "apiVersion": "v1", "metadata": {},
         "status": "Failure", "message": message, "code": code.as_u16(),
@@ -179,6 +228,11 @@ fn failure(code: StatusCode, reason: &str, message: &str, details: Option<Value>
     if let Some(details) = details {
         body["details"] = details;
     }
+    body
+}
+
+fn failure(code: StatusCode, reason: &str, message: &str, details: Option<Value>) -> Response {
+    let body = status_body(code, reason, message, details);
     (code, axum::Json(body)).into_response()
 }
 
@@ -186,13 +240,41 @@ fn status(code: StatusCode, reason: &str, message: &str) -> Response {
     failure(code, reason, message, None)
 }
 
-/// `details` naming the object a failure is about.
+/// `details` naming the object a failure is about (an empty name left out, as the
+/// real server leaves it out).
 fn details(name: &str, group: &str, kind: &str) -> Value {
-    let mut d = json!({"name": name, "kind": kind});
+    let mut d = json!({"kind": kind});
+    if !name.is_empty() {
+        d["name"] = json!(name);
+    }
     if !group.is_empty() {
         d["group"] = json!(group);
     }
     d
+}
+
+/// The 410 of a resourceVersion older than the history kept (the watch cache's
+/// words: the version asked for, then the oldest it can serve from).
+fn expired(rv: u64, compacted: u64) -> Value {
+    status_body(
+        StatusCode::GONE,
+        "Expired",
+        &format!("too old resource version: {rv} ({compacted})"),
+        None,
+    )
+}
+
+/// The 504 of a resourceVersion newer than any the server has issued.
+fn too_large(rv: u64, current: u64) -> Value {
+    status_body(
+        StatusCode::GATEWAY_TIMEOUT,
+        "Timeout",
+        &format!("Timeout: Too large resource version: {rv}, current: {current}"),
+        Some(json!({
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1,
+        })),
+    )
 }
 
 fn not_found(k: &Kind, name: &str) -> Response {
@@ -249,6 +331,40 @@ fn invalid(field: &str, value: &str, detail: &str) -> FieldError {
         cause: "FieldValueInvalid",
         body: format!("Invalid value: {value}: {detail}"),
     }
+}
+
+fn forbidden(field: &str, detail: &str) -> FieldError {
+    FieldError {
+        field: field.into(),
+        cause: "FieldValueForbidden",
+        body: format!("Forbidden: {detail}"),
+    }
+}
+
+/// A value outside `supported`, each quoted as Go quotes it.
+fn not_supported(field: &str, value: &str, supported: &[&str]) -> FieldError {
+    let supported: Vec<String> = supported.iter().map(|v| json!(v).to_string()).collect();
+    FieldError {
+        field: field.into(),
+        cause: "FieldValueNotSupported",
+        body: format!(
+            "Unsupported value: {}: supported values: {}",
+            json!(value),
+            supported.join(", ")
+        ),
+    }
+}
+
+/// 422 Invalid for the options of a request (`ListOptions`, `PatchOptions`), which
+/// the real server checks before it looks at any object.
+fn invalid_options(kind: &str, errors: &[FieldError]) -> Response {
+    unprocessable(
+        &format!("{kind}.meta.k8s.io"),
+        "meta.k8s.io",
+        kind,
+        "",
+        errors,
+    )
 }
 
 /// 422 Invalid for `errors` of `name`; `what` is the qualified kind the message names.
@@ -448,7 +564,13 @@ fn new_name(obj: &Value, seed: u64) -> Option<String> {
 }
 
 fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    in_seconds(0)
+}
+
+/// The time `seconds` from now, as the real server writes a Time.
+fn in_seconds(seconds: i64) -> String {
+    (chrono::Utc::now() + chrono::TimeDelta::seconds(seconds))
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 /// RFC 7386: objects merge key by key, `null` deletes, anything else replaces.
@@ -546,6 +668,136 @@ fn merge_by_type(list: &mut Value, patch: &Value) -> Result<(), Response> {
         }
     }
     Ok(())
+}
+
+/// An RFC 6902 JSON patch applied as the API server's json-patch library applies
+/// it: every operation in order, or none. `Err` is that library's message, which the
+/// server returns as the cause of a 422 (the wording of a few is approximate).
+fn json_patch(doc: &mut Value, ops: &[Value]) -> Result<(), String> {
+    let mut patched = doc.clone();
+    for op in ops {
+        let kind = op["op"].as_str().unwrap_or_default();
+        let field = |name: &str| {
+            op[name].as_str().ok_or_else(|| {
+                format!("{kind} operation failed to decode {name}: operation missing {name} field")
+            })
+        };
+        let value = || {
+            op.get("value")
+                .cloned()
+                .ok_or_else(|| format!("{kind} operation has no value"))
+        };
+        match kind {
+            "add" => pointer_add(&mut patched, field("path")?, value()?)?,
+            "remove" => {
+                pointer_remove(&mut patched, field("path")?, kind)?;
+            }
+            "replace" => {
+                let path = field("path")?;
+                let target = patched.pointer_mut(path).ok_or_else(|| {
+                    format!("replace operation does not apply: doc is missing key: {path}: missing value")
+                })?;
+                *target = value()?;
+            }
+            "move" => {
+                let (from, path) = (field("from")?, field("path")?);
+                let moved = pointer_remove(&mut patched, from, kind)?;
+                pointer_add(&mut patched, path, moved)?;
+            }
+            "copy" => {
+                let (from, path) = (field("from")?, field("path")?);
+                let copied = patched.pointer(from).cloned().ok_or_else(|| {
+                    format!("copy operation does not apply: doc is missing from path: \"{from}\": missing value")
+                })?;
+                pointer_add(&mut patched, path, copied)?;
+            }
+            "test" => {
+                let path = field("path")?;
+                let found = patched.pointer(path).ok_or_else(|| {
+                    format!("test operation does not apply: is missing path: {path}: missing value")
+                })?;
+                if *found != value()? {
+                    return Err(format!("testing value {path} failed: test failed"));
+                }
+            }
+            other => return Err(format!("Unexpected kind: {other}")),
+        }
+    }
+    *doc = patched;
+    Ok(())
+}
+
+/// A JSON pointer's parent and its last token, unescaped.
+fn pointer_split(path: &str) -> Option<(&str, String)> {
+    let (parent, last) = path.rsplit_once('/')?;
+    Some((parent, last.replace("~1", "/").replace("~0", "~")))
+}
+
+/// RFC 6902 `add`: a member set, or an element inserted (`-` appends).
+fn pointer_add(doc: &mut Value, path: &str, value: Value) -> Result<(), String> {
+    if path.is_empty() {
+        *doc = value;
+        return Ok(());
+    }
+    let missing =
+        || format!("add operation does not apply: doc is missing path: \"{path}\": missing value");
+    let (parent, key) = pointer_split(path).ok_or_else(missing)?;
+    match doc.pointer_mut(parent).ok_or_else(missing)? {
+        Value::Object(members) => {
+            members.insert(key, value);
+        }
+        Value::Array(items) => {
+            let at = match key.as_str() {
+                "-" => items.len(),
+                i => i
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|i| *i <= items.len())
+                    .ok_or_else(|| {
+                        format!("error in add for path: '{path}': Unable to access invalid index: {i}: invalid index referenced")
+                    })?,
+            };
+            items.insert(at, value);
+        }
+        _ => return Err(missing()),
+    }
+    Ok(())
+}
+
+/// RFC 6902 `remove` (and the first half of `move`): the value taken out.
+fn pointer_remove(doc: &mut Value, path: &str, kind: &str) -> Result<Value, String> {
+    let missing = || {
+        format!("{kind} operation does not apply: doc is missing path: \"{path}\": missing value")
+    };
+    let (parent, key) = pointer_split(path).ok_or_else(missing)?;
+    let gone = match doc.pointer_mut(parent).ok_or_else(missing)? {
+        Value::Object(members) => members.remove(&key),
+        Value::Array(items) => key
+            .parse::<usize>()
+            .ok()
+            .filter(|i| *i < items.len())
+            .map(|i| items.remove(i)),
+        _ => None,
+    };
+    gone.ok_or_else(|| {
+        format!("error in {kind} for path: '{path}': unable to remove nonexistent key: {key}: missing value")
+    })
+}
+
+/// What a server-side apply records of the fields the applied object names, in the
+/// `FieldsV1` form of `managedFields`. Simplified: a list is owned whole, as an
+/// atomic list is (the real server owns the items of a list keyed by a field, such as
+/// the conditions by `type`, one by one).
+fn fields_v1(applied: &Value) -> Value {
+    match applied {
+        Value::Object(members) => Value::Object(
+            members
+                .iter()
+                .map(|(k, v)| (format!("f:{k}"), fields_v1(v)))
+                .collect(),
+        ),
+        _ => json!({}),
+    }
 }
 
 /// The verb, resource (with its subresource) and name RBAC sees in a request, as
@@ -654,7 +906,7 @@ impl Cluster {
         obj
     }
 
-    fn key(k: &Kind, namespace: &str, name: &str) -> (String, String, String) {
+    fn key(k: &Kind, namespace: &str, name: &str) -> Key {
         let namespace = if k.namespaced { namespace } else { "" };
         (k.resource.into(), namespace.into(), name.into())
     }
@@ -682,6 +934,96 @@ impl Cluster {
         );
         self.objects.insert(key, obj.clone());
         obj
+    }
+
+    /// The terminating pods whose kubelet has confirmed them by now leave.
+    fn sweep(&mut self) {
+        let now = Instant::now();
+        let done: Vec<Key> = self
+            .terminating
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in done {
+            self.terminating.remove(&key);
+            self.objects.remove(&key);
+            self.bump();
+        }
+    }
+
+    /// A pod deleted, by DELETE or by an eviction, as the real pod registry deletes
+    /// it: given `grace` seconds (a negative one is 1), else the pod's own
+    /// `terminationGracePeriodSeconds` (30 unless set), and none for a pod never
+    /// scheduled or already finished. With a grace period it is marked (its
+    /// `deletionTimestamp` when the period ends, its `deletionGracePeriodSeconds`)
+    /// and stays, terminating, until its kubelet confirms; without one it goes at
+    /// once. A pod already terminating only has its period cut short by a shorter
+    /// `grace`. Returns the pod as the delete left it, and whether it changed.
+    fn delete_pod(&mut self, key: &Key, mut pod: Value, grace: Option<i64>) -> (Value, bool) {
+        let grace = grace.map(|g| if g < 0 { 1 } else { g });
+        let meta = &pod["metadata"];
+        let period = if meta["deletionTimestamp"].is_null() {
+            let unscheduled = pod["spec"]["nodeName"].as_str().is_none_or(str::is_empty);
+            let finished = matches!(
+                pod["status"]["phase"].as_str(),
+                Some("Succeeded" | "Failed")
+            );
+            let period = grace
+                .or_else(|| pod["spec"]["terminationGracePeriodSeconds"].as_i64())
+                .unwrap_or(30);
+            let period = if unscheduled || finished { 0 } else { period };
+            pod["metadata"]["deletionTimestamp"] = json!(in_seconds(period));
+            period
+        } else {
+            let current = meta["deletionGracePeriodSeconds"].as_i64().unwrap_or(0);
+            match grace {
+                // Marked without a grace period: deleted now, as the real server
+                // recovers from a delete interrupted between its two writes.
+                _ if current == 0 => 0,
+                Some(shorter) if shorter < current => {
+                    let ends = meta["deletionTimestamp"]
+                        .as_str()
+                        .and_then(|t| t.parse::<chrono::DateTime<chrono::Utc>>().ok())
+                        .unwrap_or_else(chrono::Utc::now)
+                        - chrono::TimeDelta::seconds(current - shorter);
+                    pod["metadata"]["deletionTimestamp"] =
+                        json!(ends.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+                    shorter
+                }
+                _ => return (pod, false),
+            }
+        };
+        pod["metadata"]["deletionGracePeriodSeconds"] = json!(period);
+        let pod = self.store(Kind::by_kind("Pod"), pod);
+        let left = pod["metadata"]["deletionTimestamp"]
+            .as_str()
+            .and_then(|t| t.parse::<chrono::DateTime<chrono::Utc>>().ok())
+            .map_or(0.0, |t| {
+                (t - chrono::Utc::now()).num_milliseconds().max(0) as f64 / 1000.0
+            });
+        let confirmed = if period == 0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(left * self.timing.grace_scale)
+        };
+        self.terminating
+            .insert(key.clone(), Instant::now() + confirmed);
+        self.sweep();
+        (pod, true)
+    }
+
+    /// An object put by the test in place of whatever was there: a new one, so not
+    /// terminating either.
+    fn replace(&mut self, k: &Kind, obj: Value) {
+        let obj = self.store(k, obj);
+        let meta = &obj["metadata"];
+        let key = Cluster::key(
+            k,
+            meta["namespace"].as_str().unwrap_or(""),
+            meta["name"].as_str().unwrap_or(""),
+        );
+        self.terminating.remove(&key);
     }
 
     /// A Lease created, by POST or by a PUT of one that does not exist (leases
@@ -749,7 +1091,9 @@ fn getter(resource: &'static str) -> MethodRouter<FakeApi> {
         move |State(fake): State<FakeApi>, Path(p): Path<BTreeMap<String, String>>| async move {
             let k = Kind::by_resource(resource);
             let key = Cluster::key(k, p.get("ns").map_or("", String::as_str), &p["name"]);
-            match fake.state.lock().unwrap().objects.get(&key) {
+            let mut c = fake.state.lock().unwrap();
+            c.sweep();
+            match c.objects.get(&key) {
                 Some(obj) => axum::Json(obj.clone()).into_response(),
                 None => not_found(k, &p["name"]),
             }
@@ -771,7 +1115,7 @@ fn getter_deleter(resource: &'static str) -> MethodRouter<FakeApi> {
 impl FakeApi {
     /// Serve `nodes` (Node objects) on a free port.
     pub async fn start(nodes: Vec<Value>) -> FakeApi {
-        let (changes, _) = broadcast::channel(1024);
+        let (changes, _) = watch::channel(0);
         let fake = FakeApi {
             url: String::new(),
             state: Arc::default(),
@@ -785,6 +1129,10 @@ impl FakeApi {
             .route("/api/v1/nodes/{name}", get(get_node).patch(patch_node))
             .route("/api/v1/nodes/{name}/status", patch(patch_node_status))
             .route("/api/v1/pods", get(list_pods))
+            .route(
+                "/api/v1/namespaces/{ns}/pods/{name}",
+                getter_deleter("pods"),
+            )
             .route("/api/v1/namespaces/{ns}/pods/{name}/eviction", post(evict))
             .route("/api/v1/namespaces/{ns}/events", post(create_event))
             .route(
@@ -836,25 +1184,126 @@ impl FakeApi {
         FakeApi { url, ..fake }
     }
 
-    /// Create or replace a node, as the kubelet or `kubectl` would.
+    /// Create or replace a node, as the kubelet or `kubectl` would. A new node gets
+    /// a uid (and a creationTimestamp) unless it brings its own; a replaced one keeps
+    /// its own, unless this one brings another: then it is a new node under the old
+    /// name, the old one deleted and this one created, two events on the watch.
     pub fn put(&self, node: Value) {
         self.put_locked(&mut self.state.lock().unwrap(), node);
     }
 
     fn put_locked(&self, c: &mut Cluster, mut node: Value) -> Value {
+        let name = node["metadata"]["name"].as_str().unwrap().to_string();
+        let uid = node["metadata"]["uid"]
+            .as_str()
+            .filter(|u| !u.is_empty())
+            .map(String::from);
+        if let Some(old) = c.nodes.get(&name) {
+            if uid.is_none() || uid.as_deref() == old["metadata"]["uid"].as_str() {
+                return self.modify(c, node);
+            }
+            let old = c.nodes.remove(&name).unwrap();
+            self.record(c, "DELETED", old);
+        }
+        let meta = &mut node["metadata"];
+        if uid.is_none() {
+            meta["uid"] = json!(format!("00000000-0000-4000-8000-{:012x}", c.version + 1));
+        }
+        if meta["creationTimestamp"].is_null() {
+            meta["creationTimestamp"] = json!(now());
+        }
+        let node = self.record(c, "ADDED", node);
+        c.nodes.insert(name, node.clone());
+        node
+    }
+
+    /// An update of an existing node, which keeps its uid and creationTimestamp as
+    /// the API server keeps them.
+    fn modify(&self, c: &mut Cluster, mut node: Value) -> Value {
+        let name = node["metadata"]["name"].as_str().unwrap().to_string();
+        let old = &c.nodes[&name]["metadata"];
+        node["metadata"]["uid"] = old["uid"].clone();
+        node["metadata"]["creationTimestamp"] = old["creationTimestamp"].clone();
+        let node = self.record(c, "MODIFIED", node);
+        c.nodes.insert(name, node.clone());
+        node
+    }
+
+    /// A node change written: the next revision on the object, the event in the
+    /// history, and the open watches woken.
+    fn record(&self, c: &mut Cluster, kind: &str, mut node: Value) -> Value {
         let v = c.bump();
         node["metadata"]["resourceVersion"] = json!(v.to_string());
-        let name = node["metadata"]["name"].as_str().unwrap().to_string();
-        let kind = if c.nodes.contains_key(&name) {
-            "MODIFIED"
-        } else {
-            "ADDED"
-        };
-        let event = json!({"type": kind, "object": node});
-        c.nodes.insert(name, node.clone());
-        c.log.push((v, event.clone()));
-        let _ = self.changes.send((v, event));
+        c.log.push((v, json!({"type": kind, "object": node})));
+        self.changes.send_modify(|n| *n += 1);
         node
+    }
+
+    /// Delete a node, as `kubectl delete node` or a cloud's node controller would:
+    /// a DELETED event on the watch carrying its last state at the new revision.
+    pub fn delete_node(&self, name: &str) {
+        let mut c = self.state.lock().unwrap();
+        let node = c
+            .nodes
+            .remove(name)
+            .unwrap_or_else(|| panic!("no node {name} to delete"));
+        self.record(&mut c, "DELETED", node);
+    }
+
+    /// Compact the history up to the current revision, as etcd's compaction does:
+    /// a watch resumed, or a list at an exact resourceVersion, from before it is
+    /// 410 Gone from now on. Every watch open now loses its place too, and ends with
+    /// an ERROR event carrying that 410, as the real server ends a watch whose
+    /// position has left its history: a watching client must list again.
+    pub fn compact(&self) {
+        let mut c = self.state.lock().unwrap();
+        c.at_compaction = c.nodes.clone();
+        c.compacted = c.version;
+        c.log.clear();
+        c.compactions += 1;
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    /// The longest a watch opened from now on stays open before the server ends it
+    /// (the client then resumes from the last resourceVersion it saw). A client's
+    /// shorter `timeoutSeconds` ends it sooner.
+    pub fn set_watch_timeout(&self, timeout: Duration) {
+        self.state.lock().unwrap().timing.watch_timeout = timeout;
+    }
+
+    /// How often a watch opened from now on that allows bookmarks gets one (and it
+    /// gets one more as it ends).
+    pub fn set_bookmark_interval(&self, every: Duration) {
+        assert!(!every.is_zero(), "bookmarks need an interval");
+        self.state.lock().unwrap().timing.bookmarks = every;
+    }
+
+    /// Right after the next GET of node `name` is served, another writer changes the
+    /// node (at a new resourceVersion, as a concurrent `kubectl taint` would): a
+    /// write conditional on what that GET returned then meets a genuine 409.
+    pub fn on_next_get(&self, name: &str, mutation: impl FnOnce(&mut Value) + Send + 'static) {
+        self.state
+            .lock()
+            .unwrap()
+            .on_get
+            .insert(name.into(), Box::new(mutation));
+    }
+
+    /// How long the kubelets take to confirm a terminating pod, as a part of its
+    /// grace period: 0 (the default) at once, 1 the whole period, in real time.
+    /// Pods already terminating keep the time they were given.
+    pub fn set_grace_scale(&self, scale: f64) {
+        assert!(scale >= 0.0, "a grace scale is not negative: {scale}");
+        self.state.lock().unwrap().timing.grace_scale = scale;
+    }
+
+    /// Every terminating pod confirmed now, by its kubelet, and gone.
+    pub fn finish_terminating(&self) {
+        let mut c = self.state.lock().unwrap();
+        for at in c.terminating.values_mut() {
+            *at = Instant::now();
+        }
+        c.sweep();
     }
 
     /// A change made by someone else (`kubectl cordon`): a merge patch, recorded as
@@ -895,18 +1344,27 @@ impl FakeApi {
             .insert(token.into());
     }
 
-    /// Create or replace a pod, as its controller and the scheduler would.
-    pub fn put_pod(&self, pod: Value) {
+    /// Create or replace a pod, as its controller and the scheduler would (its
+    /// `terminationGracePeriodSeconds` defaulted to 30, as the real server defaults
+    /// it). A pod replaced while terminating is a new pod, not terminating.
+    pub fn put_pod(&self, mut pod: Value) {
         assert!(
             pod["kind"].is_null() || pod["kind"] == "Pod",
             "not a Pod: {pod}"
         );
-        self.state.lock().unwrap().store(Kind::by_kind("Pod"), pod);
+        if pod["spec"]["terminationGracePeriodSeconds"].is_null() {
+            pod["spec"]["terminationGracePeriodSeconds"] = json!(30);
+        }
+        self.state
+            .lock()
+            .unwrap()
+            .replace(Kind::by_kind("Pod"), pod);
     }
 
-    /// Every pod, by namespace and name.
+    /// Every pod, by namespace and name, the terminating ones included.
     pub fn pods(&self) -> Vec<Value> {
-        let c = self.state.lock().unwrap();
+        let mut c = self.state.lock().unwrap();
+        c.sweep();
         c.objects
             .iter()
             .filter(|((r, _, _), _)| r == "pods")
@@ -931,7 +1389,9 @@ impl FakeApi {
         );
     }
 
-    /// The pods evicted, as they were when deleted, in order.
+    /// The pods evicted, as each eviction left them (marked for deletion, with the
+    /// DisruptionTarget condition), in order; a pod evicted again while it
+    /// terminates is not counted twice.
     pub fn evicted(&self) -> Vec<Value> {
         self.state.lock().unwrap().evicted.clone()
     }
@@ -959,13 +1419,15 @@ impl FakeApi {
             !matches!(k.kind, "Node" | "Event"),
             "nodes go through put(), events through the API"
         );
-        self.state.lock().unwrap().store(k, obj);
+        self.state.lock().unwrap().replace(k, obj);
     }
 
     /// The object of `kind` named `name` (in `namespace` for namespaced kinds).
     pub fn object(&self, kind: &str, namespace: Option<&str>, name: &str) -> Option<Value> {
         let key = Cluster::key(Kind::by_kind(kind), namespace.unwrap_or(""), name);
-        self.state.lock().unwrap().objects.get(&key).cloned()
+        let mut c = self.state.lock().unwrap();
+        c.sweep();
+        c.objects.get(&key).cloned()
     }
 
     /// The (kind, name) of every delete accepted, in order. An object with
@@ -979,11 +1441,12 @@ impl FakeApi {
         self.object("Lease", Some(ns), name)
     }
 
-    /// A DELETE as the real server answers it for an object without graceful
-    /// deletion: the preconditions checked first, then removed at once (200 with the
-    /// object), or, with finalizers, marked for deletion and kept. The garbage
-    /// collector has no dependents to wait for here, so the propagation policy
-    /// changes nothing.
+    /// A DELETE as the real server answers it: the preconditions checked first; then
+    /// a pod deleted gracefully (`Cluster::delete_pod`, its finalizers not
+    /// emulated); any other object, without graceful deletion, removed at once (200
+    /// with the object), or, with finalizers, marked for deletion and kept. The
+    /// garbage collector has no dependents to wait for here, so the propagation
+    /// policy changes nothing.
     fn delete_object(&self, k: &Kind, p: &BTreeMap<String, String>, body: &Bytes) -> Response {
         let name = &p["name"];
         let options = if body.is_empty() {
@@ -1004,6 +1467,7 @@ impl FakeApi {
             return unemulated("dryRun");
         }
         let mut c = self.state.lock().unwrap();
+        c.sweep();
         let key = Cluster::key(k, p.get("ns").map_or("", String::as_str), name);
         let Some(mut obj) = c.objects.get(&key).cloned() else {
             return not_found(k, name);
@@ -1016,6 +1480,10 @@ impl FakeApi {
             return conflict(&what, k.group(), k.kind, name, &why);
         }
         c.deleted.push((k.kind.into(), name.clone()));
+        if k.kind == "Pod" {
+            let (pod, _) = c.delete_pod(&key, obj, options["gracePeriodSeconds"].as_i64());
+            return axum::Json(pod).into_response();
+        }
         if obj["metadata"]["finalizers"]
             .as_array()
             .is_some_and(|f| !f.is_empty())
@@ -1034,7 +1502,9 @@ impl FakeApi {
 
     /// The eviction subresource once the body is read: the pod, its one
     /// PodDisruptionBudget, the preconditions, then the DisruptionTarget condition
-    /// and the delete, in the real server's order.
+    /// and the graceful delete, in the real server's order. A pod already
+    /// terminating skips the budget and, evicted again, is left as it is (201 all the
+    /// same, as the real server answers: its delete is already pending).
     fn evict_checked(&self, ns: &str, name: &str, eviction: &mut Value, dry_run: bool) -> Response {
         if let Err(r) = check_body(eviction, &["policy/v1", "policy/v1beta1"], "Eviction", ns) {
             return r;
@@ -1052,6 +1522,7 @@ impl FakeApi {
         }
         let pods = Kind::by_kind("Pod");
         let mut c = self.state.lock().unwrap();
+        c.sweep();
         let key = Cluster::key(pods, ns, name);
         let Some(mut pod) = c.objects.get(&key).cloned() else {
             return not_found(pods, name);
@@ -1101,6 +1572,8 @@ impl FakeApi {
         if let Err(why) = preconditions(options, &pod) {
             return conflict("Pod", "", "Pod", name, &why);
         }
+        // The condition is written only where it is not already there as the
+        // eviction words it: evicting a terminating pod again changes nothing.
         let condition = json!({
             "type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
             "message": "Eviction API: evicting", "lastTransitionTime": now(),
@@ -1110,18 +1583,34 @@ impl FakeApi {
             *conditions = json!([]);
         }
         let conditions = conditions.as_array_mut().unwrap();
-        match conditions
+        let written = match conditions
             .iter_mut()
             .find(|c| c["type"] == "DisruptionTarget")
         {
-            Some(c) => *c = condition,
-            None => conditions.push(condition),
+            Some(c)
+                if ["status", "reason", "message"]
+                    .iter()
+                    .all(|f| c[*f] == condition[*f]) =>
+            {
+                false
+            }
+            Some(c) => {
+                *c = condition;
+                true
+            }
+            None => {
+                conditions.push(condition);
+                true
+            }
+        };
+        if written {
+            pod = c.store(pods, pod);
         }
-        // No kubelet here: the pod goes at once rather than after its grace period.
-        let pod = c.store(pods, pod);
-        c.objects.remove(&key);
-        c.bump();
-        c.evicted.push(pod);
+        let grace = options["gracePeriodSeconds"].as_i64();
+        let (pod, deleted) = c.delete_pod(&key, pod, grace);
+        if deleted {
+            c.evicted.push(pod);
+        }
         let body = json!({
             "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201,
         });
@@ -1175,93 +1664,419 @@ fn lease_errors(lease: &Value) -> Vec<FieldError> {
     errors
 }
 
+/// One line of a watch stream.
+fn line(event: &Value) -> String {
+    format!("{event}\n")
+}
+
+/// A LIST of the nodes (at a resourceVersion, exact or not older) or a WATCH of them,
+/// with the ListOptions checked first, as the real server checks them.
 async fn list_or_watch(
     State(fake): State<FakeApi>,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> Response {
-    if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
-        let from: u64 = q
-            .get("resourceVersion")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        // Subscribe before reading the log so no change falls between the two.
-        let live = fake.changes.subscribe();
-        let backlog: Vec<(u64, Value)> = fake
-            .state
-            .lock()
-            .unwrap()
-            .log
-            .iter()
-            .filter(|(v, _)| *v > from)
-            .cloned()
-            .collect();
-        let last = backlog.last().map_or(from, |(v, _)| *v);
-        let line = |e: &Value| Ok::<_, std::io::Error>(Bytes::from(format!("{e}\n")));
-        let backlog =
-            futures::stream::iter(backlog.iter().map(|(_, e)| line(e)).collect::<Vec<_>>());
-        let live = futures::stream::unfold((live, last), move |(mut rx, last)| async move {
-            loop {
-                match rx.recv().await {
-                    Ok((v, e)) if v > last => return Some((line(&e), (rx, v))),
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                }
+    let flag = |k: &str| q.get(k).is_some_and(|v| v == "true" || v == "1");
+    let rv = q.get("resourceVersion").map_or("", String::as_str);
+    let matching = q.get("resourceVersionMatch").map_or("", String::as_str);
+    let watching = flag("watch");
+    let mut errors = Vec::new();
+    if !matching.is_empty() {
+        let field = "resourceVersionMatch";
+        if watching && !q.contains_key("sendInitialEvents") {
+            errors.push(forbidden(
+                field,
+                "resourceVersionMatch is forbidden for watch",
+            ));
+        }
+        if rv.is_empty() {
+            errors.push(forbidden(
+                field,
+                "resourceVersionMatch is forbidden unless resourceVersion is provided",
+            ));
+        }
+        if !["Exact", "NotOlderThan"].contains(&matching) {
+            errors.push(not_supported(
+                field,
+                matching,
+                &["Exact", "NotOlderThan", ""],
+            ));
+        }
+        if matching == "Exact" && rv == "0" {
+            errors.push(forbidden(
+                field,
+                "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+            ));
+        }
+    }
+    if !errors.is_empty() {
+        return invalid_options("ListOptions", &errors);
+    }
+    if flag("sendInitialEvents") {
+        return unemulated("sendInitialEvents (a streaming list)");
+    }
+    let at = match rv {
+        "" => None,
+        v => match v.parse::<u64>() {
+            Ok(v) => Some(v),
+            Err(_) => {
+                return status(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    &format!("invalid resource version: {v:?}"),
+                );
             }
-        });
-        return Response::builder()
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Body::from_stream(futures::StreamExt::chain(backlog, live)))
-            .unwrap();
+        },
+    };
+    if watching {
+        return watch_nodes(&fake, at, &q);
     }
     let c = fake.state.lock().unwrap();
+    let (items, version): (Vec<Value>, u64) = match at {
+        Some(v) if v > c.version => {
+            return (
+                StatusCode::GATEWAY_TIMEOUT,
+                axum::Json(too_large(v, c.version)),
+            )
+                .into_response();
+        }
+        Some(v) if matching == "Exact" => {
+            if v < c.compacted {
+                return (StatusCode::GONE, axum::Json(expired(v, c.compacted))).into_response();
+            }
+            (c.nodes_at(v), v)
+        }
+        _ => (c.nodes.values().cloned().collect(), c.version),
+    };
     let body = json!({
         "kind": "NodeList", "apiVersion": "v1",
-        "metadata": {"resourceVersion": c.version.to_string()},
-        "items": c.nodes.values().collect::<Vec<_>>(),
+        "metadata": {"resourceVersion": version.to_string()},
+        "items": items,
     });
     axum::Json(body).into_response()
 }
 
-async fn get_node(State(fake): State<FakeApi>, Path(name): Path<String>) -> Response {
-    match fake.state.lock().unwrap().nodes.get(&name) {
-        Some(n) => axum::Json(n.clone()).into_response(),
-        None => not_found(Kind::by_kind("Node"), &name),
+impl Cluster {
+    /// The nodes as they stood at revision `at` (not before the last compaction).
+    fn nodes_at(&self, at: u64) -> Vec<Value> {
+        let mut nodes = self.at_compaction.clone();
+        for (_, event) in self.log.iter().take_while(|(v, _)| *v <= at) {
+            let node = &event["object"];
+            let name = node["metadata"]["name"].as_str().unwrap().to_string();
+            if event["type"] == "DELETED" {
+                nodes.remove(&name);
+            } else {
+                nodes.insert(name, node.clone());
+            }
+        }
+        nodes.into_values().collect()
     }
+}
+
+/// A WATCH of the nodes: from a resourceVersion, the changes after it; without one
+/// (or from "0"), every node as ADDED first. A resourceVersion before the last
+/// compaction, or after the newest, gets the real server's answer to it: HTTP 200,
+/// then one ERROR event carrying the Status, and the end of the stream.
+fn watch_nodes(fake: &FakeApi, at: Option<u64>, q: &BTreeMap<String, String>) -> Response {
+    // Without timeoutSeconds, the real server picks one of at least its
+    // min-request-timeout, 1800 s.
+    let asked = q
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .filter(|t| *t > 0)
+        .map_or(Duration::from_secs(1800), Duration::from_secs);
+    let bookmarks = q
+        .get("allowWatchBookmarks")
+        .is_some_and(|v| v == "true" || v == "1");
+    // Subscribe before reading the history, so that no change falls between the two.
+    let wake = fake.changes.subscribe();
+    let c = fake.state.lock().unwrap();
+    let mut first = String::new();
+    let at = match at {
+        None | Some(0) => {
+            for node in c.nodes.values() {
+                first.push_str(&line(&json!({"type": "ADDED", "object": node})));
+            }
+            c.version
+        }
+        Some(v) if v < c.compacted => return watch_error(expired(v, c.compacted)),
+        Some(v) if v > c.version => return watch_error(too_large(v, c.version)),
+        Some(v) => v,
+    };
+    let now = tokio::time::Instant::now();
+    let every = c.timing.bookmarks;
+    let watch = NodeWatch {
+        fake: fake.clone(),
+        wake,
+        at,
+        compactions: c.compactions,
+        ends: now + asked.min(c.timing.watch_timeout),
+        bookmarks: bookmarks.then_some((every, now + every)),
+        first,
+        done: false,
+    };
+    drop(c);
+    let stream = futures::stream::unfold(watch, |mut watch| async move {
+        let chunk = watch.next_chunk().await?;
+        Some((Ok::<_, std::io::Error>(Bytes::from(chunk)), watch))
+    });
+    watch_response(Body::from_stream(stream))
+}
+
+fn watch_response(body: Body) -> Response {
+    Response::builder()
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .unwrap()
+}
+
+/// A watch refused once it has begun: its one ERROR event.
+fn watch_error(status: Value) -> Response {
+    watch_response(Body::from(line(
+        &json!({"type": "ERROR", "object": status}),
+    )))
+}
+
+/// One open watch of the nodes.
+struct NodeWatch {
+    fake: FakeApi,
+    wake: watch::Receiver<u64>,
+    /// The revision this watch has brought its client up to.
+    at: u64,
+    /// The compactions there had been when it opened: another one ends it.
+    compactions: u64,
+    /// When the server ends it.
+    ends: tokio::time::Instant,
+    /// With bookmarks allowed: how often, and when the next one is due.
+    bookmarks: Option<(Duration, tokio::time::Instant)>,
+    /// What it sends before any change: every node, for a watch from "now".
+    first: String,
+    done: bool,
+}
+
+impl NodeWatch {
+    /// The next lines to send, once there are any: the changes after `at`, a
+    /// bookmark when one is due (always one as the watch ends), or the ERROR that
+    /// ends a watch whose place in the history was compacted away. `None`: the
+    /// server ends the stream.
+    async fn next_chunk(&mut self) -> Option<String> {
+        while !self.done {
+            let now = tokio::time::Instant::now();
+            let closing = now >= self.ends;
+            let mut out = std::mem::take(&mut self.first);
+            {
+                let c = self.fake.state.lock().unwrap();
+                if c.compactions != self.compactions {
+                    self.done = true;
+                    let status = expired(self.at, c.compacted);
+                    out.push_str(&line(&json!({"type": "ERROR", "object": status})));
+                    return Some(out);
+                }
+                let from = self.at;
+                for (v, event) in c.log.iter().filter(|(v, _)| *v > from) {
+                    out.push_str(&line(event));
+                    self.at = *v;
+                }
+                if let Some((every, due)) = &mut self.bookmarks
+                    && (closing || now >= *due)
+                {
+                    // Every change up to the current revision is sent above.
+                    self.at = c.version;
+                    out.push_str(&line(&json!({"type": "BOOKMARK", "object": {
+                        "kind": "Node", "apiVersion": "v1",
+                        "metadata": {"resourceVersion": c.version.to_string()},
+                    }})));
+                    *due = now + *every;
+                }
+            }
+            self.done = closing;
+            if !out.is_empty() {
+                return Some(out);
+            }
+            if self.done {
+                break;
+            }
+            let wake_at = self
+                .bookmarks
+                .map_or(self.ends, |(_, due)| due.min(self.ends));
+            tokio::select! {
+                _ = self.wake.changed() => {}
+                _ = tokio::time::sleep_until(wake_at) => {}
+            }
+        }
+        None
+    }
+}
+
+/// A GET of a node; another writer's change `on_next_get` asked for is made right
+/// after, so that what this GET returned is already stale.
+async fn get_node(State(fake): State<FakeApi>, Path(name): Path<String>) -> Response {
+    let mut c = fake.state.lock().unwrap();
+    let Some(node) = c.nodes.get(&name).cloned() else {
+        return not_found(Kind::by_kind("Node"), &name);
+    };
+    if let Some(mutation) = c.on_get.remove(&name) {
+        let mut changed = node.clone();
+        mutation(&mut changed);
+        fake.modify(&mut c, changed);
+    }
+    axum::Json(node).into_response()
 }
 
 async fn patch_node(
     State(fake): State<FakeApi>,
     Path(name): Path<String>,
+    Query(q): Query<BTreeMap<String, String>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    patch_node_part(&fake, &name, &headers, &body, "status")
+    patch_node_part(&fake, &name, &q, &headers, &body, "status")
 }
 
 async fn patch_node_status(
     State(fake): State<FakeApi>,
     Path(name): Path<String>,
+    Query(q): Query<BTreeMap<String, String>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    patch_node_part(&fake, &name, &headers, &body, "spec")
+    patch_node_part(&fake, &name, &q, &headers, &body, "spec")
+}
+
+/// The four kinds of PATCH the API server takes, by their media type.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PatchKind {
+    Json,
+    Merge,
+    Strategic,
+    Apply,
+}
+
+/// A patch body decoded as its kind requires: a JSON array of operations, a JSON
+/// object, or (apply) a YAML object.
+fn decode_patch(kind: PatchKind, body: &Bytes) -> Result<Value, Response> {
+    let bad = |m: &str| Err(status(StatusCode::BAD_REQUEST, "BadRequest", m));
+    match kind {
+        PatchKind::Json => match serde_json::from_slice::<Value>(body) {
+            Ok(Value::Array(ops)) if ops.iter().all(Value::is_object) => Ok(Value::Array(ops)),
+            Ok(Value::Array(_)) => {
+                bad("json: cannot unmarshal array into Go value of type jsonpatch.Operation")
+            }
+            Ok(other) => {
+                let what = match other {
+                    Value::Object(_) => "object",
+                    Value::String(_) => "string",
+                    Value::Number(_) => "number",
+                    _ => "bool",
+                };
+                bad(&format!(
+                    "json: cannot unmarshal {what} into Go value of type jsonpatch.Patch"
+                ))
+            }
+            Err(e) => bad(&format!("error decoding patch: {e}")),
+        },
+        PatchKind::Apply => {
+            let text = std::str::from_utf8(body).unwrap_or("");
+            match serde_saphyr::from_str::<Value>(text) {
+                Ok(p) if p.is_object() => Ok(p),
+                Ok(_) => bad("error decoding YAML: the apply patch is not an object"),
+                Err(e) => bad(&format!("error decoding YAML: {e}")),
+            }
+        }
+        PatchKind::Merge | PatchKind::Strategic => match serde_json::from_slice::<Value>(body) {
+            Ok(p) if p.is_object() => Ok(p),
+            _ => bad("the patch is not a JSON object"),
+        },
+    }
+}
+
+/// A server-side apply of `applied` by `manager` through the endpoint that keeps
+/// `kept`. Simplified: the applied object merges like a strategic merge patch of the
+/// fields it names (so conditions merge by `type`), and the manager's `Apply` entry
+/// in `managedFields` records those fields. Not emulated: conflicts with the fields
+/// other managers own (no apply answers 409, forced or not), and the removal of a
+/// field this manager applied before and now leaves out (it stays). Creating a node
+/// by apply is not emulated either (404).
+fn apply(node: &mut Value, applied: &Value, manager: &str, kept: &str) -> Result<(), Response> {
+    let bad = |m: String| Err(status(StatusCode::BAD_REQUEST, "BadRequest", &m));
+    let version = applied["apiVersion"].as_str().unwrap_or("");
+    if version != "v1" {
+        return bad(format!(
+            "Incorrect version specified in apply patch. Specified patch version: {version}, expected: v1"
+        ));
+    }
+    let kind = applied["kind"].as_str().unwrap_or("");
+    if kind != "Node" {
+        return bad(format!(
+            "the kind in the apply patch ({kind}) does not match the kind of the object (Node)"
+        ));
+    }
+    let name = node["metadata"]["name"].as_str().unwrap_or("").to_string();
+    if let Some(other) = applied["metadata"]["name"].as_str()
+        && other != name
+    {
+        return bad(format!(
+            "the name of the object ({other}) does not match the name on the URL ({name})"
+        ));
+    }
+    if !applied["metadata"]["managedFields"].is_null() {
+        return bad("metadata.managedFields must be nil".into());
+    }
+    strategic(node, applied, "")?;
+    let mut owned = applied.clone();
+    let object = owned.as_object_mut().unwrap();
+    for gone in ["apiVersion", "kind", kept] {
+        object.remove(gone);
+    }
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("name");
+        meta.remove("resourceVersion");
+    }
+    let subresource = if kept == "spec" { "status" } else { "" };
+    let mut entry = json!({
+        "manager": manager, "operation": "Apply", "apiVersion": "v1", "time": now(),
+        "fieldsType": "FieldsV1", "fieldsV1": fields_v1(&owned),
+    });
+    if !subresource.is_empty() {
+        entry["subresource"] = json!(subresource);
+    }
+    let managed = &mut node["metadata"]["managedFields"];
+    if !managed.is_array() {
+        *managed = json!([]);
+    }
+    let managed = managed.as_array_mut().unwrap();
+    let same = |e: &Value| {
+        e["manager"] == manager
+            && e["operation"] == "Apply"
+            && e["subresource"].as_str().unwrap_or("") == subresource
+    };
+    match managed.iter_mut().find(|e| same(e)) {
+        // The same fields applied again: the entry (and its time) stays as it is.
+        Some(e) if e["fieldsV1"] == entry["fieldsV1"] => {}
+        Some(e) => *e = entry,
+        None => managed.push(entry),
+    }
+    Ok(())
 }
 
 /// A PATCH applied to the whole node, then the part this endpoint may not change
 /// (`kept`) put back, as the API server's node strategies do: the node's own
 /// endpoint keeps the status, the status subresource keeps the spec (and, as on the
-/// real server, metadata does change through it). A patch that changes nothing
-/// writes nothing: no new resourceVersion, no watch event.
+/// real server, metadata does change through it). Whatever resourceVersion the
+/// patched node carries is a precondition (a `null` or removed one, none). A patch
+/// that changes nothing writes nothing: no new resourceVersion, no watch event.
 fn patch_node_part(
     fake: &FakeApi,
     name: &str,
+    q: &BTreeMap<String, String>,
     headers: &HeaderMap,
     body: &Bytes,
     kept: &str,
 ) -> Response {
-    let strategic_patch = match media(headers) {
-        "application/merge-patch+json" => false,
-        "application/strategic-merge-patch+json" => true,
+    let kind = match media(headers) {
+        "application/json-patch+json" => PatchKind::Json,
+        "application/merge-patch+json" => PatchKind::Merge,
+        "application/strategic-merge-patch+json" => PatchKind::Strategic,
+        "application/apply-patch+yaml" => PatchKind::Apply,
         other => {
             return unsupported_media(
                 other,
@@ -1269,32 +2084,51 @@ fn patch_node_part(
             );
         }
     };
-    let patch = match serde_json::from_slice::<Value>(body) {
-        Ok(p) if p.is_object() => p,
-        _ => {
-            return status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                "the patch is not a JSON object",
-            );
-        }
+    // The PatchOptions, checked before the body is read.
+    let manager = q.get("fieldManager").map_or("", String::as_str);
+    if kind == PatchKind::Apply && manager.is_empty() {
+        return invalid_options(
+            "PatchOptions",
+            &[required("fieldManager", "is required for apply patch")],
+        );
+    }
+    if kind != PatchKind::Apply && q.contains_key("force") {
+        return invalid_options(
+            "PatchOptions",
+            &[forbidden(
+                "force",
+                "may not be specified for non-apply patch",
+            )],
+        );
+    }
+    let patch = match decode_patch(kind, body) {
+        Ok(p) => p,
+        Err(r) => return r,
     };
     let mut c = fake.state.lock().unwrap();
     let Some(old) = c.nodes.get(name).cloned() else {
         return not_found(Kind::by_kind("Node"), name);
     };
-    if let Some(want) = patch["metadata"]["resourceVersion"].as_str()
-        && Some(want) != old["metadata"]["resourceVersion"].as_str()
-    {
-        return conflict("nodes", "", "nodes", name, OPTIMISTIC_LOCK);
-    }
     let mut node = old.clone();
-    if strategic_patch {
-        if let Err(r) = strategic(&mut node, &patch, "") {
-            return r;
+    let applied = match kind {
+        PatchKind::Merge => {
+            merge(&mut node, &patch);
+            Ok(())
         }
-    } else {
-        merge(&mut node, &patch);
+        PatchKind::Strategic => strategic(&mut node, &patch, ""),
+        PatchKind::Apply => apply(&mut node, &patch, manager, kept),
+        PatchKind::Json => json_patch(&mut node, patch.as_array().unwrap()).map_err(|why| {
+            // How the real server passes on the json-patch library's error.
+            failure(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                "the server rejected our request due to an error in our request",
+                Some(json!({"causes": [{"reason": "UnexpectedServerResponse", "message": why}]})),
+            )
+        }),
+    };
+    if let Err(r) = applied {
+        return r;
     }
     match old.get(kept) {
         Some(part) => node[kept] = part.clone(),
@@ -1302,12 +2136,36 @@ fn patch_node_part(
             node.as_object_mut().unwrap().remove(kept);
         }
     }
-    // The patch's resourceVersion, even a `null` one, was only a precondition.
+    let meta = &node["metadata"];
+    if let Some(want) = meta["resourceVersion"].as_str().filter(|v| !v.is_empty())
+        && Some(want) != old["metadata"]["resourceVersion"].as_str()
+    {
+        return conflict("nodes", "", "nodes", name, OPTIMISTIC_LOCK);
+    }
+    for field in ["name", "uid"] {
+        if let Some(new) = meta[field].as_str().filter(|v| !v.is_empty())
+            && Some(new) != old["metadata"][field].as_str()
+        {
+            return unprocessable(
+                "Node",
+                "",
+                "Node",
+                name,
+                &[invalid(
+                    &format!("metadata.{field}"),
+                    &json!(new).to_string(),
+                    "field is immutable",
+                )],
+            );
+        }
+    }
     node["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+    node["metadata"]["name"] = json!(name);
+    node["metadata"]["uid"] = old["metadata"]["uid"].clone();
     if node == old {
         return axum::Json(old).into_response();
     }
-    axum::Json(fake.put_locked(&mut c, node)).into_response()
+    axum::Json(fake.modify(&mut c, node)).into_response()
 }
 
 /// Pod field selectors the real server supports (less `status.podIPs`), and the
@@ -1620,13 +2478,13 @@ async fn update_lease(
     axum::Json(c.store(k, lease)).into_response()
 }
 
-/// A Ready node named `name` with `labels`.
+/// A Ready node named `name` with `labels` (its uid the fake's to give).
 pub fn ready_node(name: &str, labels: Value) -> Value {
     let mut labels = labels;
     labels["kubernetes.io/hostname"] = json!(format!("{name}.example"));
     json!({
         "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": labels, "uid": format!("uid-{name}")},
+        "metadata": {"name": name, "labels": labels},
         "spec": {},
         "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]},
     })
@@ -1688,4 +2546,295 @@ pub fn kubeconfig_as(dir: &std::path::Path, url: &str, token: &str) -> std::path
     // A JSON string is a YAML string, whatever the token holds.
     let user = format!("{{token: {}}}", json!(token));
     write_kubeconfig(dir.join(format!("kubeconfig-{token}")), url, &user)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The paths of the fake that hale's scenarios cannot reach at will, each proven
+    //! with a plain HTTP client.
+
+    use super::*;
+
+    fn client() -> reqwest::Client {
+        hale::init_tls();
+        reqwest::Client::new()
+    }
+
+    async fn send(request: reqwest::RequestBuilder) -> (u16, Value) {
+        let r = request.send().await.unwrap();
+        let code = r.status().as_u16();
+        (code, r.json().await.unwrap())
+    }
+
+    async fn get(fake: &FakeApi, path: &str) -> (u16, Value) {
+        send(client().get(format!("{}{path}", fake.url))).await
+    }
+
+    async fn patch(fake: &FakeApi, path: &str, media: &str, body: &str) -> (u16, Value) {
+        let request = client()
+            .patch(format!("{}{path}", fake.url))
+            .header("content-type", media)
+            .body(body.to_string());
+        send(request).await
+    }
+
+    async fn evict(fake: &FakeApi, name: &str, options: Value) -> u16 {
+        let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+            "metadata": {"name": name, "namespace": "ns"}, "deleteOptions": options});
+        let url = format!("{}/api/v1/namespaces/ns/pods/{name}/eviction", fake.url);
+        send(client().post(url).json(&eviction)).await.0
+    }
+
+    async fn open_watch(fake: &FakeApi, query: &str) -> reqwest::Response {
+        let url = format!("{}/api/v1/nodes?watch=true&{query}", fake.url);
+        let r = client().get(url).send().await.unwrap();
+        assert_eq!(r.status(), 200, "a watch begins with 200, whatever follows");
+        r
+    }
+
+    /// The events of a watch until the server ends it.
+    async fn read_all(watch: &mut reqwest::Response) -> Vec<Value> {
+        let (mut buffer, mut events) = (Vec::new(), Vec::new());
+        while let Some(chunk) = tokio::time::timeout(Duration::from_secs(20), watch.chunk())
+            .await
+            .expect("the server ends the watch")
+            .unwrap()
+        {
+            buffer.extend_from_slice(&chunk);
+            while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buffer.drain(..=end).collect();
+                events.push(serde_json::from_slice(&line).unwrap());
+            }
+        }
+        events
+    }
+
+    fn kinds(events: &[Value]) -> Vec<&str> {
+        events.iter().map(|e| e["type"].as_str().unwrap()).collect()
+    }
+
+    fn rv(obj: &Value) -> &str {
+        obj["metadata"]["resourceVersion"].as_str().unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_watch_ends_after_its_timeout_with_a_bookmark_and_carries_deletes() {
+        let fake = FakeApi::start(vec![ready_node("a", json!({}))]).await;
+        fake.set_watch_timeout(Duration::from_secs(1));
+        fake.set_bookmark_interval(Duration::from_secs(60));
+        let mut watch = open_watch(&fake, "resourceVersion=1&allowWatchBookmarks=true").await;
+        fake.kubectl("a", json!({"spec": {"unschedulable": true}}));
+        let last = fake.node("a");
+        fake.delete_node("a");
+        let events = read_all(&mut watch).await;
+        assert_eq!(kinds(&events), ["MODIFIED", "DELETED", "BOOKMARK"]);
+        let deleted = &events[1]["object"];
+        assert_eq!(rv(deleted), "3", "the deletion's own revision");
+        let mut expected = last;
+        expected["metadata"]["resourceVersion"] = json!("3");
+        assert_eq!(*deleted, expected, "the last state of the node");
+        assert_eq!(
+            events[2]["object"],
+            json!({"kind": "Node", "apiVersion": "v1", "metadata": {"resourceVersion": "3"}})
+        );
+        // Without bookmarks asked for, none; the client's shorter timeout wins.
+        fake.set_watch_timeout(Duration::from_secs(60));
+        let mut watch = open_watch(&fake, "resourceVersion=3&timeoutSeconds=1").await;
+        assert!(read_all(&mut watch).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_node_recreated_under_its_name_has_another_uid() {
+        let fake = FakeApi::start(vec![ready_node("a", json!({}))]).await;
+        let first = fake.node("a")["metadata"]["uid"].clone();
+        assert!(first.is_string());
+        fake.kubectl("a", json!({"metadata": {"labels": {"x": "y"}}}));
+        assert_eq!(
+            fake.node("a")["metadata"]["uid"],
+            first,
+            "kept across updates"
+        );
+        fake.delete_node("a");
+        fake.put(ready_node("a", json!({})));
+        let second = fake.node("a")["metadata"]["uid"].clone();
+        assert_ne!(second, first);
+        // A node put with another uid replaces the one there: deleted, then added.
+        fake.set_watch_timeout(Duration::from_secs(1));
+        let mut watch = open_watch(&fake, "resourceVersion=4").await;
+        let mut other = ready_node("a", json!({}));
+        other["metadata"]["uid"] = json!("another");
+        fake.put(other);
+        let events = read_all(&mut watch).await;
+        assert_eq!(kinds(&events), ["DELETED", "ADDED"]);
+        assert_eq!(events[0]["object"]["metadata"]["uid"], second);
+        assert_eq!(events[1]["object"]["metadata"]["uid"], "another");
+    }
+
+    #[tokio::test]
+    async fn after_a_compaction_an_older_resource_version_is_gone() {
+        let fake = FakeApi::start(vec![ready_node("a", json!({}))]).await;
+        let mut open = open_watch(&fake, "resourceVersion=1").await;
+        fake.kubectl("a", json!({"spec": {"unschedulable": true}}));
+        fake.compact();
+        // The open watch lost its place: its last event is the 410, then it ends.
+        let events = read_all(&mut open).await;
+        let error = events.last().unwrap();
+        assert_eq!(error["type"], "ERROR", "{events:?}");
+        assert_eq!(error["object"]["code"], 410);
+        assert_eq!(error["object"]["reason"], "Expired");
+        // A watch from before the compaction: 200, one ERROR event, the end.
+        let mut late = open_watch(&fake, "resourceVersion=1").await;
+        let gone = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+            "status": "Failure", "message": "too old resource version: 1 (2)",
+            "reason": "Expired", "code": 410});
+        assert_eq!(
+            read_all(&mut late).await,
+            [json!({"type": "ERROR", "object": gone})]
+        );
+        // A list at that exact version: HTTP 410; at a kept one, the nodes then.
+        let (code, body) = get(
+            &fake,
+            "/api/v1/nodes?resourceVersion=1&resourceVersionMatch=Exact",
+        )
+        .await;
+        assert_eq!((code, body), (410, gone));
+        fake.kubectl("a", json!({"spec": {"unschedulable": null}}));
+        let (code, list) = get(
+            &fake,
+            "/api/v1/nodes?resourceVersion=2&resourceVersionMatch=Exact",
+        )
+        .await;
+        assert_eq!(code, 200);
+        assert_eq!(rv(&list), "2");
+        assert_eq!(list["items"][0]["spec"]["unschedulable"], true);
+        let (code, list) = get(
+            &fake,
+            "/api/v1/nodes?resourceVersion=1&resourceVersionMatch=NotOlderThan",
+        )
+        .await;
+        assert_eq!((code, rv(&list)), (200, "3"), "not older: the newest");
+        let (code, body) = get(
+            &fake,
+            "/api/v1/nodes?resourceVersion=9&resourceVersionMatch=Exact",
+        )
+        .await;
+        assert_eq!((code, body["reason"].clone()), (504, json!("Timeout")));
+        let (code, body) = get(&fake, "/api/v1/nodes?resourceVersionMatch=Exact").await;
+        assert_eq!(code, 422);
+        assert_eq!(
+            body["message"],
+            "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_evicted_pod_terminates_for_its_grace_period() {
+        let fake = FakeApi::start(vec![ready_node("a", json!({}))]).await;
+        fake.set_grace_scale(1.0);
+        fake.put_pod(pod("ns", "p", "a", None, json!({})));
+        assert_eq!(evict(&fake, "p", json!({})).await, 201);
+        let terminating = fake.object("Pod", Some("ns"), "p").expect("still listed");
+        assert_eq!(terminating["metadata"]["deletionGracePeriodSeconds"], 30);
+        let ends: chrono::DateTime<chrono::Utc> = terminating["metadata"]["deletionTimestamp"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let left = ends - chrono::Utc::now();
+        assert!(
+            left.num_seconds() > 25,
+            "ends when the grace period does: {left}"
+        );
+        // Evicted again while terminating: accepted, and nothing changes.
+        assert_eq!(evict(&fake, "p", json!({})).await, 201);
+        assert_eq!(fake.object("Pod", Some("ns"), "p").unwrap(), terminating);
+        assert_eq!(fake.evicted(), [terminating]);
+        // A delete with a shorter grace period cuts it short.
+        let url = format!("{}/api/v1/namespaces/ns/pods/p", fake.url);
+        let request = client().delete(url).json(&json!({"gracePeriodSeconds": 5}));
+        let (code, shortened) = send(request).await;
+        assert_eq!(code, 200);
+        assert_eq!(shortened["metadata"]["deletionGracePeriodSeconds"], 5);
+        fake.finish_terminating();
+        assert!(fake.object("Pod", Some("ns"), "p").is_none());
+        // No grace period: gone at once.
+        fake.put_pod(pod("ns", "q", "a", None, json!({})));
+        assert_eq!(
+            evict(&fake, "q", json!({"gracePeriodSeconds": 0})).await,
+            201
+        );
+        assert!(fake.pods().is_empty());
+    }
+
+    #[tokio::test]
+    async fn json_patches_and_applies_reach_the_node() {
+        let fake = FakeApi::start(vec![ready_node("a", json!({}))]).await;
+        let (json_patch, apply) = (
+            "application/json-patch+json",
+            "application/apply-patch+yaml",
+        );
+        let ops = r#"[{"op": "test", "path": "/metadata/name", "value": "a"},
+            {"op": "add", "path": "/spec/taints", "value": [{"key": "k", "effect": "NoSchedule"}]}]"#;
+        let (code, node) = patch(&fake, "/api/v1/nodes/a", json_patch, ops).await;
+        assert_eq!(
+            (code, node["spec"]["taints"][0]["key"].clone()),
+            (200, json!("k"))
+        );
+        let failing = r#"[{"op": "remove", "path": "/spec/taints"},
+            {"op": "test", "path": "/metadata/name", "value": "b"}]"#;
+        let (code, body) = patch(&fake, "/api/v1/nodes/a", json_patch, failing).await;
+        assert_eq!((code, body["reason"].clone()), (422, json!("Invalid")));
+        assert_eq!(
+            body["details"]["causes"][0]["message"],
+            "testing value /metadata/name failed: test failed"
+        );
+        assert!(
+            fake.node("a")["spec"]["taints"].is_array(),
+            "all or nothing"
+        );
+
+        let yaml = "apiVersion: v1\nkind: Node\nmetadata:\n  name: a\n  labels:\n    team: gpu\n";
+        let (code, body) = patch(&fake, "/api/v1/nodes/a", apply, yaml).await;
+        assert_eq!(code, 422);
+        assert_eq!(
+            body["message"],
+            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
+        );
+        let path = "/api/v1/nodes/a?fieldManager=ops";
+        let (code, node) = patch(&fake, path, apply, yaml).await;
+        assert_eq!(
+            (code, node["metadata"]["labels"]["team"].clone()),
+            (200, json!("gpu"))
+        );
+        assert_eq!(node["metadata"]["managedFields"][0]["manager"], "ops");
+        assert_eq!(
+            node["metadata"]["managedFields"][0]["fieldsV1"],
+            json!({"f:metadata": {"f:labels": {"f:team": {}}}})
+        );
+        let (_, again) = patch(&fake, path, apply, yaml).await;
+        assert_eq!(rv(&again), rv(&node), "the same apply again writes nothing");
+        let (code, _) = patch(&fake, "/api/v1/nodes/a/status", "application/yaml", yaml).await;
+        assert_eq!(code, 415);
+    }
+
+    #[tokio::test]
+    async fn a_write_between_a_get_and_a_conditional_patch_is_a_409() {
+        let fake = FakeApi::start(vec![ready_node("a", json!({}))]).await;
+        fake.on_next_get("a", |n| {
+            n["spec"]["taints"] = json!([{"key": "theirs", "effect": "NoSchedule"}]);
+        });
+        let (_, read) = get(&fake, "/api/v1/nodes/a").await;
+        assert!(
+            read["spec"]["taints"].is_null(),
+            "served before the other write"
+        );
+        let mine = json!({"metadata": {"resourceVersion": rv(&read)},
+            "spec": {"taints": [{"key": "mine", "effect": "NoSchedule"}]}});
+        let merge = "application/merge-patch+json";
+        let (code, body) = patch(&fake, "/api/v1/nodes/a", merge, &mine.to_string()).await;
+        assert_eq!((code, body["reason"].clone()), (409, json!("Conflict")));
+        let (_, fresh) = get(&fake, "/api/v1/nodes/a").await;
+        assert_eq!(fresh["spec"]["taints"][0]["key"], "theirs");
+        assert_eq!(fake.node("a"), fresh, "once only");
+    }
 }
