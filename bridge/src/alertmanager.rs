@@ -177,16 +177,32 @@ pub fn parse_webhook(body: &[u8]) -> Result<Delivery<'_>> {
 pub struct Client {
     http: reqwest::Client,
     alerts_url: reqwest::Url,
+    status_url: reqwest::Url,
 }
+
+/// The part of `GET /api/v2/status` hale reads.
+#[derive(Deserialize)]
+struct Status {
+    /// When this Alertmanager process started (RFC 3339).
+    uptime: String,
+}
+
+/// hale's `User-Agent` on every request it makes.
+pub const USER_AGENT: &str = concat!("hale/", env!("CARGO_PKG_VERSION"));
 
 impl Client {
     pub fn new(cfg: &AlertmanagerConfig) -> Client {
         crate::init_tls();
-        let mut url = reqwest::Url::parse(&cfg.url).expect("validated by config");
-        url.path_segments_mut()
-            .expect("http URLs have paths")
-            .pop_if_empty()
-            .extend(["api", "v2", "alerts"]);
+        let base = reqwest::Url::parse(&cfg.url).expect("validated by config");
+        let under = |segments: &[&str]| {
+            let mut url = base.clone();
+            url.path_segments_mut()
+                .expect("http URLs have paths")
+                .pop_if_empty()
+                .extend(segments);
+            url
+        };
+        let mut url = under(&["api", "v2", "alerts"]);
         url.query_pairs_mut()
             .append_pair("receiver", &cfg.receiver)
             .append_pair("active", "true")
@@ -196,12 +212,48 @@ impl Client {
         let http = reqwest::Client::builder()
             .timeout(cfg.timeout)
             .connect_timeout(cfg.timeout.min(Duration::from_secs(5)))
+            .user_agent(USER_AGENT)
             .build()
             .expect("client builds");
         Client {
             http,
             alerts_url: url,
+            status_url: under(&["api", "v2", "status"]),
         }
+    }
+
+    /// When the Alertmanager answering now started (`/api/v2/status` uptime). Asked
+    /// after the alerts, so a restart between the two reads as one.
+    pub async fn started(&self) -> Result<chrono::DateTime<chrono::Utc>> {
+        let url = crate::config::shown_url(&self.status_url);
+        let resp = self
+            .http
+            .get(self.status_url.clone())
+            .header("accept", "application/json")
+            .send()
+            .await
+            .map_err(|e| IngestError::Unreachable {
+                url: url.clone(),
+                reason: error_chain(&e.without_url()),
+            })?;
+        if !resp.status().is_success() {
+            return Err(IngestError::Status {
+                url,
+                status: resp.status().as_u16(),
+            });
+        }
+        let malformed = |reason: String| IngestError::Malformed {
+            what: "Alertmanager status answer",
+            reason,
+        };
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| malformed(error_chain(&e.without_url())))?;
+        let status: Status = serde_json::from_slice(&body).map_err(|e| malformed(e.to_string()))?;
+        chrono::DateTime::parse_from_rfc3339(&status.uptime)
+            .map(|t| t.with_timezone(&chrono::Utc))
+            .map_err(|e| malformed(format!("uptime {:?}: {e}", status.uptime)))
     }
 
     fn shown_url(&self) -> String {
@@ -235,7 +287,18 @@ impl Client {
             .map(|d| d.with_timezone(&chrono::Utc));
         // Collected into one buffer, so the conversion reuses it rather than copying.
         let body = resp.bytes().await.map_err(unreachable)?.into();
-        Ok(Answer { body, date })
+        let started = match self.started().await {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::debug!(error = %e, "Alertmanager's status unreadable: no restart check this poll");
+                None
+            }
+        };
+        Ok(Answer {
+            body,
+            date,
+            started,
+        })
     }
 }
 
@@ -244,6 +307,8 @@ pub struct Answer {
     pub body: Vec<u8>,
     /// Alertmanager's clock when it answered (its `Date` header, to the second).
     pub date: Option<chrono::DateTime<chrono::Utc>>,
+    /// When the Alertmanager that answered started, when its status said.
+    pub started: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// An error and its causes, `outer: inner: innermost` (reqwest hides the cause that

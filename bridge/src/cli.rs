@@ -101,7 +101,10 @@ pub fn run_backtest(verb: PolicyVerb) -> anyhow::Result<()> {
                     "--since {since:?} is neither a duration (30d) nor an RFC 3339 time"
                 )
             })?;
-            now - chrono::TimeDelta::from_std(ago).context("--since is too far back")?
+            chrono::TimeDelta::from_std(ago)
+                .ok()
+                .and_then(|ago| now.checked_sub_signed(ago))
+                .ok_or_else(|| anyhow::anyhow!("--since {since:?} is too far back"))?
         }
     };
     let store = crate::store::Store::open(&path)?;
@@ -144,6 +147,16 @@ fn backtest_table(r: &crate::core::replay::Backtest, candidate: &str) -> String 
         let [a, b, c, d, e] = cells(t);
         let _ = writeln!(o, "{name:<24} {a:>12} {b:>8} {c:>7} {d:>13} {e:>6}");
     }
+    for (name, t) in [("candidate", &r.candidate), ("recorded", &r.recorded)] {
+        if !t.halted_by.is_empty() {
+            let why: Vec<String> = t
+                .halted_by
+                .iter()
+                .map(|(guardrail, n)| format!("{guardrail} {n}"))
+                .collect();
+            let _ = writeln!(o, "{name} halts by guardrail: {}", why.join(", "));
+        }
+    }
     if !r.nodes.is_empty() {
         let _ = writeln!(o, "\nper node, candidate/recorded:");
         for (id, side) in &r.nodes {
@@ -167,7 +180,17 @@ fn backtest_table(r: &crate::core::replay::Backtest, candidate: &str) -> String 
 #[derive(Subcommand, Debug)]
 pub enum NodeVerb {
     /// List nodes: ID, CLUSTER, HOSTNAME, STATUS, HEALTH, SCORE, JOBS.
-    List,
+    List {
+        /// Only nodes in this health state (Healthy, Degraded, Unknown).
+        #[arg(long)]
+        health: Option<String>,
+        /// Only nodes in this status (Ready, NotReady, Cordoned, Offline).
+        #[arg(long)]
+        status: Option<String>,
+        /// Only nodes priced by this pool (`cluster`: by no pool).
+        #[arg(long)]
+        pool: Option<String>,
+    },
     /// A node's conditions, score breakdown, failures and unavailable signals.
     Show { id: String },
     /// A node's history, oldest first: TIME, TYPE, DETAIL.
@@ -276,7 +299,10 @@ impl Client {
             None => None,
         };
         Ok(Client {
-            http: reqwest::Client::new(),
+            http: reqwest::Client::builder()
+                .user_agent(crate::alertmanager::USER_AGENT)
+                .build()
+                .context("building the HTTP client")?,
             base,
             token,
         })
@@ -361,8 +387,38 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
     let client = Client::new(&args)?;
     let json = args.output == Output::Json;
     match verb {
-        NodeVerb::List => {
-            let list: NodeList = client.get(&["api", "v1", "nodes"]).await?;
+        NodeVerb::List {
+            health,
+            status,
+            pool,
+        } => {
+            let mut list = NodeList {
+                nodes: Vec::new(),
+                next_page_token: None,
+            };
+            let mut token: Option<String> = None;
+            loop {
+                let mut url = client.url(&["api", "v1", "nodes"]);
+                {
+                    let mut q = url.query_pairs_mut();
+                    q.append_pair("pageSize", "1000");
+                    for (key, value) in [("health", &health), ("status", &status), ("pool", &pool)]
+                    {
+                        if let Some(v) = value {
+                            q.append_pair(key, v);
+                        }
+                    }
+                    if let Some(t) = &token {
+                        q.append_pair("pageToken", t);
+                    }
+                }
+                let page: NodeList = client.send(client.http.get(url)).await?;
+                list.nodes.extend(page.nodes);
+                token = page.next_page_token;
+                if token.is_none() {
+                    break;
+                }
+            }
             if json {
                 print_json(&list);
             } else {
@@ -771,6 +827,7 @@ mod tests {
                 summary("node-02", Some(55), Health::Degraded),
                 summary("node-03", None, Health::Unknown),
             ],
+            next_page_token: None,
         };
         assert_eq!(
             node_table(&list),

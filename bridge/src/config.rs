@@ -99,6 +99,12 @@ pub struct AlertmanagerConfig {
     pub timeout: Duration,
     /// Largest webhook body accepted, in bytes; larger bodies get 413.
     pub max_webhook_bytes: usize,
+    /// After Alertmanager restarts (it keeps no alerts) or the watchdog comes back
+    /// from a gap (Prometheus restarted: its `for:` alerts return only once their
+    /// `for` has elapsed again), an alert's absence ends nothing for this long.
+    /// Longer than the longest `for:` of the alerts routed to hale.
+    #[serde(deserialize_with = "de_duration")]
+    pub hold_after_restart: Duration,
 }
 
 impl Default for AlertmanagerConfig {
@@ -111,9 +117,13 @@ impl Default for AlertmanagerConfig {
             stale_after: None,
             timeout: Duration::from_secs(10),
             max_webhook_bytes: 4 << 20,
+            hold_after_restart: DEFAULT_HOLD_AFTER_RESTART,
         }
     }
 }
+
+/// Longer than the longest `for:` of the alerts shipped in `alerts/` (15m).
+pub const DEFAULT_HOLD_AFTER_RESTART: Duration = Duration::from_secs(20 * 60);
 
 impl AlertmanagerConfig {
     /// The effective `staleAfter`.
@@ -133,6 +143,18 @@ pub struct NodeIdentity {
     pub labels: Vec<String>,
     /// Strip a trailing `:port` so exporters of one host meet on one node.
     pub strip_port: bool,
+    /// A node known only from alerts (neither in `inventory` nor the orchestrator's)
+    /// that no alert has named for this long is retired; its history stays.
+    #[serde(deserialize_with = "de_duration")]
+    pub forget_after: Duration,
+    /// Nodes alerts may bring in at most; beyond it their alerts are refused and
+    /// counted (`hale_nodes_refused_total`). Inventory and orchestrator nodes are
+    /// never refused.
+    pub max_nodes: usize,
+    /// Whether an alert naming a node nobody listed creates it. Default: yes with
+    /// `orchestrator: none`; with an orchestrator its nodes are the fleet, and such
+    /// alerts are counted as unmatched.
+    pub create_from_alerts: Option<bool>,
 }
 
 impl Default for NodeIdentity {
@@ -140,6 +162,9 @@ impl Default for NodeIdentity {
         Self {
             labels: vec!["node".into(), "instance".into()],
             strip_port: true,
+            forget_after: Duration::from_secs(7 * 86_400),
+            max_nodes: 100_000,
+            create_from_alerts: None,
         }
     }
 }
@@ -576,6 +601,15 @@ pub struct Loaded {
 }
 
 impl Loaded {
+    /// Whether an alert naming a node nobody listed creates it
+    /// (`nodeIdentity.createFromAlerts`).
+    pub fn alerts_create_nodes(&self) -> bool {
+        self.config
+            .node_identity
+            .create_from_alerts
+            .unwrap_or(self.config.orchestrator.kind == OrchestratorKind::None)
+    }
+
     /// The settings that price a node with these labels: the first matching pool's,
     /// else the cluster's.
     pub fn settings_for(&self, labels: &BTreeMap<String, String>) -> &Settings {
@@ -614,10 +648,10 @@ impl Config {
             return Ok(Config::default());
         }
         serde_saphyr::from_str::<Config>(source).map_err(|e| {
-            let line = e.location().map(|l| l.line()).filter(|l| *l > 0);
-            let key = line
-                .and_then(|l| source.lines().nth(l as usize - 1))
-                .and_then(key_on_line)
+            let at = e.location().filter(|l| l.line() > 0);
+            let line = at.map(|l| l.line());
+            let key = at
+                .and_then(|l| path_at(source, l.line() as usize, l.column() as usize))
                 .unwrap_or_else(|| "-".into());
             let message = e.to_string();
             ConfigError {
@@ -680,8 +714,15 @@ impl Config {
         if self.node_identity.labels.is_empty() {
             return Err(err("nodeIdentity.labels", "name at least one label".into()));
         }
+        if self.node_identity.forget_after.is_zero() {
+            return Err(err("nodeIdentity.forgetAfter", "must be positive".into()));
+        }
+        if self.node_identity.max_nodes == 0 {
+            return Err(err("nodeIdentity.maxNodes", "must be at least 1".into()));
+        }
         let cluster_settings = Settings::default().overridden("cluster", &self.node_health);
-        check_settings(&cluster_settings, "nodeHealth").map_err(|(k, m)| err(&k, m))?;
+        check_settings(&cluster_settings, "nodeHealth", &self.node_health, None)
+            .map_err(|(k, m)| err(&k, m))?;
 
         let mut names = BTreeSet::new();
         let mut pools = Vec::new();
@@ -706,7 +747,13 @@ impl Config {
                 ));
             }
             let s = cluster_settings.overridden(&pool.name, &pool.node_health);
-            check_settings(&s, &format!("{at}.nodeHealth")).map_err(|(k, m)| err(&k, m))?;
+            check_settings(
+                &s,
+                &format!("{at}.nodeHealth"),
+                &pool.node_health,
+                Some(&self.node_health),
+            )
+            .map_err(|(k, m)| err(&k, m))?;
             pools.push((pool.clone(), s));
         }
         let mut ids = BTreeSet::new();
@@ -715,6 +762,15 @@ impl Config {
                 return Err(err(
                     &format!("inventory[{i}].id"),
                     "must not be empty".into(),
+                ));
+            }
+            if node.id.trim() != node.id {
+                return Err(err(
+                    &format!("inventory[{i}].id"),
+                    format!(
+                        "{:?} has spaces around it: no alert names a node so",
+                        node.id
+                    ),
                 ));
             }
             if !ids.insert(node.id.as_str()) {
@@ -775,10 +831,10 @@ impl Config {
                 Some(Secret(token))
             }
         };
-        if self.store.event_retention_days == 0 {
+        if !(1..=36_500).contains(&self.store.event_retention_days) {
             return Err(err(
                 "store.eventRetentionDays",
-                "must be at least 1 (history is what makes a score legible)".into(),
+                "must be 1..=36500 (history is what makes a score legible)".into(),
             ));
         }
         let mut webhooks = Vec::new();
@@ -854,8 +910,23 @@ impl Config {
 
 /// Range and consistency checks for one resolved settings block; the error is
 /// (key, message).
-fn check_settings(s: &Settings, at: &str) -> Result<(), (String, String)> {
+///
+/// `written`: the block as the file has it; `inherited`: for a pool, the cluster's
+/// `nodeHealth` it takes the rest from. A rule between two keys blames the one the
+/// block wrote and says where the other's value came from.
+fn check_settings(
+    s: &Settings,
+    at: &str,
+    written: &NodeHealthOverrides,
+    inherited: Option<&NodeHealthOverrides>,
+) -> Result<(), (String, String)> {
     let fail = |key: &str, message: String| Err((format!("{at}.{key}"), message));
+    // Where a value the block did not write came from.
+    let origin = |here: bool, cluster: bool| match (here, inherited) {
+        (true, _) => "",
+        (false, Some(_)) if cluster => " (from nodeHealth)",
+        _ => " (the default)",
+    };
     for (key, value) in [
         ("cordonBelow", s.cordon_below),
         ("drainBelow", s.drain_below),
@@ -867,13 +938,32 @@ fn check_settings(s: &Settings, at: &str) -> Result<(), (String, String)> {
         }
     }
     if s.drain_below > s.cordon_below {
-        return fail(
-            "drainBelow",
-            format!(
-                "{} is above cordonBelow {}: drain is the stronger step and must trigger lower",
-                s.drain_below, s.cordon_below
-            ),
-        );
+        let cluster = inherited.unwrap_or(&NodeHealthOverrides::default()).clone();
+        let why = "drain is the stronger step and must trigger lower";
+        return if written.drain_below.is_some() || written.cordon_below.is_none() {
+            fail(
+                "drainBelow",
+                format!(
+                    "{} is above cordonBelow {}{}: {why}",
+                    s.drain_below,
+                    s.cordon_below,
+                    origin(
+                        written.cordon_below.is_some(),
+                        cluster.cordon_below.is_some()
+                    )
+                ),
+            )
+        } else {
+            fail(
+                "cordonBelow",
+                format!(
+                    "{} is below drainBelow {}{}: {why}",
+                    s.cordon_below,
+                    s.drain_below,
+                    origin(false, cluster.drain_below.is_some())
+                ),
+            )
+        };
     }
     if s.heartbeat_miss_threshold == 0 {
         return fail("heartbeatMissThreshold", "must be at least 1".into());
@@ -908,11 +998,163 @@ fn check_settings(s: &Settings, at: &str) -> Result<(), (String, String)> {
     Ok(())
 }
 
-/// The key written on a YAML line (`  cordonBelow: 7` → `cordonBelow`).
-fn key_on_line(line: &str) -> Option<String> {
-    let t = line.trim_start().trim_start_matches("- ").trim_start();
-    let key = t.split(':').next()?.trim();
-    (!key.is_empty() && !key.starts_with('#')).then(|| key.to_string())
+/// One line of block YAML as [`path_at`] reads it: where a `- ` item starts, and
+/// where the key starts and what it is.
+struct BlockLine<'s> {
+    dash: Option<usize>,
+    indent: usize,
+    key: Option<&'s str>,
+}
+
+fn block_line(line: &str) -> Option<BlockLine<'_>> {
+    let indent = line.len() - line.trim_start().len();
+    let mut rest = &line[indent..];
+    if rest.is_empty() || rest.starts_with('#') {
+        return None;
+    }
+    let mut dash = None;
+    let mut at = indent;
+    while let Some(after) = rest
+        .strip_prefix("- ")
+        .or_else(|| (rest == "-").then_some(""))
+    {
+        dash.get_or_insert(at);
+        let skipped = rest.len() - after.trim_start().len();
+        at += skipped;
+        rest = after.trim_start();
+    }
+    let key = rest
+        .split_once(':')
+        .map(|(k, _)| k.trim())
+        .filter(|k| !k.is_empty() && !k.starts_with(['{', '[', '"', '\'']));
+    Some(BlockLine {
+        dash,
+        indent: at,
+        key,
+    })
+}
+
+/// The dotted path (`pools[1].nodeHealth.penalties.SmartFailing`) of the key whose
+/// value sits at `line` and `column` (1-based) of YAML text: enclosing block keys
+/// and list items by indentation, then the flow mappings and sequences open on the
+/// line before that column.
+fn path_at(source: &str, line: usize, column: usize) -> Option<String> {
+    let lines: Vec<&str> = source.lines().collect();
+    let text = *lines.get(line.checked_sub(1)?)?;
+    let here = block_line(text)?;
+    // Block ancestry, innermost first.
+    let mut outer: Vec<String> = Vec::new();
+    let mut depth = here.dash.unwrap_or(here.indent);
+    if here.dash.is_some() {
+        outer.push(format!("[{}]", list_index(&lines, line - 1)));
+    }
+    for i in (0..line - 1).rev() {
+        let Some(b) = block_line(lines[i]) else {
+            continue;
+        };
+        match b.dash {
+            Some(d) if d < depth => {
+                outer.push(format!("[{}]", list_index(&lines, i)));
+                depth = d;
+            }
+            _ if b.indent < depth && b.dash.is_none() => {
+                outer.push(b.key?.to_string());
+                depth = b.indent;
+            }
+            _ => {}
+        }
+        if depth == 0 {
+            break;
+        }
+    }
+    // Flow nesting on the line itself, up to the column.
+    let upto: String = text
+        .chars()
+        .take(column.saturating_sub(1))
+        .skip(here.indent)
+        .collect();
+    let mut flow: Vec<String> = Vec::new();
+    let mut key: Option<String> = None;
+    let mut word = String::new();
+    let mut quoted: Option<char> = None;
+    let mut index: Vec<Option<usize>> = Vec::new();
+    for c in upto.chars() {
+        if let Some(q) = quoted {
+            if c == q {
+                quoted = None;
+            }
+            continue;
+        }
+        match c {
+            '"' | '\'' => quoted = Some(c),
+            ':' => {
+                key = Some(word.trim().to_string());
+                word.clear();
+            }
+            '{' => {
+                flow.push(key.take().unwrap_or_default());
+                index.push(None);
+                word.clear();
+            }
+            '[' => {
+                flow.push(format!("{}[0]", key.take().unwrap_or_default()));
+                index.push(Some(0));
+                word.clear();
+            }
+            ',' => {
+                if let Some(Some(i)) = index.last_mut() {
+                    *i += 1;
+                    let top = flow.last_mut().expect("pushed with its index");
+                    let name = top.rsplit_once('[').map_or("", |(n, _)| n).to_string();
+                    *top = format!("{name}[{i}]");
+                }
+                key = None;
+                word.clear();
+            }
+            '}' | ']' => {
+                flow.pop();
+                index.pop();
+                key = None;
+                word.clear();
+            }
+            '#' => break,
+            _ => word.push(c),
+        }
+    }
+    // At the line's own key (an unknown one, say), before its colon.
+    if key.is_none() && flow.is_empty() {
+        key = here.key.map(str::to_string);
+    }
+    let mut path = String::new();
+    for part in outer.iter().rev().chain(&flow).chain(key.iter()) {
+        if part.is_empty() {
+            continue;
+        }
+        if !path.is_empty() && !part.starts_with('[') {
+            path.push('.');
+        }
+        path.push_str(part);
+    }
+    (!path.is_empty()).then_some(path)
+}
+
+/// Which item of its list the `- ` line `at` (0-based) is: the items at its indent
+/// above it, back to the list's key.
+fn list_index(lines: &[&str], at: usize) -> usize {
+    let Some(dash) = block_line(lines[at]).and_then(|b| b.dash) else {
+        return 0;
+    };
+    let mut n = 0;
+    for line in lines[..at].iter().rev() {
+        let Some(b) = block_line(line) else { continue };
+        match b.dash {
+            Some(d) if d == dash => n += 1,
+            Some(d) if d < dash => break,
+            None if b.indent <= dash => break,
+            _ => {}
+        }
+    }
+    n
 }
 
 /// Best-effort line of a dotted key path (`pools[1].nodeHealth.drainBelow`) in block or
@@ -969,15 +1211,23 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .parse()
         .map_err(|_| format!("`{t}` is not a duration like 30s"))?;
     let secs = |k: u64| Duration::from_secs(n.saturating_mul(k));
-    Ok(match unit {
+    let d = match unit {
         "ms" => Duration::from_millis(n),
         "s" => secs(1),
         "m" => secs(60),
         "h" => secs(3600),
         "d" => secs(86_400),
         _ => return Err(format!("`{t}` has an unknown unit (use ms, s, m, h or d)")),
-    })
+    };
+    if d > MAX_DURATION {
+        return Err(format!("`{t}` is longer than a century"));
+    }
+    Ok(d)
 }
+
+/// The longest duration hale reads: anything longer is a typo, and time arithmetic
+/// with it could leave the calendar.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 86_400);
 
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(d)?;
@@ -1013,14 +1263,18 @@ mod tests {
         let e = load("cluster: a\nnodeHealth:\n  cordonBelow: 50\n  cordnBelow: 40\n").unwrap_err();
         assert_eq!(e.file, "hale.yaml");
         assert_eq!(e.line, Some(4), "{e}");
-        assert_eq!(e.key, "cordnBelow");
+        assert_eq!(e.key, "nodeHealth.cordnBelow");
         assert!(e.message.contains("unknown field"), "{e}");
     }
 
     #[test]
     fn wrong_type_names_the_key() {
         let e = load("alertmanager:\n  pollInterval: soon\n").unwrap_err();
-        assert_eq!((e.line, e.key.as_str()), (Some(2), "pollInterval"), "{e}");
+        assert_eq!(
+            (e.line, e.key.as_str()),
+            (Some(2), "alertmanager.pollInterval"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -1033,6 +1287,42 @@ mod tests {
             e.to_string()
                 .starts_with("hale.yaml:9: pools[1].nodeHealth.drainBelow:")
         );
+    }
+
+    #[test]
+    fn a_rule_between_two_keys_blames_the_one_written() {
+        for (text, line, key, says) in [
+            (
+                "nodeHealth: { cordonBelow: 30 }",
+                1,
+                "nodeHealth.cordonBelow",
+                "30 is below drainBelow 45 (the default)",
+            ),
+            (
+                "nodeHealth:\n  drainBelow: 70\n",
+                2,
+                "nodeHealth.drainBelow",
+                "70 is above cordonBelow 60 (the default)",
+            ),
+            (
+                "nodeHealth: { cordonBelow: 50 }\npools:\n  - name: gpu\n    selector: { pool: gpu }\n    nodeHealth: { drainBelow: 55 }\n",
+                5,
+                "pools[0].nodeHealth.drainBelow",
+                "55 is above cordonBelow 50 (from nodeHealth)",
+            ),
+            (
+                "pools:\n  - name: gpu\n    selector: { pool: gpu }\n    nodeHealth:\n      cordonBelow: 40\n",
+                5,
+                "pools[0].nodeHealth.cordonBelow",
+                "40 is below drainBelow 45 (the default)",
+            ),
+        ] {
+            let e = load(text).expect_err(text);
+            assert_eq!((e.line, e.key.as_str()), (Some(line), key), "{text}: {e}");
+            assert!(e.message.starts_with(says), "{text}: {e}");
+        }
+        let e = load("inventory: [{ id: ' gpu-1' }]").unwrap_err();
+        assert_eq!(e.key, "inventory[0].id");
     }
 
     #[test]
@@ -1146,6 +1436,45 @@ mod tests {
     }
 
     #[test]
+    fn errors_name_the_whole_path_of_the_key_at_fault() {
+        for (text, line, key) in [
+            (
+                "nodeHealth: { penalties: { SmartFailing: -5 } }",
+                1,
+                "nodeHealth.penalties.SmartFailing",
+            ),
+            (
+                "nodeHealth:\n  penalties: { SmartFailing: -5 }\n",
+                2,
+                "nodeHealth.penalties.SmartFailing",
+            ),
+            (
+                "pools: [{ name: a, selector: {p: a} }, { name: b, selector: {p: b}, nodeHealth: { cordonBelow: x } }]",
+                1,
+                "pools[1].nodeHealth.cordonBelow",
+            ),
+            (
+                "pools:\n  - name: a\n    selector: { p: a }\n  - name: b\n    selector: { p: b }\n    nodeHealth:\n      drainBelow: many\n",
+                7,
+                "pools[1].nodeHealth.drainBelow",
+            ),
+            (
+                "alertmanager: { pollInterval: 30s, staleAfter: 'soon' }",
+                1,
+                "alertmanager.staleAfter",
+            ),
+            (
+                "cluster: a\nnodeHealth:\n  cordnBelow: 40\n",
+                3,
+                "nodeHealth.cordnBelow",
+            ),
+        ] {
+            let e = load(text).expect_err(text);
+            assert_eq!((e.line, e.key.as_str()), (Some(line), key), "{text}: {e}");
+        }
+    }
+
+    #[test]
     fn durations() {
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
         assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
@@ -1153,5 +1482,9 @@ mod tests {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert!(parse_duration("30").is_err());
         assert!(parse_duration("3x").is_err());
+        assert!(parse_duration("-5s").is_err());
+        assert!(parse_duration("36500d").is_ok());
+        assert!(parse_duration("100000000d").is_err());
+        assert!(parse_duration("99999999999999999999999s").is_err());
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -15,12 +15,13 @@ use axum::routing::{get, post};
 
 use crate::alertmanager::IngestError;
 use crate::config::parse_duration;
-use crate::core::{CoreError, EVENT_TYPES, Fleet, Outcome, Time};
+use crate::core::{CoreError, EVENT_TYPES, Fleet, Health, Outcome, Status, Time};
 use crate::metrics::CodeLabel;
 use crate::service::Hale;
 use crate::store::EventQuery;
 use crate::view::{
-    ClearRequest, DrainRequest, ErrorBody, EventsView, FailureReport, NodeList, OperateRequest,
+    ClearRequest, DrainRequest, ErrorBody, EventsView, FailureReport, NodeList, NodeQuery,
+    OperateRequest, page_after,
 };
 
 /// An error answer.
@@ -89,7 +90,7 @@ pub fn router(hale: Arc<Hale>) -> Router {
         .route("/-/reload", post(reload))
         .route("/api/v1/alertmanager", post(webhook))
         .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
@@ -126,14 +127,70 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn list_nodes(State(hale): State<Arc<Hale>>) -> Json<NodeList> {
-    let nodes = tokio::task::spawn_blocking(move || hale.nodes())
-        .await
-        .expect("node listing panicked")
-        .iter()
-        .map(|n| n.summary())
-        .collect();
-    Json(NodeList { nodes })
+async fn list_nodes(
+    State(hale): State<Arc<Hale>>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<NodeList>> {
+    let query = node_query(raw.as_deref().unwrap_or(""))?;
+    Ok(Json(
+        tokio::task::spawn_blocking(move || hale.nodes(&query))
+            .await
+            .expect("node listing panicked"),
+    ))
+}
+
+/// Default and largest `pageSize` of `GET /api/v1/nodes`.
+const NODE_PAGE: usize = 500;
+
+/// Parse the node list's query: `pageSize`, `pageToken`, `health`, `status`, `pool`,
+/// `cluster`; anything else, or a value that is none of the states, is a 400.
+pub fn node_query(raw: &str) -> ApiResult<NodeQuery> {
+    let mut q = NodeQuery {
+        page_size: NODE_PAGE,
+        ..NodeQuery::default()
+    };
+    let one_of = |key: &str, value: &str, names: &[&str]| {
+        names
+            .iter()
+            .position(|n| n.eq_ignore_ascii_case(value))
+            .ok_or_else(|| bad_request(format!("{key}={value:?} is none of {}", names.join(", "))))
+    };
+    for (key, value) in form_urlencoded::parse(raw.as_bytes()) {
+        match key.as_ref() {
+            "pageSize" => {
+                q.page_size = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=MAX_PAGE_SIZE).contains(n))
+                    .ok_or_else(|| bad_request(format!("pageSize must be 1..={MAX_PAGE_SIZE}")))?
+            }
+            "pageToken" => {
+                q.after = Some(
+                    page_after(&value)
+                        .ok_or_else(|| bad_request("pageToken is not one this server issued"))?,
+                )
+            }
+            "health" => {
+                q.health = Some(
+                    Health::ALL[one_of("health", &value, &["Healthy", "Degraded", "Unknown"])?],
+                )
+            }
+            "status" => {
+                const STATUSES: [Status; 4] = [
+                    Status::Ready,
+                    Status::NotReady,
+                    Status::Cordoned,
+                    Status::Offline,
+                ];
+                let names = ["Ready", "NotReady", "Cordoned", "Offline"];
+                q.status = Some(STATUSES[one_of("status", &value, &names)?]);
+            }
+            "pool" => q.pool = Some(value.into_owned()),
+            "cluster" => q.cluster = Some(value.into_owned()),
+            other => return Err(bad_request(format!("unknown parameter {other:?}"))),
+        }
+    }
+    Ok(q)
 }
 
 /// A node's view, read off the async workers (the fleet lock may be held by ingest).
@@ -304,9 +361,11 @@ fn parse_time(key: &str, value: &str, now: Time) -> ApiResult<i64> {
             "{key}={value:?} is neither an RFC 3339 time nor a duration like 24h"
         ))
     })?;
-    let ago = chrono::TimeDelta::from_std(ago)
-        .map_err(|_| bad_request(format!("{key} is too far back")))?;
-    Ok((now - ago).timestamp_millis())
+    chrono::TimeDelta::from_std(ago)
+        .ok()
+        .and_then(|ago| now.checked_sub_signed(ago))
+        .map(|t| t.timestamp_millis())
+        .ok_or_else(|| bad_request(format!("{key}={value:?} is too far back")))
 }
 
 /// Parse the events query: `since`, `until`, `type` (repeatable, any case), `pageSize`,
@@ -389,11 +448,23 @@ async fn reload(State(hale): State<Arc<Hale>>, headers: HeaderMap) -> ApiResult<
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_config", e.to_string()))
 }
 
-async fn alerts(State(hale): State<Arc<Hale>>) -> ApiResult<impl IntoResponse> {
-    hale.alerts()
+/// `{source, alerts}`: the list as rendered once per poll, spliced in without a copy.
+async fn alerts(State(hale): State<Arc<Hale>>) -> ApiResult<Response> {
+    let list = hale
+        .alerts()
         .await
-        .map(Json)
-        .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, "source_unavailable", e.to_string()))
+        .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, "source_unavailable", e.to_string()))?;
+    let source = serde_json::to_vec(&hale.source()).expect("the source view serialises");
+    let parts: [Result<Bytes, std::convert::Infallible>; 4] = [
+        Ok(Bytes::from_static(b"{\"source\":")),
+        Ok(source.into()),
+        Ok(Bytes::from_static(b",\"alerts\":")),
+        Ok(list),
+    ];
+    let body = Body::from_stream(futures::stream::iter(
+        parts.into_iter().chain([Ok(Bytes::from_static(b"}"))]),
+    ));
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 /// The Alertmanager webhook receiver. The body is read up to the configured limit;
@@ -457,6 +528,14 @@ async fn metrics(State(hale): State<Arc<Hale>>) -> impl IntoResponse {
     )
 }
 
+/// Liveness: 503 once a panic poisoned the state or a loop stopped going round, so a
+/// supervisor restarts hale rather than leaving it to serve a frozen picture.
+async fn healthz(State(hale): State<Arc<Hale>>) -> ApiResult<&'static str> {
+    hale.alive()
+        .map(|()| "ok")
+        .map_err(|why| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unhealthy", why))
+}
+
 async fn readyz(State(hale): State<Arc<Hale>>) -> ApiResult<&'static str> {
     if hale.ready() {
         Ok("ready")
@@ -515,6 +594,7 @@ mod tests {
             "pageSize=1001",
             "pageToken=zz",
             "since=yesterday",
+            "since=100000000d",
             "latest=maybe",
             "latest=true&pageToken=1",
             "limit=5",

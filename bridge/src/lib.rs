@@ -8,6 +8,7 @@ pub mod config;
 pub mod core;
 pub mod http;
 pub mod kubernetes;
+pub mod liveness;
 pub mod metrics;
 pub mod notify;
 pub mod orchestrator;

@@ -67,6 +67,7 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
     // Only an orchestrator with nodes of its own has somewhere to show hale's view.
     if cfg.config.orchestrator.kind != OrchestratorKind::None {
         tokio::spawn(Arc::clone(&hale).publish_loop());
+        tokio::spawn(Arc::clone(&hale).inventory_loop());
     }
     tokio::spawn(Arc::clone(&hale).retention_loop());
     tokio::spawn(reload_on_hangup(Arc::clone(&hale)));

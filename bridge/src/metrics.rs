@@ -3,6 +3,7 @@
 //! time — so a decommissioned node's series vanish with it and an unscored node never
 //! has a score series.
 
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex, RwLock};
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -14,9 +15,9 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::alertmanager::IngestError;
-use crate::config::Loaded;
+use crate::config::{Loaded, Settings};
 use crate::core::policy::Action;
-use crate::core::{Fleet, Health, KNOWN_CONDITIONS};
+use crate::core::{Fleet, Health, KNOWN_CONDITIONS, Node};
 use crate::notify::WebhookMetrics;
 use crate::orchestrator::Orchestrator;
 use crate::store::StoreError;
@@ -62,6 +63,8 @@ pub struct Metrics {
     pub webhooks: WebhookMetrics,
     pub store_write_failures: Family<ReasonLabel, Counter>,
     pub policy_actions: Family<ActionLabel, Counter>,
+    pub nodes_refused: Counter,
+    pub holding: Gauge,
     registry: Registry,
 }
 
@@ -86,6 +89,8 @@ impl Metrics {
             webhooks: WebhookMetrics::default(),
             store_write_failures: Family::default(),
             policy_actions: Family::default(),
+            nodes_refused: Counter::default(),
+            holding: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -144,6 +149,16 @@ impl Metrics {
             "Actions performed through the orchestrator (policy and operators), by result",
             m.policy_actions.clone(),
         );
+        registry.register(
+            "hale_nodes_refused",
+            "New nodes alerts named beyond nodeIdentity.maxNodes, refused (counted per input)",
+            m.nodes_refused.clone(),
+        );
+        registry.register(
+            "hale_alert_source_holding",
+            "1 while absences are held after a restart of the pipeline (holdAfterRestart)",
+            m.holding.clone(),
+        );
         registry.register_collector(Box::new(NodeCollector {
             fleet,
             config,
@@ -186,6 +201,53 @@ impl Metrics {
     }
 }
 
+/// What one node's series say, copied out of the fleet.
+struct Series {
+    id: String,
+    score: Option<u8>,
+    health: Health,
+    /// (condition type, value) for every series the node has: none before it
+    /// reports, then every known type, every type it carries or carried lately.
+    conditions: Vec<(Cow<'static, str>, u8)>,
+    failures: u64,
+}
+
+impl Series {
+    fn of(node: &Node, settings: &Settings) -> Series {
+        let mut conditions = Vec::new();
+        if node.last_report.is_some() {
+            let value = |ctype: &str| {
+                node.conditions
+                    .get(ctype)
+                    .filter(|c| !c.suppressed())
+                    .map_or(0, |c| c.severity.level())
+            };
+            conditions.extend(
+                KNOWN_CONDITIONS
+                    .iter()
+                    .map(|t| (Cow::Borrowed(*t), value(t))),
+            );
+            let mut extra: Vec<&String> = node
+                .seen_types
+                .keys()
+                .chain(node.conditions.keys())
+                .filter(|t| !KNOWN_CONDITIONS.contains(&t.as_str()))
+                .collect();
+            extra.sort_unstable();
+            extra.dedup();
+            conditions.extend(extra.into_iter().map(|t| (Cow::Owned(t.clone()), value(t))));
+            conditions.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        }
+        Series {
+            id: node.id.clone(),
+            score: node.score.as_ref().map(|s| s.value),
+            health: node.health(settings),
+            conditions,
+            failures: node.failures.total,
+        }
+    }
+}
+
 /// Node series, read from the fleet at scrape time; the leader's only, so two
 /// replicas never publish two series for one node.
 struct NodeCollector {
@@ -215,7 +277,16 @@ impl prometheus_client::collector::Collector for NodeCollector {
         }
         let config = self.config.read().expect("config lock").clone();
         let cluster = config.config.cluster.as_str();
-        let fleet = self.fleet.lock().expect("fleet lock");
+        // Copied under the lock, rendered after it: a scrape holds ingest up for the
+        // copy of a few numbers per node, not for the text.
+        let nodes: Vec<Series> = {
+            let fleet = self.fleet.lock().expect("fleet lock");
+            fleet
+                .nodes
+                .values()
+                .map(|n| Series::of(n, config.settings_for(&n.labels)))
+                .collect()
+        };
 
         let mut score = encoder.encode_descriptor(
             "hale_node_reliability_score",
@@ -223,10 +294,10 @@ impl prometheus_client::collector::Collector for NodeCollector {
             None,
             MetricType::Gauge,
         )?;
-        for node in fleet.nodes.values() {
-            if let Some(s) = &node.score {
+        for node in &nodes {
+            if let Some(s) = node.score {
                 let labels = [("node_id", node.id.as_str()), ("cluster", cluster)];
-                ConstGauge::new(i64::from(s.value)).encode(score.encode_family(&labels)?)?;
+                ConstGauge::new(i64::from(s)).encode(score.encode_family(&labels)?)?;
             }
         }
 
@@ -236,15 +307,14 @@ impl prometheus_client::collector::Collector for NodeCollector {
             None,
             MetricType::Gauge,
         )?;
-        for node in fleet.nodes.values() {
-            let current = node.health(config.settings_for(&node.labels));
+        for node in &nodes {
             for state in Health::ALL {
                 let labels = [
                     ("node_id", node.id.as_str()),
                     ("cluster", cluster),
                     ("state", state.as_str()),
                 ];
-                ConstGauge::new(i64::from(state == current))
+                ConstGauge::new(i64::from(state == node.health))
                     .encode(health.encode_family(&labels)?)?;
             }
         }
@@ -255,24 +325,14 @@ impl prometheus_client::collector::Collector for NodeCollector {
             None,
             MetricType::Gauge,
         )?;
-        for node in fleet.nodes.values().filter(|n| n.last_report.is_some()) {
-            let mut types: Vec<&str> = KNOWN_CONDITIONS.to_vec();
-            types.extend(node.seen_types.iter().map(String::as_str));
-            types.extend(node.conditions.keys().map(String::as_str));
-            types.sort_unstable();
-            types.dedup();
-            for ctype in types {
-                let value = node
-                    .conditions
-                    .get(ctype)
-                    .filter(|c| !c.suppressed())
-                    .map_or(0, |c| c.severity.level());
+        for node in &nodes {
+            for (ctype, value) in &node.conditions {
                 let labels = [
                     ("node_id", node.id.as_str()),
                     ("cluster", cluster),
-                    ("condition", ctype),
+                    ("condition", ctype.as_ref()),
                 ];
-                ConstGauge::new(i64::from(value)).encode(conditions.encode_family(&labels)?)?;
+                ConstGauge::new(i64::from(*value)).encode(conditions.encode_family(&labels)?)?;
             }
         }
 
@@ -282,9 +342,9 @@ impl prometheus_client::collector::Collector for NodeCollector {
             None,
             MetricType::Counter,
         )?;
-        for node in fleet.nodes.values() {
+        for node in &nodes {
             let labels = [("node_id", node.id.as_str()), ("cluster", cluster)];
-            ConstCounter::new(node.failures.total).encode(failures.encode_family(&labels)?)?;
+            ConstCounter::new(node.failures).encode(failures.encode_family(&labels)?)?;
         }
         Ok(())
     }

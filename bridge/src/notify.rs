@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 use tracing::warn;
 
 use crate::config::Webhook;
+use crate::liveness::Liveness;
 use crate::store::StoredEvent;
 
 pub const CONTENT_TYPE: &str = "application/cloudevents+json; charset=utf-8";
@@ -253,6 +254,9 @@ impl Endpoint {
 
 /// The endpoints of one configuration, each with its queue and delivery task. Dropping
 /// a `Notifier` (on reload) lets its tasks finish what is queued, then end.
+/// How often an idle delivery task shows it is alive.
+const IDLE_BEAT: Duration = Duration::from_secs(60);
+
 pub struct Notifier {
     cluster: String,
     queues: Vec<Queue>,
@@ -267,7 +271,12 @@ struct Queue {
 
 impl Notifier {
     /// Start a delivery task per endpoint. Needs a Tokio runtime.
-    pub fn start(cluster: &str, hooks: &[Webhook], metrics: &WebhookMetrics) -> Notifier {
+    pub fn start(
+        cluster: &str,
+        hooks: &[Webhook],
+        metrics: &WebhookMetrics,
+        liveness: &Arc<Liveness>,
+    ) -> Notifier {
         crate::init_tls();
         let queues = hooks
             .iter()
@@ -277,6 +286,7 @@ impl Notifier {
                     shown: hook.shown(),
                     http: reqwest::Client::builder()
                         .timeout(hook.timeout)
+                        .user_agent(crate::alertmanager::USER_AGENT)
                         .build()
                         .expect("client builds"),
                     hook: hook.clone(),
@@ -289,9 +299,20 @@ impl Notifier {
                     tx,
                     metrics: metrics.clone(),
                 };
+                // One delivery takes at most every attempt and the backoff between.
+                let allowed = (hook.timeout + Duration::from_secs(60)) * hook.max_attempts
+                    + Duration::from_secs(120);
+                let beat =
+                    liveness.watch(format!("webhook delivery to {}", endpoint.shown), allowed);
                 tokio::spawn(async move {
-                    while let Some(event) = rx.recv().await {
-                        endpoint.deliver(&event).await;
+                    loop {
+                        match tokio::time::timeout(IDLE_BEAT, rx.recv()).await {
+                            Ok(Some(event)) => endpoint.deliver(&event).await,
+                            // The configuration was reloaded: this endpoint's queue is done.
+                            Ok(None) => break,
+                            Err(_) => {}
+                        }
+                        beat.beat();
                     }
                 });
                 queue

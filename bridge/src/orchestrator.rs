@@ -8,6 +8,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::core::Health;
+use crate::core::labels::Notice;
 pub use crate::core::policy::Observed;
 use crate::core::policy::{Action, Done};
 
@@ -62,8 +63,28 @@ pub struct Report {
     pub health: Health,
     /// hale cannot see this node's alerts (`telemetry_stale`).
     pub stale: bool,
-    /// Raised conditions: (hale's condition type, message).
-    pub conditions: Vec<(String, String)>,
+    /// hale holds the node's whole picture: an alert it does not list is not
+    /// firing. Without polling, only once every group has had time to be re-sent.
+    pub complete: bool,
+    /// The node's firing alerts as a Node shows them (Sciuro's way): one per
+    /// alertname, the most urgent ([`most_urgent`]).
+    pub notices: Vec<Notice>,
+    /// hale's raised condition types.
+    pub conditions: Vec<String>,
+}
+
+/// One notice per alertname: the most urgent (lowest priority), the first of equals.
+pub fn most_urgent(notices: impl IntoIterator<Item = Notice>) -> Vec<Notice> {
+    let mut by_name: BTreeMap<String, Notice> = BTreeMap::new();
+    for n in notices {
+        match by_name.get(&n.alertname) {
+            Some(kept) if kept.priority <= n.priority => {}
+            _ => {
+                by_name.insert(n.alertname.clone(), n);
+            }
+        }
+    }
+    by_name.into_values().collect()
 }
 
 /// The operations every orchestrator implements.
@@ -77,6 +98,16 @@ pub trait Orchestrator: Send + Sync {
     /// even when the leadership was lost and regained between two looks.
     fn term(&self) -> u64 {
         0
+    }
+    /// Woken when the inventory may have changed (a watch event), so hale takes it
+    /// in without waiting for its next round; `None`: no such signal.
+    fn changes(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        None
+    }
+    /// How work on this orchestrator declares it may be moved rather than failed by
+    /// a node fault: said to the work a fault eviction fails.
+    fn restart_hint(&self) -> &'static str {
+        "Set policy.restart to on-node-fault for work that is safe to run again from the beginning"
     }
     /// The replica that leads, as last seen, for a follower's refusals.
     fn leader(&self) -> Option<String> {
@@ -138,8 +169,14 @@ pub async fn perform(
         } => {
             let workloads = orchestrator.workloads(node).await?;
             let (moved, failed) = plan_eviction(&workloads, moves, *max_restarts);
+            // Actions queued by an older hale carry the hint in their message.
+            let message = if message.contains("on-node-fault") {
+                message.clone()
+            } else {
+                format!("{message} {}", orchestrator.restart_hint())
+            };
             let blocked = orchestrator
-                .evict(node, fault_class, &moved, &failed, message)
+                .evict(node, fault_class, &moved, &failed, &message)
                 .await?;
             let left = |w: &&&Workload| !blocked.contains(&w.id);
             done.moved = moved.iter().filter(left).count() as u32;

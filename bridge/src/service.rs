@@ -3,9 +3,12 @@
 //! events before anyone sees a newer one.
 
 use std::collections::BTreeSet;
+use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use chrono::Utc;
 use tokio::sync::Notify;
@@ -15,12 +18,13 @@ use crate::alertmanager::{self, Answer, IngestError};
 use crate::config::{Config, ConfigError, Loaded};
 use crate::core::labels::{Alert, AlertState, Signal};
 use crate::core::policy::Pending;
-use crate::core::{CoreError, EventKind, Fleet, Outcome, TELEMETRY_STALE, Time};
+use crate::core::{CoreError, EventKind, Fleet, Outcome, PollAnswer, TELEMETRY_STALE, Time};
+use crate::liveness::Liveness;
 use crate::metrics::{ActionLabel, Metrics, PathLabel, ReasonLabel, ResultLabel};
 use crate::notify::Notifier;
-use crate::orchestrator::{self, Orchestrator, OrchestratorError, Report};
+use crate::orchestrator::{self, Orchestrator, OrchestratorError, Report, most_urgent};
 use crate::store::{Batch, EventPage, EventQuery, Store, StoreError};
-use crate::view::{AlertsView, NodeView, SeenAlert, SourceView};
+use crate::view::{NodeList, NodeQuery, NodeSummary, NodeView, SeenAlert, SourceView, page_token};
 
 /// How often time-driven rules (staleness, missed heartbeats, decay) are evaluated.
 const TICK: Duration = Duration::from_secs(1);
@@ -31,6 +35,15 @@ const ACT_RETRY: Duration = Duration::from_secs(10);
 /// How often the nodes' conditions, score and health are compared with what the
 /// orchestrator shows (and at once after a change).
 const PUBLISH: Duration = Duration::from_secs(10);
+/// How often the orchestrator's inventory is taken in without a change to prompt it
+/// (whatever the poll interval: a `kubectl uncordon` must be seen without polls).
+const INVENTORY: Duration = Duration::from_secs(30);
+/// How long after a request `GET /api/v1/alerts` keeps polls building its list.
+const ALERTS_WANTED: Duration = Duration::from_secs(600);
+/// How long a list fetched for `GET /api/v1/alerts` serves when no poll renews it.
+const ALERTS_FRESH: Duration = Duration::from_secs(10);
+/// How often a loop with nothing to do still goes round, to show it is alive.
+const IDLE_BEAT: Duration = Duration::from_secs(60);
 
 /// Shared state of one hale process.
 pub struct Hale {
@@ -58,6 +71,22 @@ pub struct Hale {
     actions_recorded: AtomicU64,
     act_now: Notify,
     publish_now: Notify,
+    /// Whether each loop is making progress (`/healthz`).
+    pub liveness: Arc<Liveness>,
+    /// The receiver's alerts as the last poll read them, kept while someone asks
+    /// (`GET /api/v1/alerts`).
+    seen: Mutex<SeenAlerts>,
+    /// One fetch at a time for `GET /api/v1/alerts` when no poll can answer it.
+    fetching: tokio::sync::Mutex<()>,
+}
+
+/// The last poll's alerts for `GET /api/v1/alerts`: built by a poll only while asked
+/// for within [`ALERTS_WANTED`], so an unread list costs nothing.
+#[derive(Default)]
+struct SeenAlerts {
+    /// When it was read, and the JSON array of [`SeenAlert`]s.
+    alerts: Option<(Instant, axum::body::Bytes)>,
+    wanted_until: Option<Instant>,
 }
 
 /// The store and what it has not managed to write yet.
@@ -97,7 +126,13 @@ impl Hale {
         let metrics = Metrics::new(fleet.clone(), metrics_config.clone(), orchestrator.clone());
         let config = metrics_config;
         let loaded = config.read().expect("config lock").clone();
-        let notifier = Notifier::start(&loaded.config.cluster, &loaded.webhooks, &metrics.webhooks);
+        let liveness = Arc::new(Liveness::default());
+        let notifier = Notifier::start(
+            &loaded.config.cluster,
+            &loaded.webhooks,
+            &metrics.webhooks,
+            &liveness,
+        );
         if let Some(max) = loaded.config.store.max_bytes {
             metrics.store_bytes_max.set(max as i64);
         }
@@ -121,6 +156,9 @@ impl Hale {
             actions_recorded: AtomicU64::new(0),
             act_now: Notify::new(),
             publish_now: Notify::new(),
+            liveness,
+            seen: Mutex::new(SeenAlerts::default()),
+            fetching: tokio::sync::Mutex::new(()),
         });
         let inventory = hale.config().config.inventory.clone();
         hale.apply(|fleet, cfg, now| Ok(fleet.register(cfg, now, &inventory)))
@@ -144,8 +182,30 @@ impl Hale {
     {
         let cfg = self.config();
         let mut fleet = self.lock_fleet();
-        let outcome = step(&mut fleet, &cfg, Utc::now())?;
+        let now = Utc::now();
+        let outcome = step(&mut fleet, &cfg, now)?;
         self.metrics.source_up.set(i64::from(fleet.trust.source_up));
+        self.metrics
+            .holding
+            .set(i64::from(fleet.trust.holding(now)));
+        if let Some(why) = &outcome.held {
+            warn!(
+                until = %fleet.trust.hold_until.map(|t| t.to_rfc3339()).unwrap_or_default(),
+                "{why}: no condition ends because its alert is absent until then (holdAfterRestart)"
+            );
+        }
+        if !outcome.refused.is_empty() {
+            self.metrics
+                .nodes_refused
+                .inc_by(outcome.refused.len() as u64);
+            let some: Vec<&str> = outcome.refused.iter().take(5).map(String::as_str).collect();
+            warn!(
+                refused = outcome.refused.len(),
+                first = %some.join(", "),
+                max = cfg.config.node_identity.max_nodes,
+                "alerts name more nodes than nodeIdentity.maxNodes allows: the new ones are refused"
+            );
+        }
         if let Some(t) = fleet.trust.last_trusted {
             self.metrics
                 .last_trusted
@@ -237,8 +297,8 @@ impl Hale {
     }
 
     fn ingest_poll(&self, fetched: Result<Answer, IngestError>) {
-        let (body, answered) = match fetched {
-            Ok(answer) => (answer.body, answer.date),
+        let (body, answered, started) = match fetched {
+            Ok(answer) => (answer.body, answer.date, answer.started),
             Err(e) => return self.poll_failed(e),
         };
         let alerts = match alertmanager::parse_v2(&body) {
@@ -255,8 +315,13 @@ impl Hale {
                     .expect("poll lock")
                     .take()
                     .unwrap_or_default();
-                let answered = answered.unwrap_or(now);
-                Ok(fleet.poll_around(cfg, now, answered, &alerts, &delivered))
+                let answer = PollAnswer {
+                    alerts: &alerts,
+                    answered: answered.unwrap_or(now),
+                    started,
+                    delivered: &delivered,
+                };
+                Ok(fleet.poll_answer(cfg, now, &answer))
             })
             .expect("a poll cannot fail");
         let result = if outcome.trusted {
@@ -267,6 +332,14 @@ impl Hale {
         };
         self.count_poll(result);
         self.count_ingest("poll", alerts.len(), outcome.unmatched);
+        let wanted = self
+            .seen
+            .lock()
+            .expect("seen lock")
+            .wanted_until
+            .is_some_and(|t| Instant::now() < t);
+        let list = wanted.then(|| render_alerts(&alerts, &self.config()));
+        self.seen.lock().expect("seen lock").alerts = list.map(|l| (Instant::now(), l));
         drop(alerts);
         drop(body);
         release_freed_memory();
@@ -327,21 +400,60 @@ impl Hale {
         })
     }
 
+    /// Alive: no lock poisoned by a panic, and every loop making progress
+    /// ([`Liveness`]). Its error says what is wrong.
+    pub fn alive(&self) -> Result<(), String> {
+        if self.fleet.is_poisoned() || self.writer.is_poisoned() {
+            return Err(
+                "a panic poisoned the fleet's state: restart to reload it from the store".into(),
+            );
+        }
+        self.liveness.check(Instant::now())
+    }
+
     /// Ready once the first poll has been attempted (or at once when polling is off).
     pub fn ready(&self) -> bool {
         self.config().config.alertmanager.poll_interval.is_zero()
             || self.first_poll_done.load(Ordering::Acquire)
     }
 
-    pub fn nodes(&self) -> Vec<NodeView> {
+    /// One page of `GET /api/v1/nodes`. Only the page is built under the fleet lock;
+    /// a filter that matches few nodes looks at each node once.
+    pub fn nodes(&self, q: &NodeQuery) -> NodeList {
         let cfg = self.config();
-        let now = Utc::now();
+        let cluster = &cfg.config.cluster;
+        if q.cluster.as_ref().is_some_and(|c| c != cluster) {
+            return NodeList {
+                nodes: Vec::new(),
+                next_page_token: None,
+            };
+        }
+        let from = match &q.after {
+            Some(id) => Bound::Excluded(id.clone()),
+            None => Bound::Unbounded,
+        };
         let fleet = self.lock_fleet();
-        fleet
+        let mut nodes: Vec<NodeSummary> = fleet
             .nodes
-            .values()
-            .map(|n| NodeView::of(n, &cfg.config.cluster, cfg.settings_for(&n.labels), now))
-            .collect()
+            .range((from, Bound::Unbounded))
+            .filter_map(|(_, n)| {
+                let settings = cfg.settings_for(&n.labels);
+                let wanted = q.status.is_none_or(|s| s == n.status)
+                    && q.pool.as_ref().is_none_or(|p| *p == settings.name)
+                    && q.health.is_none_or(|h| h == n.health(settings));
+                wanted.then(|| NodeSummary::of(n, cluster, settings))
+            })
+            .take(q.page_size + 1)
+            .collect();
+        drop(fleet);
+        let more = nodes.len() > q.page_size;
+        nodes.truncate(q.page_size);
+        NodeList {
+            next_page_token: more
+                .then(|| nodes.last().map(|n| page_token(&n.id)))
+                .flatten(),
+            nodes,
+        }
     }
 
     pub fn node(&self, id: &str) -> Option<NodeView> {
@@ -356,45 +468,77 @@ impl Hale {
         ))
     }
 
-    /// What hale sees: the receiver's alerts as Alertmanager holds them right now, each
-    /// read through the label contract, and whether hale trusts the source. Fetched on
-    /// request rather than kept, so it costs no memory and is never out of date.
-    pub async fn alerts(&self) -> Result<AlertsView, IngestError> {
+    /// What hale sees: the receiver's alerts, each read through the label contract,
+    /// rendered as the JSON array of `GET /api/v1/alerts` — from the last poll while
+    /// polling (a request costs a copy, never a fetch), else fetched at most once
+    /// every [`ALERTS_FRESH`] however many ask.
+    pub async fn alerts(&self) -> Result<axum::body::Bytes, IngestError> {
+        let am = self.config().config.alertmanager.clone();
+        // A poll's list serves until the next poll is overdue.
+        let fresh = if am.poll_interval.is_zero() {
+            ALERTS_FRESH
+        } else {
+            2 * am.poll_interval + am.timeout
+        };
+        let cached = || {
+            let mut seen = self.seen.lock().expect("seen lock");
+            seen.wanted_until = Some(Instant::now() + ALERTS_WANTED);
+            seen.alerts
+                .as_ref()
+                .filter(|(at, _)| at.elapsed() <= fresh)
+                .map(|(_, list)| list.clone())
+        };
+        if let Some(list) = cached() {
+            return Ok(list);
+        }
+        let _one = self.fetching.lock().await;
+        if let Some(list) = cached() {
+            return Ok(list);
+        }
         let client = self.client.read().expect("client lock").clone();
         let body = client.fetch().await?.body;
+        let list = render_alerts(&alertmanager::parse_v2(&body)?, &self.config());
+        self.seen.lock().expect("seen lock").alerts = Some((Instant::now(), list.clone()));
+        Ok(list)
+    }
+
+    /// Whether hale trusts its alert source right now, for `GET /api/v1/alerts`.
+    pub fn source(&self) -> SourceView {
         let cfg = self.config();
-        let alerts = alertmanager::parse_v2(&body)?
-            .iter()
-            .map(|a| seen_alert(a, &cfg))
-            .collect();
         let trust = self.lock_fleet().trust.clone();
-        Ok(AlertsView {
-            source: SourceView {
-                url: crate::config::shown_url(
-                    &reqwest::Url::parse(&cfg.config.alertmanager.url).expect("validated"),
-                ),
-                receiver: cfg.config.alertmanager.receiver.clone(),
-                up: trust.source_up,
-                stale: trust.stale,
-                last_trusted: trust.last_trusted,
-                last_error: trust.last_error,
-            },
-            alerts,
-        })
+        let holding = trust.holding(Utc::now());
+        SourceView {
+            url: crate::config::shown_url(
+                &reqwest::Url::parse(&cfg.config.alertmanager.url).expect("validated"),
+            ),
+            receiver: cfg.config.alertmanager.receiver.clone(),
+            up: trust.source_up,
+            stale: trust.stale,
+            last_trusted: trust.last_trusted,
+            last_error: trust.last_error.clone(),
+            hold_until: trust.hold_until.filter(|_| holding),
+            hold_reason: trust.hold_reason.filter(|_| holding),
+        }
     }
 
     /// Poll every `pollInterval` and whenever a truncated webhook asks; with polling
     /// off, only when asked. The interval is read each round, so a reload applies.
     pub async fn poll_loop(self: Arc<Self>) {
+        let beat = self.liveness.watch("poll", Duration::from_secs(600));
         let mut first = true;
         loop {
-            let interval = self.config().config.alertmanager.poll_interval;
-            if interval.is_zero() {
-                self.poll_now.notified().await;
-            } else if !first {
-                tokio::select! {
-                    _ = tokio::time::sleep(interval) => {}
-                    _ = self.poll_now.notified() => {}
+            let am = self.config().config.alertmanager.clone();
+            let polling = !am.poll_interval.is_zero();
+            let wait = if polling { am.poll_interval } else { IDLE_BEAT };
+            // A poll may take its timeout; three missed rounds mean it is stuck.
+            beat.beat_within(3 * (wait + am.timeout) + Duration::from_secs(60));
+            if !first || !polling {
+                let asked = tokio::select! {
+                    _ = tokio::time::sleep(wait) => false,
+                    _ = self.poll_now.notified() => true,
+                };
+                if !polling && !asked {
+                    continue;
                 }
             }
             first = false;
@@ -458,9 +602,11 @@ impl Hale {
 
     /// Delete events past `store.eventRetentionDays`, hourly, in small batches.
     pub async fn retention_loop(self: Arc<Self>) {
+        let beat = self.liveness.watch("retention", 3 * RETENTION_SWEEP);
         let mut ticker = tokio::time::interval(RETENTION_SWEEP);
         loop {
             ticker.tick().await;
+            beat.beat();
             let this = self.clone();
             let swept = tokio::task::spawn_blocking(move || {
                 let days = this.config().config.store.event_retention_days;
@@ -495,8 +641,12 @@ impl Hale {
         }
         *self.client.write().expect("client lock") =
             alertmanager::Client::new(&next.config.alertmanager);
-        *self.notifier.write().expect("notifier lock") =
-            Notifier::start(&next.config.cluster, &next.webhooks, &self.metrics.webhooks);
+        *self.notifier.write().expect("notifier lock") = Notifier::start(
+            &next.config.cluster,
+            &next.webhooks,
+            &self.metrics.webhooks,
+            &self.liveness,
+        );
         self.metrics
             .store_bytes_max
             .set(next.config.store.max_bytes.map_or(0, |m| m as i64));
@@ -513,8 +663,10 @@ impl Hale {
     /// cluster as the previous leader left it, so what that one already did is
     /// seen as done (and the orchestrator's verbs, asked again, change nothing).
     pub async fn act_loop(self: Arc<Self>) {
+        let beat = self.liveness.watch("act", Duration::from_secs(300));
         let mut term = None;
         loop {
+            beat.beat();
             let leads = self.orchestrator.leads();
             let now = self.orchestrator.term();
             if leads && term != Some(now) {
@@ -536,10 +688,35 @@ impl Hale {
         }
     }
 
+    /// Follow the orchestrator's inventory whatever the poll interval: at once when
+    /// it says something changed (at most every second), else every [`INVENTORY`].
+    /// A `kubectl uncordon` of a node hale cordoned is recorded, and its suppression
+    /// window starts, without waiting for a poll — or with none at all.
+    pub async fn inventory_loop(self: Arc<Self>) {
+        let beat = self.liveness.watch("inventory", Duration::from_secs(300));
+        let changed = self.orchestrator.changes();
+        loop {
+            beat.beat();
+            tokio::select! {
+                () = async {
+                    match &changed {
+                        Some(n) => n.notified().await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
+                () = tokio::time::sleep(INVENTORY) => {}
+            }
+            self.sync_inventory().await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
     /// Show every node's conditions, score and health where the orchestrator's users
     /// look (leader only; the orchestrator writes only what changed).
     pub async fn publish_loop(self: Arc<Self>) {
+        let beat = self.liveness.watch("publish", Duration::from_secs(600));
         loop {
+            beat.beat();
             tokio::select! {
                 () = self.publish_now.notified() => {}
                 () = tokio::time::sleep(PUBLISH) => {}
@@ -569,6 +746,16 @@ impl Hale {
         if !seen && !trust.stale {
             return Vec::new();
         }
+        // A poll is the whole picture. Without polling, the picture is whole once
+        // trusted input has run for staleAfter: by then Alertmanager has re-sent every
+        // group, as it must the watchdog's.
+        let am = &cfg.config.alertmanager;
+        let now = Utc::now();
+        let complete = !am.poll_interval.is_zero()
+            || trust.trusted_since.is_some_and(|t| {
+                t >= trust.watching_since
+                    && (now - t).to_std().unwrap_or_default() >= am.stale_after()
+            });
         fleet
             .nodes
             .values()
@@ -577,12 +764,15 @@ impl Hale {
                 score: n.score.as_ref().map(|s| s.value),
                 health: n.health(cfg.settings_for(&n.labels)),
                 stale: trust.stale || n.conditions.contains_key(TELEMETRY_STALE),
-                conditions: n
-                    .conditions
-                    .iter()
-                    .filter(|(ctype, _)| ctype.as_str() != TELEMETRY_STALE)
-                    .map(|(ctype, c)| (ctype.clone(), c.message.clone()))
-                    .collect(),
+                complete,
+                notices: most_urgent(
+                    n.conditions
+                        .values()
+                        .flat_map(|c| c.sources.values())
+                        .filter(|s| !s.suppressed)
+                        .filter_map(|s| s.notice.clone()),
+                ),
+                conditions: n.conditions.keys().cloned().collect(),
             })
             .collect()
     }
@@ -643,7 +833,7 @@ impl Hale {
                         let fleet = this.lock_fleet();
                         fleet
                             .next_action(&node)
-                            .map(|p| (p, fleet.ledger.moves.clone()))
+                            .map(|p| (p, fleet.ledger.move_counts()))
                     };
                     let Some((pending, moves)) = next else { break };
                     if !this.perform(&node, pending, &moves).await {
@@ -718,9 +908,11 @@ impl Hale {
 
     /// Evaluate the time-driven rules every second.
     pub async fn tick_loop(self: Arc<Self>) {
+        let beat = self.liveness.watch("tick", Duration::from_secs(60));
         let mut ticker = tokio::time::interval(TICK);
         loop {
             ticker.tick().await;
+            beat.beat();
             let this = self.clone();
             let done = tokio::task::spawn_blocking(move || {
                 this.apply(|fleet, cfg, now| Ok(fleet.tick(cfg, now)))
@@ -747,6 +939,12 @@ fn release_freed_memory() {
             malloc_trim(0);
         }
     }
+}
+
+/// The JSON array of `GET /api/v1/alerts` for `alerts`.
+fn render_alerts(alerts: &[Alert<'_>], cfg: &Loaded) -> axum::body::Bytes {
+    let seen: Vec<SeenAlert> = alerts.iter().map(|a| seen_alert(a, cfg)).collect();
+    serde_json::to_vec(&seen).expect("alerts serialise").into()
 }
 
 fn seen_alert(a: &Alert<'_>, cfg: &Loaded) -> SeenAlert {
@@ -805,5 +1003,31 @@ fn log_events(outcome: &Outcome) {
             nodes = fresh,
             "trusted alert data again: telemetry_stale cleared"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::orchestrator::NoOrchestrator;
+
+    #[tokio::test]
+    async fn a_panic_under_the_fleet_lock_makes_hale_unhealthy() {
+        let dir = tempfile::tempdir().unwrap();
+        let yaml = format!("store: {{ path: {} }}", dir.path().display());
+        let loaded = Config::parse("hale.yaml", &yaml)
+            .unwrap()
+            .resolve("hale.yaml", &yaml)
+            .unwrap();
+        let hale = Hale::open(loaded, Arc::new(NoOrchestrator)).unwrap();
+        assert_eq!(hale.alive(), Ok(()));
+        let h = hale.clone();
+        let panicked = std::thread::spawn(move || {
+            h.apply(|_, _, _| -> Result<Outcome, CoreError> { panic!("a bug in a step") })
+        })
+        .join();
+        assert!(panicked.is_err());
+        let e = hale.alive().unwrap_err();
+        assert!(e.contains("poisoned"), "{e}");
     }
 }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use crate::core::policy::Moves;
 use crate::core::{Event, Fleet, Node, Outcome, Time, Trust};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -65,8 +66,10 @@ pub struct Batch {
     pub events: Vec<Event>,
     /// JSON of the trust record.
     pub trust: String,
-    /// JSON of the policy's ledger (replacements, eviction moves).
+    /// JSON of the replacement budget, when it changed.
     pub ledger: Option<String>,
+    /// Workload owners' restart counts that changed (`None`: forgotten).
+    pub restarts: Vec<(String, Option<Moves>)>,
 }
 
 impl Batch {
@@ -100,7 +103,14 @@ impl Batch {
             removed: outcome.removed.clone(),
             events: outcome.events.clone(),
             trust: serde_json::to_string(&fleet.trust).expect("trust serialises"),
-            ledger: Some(serde_json::to_string(&fleet.ledger).expect("ledger serialises")),
+            ledger: outcome
+                .ledger
+                .then(|| serde_json::to_string(&fleet.ledger).expect("ledger serialises")),
+            restarts: outcome
+                .moved
+                .iter()
+                .map(|owner| (owner.clone(), fleet.ledger.moves.get(owner).copied()))
+                .collect(),
         }
     }
 }
@@ -196,6 +206,11 @@ CREATE TABLE IF NOT EXISTS events (
     occurred_at INTEGER NOT NULL,
     body        TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS restarts (
+    owner TEXT PRIMARY KEY,
+    count INTEGER NOT NULL,
+    last  INTEGER
+) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS events_by_node ON events (node_id, seq);
 CREATE INDEX IF NOT EXISTS events_by_time ON events (occurred_at);
 ";
@@ -317,6 +332,33 @@ impl Store {
                 source,
             })?;
         }
+        // Counts an older store kept inside the ledger become rows (rows stand).
+        for (owner, m) in &fleet.ledger.moves {
+            self.conn
+                .execute(
+                    "INSERT OR IGNORE INTO restarts (owner, count, last) VALUES (?1, ?2, NULL)",
+                    params![owner, m.count],
+                )
+                .op("migrate restarts")?;
+        }
+        let mut stmt = self
+            .conn
+            .prepare("SELECT owner, count, last FROM restarts")
+            .op("read restarts")?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, u32>(1)?,
+                    r.get::<_, Option<i64>>(2)?,
+                ))
+            })
+            .op("read restarts")?;
+        for row in rows {
+            let (owner, count, last) = row.op("read restarts")?;
+            let last = last.and_then(chrono::DateTime::from_timestamp_millis);
+            fleet.ledger.moves.insert(owner, Moves { count, last });
+        }
         Ok(fleet)
     }
 
@@ -383,6 +425,26 @@ impl Store {
                     params![ledger],
                 )
                 .op("write ledger")?;
+            }
+            let mut put = tx
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO restarts (owner, count, last) VALUES (?1, ?2, ?3)",
+                )
+                .op("prepare restart write")?;
+            let mut forget = tx
+                .prepare_cached("DELETE FROM restarts WHERE owner = ?1")
+                .op("prepare restart delete")?;
+            for (owner, moves) in &batch.restarts {
+                match moves {
+                    Some(m) => put
+                        .execute(params![
+                            owner,
+                            m.count,
+                            m.last.map(|t| t.timestamp_millis())
+                        ])
+                        .op("write restarts")?,
+                    None => forget.execute(params![owner]).op("forget restarts")?,
+                };
             }
         }
         tx.commit().op("commit")?;
@@ -537,7 +599,9 @@ mod tests {
         fleet.trust.last_trusted = Some(now);
         let event = Event {
             node_id: "rack1/n:3".into(),
-            kind: EventKind::NodeDecommissioned {},
+            kind: EventKind::NodeDecommissioned {
+                by: "operator".into(),
+            },
             occurred_at: now,
             message: "m".into(),
         };
@@ -588,7 +652,9 @@ mod tests {
                         scored_by: "cluster".into(),
                     }
                 } else {
-                    EventKind::NodeDecommissioned {}
+                    EventKind::NodeDecommissioned {
+                        by: "operator".into(),
+                    }
                 },
                 occurred_at: start + chrono::TimeDelta::seconds(i as i64),
                 message: format!("event {i}"),

@@ -123,19 +123,22 @@ impl NodeView {
             policy: node.policy.conclusion.clone(),
         }
     }
+}
 
-    pub fn summary(&self) -> NodeSummary {
+impl NodeSummary {
+    /// The list entry of `node`, built without the whole view.
+    pub fn of(node: &Node, cluster: &str, settings: &Settings) -> NodeSummary {
         NodeSummary {
-            id: self.id.clone(),
-            cluster: self.cluster.clone(),
-            hostname: self.hostname.clone(),
-            status: self.status,
-            health: self.health,
-            score: self.score,
-            scored_by: self.scored_by.clone(),
-            conditions: self.conditions.iter().map(|c| c.ctype.clone()).collect(),
-            last_report: self.last_report,
-            jobs: self.jobs,
+            id: node.id.clone(),
+            cluster: cluster.to_string(),
+            hostname: node.hostname.clone().unwrap_or_else(|| node.id.clone()),
+            status: node.status,
+            health: node.health(settings),
+            score: node.score.as_ref().map(|s| s.value),
+            scored_by: node.score.as_ref().map(|s| s.scored_by.clone()),
+            conditions: node.conditions.keys().cloned().collect(),
+            last_report: node.last_report,
+            jobs: u64::from(node.policy.allocations),
         }
     }
 }
@@ -156,9 +159,44 @@ pub struct NodeSummary {
     pub jobs: u64,
 }
 
+/// `GET /api/v1/nodes`: one page, in id order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeList {
     pub nodes: Vec<NodeSummary>,
+    /// Present while more nodes match; pass it back as `pageToken`.
+    #[serde(default)]
+    pub next_page_token: Option<String>,
+}
+
+/// Which nodes `GET /api/v1/nodes` lists.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeQuery {
+    pub page_size: usize,
+    /// Continue after this node id (from a page's token).
+    pub after: Option<String>,
+    pub health: Option<Health>,
+    pub status: Option<Status>,
+    /// The pool whose settings price the node (`cluster` for none).
+    pub pool: Option<String>,
+    pub cluster: Option<String>,
+}
+
+/// A page token: the last id of a page, hex-encoded (opaque to clients).
+pub fn page_token(last_id: &str) -> String {
+    last_id.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The id a [`page_token`] continues after; `None` for one this server did not issue.
+pub fn page_after(token: &str) -> Option<String> {
+    if token.len() % 2 != 0 {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..token.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(token.get(i..i + 2)?, 16).ok())
+        .collect();
+    String::from_utf8(bytes?).ok()
 }
 
 /// One alert as hale last saw it (`GET /api/v1/alerts`).
@@ -187,6 +225,11 @@ pub struct SourceView {
     pub stale: bool,
     pub last_trusted: Option<Time>,
     pub last_error: Option<String>,
+    /// Until then an alert's absence ends nothing: the pipeline restarted lately.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_until: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_reason: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -443,7 +443,7 @@ async fn sighup_reloads_endpoints_and_penalties_and_a_bad_file_changes_nothing()
         e["detail"]
             .as_str()
             .unwrap()
-            .contains("hale.yaml:2: cordonBelw"),
+            .contains("hale.yaml:2: nodeHealth.cordonBelw"),
         "{e}"
     );
     let r = reqwest::Client::new()
@@ -471,8 +471,10 @@ async fn kill_9_during_a_burst_keeps_state_and_events_in_step() {
     let mut hale = Hale::webhook_only(dir.path(), "").await;
     let nodes: Vec<String> = (0..12).map(|i| format!("n{i}")).collect();
     let mut senders = Vec::new();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for (i, node) in nodes.iter().cloned().enumerate() {
         let url = hale.url.clone();
+        let accepted = accepted.clone();
         senders.push(tokio::spawn(async move {
             let client = reqwest::Client::new();
             let alerts = [smart_failing(&node), gpu_ecc_uncorrectable(&node)];
@@ -485,13 +487,21 @@ async fn kill_9_during_a_burst_keeps_state_and_events_in_step() {
                     .json(&delivery(&[(a, status)]))
                     .send()
                     .await;
-                if sent.is_err() {
-                    break;
+                match sent {
+                    Ok(r) if r.status().is_success() => {
+                        accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
                 }
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Killed in the middle of the burst: once a good many deliveries were applied.
+    eventually("deliveries applied", Duration::from_secs(30), || async {
+        (accepted.load(std::sync::atomic::Ordering::Relaxed) >= 60).then_some(())
+    })
+    .await;
     hale.kill9();
     for s in senders {
         let _ = s.await;

@@ -56,7 +56,8 @@ pub struct Alertmanager {
     pub url: String,
     child: Child,
     resend: Arc<Mutex<Vec<Value>>>,
-    _dir: tempfile::TempDir,
+    port: u16,
+    dir: tempfile::TempDir,
 }
 
 impl Alertmanager {
@@ -77,30 +78,16 @@ impl Alertmanager {
 
     /// A real Alertmanager running `config` (YAML text).
     pub async fn with_config(config: &str) -> Alertmanager {
-        let bin = require("prometheus-alertmanager");
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         std::fs::write(dir.path().join("am.yml"), config).unwrap();
-        let child = Command::new(bin)
-            .arg(format!(
-                "--config.file={}",
-                dir.path().join("am.yml").display()
-            ))
-            .arg(format!(
-                "--storage.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .arg("--cluster.listen-address=")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("am.log")).unwrap())
-            .spawn()
-            .unwrap();
+        let child = Self::spawn(dir.path(), port);
         let am = Alertmanager {
             url: format!("http://127.0.0.1:{port}"),
             child,
             resend: Arc::default(),
-            _dir: dir,
+            port,
+            dir,
         };
         let (url, resend) = (am.url.clone(), am.resend.clone());
         tokio::spawn(async move {
@@ -117,13 +104,43 @@ impl Alertmanager {
                 }
             }
         });
-        let ready = format!("{}/-/ready", am.url);
+        am.ready().await;
+        am
+    }
+
+    fn spawn(dir: &Path, port: u16) -> Child {
+        Command::new(require("prometheus-alertmanager"))
+            .arg(format!("--config.file={}", dir.join("am.yml").display()))
+            .arg(format!("--storage.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--cluster.listen-address=")
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(dir.join("am.log"))
+                    .unwrap(),
+            )
+            .spawn()
+            .unwrap()
+    }
+
+    async fn ready(&self) {
+        let ready = format!("{}/-/ready", self.url);
         eventually("alertmanager ready", Duration::from_secs(20), || async {
             let r = reqwest::get(&ready).await.ok()?;
             r.status().is_success().then_some(())
         })
         .await;
-        am
+    }
+
+    /// Stop and start again on the same port and storage: like any Alertmanager
+    /// restart, it comes back without alerts until they are sent again.
+    pub async fn restart(&mut self) {
+        self.kill();
+        self.child = Self::spawn(self.dir.path(), self.port);
+        self.ready().await;
     }
 
     /// Post alerts through the v2 API. `ends_in_s` ≤ 0 resolves them.
@@ -412,6 +429,26 @@ impl Hale {
             .unwrap()
     }
 
+    /// How many trusted polls hale has made so far.
+    pub async fn polls(&self) -> f64 {
+        metric(
+            &self.metrics().await,
+            "hale_alertmanager_polls_total",
+            &[("result", "trusted")],
+        )
+        .unwrap_or(0.0)
+    }
+
+    /// Wait until hale has made `n` more trusted polls: proof it has read
+    /// Alertmanager, and applied what it read, since the call.
+    pub async fn after_polls(&self, n: f64) {
+        let start = self.polls().await;
+        eventually("trusted polls", Duration::from_secs(30), || async {
+            (self.polls().await >= start + n).then_some(())
+        })
+        .await;
+    }
+
     /// Wait until node `id` satisfies `check`.
     pub async fn wait_node(&self, what: &str, id: &str, check: impl Fn(&Value) -> bool) -> Value {
         self.wait_node_within(what, id, Duration::from_secs(20), check)
@@ -447,6 +484,21 @@ impl Drop for Hale {
     fn drop(&mut self) {
         self.kill9();
     }
+}
+
+/// `name{labels…}`'s value in a Prometheus exposition (labels in any order).
+pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let (series, value) = line.rsplit_once(' ')?;
+        let (metric, rest) = series.split_once('{').unwrap_or((series, "}"));
+        if metric != name {
+            return None;
+        }
+        let all = labels
+            .iter()
+            .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
+        all.then(|| value.parse().ok()).flatten()
+    })
 }
 
 /// Condition types present on a node JSON.

@@ -2,6 +2,7 @@
 
 mod api;
 mod events;
+mod hardening;
 mod harness;
 mod kube_fake;
 mod kubernetes;

@@ -399,7 +399,7 @@ async fn shipped_rules_alerts_and_receiver_drive_hale() {
     let hale_config = format!(
         "listen: 127.0.0.1:{hale_port}\napiTokenFile: {}\n\
          store: {{ path: {}, maxBytes: 1073741824 }}\n\
-         alertmanager: {{ url: '{}', pollInterval: 1s, staleAfter: 20s }}\n\
+         alertmanager: {{ url: '{}', pollInterval: 1s, staleAfter: 20s, holdAfterRestart: 80s }}\n\
          nodeEventWebhooks: [{{ url: '{}/events', secretFile: {} }}]\n",
         hale_dir.join("token").display(),
         hale_dir.join("data").display(),
@@ -438,7 +438,13 @@ async fn shipped_rules_alerts_and_receiver_drive_hale() {
     gpu.set(DBE, 0.0);
     gpu.climb(SBE, true);
     // Give each mtail a live scrape history first, then log Xids for a few seconds.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    eventually("both mtails scraped twice", MINUTE, || async {
+        let up = prometheus
+            .query(r#"count_over_time(up{job="mtail"}[1m]) >= 2"#)
+            .await;
+        (up.len() == 2).then_some(())
+    })
+    .await;
     let xid_79 = xid_hw.keep_logging(
         "[ 8012.114466] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.",
     );
@@ -505,7 +511,21 @@ async fn shipped_rules_alerts_and_receiver_drive_hale() {
         firing.is_empty().then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Gone from Alertmanager, and hale has polled it three times since.
+    eventually("GpuXidHardware gone from Alertmanager", MINUTE, || async {
+        let r: Value = reqwest::get(format!("{}/api/v2/alerts?active=true", am.url))
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        r.as_array()?
+            .iter()
+            .all(|a| a["labels"]["alertname"] != "GpuXidHardware")
+            .then_some(())
+    })
+    .await;
+    hale.after_polls(3.0).await;
     let n = hale.node("xid-a").await.unwrap();
     let c = condition(&n, "gpu_xid_errors").expect("Xid 79 stays raised");
     assert_eq!(c["reason"], "GpuXidHardware");
@@ -599,6 +619,27 @@ async fn shipped_rules_alerts_and_receiver_drive_hale() {
     // Prometheus stopped: the watchdog leaves Alertmanager with every other alert;
     // hale marks every node telemetry_stale and clears nothing — not when its polls
     // lose the watchdog, and not when Alertmanager sends the expiries as resolved.
+    let firing: Value = reqwest::get(format!("{}/api/v2/alerts?active=true", am.url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let expiring = firing
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["labels"]["alertname"] != "JobFailedOnNode")
+        .count();
+    let by_webhook = || async {
+        metric(
+            &hale.metrics().await,
+            "hale_alerts_ingested_total",
+            &[("path", "webhook")],
+        )
+        .unwrap_or(0.0)
+    };
+    let before = by_webhook().await;
     prometheus.server.stop();
     for id in ["disk-1", "mem-1", "gpu-1", "xid-a", "hb-1"] {
         hale.wait_node_within("telemetry_stale", id, MINUTE, |n| {
@@ -619,9 +660,12 @@ async fn shipped_rules_alerts_and_receiver_drive_hale() {
             .then_some(())
     });
     expired.await;
-    // Past the shipped receiver's group_interval (10 s): every resolved notification
-    // of the expiry has been sent.
-    tokio::time::sleep(Duration::from_secs(12)).await;
+    // Every alert that expired, notified as resolved (after the shipped receiver's
+    // group_interval), has reached hale since Prometheus stopped.
+    eventually("the expiries notified as resolved", MINUTE, || async {
+        (by_webhook().await >= before + expiring as f64).then_some(())
+    })
+    .await;
     let disk = hale.node("disk-1").await.unwrap();
     assert_eq!(
         severity_of(&disk, "disk_degraded").as_deref(),

@@ -1,7 +1,5 @@
 //! The ingest pipeline: poll path, webhook path, trust, restart.
 
-use std::time::Duration;
-
 use serde_json::Value;
 
 use crate::harness::*;
@@ -229,8 +227,8 @@ async fn state_survives_kill_9() {
             n["failures"]["total"] == 2 && n["score"] == 45
         })
         .await;
-    // Make sure the last poll has settled, then stop the world without warning.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A poll after the change has been applied; then stop the world without warning.
+    hale.after_polls(1.0).await;
     let before = hale.node("n1").await.unwrap_or(before);
     hale.restart().await;
     let after = hale.node("n1").await.expect("node still known");

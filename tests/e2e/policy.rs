@@ -68,7 +68,7 @@ async fn cordon_mode_acts_once_inside_the_guardrails_and_backtest_replays_it() {
     assert_eq!(n["status"], "Ready");
     assert_eq!(n["policy"]["guardrail"], "maxUnavailable");
     // More polls conclude nothing new.
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    hale.after_polls(3.0).await;
     let g3 = hale
         .events("g-3", "type=POLICY_ACTED&type=NODE_CORDONED")
         .await;

@@ -11,9 +11,9 @@ use super::labels::{Alert, AlertState, Signal};
 use super::policy::Policy;
 use super::{
     COLLECTOR_FAILED, Condition, Event, EventKind, FAILURE_DEDUCTION, Fleet, HEARTBEAT_MISSED,
-    Heartbeat, Node, Severity, SmallMap, Source, TELEMETRY_STALE, Time,
+    Heartbeat, Node, Origin, Severity, SmallMap, Source, TELEMETRY_STALE, Time,
 };
-use crate::config::{InventoryNode, Loaded};
+use crate::config::{InventoryNode, Loaded, Settings};
 
 /// What one step changed: events to record, nodes to persist, nodes removed.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -28,11 +28,21 @@ pub struct Outcome {
     pub unmatched: u64,
     /// Whether this input was trusted (polls and webhooks).
     pub trusted: bool,
+    /// Why absences began to be held in this step, when they did.
+    pub held: Option<String>,
+    /// New nodes refused by `nodeIdentity.maxNodes`, by id.
+    pub refused: BTreeSet<String>,
+    /// Whether the replacement budget changed (the ledger is written only then).
+    pub ledger: bool,
+    /// Workload owners whose restart count changed (written one row each).
+    pub moved: BTreeSet<String>,
 }
 
 impl Outcome {
     /// Fold a later outcome into this one (used to retry a failed persist).
     pub fn absorb(&mut self, later: Outcome) {
+        self.ledger |= later.ledger;
+        self.moved.extend(later.moved);
         self.events.extend(later.events);
         self.dirty.extend(later.dirty);
         self.touched.extend(later.touched);
@@ -68,61 +78,144 @@ enum Scope {
     Touched,
 }
 
+/// Failure reasons a node tells apart; beyond them, [`OTHER_REASONS`].
+const MAX_FAILURE_REASONS: usize = 64;
+const OTHER_REASONS: &str = "other";
+/// Unavailable signals a node keeps from deliveries (a poll replaces them whole).
+const MAX_UNAVAILABLE: usize = 64;
 /// Heartbeat intervals are capped here before multiplying by the threshold.
 const MAX_INTERVAL: Duration = Duration::from_secs(24 * 3600);
 /// No node is missed sooner than this after its last heartbeat.
 const MIN_MISS_AFTER: Duration = Duration::from_secs(15);
+
+/// One answer of Alertmanager's v2 API, as the core reads it.
+pub struct PollAnswer<'p, 'a> {
+    /// The receiver's active and suppressed alerts.
+    pub alerts: &'p [Alert<'a>],
+    /// Alertmanager's clock when it answered (its `Date` header): an alert gone
+    /// before its expiry was resolved.
+    pub answered: Time,
+    /// When the Alertmanager that answered started (`/api/v2/status` uptime), when
+    /// it said.
+    pub started: Option<Time>,
+    /// Fingerprints webhook deliveries named while the answer was fetched: newer than
+    /// it, so it neither ends nor revives them.
+    pub delivered: &'p BTreeSet<String>,
+}
+
+impl<'p, 'a> PollAnswer<'p, 'a> {
+    /// An answer with nothing but its alerts, taken at `now`.
+    pub fn of(alerts: &'p [Alert<'a>], now: Time) -> Self {
+        PollAnswer {
+            alerts,
+            answered: now,
+            started: None,
+            delivered: &NONE_NEWER,
+        }
+    }
+}
 
 impl Fleet {
     /// A successful answer from Alertmanager: the receiver's active and suppressed
     /// alerts. Trusted when it holds the watchdog (or the watchdog is not required);
     /// a trusted poll reconciles everything, an untrusted one only adds evidence.
     pub fn poll(&mut self, cfg: &Loaded, now: Time, alerts: &[Alert<'_>]) -> Outcome {
-        self.poll_around(cfg, now, now, alerts, &BTreeSet::new())
+        self.poll_answer(cfg, now, &PollAnswer::of(alerts, now))
     }
 
-    /// [`Fleet::poll`] for an answer fetched while webhook deliveries were applied:
-    /// the alerts those deliveries named (`delivered`, by fingerprint) are newer than
-    /// the answer, so it neither ends nor revives them. `answered` is Alertmanager's
-    /// clock when it answered: an alert gone before its expiry was resolved.
-    pub fn poll_around(
-        &mut self,
-        cfg: &Loaded,
-        now: Time,
-        answered: Time,
-        alerts: &[Alert<'_>],
-        delivered: &BTreeSet<String>,
-    ) -> Outcome {
-        let require = cfg.config.alertmanager.require_watchdog;
-        let watchdog = alerts.iter().filter(|a| a.signal() == Signal::Watchdog);
+    /// [`Fleet::poll`] with what else the answer says: its time, the answering
+    /// Alertmanager's start, and the deliveries applied while it was fetched.
+    ///
+    /// A restart of the pipeline is detected here and holds every absence for
+    /// `holdAfterRestart` ([`Trust::hold`]): an Alertmanager that started later than
+    /// the one seen before (it kept no alerts), a watchdog missing from an answer,
+    /// or a watchdog whose expiry was not pushed forward within half the validity
+    /// Prometheus gives it (Prometheus stopped sending for a while: a restarted
+    /// Prometheus sends a `for:` alert again only once its `for` has elapsed).
+    pub fn poll_answer(&mut self, cfg: &Loaded, now: Time, answer: &PollAnswer<'_, '_>) -> Outcome {
+        let am = &cfg.config.alertmanager;
+        let hold = TimeDelta::from_std(am.hold_after_restart).unwrap_or(TimeDelta::MAX);
+        let require = am.require_watchdog;
+        let watchdog = answer
+            .alerts
+            .iter()
+            .filter(|a| a.signal() == Signal::Watchdog);
         let trusted = !require || watchdog.clone().next().is_some();
+        let mut held = None;
+        let trust = &mut self.trust;
+        if let Some(started) = answer.started {
+            if trust
+                .alertmanager_started
+                .is_some_and(|seen| started > seen + CLOCK_GRAIN)
+            {
+                let until = started.checked_add_signed(hold).unwrap_or(started);
+                if trust.hold(
+                    now,
+                    until,
+                    format!(
+                        "Alertmanager restarted at {} and keeps no alerts across a restart",
+                        started.to_rfc3339()
+                    ),
+                ) {
+                    held = trust.hold_reason.clone();
+                }
+            }
+            trust.alertmanager_started = trust.alertmanager_started.max(Some(started));
+        }
         let mut refreshes = None;
         if trusted {
-            self.trust.trusted(now);
+            trust.trusted(now);
             if require && let Some(expires) = watchdog.filter_map(Alert::expires).max() {
-                if self
-                    .trust
-                    .watchdog_expires
-                    .is_some_and(|seen| expires > seen)
-                {
-                    self.trust.watchdog_refreshes += 1;
+                if trust.watchdog_expires.is_none_or(|seen| expires > seen) {
+                    if trust.watchdog_expires.is_some() {
+                        trust.watchdog_refreshes += 1;
+                    }
+                    trust.watchdog_shown_since = Some(answer.answered);
+                    trust.watchdog_validity = Some(expires - answer.answered);
                 }
-                self.trust.watchdog_expires = self.trust.watchdog_expires.max(Some(expires));
-                refreshes = Some(self.trust.watchdog_refreshes);
+                trust.watchdog_expires = trust.watchdog_expires.max(Some(expires));
+                refreshes = Some(trust.watchdog_refreshes);
+                // Prometheus re-sends the watchdog every quarter of the validity it
+                // gives it: the same expiry shown for more than half of it means
+                // Prometheus stopped sending (measured on Alertmanager's clock, so
+                // hale's own downtime does not count).
+                if let (Some(since), Some(valid)) =
+                    (trust.watchdog_shown_since, trust.watchdog_validity)
+                    && answer.answered - since > valid / 2
+                    && trust.hold(
+                        now,
+                        now.checked_add_signed(hold).unwrap_or(now),
+                        format!(
+                            "the watchdog has not been re-sent for {}s: Prometheus stopped sending alerts",
+                            (answer.answered - since).num_seconds()
+                        ),
+                    )
+                {
+                    held = trust.hold_reason.clone();
+                }
             }
         } else {
-            self.trust.source_up = false;
-            self.trust.last_error = Some("the watchdog alert is missing from the answer".into());
+            trust.source_up = false;
+            trust.last_error = Some("the watchdog alert is missing from the answer".into());
+            if trust.hold(
+                now,
+                now.checked_add_signed(hold).unwrap_or(now),
+                "the watchdog is missing from Alertmanager's answer".into(),
+            ) {
+                held = trust.hold_reason.clone();
+            }
         }
         let mut step = Step::new(self, cfg, now);
         step.out.trusted = trusted;
+        step.out.held = held;
         step.settle_trust();
         step.keep = Keep {
-            newer: delivered,
-            answered: Some(answered),
+            newer: answer.delivered,
+            answered: Some(answer.answered),
             refreshes,
+            hold: step.fleet.trust.held_since(now),
         };
-        step.ingest(alerts, trusted, trusted);
+        step.ingest(answer.alerts, trusted, trusted);
         step.finish(Scope::All)
     }
 
@@ -136,24 +229,36 @@ impl Fleet {
     /// One webhook delivery: firing alerts add evidence, resolved ones end theirs. With
     /// polling off, a firing watchdog here is what keeps the input trusted.
     pub fn webhook(&mut self, cfg: &Loaded, now: Time, alerts: &[Alert<'_>]) -> Outcome {
-        let polling = !cfg.config.alertmanager.poll_interval.is_zero();
+        let am = &cfg.config.alertmanager;
+        let polling = !am.poll_interval.is_zero();
+        // Without polling the deliveries are the source: one carrying the watchdog
+        // proves the pipeline alive, and so does any one at all when the watchdog
+        // is not required.
         let watchdog = alerts
             .iter()
             .any(|a| a.state != AlertState::Resolved && a.signal() == Signal::Watchdog);
-        if !polling && watchdog {
+        if !polling && (watchdog || !am.require_watchdog) {
             self.trust.trusted(now);
         }
         // With polling on, a delivery's resolutions wait for the polls to show the
         // watchdog moving (see `Keep`); without it nothing can tell them from expiries.
-        let refreshes = (polling && cfg.config.alertmanager.require_watchdog)
+        let refreshes = (polling && am.require_watchdog)
             .then_some(&self.trust)
             .filter(|t| t.watchdog_expires.is_some())
             .map(|t| t.watchdog_refreshes);
         let mut step = Step::new(self, cfg, now);
-        step.keep.refreshes = refreshes;
         step.settle_trust();
+        step.keep.refreshes = refreshes;
+        step.keep.hold = step.fleet.trust.held_since(now);
         let trusted = !step.fleet.trust.stale;
         step.out.trusted = trusted;
+        // Without polling, what a hold keeps is ended by the step after it lapses.
+        if step.keep.hold.is_some()
+            && !polling
+            && alerts.iter().any(|a| a.state == AlertState::Resolved)
+        {
+            step.fleet.trust.held_resolutions = true;
+        }
         step.ingest(alerts, false, trusted);
         step.finish(Scope::Touched)
     }
@@ -183,9 +288,12 @@ impl Fleet {
         for known in inventory {
             let node = step.node(&known.id);
             let hostname = known.hostname.clone();
-            if node.labels != known.labels || node.hostname != hostname {
+            let origin = node.known_from.max_known(Origin::Inventory);
+            if node.labels != known.labels || node.hostname != hostname || node.known_from != origin
+            {
                 node.labels = known.labels.clone();
                 node.hostname = hostname;
+                node.known_from = origin;
                 step.out.dirty.insert(known.id.clone());
             }
         }
@@ -269,7 +377,9 @@ impl Fleet {
         let mut step = Step::new(self, cfg, now);
         step.event(
             node_id,
-            EventKind::NodeDecommissioned {},
+            EventKind::NodeDecommissioned {
+                by: "operator".into(),
+            },
             "node decommissioned".into(),
         );
         step.out.removed.push(node_id.into());
@@ -278,11 +388,11 @@ impl Fleet {
 }
 
 /// One application of inputs to the fleet, collecting its outcome.
-struct Step<'f> {
-    fleet: &'f mut Fleet,
-    cfg: &'f Loaded,
-    now: Time,
-    out: Outcome,
+pub(super) struct Step<'f> {
+    pub(super) fleet: &'f mut Fleet,
+    pub(super) cfg: &'f Loaded,
+    pub(super) now: Time,
+    pub(super) out: Outcome,
     /// What this input may not end yet.
     keep: Keep<'f>,
 }
@@ -297,23 +407,42 @@ struct Step<'f> {
 /// the watchdog's expiry has moved forward twice more, proof that Prometheus kept
 /// sending alerts after this one left.
 #[derive(Clone, Copy)]
-struct Keep<'f> {
+pub(super) struct Keep<'f> {
     /// Fingerprints named by webhook deliveries applied while this poll was fetched.
     newer: &'f BTreeSet<String>,
     /// Alertmanager's clock at a poll's answer.
     answered: Option<Time>,
     /// [`super::Trust::watchdog_refreshes`], when the watchdog's expiry is known.
     refreshes: Option<u64>,
+    /// The pipeline restarted lately: when the hold began ([`super::Trust::hold`]).
+    /// No absence of an alert seen before then ends anything; only a resolution
+    /// Prometheus itself sent does.
+    hold: Option<Time>,
 }
 
 /// `Date` headers count whole seconds.
 const CLOCK_GRAIN: TimeDelta = TimeDelta::seconds(1);
 
 impl Keep<'_> {
-    /// Whether `source`, whose alert the poll no longer lists, stays for now.
+    /// Nothing kept: every end is final.
+    pub(super) fn none() -> Keep<'static> {
+        Keep {
+            newer: &NONE_NEWER,
+            answered: None,
+            refreshes: None,
+            hold: None,
+        }
+    }
+
+    /// Whether `source`, whose alert the poll no longer lists, stays for now. While
+    /// held, even an alert gone before its expiry stays: after an Alertmanager
+    /// restart the expiry is the old process's word, and its absence says nothing.
     fn holds(&self, fingerprint: &str, source: &mut Source) -> bool {
         if self.newer.contains(fingerprint) {
             return true;
+        }
+        if self.holds_back(source) {
+            return self.held(source);
         }
         let unexpired =
             |answered: Time| source.expires.is_some_and(|e| e >= answered + CLOCK_GRAIN);
@@ -324,11 +453,27 @@ impl Keep<'_> {
     }
 
     /// Whether `source`, whose alert a notification says `resolved` at `ended`, stays.
+    /// An end before the alert's expiry is Prometheus's own resolution and ends it.
     fn holds_resolved(&self, source: &mut Source, ended: Option<Time>) -> bool {
         match (source.expires, ended) {
             (Some(expires), Some(ended)) if ended < expires => false,
+            _ if self.holds_back(source) => self.held(source),
             _ => self.until_refreshed(source),
         }
+    }
+
+    /// Whether the hold covers `source`: it was seen before the hold began.
+    fn holds_back(&self, source: &Source) -> bool {
+        self.hold
+            .is_some_and(|since| source.since.is_none_or(|seen| seen < since))
+    }
+
+    /// Hold `source` through the hold, remembering when it first went missing.
+    fn held(&self, source: &mut Source) -> bool {
+        if source.vanished.is_none() {
+            source.vanished = Some(self.refreshes.unwrap_or(0));
+        }
+        true
     }
 
     /// Hold `source` until the watchdog has moved twice after it first went missing.
@@ -355,11 +500,7 @@ impl<'f> Step<'f> {
             cfg,
             now,
             out: Outcome::default(),
-            keep: Keep {
-                newer: &NONE_NEWER,
-                answered: None,
-                refreshes: None,
-            },
+            keep: Keep::none(),
         }
     }
 
@@ -376,11 +517,11 @@ impl<'f> Step<'f> {
     fn node(&mut self, id: &str) -> &mut Node {
         if !self.fleet.nodes.contains_key(id) {
             let mut node = Node::new(id);
+            node.known_since = Some(self.now);
             let stale = self.fleet.trust.stale;
             if stale {
                 node.conditions
                     .insert(TELEMETRY_STALE.into(), stale_condition(self.now));
-                node.saw(TELEMETRY_STALE);
             }
             self.fleet.nodes.insert(id.to_string(), node);
             self.out.dirty.insert(id.to_string());
@@ -416,7 +557,12 @@ impl<'f> Step<'f> {
                 None => self.out.unmatched += 1,
             }
         }
-        let groups = group_by_key(named);
+        let mut groups = group_by_key(named);
+        let mut room =
+            (self.cfg.config.node_identity.max_nodes).saturating_sub(self.fleet.nodes.len());
+        groups.retain(|(id, alerts)| {
+            self.fleet.nodes.contains_key(*id) || self.admits(id, alerts, &mut room)
+        });
         // The whole picture: known nodes it does not name see their alerts end.
         let silent: Vec<String> = if full {
             self.fleet
@@ -438,6 +584,27 @@ impl<'f> Step<'f> {
         for id in silent {
             self.apply_node(&id, &[], true, trusted);
         }
+    }
+
+    /// Whether alerts naming `id`, a node hale does not know, bring it in. Resolved
+    /// alerts never do; with an orchestrator (unless `createFromAlerts`) its nodes
+    /// are the fleet and the alerts are unmatched; beyond `maxNodes` they are
+    /// refused.
+    /// `room`: how many more nodes `maxNodes` allows.
+    fn admits(&mut self, id: &str, alerts: &[&Alert<'_>], room: &mut usize) -> bool {
+        if alerts.iter().all(|a| a.state == AlertState::Resolved) {
+            return false;
+        }
+        if !self.cfg.alerts_create_nodes() {
+            self.out.unmatched += alerts.len() as u64;
+            return false;
+        }
+        if *room == 0 {
+            self.out.refused.insert(id.to_string());
+            return false;
+        }
+        *room -= 1;
+        true
     }
 
     fn apply_node(&mut self, id: &str, alerts: &[&Alert<'_>], full: bool, trusted: bool) {
@@ -497,7 +664,6 @@ impl<'f> Step<'f> {
                 let node = self.fleet.nodes.get_mut(&id).expect("listed above");
                 node.conditions
                     .insert(TELEMETRY_STALE.into(), stale_condition(self.now));
-                node.saw(TELEMETRY_STALE);
                 self.event(
                     &id,
                     EventKind::ConditionRaised {
@@ -513,6 +679,18 @@ impl<'f> Step<'f> {
                 );
             }
         } else {
+            // Trusted input is back after a gap: what left meanwhile may be an
+            // expiry of a stopped pipeline, not a resolution.
+            let hold = TimeDelta::from_std(self.cfg.config.alertmanager.hold_after_restart)
+                .unwrap_or(TimeDelta::MAX);
+            let until = self.now.checked_add_signed(hold).unwrap_or(self.now);
+            if self.fleet.trust.hold(
+                self.now,
+                until,
+                "trusted input returned after a time without it".into(),
+            ) {
+                self.out.held = self.fleet.trust.hold_reason.clone();
+            }
             for id in ids {
                 let node = self.fleet.nodes.get_mut(&id).expect("listed above");
                 if node.conditions.remove(TELEMETRY_STALE).is_some() {
@@ -569,6 +747,7 @@ impl<'f> Step<'f> {
                     reason: HEARTBEAT_MISSED.into(),
                     severity: Severity::Warning,
                     message: format!("no heartbeat since {}", last.to_rfc3339()),
+                    charged_message: String::new(),
                     first_seen: now,
                     last_seen: now,
                     observations: 1,
@@ -579,7 +758,6 @@ impl<'f> Step<'f> {
                     sources: SmallMap::new(),
                 },
             );
-            node.saw(HEARTBEAT_MISSED);
             self.event(
                 &id,
                 EventKind::HeartbeatMissed {
@@ -597,6 +775,7 @@ impl<'f> Step<'f> {
     fn finish(mut self, scope: Scope) -> Outcome {
         self.settle_trust();
         self.check_heartbeats();
+        self.sweep();
         let Step {
             fleet,
             cfg,
@@ -687,14 +866,14 @@ fn group_by_key<'k, T>(mut pairs: Vec<(&'k str, T)>) -> Vec<(&'k str, Vec<T>)> {
 }
 
 /// Records what happens to one node during a step.
-struct Recorder<'o, 'i> {
-    out: &'o mut Outcome,
-    now: Time,
-    id: &'i str,
+pub(super) struct Recorder<'o, 'i> {
+    pub(super) out: &'o mut Outcome,
+    pub(super) now: Time,
+    pub(super) id: &'i str,
 }
 
 impl Recorder<'_, '_> {
-    fn event(&mut self, kind: EventKind, message: String) {
+    pub(super) fn event(&mut self, kind: EventKind, message: String) {
         self.dirty();
         self.out.events.push(Event {
             node_id: self.id.to_string(),
@@ -729,6 +908,7 @@ fn apply_alerts(
     keep: Keep<'_>,
 ) {
     let now = rec.now;
+    let settings = cfg.settings_for(&node.labels);
     let mut fresh: Vec<(&str, &Alert<'_>)> = Vec::new();
     let mut ended: Vec<(&str, &str, Option<Time>)> = Vec::new();
     let mut heartbeat: Option<Option<Duration>> = None;
@@ -783,7 +963,7 @@ fn apply_alerts(
     // Only trusted input says a node is alive: a heartbeat from an answer without the
     // watchdog, or while stale, neither arms nor clears missed-heartbeat detection.
     if trusted && let Some(interval) = heartbeat {
-        let interval = interval.unwrap_or(cfg.settings_for(&node.labels).report_interval);
+        let interval = interval.unwrap_or(settings.report_interval);
         if node
             .heartbeat
             .as_ref()
@@ -824,7 +1004,7 @@ fn apply_alerts(
             .cloned()
             .collect();
         for ctype in existing {
-            set_sources(node, rec, &ctype, &[], true, keep);
+            set_sources(node, rec, settings, &ctype, &[], true, keep, 0);
         }
     } else {
         for &(ctype, fingerprint, at) in &ended {
@@ -844,12 +1024,12 @@ fn apply_alerts(
             if cond.sources.remove(fingerprint).is_some() {
                 rec.dirty();
                 compose_message(ctype, cond);
-                set_sources(node, rec, ctype, &[], false, keep);
+                set_sources(node, rec, settings, ctype, &[], false, keep, 1);
             }
         }
     }
     for (ctype, alerts) in &fresh {
-        set_sources(node, rec, ctype, alerts, full, keep);
+        set_sources(node, rec, settings, ctype, alerts, full, keep, 0);
     }
 
     let same = |old: &SmallMap<String, String>| {
@@ -870,7 +1050,9 @@ fn apply_alerts(
     } else {
         let before = node.unavailable.len();
         for (f, s) in &unavailable {
-            node.unavailable.insert(f.to_string(), s.to_string());
+            if node.unavailable.len() < MAX_UNAVAILABLE || node.unavailable.contains_key(*f) {
+                node.unavailable.insert(f.to_string(), s.to_string());
+            }
         }
         if trusted {
             for (_, fingerprint, _) in &ended {
@@ -905,24 +1087,35 @@ fn apply_alerts(
 }
 
 /// Set (full) or merge (partial) a condition's sources from `alerts`, raising,
-/// escalating or clearing it as the result demands. Sources that did not change are
-/// kept as they are, so a steady fleet costs no allocation here.
-fn set_sources(
+/// escalating, updating or clearing it as the result demands. `left`: sources a
+/// resolved notification already took away. Sources that did not change are kept as
+/// they are, so a steady fleet costs no allocation here.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn set_sources(
     node: &mut Node,
     rec: &mut Recorder<'_, '_>,
+    settings: &Settings,
     ctype: &str,
     alerts: &[&Alert<'_>],
     full: bool,
     keep: Keep<'_>,
+    left: usize,
 ) {
     let now = rec.now;
+    // Webhook-only: when a delivery last confirmed each alert (see `Source::delivered`).
+    let delivered = (!full).then_some(now);
     let Some(cond) = node.conditions.get_mut(ctype) else {
         let sources = alerts
             .iter()
-            .map(|a| (a.fingerprint.to_string(), source_of(a, ctype)))
+            .map(|a| {
+                let mut source = source_of(a, ctype);
+                source.delivered = delivered;
+                source.since = Some(now);
+                (a.fingerprint.to_string(), source)
+            })
             .collect();
-        if let Some(cond) = raise(ctype, sources, now) {
-            node.saw(ctype);
+        if let Some(cond) = raise(ctype, sources, settings, now) {
+            node.saw(ctype, now);
             let message = format!(
                 "{ctype} raised [{}]: {}",
                 cond.severity.as_str(),
@@ -939,7 +1132,7 @@ fn set_sources(
         }
         return;
     };
-    let mut keys_changed = false;
+    let mut keys_changed = left > 0;
     let mut content_changed = false;
     if full {
         let mut old = std::mem::replace(&mut cond.sources, SmallMap::with_capacity(alerts.len()));
@@ -951,13 +1144,17 @@ fn set_sources(
                     s.expires = a.expires().or(s.expires);
                     (key, s)
                 }
-                Some((key, _)) => {
+                Some((key, s)) => {
                     content_changed = true;
-                    (key, source_of(a, ctype))
+                    let mut source = source_of(a, ctype);
+                    source.since = s.since;
+                    (key, source)
                 }
                 None => {
                     keys_changed = true;
-                    (fp.to_string(), source_of(a, ctype))
+                    let mut source = source_of(a, ctype);
+                    source.since = Some(now);
+                    (fp.to_string(), source)
                 }
             };
             cond.sources.insert(key, source);
@@ -977,15 +1174,20 @@ fn set_sources(
         for a in alerts {
             let fp = a.fingerprint.as_ref();
             match cond.sources.get_mut(fp) {
-                Some(s) if s.matches(a, ctype) => {}
+                Some(s) if s.matches(a, ctype) => s.delivered = delivered,
                 Some(s) => {
-                    let expires = s.expires;
+                    let (expires, since) = (s.expires, s.since);
                     *s = source_of(a, ctype);
                     s.expires = s.expires.or(expires);
+                    s.since = since;
+                    s.delivered = delivered;
                     content_changed = true;
                 }
                 None => {
-                    cond.sources.insert(fp.to_string(), source_of(a, ctype));
+                    let mut source = source_of(a, ctype);
+                    source.delivered = delivered;
+                    source.since = Some(now);
+                    cond.sources.insert(fp.to_string(), source);
                     keys_changed = true;
                 }
             }
@@ -998,6 +1200,7 @@ fn set_sources(
         if !cond.sticky {
             let severity = cond.severity;
             node.conditions.remove(ctype);
+            node.saw(ctype, now);
             rec.event(
                 EventKind::ConditionCleared {
                     condition: ctype.into(),
@@ -1005,6 +1208,15 @@ fn set_sources(
                     cleared_by: "resolved".into(),
                 },
                 format!("{ctype} cleared: its alerts ended"),
+            );
+        } else if keys_changed {
+            let kind = updated(ctype, cond);
+            rec.event(
+                kind,
+                format!(
+                    "{ctype}: its alerts ended; sticky, it stays raised until an operator clears it ({})",
+                    cond.message
+                ),
             );
         }
         return;
@@ -1017,15 +1229,16 @@ fn set_sources(
         cond.sticky,
         cond.priority,
         cond.remediation.is_some(),
+        cond.reason.clone(),
     );
-    refresh(ctype, cond, now, keys_changed || content_changed);
+    refresh(ctype, cond, settings, now, keys_changed || content_changed);
     let latched = (
         cond.severity,
         cond.sticky,
         cond.priority,
         cond.remediation.is_some(),
     );
-    if latched != previous {
+    if latched != (previous.0, previous.1, previous.2, previous.3) || cond.reason != previous.4 {
         rec.dirty();
     }
     if cond.severity > previous.0 {
@@ -1042,6 +1255,35 @@ fn set_sources(
             cond.message
         );
         rec.event(kind, message);
+    } else if keys_changed || cond.reason != previous.4 {
+        let message = if cond.reason != previous.4 {
+            format!(
+                "{ctype} now charged for {} instead of {}: {}",
+                cond.reason, previous.4, cond.message
+            )
+        } else {
+            format!(
+                "{ctype} now fed by {} alert(s): {}",
+                cond.sources.len(),
+                cond.message
+            )
+        };
+        let kind = updated(ctype, cond);
+        rec.event(kind, message);
+    }
+}
+
+/// A `CONDITION_UPDATED` event for `cond` as it now stands.
+fn updated(ctype: &str, cond: &Condition) -> EventKind {
+    let mut reasons: Vec<String> = cond.sources.values().map(|s| s.reason.clone()).collect();
+    reasons.sort_unstable();
+    reasons.dedup();
+    EventKind::ConditionUpdated {
+        condition: ctype.into(),
+        reason: cond.reason.clone(),
+        severity: cond.severity,
+        reasons,
+        alerts: cond.sources.len() as u32,
     }
 }
 
@@ -1049,10 +1291,17 @@ fn count_failure(node: &mut Node, rec: &mut Recorder<'_, '_>, job: &str, reason:
     let f = &mut node.failures;
     f.total += 1;
     f.last = Some(f.last.map_or(at, |l| l.max(at)));
-    match f.by_reason.get_mut(reason) {
+    // Reasons come from reports anyone with the token may send: a bounded few are
+    // told apart, the rest counted together.
+    let kept = if f.by_reason.len() < MAX_FAILURE_REASONS || f.by_reason.contains_key(reason) {
+        reason
+    } else {
+        OTHER_REASONS
+    };
+    match f.by_reason.get_mut(kept) {
         Some(n) => *n += 1,
         None => {
-            f.by_reason.insert(reason.to_string(), 1);
+            f.by_reason.insert(kept.to_string(), 1);
         }
     }
     let total = f.total;
@@ -1095,6 +1344,9 @@ fn source_of(alert: &Alert<'_>, ctype: &str) -> Source {
         remediation: alert.remediation().map(str::to_string),
         expires: alert.expires(),
         vanished: None,
+        since: None,
+        delivered: None,
+        notice: alert.notice(),
     }
 }
 
@@ -1114,6 +1366,7 @@ impl Source {
             && self.priority == alert.priority()
             && self.remediation.as_deref() == alert.remediation()
             && alert.fault_class_is(&self.fault_class)
+            && alert.notice_is(self.notice.as_ref())
     }
 }
 
@@ -1122,6 +1375,7 @@ fn stale_condition(now: Time) -> Condition {
         reason: TELEMETRY_STALE.into(),
         severity: Severity::Warning,
         message: "hale has no trusted alert data".into(),
+        charged_message: String::new(),
         first_seen: now,
         last_seen: now,
         observations: 1,
@@ -1133,13 +1387,36 @@ fn stale_condition(now: Time) -> Condition {
     }
 }
 
+/// How much a source's reason weighs in choosing the charged reason: its severity,
+/// then its points, then (for a fixed order) the earlier name.
+fn weight<'s>(
+    settings: &Settings,
+    reason: &'s str,
+    severity: Severity,
+) -> (Severity, u32, std::cmp::Reverse<&'s str>) {
+    (
+        severity,
+        settings.penalty(reason, severity),
+        std::cmp::Reverse(reason),
+    )
+}
+
 /// A new episode from its first sources; `None` when there are none.
-fn raise(ctype: &str, sources: SmallMap<String, Source>, now: Time) -> Option<Condition> {
-    let worst = sources.values().max_by_key(|s| s.severity)?.clone();
+fn raise(
+    ctype: &str,
+    sources: SmallMap<String, Source>,
+    settings: &Settings,
+    now: Time,
+) -> Option<Condition> {
+    let worst = sources
+        .values()
+        .max_by_key(|s| weight(settings, &s.reason, s.severity))?
+        .clone();
     let mut cond = Condition {
         reason: worst.reason,
         severity: worst.severity,
         message: String::new(),
+        charged_message: worst.message,
         first_seen: now,
         last_seen: now,
         observations: 0,
@@ -1149,20 +1426,33 @@ fn raise(ctype: &str, sources: SmallMap<String, Source>, now: Time) -> Option<Co
         remediation: None,
         sources,
     };
-    refresh(ctype, &mut cond, now, true);
+    refresh(ctype, &mut cond, settings, now, true);
     Some(cond)
 }
 
-/// Fold the current sources into the episode: worst severity (and its reason) wins,
-/// stickiness and remediation latch, the message keeps each source's latest
-/// (recomposed only when the sources changed).
-fn refresh(ctype: &str, cond: &mut Condition, now: Time, changed: bool) {
-    if let Some(worst) = cond.sources.values().max_by_key(|s| s.severity)
-        && worst.severity > cond.severity
+/// Fold the current sources into the episode: the charged reason moves up to a worse
+/// source (a worse severity, or the same severity and more points) and never down,
+/// stickiness and remediation latch, the message keeps the charged reason's latest
+/// and each other source's (recomposed only when the sources changed).
+fn refresh(ctype: &str, cond: &mut Condition, settings: &Settings, now: Time, changed: bool) {
+    let charged = (cond.severity, settings.penalty(&cond.reason, cond.severity));
+    if let Some(worst) = cond
+        .sources
+        .values()
+        .max_by_key(|s| weight(settings, &s.reason, s.severity))
+        && (
+            worst.severity,
+            settings.penalty(&worst.reason, worst.severity),
+        ) > charged
     {
         cond.severity = worst.severity;
         cond.reason = worst.reason.clone();
         cond.fault_class = worst.fault_class.clone();
+    }
+    if let Some(s) = cond.sources.values().find(|s| s.reason == cond.reason)
+        && s.message != cond.charged_message
+    {
+        cond.charged_message = s.message.clone();
     }
     for s in cond.sources.values() {
         cond.sticky |= s.sticky;
@@ -1181,8 +1471,9 @@ fn refresh(ctype: &str, cond: &mut Condition, now: Time, changed: bool) {
     cond.observations += 1;
 }
 
-/// The message of a condition: each source's latest message, once. A condition whose
-/// sources all ended keeps the message it had.
+/// The message of a condition: the charged reason's latest message, then each other
+/// source's latest, once. A condition whose sources all ended keeps the message it
+/// had.
 fn compose_message(ctype: &str, cond: &mut Condition) {
     if cond.sources.is_empty() {
         return;
@@ -1190,6 +1481,11 @@ fn compose_message(ctype: &str, cond: &mut Condition) {
     let mut messages: Vec<&str> = cond.sources.values().map(|s| s.message.as_str()).collect();
     messages.sort_unstable();
     messages.dedup();
+    let charged = cond.charged_message.as_str();
+    if !charged.is_empty() {
+        messages.retain(|m| *m != charged);
+        messages.insert(0, charged);
+    }
     cond.message = if ctype == COLLECTOR_FAILED {
         format!("collectors failed: {}", messages.join(", "))
     } else {

@@ -141,8 +141,10 @@ pub enum Signal<'s> {
 }
 
 impl<'a> Alert<'a> {
+    /// A label's value; an empty or blank one counts as absent (a node named `" "`
+    /// is no node).
     fn label(&self, name: &str) -> Option<&str> {
-        self.labels.get(name).filter(|v| !v.is_empty())
+        self.labels.get(name).filter(|v| !v.trim().is_empty())
     }
 
     /// When the alert started, if it says so validly.
@@ -294,6 +296,77 @@ impl<'a> Alert<'a> {
     }
 }
 
+impl Alert<'_> {
+    /// The alert as a Node condition shows it, Sciuro's way: named by its
+    /// `alertname`, worded `[P<priority>] <summary>`, priority 9 without a
+    /// `priority` label. `None` for an alert Sciuro refuses: no alertname, or a
+    /// priority that is not an integer.
+    pub fn notice(&self) -> Option<Notice> {
+        let alertname = self.label("alertname")?;
+        let priority = self.notice_priority()?;
+        let mut message = format!("[P{priority}]");
+        if let Some(summary) = &self.annotations.summary {
+            message.push(' ');
+            message.push_str(&summary.0);
+        }
+        Some(Notice {
+            alertname: alertname.to_string(),
+            priority,
+            message,
+        })
+    }
+
+    /// Whether `stored` is what [`Alert::notice`] returns, checked without allocating.
+    pub fn notice_is(&self, stored: Option<&Notice>) -> bool {
+        let (Some(alertname), Some(priority)) = (self.label("alertname"), self.notice_priority())
+        else {
+            return stored.is_none();
+        };
+        let Some(n) = stored else { return false };
+        if n.alertname != alertname || n.priority != priority {
+            return false;
+        }
+        // `[P<priority>]`, then ` <summary>` when there is one.
+        let Some(rest) = n
+            .message
+            .strip_prefix("[P")
+            .and_then(|r| r.split_once(']'))
+            .map(|(_, r)| r)
+        else {
+            return false;
+        };
+        match &self.annotations.summary {
+            Some(summary) => rest.strip_prefix(' ') == Some(summary.0.as_ref()),
+            None => rest.is_empty(),
+        }
+    }
+
+    /// The `priority` label read as Go's `strconv.Atoi` reads it (Sciuro does): an
+    /// optional sign and decimal digits; 9 when absent; `None` when malformed.
+    fn notice_priority(&self) -> Option<i64> {
+        let Some(raw) = self.labels.get("priority") else {
+            return Some(DEFAULT_NOTICE_PRIORITY);
+        };
+        let digits = raw.strip_prefix(['+', '-']).unwrap_or(raw);
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        raw.parse().ok()
+    }
+}
+
+/// Sciuro's priority for an alert without one.
+pub const DEFAULT_NOTICE_PRIORITY: i64 = 9;
+
+/// How an alert shows as a Node condition (see [`Alert::notice`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Notice {
+    pub alertname: String,
+    /// Lower is more urgent; the most urgent alert of a name is the one shown.
+    pub priority: i64,
+    pub message: String,
+}
+
 /// `10.0.0.14:9100` → `10.0.0.14`, `[fe80::1]:9100` → `[fe80::1]`; values without a
 /// numeric port, or bare IPv6 addresses, are left alone.
 pub fn strip_port(value: &str) -> &str {
@@ -354,6 +427,7 @@ mod tests {
         let keep = NodeIdentity {
             labels: vec!["instance".into()],
             strip_port: false,
+            ..NodeIdentity::default()
         };
         assert_eq!(alert(&[("instance", "h:9100")]).node(&keep), Some("h:9100"));
     }

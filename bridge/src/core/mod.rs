@@ -7,6 +7,7 @@ pub mod labels;
 pub mod policy;
 pub mod replay;
 mod small_map;
+mod sweep;
 #[cfg(test)]
 mod tests;
 
@@ -18,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Settings;
 
-pub use health::{CoreError, Outcome};
+pub use health::{CoreError, Outcome, PollAnswer};
 pub use small_map::SmallMap;
 
 pub type Time = DateTime<Utc>;
@@ -123,16 +124,36 @@ pub struct Source {
     /// once it has been refreshed twice more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vanished: Option<u64>,
+    /// When hale first saw the alert (a hold keeps only alerts older than it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
+    /// Webhook only: when a delivery last named the alert. With no full picture to
+    /// reconcile against, a source no delivery confirmed for `forgetAfter` has lost
+    /// its resolution and is dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered: Option<Time>,
+    /// How the alert shows as a Node condition (Sciuro's way); `None` for an alert
+    /// Sciuro refuses, which is left off the Node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notice: Option<labels::Notice>,
 }
 
 /// A raised condition: one episode of one (node, type).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Condition {
-    /// Reason of the worst source seen in the episode: what the penalty table prices.
+    /// The charged reason: what the penalty table prices. Of the reasons that fed the
+    /// condition during its episode, the one of the worst severity, and among those
+    /// the one with the most points; it only ever moves up while the condition is
+    /// raised.
     pub reason: String,
     /// Worst severity seen during the episode; never downgrades while raised.
     pub severity: Severity,
+    /// The charged reason's latest message first, then each other source's.
     pub message: String,
+    /// The latest message of an alert with the charged reason, kept after that
+    /// alert ended so the message always explains the points.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub charged_message: String,
     pub first_seen: Time,
     pub last_seen: Time,
     pub observations: u64,
@@ -218,13 +239,74 @@ pub struct Node {
     pub score: Option<Score>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_report: Option<Time>,
-    /// Condition types outside [`KNOWN_CONDITIONS`] this node has carried, so their
-    /// metric series persist at 0 after they clear.
-    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
-    pub seen_types: BTreeSet<String>,
+    /// Condition types outside [`KNOWN_CONDITIONS`] this node has carried, with when
+    /// each was last raised or cleared, so their metric series persist at 0 after
+    /// they clear — for `forgetAfter`, and never more than [`MAX_SEEN_TYPES`].
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "seen_types"
+    )]
+    pub seen_types: BTreeMap<String, Time>,
+    /// Where hale learned of the node.
+    #[serde(default)]
+    pub known_from: Origin,
+    /// When this record began: a node never reported is retired counting from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub known_since: Option<Time>,
+    /// The orchestrator's id of the machine behind the name (a Kubernetes Node's
+    /// uid): a new one under the same name is a new machine with a record of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
     /// Service state and the policy's memory of the node.
     #[serde(default)]
     pub policy: policy::NodePolicy,
+}
+
+/// Where hale learned of a node. Only a node known from alerts alone is retired when
+/// they stop naming it; the others leave with the list that named them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Origin {
+    #[default]
+    Alerts,
+    Inventory,
+    Orchestrator,
+}
+
+impl Origin {
+    /// The stronger of two origins: an orchestrator's word outranks the inventory's,
+    /// which outranks the alerts'.
+    pub fn max_known(self, other: Origin) -> Origin {
+        let rank = |o: Origin| match o {
+            Origin::Alerts => 0,
+            Origin::Inventory => 1,
+            Origin::Orchestrator => 2,
+        };
+        if rank(other) > rank(self) {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+/// The most condition types outside [`KNOWN_CONDITIONS`] a node keeps series for.
+pub const MAX_SEEN_TYPES: usize = 64;
+
+/// `seen_types` as stored: a map of type to time, or (older stores) a list of types,
+/// which count as long cleared.
+fn seen_types<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<String, Time>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Stored {
+        Timed(BTreeMap<String, Time>),
+        Listed(Vec<String>),
+    }
+    Ok(match Stored::deserialize(d)? {
+        Stored::Timed(m) => m,
+        Stored::Listed(l) => l.into_iter().map(|t| (t, epoch())).collect(),
+    })
 }
 
 impl Node {
@@ -240,16 +322,47 @@ impl Node {
             failures: Failures::default(),
             score: None,
             last_report: None,
-            seen_types: BTreeSet::new(),
+            seen_types: BTreeMap::new(),
+            known_from: Origin::Alerts,
+            known_since: None,
+            uid: None,
             policy: policy::NodePolicy::default(),
         }
     }
 
-    /// Remember that this node carried `ctype` (see `seen_types`).
-    pub fn saw(&mut self, ctype: &str) {
-        if !KNOWN_CONDITIONS.contains(&ctype) && !self.seen_types.contains(ctype) {
-            self.seen_types.insert(ctype.to_string());
+    /// Remember that this node carried `ctype` at `now` (see `seen_types`).
+    pub fn saw(&mut self, ctype: &str, now: Time) {
+        if KNOWN_CONDITIONS.contains(&ctype) {
+            return;
         }
+        match self.seen_types.get_mut(ctype) {
+            Some(t) => *t = now,
+            None => {
+                self.seen_types.insert(ctype.to_string(), now);
+            }
+        }
+    }
+
+    /// Forget the condition types not raised since `before`, and the oldest beyond
+    /// [`MAX_SEEN_TYPES`]. Returns whether any was forgotten.
+    pub fn forget_types(&mut self, before: Time) -> bool {
+        let n = self.seen_types.len();
+        let conditions = &self.conditions;
+        self.seen_types
+            .retain(|t, at| *at >= before || conditions.contains_key(t.as_str()));
+        while self.seen_types.len() > MAX_SEEN_TYPES {
+            let oldest = self
+                .seen_types
+                .iter()
+                .filter(|(t, _)| !self.conditions.contains_key(t.as_str()))
+                .min_by_key(|(_, at)| **at)
+                .map(|(t, _)| t.clone());
+            match oldest {
+                Some(t) => self.seen_types.remove(&t),
+                None => break,
+            };
+        }
+        self.seen_types.len() != n
     }
 
     /// Health state exactly as DESIGN §4: unscored → Unknown; real fault evidence at or
@@ -384,10 +497,40 @@ pub struct Trust {
     /// When the current run of trusted input began.
     #[serde(default)]
     pub trusted_since: Option<Time>,
+    /// Alertmanager's clock when the watchdog's current expiry was first shown, and
+    /// how far ahead of that clock the expiry lay (the validity Prometheus gives each
+    /// send): an expiry shown unchanged for more than half of it means Prometheus
+    /// stopped re-sending for a while.
+    #[serde(default)]
+    pub watchdog_shown_since: Option<Time>,
+    #[serde(default, with = "opt_millis")]
+    pub watchdog_validity: Option<chrono::TimeDelta>,
+    /// When the Alertmanager that answered last started (its `/api/v2/status`
+    /// uptime): a later one is a restart, which kept no alerts.
+    #[serde(default)]
+    pub alertmanager_started: Option<Time>,
+    /// Until then an alert's absence ends nothing: the pipeline restarted and its
+    /// alerts may not all be back yet ([`Trust::hold`]).
+    #[serde(default)]
+    pub hold_until: Option<Time>,
+    /// Why absences are held.
+    #[serde(default)]
+    pub hold_reason: Option<String>,
+    /// When the current hold began: only alerts seen before it are held — one the
+    /// pipeline reported since was seen by the pipeline as it now is.
+    #[serde(default)]
+    pub hold_since: Option<Time>,
+    /// Resolved notifications are held (webhook only): they end when the hold lapses.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held_resolutions: bool,
 }
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+fn operator() -> String {
+    "operator".into()
 }
 
 fn epoch() -> Time {
@@ -405,7 +548,41 @@ impl Trust {
             watchdog_expires: None,
             watchdog_refreshes: 0,
             trusted_since: None,
+            watchdog_shown_since: None,
+            watchdog_validity: None,
+            alertmanager_started: None,
+            hold_until: None,
+            hold_reason: None,
+            hold_since: None,
+            held_resolutions: false,
         }
+    }
+
+    /// Hold every absence until `until` (a later hold extends an earlier one, and
+    /// its reason is then the hold's). Returns whether this starts a hold or gives it
+    /// a new reason — what is worth a log line.
+    pub fn hold(&mut self, now: Time, until: Time, reason: String) -> bool {
+        if until <= now || self.hold_until.is_some_and(|t| t >= until) {
+            return false;
+        }
+        let fresh = !self.holding(now);
+        let news = fresh || self.hold_reason.as_ref() != Some(&reason);
+        if fresh {
+            self.hold_since = Some(now);
+        }
+        self.hold_until = Some(until);
+        self.hold_reason = Some(reason);
+        news
+    }
+
+    /// Whether absences are held at `now`.
+    pub fn holding(&self, now: Time) -> bool {
+        self.hold_until.is_some_and(|t| now < t)
+    }
+
+    /// When the hold running at `now` began, if one is.
+    pub fn held_since(&self, now: Time) -> Option<Time> {
+        self.hold_since.filter(|_| self.holding(now))
     }
 
     /// Trusted input arrived now.
@@ -426,6 +603,8 @@ pub struct Fleet {
     pub trust: Trust,
     /// What the policy's guardrails count across nodes.
     pub ledger: policy::Ledger,
+    /// When the sweep last looked over the fleet (this process's memory only).
+    pub swept_at: Option<Time>,
 }
 
 impl Fleet {
@@ -434,6 +613,7 @@ impl Fleet {
             nodes: BTreeMap::new(),
             trust: Trust::new(now),
             ledger: policy::Ledger::default(),
+            swept_at: None,
         }
     }
 }
@@ -476,6 +656,19 @@ pub enum EventKind {
         /// `resolved` when its alerts ended; `operator` for a manual clear.
         cleared_by: String,
     },
+    /// The alerts feeding a raised condition changed, or the reason it is charged
+    /// for did, without a change of severity.
+    ConditionUpdated {
+        condition: String,
+        /// The charged reason.
+        reason: String,
+        severity: Severity,
+        /// The reasons of the alerts feeding it now (empty: only its stickiness
+        /// keeps it raised).
+        reasons: Vec<String>,
+        /// How many alerts feed it now.
+        alerts: u32,
+    },
     ScoreChanged {
         score: u8,
         previous_score: u8,
@@ -492,7 +685,13 @@ pub enum EventKind {
         reason: String,
         total: u64,
     },
-    NodeDecommissioned {},
+    NodeDecommissioned {
+        /// `operator` (`DELETE /api/v1/nodes/{id}`), `retired` (known only from
+        /// alerts and named by none for `forgetAfter`) or `orchestrator` (gone from
+        /// the cluster, or its name now belongs to a new machine).
+        #[serde(default = "operator")]
+        by: String,
+    },
     PolicyRecommended {
         action: String,
         policy_mode: String,
@@ -553,6 +752,7 @@ pub const EVENT_TYPES: &[&str] = &[
     "CONDITION_RAISED",
     "CONDITION_ESCALATED",
     "CONDITION_CLEARED",
+    "CONDITION_UPDATED",
     "SCORE_CHANGED",
     "HEARTBEAT_MISSED",
     "HEARTBEAT_RESUMED",
@@ -580,11 +780,12 @@ impl EventKind {
             EventKind::ConditionRaised { .. } => "CONDITION_RAISED",
             EventKind::ConditionEscalated { .. } => "CONDITION_ESCALATED",
             EventKind::ConditionCleared { .. } => "CONDITION_CLEARED",
+            EventKind::ConditionUpdated { .. } => "CONDITION_UPDATED",
             EventKind::ScoreChanged { .. } => "SCORE_CHANGED",
             EventKind::HeartbeatMissed { .. } => "HEARTBEAT_MISSED",
             EventKind::HeartbeatResumed { .. } => "HEARTBEAT_RESUMED",
             EventKind::JobFailureAttributed { .. } => "JOB_FAILURE_ATTRIBUTED",
-            EventKind::NodeDecommissioned {} => "NODE_DECOMMISSIONED",
+            EventKind::NodeDecommissioned { .. } => "NODE_DECOMMISSIONED",
             EventKind::PolicyRecommended { .. } => "POLICY_RECOMMENDED",
             EventKind::PolicyActed { .. } => "POLICY_ACTED",
             EventKind::PolicyHalted { .. } => "POLICY_HALTED",
@@ -594,6 +795,23 @@ impl EventKind {
             EventKind::NodeEvicted { .. } => "NODE_EVICTED",
             EventKind::NodeReplaced {} => "NODE_REPLACED",
         }
+    }
+}
+
+/// An optional duration stored as milliseconds.
+mod opt_millis {
+    use chrono::TimeDelta;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Option<TimeDelta>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&d.num_milliseconds()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<TimeDelta>, D::Error> {
+        Ok(Option::<i64>::deserialize(d)?.and_then(TimeDelta::try_milliseconds))
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::health::{CoreError, Outcome};
-use super::{BLIND_CONDITIONS, Event, EventKind, Fleet, Node, Status, Time};
+use super::{BLIND_CONDITIONS, Event, EventKind, Fleet, Node, Origin, Status, Time};
 use crate::config::{Loaded, Mode, Settings};
 
 /// A rejected termination is not tried again sooner than this.
@@ -262,9 +262,41 @@ pub struct Ledger {
     /// Terminations per pool in the last hour (`maxReplacementsPerHour`).
     #[serde(default)]
     pub replacements: BTreeMap<String, Vec<Time>>,
-    /// Times each workload owner was moved by a fault eviction (`maxEvictionRestarts`).
-    #[serde(default)]
-    pub moves: BTreeMap<String, u32>,
+    /// How often each workload owner was moved by a fault eviction
+    /// (`maxEvictionRestarts`). Stored one row per owner, written when it changes,
+    /// and forgotten `forgetAfter` after the owner's last move.
+    #[serde(default, skip_serializing, deserialize_with = "legacy_moves")]
+    pub moves: BTreeMap<String, Moves>,
+}
+
+/// The fault evictions that moved one workload owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Moves {
+    pub count: u32,
+    /// When it was last moved (unknown for counts an older store kept).
+    pub last: Option<Time>,
+}
+
+/// Older stores kept the counts inside the ledger, without times.
+fn legacy_moves<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, Moves>, D::Error> {
+    let counts = BTreeMap::<String, u32>::deserialize(d)?;
+    Ok(counts
+        .into_iter()
+        .map(|(owner, count)| (owner, Moves { count, last: None }))
+        .collect())
+}
+
+impl Ledger {
+    /// How often each owner was moved, as [`crate::orchestrator::plan_eviction`]
+    /// reads it.
+    pub fn move_counts(&self) -> BTreeMap<String, u32> {
+        self.moves
+            .iter()
+            .map(|(o, m)| (o.clone(), m.count))
+            .collect()
+    }
 }
 
 /// Whether a node's view is incomplete: no policy acts on it, and none speaks of it.
@@ -274,11 +306,11 @@ pub fn blind(node: &Node) -> bool {
         .any(|c| node.conditions.contains_key(*c))
 }
 
-/// The failure message of work a fault eviction could not move (the first seed's).
+/// The failure message of work a fault eviction could not move (the first seed's);
+/// the orchestrator adds how its work declares it may be moved instead
+/// ([`crate::orchestrator::Orchestrator::restart_hint`]).
 pub fn eviction_message(node: &str, fault: &str) -> String {
-    format!(
-        "node {node}: {fault}; job failed and the node cordoned. Set policy.restart to on-node-fault for work that is safe to run again from the beginning"
-    )
+    format!("node {node}: {fault}; job failed and the node cordoned.")
 }
 
 /// The fault named to the work on a node: the description of its worst raised
@@ -318,6 +350,13 @@ fn suppressed(node: &Node, settings: &Settings, now: Time) -> bool {
     node.policy
         .uncordoned_at
         .is_some_and(|t| (now - t).to_std().unwrap_or_default() < settings.cordon_suppression)
+}
+
+/// Observe mode: whether the policy would have this node out of service by now
+/// (a standing recommendation is a cordon or drain `cordon` mode would have done).
+fn would_be_out(node: &Node, settings: &Settings) -> bool {
+    settings.mode == Mode::Observe
+        && matches!(node.policy.conclusion, Some(Conclusion::Recommended { .. }))
 }
 
 /// Whether the policy has anything to decide about a scored node: a steady healthy
@@ -364,7 +403,7 @@ impl Policy<'_, '_> {
             let settings = self.cfg.settings_for(&node.labels);
             let pool = pools.entry(&settings.name).or_default();
             pool.size += 1;
-            if node.status != Status::Ready {
+            if node.status != Status::Ready || would_be_out(node, settings) {
                 pool.out += 1;
             }
             if node.policy.has(&Action::Terminate) {
@@ -382,11 +421,19 @@ impl Policy<'_, '_> {
         order.sort();
         let hour_ago = self.now - chrono::TimeDelta::from_std(HOUR).expect("an hour");
         for (name, spent) in fleet.ledger.replacements.iter_mut() {
+            let before = spent.len();
             spent.retain(|t| *t > hour_ago);
+            self.out.ledger |= spent.len() != before;
             if let Some(pool) = pools.get_mut(name) {
                 pool.replaced += spent.len() as u32;
             }
         }
+        let before = fleet.ledger.replacements.len();
+        fleet
+            .ledger
+            .replacements
+            .retain(|_, spent| !spent.is_empty());
+        self.out.ledger |= fleet.ledger.replacements.len() != before;
         for (_, id) in order {
             let node = fleet.nodes.get_mut(&id).expect("listed above");
             let settings = self.cfg.settings_for(&node.labels);
@@ -473,7 +520,7 @@ impl Policy<'_, '_> {
         let conclusion = match (evicting, wanted) {
             (Some(halted), _) => Some(halted),
             (None, Some(verdict)) if settings.mode == Mode::Observe => {
-                Some(Conclusion::Recommended { action: verdict })
+                Some(self.recommend(node, settings, pool, verdict))
             }
             (None, Some(verdict)) => Some(self.enforce(node, settings, pool, verdict)),
             (None, None) => None,
@@ -513,6 +560,34 @@ impl Policy<'_, '_> {
         };
         let replaced = pool.replaced;
         self.conclude(node, settings, score, replaced, conclusion);
+    }
+
+    /// Observe mode: what enforcing `verdict` would meet. The same guardrails stand,
+    /// and the nodes this mode would already have taken out count as out, so what
+    /// is recorded is what `cordon` mode would do with the same history.
+    fn recommend(
+        &mut self,
+        node: &mut Node,
+        settings: &Settings,
+        pool: &mut Pool,
+        verdict: Verdict,
+    ) -> Conclusion {
+        if node.policy.cordon.is_none() && !would_be_out(node, settings) {
+            let halted = |guardrail| Conclusion::Halted {
+                action: verdict,
+                guardrail,
+            };
+            if suppressed(node, settings, self.now) {
+                return halted(Guardrail::Suppressed);
+            }
+            if node.status == Status::Ready && !pool.admits(settings.max_unavailable_percent) {
+                return halted(Guardrail::MaxUnavailable);
+            }
+            if node.status == Status::Ready {
+                pool.out += 1;
+            }
+        }
+        Conclusion::Recommended { action: verdict }
     }
 
     /// Take the node out of service as `verdict` says, inside the guardrails.
@@ -757,6 +832,14 @@ impl Policy<'_, '_> {
                         "the orchestrator refused to terminate it".into()
                     }
                 };
+                let message = if settings.mode == Mode::Observe {
+                    format!(
+                        "{} would be halted: {why} (observe mode changes nothing)",
+                        action.as_str()
+                    )
+                } else {
+                    format!("{} halted: {why}", action.as_str())
+                };
                 (
                     EventKind::PolicyHalted {
                         action: action.as_str().into(),
@@ -765,7 +848,7 @@ impl Policy<'_, '_> {
                         scored_by,
                         score,
                     },
-                    format!("{} halted: {why}", action.as_str()),
+                    message,
                 )
             }
         };
@@ -805,6 +888,9 @@ pub fn mode_name(mode: Mode) -> &'static str {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Observed {
     pub id: String,
+    /// The orchestrator's id of the machine (a Kubernetes Node's uid), where it has
+    /// one: a new one under a known name is a new machine.
+    pub uid: Option<String>,
     pub hostname: Option<String>,
     pub status: Status,
     pub labels: BTreeMap<String, String>,
@@ -987,13 +1073,46 @@ impl Fleet {
     /// The orchestrator's inventory: labels, provisioning, running work and status.
     /// A cordon or uncordon made outside hale (kubectl) is recorded as the
     /// operator's, and an uncordon starts the suppression window.
+    ///
+    /// The inventory is the whole fleet the orchestrator runs: a node it no longer
+    /// lists has left the cluster, and a name it lists with a new uid is a new
+    /// machine. Either way the old record is retired (its history stays) and its
+    /// queued actions go with it.
     pub fn observe(&mut self, now: Time, observed: &[Observed]) -> Outcome {
         let mut out = Outcome::default();
+        let listed: BTreeSet<&str> = observed.iter().map(|o| o.id.as_str()).collect();
+        let gone: Vec<String> = self
+            .nodes
+            .values()
+            .filter(|n| n.known_from == Origin::Orchestrator && !listed.contains(n.id.as_str()))
+            .map(|n| n.id.clone())
+            .collect();
+        for id in gone {
+            self.retire(&mut out, now, &id, "it is no longer in the cluster".into());
+        }
         for o in observed {
-            let node = self
+            let renewed = self
                 .nodes
-                .entry(o.id.clone())
-                .or_insert_with(|| Node::new(&o.id));
+                .get(&o.id)
+                .and_then(|n| n.uid.as_deref())
+                .zip(o.uid.as_deref())
+                .filter(|(was, is)| was != is)
+                .map(|(was, is)| {
+                    format!("its name now belongs to a new machine (uid {is}, was {was})")
+                });
+            if let Some(why) = renewed {
+                self.retire(&mut out, now, &o.id, why);
+            }
+            let node = self.nodes.entry(o.id.clone()).or_insert_with(|| {
+                let mut n = Node::new(&o.id);
+                n.known_since = Some(now);
+                n
+            });
+            if node.known_from != Origin::Orchestrator || node.uid != o.uid {
+                node.known_from = Origin::Orchestrator;
+                node.uid = o.uid.clone();
+                out.dirty.insert(o.id.clone());
+            }
             let before = (
                 node.labels.clone(),
                 node.hostname.clone(),
@@ -1081,6 +1200,24 @@ impl Fleet {
         out
     }
 
+    /// Forget node `id` for the orchestrator's reason `why`; its events stay.
+    fn retire(&mut self, out: &mut Outcome, now: Time, id: &str, why: String) {
+        if self.nodes.remove(id).is_none() {
+            return;
+        }
+        out.dirty.remove(id);
+        out.touched.remove(id);
+        out.removed.push(id.into());
+        out.events.push(event(
+            id,
+            now,
+            EventKind::NodeDecommissioned {
+                by: "orchestrator".into(),
+            },
+            format!("decommissioned: {why}"),
+        ));
+    }
+
     /// Actions decided and not yet confirmed, by node, oldest first.
     pub fn pending(&self) -> Vec<(String, Pending)> {
         self.nodes
@@ -1154,7 +1291,13 @@ impl Fleet {
             )),
             Action::Evict { fault_class, .. } => {
                 for owner in &done.moved_owners {
-                    *self.ledger.moves.entry(owner.clone()).or_default() += 1;
+                    let moves = self.ledger.moves.entry(owner.clone()).or_insert(Moves {
+                        count: 0,
+                        last: None,
+                    });
+                    moves.count += 1;
+                    moves.last = Some(now);
+                    out.moved.insert(owner.clone());
                 }
                 out.events.push(event(
                     id,
@@ -1176,6 +1319,7 @@ impl Fleet {
             Action::Terminate => {
                 let pool = cfg.settings_for(&node.labels).name.clone();
                 self.ledger.replacements.entry(pool).or_default().push(now);
+                out.ledger = true;
                 self.nodes.remove(id);
                 out.dirty.remove(id);
                 out.events.push(event(

@@ -24,6 +24,8 @@ pub struct Tally {
     pub drains: u32,
     pub replacements: u32,
     pub halts: u32,
+    /// The halts by the guardrail that made each (its config key, or why).
+    pub halted_by: BTreeMap<String, u32>,
 }
 
 impl Tally {
@@ -34,7 +36,10 @@ impl Tally {
             EventKind::NodeCordoned { by, .. } if by == "hale" => self.cordons += 1,
             EventKind::NodeDrained { by, .. } if by == "hale" => self.drains += 1,
             EventKind::NodeReplaced {} => self.replacements += 1,
-            EventKind::PolicyHalted { .. } => self.halts += 1,
+            EventKind::PolicyHalted { guardrail, .. } => {
+                self.halts += 1;
+                *self.halted_by.entry(guardrail.clone()).or_default() += 1;
+            }
             _ => {}
         }
     }
@@ -45,6 +50,9 @@ impl Tally {
         self.drains += other.drains;
         self.replacements += other.replacements;
         self.halts += other.halts;
+        for (guardrail, n) in &other.halted_by {
+            *self.halted_by.entry(guardrail.clone()).or_default() += n;
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -256,6 +264,7 @@ fn raise(
             reason: reason.to_string(),
             severity,
             message: String::new(),
+            charged_message: String::new(),
             first_seen: at,
             last_seen: at,
             observations: 1,

@@ -102,6 +102,15 @@ impl<K: Ord, V> SmallMap<K, V> {
         self.0.iter().map(|(k, v)| (k, v))
     }
 
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&K, &mut V)> {
+        self.0.iter_mut().map(|(k, v)| (&*k, v))
+    }
+
+    /// Keep the entries `keep` picks (the order stays sorted).
+    pub fn retain(&mut self, mut keep: impl FnMut(&K, &mut V) -> bool) {
+        self.0.retain_mut(|(k, v)| keep(k, v));
+    }
+
     pub fn keys(&self) -> impl Iterator<Item = &K> {
         self.0.iter().map(|(k, _)| k)
     }

@@ -1,15 +1,18 @@
-//! hale's view on the Node, where `kubectl describe node` shows it: one Sciuro-style
-//! condition per raised hale condition, and the score and health as annotations.
-//! Everything here is pure — the Node as the watch shows it, hale's report and `now`
-//! in, the patch to send (or nothing) out — so the rules are table-tested.
+//! hale's view on the Node, where `kubectl describe node` shows it: the node's alerts
+//! as conditions exactly as Sciuro writes them, and hale's own view — score, health,
+//! its condition types — as annotations. Everything here is pure — the Node as the
+//! watch shows it, hale's report and `now` in, the patch to send (or nothing) out —
+//! so the rules are table-tested, Sciuro's own test cases among them.
 //!
-//! A condition hale owns carries its prefix (`AlertManager_` by default). Raised:
-//! `True`/`AlertIsFiring` with the alert's message; cleared: `False`/`AlertIsNotFiring`
-//! until it has been False for the linger, then removed; while hale cannot see the
-//! node's alerts, every condition it owns is `Unknown`/`AlertsUnavailable`.
-//! `lastTransitionTime` moves only when the status does; `lastHeartbeatTime` when
-//! anything is written, and at least every heartbeat interval, so a reader can tell a
-//! statement hale still stands behind from one a stopped hale left behind.
+//! A condition hale owns carries its prefix (`AlertManager_` by default) and the
+//! alertname verbatim. Firing: `True`/`AlertIsFiring`, `[P<priority>] <summary>` of
+//! the most urgent alert of that name (priority 9 without one); not firing:
+//! `False`/`AlertIsNotFiring` with no message until it has been False for longer
+//! than the linger, then removed; while hale cannot see the node's alerts, every
+//! condition it owns is `Unknown`/`AlertsUnavailable` with no message and none is
+//! added. `lastTransitionTime` moves only when the status does; `lastHeartbeatTime`
+//! when anything is written, and at least every heartbeat interval, so a reader can
+//! tell a statement hale still stands behind from one a stopped hale left behind.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -25,6 +28,9 @@ pub use crate::orchestrator::Report;
 pub const SCORE: &str = "hale.dev/score";
 /// Annotation: `Healthy`, `Degraded` or `Unknown`.
 pub const HEALTH: &str = "hale.dev/health";
+/// Annotation: hale's raised condition types, comma-separated (absent when none):
+/// its own view, the missed heartbeats and failed collectors among it.
+pub const CONDITIONS: &str = "hale.dev/conditions";
 
 pub const FIRING: &str = "AlertIsFiring";
 pub const NOT_FIRING: &str = "AlertIsNotFiring";
@@ -38,19 +44,10 @@ pub struct Style {
     pub heartbeat: Duration,
 }
 
-/// The Node condition type of a hale condition: the prefix and the type in
-/// CamelCase (`gpu_ecc_errors` → `GpuEccErrors`); an alertname keeps its name.
-pub fn condition_type(prefix: &str, ctype: &str) -> String {
-    let mut out = String::with_capacity(prefix.len() + ctype.len());
-    out.push_str(prefix);
-    for part in ctype.split(|c: char| !c.is_ascii_alphanumeric()) {
-        let mut chars = part.chars();
-        if let Some(first) = chars.next() {
-            out.push(first.to_ascii_uppercase());
-            out.extend(chars);
-        }
-    }
-    out
+/// The Node condition type of an alert: the prefix and the alertname as it is
+/// (Sciuro's rule: `node_disk_full` → `AlertManager_node_disk_full`).
+pub fn condition_type(prefix: &str, alertname: &str) -> String {
+    format!("{prefix}{alertname}")
 }
 
 fn kube_time(t: DateTime<Utc>) -> KubeTime {
@@ -66,6 +63,10 @@ fn chrono_time(t: &KubeTime) -> DateTime<Utc> {
 /// The strategic-merge patch of `status.conditions` bringing the Node to `report`,
 /// or `None` when every condition hale owns already says it and none needs its
 /// heartbeat refreshed. Conditions of other owners are never named in the patch.
+///
+/// A condition hale owns but the report does not name turns False only when the
+/// report is `complete` (hale holds the node's whole picture): until then it may be
+/// an alert hale has not heard of yet, and it is left as it is.
 pub fn status_patch(
     node: &Node,
     report: &Report,
@@ -81,40 +82,33 @@ pub fn status_patch(
         .filter(|c| c.type_.starts_with(&style.prefix))
         .map(|c| (c.type_.as_str(), c))
         .collect();
-    let mut wanted: BTreeMap<String, (&str, &str, String)> = report
-        .conditions
-        .iter()
-        .map(|(ctype, message)| {
-            let (status, reason) = if report.stale {
-                ("Unknown", UNAVAILABLE)
-            } else {
-                ("True", FIRING)
-            };
-            (
-                condition_type(&style.prefix, ctype),
-                (status, reason, message.clone()),
-            )
-        })
-        .collect();
+    let mut wanted: BTreeMap<String, (&str, &str, &str)> = BTreeMap::new();
+    if !report.stale {
+        for n in &report.notices {
+            wanted.insert(
+                condition_type(&style.prefix, &n.alertname),
+                ("True", FIRING, n.message.as_str()),
+            );
+        }
+    }
     let linger = chrono::TimeDelta::from_std(style.linger).unwrap_or(chrono::TimeDelta::MAX);
     let mut delete = Vec::new();
     for (ctype, c) in &current {
         if wanted.contains_key(*ctype) {
             continue;
         }
-        let message = c.message.clone().unwrap_or_default();
         if report.stale {
-            wanted.insert(ctype.to_string(), ("Unknown", UNAVAILABLE, message));
-        } else if c.status != "False" {
-            wanted.insert(ctype.to_string(), ("False", NOT_FIRING, message));
-        } else if c
-            .last_transition_time
-            .as_ref()
-            .is_some_and(|t| now - chrono_time(t) >= linger)
+            wanted.insert(ctype.to_string(), ("Unknown", UNAVAILABLE, ""));
+        } else if !report.complete {
+            continue;
+        } else if c.status == "False"
+            && c.last_transition_time
+                .as_ref()
+                .is_some_and(|t| now - chrono_time(t) > linger)
         {
             delete.push(json!({"$patch": "delete", "type": ctype}));
         } else {
-            wanted.insert(ctype.to_string(), ("False", NOT_FIRING, message));
+            wanted.insert(ctype.to_string(), ("False", NOT_FIRING, ""));
         }
     }
     let heartbeat = chrono::TimeDelta::from_std(style.heartbeat).unwrap_or(chrono::TimeDelta::MAX);
@@ -165,6 +159,10 @@ pub fn annotations(node: &Node, report: &Report, cordon_keys: &[&str]) -> Option
     if get(HEALTH) != Some(report.health.as_str()) {
         patch.insert(HEALTH.into(), json!(report.health.as_str()));
     }
+    let raised = (!report.conditions.is_empty()).then(|| report.conditions.join(","));
+    if get(CONDITIONS) != raised.as_deref() {
+        patch.insert(CONDITIONS.into(), json!(raised));
+    }
     let schedulable = !node
         .spec
         .as_ref()
@@ -189,6 +187,7 @@ pub fn annotations(node: &Node, report: &Report, cordon_keys: &[&str]) -> Option
 mod tests {
     use super::*;
     use crate::core::Health;
+    use crate::core::labels::Notice;
 
     const T0: &str = "2026-11-30T00:00:00Z";
 
@@ -204,16 +203,23 @@ mod tests {
         }
     }
 
-    fn report(stale: bool, conditions: &[(&str, &str)]) -> Report {
+    fn notice(alertname: &str, priority: i64, message: &str) -> Notice {
+        Notice {
+            alertname: alertname.into(),
+            priority,
+            message: message.into(),
+        }
+    }
+
+    fn report(stale: bool, firing: &[(&str, &str)]) -> Report {
         Report {
             id: "n1".into(),
             score: Some(75),
             health: Health::Healthy,
             stale,
-            conditions: conditions
-                .iter()
-                .map(|(t, m)| (t.to_string(), m.to_string()))
-                .collect(),
+            complete: true,
+            notices: firing.iter().map(|(a, m)| notice(a, 2, m)).collect(),
+            conditions: Vec::new(),
         }
     }
 
@@ -255,30 +261,26 @@ mod tests {
     }
 
     #[test]
-    fn types_are_prefixed_camel_case_and_alertnames_keep_theirs() {
-        for (ctype, want) in [
-            ("gpu_ecc_errors", "AlertManager_GpuEccErrors"),
-            ("heartbeat_missed", "AlertManager_HeartbeatMissed"),
+    fn types_are_the_prefix_and_the_alertname_as_it_is() {
+        for (alertname, want) in [
+            ("NodeOnFire", "AlertManager_NodeOnFire"),
+            ("node_disk_full", "AlertManager_node_disk_full"),
             (
                 "CalicoTooManyInterfacesEarly",
                 "AlertManager_CalicoTooManyInterfacesEarly",
             ),
-            (
-                "collector_failed:textfile",
-                "AlertManager_CollectorFailedTextfile",
-            ),
         ] {
-            assert_eq!(condition_type("AlertManager_", ctype), want);
+            assert_eq!(condition_type("AlertManager_", alertname), want);
         }
-        assert_eq!(condition_type("Hale", "disk_degraded"), "HaleDiskDegraded");
     }
 
     #[test]
     fn condition_table() {
         let t = |s: i64| at(s).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-        let firing = "AlertManager_GpuEccErrors";
+        let firing = "AlertManager_GpuEccUncorrectable";
+        let ecc = "GpuEccUncorrectable";
         let hour = 3600;
-        // (name, node conditions, report stale, raised, now, expected patch)
+        // (name, node conditions, report stale, firing, now, expected patch)
         type Case<'a> = (
             &'a str,
             Node,
@@ -292,7 +294,7 @@ mod tests {
                 "raised: True with a fresh transition",
                 node(&[]),
                 false,
-                vec![("gpu_ecc_errors", "[P2] ECC")],
+                vec![(ecc, "[P2] ECC")],
                 10,
                 vec![(firing, "True", t(10))],
             ),
@@ -300,7 +302,7 @@ mod tests {
                 "unchanged and heartbeat fresh: nothing",
                 node(&[(firing, "True", FIRING, "[P2] ECC", 0, 0)]),
                 false,
-                vec![("gpu_ecc_errors", "[P2] ECC")],
+                vec![(ecc, "[P2] ECC")],
                 299,
                 vec![],
             ),
@@ -308,7 +310,7 @@ mod tests {
                 "unchanged, heartbeat due: rewritten, transition kept",
                 node(&[(firing, "True", FIRING, "[P2] ECC", 0, 0)]),
                 false,
-                vec![("gpu_ecc_errors", "[P2] ECC")],
+                vec![(ecc, "[P2] ECC")],
                 300,
                 vec![(firing, "True", t(0))],
             ),
@@ -316,7 +318,7 @@ mod tests {
                 "message changed: rewritten, transition kept",
                 node(&[(firing, "True", FIRING, "[P2] ECC", 0, 0)]),
                 false,
-                vec![("gpu_ecc_errors", "[P1] ECC uncorrectable")],
+                vec![(ecc, "[P1] ECC uncorrectable")],
                 20,
                 vec![(firing, "True", t(0))],
             ),
@@ -330,7 +332,7 @@ mod tests {
             ),
             (
                 "lingering, heartbeat fresh: nothing",
-                node(&[(firing, "False", NOT_FIRING, "[P2] ECC", 50, 95 * hour)]),
+                node(&[(firing, "False", NOT_FIRING, "", 50, 95 * hour)]),
                 false,
                 vec![],
                 50 + 95 * hour,
@@ -338,43 +340,44 @@ mod tests {
             ),
             (
                 "lingering, heartbeat due: rewritten, transition kept",
-                node(&[(firing, "False", NOT_FIRING, "[P2] ECC", 50, 50)]),
+                node(&[(firing, "False", NOT_FIRING, "", 50, 50)]),
                 false,
                 vec![],
                 50 + 95 * hour,
                 vec![(firing, "False", t(50))],
             ),
             (
-                "linger over: removed",
-                node(&[(firing, "False", NOT_FIRING, "[P2] ECC", 50, 50)]),
+                "linger reached, not passed: kept, its heartbeat renewed",
+                node(&[(firing, "False", NOT_FIRING, "", 50, 50 + 95 * hour)]),
                 false,
                 vec![],
                 50 + 96 * hour,
+                vec![(firing, "False", t(50))],
+            ),
+            (
+                "linger passed: removed",
+                node(&[(firing, "False", NOT_FIRING, "", 50, 50)]),
+                false,
+                vec![],
+                51 + 96 * hour,
                 vec![(firing, "delete", String::new())],
             ),
             (
                 "raised again while lingering: True from now",
-                node(&[(firing, "False", NOT_FIRING, "[P2] ECC", 50, 50)]),
+                node(&[(firing, "False", NOT_FIRING, "", 50, 50)]),
                 false,
-                vec![("gpu_ecc_errors", "[P2] ECC")],
+                vec![(ecc, "[P2] ECC")],
                 100,
                 vec![(firing, "True", t(100))],
             ),
             (
-                "stale: every owned condition Unknown, lingering ones too",
+                "stale: every owned condition Unknown, lingering ones too, none added",
                 node(&[
                     (firing, "True", FIRING, "[P2] ECC", 0, 0),
-                    (
-                        "AlertManager_SmartFailing",
-                        "False",
-                        NOT_FIRING,
-                        "SMART",
-                        5,
-                        5,
-                    ),
+                    ("AlertManager_SmartFailing", "False", NOT_FIRING, "", 5, 5),
                 ]),
                 true,
-                vec![("gpu_ecc_errors", "[P2] ECC")],
+                vec![(ecc, "[P2] ECC"), ("NewAlert", "[P9]")],
                 60,
                 vec![
                     (firing, "Unknown", t(60)),
@@ -383,9 +386,9 @@ mod tests {
             ),
             (
                 "seeing again: back to True",
-                node(&[(firing, "Unknown", UNAVAILABLE, "[P2] ECC", 60, 60)]),
+                node(&[(firing, "Unknown", UNAVAILABLE, "", 60, 60)]),
                 false,
-                vec![("gpu_ecc_errors", "[P2] ECC")],
+                vec![(ecc, "[P2] ECC")],
                 90,
                 vec![(firing, "True", t(90))],
             ),
@@ -412,18 +415,15 @@ mod tests {
     }
 
     #[test]
-    fn a_written_condition_names_its_owner_reason_and_times() {
-        let patch = status_patch(
-            &node(&[]),
-            &report(false, &[("SmartFailing", "[P6] SMART failing")]),
-            &style(),
-            at(0),
-        )
-        .unwrap();
+    fn an_incomplete_picture_turns_nothing_false() {
+        let n = node(&[("AlertManager_NodeOnFire", "True", FIRING, "[P9] fire", 0, 0)]);
+        let mut r = report(false, &[]);
+        r.complete = false;
+        assert_eq!(status_patch(&n, &r, &style(), at(3600)), None);
+        r.complete = true;
         assert_eq!(
-            patch["status"]["conditions"][0],
-            json!({"type": "AlertManager_SmartFailing", "status": "True", "reason": FIRING,
-                "message": "[P6] SMART failing", "lastHeartbeatTime": T0, "lastTransitionTime": T0})
+            patched(&status_patch(&n, &r, &style(), at(3600)))[0].1,
+            "False"
         );
     }
 
@@ -433,15 +433,23 @@ mod tests {
         let bare: Node =
             serde_json::from_value(json!({"metadata": {"name": "n1", "resourceVersion": "3"}}))
                 .unwrap();
-        let p = annotations(&bare, &report(false, &[]), &keys).unwrap();
+        let mut raised = report(false, &[]);
+        raised.conditions = vec!["heartbeat_missed".into(), "gpu_ecc_errors".into()];
+        let p = annotations(&bare, &raised, &keys).unwrap();
         assert_eq!(
             p,
-            json!({"metadata": {"annotations": {SCORE: "75", HEALTH: "Healthy"}, "resourceVersion": "3"}})
+            json!({"metadata": {"annotations": {SCORE: "75", HEALTH: "Healthy",
+                CONDITIONS: "heartbeat_missed,gpu_ecc_errors"}, "resourceVersion": "3"}})
         );
         let written: Node = serde_json::from_value(json!({"metadata": {"name": "n1",
-            "annotations": {SCORE: "75", HEALTH: "Healthy"}}}))
+            "annotations": {SCORE: "75", HEALTH: "Healthy", CONDITIONS: "gpu_ecc_errors"}}}))
         .unwrap();
-        assert_eq!(annotations(&written, &report(false, &[]), &keys), None);
+        let p = annotations(&written, &report(false, &[]), &keys).unwrap();
+        assert_eq!(
+            p["metadata"]["annotations"],
+            json!({CONDITIONS: null}),
+            "none raised: the annotation goes"
+        );
         let uncordoned: Node = serde_json::from_value(json!({"metadata": {"name": "n1",
             "annotations": {SCORE: "75", HEALTH: "Healthy", "hale.dev/cordoned-by": "hale",
                 "hale.dev/cordon-reason": "score below cordonBelow 60"}}}))
@@ -454,5 +462,362 @@ mod tests {
         let mut cordoned = uncordoned.clone();
         cordoned.spec = Some(serde_json::from_value(json!({"unschedulable": true})).unwrap());
         assert_eq!(annotations(&cordoned, &report(false, &[]), &keys), None);
+    }
+
+    /// Sciuro's own cases (`cloudflare/sciuro`, `internal/node/reconciler_test.go`),
+    /// translated: the alerts through hale's label contract into a report (as
+    /// `service::reports` builds it), the node and times as Sciuro's test has them,
+    /// the linger 24 h as there.
+    mod sciuro {
+        use super::*;
+        use crate::core::labels::{Alert, AlertState, Annotations, Labels, Text};
+        use std::borrow::Cow;
+
+        const OLD: &str = "2020-03-18T12:33:45Z";
+        const REALLY_OLD: &str = "2020-03-17T12:33:45Z";
+        const CURRENT: &str = "2020-03-18T13:17:58Z";
+        const FIRE: &str = "Node has erupted into fire at 500C";
+        const NOF: &str = "AlertManager_NodeOnFire";
+
+        fn time(t: &str) -> DateTime<Utc> {
+            t.parse().unwrap()
+        }
+
+        fn style() -> Style {
+            Style {
+                prefix: "AlertManager_".into(),
+                linger: Duration::from_secs(24 * 3600),
+                heartbeat: Duration::from_secs(300),
+            }
+        }
+
+        /// An alert with `labels`, and `summary` as its summary annotation when given
+        /// (else only a description, which Sciuro does not read).
+        fn alert(
+            labels: &[(&'static str, &'static str)],
+            summary: Option<&'static str>,
+        ) -> Alert<'static> {
+            let mut l = Labels::default();
+            for (k, v) in labels {
+                l.insert(Cow::Borrowed(*k), Cow::Borrowed(*v));
+            }
+            Alert {
+                labels: l,
+                annotations: Annotations {
+                    summary: summary.map(Text::new),
+                    description: Some(Text::new("a description")),
+                    message: None,
+                },
+                fingerprint: Cow::Borrowed("fp"),
+                starts_at: None,
+                ends_at: None,
+                state: AlertState::Active,
+            }
+        }
+
+        fn report_of(alerts: &[Alert<'static>], stale: bool) -> Report {
+            let notices: Vec<Notice> = alerts.iter().filter_map(Alert::notice).collect();
+            Report {
+                id: "node1".into(),
+                score: None,
+                health: Health::Unknown,
+                stale,
+                complete: true,
+                notices: crate::orchestrator::most_urgent(notices),
+                conditions: Vec::new(),
+            }
+        }
+
+        /// A node: Ready (no times) and `conditions` as (type, status, reason,
+        /// message, transition, heartbeat).
+        fn node_of(conditions: &[(&str, &str, &str, &str, &str, &str)]) -> Node {
+            let mut cs = vec![json!({"type": "Ready", "status": "True"})];
+            cs.extend(conditions.iter().map(|(t, s, r, m, tr, hb)| {
+                json!({"type": t, "status": s, "reason": r, "message": m,
+                    "lastTransitionTime": tr, "lastHeartbeatTime": hb})
+            }));
+            serde_json::from_value(json!({"metadata": {"name": "node1"},
+                "status": {"conditions": cs}}))
+            .unwrap()
+        }
+
+        /// The node's conditions after the patch, as Sciuro's expected list has them.
+        fn after(n: &Node, patch: Option<Value>) -> Vec<Value> {
+            let mut cs: Vec<Value> = serde_json::to_value(n).unwrap()["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .clone();
+            for c in patch.map_or(Vec::new(), |p| {
+                p["status"]["conditions"].as_array().unwrap().clone()
+            }) {
+                let t = c["type"].clone();
+                let at = cs.iter().position(|x| x["type"] == t);
+                match (c["$patch"].as_str(), at) {
+                    (Some("delete"), Some(i)) => {
+                        cs.remove(i);
+                    }
+                    (_, Some(i)) => cs[i] = c,
+                    (_, None) => cs.push(c),
+                }
+            }
+            cs
+        }
+
+        fn cond(t: &str, s: &str, r: &str, m: &str, tr: &str, hb: &str) -> Value {
+            json!({"type": t, "status": s, "reason": r, "message": m,
+                "lastTransitionTime": tr, "lastHeartbeatTime": hb})
+        }
+
+        fn ready() -> Value {
+            json!({"type": "Ready", "status": "True"})
+        }
+
+        #[test]
+        fn reconciler_cases() {
+            let nof = |p: Option<&'static str>| {
+                let mut l = vec![("alertname", "NodeOnFire"), ("node", "node1")];
+                if let Some(p) = p {
+                    l.push(("priority", p));
+                }
+                l
+            };
+            // (case, node, alerts, stale, now, expected conditions)
+            type Case = (
+                &'static str,
+                Node,
+                Vec<Alert<'static>>,
+                bool,
+                &'static str,
+                Vec<Value>,
+            );
+            let cases: Vec<Case> = vec![
+                (
+                    "1 update node / 3 single add (no priority)",
+                    node_of(&[]),
+                    vec![alert(&nof(None), Some(FIRE))],
+                    false,
+                    CURRENT,
+                    vec![
+                        ready(),
+                        cond(
+                            NOF,
+                            "True",
+                            FIRING,
+                            &format!("[P9] {FIRE}"),
+                            CURRENT,
+                            CURRENT,
+                        ),
+                    ],
+                ),
+                (
+                    "2 no update",
+                    node_of(&[(NOF, "True", FIRING, &format!("[P3] {FIRE}"), OLD, OLD)]),
+                    vec![alert(&nof(Some("3")), Some(FIRE))],
+                    false,
+                    OLD,
+                    vec![
+                        ready(),
+                        cond(NOF, "True", FIRING, &format!("[P3] {FIRE}"), OLD, OLD),
+                    ],
+                ),
+                (
+                    "4 single add (with priority)",
+                    node_of(&[]),
+                    vec![alert(&nof(Some("5")), Some(FIRE))],
+                    false,
+                    CURRENT,
+                    vec![
+                        ready(),
+                        cond(
+                            NOF,
+                            "True",
+                            FIRING,
+                            &format!("[P5] {FIRE}"),
+                            CURRENT,
+                            CURRENT,
+                        ),
+                    ],
+                ),
+                (
+                    "5 multiple alerts with the same name: the most urgent",
+                    node_of(&[]),
+                    vec![
+                        alert(&nof(Some("5")), Some(FIRE)),
+                        alert(&nof(Some("6")), Some(FIRE)),
+                    ],
+                    false,
+                    CURRENT,
+                    vec![
+                        ready(),
+                        cond(
+                            NOF,
+                            "True",
+                            FIRING,
+                            &format!("[P5] {FIRE}"),
+                            CURRENT,
+                            CURRENT,
+                        ),
+                    ],
+                ),
+                (
+                    "6 multiple alerts with the same name, reversed",
+                    node_of(&[]),
+                    vec![
+                        alert(&nof(Some("6")), Some(FIRE)),
+                        alert(&nof(Some("5")), Some(FIRE)),
+                    ],
+                    false,
+                    CURRENT,
+                    vec![
+                        ready(),
+                        cond(
+                            NOF,
+                            "True",
+                            FIRING,
+                            &format!("[P5] {FIRE}"),
+                            CURRENT,
+                            CURRENT,
+                        ),
+                    ],
+                ),
+                (
+                    "7 malformed priority: refused (Sciuro fails the node; hale leaves the alert off)",
+                    node_of(&[]),
+                    vec![alert(&nof(Some("blah")), Some(FIRE))],
+                    false,
+                    CURRENT,
+                    vec![ready()],
+                ),
+                (
+                    "8 no alertname: refused",
+                    node_of(&[]),
+                    vec![alert(&[("", "othervalue"), ("node", "node1")], Some(FIRE))],
+                    false,
+                    CURRENT,
+                    vec![ready()],
+                ),
+                (
+                    "9 missing summary annotation: the priority alone",
+                    node_of(&[]),
+                    vec![alert(&nof(None), None)],
+                    false,
+                    CURRENT,
+                    vec![ready(), cond(NOF, "True", FIRING, "[P9]", CURRENT, CURRENT)],
+                ),
+                (
+                    "10 alerts unavailable, no condition of its own: unchanged",
+                    node_of(&[]),
+                    vec![],
+                    true,
+                    CURRENT,
+                    vec![ready()],
+                ),
+                (
+                    "11 alerts unavailable: Unknown, message emptied",
+                    node_of(&[(NOF, "True", FIRING, FIRE, OLD, OLD)]),
+                    vec![],
+                    true,
+                    CURRENT,
+                    vec![
+                        ready(),
+                        cond(NOF, "Unknown", UNAVAILABLE, "", CURRENT, CURRENT),
+                    ],
+                ),
+                (
+                    "12 heartbeat updated, transition kept",
+                    node_of(&[(NOF, "True", FIRING, &format!("[P9] {FIRE}"), OLD, OLD)]),
+                    vec![alert(&nof(None), Some(FIRE))],
+                    false,
+                    CURRENT,
+                    vec![
+                        ready(),
+                        cond(NOF, "True", FIRING, &format!("[P9] {FIRE}"), OLD, CURRENT),
+                    ],
+                ),
+                (
+                    "13 priority updated, transition kept",
+                    node_of(&[(NOF, "True", FIRING, &format!("[P8] {FIRE}"), OLD, OLD)]),
+                    vec![alert(&nof(Some("7")), Some(FIRE))],
+                    false,
+                    CURRENT,
+                    vec![
+                        ready(),
+                        cond(NOF, "True", FIRING, &format!("[P7] {FIRE}"), OLD, CURRENT),
+                    ],
+                ),
+                (
+                    "14 status to False, message emptied",
+                    node_of(&[(NOF, "True", FIRING, FIRE, OLD, OLD)]),
+                    vec![],
+                    false,
+                    CURRENT,
+                    vec![
+                        ready(),
+                        cond(NOF, "False", NOT_FIRING, "", CURRENT, CURRENT),
+                    ],
+                ),
+                (
+                    "15 False remains before the linger",
+                    node_of(&[(NOF, "False", NOT_FIRING, "", OLD, OLD)]),
+                    vec![],
+                    false,
+                    CURRENT,
+                    vec![ready(), cond(NOF, "False", NOT_FIRING, "", OLD, CURRENT)],
+                ),
+                (
+                    "16 False deleted after the linger",
+                    node_of(&[(NOF, "False", NOT_FIRING, "", REALLY_OLD, OLD)]),
+                    vec![],
+                    false,
+                    CURRENT,
+                    vec![ready()],
+                ),
+            ];
+            for (case, n, alerts, stale, now, want) in cases {
+                let patch = status_patch(&n, &report_of(&alerts, stale), &style(), time(now));
+                let times = |v: Vec<Value>| -> Vec<Value> {
+                    // Times compared as instants, whatever their spelling.
+                    v.into_iter()
+                        .map(|mut c| {
+                            for k in ["lastTransitionTime", "lastHeartbeatTime"] {
+                                if let Some(t) = c[k].as_str() {
+                                    c[k] = json!(time(t).timestamp());
+                                }
+                            }
+                            c
+                        })
+                        .collect()
+                };
+                assert_eq!(times(after(&n, patch)), times(want), "{case}");
+            }
+        }
+
+        #[test]
+        fn removal_leaves_others_where_they_are() {
+            // Sciuro's cases 17 and 18: lingered conditions go from the head or the
+            // middle; a kubelet condition with old times stays as it is.
+            let n: Node = serde_json::from_value(json!({"metadata": {"name": "node1"},
+            "status": {"conditions": [
+                cond(NOF, "False", NOT_FIRING, "", REALLY_OLD, OLD),
+                ready(),
+                cond("DiskPressure", "False", "NoDiskPressure", "", REALLY_OLD, OLD),
+            ]}}))
+            .unwrap();
+            let patch = status_patch(&n, &report_of(&[], false), &style(), time(CURRENT));
+            assert_eq!(
+                after(&n, patch),
+                [
+                    ready(),
+                    cond(
+                        "DiskPressure",
+                        "False",
+                        "NoDiskPressure",
+                        "",
+                        REALLY_OLD,
+                        OLD
+                    )
+                ]
+            );
+        }
     }
 }

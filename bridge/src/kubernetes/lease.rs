@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// What `observed` records while the Lease does not exist.
 const ABSENT: &str = "";
@@ -106,6 +106,9 @@ fn micro_now() -> MicroTime {
     )
 }
 
+/// How soon a round that met a conflict reads the Lease again.
+const CONFLICT_RETRY: Duration = Duration::from_millis(200);
+
 /// Keep trying to hold `name` for as long as the task runs.
 pub async fn run(api: Api<Lease>, name: String, duration: Duration, me: &Leadership) {
     // Rounded up: the Lease must not promise others less than this replica waits.
@@ -117,7 +120,7 @@ pub async fn run(api: Api<Lease>, name: String, duration: Duration, me: &Leaders
         let round =
             tokio::time::timeout(duration / 3, attempt(&api, &name, seconds, duration, me)).await;
         match round {
-            Ok(Ok(true)) => {
+            Ok(Ok(Round::Held)) => {
                 let mut s = me.state.lock().expect("lease lock");
                 if s.until.is_none_or(|t| t <= Instant::now()) {
                     s.term += 1;
@@ -130,13 +133,25 @@ pub async fn run(api: Api<Lease>, name: String, duration: Duration, me: &Leaders
                 s.until = Some(sent + renew_deadline);
                 s.holder = Some(me.identity.clone());
             }
-            Ok(Ok(false)) => {
+            Ok(Ok(Round::Other)) => {
                 if me.step_down().is_some_and(|t| Instant::now() < t) {
                     warn!(
                         lease = name,
                         "the Lease is held by another replica: stepping down"
                     );
                 }
+            }
+            // Someone wrote the Lease between this replica's read and its write (its
+            // own earlier write, or a rival's): nothing is known until the next
+            // read. Leadership, if held, lapses at its deadline unless that read
+            // renews it.
+            Ok(Ok(Round::Conflict)) => {
+                debug!(
+                    lease = name,
+                    "the Lease changed between reading and renewing it; reading it again"
+                );
+                tokio::time::sleep(CONFLICT_RETRY).await;
+                continue;
             }
             Ok(Err(e)) => {
                 // Leadership lapses on its own at its deadline; nothing else to do.
@@ -164,6 +179,17 @@ fn unchanged_for(me: &Leadership, version: &str, held_for: Duration) -> bool {
     }
 }
 
+/// What one round found.
+#[derive(Debug, PartialEq)]
+enum Round {
+    /// This replica holds the Lease.
+    Held,
+    /// Another does (or it is not this replica's to take yet).
+    Other,
+    /// The write met a newer version: read again.
+    Conflict,
+}
+
 /// One round: whether this replica holds the Lease afterwards.
 async fn attempt(
     api: &Api<Lease>,
@@ -171,13 +197,13 @@ async fn attempt(
     seconds: i32,
     duration: Duration,
     me: &Leadership,
-) -> kube::Result<bool> {
+) -> kube::Result<Round> {
     let Some(mut lease) = api.get_opt(name).await? else {
         // Deleted under a holder that may still think it leads: wait it out. Only
         // a replica that never saw the Lease (the first start) creates it at once.
         let first_look = me.state.lock().expect("lease lock").observed.is_none();
         if !first_look && !unchanged_for(me, ABSENT, duration) {
-            return Ok(false);
+            return Ok(Round::Other);
         }
         let lease = Lease {
             metadata: ObjectMeta {
@@ -194,8 +220,8 @@ async fn attempt(
             }),
         };
         return match api.create(&PostParams::default(), &lease).await {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Ok(_) => Ok(Round::Held),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Round::Conflict),
             Err(e) => Err(e),
         };
     };
@@ -210,7 +236,7 @@ async fn attempt(
     let expired = unchanged_for(me, &version, held_for);
     let mine = holder.as_deref() == Some(me.identity.as_str());
     if holder.is_some() && !mine && !expired {
-        return Ok(false);
+        return Ok(Round::Other);
     }
     let mut spec = spec;
     if !mine {
@@ -227,8 +253,8 @@ async fn attempt(
     spec.lease_duration_seconds = Some(seconds);
     lease.spec = Some(spec);
     match api.replace(name, &PostParams::default(), &lease).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Ok(_) => Ok(Round::Held),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Round::Conflict),
         Err(e) => Err(e),
     }
 }

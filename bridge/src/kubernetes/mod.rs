@@ -71,6 +71,8 @@ pub struct Kubernetes {
     lease_name: String,
     /// The election's renewal loop, stopped before the Lease is released.
     election: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Woken by every change the watch brings.
+    changed: Arc<tokio::sync::Notify>,
 }
 
 /// This replica's name: the pod's (the chart sets `POD_NAME`), else host and pid.
@@ -107,6 +109,10 @@ impl Kubernetes {
         // kube retries a 429 up to 15 times on its own (five minutes against a
         // PodDisruptionBudget); hale's callers retry with their own limits instead.
         config.default_retry = false;
+        config.headers.push((
+            axum::http::header::USER_AGENT,
+            axum::http::HeaderValue::from_static(crate::alertmanager::USER_AGENT),
+        ));
         let client = kube::Client::try_from(config)?;
         let nodes: Api<Node> = Api::all(client.clone());
         let (store, writer) = reflector::store();
@@ -114,13 +120,21 @@ impl Kubernetes {
         let config = watcher::Config::default().list_semantic(watcher::ListSemantic::MostRecent);
         let stream = watcher(nodes.clone(), config)
             .default_backoff()
-            .reflect(writer)
-            .applied_objects();
+            .reflect(writer);
+        let changed = Arc::new(tokio::sync::Notify::new());
+        let notify = changed.clone();
         tokio::spawn(async move {
             futures::pin_mut!(stream);
             while let Some(event) = stream.next().await {
-                if let Err(e) = event {
-                    warn!(error = %e, "watch on Nodes interrupted; resuming");
+                match event {
+                    // Additions, changes, deletions, and a relist complete.
+                    Ok(
+                        watcher::Event::Apply(_)
+                        | watcher::Event::Delete(_)
+                        | watcher::Event::InitDone,
+                    ) => notify.notify_one(),
+                    Ok(_) => {}
+                    Err(e) => warn!(error = %e, "watch on Nodes interrupted; resuming"),
                 }
             }
         });
@@ -174,6 +188,7 @@ impl Kubernetes {
             lease,
             lease_name: cfg.lease.name.clone(),
             election: Mutex::new(Some(election)),
+            changed,
         }))
     }
 
@@ -357,6 +372,7 @@ pub fn observed(node: &Node) -> Observed {
     };
     Observed {
         id: meta.name.clone().unwrap_or_default(),
+        uid: meta.uid.clone(),
         hostname: labels.get("kubernetes.io/hostname").cloned(),
         status,
         provisioned: owned_by_claim || annotations.contains_key(pods::CAPI_MACHINE),
@@ -433,6 +449,14 @@ impl Orchestrator for Kubernetes {
 
     fn leader(&self) -> Option<String> {
         self.leadership.holder()
+    }
+
+    fn restart_hint(&self) -> &'static str {
+        "Annotate the pod or its controller hale.dev/restart=on-node-fault for work that is safe to run again from the beginning"
+    }
+
+    fn changes(&self) -> Option<Arc<tokio::sync::Notify>> {
+        Some(self.changed.clone())
     }
 
     /// Nodes from the watch; on cordoned ones, the pods a replacement waits for.

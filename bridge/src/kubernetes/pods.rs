@@ -204,7 +204,9 @@ impl Kubernetes {
                     }
                     Err(kube::Error::Api(s)) if s.code == 404 => break,
                     Err(kube::Error::Api(s)) if s.code == 429 => {
-                        if Instant::now() + wait > deadline {
+                        // Tried until the deadline, and once more at it.
+                        let now = Instant::now();
+                        if now >= deadline {
                             warn!(
                                 node,
                                 pod = w.id,
@@ -219,7 +221,7 @@ impl Kubernetes {
                             pod = w.id,
                             "a PodDisruptionBudget holds the eviction; retrying"
                         );
-                        tokio::time::sleep(wait).await;
+                        tokio::time::sleep(wait.min(deadline - now)).await;
                         wait = (wait * 2).min(Duration::from_secs(15));
                     }
                     // The API server's answer to a pod under two budgets: it will

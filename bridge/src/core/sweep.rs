@@ -1,0 +1,167 @@
+//! What hale stops keeping, looked over once a minute: nodes known only from alerts
+//! that no alert has named for `forgetAfter` (retired, their history kept), condition
+//! types long cleared, job-failure instances long counted, and — without polling,
+//! where no full picture ever reconciles — alerts no delivery has confirmed for
+//! `forgetAfter`, and the resolutions a hold kept once it lapses.
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta};
+
+use super::health::{Keep, Recorder, Step, set_sources};
+use super::{EventKind, Node, Origin, Source, Time};
+
+/// How often the sweep looks over the fleet.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+impl Step<'_> {
+    /// Retire, prune and end what the module doc says, at most every [`SWEEP_EVERY`].
+    pub(super) fn sweep(&mut self) {
+        let now = self.now;
+        let polling = !self.cfg.config.alertmanager.poll_interval.is_zero();
+        let trust = &self.fleet.trust;
+        // Resolutions a hold kept (webhook only) end the moment it lapses.
+        let lapsed = !polling && trust.held_resolutions && !trust.holding(now);
+        let due = self
+            .fleet
+            .swept_at
+            .is_none_or(|t| (now - t).to_std().unwrap_or_default() >= SWEEP_EVERY);
+        if !due && !lapsed {
+            return;
+        }
+        // Absence means something only while the input is trusted and complete.
+        let sure = !trust.stale
+            && trust.source_up
+            && !trust.holding(now)
+            && trust
+                .last_trusted
+                .is_some_and(|t| t >= trust.watching_since);
+        if lapsed {
+            self.fleet.trust.held_resolutions = false;
+            self.end_sources(|s| s.vanished.is_some());
+        }
+        if !due {
+            return;
+        }
+        self.fleet.swept_at = Some(now);
+        let forget = TimeDelta::from_std(self.cfg.config.node_identity.forget_after)
+            .unwrap_or(TimeDelta::MAX);
+        let before = now
+            .checked_sub_signed(forget)
+            .unwrap_or(DateTime::UNIX_EPOCH);
+        if !polling && sure {
+            self.end_sources(|s| s.delivered.is_some_and(|t| t < before));
+        }
+        let forgotten: Vec<String> = self
+            .fleet
+            .ledger
+            .moves
+            .iter()
+            .filter(|(_, m)| m.last.is_some_and(|t| t < before))
+            .map(|(owner, _)| owner.clone())
+            .collect();
+        for owner in forgotten {
+            self.fleet.ledger.moves.remove(&owner);
+            self.out.moved.insert(owner);
+        }
+        let mut retire = Vec::new();
+        for (id, node) in self.fleet.nodes.iter_mut() {
+            let mut changed = node.forget_types(before);
+            changed |= forget_counted(node, before);
+            if changed {
+                self.out.dirty.insert(id.clone());
+            }
+            if sure && retirable(node, before) {
+                retire.push(id.clone());
+            }
+        }
+        for id in retire {
+            let node = self.fleet.nodes.remove(&id).expect("listed above");
+            let since = node.last_report.or(node.known_since).unwrap_or(now);
+            self.out.dirty.remove(&id);
+            self.out.touched.remove(&id);
+            self.out.removed.push(id.clone());
+            Recorder {
+                out: &mut self.out,
+                now,
+                id: &id,
+            }
+            .event(
+                EventKind::NodeDecommissioned {
+                    by: "retired".into(),
+                },
+                format!(
+                    "retired: known only from alerts, and none has named it since {} (nodeIdentity.forgetAfter)",
+                    since.to_rfc3339()
+                ),
+            );
+        }
+    }
+
+    /// End every source `gone` picks, as if its resolution had arrived.
+    fn end_sources(&mut self, gone: impl Fn(&Source) -> bool) {
+        let now = self.now;
+        let cfg = self.cfg;
+        for (id, node) in self.fleet.nodes.iter_mut() {
+            let ended: Vec<(String, usize)> = node
+                .conditions
+                .iter_mut()
+                .filter_map(|(ctype, cond)| {
+                    let before = cond.sources.len();
+                    cond.sources.retain(|_, s| !gone(s));
+                    let left = before - cond.sources.len();
+                    (left > 0).then(|| (ctype.clone(), left))
+                })
+                .collect();
+            if ended.is_empty() {
+                continue;
+            }
+            let settings = cfg.settings_for(&node.labels);
+            let mut rec = Recorder {
+                out: &mut self.out,
+                now,
+                id,
+            };
+            for (ctype, left) in ended {
+                set_sources(
+                    node,
+                    &mut rec,
+                    settings,
+                    &ctype,
+                    &[],
+                    false,
+                    Keep::none(),
+                    left,
+                );
+            }
+        }
+    }
+}
+
+/// Whether `node` has outlived its evidence: known from alerts alone, named by none
+/// since `before`, and holding nothing an operator must see to — no sticky
+/// condition, no cordon, gate or action of the policy's.
+fn retirable(node: &Node, before: Time) -> bool {
+    node.known_from == Origin::Alerts
+        && node
+            .last_report
+            .or(node.known_since)
+            .is_some_and(|t| t < before)
+        && !node.conditions.values().any(|c| c.sticky)
+        && node.policy.cordon.is_none()
+        && !node.policy.gated
+        && node.policy.pending.is_empty()
+}
+
+/// Forget job-failure instances that started before `before` (their key is
+/// `fingerprint@startsAt`); the failures they counted stay counted.
+fn forget_counted(node: &mut Node, before: Time) -> bool {
+    let counted = &mut node.failures.counted_alerts;
+    let n = counted.len();
+    counted.retain(|key| {
+        key.rsplit_once('@')
+            .and_then(|(_, at)| DateTime::parse_from_rfc3339(at).ok())
+            .is_none_or(|at| at >= before)
+    });
+    counted.len() != n
+}

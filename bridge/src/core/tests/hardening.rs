@@ -1,0 +1,627 @@
+//! The trust core's hardening: what trust means in each mode, holds after a restart of
+//! the pipeline, how a condition fed by several reasons is charged, bounded state,
+//! observe mode meeting the guardrails, and the orchestrator's inventory as the fleet.
+
+use super::*;
+
+/// The watchdog as Alertmanager holds it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Dog {
+    Firing,
+    Silenced,
+    Absent,
+}
+
+/// What one input of the matrix carries: the watchdog as given and the heartbeats.
+fn input(dog: Dog, heartbeats: &[&str], polling: bool) -> Vec<A> {
+    let mut alerts: Vec<A> = heartbeats.iter().map(|n| heartbeat(n)).collect();
+    match dog {
+        Dog::Firing => alerts.push(watchdog()),
+        // Silenced alerts are listed by the poll, never delivered by a webhook.
+        Dog::Silenced if polling => alerts.push(watchdog().suppressed()),
+        _ => {}
+    }
+    alerts
+}
+
+#[test]
+fn trust_follows_the_polling_the_watchdog_requirement_and_the_watchdog() {
+    use Dog::*;
+    // (pollInterval, requireWatchdog, watchdog) →
+    // (source up, a delivery at 45 s applied as trusted, n1 missed, stale by 60 s)
+    type Row = (&'static str, bool, Dog, bool, bool, bool, bool);
+    let table: &[Row] = &[
+        ("30s", true, Firing, true, true, true, false),
+        ("30s", true, Silenced, true, true, true, false),
+        ("30s", true, Absent, false, false, false, true),
+        ("30s", false, Firing, true, true, true, false),
+        ("30s", false, Silenced, true, true, true, false),
+        ("30s", false, Absent, true, true, true, false),
+        ("0", true, Firing, true, true, true, false),
+        ("0", true, Silenced, false, false, false, true),
+        ("0", true, Absent, false, false, false, true),
+        ("0", false, Firing, true, true, true, false),
+        ("0", false, Silenced, true, true, true, false),
+        ("0", false, Absent, true, true, true, false),
+    ];
+    for &(interval, require, dog, up, applied, missed, stale) in table {
+        let case = format!("pollInterval {interval}, requireWatchdog {require}, watchdog {dog:?}");
+        let polling = interval != "0";
+        let mut s = script(&format!(
+            "alertmanager: {{ pollInterval: {interval}, requireWatchdog: {require}, staleAfter: 30s }}\n\
+             nodeHealth: {{ reportIntervalSeconds: 1 }}"
+        ));
+        let mut trusted_at_45 = None;
+        for t in (0..=60).step_by(5) {
+            // n1's heartbeat stops after the first input; n2 goes on reporting.
+            let beats: &[&str] = if t == 0 { &["n1", "n2"] } else { &["n2"] };
+            let alerts = input(dog, beats, polling);
+            s.at(t);
+            if polling {
+                s.poll(&alerts);
+            } else {
+                s.webhook(&alerts);
+            }
+            if t == 10 {
+                assert_eq!(s.fleet.trust.source_up, up, "source up: {case}");
+            }
+            if t == 45 {
+                trusted_at_45 = Some(s.last.trusted);
+            }
+        }
+        assert_eq!(trusted_at_45, Some(applied), "applied as trusted: {case}");
+        assert_eq!(
+            s.node("n1").conditions.contains_key(HEARTBEAT_MISSED),
+            missed,
+            "n1 missed: {case}"
+        );
+        assert!(
+            !s.node("n2").conditions.contains_key(HEARTBEAT_MISSED),
+            "n2 reports: {case}"
+        );
+        assert_eq!(s.fleet.trust.stale, stale, "stale: {case}");
+    }
+}
+
+/// A poll answered by an Alertmanager that started `started` seconds after t0.
+fn poll_from(s: &mut Script, at: i64, started: i64, alerts: &[A]) {
+    let now = t0() + TimeDelta::seconds(at);
+    s.now = now;
+    let alerts: Vec<Alert> = alerts.iter().map(|a| a.0.clone()).collect();
+    let answer = PollAnswer {
+        started: Some(t0() + TimeDelta::seconds(started)),
+        ..PollAnswer::of(&alerts, now)
+    };
+    let out = s.fleet.poll_answer(&s.cfg, now, &answer);
+    s.record(out);
+}
+
+#[test]
+fn an_alertmanager_restart_holds_every_absence_for_hold_after_restart() {
+    let mut s = script("");
+    let all = |sent: i64| {
+        vec![
+            watchdog_sent(sent),
+            heartbeat("n1"),
+            edac("n1").expires(sent + 240),
+            smart_failing("n2").expires(sent + 240),
+        ]
+    };
+    poll_from(&mut s, 0, -86_400, &all(0));
+    poll_from(&mut s, 30, -86_400, &all(0));
+    s.took();
+    // Alertmanager restarts at 100 s. Its first answers hold only what Prometheus
+    // has re-sent so far; both alerts were due to expire at 240 s, so their absence
+    // would read as a resolution.
+    poll_from(&mut s, 105, 100, &[watchdog_sent(60), heartbeat("n1")]);
+    assert!(s.fleet.trust.holding(s.now));
+    assert!(
+        s.last
+            .held
+            .as_deref()
+            .is_some_and(|h| h.contains("restarted"))
+    );
+    assert!(s.node("n1").conditions.contains_key("memory_errors"));
+    assert!(s.node("n2").conditions.contains_key("disk_degraded"));
+    assert_eq!(s.took(), Vec::<String>::new(), "nothing ends");
+    // Prometheus re-sends EDAC; SMART stays away (it was resolved meanwhile). A
+    // later poll from the same Alertmanager starts no new hold.
+    poll_from(
+        &mut s,
+        130,
+        100,
+        &[watchdog_sent(120), heartbeat("n1"), edac("n1").expires(360)],
+    );
+    assert!(s.last.held.is_none());
+    poll_from(
+        &mut s,
+        100 + 1199,
+        100,
+        &[
+            watchdog_sent(1260),
+            heartbeat("n1"),
+            edac("n1").expires(1500),
+        ],
+    );
+    assert!(s.node("n2").conditions.contains_key("disk_degraded"));
+    // The hold runs out 20 minutes after Alertmanager started: SMART ends now.
+    poll_from(
+        &mut s,
+        100 + 1200,
+        100,
+        &[
+            watchdog_sent(1260),
+            heartbeat("n1"),
+            edac("n1").expires(1500),
+        ],
+    );
+    assert!(!s.node("n2").conditions.contains_key("disk_degraded"));
+    assert!(s.node("n1").conditions.contains_key("memory_errors"));
+    assert_eq!(s.took(), ["n2 CONDITION_CLEARED", "n2 SCORE_CHANGED"]);
+}
+
+#[test]
+fn a_resolution_prometheus_sent_ends_even_during_a_hold() {
+    let mut s = script("");
+    poll_from(
+        &mut s,
+        0,
+        -60,
+        &[watchdog_sent(0), heartbeat("n1"), edac("n1").expires(240)],
+    );
+    poll_from(&mut s, 30, 20, &[watchdog_sent(0), heartbeat("n1")]);
+    assert!(s.fleet.trust.holding(s.now));
+    assert!(s.node("n1").conditions.contains_key("memory_errors"));
+    // Resolved by Prometheus at 40 s, long before its expiry: that is no absence.
+    s.at(42).webhook(&[edac("n1").resolved().expires(40)]);
+    assert!(!s.node("n1").conditions.contains_key("memory_errors"));
+}
+
+#[test]
+fn a_watchdog_not_resent_for_half_its_validity_holds_absences() {
+    let mut s = script("alertmanager: { staleAfter: 1h }");
+    // Prometheus re-sends every 60 s with a 240 s validity...
+    for t in (0..=120).step_by(30) {
+        let sent = t / 60 * 60;
+        s.at(t).poll(&[
+            watchdog_sent(sent),
+            heartbeat("n1"),
+            edac("n1").expires(sent + 240),
+        ]);
+    }
+    assert!(
+        !s.fleet.trust.holding(s.now),
+        "regular re-sends hold nothing"
+    );
+    // ...then stops after its send at 120 s. At 270 s the same expiry has been
+    // shown for 150 s, more than half of 240 s.
+    for t in [150, 180, 210, 240] {
+        s.at(t)
+            .poll(&[watchdog_sent(120), heartbeat("n1"), edac("n1").expires(360)]);
+    }
+    assert!(!s.fleet.trust.holding(s.now));
+    s.at(270)
+        .poll(&[watchdog_sent(120), heartbeat("n1"), edac("n1").expires(360)]);
+    assert!(s.fleet.trust.holding(s.now));
+    assert!(
+        s.last
+            .held
+            .as_deref()
+            .is_some_and(|h| h.contains("not been re-sent"))
+    );
+    // Prometheus is back: the watchdog at once, EDAC (a `for:` alert) not yet; its
+    // absence is held however often the watchdog moves.
+    s.took();
+    for t in [300, 330, 360, 420, 480, 540] {
+        s.at(t).poll(&[watchdog_sent(t), heartbeat("n1")]);
+    }
+    assert!(s.node("n1").conditions.contains_key("memory_errors"));
+    assert_eq!(s.took(), Vec::<String>::new());
+    s.at(540)
+        .poll(&[watchdog_sent(540), heartbeat("n1"), edac("n1").expires(780)]);
+    assert!(
+        s.node("n1").conditions["memory_errors"]
+            .sources
+            .values()
+            .all(|src| src.vanished.is_none()),
+        "back before the hold ran out: nothing ended"
+    );
+}
+
+#[test]
+fn without_polling_a_hold_keeps_resolutions_until_it_lapses() {
+    let mut s = script("alertmanager: { pollInterval: 0, staleAfter: 60s }");
+    s.at(0).webhook(&[watchdog(), smart_failing("n1")]);
+    s.at(90).tick();
+    assert!(s.fleet.trust.stale);
+    // The watchdog is delivered again: trust returns, and a hold with it.
+    s.at(100).webhook(&[watchdog()]);
+    assert!(s.fleet.trust.holding(s.now));
+    // An expiry notified as a resolution cannot be told from a real one here.
+    s.at(110)
+        .webhook(&[watchdog(), smart_failing("n1").resolved()]);
+    assert!(s.node("n1").conditions.contains_key("disk_degraded"));
+    s.took();
+    for t in (160..1300).step_by(50) {
+        s.at(t).webhook(&[watchdog()]);
+    }
+    assert!(s.node("n1").conditions.contains_key("disk_degraded"));
+    s.at(1300).webhook(&[watchdog()]);
+    assert!(!s.node("n1").conditions.contains_key("disk_degraded"));
+    assert_eq!(s.took(), ["n1 CONDITION_CLEARED", "n1 SCORE_CHANGED"]);
+}
+
+fn io_errors(node: &str) -> A {
+    alert("IoErrors")
+        .on(node)
+        .condition("disk_degraded", "IoErrors")
+        .summary("I/O errors on /dev/sda")
+}
+
+#[test]
+fn a_condition_fed_by_several_reasons_is_charged_for_one_and_says_which() {
+    let mut s = script("");
+    let smart = smart_failing("n1").sticky();
+    s.at(0).poll(&[watchdog(), heartbeat("n1"), smart.clone()]);
+    assert_eq!(s.score("n1"), Some(60));
+    s.took();
+    // I/O errors join: recorded, and the condition is still charged for SMART
+    // (critical, 40): one reason per condition, never the sum.
+    s.at(30)
+        .poll(&[watchdog(), heartbeat("n1"), smart, io_errors("n1")]);
+    assert_eq!(s.took(), ["n1 CONDITION_UPDATED"]);
+    let c = &s.node("n1").conditions["disk_degraded"];
+    assert_eq!(c.reason, "SmartFailing");
+    assert_eq!(
+        c.message,
+        "SMART health check failing on /dev/sda; I/O errors on /dev/sda"
+    );
+    assert_eq!(s.score("n1"), Some(60));
+    // SMART's alert ends; the sticky condition stays charged for it, and says so.
+    s.at(60)
+        .poll(&[watchdog(), heartbeat("n1"), io_errors("n1")]);
+    let c = &s.node("n1").conditions["disk_degraded"];
+    assert_eq!(c.reason, "SmartFailing");
+    assert_eq!(
+        c.message,
+        "SMART health check failing on /dev/sda; I/O errors on /dev/sda"
+    );
+    assert_eq!(s.score("n1"), Some(60));
+    let updated = s
+        .events
+        .iter()
+        .find_map(|e| match &e.kind {
+            EventKind::ConditionUpdated {
+                reason,
+                reasons,
+                alerts,
+                ..
+            } => Some((reason.clone(), reasons.clone(), *alerts)),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        updated,
+        ("SmartFailing".into(), vec!["IoErrors".to_string()], 1)
+    );
+}
+
+#[test]
+fn between_reasons_of_one_severity_the_costlier_is_charged() {
+    let read_only = alert("DeviceReadOnly")
+        .on("n1")
+        .condition("disk_degraded", "DeviceReadOnly")
+        .critical()
+        .summary("/ is read-only");
+    // Equal by default (40 each): the first by name is charged.
+    let mut s = script("");
+    s.at(0).poll(&[
+        watchdog(),
+        heartbeat("n1"),
+        smart_failing("n1"),
+        read_only.clone(),
+    ]);
+    assert_eq!(
+        s.node("n1").conditions["disk_degraded"].reason,
+        "DeviceReadOnly"
+    );
+    // Priced apart, the costlier one is charged, and a costlier one joining later
+    // moves the charge up (never down).
+    let mut s = script("nodeHealth: { penalties: { DeviceReadOnly: 30 } }");
+    s.at(0)
+        .poll(&[watchdog(), heartbeat("n1"), read_only.clone()]);
+    assert_eq!(s.score("n1"), Some(70));
+    s.took();
+    s.at(30)
+        .poll(&[watchdog(), heartbeat("n1"), read_only, smart_failing("n1")]);
+    assert_eq!(
+        s.node("n1").conditions["disk_degraded"].reason,
+        "SmartFailing"
+    );
+    assert_eq!(s.score("n1"), Some(60));
+    assert_eq!(s.took(), ["n1 CONDITION_UPDATED", "n1 SCORE_CHANGED"]);
+}
+
+#[test]
+fn resolved_alerts_and_blank_names_bring_in_no_node() {
+    let mut s = script("");
+    s.at(0)
+        .webhook(&[watchdog(), smart_failing("ghost").resolved()]);
+    assert!(!s.fleet.nodes.contains_key("ghost"));
+    s.at(1).webhook(&[watchdog(), smart_failing("  ")]);
+    assert!(s.fleet.nodes.is_empty());
+    assert_eq!(s.last.unmatched, 1, "a blank node label names no node");
+}
+
+#[test]
+fn with_an_orchestrator_alerts_for_unknown_nodes_are_unmatched() {
+    let mut s = script("orchestrator: { kind: kubernetes }");
+    s.at(0)
+        .poll(&[watchdog(), heartbeat("stray"), smart_failing("stray")]);
+    assert!(s.fleet.nodes.is_empty());
+    assert_eq!(s.last.unmatched, 2);
+    let mut s =
+        script("orchestrator: { kind: kubernetes }\nnodeIdentity: { createFromAlerts: true }");
+    s.at(0).poll(&[watchdog(), heartbeat("stray")]);
+    assert!(s.fleet.nodes.contains_key("stray"));
+}
+
+#[test]
+fn beyond_max_nodes_new_nodes_are_refused_and_counted() {
+    let mut s = script("nodeIdentity: { maxNodes: 2 }");
+    s.pool("inv", 1, "cpu");
+    s.at(0)
+        .poll(&[watchdog(), heartbeat("a"), heartbeat("b"), heartbeat("c")]);
+    assert_eq!(s.fleet.nodes.len(), 2);
+    assert!(s.fleet.nodes.contains_key("a"));
+    assert_eq!(
+        s.last.refused.iter().collect::<Vec<_>>(),
+        ["b", "c"],
+        "refused, not dropped silently"
+    );
+}
+
+#[test]
+fn nodes_known_only_from_alerts_retire_after_forget_after() {
+    let mut s = script("alertmanager: { staleAfter: 30d }\nnodeIdentity: { forgetAfter: 7d }");
+    s.pool("inv", 1, "cpu");
+    let inv = "inv-0";
+    let sticky = gpu_ecc_uncorrectable("sticky", "0");
+    s.at(0).poll(&[
+        watchdog(),
+        heartbeat("gone"),
+        heartbeat(inv),
+        heartbeat("sticky"),
+        sticky,
+        heartbeat("cordoned"),
+        heartbeat("back"),
+    ]);
+    s.fleet.cordon(s.now, "cordoned", "maintenance").unwrap();
+    s.took();
+    // Every day a poll names only `back` (and the watchdog keeps trust).
+    for day in 1..=7 {
+        s.at(day * DAY - 60).poll(&[watchdog(), heartbeat("back")]);
+        s.at(day * DAY - 60 + 61).tick();
+    }
+    s.at(7 * DAY + 120).tick();
+    let ids: Vec<&str> = s.fleet.nodes.keys().map(String::as_str).collect();
+    assert_eq!(
+        ids,
+        ["back", "cordoned", inv, "sticky"],
+        "retired: known from alerts, named by none for 7 days, holding nothing"
+    );
+    let retired: Vec<(String, String)> = s
+        .events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::NodeDecommissioned { by } => Some((e.node_id.clone(), by.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retired, [("gone".to_string(), "retired".to_string())]);
+    assert!(s.last.removed.contains(&"gone".to_string()) || !s.fleet.nodes.contains_key("gone"));
+}
+
+#[test]
+fn nothing_retires_while_hale_is_blind() {
+    let mut s = script("alertmanager: { staleAfter: 1h }\nnodeIdentity: { forgetAfter: 1d }");
+    s.at(0).poll(&[watchdog(), heartbeat("n1")]);
+    s.at(2 * DAY).poll(&[]);
+    s.at(2 * DAY + 120).tick();
+    assert!(
+        s.fleet.nodes.contains_key("n1"),
+        "an answer without the watchdog proves nothing"
+    );
+}
+
+#[test]
+fn condition_types_are_remembered_for_forget_after_and_at_most_64() {
+    let mut s = script("nodeIdentity: { forgetAfter: 1d }\nalertmanager: { staleAfter: 30d }");
+    // 70 one-off condition types raised and cleared on one node.
+    for i in 0..70 {
+        let t = i * 60;
+        s.at(t).poll(&[
+            watchdog(),
+            heartbeat("n1"),
+            alert(&format!("Oddity{i}")).on("n1"),
+        ]);
+        s.at(t + 30).poll(&[watchdog(), heartbeat("n1")]);
+    }
+    s.at(70 * 60 + 61).tick();
+    let seen = &s.node("n1").seen_types;
+    assert_eq!(seen.len(), MAX_SEEN_TYPES, "the oldest go first");
+    assert!(seen.contains_key("Oddity69") && !seen.contains_key("Oddity0"));
+    s.at(2 * DAY).poll(&[watchdog(), heartbeat("n1")]);
+    s.at(2 * DAY + 61).tick();
+    assert!(
+        s.node("n1").seen_types.is_empty(),
+        "cleared a day ago: forgotten"
+    );
+}
+
+#[test]
+fn without_polling_alerts_no_delivery_confirms_are_dropped_after_forget_after() {
+    let mut s = script(
+        "alertmanager: { pollInterval: 0, staleAfter: 1h }\nnodeIdentity: { forgetAfter: 1d }",
+    );
+    s.at(0)
+        .webhook(&[watchdog(), heartbeat("n1"), smart_failing("n1"), edac("n1")]);
+    // EDAC is re-notified every hour; SMART's resolution was lost.
+    for h in 1..=25 {
+        s.at(h * 3600)
+            .webhook(&[watchdog(), heartbeat("n1"), edac("n1")]);
+    }
+    s.at(25 * 3600 + 61).tick();
+    let n1 = s.node("n1");
+    assert!(!n1.conditions.contains_key("disk_degraded"));
+    assert!(n1.conditions.contains_key("memory_errors"));
+}
+
+#[test]
+fn restart_counts_are_forgotten_after_forget_after() {
+    let mut s = script("nodeIdentity: { forgetAfter: 1d }\nalertmanager: { staleAfter: 30d }");
+    s.at(0).poll(&[watchdog(), heartbeat("n1")]);
+    s.fleet.ledger.moves.insert(
+        "job/old".into(),
+        policy::Moves {
+            count: 2,
+            last: Some(t0()),
+        },
+    );
+    s.fleet.ledger.moves.insert(
+        "job/legacy".into(),
+        policy::Moves {
+            count: 1,
+            last: None,
+        },
+    );
+    s.at(DAY + 61).poll(&[watchdog(), heartbeat("n1")]);
+    assert!(!s.fleet.ledger.moves.contains_key("job/old"));
+    assert!(s.last.moved.contains("job/old"), "written as forgotten");
+    assert!(s.fleet.ledger.moves.contains_key("job/legacy"));
+}
+
+#[test]
+fn observe_mode_records_the_halt_cordon_mode_would_meet() {
+    // Two nodes: 20 % of 2 is none, so not even one may go.
+    for (mode, want) in [
+        ("observe", "POLICY_HALTED cordon maxUnavailablePercent"),
+        ("cordon", "POLICY_HALTED cordon maxUnavailablePercent"),
+    ] {
+        let mut s = pool_script(mode);
+        let ids = s.pool("g", 2, "gpu");
+        s.at(0).report(&ids, &["g-0"], low);
+        s.at(30).report(&ids, &["g-0"], low);
+        assert_eq!(s.policy_events(), [format!("g-0 {want}")], "{mode}");
+    }
+    // Ten nodes: two may go in either mode, the third is halted in both.
+    for mode in ["observe", "cordon"] {
+        let mut s = pool_script(mode);
+        let ids = s.pool("g", 10, "gpu");
+        let sick = ["g-0", "g-1", "g-2"];
+        s.at(0).report(&ids, &sick, low);
+        s.at(30).report(&ids, &sick, low);
+        let halted = s
+            .events
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::PolicyHalted { .. }))
+            .count();
+        assert_eq!(halted, 1, "{mode}: the third is halted");
+    }
+}
+
+#[test]
+fn the_backtest_names_each_halts_guardrail() {
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 2, "gpu");
+    s.at(0).report(&ids, &["g-0"], low);
+    s.at(30).report(&ids, &["g-0"], low);
+    let history: Vec<Event> = std::mem::take(&mut s.events);
+    let candidate = pool_script("observe").cfg;
+    let report = replay::backtest(&candidate, &s.fleet.nodes, &history, None);
+    assert_eq!(
+        report.candidate.halted_by,
+        [("maxUnavailablePercent".to_string(), 1)].into()
+    );
+    assert_eq!(report.recorded.halted_by, report.candidate.halted_by);
+}
+
+#[test]
+fn a_node_gone_from_the_cluster_or_renamed_onto_a_new_machine_is_retired() {
+    let mut s = script("orchestrator: { kind: kubernetes }");
+    let mut a = shown("a", Status::Ready);
+    a.uid = Some("uid-a1".into());
+    let mut b = shown("b", Status::Ready);
+    b.uid = Some("uid-b".into());
+    let out = s.fleet.observe(s.now, &[a.clone(), b.clone()]);
+    s.record(out);
+    s.at(0).poll(&[
+        watchdog(),
+        heartbeat("a"),
+        gpu_ecc_uncorrectable("a", "0"),
+        heartbeat("b"),
+    ]);
+    s.fleet.cordon(s.now, "b", "maintenance").unwrap();
+    s.took();
+    // `b` is deleted from the cluster; `a`'s name now belongs to a new machine.
+    a.uid = Some("uid-a2".into());
+    let now = s.at(60).now;
+    let out = s.fleet.observe(now, &[a]);
+    s.record(out);
+    assert!(
+        !s.fleet.nodes.contains_key("b"),
+        "its record and its queue go"
+    );
+    let fresh = s.node("a");
+    assert!(
+        fresh.conditions.is_empty(),
+        "the old machine's sticky fault is not the new one's"
+    );
+    assert_eq!(fresh.uid.as_deref(), Some("uid-a2"));
+    assert_eq!(fresh.score, None);
+    assert_eq!(s.took(), ["b NODE_DECOMMISSIONED", "a NODE_DECOMMISSIONED"]);
+}
+
+#[test]
+fn a_hold_keeps_only_alerts_seen_before_it_began() {
+    let mut s = script("alertmanager: { staleAfter: 1h }");
+    s.at(0)
+        .poll(&[watchdog_sent(0), heartbeat("n1"), edac("n1").expires(240)]);
+    // The watchdog goes missing once: a hold begins at 30 s.
+    s.at(30).poll(&[heartbeat("n1"), edac("n1").expires(240)]);
+    assert!(s.fleet.trust.holding(s.now));
+    // SMART first fires after the gap, and is resolved well before its expiry.
+    s.at(60).poll(&[
+        watchdog_sent(60),
+        heartbeat("n1"),
+        edac("n1").expires(300),
+        smart_failing("n1").expires(300),
+    ]);
+    s.took();
+    s.at(90).poll(&[watchdog_sent(60), heartbeat("n1")]);
+    assert!(
+        !s.node("n1").conditions.contains_key("disk_degraded"),
+        "seen by the pipeline as it now is: its resolution counts"
+    );
+    assert!(
+        s.node("n1").conditions.contains_key("memory_errors"),
+        "seen before the gap: held"
+    );
+}
+
+#[test]
+fn failure_reasons_reported_through_the_api_are_bounded() {
+    let mut s = script("");
+    s.at(0).poll(&[watchdog(), heartbeat("n1")]);
+    for i in 0..100 {
+        let out = s
+            .fleet
+            .attribute_failure(&s.cfg, s.now, "n1", "job", Some(&format!("why-{i}")), None)
+            .unwrap();
+        s.record(out);
+    }
+    let f = &s.node("n1").failures;
+    assert_eq!(f.total, 100);
+    assert_eq!(f.by_reason.len(), 65, "64 reasons, and the rest together");
+    assert_eq!(f.by_reason["other"], 36);
+}

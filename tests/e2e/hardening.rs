@@ -1,0 +1,402 @@
+//! The trust core hardened, end to end against a real Alertmanager: an Alertmanager
+//! restart held, webhook-only trust without a watchdog, reads that cost no fetch,
+//! paged node lists, inputs that bring in no node, and errors instead of panics.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+#[tokio::test]
+async fn an_alertmanager_restart_holds_absences_until_hold_after_restart() {
+    let mut am = Alertmanager::start(None).await;
+    am.fire(&[watchdog(), heartbeat("n1"), smart_failing("n1")])
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let am_keys = "pollInterval: 1s, holdAfterRestart: 20s, staleAfter: 1h";
+    let hale = Hale::start_with(
+        dir.path(),
+        port,
+        &config(dir.path(), port, &am.url, am_keys, ""),
+    )
+    .await;
+    hale.wait_node("SMART raised", "n1", |n| has_condition(n, "disk_degraded"))
+        .await;
+    hale.after_polls(2.0).await;
+    // Restarted, Alertmanager holds nothing until Prometheus re-sends it; the
+    // harness re-sends the watchdog each second, as Prometheus would, but not the
+    // node's alerts.
+    am.restart().await;
+    let source = eventually("the hold", Duration::from_secs(30), || async {
+        let alerts: Value = reqwest::get(format!("{}/api/v1/alerts", hale.url))
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        let reason = alerts["source"]["holdReason"].as_str()?;
+        reason
+            .contains("Alertmanager restarted")
+            .then(|| alerts["source"].clone())
+    })
+    .await;
+    hale.after_polls(3.0).await;
+    let n1 = hale.node("n1").await.unwrap();
+    assert!(
+        has_condition(&n1, "disk_degraded"),
+        "an absence after a restart ends nothing: {n1}"
+    );
+    assert_eq!(
+        metric(&hale.metrics().await, "hale_alert_source_holding", &[]),
+        Some(1.0)
+    );
+    assert!(hale.log().contains("Alertmanager restarted"));
+    // The hold runs out 20 s after Alertmanager's start: then the absence counts.
+    hale.wait_node_within(
+        "SMART ended after the hold",
+        "n1",
+        Duration::from_secs(60),
+        |n| !has_condition(n, "disk_degraded"),
+    )
+    .await;
+    let events = hale.events("n1", "type=CONDITION_CLEARED").await;
+    let cleared = events["events"][0]["occurredAt"].as_str().unwrap();
+    let hold = source["holdUntil"].as_str().unwrap();
+    assert!(
+        chrono::DateTime::parse_from_rfc3339(cleared).unwrap()
+            >= chrono::DateTime::parse_from_rfc3339(hold).unwrap(),
+        "cleared at {cleared}, the hold ran until {hold}"
+    );
+}
+
+#[tokio::test]
+async fn without_polling_or_a_watchdog_every_delivery_is_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = config(
+        dir.path(),
+        port,
+        "http://127.0.0.1:9",
+        "pollInterval: 0, requireWatchdog: false, staleAfter: 10s",
+        "nodeHealth: { reportIntervalSeconds: 1 }",
+    );
+    let hale = Hale::start_with(dir.path(), port, &config).await;
+    let both = delivery(&[(&heartbeat("n1"), "firing"), (&heartbeat("n2"), "firing")]);
+    assert_eq!(hale.deliver(&both).await, 200);
+    assert_eq!(
+        metric(&hale.metrics().await, "hale_alert_source_up", &[]),
+        Some(1.0),
+        "a delivery is the source when no watchdog is required"
+    );
+    // n2 keeps reporting every second; n1 went quiet.
+    let only_n2 = delivery(&[(&heartbeat("n2"), "firing")]);
+    let mut missed = None;
+    for _ in 0..25 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(hale.deliver(&only_n2).await, 200);
+        let n1 = hale.node("n1").await.unwrap();
+        if has_condition(&n1, "heartbeat_missed") {
+            missed = Some(n1);
+            break;
+        }
+    }
+    let n1 = missed.expect("n1 missed within 15 s and a little");
+    assert_eq!(n1["health"], "Unknown");
+    let n2 = hale.node("n2").await.unwrap();
+    assert!(!has_condition(&n2, "heartbeat_missed"));
+    assert!(!has_condition(&n2, "telemetry_stale"), "never stale: {n2}");
+    assert!(
+        hale.log()
+            .lines()
+            .any(|l| l.contains("stopped reporting") && l.contains("n1")),
+        "the warning names the node"
+    );
+}
+
+/// A recording proxy in front of Alertmanager: what hale asked of it, and with
+/// which User-Agent.
+#[derive(Clone)]
+struct Proxy {
+    url: String,
+    seen: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+impl Proxy {
+    async fn start(upstream: &str) -> Proxy {
+        let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (log, upstream) = (seen.clone(), upstream.to_string());
+        let app = axum::Router::new().fallback(
+            move |uri: axum::http::Uri, headers: axum::http::HeaderMap| {
+                let (log, upstream) = (log.clone(), upstream.clone());
+                async move {
+                    let agent = headers
+                        .get("user-agent")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .to_string();
+                    log.lock().unwrap().push((uri.path().to_string(), agent));
+                    let resp = reqwest::get(format!("{upstream}{uri}")).await.unwrap();
+                    let status = resp.status().as_u16();
+                    let date = resp.headers().get("date").cloned();
+                    let body = resp.bytes().await.unwrap();
+                    let mut out = axum::response::Response::new(axum::body::Body::from(body));
+                    *out.status_mut() = axum::http::StatusCode::from_u16(status).unwrap();
+                    if let Some(d) = date {
+                        out.headers_mut().insert("date", d);
+                    }
+                    out
+                }
+            },
+        );
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Proxy { url, seen }
+    }
+
+    fn asked(&self, path: &str) -> usize {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(p, _)| p == path)
+            .count()
+    }
+}
+
+#[tokio::test]
+async fn reading_the_alerts_costs_no_fetch_and_every_request_says_who_asks() {
+    let am = Alertmanager::start(None).await;
+    let proxy = Proxy::start(&am.url).await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let hale = Hale::start_with(
+        dir.path(),
+        port,
+        &config(dir.path(), port, &proxy.url, "pollInterval: 2s", ""),
+    )
+    .await;
+    am.fire(&[watchdog(), heartbeat("n1"), smart_failing("n1")])
+        .await;
+    hale.wait_node("SMART raised", "n1", |n| has_condition(n, "disk_degraded"))
+        .await;
+    let url = format!("{}/api/v1/alerts", hale.url);
+    let first: Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+    let alertnames: Vec<&str> = first["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["alertname"].as_str().unwrap())
+        .collect();
+    assert!(alertnames.contains(&"SmartFailing"), "{first}");
+    assert_eq!(first["source"]["up"], true);
+    // Fifty unauthenticated reads within a poll interval fetch nothing more.
+    let before = proxy.asked("/api/v2/alerts");
+    let reads = (0..50).map(|_| {
+        let url = url.clone();
+        async move { reqwest::get(&url).await.unwrap().status() }
+    });
+    for status in futures::future::join_all(reads).await {
+        assert_eq!(status, 200);
+    }
+    assert!(
+        proxy.asked("/api/v2/alerts") <= before + 1,
+        "{} fetches for 50 reads",
+        proxy.asked("/api/v2/alerts") - before
+    );
+    // A new alert shows once a poll has read it.
+    am.fire(&[gpu_ecc_uncorrectable("n1")]).await;
+    eventually("the new alert listed", Duration::from_secs(20), || async {
+        let now: Value = reqwest::get(&url).await.ok()?.json().await.ok()?;
+        now["alerts"]
+            .as_array()?
+            .iter()
+            .any(|a| a["alertname"] == "GpuEccUncorrectable")
+            .then_some(())
+    })
+    .await;
+    // Each poll also reads the status, for Alertmanager's start time.
+    assert!(proxy.asked("/api/v2/status") > 0);
+    let agents: Vec<String> = proxy
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, a)| a.clone())
+        .collect();
+    let want = format!("hale/{}", env!("CARGO_PKG_VERSION"));
+    assert!(agents.iter().all(|a| *a == want), "{agents:?}");
+}
+
+#[tokio::test]
+async fn the_node_list_pages_and_filters() {
+    let dir = tempfile::tempdir().unwrap();
+    let hale = Hale::webhook_only(dir.path(), "").await;
+    let mut alerts: Vec<(Value, &str)> = vec![(watchdog(), "firing")];
+    for i in 0..25 {
+        alerts.push((heartbeat(&format!("n{i:02}")), "firing"));
+    }
+    for i in [3, 17] {
+        alerts.push((smart_failing(&format!("n{i:02}")), "firing"));
+    }
+    let pairs: Vec<(&Value, &str)> = alerts.iter().map(|(a, s)| (a, *s)).collect();
+    assert_eq!(hale.deliver(&delivery(&pairs)).await, 200);
+    let list = |q: String| {
+        let url = format!("{}/api/v1/nodes?{q}", hale.url);
+        async move {
+            let r = reqwest::get(url).await.unwrap();
+            (r.status(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let mut seen = Vec::new();
+    let mut token: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let q = match &token {
+            Some(t) => format!("pageSize=10&pageToken={t}"),
+            None => "pageSize=10".into(),
+        };
+        let (status, page) = list(q).await;
+        assert_eq!(status, 200);
+        pages += 1;
+        seen.extend(
+            page["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n["id"].as_str().unwrap().to_string()),
+        );
+        match page["nextPageToken"].as_str() {
+            Some(t) => token = Some(t.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    let want: Vec<String> = (0..25).map(|i| format!("n{i:02}")).collect();
+    assert_eq!(seen, want, "every node once, in order");
+    let (_, degraded) = list("health=degraded".into()).await;
+    let ids: Vec<&str> = degraded["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["n03", "n17"]);
+    assert!(degraded["nextPageToken"].is_null());
+    let (_, none) = list("cluster=elsewhere".into()).await;
+    assert_eq!(none["nodes"], json!([]));
+    for bad in [
+        "pageSize=0",
+        "pageToken=zz",
+        "health=Sick",
+        "status=up",
+        "limit=3",
+    ] {
+        let (status, body) = list(bad.into()).await;
+        assert_eq!(status, 400, "{bad}");
+        assert_eq!(body["error"], "bad_request", "{bad}");
+    }
+    let out = hale.cli(&["node", "list", "--health", "Degraded"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 3, "a header and two nodes:\n{text}");
+    let all = String::from_utf8(hale.cli(&["node", "list"]).stdout).unwrap();
+    assert_eq!(all.lines().count(), 26);
+}
+
+#[tokio::test]
+async fn inputs_that_name_no_node_bring_none_in_and_odd_queries_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let hale = Hale::webhook_only(dir.path(), "").await;
+    let ghost = smart_failing("ghost");
+    let blank = smart_failing("   ");
+    let answer = hale
+        .deliver(&delivery(&[
+            (&watchdog(), "firing"),
+            (&ghost, "resolved"),
+            (&blank, "firing"),
+        ]))
+        .await;
+    assert_eq!(answer, 200);
+    assert!(
+        hale.node("ghost").await.is_none(),
+        "a resolved alert creates no node"
+    );
+    assert_eq!(hale.nodes().await["nodes"], json!([]));
+    assert_eq!(
+        metric(&hale.metrics().await, "hale_alerts_unmatched_total", &[]),
+        Some(1.0),
+        "a blank node label names no node"
+    );
+    // Time arithmetic with absurd input is a 400, never a dropped connection.
+    assert_eq!(
+        hale.deliver(&delivery(&[(&heartbeat("n1"), "firing")]))
+            .await,
+        200
+    );
+    for q in [
+        "since=100000000d",
+        "until=9999999999999999999s",
+        "since=-5m",
+    ] {
+        let r = reqwest::get(format!("{}/events?{q}", hale.node_url("n1")))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{q}");
+    }
+    let out = hale.cli(&[
+        "policy",
+        "backtest",
+        "--config",
+        dir.path().join("hale.yaml").to_str().unwrap(),
+        "--since",
+        "100000000d",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains("--since"), "{err}");
+}
+
+#[tokio::test]
+async fn check_config_names_the_key_written_and_says_the_other_is_a_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, text: &str| {
+        let file = dir.path().join(name);
+        std::fs::write(&file, text).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+            .args(["check-config"])
+            .arg(&file)
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{text}");
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let e = run("cordon.yaml", "nodeHealth: { cordonBelow: 30 }\n");
+    assert!(
+        e.contains(
+            "cordon.yaml:1: nodeHealth.cordonBelow: 30 is below drainBelow 45 (the default)"
+        ),
+        "{e}"
+    );
+    let e = run(
+        "penalty.yaml",
+        "cluster: a\nnodeHealth: { penalties: { SmartFailing: -5 } }\n",
+    );
+    assert!(
+        e.contains("penalty.yaml:2: nodeHealth.penalties.SmartFailing:"),
+        "{e}"
+    );
+    let e = run(
+        "hold.yaml",
+        "alertmanager: { holdAfterRestart: 100000000d }\n",
+    );
+    assert!(
+        e.contains("hold.yaml:1: alertmanager.holdAfterRestart:") && e.contains("century"),
+        "{e}"
+    );
+}
