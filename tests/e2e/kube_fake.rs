@@ -10,8 +10,9 @@
 //! of pods, the Cluster API Machines and Karpenter NodeClaims behind nodes, and the
 //! Lease of the leader election. Status errors carry the code, reason and details the
 //! real server gives, because the kube client reads them. Every request is recorded
-//! with the bearer token that made it, for the tests that hold the (verb, resource)
-//! pairs against the Helm chart's RBAC and that tell hale's replicas apart.
+//! with the bearer token that made it, its User-Agent and how it was answered, for
+//! the tests that hold the (verb, resource) pairs against the Helm chart's RBAC,
+//! that tell hale's replicas apart and that see a conflict happen.
 
 // A refusal is the handler's finished answer (an axum `Response`), returned early
 // from the checks every endpoint shares; its size is irrelevant in a test server.
@@ -31,14 +32,17 @@ use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
 /// One request past authentication: the bearer token that made it ("" without
-/// one), and the verb, resource (with its subresource) and name the API server's
-/// RBAC sees in it.
+/// one), the verb, resource (with its subresource) and name the API server's RBAC
+/// sees in it, the `User-Agent` it carried (its values joined by ", "; "" without
+/// one), and the status code it was answered with (0 while it is being served).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {
     pub user: String,
     pub verb: String,
     pub resource: String,
     pub name: String,
+    pub user_agent: String,
+    pub status: u16,
 }
 
 /// A PodDisruptionBudget as the eviction subresource reads it.
@@ -103,6 +107,9 @@ struct Cluster {
     requests: Vec<Request>,
     /// Tokens refused on Leases only (their Role taken away).
     lease_forbidden: BTreeSet<String>,
+    /// Leases (namespace, name) another writer changes right before their next
+    /// update is served.
+    lease_races: BTreeSet<(String, String)>,
     /// Everything but nodes and events.
     objects: BTreeMap<Key, Value>,
     /// Terminating pods, and when their kubelet confirms each.
@@ -111,6 +118,7 @@ struct Cluster {
     events: Vec<Value>,
     evicted: Vec<Value>,
     eviction_attempts: BTreeMap<(String, String), u32>,
+    eviction_times: BTreeMap<(String, String), Vec<Instant>>,
     deleted: Vec<(String, String)>,
 }
 
@@ -854,7 +862,14 @@ async fn gate(
         request.uri().path(),
         request.uri().query(),
     );
-    {
+    let user_agent = request
+        .headers()
+        .get_all(header::USER_AGENT)
+        .iter()
+        .map(|v| v.to_str().unwrap_or("<not text>"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let index = {
         let mut c = fake.state.lock().unwrap();
         if resource == "leases" && c.lease_forbidden.contains(&user) {
             return status(
@@ -876,9 +891,14 @@ async fn gate(
             verb,
             resource,
             name,
+            user_agent,
+            status: 0,
         });
-    }
-    next.run(request).await
+        c.requests.len() - 1
+    };
+    let response = next.run(request).await;
+    fake.state.lock().unwrap().requests[index].status = response.status().as_u16();
+    response
 }
 
 impl Cluster {
@@ -1344,6 +1364,22 @@ impl FakeApi {
             .insert(token.into());
     }
 
+    /// Serve `token` on Leases again (its Role given back).
+    pub fn allow_leases(&self, token: &str) {
+        self.state.lock().unwrap().lease_forbidden.remove(token);
+    }
+
+    /// Right before the next update of the Lease `name` in `namespace` is served,
+    /// another writer changes it (at a new resourceVersion, as a `kubectl annotate`
+    /// would): an update conditional on the version read before meets a genuine 409.
+    pub fn race_next_lease_update(&self, namespace: &str, name: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .lease_races
+            .insert((namespace.into(), name.into()));
+    }
+
     /// Create or replace a pod, as its controller and the scheduler would (its
     /// `terminationGracePeriodSeconds` defaulted to 30, as the real server defaults
     /// it). A pod replaced while terminating is a new pod, not terminating.
@@ -1359,6 +1395,20 @@ impl FakeApi {
             .lock()
             .unwrap()
             .replace(Kind::by_kind("Pod"), pod);
+    }
+
+    /// Delete a pod as its controller would (a ReplicaSet scaled down), gracefully
+    /// over its own grace period, recorded as nothing hale was served.
+    pub fn delete_pod(&self, namespace: &str, name: &str) {
+        let key = Cluster::key(Kind::by_kind("Pod"), namespace, name);
+        let mut c = self.state.lock().unwrap();
+        c.sweep();
+        let pod = c
+            .objects
+            .get(&key)
+            .cloned()
+            .unwrap_or_else(|| panic!("no pod {namespace}/{name} to delete"));
+        c.delete_pod(&key, pod, None);
     }
 
     /// Every pod, by namespace and name, the terminating ones included.
@@ -1403,6 +1453,15 @@ impl FakeApi {
             .get(&(namespace.into(), name.into()))
             .copied()
             .unwrap_or(0)
+    }
+
+    /// When each eviction of one pod was asked, refused ones included, in order.
+    pub fn eviction_times(&self, namespace: &str, name: &str) -> Vec<Instant> {
+        let c = self.state.lock().unwrap();
+        c.eviction_times
+            .get(&(namespace.into(), name.into()))
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The Events created, in order.
@@ -2217,7 +2276,9 @@ async fn list_pods(
         }
         requirements.push(requirement);
     }
-    let c = fake.state.lock().unwrap();
+    let mut c = fake.state.lock().unwrap();
+    // A pod its kubelet has confirmed gone is listed no more.
+    c.sweep();
     let items: Vec<&Value> = c
         .objects
         .iter()
@@ -2244,13 +2305,15 @@ async fn evict(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    *fake
-        .state
-        .lock()
-        .unwrap()
-        .eviction_attempts
-        .entry((ns.clone(), name.clone()))
-        .or_default() += 1;
+    {
+        let mut c = fake.state.lock().unwrap();
+        let pod = (ns.clone(), name.clone());
+        *c.eviction_attempts.entry(pod.clone()).or_default() += 1;
+        c.eviction_times
+            .entry(pod)
+            .or_default()
+            .push(Instant::now());
+    }
     let mut eviction = match json_body(&headers, &body) {
         Ok(e) => e,
         Err(r) => return r,
@@ -2425,6 +2488,11 @@ async fn update_lease(
     }
     let k = Kind::by_kind("Lease");
     let mut c = fake.state.lock().unwrap();
+    if c.lease_races.remove(&(ns.clone(), name.clone()))
+        && let Some(raced) = c.objects.get(&Cluster::key(k, &ns, &name)).cloned()
+    {
+        c.store(k, raced);
+    }
     let Some(old) = c.objects.get(&Cluster::key(k, &ns, &name)).cloned() else {
         lease["metadata"]
             .as_object_mut()

@@ -1,16 +1,22 @@
 //! The Kubernetes orchestrator through the real `kube` client against the in-process
 //! fake API server (`kube_fake.rs`; no real API server is installable here): the
-//! inventory from the watch, cordons with who and why, the gate taint, cordons and
-//! uncordons made with kubectl, and every request it served held against the Helm
-//! chart's ClusterRole.
+//! inventory from the watch (resumed, relisted after a compaction, nodes deleted and
+//! recreated), cordons with who and why, the gate taint through a genuine conflict,
+//! Sciuro's conditions and hale's annotations, webhook-only ingest, drains and
+//! replacements over pods' grace periods, the leader's Lease, and every request it
+//! served held against the Helm chart's ClusterRole and marked as hale's.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use crate::harness::*;
 use crate::kube_fake::{FakeApi, kubeconfig, kubeconfig_as, pod, ready_node};
+
+/// The User-Agent of the test's own requests to the fake, told apart from hale's.
+const TEST_AGENT: &str = "hale-e2e-test";
 
 fn taints(node: &Value) -> Vec<String> {
     node["spec"]["taints"]
@@ -59,7 +65,20 @@ fn granted(section: &str) -> BTreeSet<(String, String)> {
 /// Everything the adapter asked of the API server in one scenario.
 type Served = (BTreeSet<(String, String)>, BTreeSet<(String, String)>);
 
+/// What one scenario's hale asked of its fake, once every request it made is checked
+/// to carry `User-Agent: hale/<version>` (the API server's audit log names the
+/// client by it).
 fn served(fake: &FakeApi) -> Served {
+    let hale = format!("hale/{}", env!("CARGO_PKG_VERSION"));
+    let unnamed: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.user_agent != hale && r.user_agent != TEST_AGENT)
+        .collect();
+    assert!(
+        unnamed.is_empty(),
+        "requests without User-Agent {hale}: {unnamed:?}"
+    );
     (fake.served(), fake.served_leases())
 }
 
@@ -67,15 +86,18 @@ fn served(fake: &FakeApi) -> Served {
 /// exactly what the chart grants — no request it would refuse, no grant unused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kubernetes_adapter_uses_exactly_what_the_chart_grants() {
-    let (a, b, c, d, e) = tokio::join!(
+    let (a, b, c, d, e, f, g) = tokio::join!(
         nodes_cordons_and_the_gate_go_through_the_api_server(),
-        conditions_score_and_health_are_published_on_the_node(),
+        conditions_are_sciuros_and_hales_view_is_in_annotations(),
+        webhook_only_waits_for_the_whole_picture_and_follows_the_cluster(),
+        the_watch_survives_compaction_deletion_and_recreation(),
         drains_and_fault_evictions_go_through_the_eviction_api(),
         replacement_deletes_the_machine_or_nodeclaim_once_the_node_is_empty(),
         two_replicas_one_leader_and_a_handover_without_double_action(),
     );
+    let (f, first_replace) = f;
     let (mut cluster, mut namespace) = (BTreeSet::new(), BTreeSet::new());
-    for (c, n) in [a, b, c, d, e] {
+    for (c, n) in [a, b, c, d, e, f, g] {
         cluster.extend(c);
         namespace.extend(n);
     }
@@ -85,6 +107,45 @@ async fn the_kubernetes_adapter_uses_exactly_what_the_chart_grants() {
         "served vs the ClusterRole"
     );
     assert_eq!(namespace, granted("namespaceRules"), "served vs the Role");
+    // Checked last, so that it hides no other scenario's outcome: a replacement waits
+    // on the node's pods from its first word, never "drained and empty, terminating"
+    // while one runs.
+    assert_eq!(
+        first_replace["waitingOn"], 1,
+        "concluded to terminate r-2 while a pod ran on it: {first_replace}"
+    );
+}
+
+/// The Alertmanager polls hale has made so far, whatever their result.
+async fn polls(hale: &Hale) -> u64 {
+    hale.metrics()
+        .await
+        .lines()
+        .filter(|l| l.starts_with("hale_alertmanager_polls_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Wait until hale has polled `n` more times: as many more rounds in which it
+/// reported, decided and acted on what it saw.
+async fn polled(hale: &Hale, n: u64) {
+    let from = polls(hale).await;
+    eventually(
+        &format!("{n} more polls"),
+        Duration::from_secs(20),
+        || async { (polls(hale).await >= from + n).then_some(()) },
+    )
+    .await;
+}
+
+/// The `type`s of a page of events, oldest first.
+fn kinds(page: &Value) -> Vec<String> {
+    page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_string())
+        .collect()
 }
 
 async fn nodes_cordons_and_the_gate_go_through_the_api_server() -> Served {
@@ -95,6 +156,8 @@ async fn nodes_cordons_and_the_gate_go_through_the_api_server() -> Served {
     nodes[4]["spec"]["taints"] = json!([{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]);
     let fake = FakeApi::start(nodes).await;
     let am = Alertmanager::start(None).await;
+    // The pipeline is up before hale starts, as it is where hale is deployed.
+    am.fire(&[watchdog()]).await;
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = kubeconfig(dir.path(), &fake.url);
     let extra = format!(
@@ -133,15 +196,40 @@ async fn nodes_cordons_and_the_gate_go_through_the_api_server() -> Served {
         node["metadata"]["annotations"]["hale.dev/cordon-reason"],
         "score below cordonBelow 60"
     );
-    // g-4 below drainBelow: gated by the taint too.
+    // g-4 below drainBelow (two critical alerts, 40 + 45 points): gated by the taint
+    // too. Someone taints it between hale's read of the node and its write of the
+    // gate: a genuine 409, retried on a fresh read, and both taints stay.
+    fake.on_next_get("g-4", |n| {
+        n["spec"]["taints"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"key": "example.com/maintenance", "effect": "NoSchedule"}));
+    });
     am.fire(&[gpu_ecc_uncorrectable("g-4"), smart_failing("g-4")])
         .await;
     let node = fake_until("g-4 gated", &fake, "g-4", |n| {
         taints(n).contains(&"hale.dev/low-score".to_string())
     })
     .await;
-    assert_eq!(taints(&node), ["nvidia.com/gpu", "hale.dev/low-score"]);
-    assert_eq!(node["spec"]["taints"][1]["effect"], "NoSchedule");
+    assert_eq!(
+        taints(&node),
+        [
+            "nvidia.com/gpu",
+            "example.com/maintenance",
+            "hale.dev/low-score"
+        ]
+    );
+    assert_eq!(node["spec"]["taints"][2]["effect"], "NoSchedule");
+    let answers: Vec<u16> = fake
+        .requests()
+        .iter()
+        .filter(|r| r.verb == "patch" && r.resource == "nodes" && r.name == "g-4")
+        .map(|r| r.status)
+        .collect();
+    assert!(
+        answers.contains(&409),
+        "the other writer's taint never met hale's write: {answers:?}"
+    );
 
     // kubectl uncordon g-3: hale records the operator's uncordon and leaves it alone.
     fake.kubectl("g-3", json!({"spec": {"unschedulable": null}}));
@@ -149,7 +237,14 @@ async fn nodes_cordons_and_the_gate_go_through_the_api_server() -> Served {
         .wait_node("uncordon seen", "g-3", |n| n["status"] == "Ready")
         .await;
     assert!(n["cordon"].is_null(), "{n}");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The policy, deciding again on g-3's next report, holds back: its halt is the
+    // sign; two more rounds after it, still nothing re-cordoned.
+    eventually("g-3's halt", Duration::from_secs(20), || async {
+        let e = hale.events("g-3", "type=POLICY_HALTED").await;
+        (!e["events"].as_array().unwrap().is_empty()).then_some(())
+    })
+    .await;
+    polled(&hale, 2).await;
     assert_eq!(
         fake.node("g-3")["spec"]["unschedulable"],
         Value::Null,
@@ -158,13 +253,7 @@ async fn nodes_cordons_and_the_gate_go_through_the_api_server() -> Served {
     let events = hale
         .events("g-3", "type=NODE_UNCORDONED&type=POLICY_HALTED")
         .await;
-    let kinds: Vec<&str> = events["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["type"].as_str().unwrap())
-        .collect();
-    assert_eq!(kinds, ["NODE_UNCORDONED", "POLICY_HALTED"]);
+    assert_eq!(kinds(&events), ["NODE_UNCORDONED", "POLICY_HALTED"]);
     assert_eq!(events["events"][0]["by"], "operator");
 
     // kubectl cordon g-7: the operator's, counted against the ceiling.
@@ -177,6 +266,7 @@ async fn nodes_cordons_and_the_gate_go_through_the_api_server() -> Served {
     // The fake refuses what the real server refuses.
     let r = reqwest::Client::new()
         .patch(format!("{}/api/v1/nodes/g-1", fake.url))
+        .header("user-agent", TEST_AGENT)
         .header("content-type", "application/json")
         .body("{}")
         .send()
@@ -185,6 +275,7 @@ async fn nodes_cordons_and_the_gate_go_through_the_api_server() -> Served {
     assert_eq!(r.status(), 415);
     let r = reqwest::Client::new()
         .patch(format!("{}/api/v1/nodes/g-1", fake.url))
+        .header("user-agent", TEST_AGENT)
         .header("content-type", "application/merge-patch+json")
         .body(r#"{"metadata": {"resourceVersion": "1"}, "spec": {"unschedulable": true}}"#)
         .send()
@@ -202,6 +293,18 @@ fn condition<'a>(node: &'a Value, ctype: &str) -> Option<&'a Value> {
         .find(|c| c["type"] == ctype)
 }
 
+/// The Node conditions hale owns (the `AlertManager_` prefix), by type.
+fn owned(node: &Value) -> BTreeSet<String> {
+    node["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["type"].as_str())
+        .filter(|t| t.starts_with("AlertManager_"))
+        .map(String::from)
+        .collect()
+}
+
 fn kube_extra(kubeconfig: &std::path::Path, more: &str) -> String {
     format!(
         "orchestrator: {{ kind: kubernetes, kubeconfig: {}, lease: {{ duration: 6s }}{more} }}\n",
@@ -217,7 +320,23 @@ fn asked(fake: &FakeApi, user: &str, verb: &str, resource: &str, name: &str) -> 
         .count()
 }
 
-async fn conditions_score_and_health_are_published_on_the_node() -> Served {
+/// A time a condition carries.
+fn time(c: &Value, key: &str) -> chrono::DateTime<chrono::Utc> {
+    c[key]
+        .as_str()
+        .unwrap()
+        .parse::<chrono::DateTime<chrono::Utc>>()
+        .unwrap()
+}
+
+/// The annotation of hale's raised condition types on a Node ("" when absent).
+fn raised(node: &Value) -> &str {
+    node["metadata"]["annotations"]["hale.dev/conditions"]
+        .as_str()
+        .unwrap_or("")
+}
+
+async fn conditions_are_sciuros_and_hales_view_is_in_annotations() -> Served {
     let mut n1 = ready_node("n-1", json!({}));
     // The Node Problem Detector's condition: never hale's to touch.
     n1["status"]["conditions"].as_array_mut().unwrap().push(
@@ -225,6 +344,10 @@ async fn conditions_score_and_health_are_published_on_the_node() -> Served {
     );
     let fake = FakeApi::start(vec![n1, ready_node("n-2", json!({}))]).await;
     let mut am = Alertmanager::start(None).await;
+    // The pipeline is up before hale starts, as it is where hale is deployed.
+    am.fire(&[watchdog()]).await;
+    // Silenced before it fires: the operator's intent, never written on the Node.
+    am.silence("ChassisIntrusion").await;
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = kubeconfig(dir.path(), &fake.url);
     let extra = kube_extra(&kubeconfig, ", conditionLinger: 6s, conditionHeartbeat: 2s");
@@ -237,7 +360,9 @@ async fn conditions_score_and_health_are_published_on_the_node() -> Served {
     ])
     .await;
 
-    let ctype = "AlertManager_DiskDegraded";
+    // Sciuro's condition: named after the alert verbatim (not hale's condition type
+    // disk_degraded), its priority (9 without one) before its summary.
+    let ctype = "AlertManager_SmartFailing";
     let node = fake_until("the condition on n-1", &fake, "n-1", |n| {
         condition(n, ctype).is_some()
     })
@@ -245,7 +370,9 @@ async fn conditions_score_and_health_are_published_on_the_node() -> Served {
     let c = condition(&node, ctype).unwrap().clone();
     assert_eq!(c["status"], "True");
     assert_eq!(c["reason"], "AlertIsFiring");
-    assert_eq!(c["message"], "SMART health check failing on /dev/sda");
+    assert_eq!(c["message"], "[P9] SMART health check failing on /dev/sda");
+    assert_eq!(owned(&node), BTreeSet::from([ctype.to_string()]), "{node}");
+    // hale's own view is in the annotations.
     let node = fake_until("score annotations", &fake, "n-1", |n| {
         n["metadata"]["annotations"]["hale.dev/score"] == "60"
     })
@@ -255,6 +382,7 @@ async fn conditions_score_and_health_are_published_on_the_node() -> Served {
         node["metadata"]["annotations"]["hale.dev/health"],
         view["health"]
     );
+    assert_eq!(raised(&node), "disk_degraded");
     for kept in ["Ready", "KernelDeadlock"] {
         assert!(
             condition(&node, kept).is_some(),
@@ -270,58 +398,136 @@ async fn conditions_score_and_health_are_published_on_the_node() -> Served {
     })
     .await;
     assert_eq!(n2["metadata"]["annotations"]["hale.dev/health"], "Healthy");
+    assert!(
+        n2["metadata"]["annotations"]
+            .get("hale.dev/conditions")
+            .is_none(),
+        "none raised, no annotation: {n2}"
+    );
 
     // Unchanged: the heartbeat moves, the transition does not.
-    let node = fake_until("heartbeat renewed", &fake, "n-1", |n| {
-        condition(n, ctype).is_some_and(|x| x["lastHeartbeatTime"] != c["lastHeartbeatTime"])
-    })
-    .await;
-    assert_eq!(
-        condition(&node, ctype).unwrap()["lastTransitionTime"],
-        c["lastTransitionTime"]
-    );
-    // Nothing to say about n-2: no status write at all, and the annotations
-    // written once each time they changed, not every round.
+    let renewed = next_heartbeat(&fake, "n-1", ctype, &c).await;
+    assert_eq!(renewed["lastTransitionTime"], c["lastTransitionTime"]);
+    // Nothing to say about n-2: no status write at all, and the annotations written
+    // once each time they changed, not every round. Two more renewals: the first a
+    // round begun after this count, finished before the second began.
     assert_eq!(asked(&fake, "", "patch", "nodes/status", "n-2"), 0);
     let writes = asked(&fake, "", "patch", "nodes", "n-2");
     assert!(writes <= 2, "{writes} annotation writes");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let renewed = next_heartbeat(&fake, "n-1", ctype, &renewed).await;
+    next_heartbeat(&fake, "n-1", ctype, &renewed).await;
     assert_eq!(asked(&fake, "", "patch", "nodes", "n-2"), writes);
+    assert_eq!(asked(&fake, "", "patch", "nodes/status", "n-2"), 0);
 
-    // Cleared: False, then gone once it has lingered.
+    // Sciuro's rules for what else fires on n-1 (info: no points, no policy):
+    // - a priority that is not an integer: left off the Node;
+    // - two alerts of one name: one condition, the most urgent's (P5 over P6);
+    // - no summary (a description is not read): the priority alone;
+    // - silenced: not written.
+    let no_summary = json!({"labels": {"alertname": "PsuDegraded", "severity": "info",
+        "node": "n-1"}, "annotations": {"description": "PSU 2 lost its redundancy"}});
+    let info = |name: &'static str, extra: &[(&'static str, &'static str)], summary: &str| {
+        let mut labels = vec![("alertname", name), ("severity", "info"), ("node", "n-1")];
+        labels.extend_from_slice(extra);
+        alert(&labels, summary)
+    };
+    am.fire(&[
+        info("FanFailing", &[("priority", "blah")], "fan 3 stopped"),
+        info(
+            "NvlinkDown",
+            &[("priority", "6"), ("gpu", "1")],
+            "NVLink down on GPU 1",
+        ),
+        info(
+            "NvlinkDown",
+            &[("priority", "5"), ("gpu", "0")],
+            "NVLink down on GPU 0",
+        ),
+        no_summary,
+        info("ChassisIntrusion", &[], "chassis opened"),
+    ])
+    .await;
+    // hale raised all four (the annotation lists them), and wrote the Node's
+    // conditions before the annotations in that same round.
+    let node = fake_until("hale's view of the new alerts", &fake, "n-1", |n| {
+        raised(n) == "ChassisIntrusion,FanFailing,NvlinkDown,PsuDegraded,disk_degraded"
+    })
+    .await;
+    let want: BTreeSet<String> = [ctype, "AlertManager_NvlinkDown", "AlertManager_PsuDegraded"]
+        .map(String::from)
+        .into();
+    assert_eq!(owned(&node), want, "{node}");
+    let nvlink = condition(&node, "AlertManager_NvlinkDown").unwrap();
+    let nvlink_since = nvlink["lastTransitionTime"].clone();
+    assert_eq!(
+        (&nvlink["status"], &nvlink["reason"], &nvlink["message"]),
+        (
+            &json!("True"),
+            &json!("AlertIsFiring"),
+            &json!("[P5] NVLink down on GPU 0")
+        )
+    );
+    let psu = condition(&node, "AlertManager_PsuDegraded").unwrap();
+    assert_eq!(
+        (&psu["status"], &psu["message"]),
+        (&json!("True"), &json!("[P9]"))
+    );
+    let view = hale.node("n-1").await.unwrap();
+    let suppressed = view["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "ChassisIntrusion")
+        .map(|c| c["suppressed"].clone());
+    assert_eq!(suppressed, Some(json!(true)), "{view}");
+
+    // The most urgent of them ends: the next one speaks for the name, the condition
+    // still True since it was raised.
+    am.resolve(&[info(
+        "NvlinkDown",
+        &[("priority", "5"), ("gpu", "0")],
+        "NVLink down on GPU 0",
+    )])
+    .await;
+    let node = fake_until("the next most urgent", &fake, "n-1", |n| {
+        condition(n, "AlertManager_NvlinkDown")
+            .is_some_and(|c| c["message"] == "[P6] NVLink down on GPU 1")
+    })
+    .await;
+    let nvlink = condition(&node, "AlertManager_NvlinkDown").unwrap();
+    assert_eq!(nvlink["status"], "True");
+    assert_eq!(nvlink["lastTransitionTime"], nvlink_since);
+
+    // Cleared: False with no message, then gone once it has lingered.
     am.resolve(&[smart_failing("n-1")]).await;
     let node = fake_until("cleared", &fake, "n-1", |n| {
         condition(n, ctype).is_some_and(|x| x["status"] == "False")
     })
     .await;
-    let cleared_at = std::time::Instant::now();
-    let cleared = condition(&node, ctype).unwrap();
+    let cleared = condition(&node, ctype).unwrap().clone();
     assert_eq!(cleared["reason"], "AlertIsNotFiring");
-    let time = |c: &Value, key: &str| {
-        c[key]
-            .as_str()
-            .unwrap()
-            .parse::<chrono::DateTime<chrono::Utc>>()
-            .unwrap()
-    };
+    assert_eq!(cleared["message"], "", "{cleared}");
     assert!(
-        time(cleared, "lastTransitionTime") > time(&c, "lastTransitionTime"),
+        time(&cleared, "lastTransitionTime") > time(&c, "lastTransitionTime"),
         "the transition to False moved lastTransitionTime: {cleared} after {c}"
     );
     fake_until("removed after the linger", &fake, "n-1", |n| {
         condition(n, ctype).is_none()
     })
     .await;
-    // Whole-second timestamps and polling: at least 4 of the linger's 6 seconds.
+    // Removed only once False for longer than the 6 s linger (hale's clock is this
+    // machine's).
+    let lingered = chrono::Utc::now() - time(&cleared, "lastTransitionTime");
     assert!(
-        cleared_at.elapsed() >= Duration::from_secs(4),
-        "removed after {:?}, before the 6 s linger",
-        cleared_at.elapsed()
+        lingered > chrono::TimeDelta::seconds(6),
+        "removed {lingered} after turning False, within the 6 s linger"
     );
     let node = fake.node("n-1");
     assert!(condition(&node, "KernelDeadlock").is_some());
 
-    // Blind: every condition hale owns turns Unknown, none is cleared or removed.
+    // Blind: every condition hale owns turns Unknown with no message, none is cleared
+    // or removed, and none is added; hale's telemetry_stale is in its annotation,
+    // not among the Node's conditions.
     am.fire(&[smart_failing("n-1")]).await;
     fake_until("raised again", &fake, "n-1", |n| {
         condition(n, ctype).is_some_and(|x| x["status"] == "True")
@@ -329,14 +535,362 @@ async fn conditions_score_and_health_are_published_on_the_node() -> Served {
     .await;
     am.kill();
     let node = fake_until("unknown while stale", &fake, "n-1", |n| {
-        condition(n, ctype).is_some_and(|x| x["status"] == "Unknown")
+        !owned(n).is_empty()
+            && owned(n)
+                .iter()
+                .all(|t| condition(n, t).unwrap()["status"] == "Unknown")
+    })
+    .await;
+    assert_eq!(owned(&node), want, "{node}");
+    for t in &want {
+        let c = condition(&node, t).unwrap();
+        assert_eq!(
+            (&c["reason"], &c["message"]),
+            (&json!("AlertsUnavailable"), &json!("")),
+            "{c}"
+        );
+    }
+    assert!(condition(&node, "KernelDeadlock").is_some());
+    // A delivery while blind: hale takes the new alert in (its annotation says so),
+    // but writes no condition for it.
+    let late = alert(
+        &[
+            ("alertname", "LateAlert"),
+            ("severity", "info"),
+            ("node", "n-1"),
+        ],
+        "arrived while blind",
+    );
+    assert_eq!(hale.deliver(&delivery(&[(&late, "firing")])).await, 200);
+    let node = fake_until("hale's view while blind", &fake, "n-1", |n| {
+        let r = raised(n);
+        r.contains("LateAlert") && r.contains("telemetry_stale")
+    })
+    .await;
+    assert_eq!(owned(&node), want, "a condition added while blind: {node}");
+    let types: BTreeSet<String> = node["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].as_str().unwrap().to_string())
+        .collect();
+    let mut expected = want.clone();
+    expected.extend(["Ready", "KernelDeadlock"].map(String::from));
+    assert_eq!(types, expected, "hale's own conditions are not the Node's");
+    served(&fake)
+}
+
+/// Node `name`'s condition `ctype` once its heartbeat has moved past `after`'s.
+async fn next_heartbeat(fake: &FakeApi, name: &str, ctype: &str, after: &Value) -> Value {
+    let node = fake_until("heartbeat renewed", fake, name, |n| {
+        condition(n, ctype).is_some_and(|x| x["lastHeartbeatTime"] != after["lastHeartbeatTime"])
+    })
+    .await;
+    condition(&node, ctype).unwrap().clone()
+}
+
+/// POST one Alertmanager webhook delivery to hale at `url`.
+async fn deliver_to(url: &str, body: &Value) {
+    let r = reqwest::Client::new()
+        .post(format!("{url}/api/v1/alertmanager"))
+        .bearer_auth(TOKEN)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+}
+
+/// Deliver the watchdog and the node alerts `firing` holds, each in its own group, as
+/// Alertmanager re-sends them: at once, then every second until aborted.
+fn resend(url: String, firing: Arc<Mutex<Vec<Value>>>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            deliver_to(&url, &delivery(&[(&watchdog(), "firing")])).await;
+            let alerts = firing.lock().unwrap().clone();
+            let each: Vec<(&Value, &str)> = alerts.iter().map(|a| (a, "firing")).collect();
+            deliver_to(&url, &delivery(&each)).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+}
+
+async fn webhook_only_waits_for_the_whole_picture_and_follows_the_cluster() -> Served {
+    let mut nodes: Vec<Value> = (0..10)
+        .map(|i| ready_node(&format!("h-{i}"), json!({"pool": "hook"})))
+        .collect();
+    // Written by Sciuro before hale started: hale has no record of the alert behind
+    // it, and without polling no answer tells it that alert has ended.
+    nodes[1]["status"]["conditions"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({
+            "type": "AlertManager_SomethingElse", "status": "True", "reason": "AlertIsFiring",
+            "message": "[P3] something else is wrong",
+            "lastHeartbeatTime": "2026-01-05T10:00:00Z", "lastTransitionTime": "2026-01-05T10:00:00Z",
+        }));
+    let fake = FakeApi::start(nodes).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = kubeconfig(dir.path(), &fake.url);
+    let port = free_port();
+    let extra = format!(
+        "pools: [{{ name: hook, selector: {{ pool: hook }}, nodeHealth: {{ mode: cordon }} }}, \
+         {{ name: late, selector: {{ pool: late }} }}]\n{}",
+        kube_extra(&kubeconfig, "")
+    );
+    let stale_after = Duration::from_secs(6);
+    let am = format!("pollInterval: 0, staleAfter: {}s", stale_after.as_secs());
+    let cfg = config(dir.path(), port, "http://127.0.0.1:9", &am, &extra);
+    let hale = Hale::start_with(dir.path(), port, &cfg).await;
+
+    let firing = Arc::new(Mutex::new(
+        (0..10)
+            .map(|i| heartbeat(&format!("h-{i}")))
+            .collect::<Vec<_>>(),
+    ));
+    let first = Instant::now();
+    let resending = resend(hale.url.clone(), firing.clone());
+    hale.wait_node("reported", "h-9", |n| n["score"] == 100)
+        .await;
+    firing.lock().unwrap().push(smart_failing("h-1"));
+    let node = fake_until("h-1's own alert on the Node", &fake, "h-1", |n| {
+        condition(n, "AlertManager_SmartFailing").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    let early = first.elapsed();
+    assert!(
+        early < stale_after,
+        "published only after {early:?}: too late to tell an incomplete picture apart"
+    );
+    // The picture is not complete before trusted input has run for staleAfter: an
+    // alert hale has not heard of may yet be re-sent, so Sciuro's condition stands.
+    let other = condition(&node, "AlertManager_SomethingElse").unwrap();
+    assert_eq!(
+        (&other["status"], &other["message"]),
+        (&json!("True"), &json!("[P3] something else is wrong")),
+        "turned after {early:?}, before the picture was complete"
+    );
+    // Once it is, what hale has no record of is not firing (written by the next
+    // publishing round, at most ten seconds on).
+    let node = eventually(
+        "the unknown condition not firing",
+        Duration::from_secs(30),
+        || async {
+            let n = fake.node("h-1");
+            condition(&n, "AlertManager_SomethingElse")
+                .is_some_and(|c| c["status"] == "False")
+                .then_some(n)
+        },
+    )
+    .await;
+    assert!(
+        first.elapsed() >= stale_after,
+        "turned False {:?} after the first delivery, before staleAfter",
+        first.elapsed()
+    );
+    let other = condition(&node, "AlertManager_SomethingElse").unwrap();
+    assert_eq!(
+        (&other["reason"], &other["message"]),
+        (&json!("AlertIsNotFiring"), &json!(""))
+    );
+    assert_eq!(
+        condition(&node, "AlertManager_SmartFailing").unwrap()["status"],
+        "True"
+    );
+
+    // Without polling, the cluster is still followed: hale cordons h-2, and the
+    // operator's uncordon is recorded.
+    firing.lock().unwrap().push(gpu_ecc_uncorrectable("h-2"));
+    let node = fake_until("h-2 cordoned", &fake, "h-2", |n| {
+        n["spec"]["unschedulable"] == true
     })
     .await;
     assert_eq!(
-        condition(&node, ctype).unwrap()["reason"],
-        "AlertsUnavailable"
+        node["metadata"]["annotations"]["hale.dev/cordoned-by"],
+        "hale"
     );
-    assert!(condition(&node, "KernelDeadlock").is_some());
+    fake.kubectl("h-2", json!({"spec": {"unschedulable": null}}));
+    let uncordoned = eventually(
+        "h-2's uncordon recorded",
+        Duration::from_secs(20),
+        || async {
+            let e = hale.events("h-2", "type=NODE_UNCORDONED").await;
+            e["events"].as_array().unwrap().first().cloned()
+        },
+    )
+    .await;
+    assert_eq!(uncordoned["by"], "operator", "{uncordoned}");
+    fake.kubectl("h-7", json!({"spec": {"unschedulable": true}}));
+    let n = hale
+        .wait_node("the operator's cordon seen", "h-7", |n| {
+            n["status"] == "Cordoned"
+        })
+        .await;
+    assert_eq!(n["cordon"]["by"], "operator");
+    // A node that joins the cluster joins hale's inventory, with its labels.
+    fake.put(ready_node("h-late", json!({"pool": "late"})));
+    let n = hale
+        .wait_node("the new node", "h-late", |n| n["status"] == "Ready")
+        .await;
+    assert_eq!(n["hostname"], "h-late.example");
+    let listed: Value = reqwest::get(format!("{}/api/v1/nodes?pool=late", hale.url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = listed["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["h-late"], "{listed}");
+    resending.abort();
+    served(&fake)
+}
+
+/// Requests `user` made of `verb` on nodes (a list or a watch names none).
+fn node_requests(fake: &FakeApi, user: &str, verb: &str) -> usize {
+    fake.requests()
+        .iter()
+        .filter(|r| r.user == user && r.verb == verb && r.resource == "nodes")
+        .count()
+}
+
+async fn the_watch_survives_compaction_deletion_and_recreation() -> Served {
+    let mut nodes: Vec<Value> = (0..10)
+        .map(|i| ready_node(&format!("k-{i}"), json!({"pool": "kube"})))
+        .collect();
+    // k-4 is in no pool: observed only, so its faults cordon nothing.
+    nodes[4] = ready_node("k-4", json!({}));
+    let fake = FakeApi::start(nodes).await;
+    // Watches end often, and are resumed from bookmarks in between.
+    fake.set_watch_timeout(Duration::from_secs(3));
+    fake.set_bookmark_interval(Duration::from_secs(1));
+    let am = Alertmanager::start(None).await;
+    // The pipeline is up before hale starts, as it is where hale is deployed.
+    am.fire(&[watchdog()]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let me = "watcher";
+    let kubeconfig = kubeconfig_as(dir.path(), &fake.url, me);
+    let extra = format!(
+        "pools: [{{ name: kube, selector: {{ pool: kube }}, nodeHealth: {{ mode: cordon, maxUnavailablePercent: 50 }} }}]\n{}",
+        kube_extra(&kubeconfig, "")
+    );
+    let hale = Hale::start(dir.path(), &am.url, &extra).await;
+    eventually("leading", Duration::from_secs(20), || async {
+        leads(&hale).await.then_some(())
+    })
+    .await;
+    let mut alerts = vec![watchdog()];
+    alerts.extend((0..10).map(|i| heartbeat(&format!("k-{i}"))));
+    am.fire(&alerts).await;
+    hale.wait_node("reported", "k-9", |n| n["score"] == 100)
+        .await;
+    eventually("a watch resumed", Duration::from_secs(20), || async {
+        (node_requests(&fake, me, "watch") >= 2).then_some(())
+    })
+    .await;
+
+    // The history is compacted: the open watch ends with a 410, hale lists again and
+    // follows what changes after.
+    let lists = node_requests(&fake, me, "list");
+    fake.compact();
+    eventually("a relist", Duration::from_secs(20), || async {
+        (node_requests(&fake, me, "list") > lists).then_some(())
+    })
+    .await;
+    fake.kubectl(
+        "k-1",
+        json!({"metadata": {"labels": {"kubernetes.io/hostname": "k-1.renamed"}}}),
+    );
+    hale.wait_node("a change after the compaction", "k-1", |n| {
+        n["hostname"] == "k-1.renamed"
+    })
+    .await;
+
+    // Cut off from its Lease, hale stops acting but goes on deciding: k-2 and k-3 are
+    // to be cordoned, pending.
+    fake.forbid_leases(me);
+    eventually("stepped down", Duration::from_secs(20), || async {
+        (!leads(&hale).await).then_some(())
+    })
+    .await;
+    am.fire(&[gpu_ecc_uncorrectable("k-2"), gpu_ecc_uncorrectable("k-3")])
+        .await;
+    for node in ["k-2", "k-3"] {
+        hale.wait_node("decided, not done", node, |n| n["status"] == "Cordoned")
+            .await;
+        assert_eq!(fake.node(node)["spec"]["unschedulable"], Value::Null);
+    }
+    // k-2 is deleted: it leaves hale, its history stays, ending with its
+    // decommissioning, and its pending cordon goes with it.
+    let deleted = fake.requests().len();
+    fake.delete_node("k-2");
+    eventually("k-2 gone from hale", Duration::from_secs(20), || async {
+        hale.node("k-2").await.is_none().then_some(())
+    })
+    .await;
+    let history = hale.events("k-2", "").await;
+    let last = history["events"].as_array().unwrap().last().unwrap();
+    assert_eq!(last["type"], "NODE_DECOMMISSIONED", "{history}");
+    assert_eq!(last["by"], "orchestrator", "{last}");
+    // Leading again, hale performs what is pending: k-3's cordon, never k-2's.
+    fake.allow_leases(me);
+    fake_until("k-3's pending cordon performed", &fake, "k-3", |n| {
+        n["spec"]["unschedulable"] == true
+    })
+    .await;
+    polled(&hale, 2).await;
+    let touched: Vec<_> = fake.requests()[deleted..]
+        .iter()
+        .filter(|r| r.name == "k-2")
+        .cloned()
+        .collect();
+    assert!(touched.is_empty(), "acted on the deleted k-2: {touched:?}");
+
+    // k-4's sticky fault (its alert resolved, the condition kept), then a new machine
+    // under its name: the new node starts afresh, the old history stays.
+    am.fire(&[gpu_ecc_uncorrectable("k-4")]).await;
+    hale.wait_node("sticky condition raised", "k-4", |n| {
+        has_condition(n, "gpu_ecc_errors")
+    })
+    .await;
+    am.resolve(&[gpu_ecc_uncorrectable("k-4")]).await;
+    fake_until("the alert ended on the Node", &fake, "k-4", |n| {
+        condition(n, "AlertManager_GpuEccUncorrectable").is_some_and(|c| c["status"] == "False")
+    })
+    .await;
+    let view = hale.node("k-4").await.unwrap();
+    assert!(has_condition(&view, "gpu_ecc_errors"), "sticky: {view}");
+    let mut renewed = ready_node("k-4", json!({}));
+    renewed["metadata"]["uid"] = json!("k-4-second-machine");
+    fake.put(renewed);
+    let decommissioned = eventually("the old k-4 retired", Duration::from_secs(20), || async {
+        let e = hale.events("k-4", "type=NODE_DECOMMISSIONED").await;
+        e["events"].as_array().unwrap().first().cloned()
+    })
+    .await;
+    assert_eq!(decommissioned["by"], "orchestrator", "{decommissioned}");
+    polled(&hale, 2).await;
+    let view = hale.node("k-4").await.unwrap();
+    assert!(
+        !has_condition(&view, "gpu_ecc_errors"),
+        "the old machine's sticky condition on the new one: {view}"
+    );
+    let history = kinds(&hale.events("k-4", "").await);
+    let raised = history.iter().position(|t| t == "CONDITION_RAISED");
+    let retired = history.iter().position(|t| t == "NODE_DECOMMISSIONED");
+    assert!(
+        raised.is_some() && raised < retired,
+        "the old history kept: {history:?}"
+    );
+    am.fire(&[gpu_ecc_uncorrectable("k-4")]).await;
+    hale.wait_node("raised by the new machine's own alert", "k-4", |n| {
+        has_condition(n, "gpu_ecc_errors")
+    })
+    .await;
     served(&fake)
 }
 
@@ -417,17 +971,29 @@ async fn drains_and_fault_evictions_go_through_the_eviction_api() -> Served {
     fake.put_object(json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
         "metadata": {"name": "db", "namespace": "data"}}));
     fake.pdb("db-pdb", "data", json!({"app": "db"}), 0);
+    // w-4: another replica of it, for the shortest evictionTimeout.
+    let mut db = pod(
+        "data",
+        "db-1",
+        "w-4",
+        Some(("StatefulSet", "db")),
+        json!({}),
+    );
+    db["metadata"]["labels"] = json!({"app": "db"});
+    fake.put_pod(db);
     fake.put_object(json!({"apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": "etl", "namespace": "etl"}}));
 
     let am = Alertmanager::start(None).await;
+    // The pipeline is up before hale starts, as it is where hale is deployed.
+    am.fire(&[watchdog()]).await;
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = kubeconfig(dir.path(), &fake.url);
     let extra = format!(
         "nodeHealth: {{ evictOnFaultClasses: [GPU_ECC_ERRORS] }}\n{}",
-        kube_extra(&kubeconfig, ", evictionTimeout: 8s")
+        kube_extra(&kubeconfig, ", evictionTimeout: 5s")
     );
-    let hale = Hale::start(dir.path(), &am.url, &extra).await;
+    let mut hale = Hale::start(dir.path(), &am.url, &extra).await;
     let mut alerts = vec![watchdog()];
     alerts.extend((0..10).map(|i| heartbeat(&format!("w-{i}"))));
     am.fire(&alerts).await;
@@ -519,11 +1085,14 @@ async fn drains_and_fault_evictions_go_through_the_eviction_api() -> Served {
         "kubectl describe pod finds events by uid"
     );
     assert_eq!(events[0]["type"], "Warning");
+    let message = events[0]["message"].as_str().unwrap();
+    assert!(message.contains("node w-2"), "{message}");
+    // What a Kubernetes user can do about it, in Kubernetes' words.
     assert!(
-        events[0]["message"].as_str().unwrap().contains("node w-2"),
-        "{}",
-        events[0]["message"]
+        message.contains("hale.dev/restart=on-node-fault"),
+        "{message}"
     );
+    assert!(!message.contains("Set policy.restart"), "{message}");
     let w2 = fake.node("w-2");
     assert_eq!(w2["spec"]["unschedulable"], true);
     assert_eq!(
@@ -564,18 +1133,71 @@ async fn drains_and_fault_evictions_go_through_the_eviction_api() -> Served {
         "{drained}"
     );
     assert!(fake.pods().iter().any(|p| p["metadata"]["name"] == "db-0"));
-    let attempts = fake.eviction_attempts("data", "db-0");
-    assert!(attempts >= 3, "{attempts} attempts in 8 s of backoff");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Asked again and again until evictionTimeout had passed, and once more at it:
+    // not given up before. (The fake times each attempt as it arrives; the first
+    // one's way there, milliseconds, is not hale's to count.)
+    let times = fake.eviction_times("data", "db-0");
+    let span = times.last().unwrap().duration_since(times[0]);
+    assert!(
+        times.len() >= 3 && span >= Duration::from_millis(4_900),
+        "{} attempts over {span:?} of a 5 s evictionTimeout",
+        times.len()
+    );
+    let attempts = times.len();
+
+    // The shortest timeout still tries again before it gives up. (The adapter reads
+    // it at start: hale restarted with it, the Lease handed over on the way.)
+    hale.signal("TERM");
+    eventually("the Lease released", Duration::from_secs(15), || async {
+        let lease = fake.lease("default", "hale")?;
+        lease["spec"]["holderIdentity"].is_null().then_some(())
+    })
+    .await;
+    let path = dir.path().join("hale.yaml");
+    let cfg = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        cfg.replace("evictionTimeout: 5s", "evictionTimeout: 1s"),
+    )
+    .unwrap();
+    hale.restart().await;
+    eventually("leading again", Duration::from_secs(20), || async {
+        leads(&hale).await.then_some(())
+    })
+    .await;
+    let r = reqwest::Client::new()
+        .post(format!("{}/drain", hale.node_url("w-4")))
+        .bearer_auth(TOKEN)
+        .json(&json!({"active": true, "reason": "disk swap"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let drained = eventually("w-4 drain recorded", Duration::from_secs(30), || async {
+        let e = hale.events("w-4", "type=NODE_DRAINED").await;
+        e["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["active"] == true)
+            .cloned()
+    })
+    .await;
+    assert_eq!(drained["blocked"], 1, "{drained}");
+    let tries = fake.eviction_attempts("data", "db-1");
+    assert!(tries >= 2, "{tries} attempts within a 1 s evictionTimeout");
+    // w-3's drain, given up on before, was not retried behind the operator's back
+    // (nor by the restarted hale).
     assert_eq!(
-        fake.eviction_attempts("data", "db-0"),
+        fake.eviction_attempts("data", "db-0") as usize,
         attempts,
         "retried after giving up"
     );
     served(&fake)
 }
 
-async fn replacement_deletes_the_machine_or_nodeclaim_once_the_node_is_empty() -> Served {
+/// Also returns hale's first conclusion to replace r-2, a node still running a pod.
+async fn replacement_deletes_the_machine_or_nodeclaim_once_the_node_is_empty() -> (Served, Value) {
     let mut nodes: Vec<Value> = (0..10)
         .map(|i| ready_node(&format!("r-{i}"), json!({"pool": "metal"})))
         .collect();
@@ -587,6 +1209,9 @@ async fn replacement_deletes_the_machine_or_nodeclaim_once_the_node_is_empty() -
     nodes[4]["metadata"]["annotations"] = json!({
         "cluster.x-k8s.io/machine": "cp-4", "cluster.x-k8s.io/cluster-namespace": "capi"});
     let fake = FakeApi::start(nodes).await;
+    // A pod's kubelet confirms its end a quarter of its grace period after it is
+    // deleted: 7.5 s of the default 30.
+    fake.set_grace_scale(0.25);
     fake.put_object(
         json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
         "metadata": {"name": "m-1", "namespace": "capi", "ownerReferences": [{
@@ -622,6 +1247,8 @@ async fn replacement_deletes_the_machine_or_nodeclaim_once_the_node_is_empty() -
     ));
 
     let am = Alertmanager::start(None).await;
+    // The pipeline is up before hale starts, as it is where hale is deployed.
+    am.fire(&[watchdog()]).await;
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = kubeconfig(dir.path(), &fake.url);
     let extra = format!(
@@ -652,7 +1279,8 @@ async fn replacement_deletes_the_machine_or_nodeclaim_once_the_node_is_empty() -
         n["spec"]["unschedulable"] == true
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Waiting on the running pod: rounds that counted r-2's pods, and no deletion.
+    pod_lists(&fake, 6).await;
     assert!(
         fake.object("NodeClaim", None, "nc-2").is_some(),
         "deleted while a pod still ran: {:?}",
@@ -660,16 +1288,27 @@ async fn replacement_deletes_the_machine_or_nodeclaim_once_the_node_is_empty() -
     );
     let view = hale.node("r-2").await.unwrap();
     assert_eq!(view["policy"]["kind"], "acted", "{view}");
-    // The pod finishes: now the NodeClaim goes.
-    let mut finished = pod(
-        "shop",
-        "api-0",
-        "r-2",
-        Some(("ReplicaSet", "api-rs")),
-        json!({}),
+    assert_eq!(view["policy"]["waiting"], true, "{view}");
+    // Its ReplicaSet scales down: the pod terminates over its grace period, and while
+    // it does, it is still on the node.
+    fake.delete_pod("shop", "api-0");
+    let terminating = |fake: &FakeApi| {
+        fake.pods().iter().any(|p| {
+            p["metadata"]["name"] == "api-0" && p["metadata"]["deletionTimestamp"].is_string()
+        })
+    };
+    assert!(terminating(&fake));
+    pod_lists(&fake, 6).await;
+    assert!(
+        terminating(&fake),
+        "the pod left before hale looked at it terminating: the test is too slow"
     );
-    finished["status"]["phase"] = json!("Succeeded");
-    fake.put_pod(finished);
+    assert!(
+        fake.object("NodeClaim", None, "nc-2").is_some(),
+        "deleted while a pod was still terminating: {:?}",
+        fake.deleted()
+    );
+    // Gone: now the NodeClaim goes.
     eventually(
         "NodeClaim nc-2 deleted",
         Duration::from_secs(30),
@@ -680,6 +1319,7 @@ async fn replacement_deletes_the_machine_or_nodeclaim_once_the_node_is_empty() -
         },
     )
     .await;
+    assert!(!fake.pods().iter().any(|p| p["metadata"]["name"] == "api-0"));
     // r-3 belongs to no provisioner: taken out, never deleted.
     let halted = eventually("r-3 halted", Duration::from_secs(20), || async {
         let e = hale.events("r-3", "type=POLICY_HALTED").await;
@@ -702,7 +1342,7 @@ async fn replacement_deletes_the_machine_or_nodeclaim_once_the_node_is_empty() -
         r1["metadata"]["annotations"]["hale.dev/replaced-at"].is_string(),
         "{r1}"
     );
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    polled(&hale, 3).await;
     assert_eq!(
         fake.deleted(),
         [
@@ -710,11 +1350,43 @@ async fn replacement_deletes_the_machine_or_nodeclaim_once_the_node_is_empty() -
             ("NodeClaim".into(), "nc-2".into())
         ]
     );
+    // Each replacement recorded (and counted against maxReplacementsPerHour), the
+    // replaced node not taken for one gone from the cluster.
     for node in ["r-1", "r-2"] {
-        let replaced = hale.events(node, "type=NODE_REPLACED").await;
-        assert_eq!(replaced["events"].as_array().unwrap().len(), 1, "{node}");
+        let history = hale.events(node, "").await;
+        let replaced = kinds(&history)
+            .iter()
+            .filter(|t| *t == "NODE_REPLACED")
+            .count();
+        assert_eq!(replaced, 1, "{node}: {history}");
     }
-    served(&fake)
+    // r-2 ran api-0 when hale first concluded to replace it: its first conclusion,
+    // held to waiting on that pod once every scenario has run.
+    let acted = hale.events("r-2", "type=POLICY_ACTED").await;
+    let first = acted["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["action"] == "replace")
+        .cloned()
+        .unwrap_or_default();
+    (served(&fake), first)
+}
+
+/// Wait until hale has listed pods `n` more times (each a look at what a cordoned
+/// node still runs).
+async fn pod_lists(fake: &FakeApi, n: usize) {
+    let count = |fake: &FakeApi| {
+        fake.requests()
+            .iter()
+            .filter(|r| r.verb == "list" && r.resource == "pods" && r.status == 200)
+            .count()
+    };
+    let from = count(fake);
+    eventually("hale counting pods", Duration::from_secs(20), || async {
+        (count(fake) >= from + n).then_some(())
+    })
+    .await;
 }
 
 /// Node writes (`patch`, `create`, `delete` outside the Lease) `user` made.
@@ -737,10 +1409,12 @@ async fn leads(hale: &Hale) -> bool {
 
 async fn two_replicas_one_leader_and_a_handover_without_double_action() -> Served {
     let nodes: Vec<Value> = (0..10)
-        .map(|i| ready_node(&format!("g-{i}"), json!({"pool": "gpu"})))
+        .map(|i| ready_node(&format!("l-{i}"), json!({"pool": "gpu"})))
         .collect();
     let fake = FakeApi::start(nodes).await;
     let am = Alertmanager::start(None).await;
+    // The pipeline is up before hale starts, as it is where hale is deployed.
+    am.fire(&[watchdog()]).await;
     let pool = "pools: [{ name: gpu, selector: { pool: gpu }, nodeHealth: { mode: cordon } }]\n";
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let start = |dir: std::path::PathBuf, token: &'static str| {
@@ -757,33 +1431,62 @@ async fn two_replicas_one_leader_and_a_handover_without_double_action() -> Serve
         leads(&a).await.then_some(())
     })
     .await;
+    // Someone else writes the Lease between a's read and its renewal: a genuine 409,
+    // which is a race to read again, not another replica holding the Lease.
+    let renewals = |fake: &FakeApi, status: u16| {
+        fake.requests()
+            .iter()
+            .filter(|r| r.user == "replica-a" && r.verb == "update" && r.resource == "leases")
+            .filter(|r| r.status == status)
+            .count()
+    };
+    fake.race_next_lease_update("default", "hale");
+    eventually(
+        "a renewal met the race",
+        Duration::from_secs(20),
+        || async { (renewals(&fake, 409) == 1).then_some(()) },
+    )
+    .await;
+    let renewed = renewals(&fake, 200);
+    eventually("a renewed after it", Duration::from_secs(20), || async {
+        (renewals(&fake, 200) > renewed).then_some(())
+    })
+    .await;
+    assert!(leads(&a).await, "a stopped leading over a conflict");
+    let log = a.log();
+    assert!(
+        !log.contains("held by another replica"),
+        "a conflict taken for another holder:\n{log}"
+    );
     let b = start(dir_b.path().to_path_buf(), "replica-b").await;
 
     let mut alerts = vec![watchdog()];
-    alerts.extend((0..10).map(|i| heartbeat(&format!("g-{i}"))));
+    alerts.extend((0..10).map(|i| heartbeat(&format!("l-{i}"))));
     am.fire(&alerts).await;
-    b.wait_node("b follows", "g-9", |n| n["score"] == 100).await;
-    am.fire(&[gpu_ecc_uncorrectable("g-1")]).await;
-    fake_until("g-1 cordoned", &fake, "g-1", |n| {
+    b.wait_node("b follows", "l-9", |n| n["score"] == 100).await;
+    am.fire(&[gpu_ecc_uncorrectable("l-1")]).await;
+    fake_until("l-1 cordoned", &fake, "l-1", |n| {
         n["spec"]["unschedulable"] == true
     })
     .await;
-    b.wait_node("b saw it too", "g-1", |n| n["status"] == "Cordoned")
+    b.wait_node("b saw it too", "l-1", |n| n["status"] == "Cordoned")
         .await;
-    // The operator puts g-1 back in service: both replicas record it, and what b
-    // had decided about g-1 must not come back when b leads.
-    fake.kubectl("g-1", json!({"spec": {"unschedulable": null}}));
+    // The operator puts l-1 back in service: both replicas record it, and what b
+    // had decided about l-1 must not come back when b leads.
+    fake.kubectl("l-1", json!({"spec": {"unschedulable": null}}));
     for replica in [&a, &b] {
         replica
-            .wait_node("uncordon seen", "g-1", |n| n["status"] == "Ready")
+            .wait_node("uncordon seen", "l-1", |n| n["status"] == "Ready")
             .await;
     }
     // a, leading, takes hale's record of the cordon off the node.
-    fake_until("stale cordon record removed", &fake, "g-1", |n| {
+    fake_until("stale cordon record removed", &fake, "l-1", |n| {
         n["metadata"]["annotations"]["hale.dev/cordoned-by"].is_null()
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Two more rounds of b's since: it would have written by now if it thought it
+    // led.
+    polled(&b, 2).await;
 
     // Only the leader writes and publishes node series; the follower refuses verbs.
     assert_eq!(writes_by(&fake, "replica-b"), 0, "{:?}", fake.requests());
@@ -792,7 +1495,7 @@ async fn two_replicas_one_leader_and_a_handover_without_double_action() -> Serve
     assert!(!b.metrics().await.contains("hale_node_reliability_score"));
     assert!(a.metrics().await.contains("hale_node_reliability_score{"));
     let r = reqwest::Client::new()
-        .post(format!("{}/cordon", b.node_url("g-5")))
+        .post(format!("{}/cordon", b.node_url("l-5")))
         .bearer_auth(TOKEN)
         .json(&json!({"reason": "test"}))
         .send()
@@ -810,7 +1513,7 @@ async fn two_replicas_one_leader_and_a_handover_without_double_action() -> Serve
     );
     // The CLI asks again (behind a Service, another replica may answer), then
     // says why it gave up.
-    let out = b.cli(&["node", "cordon", "g-5", "--reason", "test"]);
+    let out = b.cli(&["node", "cordon", "l-5", "--reason", "test"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not_leader (503)"), "{err}");
@@ -829,17 +1532,18 @@ async fn two_replicas_one_leader_and_a_handover_without_double_action() -> Serve
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let handover = fake.requests().len();
-    // b carries on from where a left: g-2 is b's to cordon, a does nothing more,
-    // and g-1 stays in service.
-    am.fire(&[gpu_ecc_uncorrectable("g-2")]).await;
-    fake_until("g-2 cordoned by b", &fake, "g-2", |n| {
+    // b carries on from where a left: l-2 is b's to cordon, a does nothing more,
+    // and l-1 stays in service.
+    am.fire(&[gpu_ecc_uncorrectable("l-2")]).await;
+    fake_until("l-2 cordoned by b", &fake, "l-2", |n| {
         n["spec"]["unschedulable"] == true
     })
     .await;
-    assert!(asked(&fake, "replica-b", "patch", "nodes", "g-2") > 0);
-    a.wait_node("a decided it too", "g-2", |n| n["status"] == "Cordoned")
+    assert!(asked(&fake, "replica-b", "patch", "nodes", "l-2") > 0);
+    a.wait_node("a decided it too", "l-2", |n| n["status"] == "Cordoned")
         .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Two more rounds of a's since: its pending cordon would have been written.
+    polled(&a, 2).await;
     let late: Vec<_> = fake.requests()[handover..]
         .iter()
         .filter(|r| r.user == "replica-a" && r.resource != "leases" && r.verb == "patch")
@@ -847,14 +1551,14 @@ async fn two_replicas_one_leader_and_a_handover_without_double_action() -> Serve
         .collect();
     assert!(late.is_empty(), "a wrote after b took over: {late:?}");
     assert_eq!(
-        fake.node("g-1")["spec"]["unschedulable"],
+        fake.node("l-1")["spec"]["unschedulable"],
         Value::Null,
-        "g-1 re-cordoned"
+        "l-1 re-cordoned"
     );
     assert_eq!(
-        asked(&fake, "replica-b", "patch", "nodes", "g-1"),
+        asked(&fake, "replica-b", "patch", "nodes", "l-1"),
         0,
-        "b acted on g-1"
+        "b acted on l-1"
     );
     let lease = fake.lease("default", "hale").unwrap();
     let holder = lease["spec"]["holderIdentity"].as_str().unwrap();

@@ -50,6 +50,10 @@ pub struct NodePolicy {
     /// Allocations running on the node, as the orchestrator last said.
     #[serde(default)]
     pub allocations: u32,
+    /// The orchestrator has counted the node's allocations since it was taken out
+    /// of service: only then may `allocations` say it is empty.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub work_counted: bool,
     /// Fault classes whose eviction ran during their current episode.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub evicted: BTreeSet<String>,
@@ -253,6 +257,8 @@ pub struct Done {
     pub moved_owners: Vec<String>,
     /// Allocations a disruption budget kept on the node past the timeout.
     pub blocked: u32,
+    /// Allocations left on the node afterwards, when the orchestrator counted them.
+    pub remaining: Option<u32>,
 }
 
 /// What the guardrails count across nodes.
@@ -652,6 +658,14 @@ impl Policy<'_, '_> {
         if cordon.by != Actor::Hale {
             return halted(Guardrail::NotOurs);
         }
+        // A node hale only now took out has not had its work counted: it is
+        // drained, not yet known to be empty.
+        if !node.policy.work_counted {
+            return Conclusion::Acted {
+                action: Verdict::Drain,
+                waiting: false,
+            };
+        }
         if node.policy.allocations > 0 {
             return Conclusion::Acted {
                 action: verdict,
@@ -897,8 +911,9 @@ pub struct Observed {
     /// Owned by a provisioner (a Cluster API Machine, a Karpenter NodeClaim): it may
     /// be terminated and replaced.
     pub provisioned: bool,
-    /// Allocations running on it.
-    pub allocations: u32,
+    /// Allocations running on it, where the orchestrator counted them (Kubernetes
+    /// counts only on cordoned nodes, what a replacement waits for).
+    pub allocations: Option<u32>,
     /// Who cordoned it and why, where the orchestrator keeps hale's record of that
     /// on the node (a restarted or newly elected hale reads it back); `None`: a
     /// cordon made outside hale.
@@ -1084,7 +1099,13 @@ impl Fleet {
         let gone: Vec<String> = self
             .nodes
             .values()
-            .filter(|n| n.known_from == Origin::Orchestrator && !listed.contains(n.id.as_str()))
+            // A node hale is replacing leaves the inventory first; its termination
+            // is recorded as such when done.
+            .filter(|n| {
+                n.known_from == Origin::Orchestrator
+                    && !listed.contains(n.id.as_str())
+                    && !n.policy.has(&Action::Terminate)
+            })
             .map(|n| n.id.clone())
             .collect();
         for id in gone {
@@ -1124,7 +1145,12 @@ impl Fleet {
             node.labels = o.labels.clone();
             node.hostname = o.hostname.clone();
             node.policy.provisioned = o.provisioned;
-            node.policy.allocations = o.allocations;
+            if let Some(n) = o.allocations {
+                node.policy.allocations = n;
+                if o.status == Status::Cordoned && node.policy.cordon.is_some() {
+                    node.policy.work_counted = true;
+                }
+            }
             confirm_done(&mut node.policy.pending, o);
             let queued = |node: &Node, f: fn(&Action) -> bool| {
                 node.policy.pending.iter().any(|p| f(&p.action))
@@ -1269,6 +1295,13 @@ impl Fleet {
             None => return out,
         };
         out.dirty.insert(id.into());
+        if let Some(n) = done.remaining
+            && matches!(action, Action::Cordon { .. } | Action::Drain { .. })
+            && node.policy.cordon.is_some()
+        {
+            node.policy.allocations = n;
+            node.policy.work_counted = true;
+        }
         match &action {
             Action::Drain {
                 active: true,
@@ -1441,6 +1474,7 @@ fn held(blocked: u32) -> String {
 /// Out of service by `by`: cordoned, and the orchestrator asked to cordon.
 fn take_out(node: &mut Node, by: Actor, reason: &str, now: Time) {
     node.status = Status::Cordoned;
+    node.policy.work_counted = false;
     node.policy.cordon = Some(Cordon {
         by,
         reason: reason.into(),

@@ -161,9 +161,13 @@ pub fn backtest(
             };
         }
         let mut simulated = fleet.replayed(cfg, at, &touched).events;
-        // The orchestrator does what it is asked, at once.
+        // The orchestrator does what it is asked, at once, leaving the node empty.
+        let done = Done {
+            remaining: Some(0),
+            ..Done::default()
+        };
         for (id, pending) in fleet.pending() {
-            let out = fleet.action_done(cfg, at, &id, &pending, &Done::default());
+            let out = fleet.action_done(cfg, at, &id, &pending, &done);
             simulated.extend(out.events);
         }
         if !counted(at) {

@@ -277,7 +277,7 @@ impl Kubernetes {
     async fn observe(&self, node: Node) -> crate::orchestrator::Result<Observed> {
         let mut o = observed(&node);
         if o.status == Status::Cordoned {
-            o.allocations = self.occupancy(&o.id).await?;
+            o.allocations = Some(self.occupancy(&o.id).await?);
         }
         Ok(o)
     }
@@ -377,7 +377,7 @@ pub fn observed(node: &Node) -> Observed {
         status,
         provisioned: owned_by_claim || annotations.contains_key(pods::CAPI_MACHINE),
         labels,
-        allocations: 0,
+        allocations: None,
         gated: Some(
             node.spec
                 .as_ref()

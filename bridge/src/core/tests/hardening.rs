@@ -625,3 +625,49 @@ fn failure_reasons_reported_through_the_api_are_bounded() {
     assert_eq!(f.by_reason.len(), 65, "64 reasons, and the rest together");
     assert_eq!(f.by_reason["other"], 36);
 }
+
+#[test]
+fn a_node_being_replaced_leaves_the_inventory_replaced_not_gone() {
+    let mut s = script(
+        "orchestrator: { kind: kubernetes }\n\
+         pools: [{ name: gpu, selector: { pool: gpu }, nodeHealth: { mode: replace, maxUnavailablePercent: 100 } }]",
+    );
+    let ids: Vec<String> = (0..4).map(|i| format!("c-{i}")).collect();
+    let seen = |id: &str, status: Status| policy::Observed {
+        provisioned: true,
+        allocations: (status == Status::Cordoned).then_some(0),
+        ..shown(id, status)
+    };
+    let all: Vec<policy::Observed> = ids.iter().map(|id| seen(id, Status::Ready)).collect();
+    let out = s.fleet.observe(s.now, &all);
+    s.record(out);
+    s.at(0).report(&ids, &["c-0"], very_low);
+    s.at(30).report(&ids, &["c-0"], very_low);
+    // The cluster shows it cordoned and empty: its termination is decided.
+    let mut now: Vec<policy::Observed> = ids.iter().map(|id| seen(id, Status::Ready)).collect();
+    now[0] = seen("c-0", Status::Cordoned);
+    let out = s.fleet.observe(s.now, &now);
+    s.record(out);
+    s.at(45).tick();
+    assert!(actions(&s).contains(&("c-0".to_string(), policy::Action::Terminate)));
+    s.took();
+    // Its owner deleted, the node leaves the inventory before the termination is
+    // recorded: it stays until then, and is recorded replaced, not gone.
+    let rest: Vec<policy::Observed> = ids[1..].iter().map(|id| seen(id, Status::Ready)).collect();
+    let out = s.fleet.observe(s.now, &rest);
+    s.record(out);
+    assert!(s.fleet.nodes.contains_key("c-0"));
+    act(&mut s);
+    assert!(!s.fleet.nodes.contains_key("c-0"));
+    let took = s.took();
+    assert!(took.contains(&"c-0 NODE_REPLACED".to_string()), "{took:?}");
+    assert!(
+        !took.contains(&"c-0 NODE_DECOMMISSIONED".to_string()),
+        "{took:?}"
+    );
+    assert_eq!(
+        s.fleet.ledger.replacements["gpu"].len(),
+        1,
+        "counted in the budget"
+    );
+}

@@ -1440,13 +1440,25 @@ fn replace_pool(s: &mut Script, n: usize) -> Vec<String> {
     ids
 }
 
-/// Perform every pending action as an orchestrator that always succeeds.
+/// Perform every pending action as an orchestrator that always succeeds, and
+/// counts the work left on the node as the test set it.
 fn act(s: &mut Script) {
     for (id, pending) in s.fleet.pending() {
-        let out = s
-            .fleet
-            .action_done(&s.cfg, s.now, &id, &pending, &policy::Done::default());
+        let remaining = s.fleet.nodes.get(&id).map(|n| n.policy.allocations);
+        let done = policy::Done {
+            remaining,
+            ..policy::Done::default()
+        };
+        let out = s.fleet.action_done(&s.cfg, s.now, &id, &pending, &done);
         s.record(out);
+    }
+}
+
+/// The orchestrator has counted the work on these nodes since they were taken out
+/// (as many allocations as the test set).
+fn counted(s: &mut Script, ids: &[&str]) {
+    for id in ids {
+        s.fleet.nodes.get_mut(*id).unwrap().policy.work_counted = true;
     }
 }
 
@@ -1477,7 +1489,15 @@ fn replace_waits_for_the_node_to_empty_then_terminates() {
     s.fleet.nodes.get_mut("c-0").unwrap().policy.allocations = 2;
     s.at(0).report(&ids, &["c-0"], very_low);
     s.at(30).report(&ids, &["c-0"], very_low);
+    assert!(
+        actions(&s)
+            .iter()
+            .all(|(_, a)| *a != policy::Action::Terminate),
+        "taken out just now: its work is not counted yet"
+    );
+    // The orchestrator cordons it and counts the 2 allocations on it.
     act(&mut s);
+    s.tick();
     let waiting = s
         .events
         .iter()
@@ -1539,6 +1559,8 @@ fn the_replacement_budget_is_spent_and_refilled_in_a_rolling_hour() {
     let sick = ["c-0", "c-1", "c-2", "c-3"];
     s.at(0).report(&ids, &sick, very_low);
     s.at(30).report(&ids, &sick, very_low);
+    counted(&mut s, &sick);
+    s.tick();
     // The orchestrator rejects one termination: not counted.
     let terminate = pending_id(&s, "c-0", &policy::Action::Terminate);
     let out = s.fleet.action_failed(&s.cfg, s.now, "c-0", terminate);
@@ -1645,6 +1667,7 @@ fn fault_eviction_acts_in_observe_mode_and_names_the_fault() {
             failed: 2,
             moved_owners: vec!["job/train".into()],
             blocked: 0,
+            remaining: None,
         },
     );
     s.record(out);
@@ -1832,6 +1855,8 @@ fn the_replacement_budget_counts_terminations_decided_in_the_same_report() {
     let sick = ["c-0", "c-1", "c-2", "c-3"];
     s.at(0).report(&ids, &sick, very_low);
     s.at(30).report(&ids, &sick, very_low);
+    counted(&mut s, &sick);
+    s.tick();
     let terminations = actions(&s)
         .into_iter()
         .filter(|(_, a)| *a == policy::Action::Terminate)
@@ -1851,6 +1876,8 @@ fn an_operator_uncordon_withdraws_what_was_queued_to_take_the_node_out() {
     let ids = replace_pool(&mut s, 10);
     s.at(0).report(&ids, &["c-0"], very_low);
     s.at(30).report(&ids, &["c-0"], very_low);
+    counted(&mut s, &["c-0"]);
+    s.tick();
     assert!(actions(&s).contains(&("c-0".to_string(), policy::Action::Terminate)));
     let out = s.fleet.uncordon(s.now, "c-0", "not this one").unwrap();
     s.record(out);
@@ -1900,7 +1927,7 @@ fn the_orchestrators_inventory_records_cordons_made_outside_hale() {
     let seen = |id: &str, status: Status| policy::Observed {
         hostname: Some(format!("{id}.example")),
         provisioned: true,
-        allocations: 3,
+        allocations: Some(3),
         ..shown(id, status)
     };
     let out = s.fleet.observe(s.now, &[seen("g-1", Status::Cordoned)]);
@@ -2184,7 +2211,7 @@ fn shown(id: &str, status: Status) -> policy::Observed {
         status,
         labels: [("pool".to_string(), "gpu".to_string())].into(),
         provisioned: false,
-        allocations: 0,
+        allocations: None,
         cordoned_by: None,
         gated: None,
         evicted: None,
