@@ -157,13 +157,7 @@ pub fn node_query(raw: &str) -> ApiResult<NodeQuery> {
     };
     for (key, value) in form_urlencoded::parse(raw.as_bytes()) {
         match key.as_ref() {
-            "pageSize" => {
-                q.page_size = value
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=MAX_PAGE_SIZE).contains(n))
-                    .ok_or_else(|| bad_request(format!("pageSize must be 1..={MAX_PAGE_SIZE}")))?
-            }
+            "pageSize" => q.page_size = page_size(&value)?,
             "pageToken" => {
                 q.after = Some(
                     page_after(&value)
@@ -347,6 +341,15 @@ async fn operate(
 /// Largest `pageSize` accepted; the default is 100.
 const MAX_PAGE_SIZE: usize = 1000;
 
+/// A `pageSize` parameter: 1..=[`MAX_PAGE_SIZE`].
+fn page_size(value: &str) -> ApiResult<usize> {
+    value
+        .parse()
+        .ok()
+        .filter(|n| (1..=MAX_PAGE_SIZE).contains(n))
+        .ok_or_else(|| bad_request(format!("pageSize must be 1..={MAX_PAGE_SIZE}")))
+}
+
 fn bad_request(detail: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, "bad_request", detail)
 }
@@ -391,13 +394,7 @@ pub fn event_query(raw: &str, now: Time) -> ApiResult<EventQuery> {
                     q.types.push(upper);
                 }
             }
-            "pageSize" => {
-                q.page_size = value
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=MAX_PAGE_SIZE).contains(n))
-                    .ok_or_else(|| bad_request(format!("pageSize must be 1..={MAX_PAGE_SIZE}")))?
-            }
+            "pageSize" => q.page_size = page_size(&value)?,
             "pageToken" => {
                 q.after = Some(
                     i64::from_str_radix(&value, 16)

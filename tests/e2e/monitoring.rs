@@ -513,16 +513,8 @@ async fn shipped_rules_alerts_and_receiver_drive_hale() {
     .await;
     // Gone from Alertmanager, and hale has polled it three times since.
     eventually("GpuXidHardware gone from Alertmanager", MINUTE, || async {
-        let r: Value = reqwest::get(format!("{}/api/v2/alerts?active=true", am.url))
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
-        r.as_array()?
-            .iter()
-            .all(|a| a["labels"]["alertname"] != "GpuXidHardware")
-            .then_some(())
+        let names = active_alertnames(&am.url).await?;
+        (!names.iter().any(|n| n == "GpuXidHardware")).then_some(())
     })
     .await;
     hale.after_polls(3.0).await;
@@ -619,17 +611,11 @@ async fn shipped_rules_alerts_and_receiver_drive_hale() {
     // Prometheus stopped: the watchdog leaves Alertmanager with every other alert;
     // hale marks every node telemetry_stale and clears nothing — not when its polls
     // lose the watchdog, and not when Alertmanager sends the expiries as resolved.
-    let firing: Value = reqwest::get(format!("{}/api/v2/alerts?active=true", am.url))
+    let expiring = active_alertnames(&am.url)
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let expiring = firing
-        .as_array()
         .unwrap()
         .iter()
-        .filter(|a| a["labels"]["alertname"] != "JobFailedOnNode")
+        .filter(|n| *n != "JobFailedOnNode")
         .count();
     let by_webhook = || async {
         metric(
@@ -648,16 +634,8 @@ async fn shipped_rules_alerts_and_receiver_drive_hale() {
         .await;
     }
     let expired = eventually("alerts expired in Alertmanager", MINUTE, || async {
-        let r: Value = reqwest::get(format!("{}/api/v2/alerts?active=true", am.url))
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
-        r.as_array()?
-            .iter()
-            .all(|a| a["labels"]["alertname"] == "JobFailedOnNode")
-            .then_some(())
+        let names = active_alertnames(&am.url).await?;
+        names.iter().all(|n| n == "JobFailedOnNode").then_some(())
     });
     expired.await;
     // Every alert that expired, notified as resolved (after the shipped receiver's
@@ -701,6 +679,20 @@ async fn shipped_rules_alerts_and_receiver_drive_hale() {
     }
     let m = hale.metrics().await;
     assert!(m.contains("hale_alert_source_up 0"), "{m}");
+}
+
+/// The alertnames of the alerts Alertmanager holds active, once per alert.
+async fn active_alertnames(am: &str) -> Option<Vec<String>> {
+    let r: Value = reqwest::get(format!("{am}/api/v2/alerts?active=true"))
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    r.as_array()?
+        .iter()
+        .map(|a| a["labels"]["alertname"].as_str().map(str::to_string))
+        .collect()
 }
 
 /// Every panel of the shipped dashboard, its variables set as Grafana would for this

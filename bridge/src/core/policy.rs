@@ -578,22 +578,31 @@ impl Policy<'_, '_> {
         pool: &mut Pool,
         verdict: Verdict,
     ) -> Conclusion {
-        if node.policy.cordon.is_none() && !would_be_out(node, settings) {
-            let halted = |guardrail| Conclusion::Halted {
+        if node.policy.cordon.is_none()
+            && !would_be_out(node, settings)
+            && let Some(guardrail) = self.admit(node, settings, pool)
+        {
+            return Conclusion::Halted {
                 action: verdict,
                 guardrail,
             };
-            if suppressed(node, settings, self.now) {
-                return halted(Guardrail::Suppressed);
-            }
-            if node.status == Status::Ready && !pool.admits(settings.max_unavailable_percent) {
-                return halted(Guardrail::MaxUnavailable);
-            }
-            if node.status == Status::Ready {
-                pool.out += 1;
-            }
         }
         Conclusion::Recommended { action: verdict }
+    }
+
+    /// The guardrails on taking a node out of service: the guardrail that stops it,
+    /// or `None` with the node counted out of its pool.
+    fn admit(&self, node: &Node, settings: &Settings, pool: &mut Pool) -> Option<Guardrail> {
+        if suppressed(node, settings, self.now) {
+            return Some(Guardrail::Suppressed);
+        }
+        if node.status == Status::Ready {
+            if !pool.admits(settings.max_unavailable_percent) {
+                return Some(Guardrail::MaxUnavailable);
+            }
+            pool.out += 1;
+        }
+        None
     }
 
     /// Take the node out of service as `verdict` says, inside the guardrails.
@@ -609,14 +618,8 @@ impl Policy<'_, '_> {
             guardrail,
         };
         if node.policy.cordon.is_none() {
-            if suppressed(node, settings, self.now) {
-                return halted(Guardrail::Suppressed);
-            }
-            if node.status == Status::Ready && !pool.admits(settings.max_unavailable_percent) {
-                return halted(Guardrail::MaxUnavailable);
-            }
-            if node.status == Status::Ready {
-                pool.out += 1;
+            if let Some(guardrail) = self.admit(node, settings, pool) {
+                return halted(guardrail);
             }
             let reason = format!("score below {}", threshold(settings, verdict));
             take_out(node, Actor::Hale, &reason, self.now);
@@ -724,23 +727,11 @@ impl Policy<'_, '_> {
                 continue;
             };
             if node.policy.cordon.is_none() {
-                let blocked = if suppressed(node, settings, self.now) {
-                    Some(Guardrail::Suppressed)
-                } else if node.status == Status::Ready
-                    && !pool.admits(settings.max_unavailable_percent)
-                {
-                    Some(Guardrail::MaxUnavailable)
-                } else {
-                    None
-                };
-                if let Some(guardrail) = blocked {
+                if let Some(guardrail) = self.admit(node, settings, pool) {
                     return Some(Conclusion::Halted {
                         action: Verdict::Drain,
                         guardrail,
                     });
-                }
-                if node.status == Status::Ready {
-                    pool.out += 1;
                 }
                 let reason = format!("fault eviction: {class}");
                 take_out(node, Actor::Hale, &reason, self.now);
