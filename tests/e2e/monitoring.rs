@@ -608,6 +608,37 @@ async fn shipped_rules_alerts_and_receiver_drive_hale() {
     })
     .await;
 
+    // Prometheus restarts on an empty TSDB, so no `for` state is restored: its
+    // alerts leave Alertmanager as they expire, and a `for:` alert comes back only
+    // once its `for` has elapsed anew. hale sees the watchdog stall (or vanish),
+    // holds the absence, and the condition never ends.
+    let config = std::fs::read_to_string(dir.join("prometheus.yml")).unwrap();
+    prometheus.server.stop();
+    // Down until hale has seen the gap, however fast this machine restarts it.
+    eventually("absences held", MINUTE, || async {
+        let m = hale.metrics().await;
+        (metric(&m, "hale_alert_source_holding", &[]) == Some(1.0)).then_some(())
+    })
+    .await;
+    let again = dir.join("restarted");
+    std::fs::create_dir_all(&again).unwrap();
+    prometheus = Prometheus::start(&again, &config).await;
+    prometheus
+        .wait_firing("CorrectableMemoryErrors", "node", "mem-1")
+        .await;
+    hale.after_polls(3.0).await;
+    let cleared = hale.events("mem-1", "type=CONDITION_CLEARED").await;
+    let since_restart = cleared["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["condition"] == "memory_errors")
+        .count();
+    assert_eq!(
+        since_restart, 1,
+        "memory_errors ended once (before the restart) and not across it: {cleared}"
+    );
+
     // Prometheus stopped: the watchdog leaves Alertmanager with every other alert;
     // hale marks every node telemetry_stale and clears nothing — not when its polls
     // lose the watchdog, and not when Alertmanager sends the expiries as resolved.

@@ -204,13 +204,20 @@ async fn live(am_bin: &Path, work: &Path, alerts: &[Value], cycle: Duration) -> 
     let hale = start_hale(&hale_bin, &work.join("hale"), &am_url)?;
     let hale_url = hale.url.clone();
     wait_ok(&http, &format!("{hale_url}/readyz")).await?;
-    let list: Value = http
-        .get(format!("{hale_url}/api/v1/nodes"))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let node_count = list["nodes"].as_array().map_or(0, Vec::len);
+    let mut node_count = 0;
+    let mut token: Option<String> = None;
+    loop {
+        let mut url = format!("{hale_url}/api/v1/nodes?pageSize=1000");
+        if let Some(t) = &token {
+            url.push_str(&format!("&pageToken={t}"));
+        }
+        let page: Value = http.get(url).send().await?.json().await?;
+        node_count += page["nodes"].as_array().map_or(0, Vec::len);
+        match page["nextPageToken"].as_str() {
+            Some(t) => token = Some(t.to_string()),
+            None => break,
+        }
+    }
     let rss = rss_kib(hale.proc.0.id()).unwrap_or(0);
     let budget_kib = 2 * node_count + served;
     println!("hale serve holding {node_count} nodes and {served} active alerts");
