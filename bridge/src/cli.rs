@@ -96,7 +96,7 @@ pub fn run_backtest(verb: PolicyVerb) -> anyhow::Result<()> {
     let since = match chrono::DateTime::parse_from_rfc3339(&since) {
         Ok(t) => t.with_timezone(&chrono::Utc),
         Err(_) => {
-            let ago = crate::config::parse_duration(&since).map_err(|_| {
+            let ago = crate::core::settings::parse_duration(&since).map_err(|_| {
                 anyhow::anyhow!(
                     "--since {since:?} is neither a duration (30d) nor an RFC 3339 time"
                 )
@@ -111,7 +111,7 @@ pub fn run_backtest(verb: PolicyVerb) -> anyhow::Result<()> {
     let known = store.load(now)?.nodes;
     // All of it: what came before the window rebuilds the state it starts in.
     let history = store.history(0)?;
-    let report = crate::core::replay::backtest(&loaded, &known, &history, Some(since));
+    let report = crate::core::replay::backtest(&loaded.core, &known, &history, Some(since));
     if output == Output::Json {
         print_json(&report);
     } else {

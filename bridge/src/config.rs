@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::core::{BLIND_CONDITIONS, EVENT_TYPES, Severity};
+use crate::core::settings::{
+    CoreSettings, DefaultPenalty, Identity, Mode, Pool, Settings, Source, parse_duration,
+};
+use crate::core::{BLIND_CONDITIONS, EVENT_TYPES};
 
 /// A configuration error that names the file, the line (when known) and the key.
 #[derive(Debug, thiserror::Error)]
@@ -169,35 +172,6 @@ impl Default for NodeIdentity {
     }
 }
 
-/// Policy mode (DESIGN §6). Only `observe` changes nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    Observe,
-    Cordon,
-    Drain,
-    Replace,
-}
-
-/// Points deducted for a reason missing from the penalty table, by severity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DefaultPenalty {
-    pub info: u32,
-    pub warning: u32,
-    pub critical: u32,
-}
-
-impl Default for DefaultPenalty {
-    fn default() -> Self {
-        Self {
-            info: 0,
-            warning: 5,
-            critical: 25,
-        }
-    }
-}
-
 /// `nodeHealth` as written in the file: every key optional, so a pool can override
 /// just the keys it names.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -235,135 +209,56 @@ pub struct NodeHealthOverrides {
     pub default_penalty: Option<DefaultPenalty>,
 }
 
-/// Fully resolved health settings for the cluster or one pool.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Settings {
-    /// `cluster` or the pool's name: recorded with every score.
-    pub name: String,
-    pub heartbeat_miss_threshold: u32,
-    pub report_interval: Duration,
-    pub mode: Mode,
-    pub cordon_below: u32,
-    pub drain_below: u32,
-    pub degraded_at_or_below: u32,
-    pub max_unavailable_percent: u32,
-    pub cordon_suppression: Duration,
-    pub max_replacements_per_hour: u32,
-    pub evict_on_fault_classes: BTreeSet<String>,
-    pub max_eviction_restarts: u32,
-    pub failure_tally_penalty: f64,
-    pub failure_tally_half_life_hours: f64,
-    pub penalties: BTreeMap<String, u32>,
-    pub default_penalty: DefaultPenalty,
-}
-
-/// The penalty table of DESIGN §4.
-pub const DEFAULT_PENALTIES: &[(&str, u32)] = &[
-    ("CorrectableMemoryErrors", 10),
-    ("UncorrectableMemoryErrors", 45),
-    ("MachineCheckErrors", 10),
-    ("FatalMachineCheck", 50),
-    ("SmartWarning", 15),
-    ("SmartFailing", 40),
-    ("DeviceReadOnly", 40),
-    ("IoErrors", 10),
-    ("GpuEccCorrectable", 10),
-    ("GpuEccUncorrectable", 45),
-    ("GpuXidHardware", 45),
-    ("GpuXidApplication", 5),
-    ("GpuThrottling", 10),
-];
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            name: "cluster".into(),
-            heartbeat_miss_threshold: 3,
-            report_interval: Duration::from_secs(30),
-            mode: Mode::Observe,
-            cordon_below: 60,
-            drain_below: 45,
-            degraded_at_or_below: 95,
-            max_unavailable_percent: 20,
-            cordon_suppression: Duration::from_secs(30 * 60),
-            max_replacements_per_hour: 3,
-            evict_on_fault_classes: BTreeSet::new(),
-            max_eviction_restarts: 3,
-            failure_tally_penalty: 5.0,
-            failure_tally_half_life_hours: 168.0,
-            penalties: DEFAULT_PENALTIES
-                .iter()
-                .map(|(reason, points)| (reason.to_string(), *points))
-                .collect(),
-            default_penalty: DefaultPenalty::default(),
-        }
+/// These settings with `overrides` applied key by key, under a new name.
+fn overridden(base: &Settings, name: &str, o: &NodeHealthOverrides) -> Settings {
+    let mut s = base.clone();
+    s.name = name.to_string();
+    if let Some(v) = o.heartbeat_miss_threshold {
+        s.heartbeat_miss_threshold = v;
     }
-}
-
-impl Settings {
-    /// These settings with `overrides` applied key by key, under a new name.
-    pub fn overridden(&self, name: &str, o: &NodeHealthOverrides) -> Settings {
-        let mut s = self.clone();
-        s.name = name.to_string();
-        if let Some(v) = o.heartbeat_miss_threshold {
-            s.heartbeat_miss_threshold = v;
-        }
-        if let Some(v) = o.report_interval_seconds {
-            s.report_interval = Duration::from_secs(v);
-        }
-        if let Some(v) = o.mode {
-            s.mode = v;
-        }
-        if let Some(v) = o.cordon_below {
-            s.cordon_below = v;
-        }
-        if let Some(v) = o.drain_below {
-            s.drain_below = v;
-        }
-        if let Some(v) = o.degraded_at_or_below {
-            s.degraded_at_or_below = v;
-        }
-        if let Some(v) = o.max_unavailable_percent {
-            s.max_unavailable_percent = v;
-        }
-        if let Some(v) = o.cordon_suppression_minutes {
-            s.cordon_suppression = Duration::from_secs(v * 60);
-        }
-        if let Some(v) = o.max_replacements_per_hour {
-            s.max_replacements_per_hour = v;
-        }
-        if let Some(v) = &o.evict_on_fault_classes {
-            s.evict_on_fault_classes = v.iter().cloned().collect();
-        }
-        if let Some(v) = o.max_eviction_restarts {
-            s.max_eviction_restarts = v;
-        }
-        if let Some(v) = o.failure_tally_penalty {
-            s.failure_tally_penalty = v;
-        }
-        if let Some(v) = o.failure_tally_half_life_hours {
-            s.failure_tally_half_life_hours = v;
-        }
-        if let Some(v) = &o.penalties {
-            s.penalties.extend(v.iter().map(|(k, p)| (k.clone(), *p)));
-        }
-        if let Some(v) = o.default_penalty {
-            s.default_penalty = v;
-        }
-        s
+    if let Some(v) = o.report_interval_seconds {
+        s.report_interval = Duration::from_secs(v);
     }
-
-    /// Points for a condition with this reason and severity.
-    pub fn penalty(&self, reason: &str, severity: Severity) -> u32 {
-        self.penalties
-            .get(reason)
-            .copied()
-            .unwrap_or(match severity {
-                Severity::Info => self.default_penalty.info,
-                Severity::Warning => self.default_penalty.warning,
-                Severity::Critical => self.default_penalty.critical,
-            })
+    if let Some(v) = o.mode {
+        s.mode = v;
     }
+    if let Some(v) = o.cordon_below {
+        s.cordon_below = v;
+    }
+    if let Some(v) = o.drain_below {
+        s.drain_below = v;
+    }
+    if let Some(v) = o.degraded_at_or_below {
+        s.degraded_at_or_below = v;
+    }
+    if let Some(v) = o.max_unavailable_percent {
+        s.max_unavailable_percent = v;
+    }
+    if let Some(v) = o.cordon_suppression_minutes {
+        s.cordon_suppression = Duration::from_secs(v * 60);
+    }
+    if let Some(v) = o.max_replacements_per_hour {
+        s.max_replacements_per_hour = v;
+    }
+    if let Some(v) = &o.evict_on_fault_classes {
+        s.evict_on_fault_classes = v.iter().cloned().collect();
+    }
+    if let Some(v) = o.max_eviction_restarts {
+        s.max_eviction_restarts = v;
+    }
+    if let Some(v) = o.failure_tally_penalty {
+        s.failure_tally_penalty = v;
+    }
+    if let Some(v) = o.failure_tally_half_life_hours {
+        s.failure_tally_half_life_hours = v;
+    }
+    if let Some(v) = &o.penalties {
+        s.penalties.extend(v.iter().map(|(k, p)| (k.clone(), *p)));
+    }
+    if let Some(v) = o.default_penalty {
+        s.default_penalty = v;
+    }
+    s
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -589,35 +484,14 @@ pub struct InventoryNode {
 #[derive(Debug, Clone)]
 pub struct Loaded {
     pub config: Config,
-    /// `cluster` settings followed by each pool's, resolved.
-    pub cluster_settings: Settings,
-    pub pools: Vec<(PoolConfig, Settings)>,
+    /// What the decision core decides with, resolved from the file.
+    pub core: CoreSettings,
     /// The API token, read from `apiTokenFile`.
     pub api_token: Option<Secret>,
     /// `nodeEventWebhooks`, validated, secrets read.
     pub webhooks: Vec<Webhook>,
     /// The file this came from (`None`: built-in defaults), for reloads.
     pub source: Option<PathBuf>,
-}
-
-impl Loaded {
-    /// Whether an alert naming a node nobody listed creates it
-    /// (`nodeIdentity.createFromAlerts`).
-    pub fn alerts_create_nodes(&self) -> bool {
-        self.config
-            .node_identity
-            .create_from_alerts
-            .unwrap_or(self.config.orchestrator.kind == OrchestratorKind::None)
-    }
-
-    /// The settings that price a node with these labels: the first matching pool's,
-    /// else the cluster's.
-    pub fn settings_for(&self, labels: &BTreeMap<String, String>) -> &Settings {
-        self.pools
-            .iter()
-            .find(|(pool, _)| pool.selector.iter().all(|(k, v)| labels.get(k) == Some(v)))
-            .map_or(&self.cluster_settings, |(_, s)| s)
-    }
 }
 
 impl Config {
@@ -720,7 +594,7 @@ impl Config {
         if self.node_identity.max_nodes == 0 {
             return Err(err("nodeIdentity.maxNodes", "must be at least 1".into()));
         }
-        let cluster_settings = Settings::default().overridden("cluster", &self.node_health);
+        let cluster_settings = overridden(&Settings::default(), "cluster", &self.node_health);
         check_settings(&cluster_settings, "nodeHealth", &self.node_health, None)
             .map_err(|(k, m)| err(&k, m))?;
 
@@ -746,7 +620,7 @@ impl Config {
                     "an empty selector would take every node; name at least one label".into(),
                 ));
             }
-            let s = cluster_settings.overridden(&pool.name, &pool.node_health);
+            let s = overridden(&cluster_settings, &pool.name, &pool.node_health);
             check_settings(
                 &s,
                 &format!("{at}.nodeHealth"),
@@ -754,7 +628,10 @@ impl Config {
                 Some(&self.node_health),
             )
             .map_err(|(k, m)| err(&k, m))?;
-            pools.push((pool.clone(), s));
+            pools.push(Pool {
+                selector: pool.selector.clone(),
+                settings: s,
+            });
         }
         let mut ids = BTreeSet::new();
         for (i, node) in self.inventory.iter().enumerate() {
@@ -897,10 +774,30 @@ impl Config {
                 timeout: w.timeout,
             });
         }
+        let am = &self.alertmanager;
+        let id = &self.node_identity;
+        let core = CoreSettings {
+            cluster: cluster_settings,
+            pools,
+            identity: Identity {
+                labels: id.labels.clone(),
+                strip_port: id.strip_port,
+                forget_after: id.forget_after,
+                max_nodes: id.max_nodes,
+                create_from_alerts: id
+                    .create_from_alerts
+                    .unwrap_or(self.orchestrator.kind == OrchestratorKind::None),
+            },
+            source: Source {
+                polling: !am.poll_interval.is_zero(),
+                require_watchdog: am.require_watchdog,
+                stale_after: am.stale_after(),
+                hold_after_restart: am.hold_after_restart,
+            },
+        };
         Ok(Loaded {
             config: self,
-            cluster_settings,
-            pools,
+            core,
             api_token,
             webhooks,
             source: None,
@@ -1197,38 +1094,6 @@ fn locate(source: &str, path: &str) -> Option<u64> {
     found.map(|i| i as u64 + 1)
 }
 
-/// Durations are written `30s`, `5m`, `1h`, `1d`, `500ms` or `0`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    if t == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let split = t
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("`{t}` has no unit (use ms, s, m, h or d)"))?;
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("`{t}` is not a duration like 30s"))?;
-    let secs = |k: u64| Duration::from_secs(n.saturating_mul(k));
-    let d = match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => secs(1),
-        "m" => secs(60),
-        "h" => secs(3600),
-        "d" => secs(86_400),
-        _ => return Err(format!("`{t}` has an unknown unit (use ms, s, m, h or d)")),
-    };
-    if d > MAX_DURATION {
-        return Err(format!("`{t}` is longer than a century"));
-    }
-    Ok(d)
-}
-
-/// The longest duration hale reads: anything longer is a typo, and time arithmetic
-/// with it could leave the calendar.
-pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 86_400);
-
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(d)?;
     parse_duration(&text).map_err(serde::de::Error::custom)
@@ -1241,6 +1106,7 @@ fn de_opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::Severity;
 
     fn load(text: &str) -> Result<Loaded, ConfigError> {
         Config::parse("hale.yaml", text)?.resolve("hale.yaml", text)
@@ -1254,8 +1120,8 @@ mod tests {
         assert_eq!(l.config.alertmanager.receiver, "hale");
         assert_eq!(l.config.alertmanager.stale_after(), Duration::from_secs(90));
         assert_eq!(l.config.store.path, PathBuf::from("./hale-data"));
-        assert_eq!(l.cluster_settings, Settings::default());
-        assert_eq!(l.cluster_settings.mode, Mode::Observe);
+        assert_eq!(l.core.cluster, Settings::default());
+        assert_eq!(l.core.cluster.mode, Mode::Observe);
     }
 
     #[test]
@@ -1394,13 +1260,15 @@ mod tests {
             "nodeHealth: { cordonBelow: 70, penalties: { SmartFailing: 30 } }\npools:\n  - name: gpu\n    selector: { pool: gpu }\n    nodeHealth: { mode: cordon, drainBelow: 50, penalties: { GpuThrottling: 2 } }\n",
         )
         .unwrap();
-        let gpu = l.settings_for(&BTreeMap::from([("pool".into(), "gpu".into())]));
+        let gpu = l
+            .core
+            .settings_for(&BTreeMap::from([("pool".into(), "gpu".into())]));
         assert_eq!(gpu.name, "gpu");
         assert_eq!(gpu.mode, Mode::Cordon);
         assert_eq!((gpu.cordon_below, gpu.drain_below), (70, 50));
         assert_eq!(gpu.penalty("SmartFailing", Severity::Critical), 30);
         assert_eq!(gpu.penalty("GpuThrottling", Severity::Warning), 2);
-        let other = l.settings_for(&BTreeMap::new());
+        let other = l.core.settings_for(&BTreeMap::new());
         assert_eq!(other.name, "cluster");
         assert_eq!(other.penalty("GpuThrottling", Severity::Warning), 10);
         assert_eq!(other.penalty("SomethingNew", Severity::Critical), 25);

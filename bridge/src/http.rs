@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::alertmanager::IngestError;
-use crate::config::parse_duration;
+use crate::core::settings::parse_duration;
 use crate::core::{CoreError, EVENT_TYPES, Fleet, Health, Outcome, Status, Time};
 use crate::metrics::CodeLabel;
 use crate::service::Hale;

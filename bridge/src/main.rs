@@ -24,7 +24,7 @@ async fn main() -> anyhow::Result<()> {
                 "{}: ok (cluster {}, {} pool(s), {} inventory node(s))",
                 file.display(),
                 loaded.config.cluster,
-                loaded.pools.len(),
+                loaded.core.pools.len(),
                 loaded.config.inventory.len()
             );
             Ok(())
@@ -58,7 +58,7 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
         listen = %listen,
         alertmanager = %hale::config::shown_url(&reqwest::Url::parse(&cfg.config.alertmanager.url)?),
         receiver = %cfg.config.alertmanager.receiver,
-        mode = ?cfg.cluster_settings.mode,
+        mode = ?cfg.core.cluster.mode,
         "hale serving"
     );
     tokio::spawn(Arc::clone(&hale).poll_loop());

@@ -15,8 +15,9 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::alertmanager::IngestError;
-use crate::config::{Loaded, Settings};
+use crate::config::Loaded;
 use crate::core::policy::Action;
+use crate::core::settings::Settings;
 use crate::core::{Fleet, Health, KNOWN_CONDITIONS, Node};
 use crate::notify::WebhookMetrics;
 use crate::orchestrator::Orchestrator;
@@ -284,7 +285,7 @@ impl prometheus_client::collector::Collector for NodeCollector {
             fleet
                 .nodes
                 .values()
-                .map(|n| Series::of(n, config.settings_for(&n.labels)))
+                .map(|n| Series::of(n, config.core.settings_for(&n.labels)))
                 .collect()
         };
 

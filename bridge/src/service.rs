@@ -18,7 +18,10 @@ use crate::alertmanager::{self, Answer, IngestError};
 use crate::config::{Config, ConfigError, Loaded};
 use crate::core::labels::{Alert, AlertState, Signal};
 use crate::core::policy::Pending;
-use crate::core::{CoreError, EventKind, Fleet, Outcome, PollAnswer, TELEMETRY_STALE, Time};
+use crate::core::settings::CoreSettings;
+use crate::core::{
+    CoreError, EventKind, Fleet, Listed, Outcome, PollAnswer, TELEMETRY_STALE, Time,
+};
 use crate::liveness::Liveness;
 use crate::metrics::{ActionLabel, Metrics, PathLabel, ReasonLabel, ResultLabel};
 use crate::notify::Notifier;
@@ -160,7 +163,17 @@ impl Hale {
             seen: Mutex::new(SeenAlerts::default()),
             fetching: tokio::sync::Mutex::new(()),
         });
-        let inventory = hale.config().config.inventory.clone();
+        let inventory: Vec<Listed> = hale
+            .config()
+            .config
+            .inventory
+            .iter()
+            .map(|n| Listed {
+                id: n.id.clone(),
+                hostname: n.hostname.clone(),
+                labels: n.labels.clone(),
+            })
+            .collect();
         hale.apply(|fleet, cfg, now| Ok(fleet.register(cfg, now, &inventory)))
             .expect("registering cannot fail");
         Ok(hale)
@@ -178,12 +191,12 @@ impl Hale {
     /// the writer lock is taken, so writes land in the order steps happened.
     pub fn apply<F>(&self, step: F) -> Result<Outcome, CoreError>
     where
-        F: FnOnce(&mut Fleet, &Loaded, Time) -> Result<Outcome, CoreError>,
+        F: FnOnce(&mut Fleet, &CoreSettings, Time) -> Result<Outcome, CoreError>,
     {
         let cfg = self.config();
         let mut fleet = self.lock_fleet();
         let now = Utc::now();
-        let outcome = step(&mut fleet, &cfg, now)?;
+        let outcome = step(&mut fleet, &cfg.core, now)?;
         self.metrics.source_up.set(i64::from(fleet.trust.source_up));
         self.metrics
             .holding
@@ -437,7 +450,7 @@ impl Hale {
             .nodes
             .range((from, Bound::Unbounded))
             .filter_map(|(_, n)| {
-                let settings = cfg.settings_for(&n.labels);
+                let settings = cfg.core.settings_for(&n.labels);
                 let wanted = q.status.is_none_or(|s| s == n.status)
                     && q.pool.as_ref().is_none_or(|p| *p == settings.name)
                     && q.health.is_none_or(|h| h == n.health(settings));
@@ -463,7 +476,7 @@ impl Hale {
         Some(NodeView::of(
             n,
             &cfg.config.cluster,
-            cfg.settings_for(&n.labels),
+            cfg.core.settings_for(&n.labels),
             Utc::now(),
         ))
     }
@@ -762,7 +775,7 @@ impl Hale {
             .map(|n| Report {
                 id: n.id.clone(),
                 score: n.score.as_ref().map(|s| s.value),
-                health: n.health(cfg.settings_for(&n.labels)),
+                health: n.health(cfg.core.settings_for(&n.labels)),
                 stale: trust.stale || n.conditions.contains_key(TELEMETRY_STALE),
                 complete,
                 notices: most_urgent(
@@ -959,7 +972,7 @@ fn seen_alert(a: &Alert<'_>, cfg: &Loaded) -> SeenAlert {
     SeenAlert {
         fingerprint: a.fingerprint.to_string(),
         alertname: a.alertname().to_string(),
-        node: a.node(&cfg.config.node_identity).map(str::to_string),
+        node: a.node(&cfg.core.identity).map(str::to_string),
         meaning,
         severity: a.severity(),
         state: match a.state {

@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Settings;
 use crate::core::policy::{Conclusion, Cordon};
+use crate::core::settings::Settings;
 use crate::core::{Deduction, Health, Node, Severity, Status, Time};
 use crate::store::StoredEvent;
 

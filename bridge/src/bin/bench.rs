@@ -56,7 +56,7 @@ fn run(nodes: usize, work: &Path) -> anyhow::Result<()> {
         t.elapsed()
     });
 
-    let cfg = Config::default().resolve("<bench>", "")?;
+    let cfg = Config::default().resolve("<bench>", "")?.core;
     let mut store = Store::open(&work.join("cycle"))?;
     let start = Utc::now();
     let mut fleet = Fleet::new(start);

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 
 use super::Severity;
-use crate::config::{NodeIdentity, parse_duration};
+use super::settings::{Identity, parse_duration};
 
 /// Label or annotation pairs as Alertmanager sent them, borrowed from the body where
 /// possible. An alert has a handful: a linear scan beats building a map for each of
@@ -169,7 +169,7 @@ impl<'a> Alert<'a> {
 
     /// The node this alert is about: the first present identity label, with the
     /// `:port` of `instance` stripped when configured.
-    pub fn node<'s>(&'s self, identity: &NodeIdentity) -> Option<&'s str> {
+    pub fn node<'s>(&'s self, identity: &Identity) -> Option<&'s str> {
         identity.labels.iter().find_map(|name| {
             let value = self.label(name)?;
             Some(if identity.strip_port && name == "instance" {
@@ -404,7 +404,7 @@ mod tests {
 
     #[test]
     fn node_identity_order_and_port_stripping() {
-        let id = NodeIdentity::default();
+        let id = Identity::default();
         type Case = (
             &'static [(&'static str, &'static str)],
             Option<&'static str>,
@@ -424,10 +424,10 @@ mod tests {
         for (labels, want) in cases {
             assert_eq!(alert(labels).node(&id), *want, "{labels:?}");
         }
-        let keep = NodeIdentity {
+        let keep = Identity {
             labels: vec!["instance".into()],
             strip_port: false,
-            ..NodeIdentity::default()
+            ..Identity::default()
         };
         assert_eq!(alert(&[("instance", "h:9100")]).node(&keep), Some("h:9100"));
     }

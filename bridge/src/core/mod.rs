@@ -2,14 +2,21 @@
 //! reliability score and health state. Pure — state, configuration and `now` in; new
 //! state and events out. No clock, no I/O, no async.
 
-mod health;
+mod conditions;
+mod events;
+mod heartbeats;
+mod ingest;
 pub mod labels;
+mod outcome;
 pub mod policy;
 pub mod replay;
+pub mod settings;
 mod small_map;
+mod step;
 mod sweep;
 #[cfg(test)]
 mod tests;
+mod trust;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -17,10 +24,13 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::config::Settings;
+use settings::Settings;
 
-pub use health::{CoreError, Outcome, PollAnswer};
+pub use events::{EVENT_TYPES, Event, EventKind};
+pub use ingest::{Listed, PollAnswer};
+pub use outcome::{CoreError, Outcome};
 pub use small_map::SmallMap;
+pub use trust::Trust;
 
 pub type Time = DateTime<Utc>;
 
@@ -470,130 +480,16 @@ impl Node {
     }
 }
 
-/// Whether hale can believe what Alertmanager tells it (DESIGN §4, "Trusted input").
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Trust {
-    /// Last time trusted input arrived (a poll holding the watchdog, or with polling off
-    /// a webhook carrying it).
-    pub last_trusted: Option<Time>,
-    /// When this process started watching; staleness is measured from the later of the
-    /// two so a restart gives the source `staleAfter` to answer.
-    #[serde(skip, default = "epoch")]
-    pub watching_since: Time,
-    /// The last poll was answered and trusted.
-    pub source_up: bool,
-    /// Every node carries `telemetry_stale`.
-    pub stale: bool,
-    /// Why the source is not trusted, when it is not.
-    pub last_error: Option<String>,
-    /// The watchdog's expiry (`endsAt`) in the last trusted poll. Prometheus pushes it
-    /// forward each time it re-sends the watchdog; a dead Prometheus does not.
-    #[serde(default)]
-    pub watchdog_expires: Option<Time>,
-    /// How many trusted polls have seen the watchdog's expiry move forward: each one
-    /// proves Prometheus sent alerts after the previous.
-    #[serde(default)]
-    pub watchdog_refreshes: u64,
-    /// When the current run of trusted input began.
-    #[serde(default)]
-    pub trusted_since: Option<Time>,
-    /// Alertmanager's clock when the watchdog's current expiry was first shown, and
-    /// how far ahead of that clock the expiry lay (the validity Prometheus gives each
-    /// send): an expiry shown unchanged for more than half of it means Prometheus
-    /// stopped re-sending for a while.
-    #[serde(default)]
-    pub watchdog_shown_since: Option<Time>,
-    #[serde(default, with = "opt_millis")]
-    pub watchdog_validity: Option<chrono::TimeDelta>,
-    /// When the Alertmanager that answered last started (its `/api/v2/status`
-    /// uptime): a later one is a restart, which kept no alerts.
-    #[serde(default)]
-    pub alertmanager_started: Option<Time>,
-    /// Until then an alert's absence ends nothing: the pipeline restarted and its
-    /// alerts may not all be back yet ([`Trust::hold`]).
-    #[serde(default)]
-    pub hold_until: Option<Time>,
-    /// Why absences are held.
-    #[serde(default)]
-    pub hold_reason: Option<String>,
-    /// When the current hold began: only alerts seen before it are held — one the
-    /// pipeline reported since was seen by the pipeline as it now is.
-    #[serde(default)]
-    pub hold_since: Option<Time>,
-    /// Resolved notifications are held (webhook only): they end when the hold lapses.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub held_resolutions: bool,
-}
-
-fn is_zero(n: &u32) -> bool {
+pub(super) fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
-fn operator() -> String {
+pub(super) fn operator() -> String {
     "operator".into()
 }
 
-fn epoch() -> Time {
+pub(super) fn epoch() -> Time {
     DateTime::<Utc>::UNIX_EPOCH
-}
-
-impl Trust {
-    pub fn new(watching_since: Time) -> Trust {
-        Trust {
-            last_trusted: None,
-            watching_since,
-            source_up: false,
-            stale: false,
-            last_error: None,
-            watchdog_expires: None,
-            watchdog_refreshes: 0,
-            trusted_since: None,
-            watchdog_shown_since: None,
-            watchdog_validity: None,
-            alertmanager_started: None,
-            hold_until: None,
-            hold_reason: None,
-            hold_since: None,
-            held_resolutions: false,
-        }
-    }
-
-    /// Hold every absence until `until` (a later hold extends an earlier one, and
-    /// its reason is then the hold's). Returns whether this starts a hold or gives it
-    /// a new reason — what is worth a log line.
-    pub fn hold(&mut self, now: Time, until: Time, reason: String) -> bool {
-        if until <= now || self.hold_until.is_some_and(|t| t >= until) {
-            return false;
-        }
-        let fresh = !self.holding(now);
-        let news = fresh || self.hold_reason.as_ref() != Some(&reason);
-        if fresh {
-            self.hold_since = Some(now);
-        }
-        self.hold_until = Some(until);
-        self.hold_reason = Some(reason);
-        news
-    }
-
-    /// Whether absences are held at `now`.
-    pub fn holding(&self, now: Time) -> bool {
-        self.hold_until.is_some_and(|t| now < t)
-    }
-
-    /// When the hold running at `now` began, if one is.
-    pub fn held_since(&self, now: Time) -> Option<Time> {
-        self.hold_since.filter(|_| self.holding(now))
-    }
-
-    /// Trusted input arrived now.
-    pub fn trusted(&mut self, now: Time) {
-        if !self.source_up {
-            self.trusted_since = Some(now);
-        }
-        self.last_trusted = Some(now);
-        self.source_up = true;
-        self.last_error = None;
-    }
 }
 
 /// The whole fleet as the core sees it.
@@ -618,188 +514,8 @@ impl Fleet {
     }
 }
 
-/// Something that happened to a node, recorded in its history.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Event {
-    pub node_id: String,
-    #[serde(flatten)]
-    pub kind: EventKind,
-    pub occurred_at: Time,
-    pub message: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(
-    tag = "type",
-    rename_all = "SCREAMING_SNAKE_CASE",
-    rename_all_fields = "camelCase"
-)]
-pub enum EventKind {
-    ConditionRaised {
-        condition: String,
-        reason: String,
-        severity: Severity,
-        /// What fault-triggered eviction matches; absent from older records.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        fault_class: Option<String>,
-    },
-    ConditionEscalated {
-        condition: String,
-        reason: String,
-        severity: Severity,
-        previous_severity: Severity,
-    },
-    ConditionCleared {
-        condition: String,
-        severity: Severity,
-        /// `resolved` when its alerts ended; `operator` for a manual clear.
-        cleared_by: String,
-    },
-    /// The alerts feeding a raised condition changed, or the reason it is charged
-    /// for did, without a change of severity.
-    ConditionUpdated {
-        condition: String,
-        /// The charged reason.
-        reason: String,
-        severity: Severity,
-        /// The reasons of the alerts feeding it now (empty: only its stickiness
-        /// keeps it raised).
-        reasons: Vec<String>,
-        /// How many alerts feed it now.
-        alerts: u32,
-    },
-    ScoreChanged {
-        score: u8,
-        previous_score: u8,
-        scored_by: String,
-    },
-    HeartbeatMissed {
-        last_heartbeat: Time,
-    },
-    HeartbeatResumed {
-        last_heartbeat: Time,
-    },
-    JobFailureAttributed {
-        job: String,
-        reason: String,
-        total: u64,
-    },
-    NodeDecommissioned {
-        /// `operator` (`DELETE /api/v1/nodes/{id}`), `retired` (known only from
-        /// alerts and named by none for `forgetAfter`) or `orchestrator` (gone from
-        /// the cluster, or its name now belongs to a new machine).
-        #[serde(default = "operator")]
-        by: String,
-    },
-    PolicyRecommended {
-        action: String,
-        policy_mode: String,
-        scored_by: String,
-        score: u8,
-    },
-    PolicyActed {
-        action: String,
-        policy_mode: String,
-        scored_by: String,
-        score: u8,
-        /// `replace`: allocations the node must finish before it is terminated.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        waiting_on: Option<u32>,
-    },
-    PolicyHalted {
-        action: String,
-        /// The guardrail that stopped it (its config key, or why).
-        guardrail: String,
-        policy_mode: String,
-        scored_by: String,
-        score: u8,
-    },
-    NodeCordoned {
-        /// `hale` or `operator`.
-        by: String,
-        reason: String,
-    },
-    NodeUncordoned {
-        by: String,
-        reason: String,
-    },
-    NodeDrained {
-        by: String,
-        active: bool,
-        reason: String,
-        /// Allocations stopped and run again elsewhere (active drains).
-        moved: u32,
-        /// Allocations a disruption budget kept on the node past the orchestrator's
-        /// timeout (they still run there).
-        #[serde(default, skip_serializing_if = "is_zero")]
-        blocked: u32,
-    },
-    NodeEvicted {
-        fault_class: String,
-        moved: u32,
-        failed: u32,
-        /// As for `NODE_DRAINED`: left running on the faulty node.
-        #[serde(default, skip_serializing_if = "is_zero")]
-        blocked: u32,
-    },
-    NodeReplaced {},
-}
-
-/// Every event type of the contract (DESIGN §9), including those later components
-/// emit, so filters can name them today.
-pub const EVENT_TYPES: &[&str] = &[
-    "CONDITION_RAISED",
-    "CONDITION_ESCALATED",
-    "CONDITION_CLEARED",
-    "CONDITION_UPDATED",
-    "SCORE_CHANGED",
-    "HEARTBEAT_MISSED",
-    "HEARTBEAT_RESUMED",
-    "JOB_FAILURE_ATTRIBUTED",
-    "POLICY_RECOMMENDED",
-    "POLICY_ACTED",
-    "POLICY_HALTED",
-    "NODE_CORDONED",
-    "NODE_UNCORDONED",
-    "NODE_DRAINED",
-    "NODE_EVICTED",
-    "NODE_REPLACED",
-    "NODE_FENCED",
-    "NODE_DECOMMISSIONED",
-    "REMEDIATION_STARTED",
-    "REMEDIATION_STEP",
-    "REMEDIATION_SUCCEEDED",
-    "REMEDIATION_FAILED",
-];
-
-impl EventKind {
-    /// The `type` string, e.g. `SCORE_CHANGED`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            EventKind::ConditionRaised { .. } => "CONDITION_RAISED",
-            EventKind::ConditionEscalated { .. } => "CONDITION_ESCALATED",
-            EventKind::ConditionCleared { .. } => "CONDITION_CLEARED",
-            EventKind::ConditionUpdated { .. } => "CONDITION_UPDATED",
-            EventKind::ScoreChanged { .. } => "SCORE_CHANGED",
-            EventKind::HeartbeatMissed { .. } => "HEARTBEAT_MISSED",
-            EventKind::HeartbeatResumed { .. } => "HEARTBEAT_RESUMED",
-            EventKind::JobFailureAttributed { .. } => "JOB_FAILURE_ATTRIBUTED",
-            EventKind::NodeDecommissioned { .. } => "NODE_DECOMMISSIONED",
-            EventKind::PolicyRecommended { .. } => "POLICY_RECOMMENDED",
-            EventKind::PolicyActed { .. } => "POLICY_ACTED",
-            EventKind::PolicyHalted { .. } => "POLICY_HALTED",
-            EventKind::NodeCordoned { .. } => "NODE_CORDONED",
-            EventKind::NodeUncordoned { .. } => "NODE_UNCORDONED",
-            EventKind::NodeDrained { .. } => "NODE_DRAINED",
-            EventKind::NodeEvicted { .. } => "NODE_EVICTED",
-            EventKind::NodeReplaced {} => "NODE_REPLACED",
-        }
-    }
-}
-
 /// An optional duration stored as milliseconds.
-mod opt_millis {
+pub(super) mod opt_millis {
     use chrono::TimeDelta;
     use serde::{Deserialize, Deserializer, Serializer};
 

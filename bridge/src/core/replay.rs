@@ -10,10 +10,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::policy::{Done, RECOVERY_HOLD};
+use super::settings::CoreSettings;
 use super::{
     Condition, Event, EventKind, Fleet, HEARTBEAT_MISSED, Node, Score, Severity, SmallMap, Time,
 };
-use crate::config::Loaded;
 
 /// What one configuration did, or would have done, to one node.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -81,7 +81,7 @@ pub struct Side {
 /// `known` (labels kept, evidence cleared) under `cfg`, counting from `since`: what
 /// came before only rebuilds the state the window starts in.
 pub fn backtest(
-    cfg: &Loaded,
+    cfg: &CoreSettings,
     known: &BTreeMap<String, Node>,
     history: &[Event],
     since: Option<Time>,

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta};
 
-use super::health::{Keep, Recorder, Step, set_sources};
+use super::conditions::set_sources;
+use super::step::{Recorder, Step};
+use super::trust::Keep;
 use super::{EventKind, Node, Origin, Source, Time};
 
 /// How often the sweep looks over the fleet.
@@ -18,7 +20,7 @@ impl Step<'_> {
     /// Retire, prune and end what the module doc says, at most every [`SWEEP_EVERY`].
     pub(super) fn sweep(&mut self) {
         let now = self.now;
-        let polling = !self.cfg.config.alertmanager.poll_interval.is_zero();
+        let polling = self.cfg.source.polling;
         let trust = &self.fleet.trust;
         // Resolutions a hold kept (webhook only) end the moment it lapses.
         let lapsed = !polling && trust.held_resolutions && !trust.holding(now);
@@ -44,8 +46,7 @@ impl Step<'_> {
             return;
         }
         self.fleet.swept_at = Some(now);
-        let forget = TimeDelta::from_std(self.cfg.config.node_identity.forget_after)
-            .unwrap_or(TimeDelta::MAX);
+        let forget = TimeDelta::from_std(self.cfg.identity.forget_after).unwrap_or(TimeDelta::MAX);
         let before = now
             .checked_sub_signed(forget)
             .unwrap_or(DateTime::UNIX_EPOCH);
@@ -99,7 +100,7 @@ impl Step<'_> {
     }
 
     /// End every source `gone` picks, as if its resolution had arrived.
-    fn end_sources(&mut self, gone: impl Fn(&Source) -> bool) {
+    pub(super) fn end_sources(&mut self, gone: impl Fn(&Source) -> bool) {
         let now = self.now;
         let cfg = self.cfg;
         for (id, node) in self.fleet.nodes.iter_mut() {
@@ -141,7 +142,7 @@ impl Step<'_> {
 /// Whether `node` has outlived its evidence: known from alerts alone, named by none
 /// since `before`, and holding nothing an operator must see to — no sticky
 /// condition, no cordon, gate or action of the policy's.
-fn retirable(node: &Node, before: Time) -> bool {
+pub(super) fn retirable(node: &Node, before: Time) -> bool {
     node.known_from == Origin::Alerts
         && node
             .last_report
@@ -155,7 +156,7 @@ fn retirable(node: &Node, before: Time) -> bool {
 
 /// Forget job-failure instances that started before `before` (their key is
 /// `fingerprint@startsAt`); the failures they counted stay counted.
-fn forget_counted(node: &mut Node, before: Time) -> bool {
+pub(super) fn forget_counted(node: &mut Node, before: Time) -> bool {
     let counted = &mut node.failures.counted_alerts;
     let n = counted.len();
     counted.retain(|key| {

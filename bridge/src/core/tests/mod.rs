@@ -10,17 +10,19 @@ mod hardening;
 mod props;
 
 use super::labels::{Alert, AlertState, Annotations, Labels, Text};
+use super::settings::CoreSettings;
 use super::*;
-use crate::config::{Config, InventoryNode, Loaded};
+use crate::config::Config;
 
 const DAY: i64 = 86_400;
 const WEEK: i64 = 7 * DAY;
 
-fn config(yaml: &str) -> Loaded {
+fn config(yaml: &str) -> CoreSettings {
     Config::parse("test.yaml", yaml)
         .unwrap()
         .resolve("test.yaml", yaml)
         .unwrap()
+        .core
 }
 
 /// An alert under construction: `alert("SmartFailing").on("n1").critical()`.
@@ -126,7 +128,7 @@ fn t0() -> Time {
 
 /// A timed script against one fleet.
 struct Script {
-    cfg: Loaded,
+    cfg: CoreSettings,
     fleet: Fleet,
     now: Time,
     events: Vec<Event>,
@@ -271,7 +273,7 @@ fn seed_worked_numbers_for_failure_decay() {
 
 #[test]
 fn failure_deduction_table() {
-    let settings = config("").cluster_settings;
+    let settings = config("").cluster;
     let mut node = Node::new("n");
     node.failures.total = 3;
     node.failures.last = Some(t0());
@@ -879,12 +881,12 @@ fn inventory_nodes_are_unscored_until_they_report_and_pools_price_them() {
         "nodeHealth: { penalties: { SmartFailing: 30 } }\npools:\n  - name: gpu\n    selector: { pool: gpu }\n    nodeHealth: { penalties: { SmartFailing: 50 } }\n",
     );
     let inv = [
-        InventoryNode {
+        Listed {
             id: "gpu-14".into(),
             hostname: Some("gpu14.example".into()),
             labels: BTreeMap::from([("pool".into(), "gpu".into())]),
         },
-        InventoryNode {
+        Listed {
             id: "cpu-1".into(),
             hostname: None,
             labels: BTreeMap::new(),
@@ -1135,8 +1137,8 @@ fn very_low(node: &str) -> Vec<A> {
 impl Script {
     /// Register `n` nodes `prefix-0..` in pool `pool`.
     fn pool(&mut self, prefix: &str, n: usize, pool: &str) -> Vec<String> {
-        let inv: Vec<InventoryNode> = (0..n)
-            .map(|i| InventoryNode {
+        let inv: Vec<Listed> = (0..n)
+            .map(|i| Listed {
                 id: format!("{prefix}-{i}"),
                 hostname: None,
                 labels: [("pool".to_string(), pool.to_string())].into(),
@@ -1777,7 +1779,7 @@ fn the_gate_follows_the_score_in_every_mode_and_never_an_unscored_node() {
     let out = s.fleet.register(
         &s.cfg,
         s.now,
-        &[InventoryNode {
+        &[Listed {
             id: "new".into(),
             hostname: None,
             labels: BTreeMap::new(),
@@ -2216,4 +2218,30 @@ fn shown(id: &str, status: Status) -> policy::Observed {
         gated: None,
         evicted: None,
     }
+}
+
+#[test]
+fn the_core_imports_nothing_from_the_edge() {
+    let core = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/core");
+    let mut files = vec![core.clone()];
+    let mut read = 0;
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            if path.ends_with("tests") {
+                continue;
+            }
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        read += 1;
+        for line in text.lines().filter(|l| l.trim_start().starts_with("use ")) {
+            assert!(
+                !line.contains("crate::") || line.contains("crate::core"),
+                "{}: {line}: the core is pure; the edge imports it, never the reverse",
+                path.display()
+            );
+        }
+    }
+    assert!(read > 10, "read the core's files");
 }

@@ -202,7 +202,7 @@ fn fold(events: &[Event]) -> Folded {
 /// Run `history` under `yaml`, checking the per-step properties; returns the script.
 fn run(yaml: &str, history: &[(u16, Input)]) -> Result<Script, TestCaseError> {
     let mut s = script(yaml);
-    let polling = !s.cfg.config.alertmanager.poll_interval.is_zero();
+    let polling = s.cfg.source.polling;
     let mut at = 0i64;
     for (gap, input) in history {
         at += i64::from(*gap);

@@ -1,0 +1,631 @@
+//! Condition bookkeeping for one node: its alerts grouped by condition type, each
+//! condition's sources set or merged, the condition raised, escalated, updated or
+//! cleared; the charged reason and the message that explains it; heartbeats,
+//! unavailable signals and job failures as its alerts report them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use super::labels::{Alert, AlertState, Signal};
+use super::settings::{CoreSettings, Settings};
+use super::step::{Recorder, group_by_key};
+use super::trust::Keep;
+use super::{
+    COLLECTOR_FAILED, Condition, EventKind, HEARTBEAT_MISSED, Heartbeat, Node, Severity, SmallMap,
+    Source, TELEMETRY_STALE, Time,
+};
+
+/// Failure reasons a node tells apart; beyond them, [`OTHER_REASONS`].
+pub(super) const MAX_FAILURE_REASONS: usize = 64;
+pub(super) const OTHER_REASONS: &str = "other";
+/// Unavailable signals a node keeps from deliveries (a poll replaces them whole).
+pub(super) const MAX_UNAVAILABLE: usize = 64;
+
+/// Apply one node's alerts. `full`: they are all it has, so whatever is missing has
+/// ended. `trusted`: they may clear evidence and count as a report.
+pub(super) fn apply_alerts(
+    node: &mut Node,
+    rec: &mut Recorder<'_, '_>,
+    cfg: &CoreSettings,
+    alerts: &[&Alert<'_>],
+    full: bool,
+    trusted: bool,
+    keep: Keep<'_>,
+) {
+    let now = rec.now;
+    let settings = cfg.settings_for(&node.labels);
+    let mut fresh: Vec<(&str, &Alert<'_>)> = Vec::new();
+    let mut ended: Vec<(&str, &str, Option<Time>)> = Vec::new();
+    let mut heartbeat: Option<Option<Duration>> = None;
+    let mut unavailable: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut failures: Vec<(String, &str, &str, Time)> = Vec::new();
+    let mut named = false;
+
+    for alert in alerts {
+        let signal = alert.signal();
+        if alert.state == AlertState::Resolved {
+            if trusted {
+                let ctype = match signal {
+                    Signal::CollectorFailed { .. } => COLLECTOR_FAILED,
+                    _ => alert.condition_type(),
+                };
+                ended.push((ctype, alert.fingerprint.as_ref(), alert.expires()));
+            }
+            continue;
+        }
+        named = true;
+        match signal {
+            Signal::Heartbeat { interval } => heartbeat = Some(interval),
+            Signal::CollectorFailed { .. } => fresh.push((COLLECTOR_FAILED, alert)),
+            Signal::Unavailable { signal } => {
+                unavailable.insert(alert.fingerprint.as_ref(), signal);
+            }
+            Signal::JobFailure { job } => {
+                // The instance is the fingerprint and startsAt as sent; only the time
+                // used for decay is clamped to now (a source clock may run ahead).
+                let at = alert.started().map_or(now, |t| t.min(now));
+                let key = format!(
+                    "{}@{}",
+                    alert.fingerprint,
+                    alert.starts_at.as_deref().unwrap_or("")
+                );
+                failures.push((key, job, alert.reason(), at));
+            }
+            Signal::Condition => fresh.push((alert.condition_type(), alert)),
+            Signal::Watchdog => {}
+        }
+    }
+
+    let fresh = group_by_key(fresh);
+
+    if named {
+        rec.touched();
+        if trusted {
+            node.last_report = Some(now);
+        }
+    }
+
+    // Only trusted input says a node is alive: a heartbeat from an answer without the
+    // watchdog, or while stale, neither arms nor clears missed-heartbeat detection.
+    if trusted && let Some(interval) = heartbeat {
+        let interval = interval.unwrap_or(settings.report_interval);
+        if node
+            .heartbeat
+            .as_ref()
+            .is_none_or(|h| h.interval != interval)
+        {
+            rec.dirty();
+        }
+        node.heartbeat = Some(Heartbeat {
+            last: now,
+            interval,
+        });
+        if let Some(missed) = node.conditions.remove(HEARTBEAT_MISSED) {
+            rec.event(
+                EventKind::HeartbeatResumed {
+                    last_heartbeat: now,
+                },
+                format!(
+                    "heartbeat resumed (missing since {})",
+                    missed.first_seen.to_rfc3339()
+                ),
+            );
+        }
+    }
+
+    // Conditions: a full picture replaces each condition's sources; a partial one
+    // adds to them and ends the ones it says resolved.
+    if full {
+        let existing: Vec<String> = node
+            .conditions
+            .keys()
+            .filter(|c| {
+                *c != HEARTBEAT_MISSED
+                    && *c != TELEMETRY_STALE
+                    && fresh
+                        .binary_search_by(|(t, _)| (*t).cmp(c.as_str()))
+                        .is_err()
+            })
+            .cloned()
+            .collect();
+        for ctype in existing {
+            set_sources(node, rec, settings, &ctype, &[], true, keep, 0);
+        }
+    } else {
+        for &(ctype, fingerprint, at) in &ended {
+            let Some(cond) = node.conditions.get_mut(ctype) else {
+                continue;
+            };
+            let Some(source) = cond.sources.get_mut(fingerprint) else {
+                continue;
+            };
+            let vanished = source.vanished;
+            if keep.holds_resolved(source, at) {
+                if source.vanished != vanished {
+                    rec.dirty();
+                }
+                continue;
+            }
+            if cond.sources.remove(fingerprint).is_some() {
+                rec.dirty();
+                compose_message(ctype, cond);
+                set_sources(node, rec, settings, ctype, &[], false, keep, 1);
+            }
+        }
+    }
+    for (ctype, alerts) in &fresh {
+        set_sources(node, rec, settings, ctype, alerts, full, keep, 0);
+    }
+
+    let same = |old: &SmallMap<String, String>| {
+        old.len() == unavailable.len()
+            && old
+                .iter()
+                .zip(&unavailable)
+                .all(|((f, s), (nf, ns))| f == nf && s == ns)
+    };
+    if full {
+        if !same(&node.unavailable) {
+            node.unavailable = unavailable
+                .iter()
+                .map(|(f, s)| (f.to_string(), s.to_string()))
+                .collect();
+            rec.dirty();
+        }
+    } else {
+        let before = node.unavailable.len();
+        for (f, s) in &unavailable {
+            if node.unavailable.len() < MAX_UNAVAILABLE || node.unavailable.contains_key(*f) {
+                node.unavailable.insert(f.to_string(), s.to_string());
+            }
+        }
+        if trusted {
+            for (_, fingerprint, _) in &ended {
+                node.unavailable.remove(*fingerprint);
+            }
+        }
+        if node.unavailable.len() != before || !unavailable.is_empty() {
+            rec.dirty();
+        }
+    }
+
+    let mut current = BTreeSet::new();
+    for (key, job, reason, at) in failures {
+        if !node.failures.counted_alerts.contains(&key) {
+            count_failure(node, rec, job, reason, at);
+        }
+        current.insert(key);
+    }
+    let counted = &mut node.failures.counted_alerts;
+    let changed = if full {
+        let changed = *counted != current;
+        *counted = current;
+        changed
+    } else {
+        let before = counted.len();
+        counted.extend(current);
+        counted.len() != before
+    };
+    if changed {
+        rec.dirty();
+    }
+}
+
+/// Set (full) or merge (partial) a condition's sources from `alerts`, raising,
+/// escalating, updating or clearing it as the result demands. `left`: sources a
+/// resolved notification already took away. Sources that did not change are kept as
+/// they are, so a steady fleet costs no allocation here.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn set_sources(
+    node: &mut Node,
+    rec: &mut Recorder<'_, '_>,
+    settings: &Settings,
+    ctype: &str,
+    alerts: &[&Alert<'_>],
+    full: bool,
+    keep: Keep<'_>,
+    left: usize,
+) {
+    let now = rec.now;
+    // Webhook-only: when a delivery last confirmed each alert (see `Source::delivered`).
+    let delivered = (!full).then_some(now);
+    let Some(cond) = node.conditions.get_mut(ctype) else {
+        let sources = alerts
+            .iter()
+            .map(|a| {
+                let mut source = source_of(a, ctype);
+                source.delivered = delivered;
+                source.since = Some(now);
+                (a.fingerprint.to_string(), source)
+            })
+            .collect();
+        if let Some(cond) = raise(ctype, sources, settings, now) {
+            node.saw(ctype, now);
+            let message = format!(
+                "{ctype} raised [{}]: {}",
+                cond.severity.as_str(),
+                cond.message
+            );
+            let kind = EventKind::ConditionRaised {
+                condition: ctype.into(),
+                reason: cond.reason.clone(),
+                severity: cond.severity,
+                fault_class: Some(cond.fault_class.clone()),
+            };
+            node.conditions.insert(ctype.to_string(), cond);
+            rec.event(kind, message);
+        }
+        return;
+    };
+    let mut keys_changed = left > 0;
+    let mut content_changed = false;
+    if full {
+        let mut old = std::mem::replace(&mut cond.sources, SmallMap::with_capacity(alerts.len()));
+        for a in alerts {
+            let fp = a.fingerprint.as_ref();
+            let (key, source) = match old.remove_entry(fp) {
+                Some((key, mut s)) if s.matches(a, ctype) => {
+                    // Moves with every re-send; not a change worth a write.
+                    s.expires = a.expires().or(s.expires);
+                    (key, s)
+                }
+                Some((key, s)) => {
+                    content_changed = true;
+                    let mut source = source_of(a, ctype);
+                    source.since = s.since;
+                    (key, source)
+                }
+                None => {
+                    keys_changed = true;
+                    let mut source = source_of(a, ctype);
+                    source.since = Some(now);
+                    (fp.to_string(), source)
+                }
+            };
+            cond.sources.insert(key, source);
+        }
+        for (key, mut source) in old {
+            let vanished = source.vanished;
+            if keep.holds(&key, &mut source) {
+                if source.vanished != vanished {
+                    rec.dirty();
+                }
+                cond.sources.insert(key, source);
+            } else {
+                keys_changed = true;
+            }
+        }
+    } else {
+        for a in alerts {
+            let fp = a.fingerprint.as_ref();
+            match cond.sources.get_mut(fp) {
+                Some(s) if s.matches(a, ctype) => s.delivered = delivered,
+                Some(s) => {
+                    let (expires, since) = (s.expires, s.since);
+                    *s = source_of(a, ctype);
+                    s.expires = s.expires.or(expires);
+                    s.since = since;
+                    s.delivered = delivered;
+                    content_changed = true;
+                }
+                None => {
+                    let mut source = source_of(a, ctype);
+                    source.delivered = delivered;
+                    source.since = Some(now);
+                    cond.sources.insert(fp.to_string(), source);
+                    keys_changed = true;
+                }
+            }
+        }
+    }
+    if keys_changed {
+        rec.dirty();
+    }
+    if cond.sources.is_empty() {
+        if !cond.sticky {
+            let severity = cond.severity;
+            node.conditions.remove(ctype);
+            node.saw(ctype, now);
+            rec.event(
+                EventKind::ConditionCleared {
+                    condition: ctype.into(),
+                    severity,
+                    cleared_by: "resolved".into(),
+                },
+                format!("{ctype} cleared: its alerts ended"),
+            );
+        } else if keys_changed {
+            let kind = updated(ctype, cond);
+            rec.event(
+                kind,
+                format!(
+                    "{ctype}: its alerts ended; sticky, it stays raised until an operator clears it ({})",
+                    cond.message
+                ),
+            );
+        }
+        return;
+    }
+    if alerts.is_empty() && !keys_changed {
+        return;
+    }
+    let previous = (
+        cond.severity,
+        cond.sticky,
+        cond.priority,
+        cond.remediation.is_some(),
+        cond.reason.clone(),
+    );
+    refresh(ctype, cond, settings, now, keys_changed || content_changed);
+    let latched = (
+        cond.severity,
+        cond.sticky,
+        cond.priority,
+        cond.remediation.is_some(),
+    );
+    if latched != (previous.0, previous.1, previous.2, previous.3) || cond.reason != previous.4 {
+        rec.dirty();
+    }
+    if cond.severity > previous.0 {
+        let kind = EventKind::ConditionEscalated {
+            condition: ctype.into(),
+            reason: cond.reason.clone(),
+            severity: cond.severity,
+            previous_severity: previous.0,
+        };
+        let message = format!(
+            "{ctype} escalated {} -> {}: {}",
+            previous.0.as_str(),
+            cond.severity.as_str(),
+            cond.message
+        );
+        rec.event(kind, message);
+    } else if keys_changed || cond.reason != previous.4 {
+        let message = if cond.reason != previous.4 {
+            format!(
+                "{ctype} now charged for {} instead of {}: {}",
+                cond.reason, previous.4, cond.message
+            )
+        } else {
+            format!(
+                "{ctype} now fed by {} alert(s): {}",
+                cond.sources.len(),
+                cond.message
+            )
+        };
+        let kind = updated(ctype, cond);
+        rec.event(kind, message);
+    }
+}
+
+/// A `CONDITION_UPDATED` event for `cond` as it now stands.
+pub(super) fn updated(ctype: &str, cond: &Condition) -> EventKind {
+    let mut reasons: Vec<String> = cond.sources.values().map(|s| s.reason.clone()).collect();
+    reasons.sort_unstable();
+    reasons.dedup();
+    EventKind::ConditionUpdated {
+        condition: ctype.into(),
+        reason: cond.reason.clone(),
+        severity: cond.severity,
+        reasons,
+        alerts: cond.sources.len() as u32,
+    }
+}
+
+pub(super) fn count_failure(
+    node: &mut Node,
+    rec: &mut Recorder<'_, '_>,
+    job: &str,
+    reason: &str,
+    at: Time,
+) {
+    let f = &mut node.failures;
+    f.total += 1;
+    f.last = Some(f.last.map_or(at, |l| l.max(at)));
+    // Reasons come from reports anyone with the token may send: a bounded few are
+    // told apart, the rest counted together.
+    let kept = if f.by_reason.len() < MAX_FAILURE_REASONS || f.by_reason.contains_key(reason) {
+        reason
+    } else {
+        OTHER_REASONS
+    };
+    match f.by_reason.get_mut(kept) {
+        Some(n) => *n += 1,
+        None => {
+            f.by_reason.insert(kept.to_string(), 1);
+        }
+    }
+    let total = f.total;
+    rec.event(
+        EventKind::JobFailureAttributed {
+            job: job.into(),
+            reason: reason.into(),
+            total,
+        },
+        format!("job {job} failure attributed ({reason}); {total} in total"),
+    );
+}
+
+/// The collector a `collector_failed` alert names.
+pub(super) fn collector<'s>(alert: &'s Alert<'_>) -> &'s str {
+    match alert.signal() {
+        Signal::CollectorFailed { collector } => collector,
+        _ => alert.alertname(),
+    }
+}
+
+pub(super) fn source_of(alert: &Alert<'_>, ctype: &str) -> Source {
+    let failed_collector = ctype == COLLECTOR_FAILED;
+    Source {
+        reason: if failed_collector {
+            COLLECTOR_FAILED.into()
+        } else {
+            alert.reason().to_string()
+        },
+        severity: alert.severity(),
+        message: if failed_collector {
+            collector(alert).to_string()
+        } else {
+            alert.message()
+        },
+        suppressed: alert.state == AlertState::Suppressed,
+        sticky: alert.sticky(),
+        fault_class: alert.fault_class(),
+        priority: alert.priority(),
+        remediation: alert.remediation().map(str::to_string),
+        expires: alert.expires(),
+        vanished: None,
+        since: None,
+        delivered: None,
+        notice: alert.notice(),
+    }
+}
+
+impl Source {
+    /// Whether `alert` would produce exactly this source (checked without allocating).
+    pub(super) fn matches(&self, alert: &Alert<'_>, ctype: &str) -> bool {
+        let described = if ctype == COLLECTOR_FAILED {
+            self.reason == COLLECTOR_FAILED && self.message == collector(alert)
+        } else {
+            self.reason == alert.reason() && alert.message_is(&self.message)
+        };
+        described
+            && self.vanished.is_none()
+            && self.severity == alert.severity()
+            && self.suppressed == (alert.state == AlertState::Suppressed)
+            && self.sticky == alert.sticky()
+            && self.priority == alert.priority()
+            && self.remediation.as_deref() == alert.remediation()
+            && alert.fault_class_is(&self.fault_class)
+            && alert.notice_is(self.notice.as_ref())
+    }
+}
+
+pub(super) fn stale_condition(now: Time) -> Condition {
+    Condition {
+        reason: TELEMETRY_STALE.into(),
+        severity: Severity::Warning,
+        message: "hale has no trusted alert data".into(),
+        charged_message: String::new(),
+        first_seen: now,
+        last_seen: now,
+        observations: 1,
+        sticky: false,
+        fault_class: TELEMETRY_STALE.to_uppercase(),
+        priority: None,
+        remediation: None,
+        sources: SmallMap::new(),
+    }
+}
+
+/// How much a source's reason weighs in choosing the charged reason: its severity,
+/// then its points, then (for a fixed order) the earlier name.
+pub(super) fn weight<'s>(
+    settings: &Settings,
+    reason: &'s str,
+    severity: Severity,
+) -> (Severity, u32, std::cmp::Reverse<&'s str>) {
+    (
+        severity,
+        settings.penalty(reason, severity),
+        std::cmp::Reverse(reason),
+    )
+}
+
+/// A new episode from its first sources; `None` when there are none.
+pub(super) fn raise(
+    ctype: &str,
+    sources: SmallMap<String, Source>,
+    settings: &Settings,
+    now: Time,
+) -> Option<Condition> {
+    let worst = sources
+        .values()
+        .max_by_key(|s| weight(settings, &s.reason, s.severity))?
+        .clone();
+    let mut cond = Condition {
+        reason: worst.reason,
+        severity: worst.severity,
+        message: String::new(),
+        charged_message: worst.message,
+        first_seen: now,
+        last_seen: now,
+        observations: 0,
+        sticky: false,
+        fault_class: worst.fault_class,
+        priority: None,
+        remediation: None,
+        sources,
+    };
+    refresh(ctype, &mut cond, settings, now, true);
+    Some(cond)
+}
+
+/// Fold the current sources into the episode: the charged reason moves up to a worse
+/// source (a worse severity, or the same severity and more points) and never down,
+/// stickiness and remediation latch, the message keeps the charged reason's latest
+/// and each other source's (recomposed only when the sources changed).
+pub(super) fn refresh(
+    ctype: &str,
+    cond: &mut Condition,
+    settings: &Settings,
+    now: Time,
+    changed: bool,
+) {
+    let charged = (cond.severity, settings.penalty(&cond.reason, cond.severity));
+    if let Some(worst) = cond
+        .sources
+        .values()
+        .max_by_key(|s| weight(settings, &s.reason, s.severity))
+        && (
+            worst.severity,
+            settings.penalty(&worst.reason, worst.severity),
+        ) > charged
+    {
+        cond.severity = worst.severity;
+        cond.reason = worst.reason.clone();
+        cond.fault_class = worst.fault_class.clone();
+    }
+    if let Some(s) = cond.sources.values().find(|s| s.reason == cond.reason)
+        && s.message != cond.charged_message
+    {
+        cond.charged_message = s.message.clone();
+    }
+    for s in cond.sources.values() {
+        cond.sticky |= s.sticky;
+        cond.priority = match (cond.priority, s.priority) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if cond.remediation.is_none() {
+            cond.remediation = s.remediation.clone();
+        }
+    }
+    if changed {
+        compose_message(ctype, cond);
+    }
+    cond.last_seen = now;
+    cond.observations += 1;
+}
+
+/// The message of a condition: the charged reason's latest message, then each other
+/// source's latest, once. A condition whose sources all ended keeps the message it
+/// had.
+pub(super) fn compose_message(ctype: &str, cond: &mut Condition) {
+    if cond.sources.is_empty() {
+        return;
+    }
+    let mut messages: Vec<&str> = cond.sources.values().map(|s| s.message.as_str()).collect();
+    messages.sort_unstable();
+    messages.dedup();
+    let charged = cond.charged_message.as_str();
+    if !charged.is_empty() {
+        messages.retain(|m| *m != charged);
+        messages.insert(0, charged);
+    }
+    cond.message = if ctype == COLLECTOR_FAILED {
+        format!("collectors failed: {}", messages.join(", "))
+    } else {
+        messages.join("; ")
+    };
+}

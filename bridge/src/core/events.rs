@@ -1,0 +1,186 @@
+//! Events: everything that happens to a node, as its history records it and the API
+//! and webhooks render it (DESIGN §9).
+
+use serde::{Deserialize, Serialize};
+
+use super::{Severity, Time};
+
+/// Something that happened to a node, recorded in its history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    pub node_id: String,
+    #[serde(flatten)]
+    pub kind: EventKind,
+    pub occurred_at: Time,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(
+    tag = "type",
+    rename_all = "SCREAMING_SNAKE_CASE",
+    rename_all_fields = "camelCase"
+)]
+pub enum EventKind {
+    ConditionRaised {
+        condition: String,
+        reason: String,
+        severity: Severity,
+        /// What fault-triggered eviction matches; absent from older records.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fault_class: Option<String>,
+    },
+    ConditionEscalated {
+        condition: String,
+        reason: String,
+        severity: Severity,
+        previous_severity: Severity,
+    },
+    ConditionCleared {
+        condition: String,
+        severity: Severity,
+        /// `resolved` when its alerts ended; `operator` for a manual clear.
+        cleared_by: String,
+    },
+    /// The alerts feeding a raised condition changed, or the reason it is charged
+    /// for did, without a change of severity.
+    ConditionUpdated {
+        condition: String,
+        /// The charged reason.
+        reason: String,
+        severity: Severity,
+        /// The reasons of the alerts feeding it now (empty: only its stickiness
+        /// keeps it raised).
+        reasons: Vec<String>,
+        /// How many alerts feed it now.
+        alerts: u32,
+    },
+    ScoreChanged {
+        score: u8,
+        previous_score: u8,
+        scored_by: String,
+    },
+    HeartbeatMissed {
+        last_heartbeat: Time,
+    },
+    HeartbeatResumed {
+        last_heartbeat: Time,
+    },
+    JobFailureAttributed {
+        job: String,
+        reason: String,
+        total: u64,
+    },
+    NodeDecommissioned {
+        /// `operator` (`DELETE /api/v1/nodes/{id}`), `retired` (known only from
+        /// alerts and named by none for `forgetAfter`) or `orchestrator` (gone from
+        /// the cluster, or its name now belongs to a new machine).
+        #[serde(default = "super::operator")]
+        by: String,
+    },
+    PolicyRecommended {
+        action: String,
+        policy_mode: String,
+        scored_by: String,
+        score: u8,
+    },
+    PolicyActed {
+        action: String,
+        policy_mode: String,
+        scored_by: String,
+        score: u8,
+        /// `replace`: allocations the node must finish before it is terminated.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        waiting_on: Option<u32>,
+    },
+    PolicyHalted {
+        action: String,
+        /// The guardrail that stopped it (its config key, or why).
+        guardrail: String,
+        policy_mode: String,
+        scored_by: String,
+        score: u8,
+    },
+    NodeCordoned {
+        /// `hale` or `operator`.
+        by: String,
+        reason: String,
+    },
+    NodeUncordoned {
+        by: String,
+        reason: String,
+    },
+    NodeDrained {
+        by: String,
+        active: bool,
+        reason: String,
+        /// Allocations stopped and run again elsewhere (active drains).
+        moved: u32,
+        /// Allocations a disruption budget kept on the node past the orchestrator's
+        /// timeout (they still run there).
+        #[serde(default, skip_serializing_if = "super::is_zero")]
+        blocked: u32,
+    },
+    NodeEvicted {
+        fault_class: String,
+        moved: u32,
+        failed: u32,
+        /// As for `NODE_DRAINED`: left running on the faulty node.
+        #[serde(default, skip_serializing_if = "super::is_zero")]
+        blocked: u32,
+    },
+    NodeReplaced {},
+}
+
+/// Every event type of the contract (DESIGN §9), including those later components
+/// emit, so filters can name them today.
+pub const EVENT_TYPES: &[&str] = &[
+    "CONDITION_RAISED",
+    "CONDITION_ESCALATED",
+    "CONDITION_CLEARED",
+    "CONDITION_UPDATED",
+    "SCORE_CHANGED",
+    "HEARTBEAT_MISSED",
+    "HEARTBEAT_RESUMED",
+    "JOB_FAILURE_ATTRIBUTED",
+    "POLICY_RECOMMENDED",
+    "POLICY_ACTED",
+    "POLICY_HALTED",
+    "NODE_CORDONED",
+    "NODE_UNCORDONED",
+    "NODE_DRAINED",
+    "NODE_EVICTED",
+    "NODE_REPLACED",
+    "NODE_FENCED",
+    "NODE_DECOMMISSIONED",
+    "REMEDIATION_STARTED",
+    "REMEDIATION_STEP",
+    "REMEDIATION_SUCCEEDED",
+    "REMEDIATION_FAILED",
+];
+
+impl EventKind {
+    /// The `type` string, e.g. `SCORE_CHANGED`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventKind::ConditionRaised { .. } => "CONDITION_RAISED",
+            EventKind::ConditionEscalated { .. } => "CONDITION_ESCALATED",
+            EventKind::ConditionCleared { .. } => "CONDITION_CLEARED",
+            EventKind::ConditionUpdated { .. } => "CONDITION_UPDATED",
+            EventKind::ScoreChanged { .. } => "SCORE_CHANGED",
+            EventKind::HeartbeatMissed { .. } => "HEARTBEAT_MISSED",
+            EventKind::HeartbeatResumed { .. } => "HEARTBEAT_RESUMED",
+            EventKind::JobFailureAttributed { .. } => "JOB_FAILURE_ATTRIBUTED",
+            EventKind::NodeDecommissioned { .. } => "NODE_DECOMMISSIONED",
+            EventKind::PolicyRecommended { .. } => "POLICY_RECOMMENDED",
+            EventKind::PolicyActed { .. } => "POLICY_ACTED",
+            EventKind::PolicyHalted { .. } => "POLICY_HALTED",
+            EventKind::NodeCordoned { .. } => "NODE_CORDONED",
+            EventKind::NodeUncordoned { .. } => "NODE_UNCORDONED",
+            EventKind::NodeDrained { .. } => "NODE_DRAINED",
+            EventKind::NodeEvicted { .. } => "NODE_EVICTED",
+            EventKind::NodeReplaced {} => "NODE_REPLACED",
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! Missed heartbeats: a node whose heartbeat was seen and has gone quiet for its
+//! window is recorded as no longer reporting — only while the source is trusted.
+
+use std::time::Duration;
+
+use super::step::Step;
+use super::{Condition, EventKind, HEARTBEAT_MISSED, Severity, SmallMap};
+
+/// Heartbeat intervals are capped here before multiplying by the threshold.
+pub(super) const MAX_INTERVAL: Duration = Duration::from_secs(24 * 3600);
+/// No node is missed sooner than this after its last heartbeat.
+pub(super) const MIN_MISS_AFTER: Duration = Duration::from_secs(15);
+
+impl<'f> Step<'f> {
+    /// A node whose heartbeat was seen and has gone quiet for `max(15 s, threshold ×
+    /// min(interval, 24 h))` is no longer reporting. Never evaluated while stale: then
+    /// hale, not the node, is the one who cannot see.
+    ///
+    /// Nor before the first trusted input since this process started watching: after a
+    /// restart every stored heartbeat is old, and the first poll decides who is alive.
+    pub(super) fn check_heartbeats(&mut self) {
+        let trust = &self.fleet.trust;
+        let seen_since_start = trust
+            .last_trusted
+            .is_some_and(|t| t >= trust.watching_since);
+        // A heartbeat gone along with the watchdog says the pipeline stopped, not the
+        // node: only while the source is trusted is its absence the node's.
+        if trust.stale || !trust.source_up || !seen_since_start {
+            return;
+        }
+        let mut missed = Vec::new();
+        for (id, node) in &self.fleet.nodes {
+            let Some(hb) = &node.heartbeat else { continue };
+            if node.conditions.contains_key(HEARTBEAT_MISSED) {
+                continue;
+            }
+            let threshold = self.cfg.settings_for(&node.labels).heartbeat_miss_threshold;
+            let after = (hb.interval.min(MAX_INTERVAL) * threshold).max(MIN_MISS_AFTER);
+            // Heartbeats that left with the pipeline get a full window to return.
+            let since = trust.trusted_since.map_or(hb.last, |t| t.max(hb.last));
+            if (self.now - since).to_std().unwrap_or_default() >= after {
+                missed.push((id.clone(), hb.last, after));
+            }
+        }
+        for (id, last, after) in missed {
+            let now = self.now;
+            let node = self.node(&id);
+            node.conditions.insert(
+                HEARTBEAT_MISSED.into(),
+                Condition {
+                    reason: HEARTBEAT_MISSED.into(),
+                    severity: Severity::Warning,
+                    message: format!("no heartbeat since {}", last.to_rfc3339()),
+                    charged_message: String::new(),
+                    first_seen: now,
+                    last_seen: now,
+                    observations: 1,
+                    sticky: false,
+                    fault_class: HEARTBEAT_MISSED.to_uppercase(),
+                    priority: None,
+                    remediation: None,
+                    sources: SmallMap::new(),
+                },
+            );
+            self.event(
+                &id,
+                EventKind::HeartbeatMissed {
+                    last_heartbeat: last,
+                },
+                format!(
+                    "node {id} stopped reporting: last heartbeat {} ({}s without one)",
+                    last.to_rfc3339(),
+                    after.as_secs()
+                ),
+            );
+        }
+    }
+}

@@ -1,0 +1,361 @@
+//! How inputs enter the fleet: polls (the full picture), webhook deliveries (a
+//! partial one), the passing of time, the inventory, and an operator's clear, failure
+//! report or decommission. Each is one [`Step`] ending in `finish`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::conditions::{apply_alerts, count_failure};
+use super::labels::{Alert, AlertState, Signal};
+use super::outcome::{CoreError, Outcome};
+use super::settings::CoreSettings;
+use super::step::{Recorder, Scope, Step, group_by_key};
+use super::trust::{Judged, Keep, NONE_NEWER};
+use super::{EventKind, Fleet, HEARTBEAT_MISSED, Origin, TELEMETRY_STALE, Time};
+
+/// A node an inventory lists before it reports (bare metal: the configuration's
+/// `inventory`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listed {
+    pub id: String,
+    pub hostname: Option<String>,
+    /// What pool selectors match.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// One answer of Alertmanager's v2 API, as the core reads it.
+pub struct PollAnswer<'p, 'a> {
+    /// The receiver's active and suppressed alerts.
+    pub alerts: &'p [Alert<'a>],
+    /// Alertmanager's clock when it answered (its `Date` header): an alert gone
+    /// before its expiry was resolved.
+    pub answered: Time,
+    /// When the Alertmanager that answered started (`/api/v2/status` uptime), when
+    /// it said.
+    pub started: Option<Time>,
+    /// Fingerprints webhook deliveries named while the answer was fetched: newer than
+    /// it, so it neither ends nor revives them.
+    pub delivered: &'p BTreeSet<String>,
+}
+
+impl<'p, 'a> PollAnswer<'p, 'a> {
+    /// An answer with nothing but its alerts, taken at `now`.
+    pub fn of(alerts: &'p [Alert<'a>], now: Time) -> Self {
+        PollAnswer {
+            alerts,
+            answered: now,
+            started: None,
+            delivered: &NONE_NEWER,
+        }
+    }
+}
+
+impl Fleet {
+    /// A successful answer from Alertmanager: the receiver's active and suppressed
+    /// alerts. Trusted when it holds the watchdog (or the watchdog is not required);
+    /// a trusted poll reconciles everything, an untrusted one only adds evidence.
+    pub fn poll(&mut self, cfg: &CoreSettings, now: Time, alerts: &[Alert<'_>]) -> Outcome {
+        self.poll_answer(cfg, now, &PollAnswer::of(alerts, now))
+    }
+
+    /// [`Fleet::poll`] with what else the answer says: its time, the answering
+    /// Alertmanager's start, and the deliveries applied while it was fetched.
+    ///
+    /// A restart of the pipeline is detected here and holds every absence for
+    /// `holdAfterRestart` ([`Trust::hold`]): an Alertmanager that started later than
+    /// the one seen before (it kept no alerts), a watchdog missing from an answer,
+    /// or a watchdog whose expiry was not pushed forward within half the validity
+    /// Prometheus gives it (Prometheus stopped sending for a while: a restarted
+    /// Prometheus sends a `for:` alert again only once its `for` has elapsed).
+    pub fn poll_answer(
+        &mut self,
+        cfg: &CoreSettings,
+        now: Time,
+        answer: &PollAnswer<'_, '_>,
+    ) -> Outcome {
+        let Judged {
+            trusted,
+            refreshes,
+            held,
+        } = self.trust.judge(&cfg.source, now, answer);
+        let mut step = Step::new(self, cfg, now);
+        step.out.trusted = trusted;
+        step.out.held = held;
+        step.settle_trust();
+        step.keep = Keep {
+            newer: answer.delivered,
+            answered: Some(answer.answered),
+            refreshes,
+            hold: step.fleet.trust.held_since(now),
+        };
+        step.ingest(answer.alerts, trusted, trusted);
+        step.finish(Scope::All)
+    }
+
+    /// Alertmanager could not be asked or answered garbage: nothing is cleared.
+    pub fn poll_failed(&mut self, cfg: &CoreSettings, now: Time, error: String) -> Outcome {
+        self.trust.source_up = false;
+        self.trust.last_error = Some(error);
+        Step::new(self, cfg, now).finish(Scope::Touched)
+    }
+
+    /// One webhook delivery: firing alerts add evidence, resolved ones end theirs. With
+    /// polling off, a firing watchdog here is what keeps the input trusted.
+    pub fn webhook(&mut self, cfg: &CoreSettings, now: Time, alerts: &[Alert<'_>]) -> Outcome {
+        let am = &cfg.source;
+        let polling = am.polling;
+        // Without polling the deliveries are the source: one carrying the watchdog
+        // proves the pipeline alive, and so does any one at all when the watchdog
+        // is not required.
+        let watchdog = alerts
+            .iter()
+            .any(|a| a.state != AlertState::Resolved && a.signal() == Signal::Watchdog);
+        if !polling && (watchdog || !am.require_watchdog) {
+            self.trust.trusted(now);
+        }
+        // With polling on, a delivery's resolutions wait for the polls to show the
+        // watchdog moving (see `Keep`); without it nothing can tell them from expiries.
+        let refreshes = (polling && am.require_watchdog)
+            .then_some(&self.trust)
+            .filter(|t| t.watchdog_expires.is_some())
+            .map(|t| t.watchdog_refreshes);
+        let mut step = Step::new(self, cfg, now);
+        step.settle_trust();
+        step.keep.refreshes = refreshes;
+        step.keep.hold = step.fleet.trust.held_since(now);
+        let trusted = !step.fleet.trust.stale;
+        step.out.trusted = trusted;
+        // Without polling, what a hold keeps is ended by the step after it lapses.
+        if step.keep.hold.is_some()
+            && !polling
+            && alerts.iter().any(|a| a.state == AlertState::Resolved)
+        {
+            step.fleet.trust.held_resolutions = true;
+        }
+        step.ingest(alerts, false, trusted);
+        step.finish(Scope::Touched)
+    }
+
+    /// A backtest step ([`super::replay`]): the recorded evidence is already back on
+    /// the nodes in `reported`, which count as reporting now through a trusted source.
+    pub fn replayed(
+        &mut self,
+        cfg: &CoreSettings,
+        now: Time,
+        reported: &BTreeSet<String>,
+    ) -> Outcome {
+        self.trust.trusted(now);
+        let mut step = Step::new(self, cfg, now);
+        for id in reported {
+            if let Some(node) = step.fleet.nodes.get_mut(id) {
+                node.last_report = Some(now);
+                step.out.dirty.insert(id.clone());
+            }
+        }
+        step.finish(Scope::Touched)
+    }
+
+    /// Time passed: staleness, missed heartbeats, decaying failure deductions.
+    pub fn tick(&mut self, cfg: &CoreSettings, now: Time) -> Outcome {
+        Step::new(self, cfg, now).finish(Scope::Touched)
+    }
+
+    /// Register nodes known before they report; refresh their labels and hostname.
+    pub fn register(&mut self, cfg: &CoreSettings, now: Time, inventory: &[Listed]) -> Outcome {
+        let mut step = Step::new(self, cfg, now);
+        for known in inventory {
+            let node = step.node(&known.id);
+            let hostname = known.hostname.clone();
+            let origin = node.known_from.max_known(Origin::Inventory);
+            if node.labels != known.labels || node.hostname != hostname || node.known_from != origin
+            {
+                node.labels = known.labels.clone();
+                node.hostname = hostname;
+                node.known_from = origin;
+                step.out.dirty.insert(known.id.clone());
+            }
+        }
+        step.finish(Scope::Touched)
+    }
+
+    /// `hale node clear`: end a condition by operator decision (sticky ones only end so).
+    pub fn clear_condition(
+        &mut self,
+        cfg: &CoreSettings,
+        now: Time,
+        node_id: &str,
+        condition: &str,
+        reason: &str,
+    ) -> Result<Outcome, CoreError> {
+        let node = self
+            .nodes
+            .get_mut(node_id)
+            .ok_or_else(|| CoreError::UnknownNode(node_id.into()))?;
+        if condition == HEARTBEAT_MISSED || condition == TELEMETRY_STALE {
+            return Err(CoreError::NotClearable {
+                node: node_id.into(),
+                condition: condition.into(),
+            });
+        }
+        let removed =
+            node.conditions
+                .remove(condition)
+                .ok_or_else(|| CoreError::UnknownCondition {
+                    node: node_id.into(),
+                    condition: condition.into(),
+                })?;
+        let mut step = Step::new(self, cfg, now);
+        let reason = if reason.trim().is_empty() {
+            "no reason given"
+        } else {
+            reason.trim()
+        };
+        step.event(
+            node_id,
+            EventKind::ConditionCleared {
+                condition: condition.into(),
+                severity: removed.severity,
+                cleared_by: "operator".into(),
+            },
+            format!("{condition} cleared by operator: {reason}"),
+        );
+        Ok(step.finish(Scope::Touched))
+    }
+
+    /// Attribute one job failure to a node (`POST /api/v1/nodes/{id}/failures`).
+    pub fn attribute_failure(
+        &mut self,
+        cfg: &CoreSettings,
+        now: Time,
+        node_id: &str,
+        job: &str,
+        reason: Option<&str>,
+        occurred_at: Option<Time>,
+    ) -> Result<Outcome, CoreError> {
+        if !self.nodes.contains_key(node_id) {
+            return Err(CoreError::UnknownNode(node_id.into()));
+        }
+        let mut step = Step::new(self, cfg, now);
+        let at = occurred_at.map_or(now, |t| t.min(now));
+        step.count_failure(node_id, job, reason.unwrap_or("unspecified"), at);
+        Ok(step.finish(Scope::Touched))
+    }
+
+    /// Forget a node (its history stays with the events). Alerts that still name it
+    /// bring it back as a new, unscored node.
+    pub fn decommission(
+        &mut self,
+        cfg: &CoreSettings,
+        now: Time,
+        node_id: &str,
+    ) -> Result<Outcome, CoreError> {
+        if self.nodes.remove(node_id).is_none() {
+            return Err(CoreError::UnknownNode(node_id.into()));
+        }
+        let mut step = Step::new(self, cfg, now);
+        step.event(
+            node_id,
+            EventKind::NodeDecommissioned {
+                by: "operator".into(),
+            },
+            "node decommissioned".into(),
+        );
+        step.out.removed.push(node_id.into());
+        Ok(step.finish(Scope::Touched))
+    }
+}
+
+impl<'f> Step<'f> {
+    /// Apply a batch of alerts. `full`: the batch is the whole picture, so whatever it
+    /// lacks has ended. `trusted`: it may clear evidence and counts as a report.
+    pub(super) fn ingest(&mut self, alerts: &[Alert<'_>], full: bool, trusted: bool) {
+        let identity = &self.cfg.identity;
+        let mut named: Vec<(&str, &Alert<'_>)> = Vec::with_capacity(alerts.len());
+        for alert in alerts {
+            if alert.signal() == Signal::Watchdog
+                || self.keep.newer.contains(alert.fingerprint.as_ref())
+            {
+                continue;
+            }
+            match alert.node(identity) {
+                Some(node) => named.push((node, alert)),
+                None => self.out.unmatched += 1,
+            }
+        }
+        let mut groups = group_by_key(named);
+        let mut room = (self.cfg.identity.max_nodes).saturating_sub(self.fleet.nodes.len());
+        groups.retain(|(id, alerts)| {
+            self.fleet.nodes.contains_key(*id) || self.admits(id, alerts, &mut room)
+        });
+        // The whole picture: known nodes it does not name see their alerts end.
+        let silent: Vec<String> = if full {
+            self.fleet
+                .nodes
+                .keys()
+                .filter(|id| {
+                    groups
+                        .binary_search_by(|(g, _)| (*g).cmp(id.as_str()))
+                        .is_err()
+                })
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for (id, alerts) in &groups {
+            self.apply_node(id, alerts, full, trusted);
+        }
+        for id in silent {
+            self.apply_node(&id, &[], true, trusted);
+        }
+    }
+
+    /// Whether alerts naming `id`, a node hale does not know, bring it in. Resolved
+    /// alerts never do; with an orchestrator (unless `createFromAlerts`) its nodes
+    /// are the fleet and the alerts are unmatched; beyond `maxNodes` they are
+    /// refused.
+    /// `room`: how many more nodes `maxNodes` allows.
+    pub(super) fn admits(&mut self, id: &str, alerts: &[&Alert<'_>], room: &mut usize) -> bool {
+        if alerts.iter().all(|a| a.state == AlertState::Resolved) {
+            return false;
+        }
+        if !self.cfg.identity.create_from_alerts {
+            self.out.unmatched += alerts.len() as u64;
+            return false;
+        }
+        if *room == 0 {
+            self.out.refused.insert(id.to_string());
+            return false;
+        }
+        *room -= 1;
+        true
+    }
+
+    pub(super) fn apply_node(
+        &mut self,
+        id: &str,
+        alerts: &[&Alert<'_>],
+        full: bool,
+        trusted: bool,
+    ) {
+        self.node(id);
+        let cfg = self.cfg;
+        let node = self.fleet.nodes.get_mut(id).expect("created above");
+        let mut rec = Recorder {
+            out: &mut self.out,
+            now: self.now,
+            id,
+        };
+        apply_alerts(node, &mut rec, cfg, alerts, full, trusted, self.keep);
+    }
+
+    pub(super) fn count_failure(&mut self, id: &str, job: &str, reason: &str, at: Time) {
+        self.node(id);
+        let node = self.fleet.nodes.get_mut(id).expect("created above");
+        let mut rec = Recorder {
+            out: &mut self.out,
+            now: self.now,
+            id,
+        };
+        count_failure(node, &mut rec, job, reason, at);
+    }
+}

@@ -1,0 +1,62 @@
+//! What one step of the core produces — events, the nodes to persist, removals,
+//! counts — and the errors an operator's request can meet. Shared by every part of
+//! the core, so none of them imports another for it.
+
+use std::collections::BTreeSet;
+
+use super::Event;
+
+/// What one step changed: events to record, nodes to persist, nodes removed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outcome {
+    pub events: Vec<Event>,
+    /// Nodes whose evidence changed: persisted with the events, in one transaction.
+    pub dirty: BTreeSet<String>,
+    /// Nodes that only reported (report and heartbeat times, observation counts).
+    pub touched: BTreeSet<String>,
+    pub removed: Vec<String>,
+    /// Alerts that named no node (and were not the watchdog).
+    pub unmatched: u64,
+    /// Whether this input was trusted (polls and webhooks).
+    pub trusted: bool,
+    /// Why absences began to be held in this step, when they did.
+    pub held: Option<String>,
+    /// New nodes refused by `nodeIdentity.maxNodes`, by id.
+    pub refused: BTreeSet<String>,
+    /// Whether the replacement budget changed (the ledger is written only then).
+    pub ledger: bool,
+    /// Workload owners whose restart count changed (written one row each).
+    pub moved: BTreeSet<String>,
+}
+
+impl Outcome {
+    /// Fold a later outcome into this one (used to retry a failed persist).
+    pub fn absorb(&mut self, later: Outcome) {
+        self.ledger |= later.ledger;
+        self.moved.extend(later.moved);
+        self.events.extend(later.events);
+        self.dirty.extend(later.dirty);
+        self.touched.extend(later.touched);
+        for id in later.removed {
+            self.dirty.remove(&id);
+            self.touched.remove(&id);
+            self.removed.push(id);
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum CoreError {
+    #[error("node {0} is not known")]
+    UnknownNode(String),
+    #[error("node {node} has no condition {condition}")]
+    UnknownCondition { node: String, condition: String },
+    #[error(
+        "node {node} is {status} and cannot be drained: only a READY or already cordoned node can be taken out of service"
+    )]
+    NotDrainable { node: String, status: &'static str },
+    #[error(
+        "{condition} on node {node} is hale's own view of what it cannot see; it clears when the node is visible again"
+    )]
+    NotClearable { node: String, condition: String },
+}

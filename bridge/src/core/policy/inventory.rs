@@ -1,0 +1,240 @@
+//! The orchestrator's inventory taken in: labels, provisioning, running work and
+//! status; cordons and uncordons made outside hale recorded as the operator's; queued
+//! actions the cluster already shows done dropped; nodes gone from the cluster, or
+//! whose name now belongs to a new machine, retired.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Action, Actor, Cordon, Pending, event};
+use crate::core::outcome::Outcome;
+use crate::core::{EventKind, Fleet, Node, Origin, Status, Time};
+
+/// A node as the orchestrator sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observed {
+    pub id: String,
+    /// The orchestrator's id of the machine (a Kubernetes Node's uid), where it has
+    /// one: a new one under a known name is a new machine.
+    pub uid: Option<String>,
+    pub hostname: Option<String>,
+    pub status: Status,
+    pub labels: BTreeMap<String, String>,
+    /// Owned by a provisioner (a Cluster API Machine, a Karpenter NodeClaim): it may
+    /// be terminated and replaced.
+    pub provisioned: bool,
+    /// Allocations running on it, where the orchestrator counted them (Kubernetes
+    /// counts only on cordoned nodes, what a replacement waits for).
+    pub allocations: Option<u32>,
+    /// Who cordoned it and why, where the orchestrator keeps hale's record of that
+    /// on the node (a restarted or newly elected hale reads it back); `None`: a
+    /// cordon made outside hale.
+    pub cordoned_by: Option<(Actor, String)>,
+    /// Whether the scheduling gate is on, where the orchestrator shows it.
+    pub gated: Option<bool>,
+    /// The fault class of the eviction the orchestrator shows done on the node in
+    /// its current time out of service.
+    pub evicted: Option<String>,
+}
+
+impl Fleet {
+    /// The orchestrator's inventory: labels, provisioning, running work and status.
+    /// A cordon or uncordon made outside hale (kubectl) is recorded as the
+    /// operator's, and an uncordon starts the suppression window.
+    ///
+    /// The inventory is the whole fleet the orchestrator runs: a node it no longer
+    /// lists has left the cluster, and a name it lists with a new uid is a new
+    /// machine. Either way the old record is retired (its history stays) and its
+    /// queued actions go with it.
+    pub fn observe(&mut self, now: Time, observed: &[Observed]) -> Outcome {
+        let mut out = Outcome::default();
+        let listed: BTreeSet<&str> = observed.iter().map(|o| o.id.as_str()).collect();
+        let gone: Vec<String> = self
+            .nodes
+            .values()
+            // A node hale is replacing leaves the inventory first; its termination
+            // is recorded as such when done.
+            .filter(|n| {
+                n.known_from == Origin::Orchestrator
+                    && !listed.contains(n.id.as_str())
+                    && !n.policy.has(&Action::Terminate)
+            })
+            .map(|n| n.id.clone())
+            .collect();
+        for id in gone {
+            self.retire(&mut out, now, &id, "it is no longer in the cluster".into());
+        }
+        for o in observed {
+            let renewed = self
+                .nodes
+                .get(&o.id)
+                .and_then(|n| n.uid.as_deref())
+                .zip(o.uid.as_deref())
+                .filter(|(was, is)| was != is)
+                .map(|(was, is)| {
+                    format!("its name now belongs to a new machine (uid {is}, was {was})")
+                });
+            if let Some(why) = renewed {
+                self.retire(&mut out, now, &o.id, why);
+            }
+            let node = self.nodes.entry(o.id.clone()).or_insert_with(|| {
+                let mut n = Node::new(&o.id);
+                n.known_since = Some(now);
+                n
+            });
+            if node.known_from != Origin::Orchestrator || node.uid != o.uid {
+                node.known_from = Origin::Orchestrator;
+                node.uid = o.uid.clone();
+                out.dirty.insert(o.id.clone());
+            }
+            let before = (
+                node.labels.clone(),
+                node.hostname.clone(),
+                node.policy.provisioned,
+                node.policy.allocations,
+                node.status,
+                node.policy.pending.len(),
+            );
+            node.labels = o.labels.clone();
+            node.hostname = o.hostname.clone();
+            node.policy.provisioned = o.provisioned;
+            if let Some(n) = o.allocations {
+                node.policy.allocations = n;
+                if o.status == Status::Cordoned && node.policy.cordon.is_some() {
+                    node.policy.work_counted = true;
+                }
+            }
+            confirm_done(&mut node.policy.pending, o);
+            let queued = |node: &Node, f: fn(&Action) -> bool| {
+                node.policy.pending.iter().any(|p| f(&p.action))
+            };
+            match o.status {
+                Status::Cordoned
+                    if node.policy.cordon.is_none()
+                        && !queued(node, |a| matches!(a, Action::Uncordon)) =>
+                {
+                    let (by, reason) = o
+                        .cordoned_by
+                        .clone()
+                        .unwrap_or((Actor::Operator, "cordoned outside hale".into()));
+                    node.status = Status::Cordoned;
+                    node.policy.cordon = Some(Cordon {
+                        by,
+                        reason: reason.clone(),
+                        at: now,
+                        drained: false,
+                    });
+                    out.events.push(event(
+                        &o.id,
+                        now,
+                        EventKind::NodeCordoned {
+                            by: by.as_str().into(),
+                            reason: reason.clone(),
+                        },
+                        format!("cordoned by {}: {reason}", by.as_str()),
+                    ));
+                }
+                Status::Ready
+                    if node.policy.cordon.is_some()
+                        && !queued(node, |a| {
+                            matches!(a, Action::Cordon { .. } | Action::Drain { .. })
+                        }) =>
+                {
+                    let reason = "uncordoned outside hale";
+                    node.policy.cordon = None;
+                    node.policy.conclusion = None;
+                    node.policy.uncordoned_at = Some(now);
+                    node.status = Status::Ready;
+                    // As with hale's own uncordon: what was queued to take the node
+                    // out (an eviction, a termination) is withdrawn with it.
+                    node.policy
+                        .pending
+                        .retain(|p| matches!(p.action, Action::Gate { .. }));
+                    out.events.push(event(
+                        &o.id,
+                        now,
+                        EventKind::NodeUncordoned {
+                            by: Actor::Operator.as_str().into(),
+                            reason: reason.into(),
+                        },
+                        format!("uncordoned by operator: {reason}"),
+                    ));
+                }
+                Status::NotReady | Status::Offline => node.status = o.status,
+                Status::Ready if node.status != Status::Cordoned => node.status = Status::Ready,
+                _ => {}
+            }
+            let after = (
+                node.labels.clone(),
+                node.hostname.clone(),
+                node.policy.provisioned,
+                node.policy.allocations,
+                node.status,
+                node.policy.pending.len(),
+            );
+            if before != after || !out.events.is_empty() {
+                out.dirty.insert(o.id.clone());
+            }
+        }
+        out
+    }
+
+    /// Forget node `id` for the orchestrator's reason `why`; its events stay.
+    fn retire(&mut self, out: &mut Outcome, now: Time, id: &str, why: String) {
+        if self.nodes.remove(id).is_none() {
+            return;
+        }
+        out.dirty.remove(id);
+        out.touched.remove(id);
+        out.removed.push(id.into());
+        out.events.push(event(
+            id,
+            now,
+            EventKind::NodeDecommissioned {
+                by: "orchestrator".into(),
+            },
+            format!("decommissioned: {why}"),
+        ));
+    }
+}
+
+/// Drop the pending actions the orchestrator shows done: another replica did them
+/// (this one was following), or they were done before a crash was recorded. Each
+/// family (cordon/uncordon/passive drain; the gate) is judged by its last queued
+/// entry — the state the node must end in — and by the last cordon or uncordon in
+/// it, so a cordon by someone else does not stand for hale's record of who and why.
+fn confirm_done(pending: &mut Vec<Pending>, o: &Observed) {
+    let cordoned = o.status == Status::Cordoned;
+    let shown = |a: &Action| match a {
+        Action::Cordon { by, reason } => {
+            cordoned
+                && o.cordoned_by
+                    .as_ref()
+                    .is_some_and(|(b, r)| b == by && r == reason)
+        }
+        Action::Drain { active: false, .. } => cordoned,
+        Action::Uncordon => !cordoned,
+        Action::Gate { on } => o.gated == Some(*on),
+        Action::Evict { fault_class, .. } => o.evicted.as_deref() == Some(fault_class.as_str()),
+        _ => false,
+    };
+    let cordoning = |a: &Action| {
+        matches!(
+            a,
+            Action::Cordon { .. } | Action::Uncordon | Action::Drain { active: false, .. }
+        )
+    };
+    let families: [fn(&Action) -> bool; 3] = [
+        cordoning,
+        |a| matches!(a, Action::Gate { .. }),
+        |a| matches!(a, Action::Evict { .. }),
+    ];
+    for family in families {
+        let last = pending.iter().rev().find(|p| family(&p.action));
+        let last_cordon = pending.iter().rev().find(|p| {
+            matches!(p.action, Action::Cordon { .. } | Action::Uncordon) && family(&p.action)
+        });
+        if last.is_some_and(|p| shown(&p.action)) && last_cordon.is_none_or(|p| shown(&p.action)) {
+            pending.retain(|p| !family(&p.action));
+        }
+    }
+}

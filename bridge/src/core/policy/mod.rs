@@ -1,0 +1,651 @@
+//! The policy (DESIGN §6): after every report, what to do about each node's score and
+//! faults — recommend, cordon, drain, replace, gate, evict — inside the guardrails.
+//! Pure: it changes the fleet's bookkeeping, records one event per conclusion and
+//! leaves the orchestrator's part as pending actions, which the service performs
+//! and reports back ([`Fleet::action_done`], [`Fleet::action_failed`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use super::outcome::Outcome;
+use super::settings::{CoreSettings, Mode, Settings};
+use super::{BLIND_CONDITIONS, Event, EventKind, Fleet, Node, Status, Time};
+
+mod inventory;
+mod operator;
+mod queue;
+mod state;
+
+pub use inventory::Observed;
+pub use operator::DrainAll;
+pub use queue::{Action, Done, Pending};
+pub use state::{Actor, Conclusion, Cordon, Guardrail, Ledger, Moves, NodePolicy, Verdict};
+
+/// A rejected termination is not tried again sooner than this.
+const TERMINATE_RETRY: Duration = Duration::from_secs(600);
+
+/// The replacement budget's window.
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// A recovery must hold this long before a new degradation is a new episode, so a
+/// flapping condition records one conclusion, not one per flap.
+pub const RECOVERY_HOLD: Duration = Duration::from_secs(15 * 60);
+
+/// Whether a node's view is incomplete: no policy acts on it, and none speaks of it.
+pub fn blind(node: &Node) -> bool {
+    BLIND_CONDITIONS
+        .iter()
+        .any(|c| node.conditions.contains_key(*c))
+}
+
+/// The failure message of work a fault eviction could not move (the first seed's);
+/// the orchestrator adds how its work declares it may be moved instead
+/// ([`crate::orchestrator::Orchestrator::restart_hint`]).
+pub fn eviction_message(node: &str, fault: &str) -> String {
+    format!("node {node}: {fault}; job failed and the node cordoned.")
+}
+
+/// The fault named to the work on a node: the description of its worst raised
+/// condition in that class (never a blind condition, which names no fault).
+fn fault_name(node: &Node, class: &str) -> Option<String> {
+    node.conditions
+        .iter()
+        .filter(|(ctype, c)| c.fault_class == class && !BLIND_CONDITIONS.contains(&ctype.as_str()))
+        .max_by_key(|(_, c)| c.severity)
+        .map(|(ctype, _)| describe_fault(ctype))
+}
+
+/// `gpu_ecc_errors` → `GPU ECC errors`.
+fn describe_fault(ctype: &str) -> String {
+    const UPPER: &[&str] = &["gpu", "ecc", "xid", "smart", "io", "cpu", "nvlink"];
+    let words: Vec<String> = ctype
+        .split('_')
+        .enumerate()
+        .map(|(i, w)| {
+            if UPPER.contains(&w) {
+                w.to_uppercase()
+            } else if i == 0 {
+                let mut c = w.chars();
+                c.next()
+                    .map(|f| f.to_uppercase().chain(c).collect())
+                    .unwrap_or_default()
+            } else {
+                w.to_string()
+            }
+        })
+        .collect();
+    words.join(" ")
+}
+
+/// Whether an operator uncordoned the node less than `cordonSuppressionMinutes` ago.
+fn suppressed(node: &Node, settings: &Settings, now: Time) -> bool {
+    node.policy
+        .uncordoned_at
+        .is_some_and(|t| (now - t).to_std().unwrap_or_default() < settings.cordon_suppression)
+}
+
+/// Observe mode: whether the policy would have this node out of service by now
+/// (a standing recommendation is a cordon or drain `cordon` mode would have done).
+fn would_be_out(node: &Node, settings: &Settings) -> bool {
+    settings.mode == Mode::Observe
+        && matches!(node.policy.conclusion, Some(Conclusion::Recommended { .. }))
+}
+
+/// Whether the policy has anything to decide about a scored node: a steady healthy
+/// fleet costs a glance per node, not an evaluation.
+fn concerns(node: &Node, settings: &Settings, score: u8) -> bool {
+    let p = &node.policy;
+    u32::from(score) < settings.cordon_below.max(settings.drain_below)
+        || p.scored_reports < 2
+        || p.gated
+        || p.conclusion.is_some()
+        || !p.evicted.is_empty()
+        || (!settings.evict_on_fault_classes.is_empty() && !node.conditions.is_empty())
+}
+
+/// Pool occupancy: nodes and nodes out of service (cordoned by anyone, not ready).
+#[derive(Default)]
+struct Pool {
+    size: u32,
+    out: u32,
+    /// Terminations in the last hour, done or decided.
+    replaced: u32,
+}
+
+impl Pool {
+    /// Whether one more node out of service stays within `max_percent`.
+    fn admits(&self, max_percent: u32) -> bool {
+        u64::from(self.out + 1) * 100 <= u64::from(max_percent) * u64::from(self.size)
+    }
+}
+
+pub(super) struct Policy<'a, 'o> {
+    pub cfg: &'a CoreSettings,
+    pub now: Time,
+    pub out: &'o mut Outcome,
+}
+
+impl Policy<'_, '_> {
+    /// Evaluate every node, worst score first, so a guardrail that stops part of a
+    /// pool stops the healthiest of the candidates.
+    pub fn evaluate(&mut self, fleet: &mut Fleet) {
+        let mut pools: BTreeMap<&str, Pool> = BTreeMap::new();
+        let mut order: Vec<(u8, String)> = Vec::new();
+        for node in fleet.nodes.values() {
+            let settings = self.cfg.settings_for(&node.labels);
+            let pool = pools.entry(&settings.name).or_default();
+            pool.size += 1;
+            if node.status != Status::Ready || would_be_out(node, settings) {
+                pool.out += 1;
+            }
+            if node.policy.has(&Action::Terminate) {
+                pool.replaced += 1;
+            }
+            if let Some(score) = node.score.as_ref().map(|s| s.value)
+                && concerns(node, settings, score)
+            {
+                order.push((score, node.id.clone()));
+            }
+        }
+        // Owned keys: the nodes are changed below.
+        let mut pools: BTreeMap<String, Pool> =
+            pools.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        order.sort();
+        let hour_ago = self.now - chrono::TimeDelta::from_std(HOUR).expect("an hour");
+        for (name, spent) in fleet.ledger.replacements.iter_mut() {
+            let before = spent.len();
+            spent.retain(|t| *t > hour_ago);
+            self.out.ledger |= spent.len() != before;
+            if let Some(pool) = pools.get_mut(name) {
+                pool.replaced += spent.len() as u32;
+            }
+        }
+        let before = fleet.ledger.replacements.len();
+        fleet
+            .ledger
+            .replacements
+            .retain(|_, spent| !spent.is_empty());
+        self.out.ledger |= fleet.ledger.replacements.len() != before;
+        for (_, id) in order {
+            let node = fleet.nodes.get_mut(&id).expect("listed above");
+            let settings = self.cfg.settings_for(&node.labels);
+            let pool = pools.get_mut(&settings.name).expect("counted above");
+            self.node(node, settings, pool);
+        }
+    }
+
+    fn node(&mut self, node: &mut Node, settings: &Settings, pool: &mut Pool) {
+        if blind(node) {
+            return;
+        }
+        let Some(score) = node.score.as_ref().map(|s| s.value) else {
+            return;
+        };
+        if node.policy.scored_reports < 2
+            && node.last_report.is_some()
+            && node.policy.counted_report != node.last_report
+        {
+            node.policy.counted_report = node.last_report;
+            node.policy.scored_reports = node.policy.scored_reports.saturating_add(1).min(2);
+            self.out.dirty.insert(node.id.clone());
+        }
+        let first = node.policy.scored_reports < 2;
+
+        // The scheduling gate, in every mode; an unscored node never has it. It is
+        // lifted once the recovery has held, so a score hovering at drainBelow does
+        // not open and close it with every report.
+        let below = u32::from(score) < settings.drain_below;
+        let gate = if below {
+            if node.policy.ungate_since.take().is_some() {
+                self.out.dirty.insert(node.id.clone());
+            }
+            !first || node.policy.gated
+        } else if node.policy.gated {
+            let since = *node.policy.ungate_since.get_or_insert_with(|| {
+                self.out.dirty.insert(node.id.clone());
+                self.now
+            });
+            (self.now - since).to_std().unwrap_or_default() < RECOVERY_HOLD
+        } else {
+            false
+        };
+        if gate != node.policy.gated {
+            node.policy.gated = gate;
+            node.policy.ungate_since = None;
+            node.policy.push(Action::Gate { on: gate });
+            self.out.dirty.insert(node.id.clone());
+            let id = node.id.clone();
+            self.event(
+                &id,
+                EventKind::PolicyActed {
+                    action: Action::Gate { on: gate }.name().into(),
+                    policy_mode: mode_name(settings.mode).into(),
+                    scored_by: settings.name.clone(),
+                    score,
+                    waiting_on: None,
+                },
+                format!(
+                    "{} scheduling: score {score} is {} drainBelow {}",
+                    if gate { "gated" } else { "reopened" },
+                    if gate { "below" } else { "at or above" },
+                    settings.drain_below
+                ),
+            );
+        }
+        if first {
+            return;
+        }
+
+        let evicting = self.evict(node, settings, pool);
+
+        let wanted = if u32::from(score) < settings.drain_below {
+            Some(match settings.mode {
+                Mode::Replace => Verdict::Replace,
+                Mode::Cordon => Verdict::Cordon,
+                Mode::Drain | Mode::Observe => Verdict::Drain,
+            })
+        } else if u32::from(score) < settings.cordon_below {
+            Some(Verdict::Cordon)
+        } else {
+            None
+        };
+        let conclusion = match (evicting, wanted) {
+            (Some(halted), _) => Some(halted),
+            (None, Some(verdict)) if settings.mode == Mode::Observe => {
+                Some(self.recommend(node, settings, pool, verdict))
+            }
+            (None, Some(verdict)) => Some(self.enforce(node, settings, pool, verdict)),
+            (None, None) => None,
+        };
+        let Some(conclusion) = conclusion else {
+            // Recovered: once it holds, the next degradation is a new episode. The
+            // node is never uncordoned by this.
+            if node.policy.conclusion.is_some() {
+                let fresh = node.policy.recovered_since.is_none();
+                let since = *node.policy.recovered_since.get_or_insert(self.now);
+                if (self.now - since).to_std().unwrap_or_default() >= RECOVERY_HOLD {
+                    node.policy.conclusion = None;
+                    node.policy.recovered_since = None;
+                    self.out.dirty.insert(node.id.clone());
+                } else if fresh {
+                    self.out.dirty.insert(node.id.clone());
+                }
+            }
+            return;
+        };
+        if node.policy.recovered_since.take().is_some() {
+            self.out.dirty.insert(node.id.clone());
+        }
+        // Within an episode a conclusion never steps down: a score moving between
+        // the thresholds keeps the drain it reached.
+        let conclusion = match (&node.policy.conclusion, conclusion) {
+            (Some(Conclusion::Recommended { action: was }), Conclusion::Recommended { action })
+                if action < *was =>
+            {
+                Conclusion::Recommended { action: *was }
+            }
+            (
+                Some(standing @ Conclusion::Acted { action: was, .. }),
+                Conclusion::Acted { action, .. },
+            ) if action < *was => standing.clone(),
+            (_, conclusion) => conclusion,
+        };
+        let replaced = pool.replaced;
+        self.conclude(node, settings, score, replaced, conclusion);
+    }
+
+    /// Observe mode: what enforcing `verdict` would meet. The same guardrails stand,
+    /// and the nodes this mode would already have taken out count as out, so what
+    /// is recorded is what `cordon` mode would do with the same history.
+    fn recommend(
+        &mut self,
+        node: &mut Node,
+        settings: &Settings,
+        pool: &mut Pool,
+        verdict: Verdict,
+    ) -> Conclusion {
+        if node.policy.cordon.is_none()
+            && !would_be_out(node, settings)
+            && let Some(guardrail) = self.admit(node, settings, pool)
+        {
+            return Conclusion::Halted {
+                action: verdict,
+                guardrail,
+            };
+        }
+        Conclusion::Recommended { action: verdict }
+    }
+
+    /// The guardrails on taking a node out of service: the guardrail that stops it,
+    /// or `None` with the node counted out of its pool.
+    fn admit(&self, node: &Node, settings: &Settings, pool: &mut Pool) -> Option<Guardrail> {
+        if suppressed(node, settings, self.now) {
+            return Some(Guardrail::Suppressed);
+        }
+        if node.status == Status::Ready {
+            if !pool.admits(settings.max_unavailable_percent) {
+                return Some(Guardrail::MaxUnavailable);
+            }
+            pool.out += 1;
+        }
+        None
+    }
+
+    /// Take the node out of service as `verdict` says, inside the guardrails.
+    fn enforce(
+        &mut self,
+        node: &mut Node,
+        settings: &Settings,
+        pool: &mut Pool,
+        verdict: Verdict,
+    ) -> Conclusion {
+        let halted = |guardrail| Conclusion::Halted {
+            action: verdict,
+            guardrail,
+        };
+        if node.policy.cordon.is_none() {
+            if let Some(guardrail) = self.admit(node, settings, pool) {
+                return halted(guardrail);
+            }
+            let reason = format!("score below {}", threshold(settings, verdict));
+            take_out(node, Actor::Hale, &reason, self.now);
+            self.record_cordon(node, Actor::Hale, &reason);
+        }
+        let cordon = node.policy.cordon.as_mut().expect("cordoned above");
+        if verdict >= Verdict::Drain && !cordon.drained {
+            // Automated drains are passive: running work is left to finish.
+            cordon.drained = true;
+            let reason = format!("score below drainBelow {}", settings.drain_below);
+            node.policy.push(Action::Drain {
+                active: false,
+                reason: reason.clone(),
+            });
+            let id = node.id.clone();
+            self.event(
+                &id,
+                EventKind::NodeDrained {
+                    by: Actor::Hale.as_str().into(),
+                    active: false,
+                    reason: reason.clone(),
+                    moved: 0,
+                    blocked: 0,
+                },
+                format!("drained (passive) by hale: {reason}"),
+            );
+        }
+        self.out.dirty.insert(node.id.clone());
+        if verdict != Verdict::Replace {
+            return Conclusion::Acted {
+                action: verdict,
+                waiting: false,
+            };
+        }
+        let cordon = node.policy.cordon.as_ref().expect("cordoned above");
+        if !node.policy.provisioned {
+            return halted(Guardrail::NotProvisioned);
+        }
+        if cordon.by != Actor::Hale {
+            return halted(Guardrail::NotOurs);
+        }
+        // A node hale only now took out has not had its work counted: it is
+        // drained, not yet known to be empty.
+        if !node.policy.work_counted {
+            return Conclusion::Acted {
+                action: Verdict::Drain,
+                waiting: false,
+            };
+        }
+        if node.policy.allocations > 0 {
+            return Conclusion::Acted {
+                action: verdict,
+                waiting: true,
+            };
+        }
+        if node.policy.has(&Action::Terminate) {
+            return Conclusion::Acted {
+                action: verdict,
+                waiting: false,
+            };
+        }
+        if node.policy.retry_after.is_some_and(|t| self.now < t) {
+            return halted(Guardrail::TerminationRejected);
+        }
+        if pool.replaced >= settings.max_replacements_per_hour {
+            return halted(Guardrail::ReplacementBudget);
+        }
+        pool.replaced += 1;
+        node.policy.push(Action::Terminate);
+        // A retry after a refusal stays halted until the termination is done.
+        if node.policy.retry_after.take().is_some() {
+            return halted(Guardrail::TerminationRejected);
+        }
+        Conclusion::Acted {
+            action: verdict,
+            waiting: false,
+        }
+    }
+
+    /// Fault-triggered eviction, in every mode: once per fault class and episode.
+    /// Returns the guardrail's halt when one stops it (its cordon is held to the
+    /// same guardrails as the policy's).
+    fn evict(
+        &mut self,
+        node: &mut Node,
+        settings: &Settings,
+        pool: &mut Pool,
+    ) -> Option<Conclusion> {
+        let raised: BTreeSet<String> = node
+            .conditions
+            .iter()
+            .filter(|(ctype, _)| !BLIND_CONDITIONS.contains(&ctype.as_str()))
+            .map(|(_, c)| c.fault_class.clone())
+            .collect();
+        let before = node.policy.evicted.len();
+        node.policy.evicted.retain(|class| raised.contains(class));
+        if node.policy.evicted.len() != before {
+            self.out.dirty.insert(node.id.clone());
+        }
+        for class in &settings.evict_on_fault_classes {
+            if !raised.contains(class) || node.policy.evicted.contains(class) {
+                continue;
+            }
+            let Some(fault) = fault_name(node, class) else {
+                continue;
+            };
+            if node.policy.cordon.is_none() {
+                if let Some(guardrail) = self.admit(node, settings, pool) {
+                    return Some(Conclusion::Halted {
+                        action: Verdict::Drain,
+                        guardrail,
+                    });
+                }
+                let reason = format!("fault eviction: {class}");
+                take_out(node, Actor::Hale, &reason, self.now);
+                if let Some(cordon) = node.policy.cordon.as_mut() {
+                    cordon.drained = true;
+                }
+                self.record_cordon(node, Actor::Hale, &reason);
+            }
+            node.policy.evicted.insert(class.clone());
+            node.policy.push(Action::Evict {
+                fault_class: class.clone(),
+                message: eviction_message(&node.id, &fault),
+                max_restarts: settings.max_eviction_restarts,
+            });
+            self.out.dirty.insert(node.id.clone());
+        }
+        None
+    }
+
+    fn record_cordon(&mut self, node: &Node, by: Actor, reason: &str) {
+        self.event(
+            &node.id,
+            EventKind::NodeCordoned {
+                by: by.as_str().into(),
+                reason: reason.into(),
+            },
+            format!("cordoned by {}: {reason}", by.as_str()),
+        );
+    }
+
+    /// Record `conclusion` when it differs from the last one.
+    fn conclude(
+        &mut self,
+        node: &mut Node,
+        settings: &Settings,
+        score: u8,
+        spent: u32,
+        conclusion: Conclusion,
+    ) {
+        if node.policy.conclusion.as_ref() == Some(&conclusion) {
+            return;
+        }
+        let mode = mode_name(settings.mode).to_string();
+        let scored_by = settings.name.clone();
+        let (kind, message) = match &conclusion {
+            Conclusion::Recommended { action } => (
+                EventKind::PolicyRecommended {
+                    action: action.as_str().into(),
+                    policy_mode: mode,
+                    scored_by,
+                    score,
+                },
+                format!(
+                    "would {}: score {score} (observe mode changes nothing)",
+                    action.as_str()
+                ),
+            ),
+            Conclusion::Acted { action, waiting } => {
+                let waiting_on = waiting.then_some(node.policy.allocations);
+                let message = match waiting_on {
+                    Some(n) => format!(
+                        "{}: drained, waiting on {n} allocation(s) before terminating",
+                        action.as_str()
+                    ),
+                    None if *action == Verdict::Replace => {
+                        "replace: drained and empty, terminating".to_string()
+                    }
+                    None => format!("{}: score {score}", action.as_str()),
+                };
+                (
+                    EventKind::PolicyActed {
+                        action: action.as_str().into(),
+                        policy_mode: mode,
+                        scored_by,
+                        score,
+                        waiting_on,
+                    },
+                    message,
+                )
+            }
+            Conclusion::Halted { action, guardrail } => {
+                let why = match guardrail {
+                    Guardrail::ReplacementBudget => format!(
+                        "{spent} node(s) of pool {} replaced in the last hour \
+                         (maxReplacementsPerHour {})",
+                        settings.name, settings.max_replacements_per_hour
+                    ),
+                    Guardrail::MaxUnavailable => format!(
+                        "it would take more than {}% of pool {} out of service",
+                        settings.max_unavailable_percent, settings.name
+                    ),
+                    Guardrail::Suppressed => format!(
+                        "an operator uncordoned it less than {} minutes ago",
+                        settings.cordon_suppression.as_secs() / 60
+                    ),
+                    Guardrail::NotProvisioned => {
+                        "it is not a provisioned node: drained and left cordoned".into()
+                    }
+                    Guardrail::NotOurs => {
+                        "an operator took it out of service: left as it is".into()
+                    }
+                    Guardrail::TerminationRejected => {
+                        "the orchestrator refused to terminate it".into()
+                    }
+                };
+                let message = if settings.mode == Mode::Observe {
+                    format!(
+                        "{} would be halted: {why} (observe mode changes nothing)",
+                        action.as_str()
+                    )
+                } else {
+                    format!("{} halted: {why}", action.as_str())
+                };
+                (
+                    EventKind::PolicyHalted {
+                        action: action.as_str().into(),
+                        guardrail: guardrail.as_str().into(),
+                        policy_mode: mode,
+                        scored_by,
+                        score,
+                    },
+                    message,
+                )
+            }
+        };
+        let id = node.id.clone();
+        node.policy.conclusion = Some(conclusion);
+        self.out.dirty.insert(id.clone());
+        self.event(&id, kind, message);
+    }
+
+    fn event(&mut self, node: &str, kind: EventKind, message: String) {
+        self.out.events.push(Event {
+            node_id: node.to_string(),
+            kind,
+            occurred_at: self.now,
+            message,
+        });
+    }
+}
+
+fn threshold(settings: &Settings, verdict: Verdict) -> String {
+    match verdict {
+        Verdict::Cordon => format!("cordonBelow {}", settings.cordon_below),
+        Verdict::Drain | Verdict::Replace => format!("drainBelow {}", settings.drain_below),
+    }
+}
+
+pub fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Observe => "observe",
+        Mode::Cordon => "cordon",
+        Mode::Drain => "drain",
+        Mode::Replace => "replace",
+    }
+}
+
+/// The status as the CLI and errors spell it.
+pub fn status_name(status: Status) -> &'static str {
+    match status {
+        Status::Ready => "READY",
+        Status::NotReady => "NOT_READY",
+        Status::Cordoned => "CORDONED",
+        Status::Offline => "OFFLINE",
+    }
+}
+
+/// Out of service by `by`: cordoned, and the orchestrator asked to cordon.
+fn take_out(node: &mut Node, by: Actor, reason: &str, now: Time) {
+    node.status = Status::Cordoned;
+    node.policy.work_counted = false;
+    node.policy.cordon = Some(Cordon {
+        by,
+        reason: reason.into(),
+        at: now,
+        drained: false,
+    });
+    node.policy.push(Action::Cordon {
+        by,
+        reason: reason.into(),
+    });
+}
+
+fn event(id: &str, now: Time, kind: EventKind, message: String) -> Event {
+    Event {
+        node_id: id.into(),
+        kind,
+        occurred_at: now,
+        message,
+    }
+}

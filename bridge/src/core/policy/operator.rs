@@ -1,0 +1,157 @@
+//! What operators ask of a node — cordon, uncordon, drain, drain every node — each
+//! recorded as an event and queued for the orchestrator like the policy's own.
+
+use super::{Action, Actor, event, status_name, take_out};
+use crate::core::outcome::{CoreError, Outcome};
+use crate::core::{EventKind, Fleet, Node, Status, Time};
+
+/// The result of a manual drain of every node.
+#[derive(Debug, Default)]
+pub struct DrainAll {
+    pub outcome: Outcome,
+    /// Nodes this drain took out of service (ready ones only).
+    pub drained: Vec<String>,
+}
+
+impl Fleet {
+    fn operated(&mut self, id: &str) -> Result<&mut Node, CoreError> {
+        self.nodes
+            .get_mut(id)
+            .ok_or_else(|| CoreError::UnknownNode(id.into()))
+    }
+
+    /// `hale node cordon`: no new work; running work is left alone.
+    pub fn cordon(&mut self, now: Time, id: &str, reason: &str) -> Result<Outcome, CoreError> {
+        let node = self.operated(id)?;
+        let mut out = Outcome::default();
+        let owner = node.policy.cordon.as_ref().map(|c| c.by);
+        if owner != Some(Actor::Operator) {
+            match &mut node.policy.cordon {
+                // Taken over from hale: an operator's node is never replaced, and
+                // the node itself says so (hale's record on it would not).
+                Some(c) => {
+                    c.by = Actor::Operator;
+                    c.reason = reason.into();
+                    node.policy.push(Action::Cordon {
+                        by: Actor::Operator,
+                        reason: reason.into(),
+                    });
+                }
+                None => take_out(node, Actor::Operator, reason, now),
+            }
+            out.events.push(event(
+                id,
+                now,
+                EventKind::NodeCordoned {
+                    by: Actor::Operator.as_str().into(),
+                    reason: reason.into(),
+                },
+                format!("cordoned by operator: {reason}"),
+            ));
+            out.dirty.insert(id.into());
+        }
+        Ok(out)
+    }
+
+    /// `hale node uncordon`: back in service. Automation then leaves the node alone
+    /// for `cordonSuppressionMinutes`: the operator overruled it.
+    pub fn uncordon(&mut self, now: Time, id: &str, reason: &str) -> Result<Outcome, CoreError> {
+        let node = self.operated(id)?;
+        let mut out = Outcome::default();
+        if node.policy.cordon.is_some() || node.status == Status::Cordoned {
+            node.policy.cordon = None;
+            node.policy.conclusion = None;
+            node.policy.uncordoned_at = Some(now);
+            node.status = Status::Ready;
+            // What was queued to take the node out is withdrawn with it.
+            node.policy
+                .pending
+                .retain(|p| matches!(p.action, Action::Gate { .. }));
+            node.policy.push(Action::Uncordon);
+            out.events.push(event(
+                id,
+                now,
+                EventKind::NodeUncordoned {
+                    by: Actor::Operator.as_str().into(),
+                    reason: reason.into(),
+                },
+                format!("uncordoned by operator: {reason}"),
+            ));
+            out.dirty.insert(id.into());
+        }
+        Ok(out)
+    }
+
+    /// `hale node drain`: cordon, then leave running work to finish (passive) or
+    /// move it (active). Only a ready or cordoned node can be drained.
+    pub fn drain(
+        &mut self,
+        now: Time,
+        id: &str,
+        active: bool,
+        reason: &str,
+    ) -> Result<Outcome, CoreError> {
+        let node = self.operated(id)?;
+        if !matches!(node.status, Status::Ready | Status::Cordoned) {
+            return Err(CoreError::NotDrainable {
+                node: id.into(),
+                status: status_name(node.status),
+            });
+        }
+        let mut out = Outcome::default();
+        if node.policy.cordon.is_none() {
+            take_out(node, Actor::Operator, reason, now);
+            out.events.push(event(
+                id,
+                now,
+                EventKind::NodeCordoned {
+                    by: Actor::Operator.as_str().into(),
+                    reason: reason.into(),
+                },
+                format!("cordoned by operator: {reason}"),
+            ));
+        }
+        let cordon = node.policy.cordon.as_mut().expect("taken out above");
+        cordon.drained = true;
+        node.policy.push(Action::Drain {
+            active,
+            reason: reason.into(),
+        });
+        if !active {
+            out.events.push(event(
+                id,
+                now,
+                EventKind::NodeDrained {
+                    by: Actor::Operator.as_str().into(),
+                    active: false,
+                    reason: reason.into(),
+                    moved: 0,
+                    blocked: 0,
+                },
+                format!("drained (passive) by operator: {reason}"),
+            ));
+        }
+        out.dirty.insert(id.into());
+        Ok(out)
+    }
+
+    /// `hale node drain --all`: every ready node; the rest are skipped, so the count
+    /// is what this took out of service.
+    pub fn drain_all(&mut self, now: Time, active: bool, reason: &str) -> DrainAll {
+        let ready: Vec<String> = self
+            .nodes
+            .values()
+            .filter(|n| n.status == Status::Ready)
+            .map(|n| n.id.clone())
+            .collect();
+        let mut all = DrainAll::default();
+        for id in ready {
+            let out = self
+                .drain(now, &id, active, reason)
+                .expect("ready nodes drain");
+            all.outcome.absorb(out);
+            all.drained.push(id);
+        }
+        all
+    }
+}

@@ -1,0 +1,277 @@
+//! The action queue: what the orchestrator is asked to do, decided and persisted
+//! before it is performed, performed in order, and recorded done or refused.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Actor, Conclusion, Guardrail, Moves, Policy, TERMINATE_RETRY, Verdict, blind, event};
+use crate::core::outcome::Outcome;
+use crate::core::settings::CoreSettings;
+use crate::core::{EventKind, Fleet, Status, Time};
+
+/// An action decided and not yet confirmed done; `id` tells two equal ones apart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
+    pub id: u64,
+    #[serde(flatten)]
+    pub action: Action,
+}
+
+/// What the orchestrator is asked to do. Each is idempotent: doing it twice leaves
+/// the node as doing it once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "action")]
+pub enum Action {
+    Cordon {
+        /// Recorded on the node (`hale` or `operator`).
+        #[serde(default = "super::state::hale_actor")]
+        by: Actor,
+        reason: String,
+    },
+    Uncordon,
+    Drain {
+        active: bool,
+        reason: String,
+    },
+    Gate {
+        on: bool,
+    },
+    /// Move the work that declared `on-node-fault`, fail the rest with `message`.
+    Evict {
+        fault_class: String,
+        message: String,
+        max_restarts: u32,
+    },
+    Terminate,
+}
+
+impl Action {
+    /// Every value [`Action::name`] returns.
+    pub const NAMES: [&'static str; 7] = [
+        "cordon",
+        "uncordon",
+        "drain",
+        "gate",
+        "ungate",
+        "evict",
+        "terminate",
+    ];
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Action::Cordon { .. } => "cordon",
+            Action::Uncordon => "uncordon",
+            Action::Drain { .. } => "drain",
+            Action::Gate { on: true } => "gate",
+            Action::Gate { on: false } => "ungate",
+            Action::Evict { .. } => "evict",
+            Action::Terminate => "terminate",
+        }
+    }
+}
+
+/// What an orchestrator reports back about a finished action.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Done {
+    /// Allocations stopped and run again elsewhere (active drain, eviction).
+    pub moved: u32,
+    /// Allocations failed (eviction of work that did not declare `on-node-fault`).
+    pub failed: u32,
+    /// The owners of the moved allocations (their restarts are counted).
+    pub moved_owners: Vec<String>,
+    /// Allocations a disruption budget kept on the node past the timeout.
+    pub blocked: u32,
+    /// Allocations left on the node afterwards, when the orchestrator counted them.
+    pub remaining: Option<u32>,
+}
+
+impl Fleet {
+    /// Actions decided and not yet confirmed, by node, oldest first.
+    pub fn pending(&self) -> Vec<(String, Pending)> {
+        self.nodes
+            .values()
+            .flat_map(|n| n.policy.pending.iter().map(|p| (n.id.clone(), p.clone())))
+            .collect()
+    }
+
+    /// The next action to perform on node `id`, if any is still wanted. A
+    /// termination is not performed on a node gone blind meanwhile.
+    pub fn next_action(&self, id: &str) -> Option<Pending> {
+        let node = self.nodes.get(id)?;
+        let next = node.policy.pending.first()?;
+        if next.action == Action::Terminate && blind(node) {
+            return None;
+        }
+        Some(next.clone())
+    }
+
+    /// The orchestrator did the pending action `done_action` on node `id`. Work
+    /// moved off the node is recorded even when the action was withdrawn while it
+    /// ran (an uncordon meanwhile): it happened.
+    pub fn action_done(
+        &mut self,
+        cfg: &CoreSettings,
+        now: Time,
+        id: &str,
+        done_action: &Pending,
+        done: &Done,
+    ) -> Outcome {
+        let mut out = Outcome::default();
+        let Some(node) = self.nodes.get_mut(id) else {
+            return out;
+        };
+        let action = match node
+            .policy
+            .pending
+            .iter()
+            .position(|p| p.id == done_action.id)
+        {
+            Some(at) => node.policy.pending.remove(at).action,
+            None if matches!(
+                done_action.action,
+                Action::Evict { .. } | Action::Drain { active: true, .. }
+            ) =>
+            {
+                done_action.action.clone()
+            }
+            None => return out,
+        };
+        out.dirty.insert(id.into());
+        if let Some(n) = done.remaining
+            && matches!(action, Action::Cordon { .. } | Action::Drain { .. })
+            && node.policy.cordon.is_some()
+        {
+            node.policy.allocations = n;
+            node.policy.work_counted = true;
+        }
+        match &action {
+            Action::Drain {
+                active: true,
+                reason,
+            } => out.events.push(event(
+                id,
+                now,
+                EventKind::NodeDrained {
+                    by: Actor::Operator.as_str().into(),
+                    active: true,
+                    reason: reason.clone(),
+                    moved: done.moved,
+                    blocked: done.blocked,
+                },
+                format!(
+                    "drained (active) by operator: {reason}; {} allocation(s) requeued{}",
+                    done.moved,
+                    held(done.blocked)
+                ),
+            )),
+            Action::Evict { fault_class, .. } => {
+                for owner in &done.moved_owners {
+                    let moves = self.ledger.moves.entry(owner.clone()).or_insert(Moves {
+                        count: 0,
+                        last: None,
+                    });
+                    moves.count += 1;
+                    moves.last = Some(now);
+                    out.moved.insert(owner.clone());
+                }
+                out.events.push(event(
+                    id,
+                    now,
+                    EventKind::NodeEvicted {
+                        fault_class: fault_class.clone(),
+                        moved: done.moved,
+                        failed: done.failed,
+                        blocked: done.blocked,
+                    },
+                    format!(
+                        "evicted on {fault_class}: {} allocation(s) moved, {} failed{}",
+                        done.moved,
+                        done.failed,
+                        held(done.blocked)
+                    ),
+                ));
+            }
+            Action::Terminate => {
+                let pool = cfg.settings_for(&node.labels).name.clone();
+                self.ledger.replacements.entry(pool).or_default().push(now);
+                out.ledger = true;
+                self.nodes.remove(id);
+                out.dirty.remove(id);
+                out.events.push(event(
+                    id,
+                    now,
+                    EventKind::NodeReplaced {},
+                    "terminated: the pool provisions a replacement when work needs it".into(),
+                ));
+                out.removed.push(id.into());
+            }
+            _ => {}
+        }
+        out
+    }
+
+    /// The orchestrator refused the pending action `action_id` for good (transient
+    /// failures are retried by the service). It is dropped; a refused termination is
+    /// not counted against the budget and is tried again after `TERMINATE_RETRY`.
+    pub fn action_failed(
+        &mut self,
+        cfg: &CoreSettings,
+        now: Time,
+        id: &str,
+        action_id: u64,
+    ) -> Outcome {
+        let mut out = Outcome::default();
+        let Some(node) = self.nodes.get_mut(id) else {
+            return out;
+        };
+        let Some(at) = node.policy.pending.iter().position(|p| p.id == action_id) else {
+            return out;
+        };
+        let action = node.policy.pending.remove(at).action;
+        out.dirty.insert(id.into());
+        if matches!(action, Action::Cordon { .. }) {
+            // Not out of service after all: the books say what the cluster says,
+            // and the next report decides again (a refusal is not an uncordon).
+            node.policy.cordon = None;
+            node.policy.conclusion = None;
+            node.status = Status::Ready;
+            node.policy
+                .pending
+                .retain(|p| matches!(p.action, Action::Gate { .. }));
+            return out;
+        }
+        if action != Action::Terminate {
+            return out;
+        }
+        node.policy.retry_after =
+            Some(now + chrono::TimeDelta::from_std(TERMINATE_RETRY).expect("minutes"));
+        if blind(node) {
+            return out;
+        }
+        let settings = cfg.settings_for(&node.labels);
+        let score = node.score.as_ref().map_or(100, |s| s.value);
+        Policy {
+            cfg,
+            now,
+            out: &mut out,
+        }
+        .conclude(
+            node,
+            settings,
+            score,
+            0,
+            Conclusion::Halted {
+                action: Verdict::Replace,
+                guardrail: Guardrail::TerminationRejected,
+            },
+        );
+        out
+    }
+}
+
+/// The part of a drain's or eviction's message about what stayed behind.
+fn held(blocked: u32) -> String {
+    if blocked == 0 {
+        return String::new();
+    }
+    format!("; {blocked} held on the node by a disruption budget past the timeout")
+}

@@ -1,0 +1,218 @@
+//! What the policy remembers of each node (its service state, its standing
+//! conclusion, its queue) and across nodes (the replacement budget, restart counts),
+//! and the words its events use.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Action, Pending};
+use crate::core::Time;
+
+/// What hale keeps about a node's service state and the policy's view of it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePolicy {
+    /// The conclusion of the last policy event, so a report that reaches the same
+    /// conclusion records nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conclusion: Option<Conclusion>,
+    /// Reports that carried a score (counted to 2): a first score never acts.
+    #[serde(default)]
+    pub scored_reports: u8,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counted_report: Option<Time>,
+    /// Who took the node out of service, why and when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cordon: Option<Cordon>,
+    /// The last uncordon by an operator: automation leaves the node alone for
+    /// `cordonSuppressionMinutes` after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncordoned_at: Option<Time>,
+    /// New work kept off (the scheduling gate).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gated: bool,
+    /// The orchestrator provisioned it (it may be terminated in `replace` mode).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub provisioned: bool,
+    /// Allocations running on the node, as the orchestrator last said.
+    #[serde(default)]
+    pub allocations: u32,
+    /// The orchestrator has counted the node's allocations since it was taken out
+    /// of service: only then may `allocations` say it is empty.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub work_counted: bool,
+    /// Fault classes whose eviction ran during their current episode.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub evicted: BTreeSet<String>,
+    /// Actions decided and not yet confirmed done: written with the decision, so a
+    /// crash between deciding and acting neither loses nor repeats one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<Pending>,
+    /// The id of the last action decided for this node.
+    #[serde(default)]
+    pub last_action: u64,
+    /// Since when the score has been at or above `drainBelow` while gated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ungate_since: Option<Time>,
+    /// Since when the score has been at or above `cordonBelow` while a conclusion
+    /// stood.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered_since: Option<Time>,
+    /// A rejected termination waits until then before it is tried again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<Time>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cordon {
+    pub by: Actor,
+    pub reason: String,
+    pub at: Time,
+    /// A drain followed the cordon (passive unless an operator asked otherwise).
+    #[serde(default)]
+    pub drained: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Actor {
+    Hale,
+    Operator,
+}
+
+pub(super) fn hale_actor() -> Actor {
+    Actor::Hale
+}
+
+impl Actor {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Actor::Hale => "hale",
+            Actor::Operator => "operator",
+        }
+    }
+}
+
+/// What the policy concluded about a node; a policy event marks each change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum Conclusion {
+    /// `observe`: what enforcement would do.
+    Recommended { action: Verdict },
+    /// Done (for `replace`: drained and waiting for the node to empty, or terminating).
+    Acted { action: Verdict, waiting: bool },
+    /// A guardrail stops the action.
+    Halted {
+        action: Verdict,
+        guardrail: Guardrail,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Cordon,
+    Drain,
+    Replace,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Cordon => "cordon",
+            Verdict::Drain => "drain",
+            Verdict::Replace => "replace",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Guardrail {
+    /// Acting would take more than `maxUnavailablePercent` of the pool out of service.
+    MaxUnavailable,
+    /// An operator uncordoned the node less than `cordonSuppressionMinutes` ago.
+    Suppressed,
+    /// `replace` terminates only provisioned nodes.
+    NotProvisioned,
+    /// `replace` terminates only nodes hale itself took out of service.
+    NotOurs,
+    /// `maxReplacementsPerHour` of the pool were replaced in the last hour.
+    ReplacementBudget,
+    /// The orchestrator refused to terminate the node.
+    TerminationRejected,
+}
+
+impl Guardrail {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Guardrail::MaxUnavailable => "maxUnavailablePercent",
+            Guardrail::Suppressed => "cordonSuppressionMinutes",
+            Guardrail::NotProvisioned => "notProvisioned",
+            Guardrail::NotOurs => "notTakenOutByHale",
+            Guardrail::ReplacementBudget => "maxReplacementsPerHour",
+            Guardrail::TerminationRejected => "terminationRejected",
+        }
+    }
+}
+
+impl NodePolicy {
+    /// Queue `action` for the orchestrator.
+    pub fn push(&mut self, action: Action) {
+        self.last_action += 1;
+        self.pending.push(Pending {
+            id: self.last_action,
+            action,
+        });
+    }
+
+    pub(super) fn has(&self, action: &Action) -> bool {
+        self.pending.iter().any(|p| p.action == *action)
+    }
+}
+
+/// What the guardrails count across nodes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ledger {
+    /// Terminations per pool in the last hour (`maxReplacementsPerHour`).
+    #[serde(default)]
+    pub replacements: BTreeMap<String, Vec<Time>>,
+    /// How often each workload owner was moved by a fault eviction
+    /// (`maxEvictionRestarts`). Stored one row per owner, written when it changes,
+    /// and forgotten `forgetAfter` after the owner's last move.
+    #[serde(default, skip_serializing, deserialize_with = "legacy_moves")]
+    pub moves: BTreeMap<String, Moves>,
+}
+
+/// The fault evictions that moved one workload owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Moves {
+    pub count: u32,
+    /// When it was last moved (unknown for counts an older store kept).
+    pub last: Option<Time>,
+}
+
+/// Older stores kept the counts inside the ledger, without times.
+fn legacy_moves<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, Moves>, D::Error> {
+    let counts = BTreeMap::<String, u32>::deserialize(d)?;
+    Ok(counts
+        .into_iter()
+        .map(|(owner, count)| (owner, Moves { count, last: None }))
+        .collect())
+}
+
+impl Ledger {
+    /// How often each owner was moved, as [`crate::orchestrator::plan_eviction`]
+    /// reads it.
+    pub fn move_counts(&self) -> BTreeMap<String, u32> {
+        self.moves
+            .iter()
+            .map(|(o, m)| (o.clone(), m.count))
+            .collect()
+    }
+}

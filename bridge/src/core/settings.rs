@@ -1,0 +1,232 @@
+//! The settings the decision core decides with: per pool (modes, thresholds, the
+//! penalty table, durations) and fleet-wide (node identity, how the alert source is
+//! judged). The configuration module reads them from YAML; the core reads nothing
+//! else — no file, no URL, no secret.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::Severity;
+
+/// Policy mode (DESIGN §6). Only `observe` changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Observe,
+    Cordon,
+    Drain,
+    Replace,
+}
+
+/// Points deducted for a reason missing from the penalty table, by severity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DefaultPenalty {
+    pub info: u32,
+    pub warning: u32,
+    pub critical: u32,
+}
+
+impl Default for DefaultPenalty {
+    fn default() -> Self {
+        Self {
+            info: 0,
+            warning: 5,
+            critical: 25,
+        }
+    }
+}
+
+/// Fully resolved health settings for the cluster or one pool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// `cluster` or the pool's name: recorded with every score.
+    pub name: String,
+    pub heartbeat_miss_threshold: u32,
+    pub report_interval: Duration,
+    pub mode: Mode,
+    pub cordon_below: u32,
+    pub drain_below: u32,
+    pub degraded_at_or_below: u32,
+    pub max_unavailable_percent: u32,
+    pub cordon_suppression: Duration,
+    pub max_replacements_per_hour: u32,
+    pub evict_on_fault_classes: BTreeSet<String>,
+    pub max_eviction_restarts: u32,
+    pub failure_tally_penalty: f64,
+    pub failure_tally_half_life_hours: f64,
+    pub penalties: BTreeMap<String, u32>,
+    pub default_penalty: DefaultPenalty,
+}
+
+/// The penalty table of DESIGN §4.
+pub const DEFAULT_PENALTIES: &[(&str, u32)] = &[
+    ("CorrectableMemoryErrors", 10),
+    ("UncorrectableMemoryErrors", 45),
+    ("MachineCheckErrors", 10),
+    ("FatalMachineCheck", 50),
+    ("SmartWarning", 15),
+    ("SmartFailing", 40),
+    ("DeviceReadOnly", 40),
+    ("IoErrors", 10),
+    ("GpuEccCorrectable", 10),
+    ("GpuEccUncorrectable", 45),
+    ("GpuXidHardware", 45),
+    ("GpuXidApplication", 5),
+    ("GpuThrottling", 10),
+];
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            name: "cluster".into(),
+            heartbeat_miss_threshold: 3,
+            report_interval: Duration::from_secs(30),
+            mode: Mode::Observe,
+            cordon_below: 60,
+            drain_below: 45,
+            degraded_at_or_below: 95,
+            max_unavailable_percent: 20,
+            cordon_suppression: Duration::from_secs(30 * 60),
+            max_replacements_per_hour: 3,
+            evict_on_fault_classes: BTreeSet::new(),
+            max_eviction_restarts: 3,
+            failure_tally_penalty: 5.0,
+            failure_tally_half_life_hours: 168.0,
+            penalties: DEFAULT_PENALTIES
+                .iter()
+                .map(|(reason, points)| (reason.to_string(), *points))
+                .collect(),
+            default_penalty: DefaultPenalty::default(),
+        }
+    }
+}
+
+impl Settings {
+    /// Points for a condition with this reason and severity.
+    pub fn penalty(&self, reason: &str, severity: Severity) -> u32 {
+        self.penalties
+            .get(reason)
+            .copied()
+            .unwrap_or(match severity {
+                Severity::Info => self.default_penalty.info,
+                Severity::Warning => self.default_penalty.warning,
+                Severity::Critical => self.default_penalty.critical,
+            })
+    }
+}
+
+/// Which alert labels name a node, and how many nodes alerts may bring in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Identity {
+    /// Labels tried in order; the first present names the node.
+    pub labels: Vec<String>,
+    /// Strip a trailing `:port` so exporters of one host meet on one node.
+    pub strip_port: bool,
+    /// A node known only from alerts, named by none this long, is retired.
+    pub forget_after: Duration,
+    /// Nodes alerts may bring in at most.
+    pub max_nodes: usize,
+    /// Whether an alert naming a node nobody listed creates it.
+    pub create_from_alerts: bool,
+}
+
+impl Default for Identity {
+    fn default() -> Self {
+        Identity {
+            labels: vec!["node".into(), "instance".into()],
+            strip_port: true,
+            forget_after: Duration::from_secs(7 * 86_400),
+            max_nodes: 100_000,
+            create_from_alerts: true,
+        }
+    }
+}
+
+/// How the alert source is judged (DESIGN §4, "Trusted input").
+#[derive(Debug, Clone, PartialEq)]
+pub struct Source {
+    /// Polls give the whole picture; without them only webhook deliveries arrive.
+    pub polling: bool,
+    /// A poll (or, without polling, a delivery) counts as trusted only with the
+    /// watchdog.
+    pub require_watchdog: bool,
+    /// Without trusted input this long, every node is `telemetry_stale`.
+    pub stale_after: Duration,
+    /// How long absences are held after a restart of the pipeline.
+    pub hold_after_restart: Duration,
+}
+
+impl Default for Source {
+    fn default() -> Self {
+        Source {
+            polling: true,
+            require_watchdog: true,
+            stale_after: Duration::from_secs(90),
+            hold_after_restart: Duration::from_secs(20 * 60),
+        }
+    }
+}
+
+/// A pool: the nodes whose labels carry all of `selector` are priced by `settings`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pool {
+    pub selector: BTreeMap<String, String>,
+    pub settings: Settings,
+}
+
+/// Everything the core decides with.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CoreSettings {
+    /// The cluster's settings, for nodes no pool selects.
+    pub cluster: Settings,
+    /// First match wins.
+    pub pools: Vec<Pool>,
+    pub identity: Identity,
+    pub source: Source,
+}
+
+impl CoreSettings {
+    /// The settings that price a node with these labels: the first matching pool's,
+    /// else the cluster's.
+    pub fn settings_for(&self, labels: &BTreeMap<String, String>) -> &Settings {
+        self.pools
+            .iter()
+            .find(|p| p.selector.iter().all(|(k, v)| labels.get(k) == Some(v)))
+            .map_or(&self.cluster, |p| &p.settings)
+    }
+}
+
+/// Durations are written `30s`, `5m`, `1h`, `1d`, `500ms` or `0`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    if t == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let split = t
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("`{t}` has no unit (use ms, s, m, h or d)"))?;
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{t}` is not a duration like 30s"))?;
+    let secs = |k: u64| Duration::from_secs(n.saturating_mul(k));
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => secs(1),
+        "m" => secs(60),
+        "h" => secs(3600),
+        "d" => secs(86_400),
+        _ => return Err(format!("`{t}` has an unknown unit (use ms, s, m, h or d)")),
+    };
+    if d > MAX_DURATION {
+        return Err(format!("`{t}` is longer than a century"));
+    }
+    Ok(d)
+}
+
+/// The longest duration hale reads: anything longer is a typo, and time arithmetic
+/// with it could leave the calendar.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 86_400);

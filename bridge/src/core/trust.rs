@@ -1,0 +1,409 @@
+//! Whether hale can believe what Alertmanager tells it, and what an absence may end:
+//! the stale state, holds after a restart of the pipeline, and the rules by which an
+//! alert gone from Alertmanager ends its evidence ([`Keep`]).
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use chrono::TimeDelta;
+
+use super::conditions::stale_condition;
+use super::ingest::PollAnswer;
+use super::labels::{Alert, Signal};
+use super::settings;
+use super::step::Step;
+use super::{EventKind, Severity, Source, TELEMETRY_STALE, Time};
+
+/// What an input may not end: sources whose latest word came after it was taken, and
+/// sources whose alert may only have expired.
+///
+/// Alertmanager drops an alert both when Prometheus resolves it and when it expires
+/// because Prometheus stopped sending it — and a stopped Prometheus lets every alert
+/// expire within one evaluation of the watchdog. An alert gone before its expiry
+/// (`endsAt`) was resolved and ends its source at once; any other ends it only after
+/// the watchdog's expiry has moved forward twice more, proof that Prometheus kept
+/// sending alerts after this one left.
+#[derive(Clone, Copy)]
+pub(super) struct Keep<'f> {
+    /// Fingerprints named by webhook deliveries applied while this poll was fetched.
+    pub(super) newer: &'f BTreeSet<String>,
+    /// Alertmanager's clock at a poll's answer.
+    pub(super) answered: Option<Time>,
+    /// [`super::Trust::watchdog_refreshes`], when the watchdog's expiry is known.
+    pub(super) refreshes: Option<u64>,
+    /// The pipeline restarted lately: when the hold began ([`super::Trust::hold`]).
+    /// No absence of an alert seen before then ends anything; only a resolution
+    /// Prometheus itself sent does.
+    pub(super) hold: Option<Time>,
+}
+
+/// `Date` headers count whole seconds.
+pub(super) const CLOCK_GRAIN: TimeDelta = TimeDelta::seconds(1);
+
+impl Keep<'_> {
+    /// Nothing kept: every end is final.
+    pub(super) fn none() -> Keep<'static> {
+        Keep {
+            newer: &NONE_NEWER,
+            answered: None,
+            refreshes: None,
+            hold: None,
+        }
+    }
+
+    /// Whether `source`, whose alert the poll no longer lists, stays for now. While
+    /// held, even an alert gone before its expiry stays: after an Alertmanager
+    /// restart the expiry is the old process's word, and its absence says nothing.
+    pub(super) fn holds(&self, fingerprint: &str, source: &mut Source) -> bool {
+        if self.newer.contains(fingerprint) {
+            return true;
+        }
+        if self.holds_back(source) {
+            return self.held(source);
+        }
+        let unexpired =
+            |answered: Time| source.expires.is_some_and(|e| e >= answered + CLOCK_GRAIN);
+        if self.answered.is_some_and(unexpired) {
+            return false;
+        }
+        self.until_refreshed(source)
+    }
+
+    /// Whether `source`, whose alert a notification says `resolved` at `ended`, stays.
+    /// An end before the alert's expiry is Prometheus's own resolution and ends it.
+    pub(super) fn holds_resolved(&self, source: &mut Source, ended: Option<Time>) -> bool {
+        match (source.expires, ended) {
+            (Some(expires), Some(ended)) if ended < expires => false,
+            _ if self.holds_back(source) => self.held(source),
+            _ => self.until_refreshed(source),
+        }
+    }
+
+    /// Whether the hold covers `source`: it was seen before the hold began.
+    pub(super) fn holds_back(&self, source: &Source) -> bool {
+        self.hold
+            .is_some_and(|since| source.since.is_none_or(|seen| seen < since))
+    }
+
+    /// Hold `source` through the hold, remembering when it first went missing.
+    pub(super) fn held(&self, source: &mut Source) -> bool {
+        if source.vanished.is_none() {
+            source.vanished = Some(self.refreshes.unwrap_or(0));
+        }
+        true
+    }
+
+    /// Hold `source` until the watchdog has moved twice after it first went missing.
+    pub(super) fn until_refreshed(&self, source: &mut Source) -> bool {
+        let Some(refreshes) = self.refreshes else {
+            return false;
+        };
+        match source.vanished {
+            None => {
+                source.vanished = Some(refreshes);
+                true
+            }
+            Some(at) => refreshes < at + 2,
+        }
+    }
+}
+
+pub(super) static NONE_NEWER: BTreeSet<String> = BTreeSet::new();
+
+impl<'f> Step<'f> {
+    /// Enter or leave the stale state: with no trusted input for `staleAfter`, every
+    /// node carries `telemetry_stale` and nothing is cleared.
+    pub(super) fn settle_trust(&mut self) {
+        let trust = &self.fleet.trust;
+        let since = trust
+            .last_trusted
+            .map_or(trust.watching_since, |t| t.max(trust.watching_since));
+        let stale_after = self.cfg.source.stale_after;
+        let mut stale = (self.now - since).to_std().unwrap_or_default() >= stale_after;
+        // The restart grace only delays becoming stale; leaving it takes trusted input
+        // seen by this process, never just a restart.
+        let trusted_since_start = trust
+            .last_trusted
+            .is_some_and(|t| t >= trust.watching_since);
+        if trust.stale && !trusted_since_start {
+            stale = true;
+        }
+        if stale == trust.stale {
+            return;
+        }
+        self.fleet.trust.stale = stale;
+        let ids: Vec<String> = self.fleet.nodes.keys().cloned().collect();
+        if stale {
+            self.fleet.trust.source_up = false;
+            let why = self
+                .fleet
+                .trust
+                .last_error
+                .clone()
+                .unwrap_or_else(|| "no trusted input".into());
+            for id in ids {
+                let node = self.fleet.nodes.get_mut(&id).expect("listed above");
+                node.conditions
+                    .insert(TELEMETRY_STALE.into(), stale_condition(self.now));
+                self.event(
+                    &id,
+                    EventKind::ConditionRaised {
+                        condition: TELEMETRY_STALE.into(),
+                        reason: TELEMETRY_STALE.into(),
+                        severity: Severity::Warning,
+                        fault_class: None,
+                    },
+                    format!(
+                        "telemetry stale: no trusted alert data since {} ({why})",
+                        since.to_rfc3339()
+                    ),
+                );
+            }
+        } else {
+            // Trusted input is back after a gap: what left meanwhile may be an
+            // expiry of a stopped pipeline, not a resolution.
+            let hold =
+                TimeDelta::from_std(self.cfg.source.hold_after_restart).unwrap_or(TimeDelta::MAX);
+            let until = self.now.checked_add_signed(hold).unwrap_or(self.now);
+            if self.fleet.trust.hold(
+                self.now,
+                until,
+                "trusted input returned after a time without it".into(),
+            ) {
+                self.out.held = self.fleet.trust.hold_reason.clone();
+            }
+            for id in ids {
+                let node = self.fleet.nodes.get_mut(&id).expect("listed above");
+                if node.conditions.remove(TELEMETRY_STALE).is_some() {
+                    self.event(
+                        &id,
+                        EventKind::ConditionCleared {
+                            condition: TELEMETRY_STALE.into(),
+                            severity: Severity::Warning,
+                            cleared_by: "resolved".into(),
+                        },
+                        "telemetry_stale cleared: trusted alert data again".into(),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Whether hale can believe what Alertmanager tells it (DESIGN §4, "Trusted input").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Trust {
+    /// Last time trusted input arrived (a poll holding the watchdog, or with polling off
+    /// a webhook carrying it).
+    pub last_trusted: Option<Time>,
+    /// When this process started watching; staleness is measured from the later of the
+    /// two so a restart gives the source `staleAfter` to answer.
+    #[serde(skip, default = "super::epoch")]
+    pub watching_since: Time,
+    /// The last poll was answered and trusted.
+    pub source_up: bool,
+    /// Every node carries `telemetry_stale`.
+    pub stale: bool,
+    /// Why the source is not trusted, when it is not.
+    pub last_error: Option<String>,
+    /// The watchdog's expiry (`endsAt`) in the last trusted poll. Prometheus pushes it
+    /// forward each time it re-sends the watchdog; a dead Prometheus does not.
+    #[serde(default)]
+    pub watchdog_expires: Option<Time>,
+    /// How many trusted polls have seen the watchdog's expiry move forward: each one
+    /// proves Prometheus sent alerts after the previous.
+    #[serde(default)]
+    pub watchdog_refreshes: u64,
+    /// When the current run of trusted input began.
+    #[serde(default)]
+    pub trusted_since: Option<Time>,
+    /// Alertmanager's clock when the watchdog's current expiry was first shown, and
+    /// how far ahead of that clock the expiry lay (the validity Prometheus gives each
+    /// send): an expiry shown unchanged for more than half of it means Prometheus
+    /// stopped re-sending for a while.
+    #[serde(default)]
+    pub watchdog_shown_since: Option<Time>,
+    #[serde(default, with = "super::opt_millis")]
+    pub watchdog_validity: Option<chrono::TimeDelta>,
+    /// When the Alertmanager that answered last started (its `/api/v2/status`
+    /// uptime): a later one is a restart, which kept no alerts.
+    #[serde(default)]
+    pub alertmanager_started: Option<Time>,
+    /// Until then an alert's absence ends nothing: the pipeline restarted and its
+    /// alerts may not all be back yet ([`Trust::hold`]).
+    #[serde(default)]
+    pub hold_until: Option<Time>,
+    /// Why absences are held.
+    #[serde(default)]
+    pub hold_reason: Option<String>,
+    /// When the current hold began: only alerts seen before it are held — one the
+    /// pipeline reported since was seen by the pipeline as it now is.
+    #[serde(default)]
+    pub hold_since: Option<Time>,
+    /// Resolved notifications are held (webhook only): they end when the hold lapses.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held_resolutions: bool,
+}
+
+impl Trust {
+    pub fn new(watching_since: Time) -> Trust {
+        Trust {
+            last_trusted: None,
+            watching_since,
+            source_up: false,
+            stale: false,
+            last_error: None,
+            watchdog_expires: None,
+            watchdog_refreshes: 0,
+            trusted_since: None,
+            watchdog_shown_since: None,
+            watchdog_validity: None,
+            alertmanager_started: None,
+            hold_until: None,
+            hold_reason: None,
+            hold_since: None,
+            held_resolutions: false,
+        }
+    }
+
+    /// Hold every absence until `until` (a later hold extends an earlier one, and
+    /// its reason is then the hold's). Returns whether this starts a hold or gives it
+    /// a new reason — what is worth a log line.
+    pub fn hold(&mut self, now: Time, until: Time, reason: String) -> bool {
+        if until <= now || self.hold_until.is_some_and(|t| t >= until) {
+            return false;
+        }
+        let fresh = !self.holding(now);
+        let news = fresh || self.hold_reason.as_ref() != Some(&reason);
+        if fresh {
+            self.hold_since = Some(now);
+        }
+        self.hold_until = Some(until);
+        self.hold_reason = Some(reason);
+        news
+    }
+
+    /// Whether absences are held at `now`.
+    pub fn holding(&self, now: Time) -> bool {
+        self.hold_until.is_some_and(|t| now < t)
+    }
+
+    /// When the hold running at `now` began, if one is.
+    pub fn held_since(&self, now: Time) -> Option<Time> {
+        self.hold_since.filter(|_| self.holding(now))
+    }
+
+    /// Trusted input arrived now.
+    pub fn trusted(&mut self, now: Time) {
+        if !self.source_up {
+            self.trusted_since = Some(now);
+        }
+        self.last_trusted = Some(now);
+        self.source_up = true;
+        self.last_error = None;
+    }
+}
+
+/// What a poll's answer says of the source.
+pub(super) struct Judged {
+    pub(super) trusted: bool,
+    /// [`Trust::watchdog_refreshes`], when the watchdog's expiry is known.
+    pub(super) refreshes: Option<u64>,
+    /// Why absences began to be held, when this answer started a hold.
+    pub(super) held: Option<String>,
+}
+
+impl Trust {
+    /// Judge a poll's answer: trusted when it holds the watchdog (or the watchdog is
+    /// not required). A restart of the pipeline seen here holds every absence for
+    /// `holdAfterRestart` ([`Trust::hold`]): an Alertmanager that started later than
+    /// the one seen before (it kept no alerts), a watchdog missing from an answer, or
+    /// a watchdog whose expiry was not pushed forward within half the validity
+    /// Prometheus gives it (Prometheus stopped sending for a while: a restarted
+    /// Prometheus sends a `for:` alert again only once its `for` has elapsed).
+    pub(super) fn judge(
+        &mut self,
+        source: &settings::Source,
+        now: Time,
+        answer: &PollAnswer<'_, '_>,
+    ) -> Judged {
+        let am = source;
+        let hold = TimeDelta::from_std(am.hold_after_restart).unwrap_or(TimeDelta::MAX);
+        let require = am.require_watchdog;
+        let watchdog = answer
+            .alerts
+            .iter()
+            .filter(|a| a.signal() == Signal::Watchdog);
+        let trusted = !require || watchdog.clone().next().is_some();
+        let mut held = None;
+        let trust = self;
+        if let Some(started) = answer.started {
+            if trust
+                .alertmanager_started
+                .is_some_and(|seen| started > seen + CLOCK_GRAIN)
+            {
+                let until = started.checked_add_signed(hold).unwrap_or(started);
+                if trust.hold(
+                    now,
+                    until,
+                    format!(
+                        "Alertmanager restarted at {} and keeps no alerts across a restart",
+                        started.to_rfc3339()
+                    ),
+                ) {
+                    held = trust.hold_reason.clone();
+                }
+            }
+            trust.alertmanager_started = trust.alertmanager_started.max(Some(started));
+        }
+        let mut refreshes = None;
+        if trusted {
+            trust.trusted(now);
+            if require && let Some(expires) = watchdog.filter_map(Alert::expires).max() {
+                if trust.watchdog_expires.is_none_or(|seen| expires > seen) {
+                    if trust.watchdog_expires.is_some() {
+                        trust.watchdog_refreshes += 1;
+                    }
+                    trust.watchdog_shown_since = Some(answer.answered);
+                    trust.watchdog_validity = Some(expires - answer.answered);
+                }
+                trust.watchdog_expires = trust.watchdog_expires.max(Some(expires));
+                refreshes = Some(trust.watchdog_refreshes);
+                // Prometheus re-sends the watchdog every quarter of the validity it
+                // gives it: the same expiry shown for more than half of it means
+                // Prometheus stopped sending (measured on Alertmanager's clock, so
+                // hale's own downtime does not count).
+                if let (Some(since), Some(valid)) =
+                    (trust.watchdog_shown_since, trust.watchdog_validity)
+                    && answer.answered - since > valid / 2
+                    && trust.hold(
+                        now,
+                        now.checked_add_signed(hold).unwrap_or(now),
+                        format!(
+                            "the watchdog has not been re-sent for {}s: Prometheus stopped sending alerts",
+                            (answer.answered - since).num_seconds()
+                        ),
+                    )
+                {
+                    held = trust.hold_reason.clone();
+                }
+            }
+        } else {
+            trust.source_up = false;
+            trust.last_error = Some("the watchdog alert is missing from the answer".into());
+            if trust.hold(
+                now,
+                now.checked_add_signed(hold).unwrap_or(now),
+                "the watchdog is missing from Alertmanager's answer".into(),
+            ) {
+                held = trust.hold_reason.clone();
+            }
+        }
+        Judged {
+            trusted,
+            refreshes,
+            held,
+        }
+    }
+}
