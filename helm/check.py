@@ -164,6 +164,8 @@ REFUSED = [
       "config": {"nodeEventWebhooks": [{"url": "https://x.example/h",
                                         "secretFile": "/etc/hale/secrets/webhooks/oncall"}]}},
      "without a leader election every replica delivers", False),
+    ("a key of another orchestrator kind", {"config": {"orchestrator": {"kind": "none", "conditionPrefix": "Hale"}}},
+     "invalid propertyName 'conditionPrefix'", True),
     ("condition prefix with a space", {"config": {"orchestrator": {"kind": "kubernetes", "conditionPrefix": "Alert Manager"}}},
      "/config/orchestrator/conditionPrefix", True),
     ("unmounted webhook secret",
@@ -288,8 +290,8 @@ def check_deployment(case):
     dep = case.one("Deployment", RELEASE)
     pod = dep["spec"]["template"]["spec"]
     (c,) = pod["containers"]
-    expect(c["command"] + c["args"] == ["hale", "serve", "--config", "/etc/hale/hale.yaml"],
-           f"{case.name}: hale runs {c['command'] + c['args']}")
+    want = ["hale", "serve", "--config", "/etc/hale/hale.yaml", "--log-format", values["logFormat"]]
+    expect(c["command"] + c["args"] == want, f"{case.name}: hale runs {c['command'] + c['args']}")
     env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in c["env"]}
     expect(env.get("POD_NAME") == "metadata.name" and env.get("POD_NAMESPACE") == "metadata.namespace",
            f"{case.name}: POD_NAME/POD_NAMESPACE are not from the downward API: {c['env']}")

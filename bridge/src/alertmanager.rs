@@ -187,9 +187,6 @@ struct Status {
     uptime: String,
 }
 
-/// hale's `User-Agent` on every request it makes.
-pub const USER_AGENT: &str = concat!("hale/", env!("CARGO_PKG_VERSION"));
-
 impl Client {
     pub fn new(cfg: &AlertmanagerConfig) -> Client {
         crate::init_tls();
@@ -212,7 +209,7 @@ impl Client {
         let http = reqwest::Client::builder()
             .timeout(cfg.timeout)
             .connect_timeout(cfg.timeout.min(Duration::from_secs(5)))
-            .user_agent(USER_AGENT)
+            .user_agent(crate::USER_AGENT)
             .build()
             .expect("client builds");
         Client {
@@ -225,7 +222,7 @@ impl Client {
     /// When the Alertmanager answering now started (`/api/v2/status` uptime). Asked
     /// after the alerts, so a restart between the two reads as one.
     pub async fn started(&self) -> Result<chrono::DateTime<chrono::Utc>> {
-        let url = crate::config::shown_url(&self.status_url);
+        let url = crate::shown_url(&self.status_url);
         let resp = self
             .http
             .get(self.status_url.clone())
@@ -234,7 +231,7 @@ impl Client {
             .await
             .map_err(|e| IngestError::Unreachable {
                 url: url.clone(),
-                reason: error_chain(&e.without_url()),
+                reason: crate::error_chain(&e.without_url()),
             })?;
         if !resp.status().is_success() {
             return Err(IngestError::Status {
@@ -249,7 +246,7 @@ impl Client {
         let body = resp
             .bytes()
             .await
-            .map_err(|e| malformed(error_chain(&e.without_url())))?;
+            .map_err(|e| malformed(crate::error_chain(&e.without_url())))?;
         let status: Status = serde_json::from_slice(&body).map_err(|e| malformed(e.to_string()))?;
         chrono::DateTime::parse_from_rfc3339(&status.uptime)
             .map(|t| t.with_timezone(&chrono::Utc))
@@ -257,14 +254,14 @@ impl Client {
     }
 
     fn shown_url(&self) -> String {
-        crate::config::shown_url(&self.alerts_url)
+        crate::shown_url(&self.alerts_url)
     }
 
     /// Fetch the raw answer; parse it with [`parse_v2`].
     pub async fn fetch(&self) -> Result<Answer> {
         let unreachable = |e: reqwest::Error| IngestError::Unreachable {
             url: self.shown_url(),
-            reason: error_chain(&e.without_url()),
+            reason: crate::error_chain(&e.without_url()),
         };
         let resp = self
             .http
@@ -309,22 +306,6 @@ pub struct Answer {
     pub date: Option<chrono::DateTime<chrono::Utc>>,
     /// When the Alertmanager that answered started, when its status said.
     pub started: Option<chrono::DateTime<chrono::Utc>>,
-}
-
-/// An error and its causes, `outer: inner: innermost` (reqwest hides the cause that
-/// says what actually went wrong, such as "Connection refused").
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let more = c.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        cause = c.source();
-    }
-    text
 }
 
 #[cfg(test)]

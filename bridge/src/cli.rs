@@ -9,9 +9,9 @@ use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::de::DeserializeOwned;
 
-use crate::core::Status;
-use crate::core::policy::Conclusion;
-use crate::view::{
+use hale::core::Status;
+use hale::core::policy::Conclusion;
+use hale::view::{
     AlertsView, ClearRequest, DrainRequest, ErrorBody, EventsView, NodeList, NodeView,
     OperateRequest,
 };
@@ -37,6 +37,10 @@ pub enum Command {
         /// Configuration file; without it the built-in defaults apply.
         #[arg(long, short = 'c', env = "HALE_CONFIG")]
         config: Option<PathBuf>,
+        /// `text` (colours only on a terminal) or `json`, one object per line, for
+        /// log collectors.
+        #[arg(long, env = "HALE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
     },
     /// Validate a configuration file with the same code `serve` uses.
     CheckConfig { file: PathBuf },
@@ -57,6 +61,13 @@ pub enum Command {
         #[command(subcommand)]
         verb: PolicyVerb,
     },
+}
+
+/// How `serve` writes its log.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -87,16 +98,16 @@ pub fn run_backtest(verb: PolicyVerb) -> anyhow::Result<()> {
         store,
         output,
     } = verb;
-    let loaded = crate::config::Config::load(Some(&config))?;
+    let loaded = hale::config::Config::load(Some(&config))?;
     let path = store.unwrap_or_else(|| loaded.config.store.path.clone());
-    if !path.join(crate::store::FILE).is_file() {
+    if !path.join(hale::store::FILE).is_file() {
         bail!("no hale store at {}", path.display());
     }
     let now = chrono::Utc::now();
     let since = match chrono::DateTime::parse_from_rfc3339(&since) {
         Ok(t) => t.with_timezone(&chrono::Utc),
         Err(_) => {
-            let ago = crate::core::settings::parse_duration(&since).map_err(|_| {
+            let ago = hale::core::settings::parse_duration(&since).map_err(|_| {
                 anyhow::anyhow!(
                     "--since {since:?} is neither a duration (30d) nor an RFC 3339 time"
                 )
@@ -107,11 +118,11 @@ pub fn run_backtest(verb: PolicyVerb) -> anyhow::Result<()> {
                 .ok_or_else(|| anyhow::anyhow!("--since {since:?} is too far back"))?
         }
     };
-    let store = crate::store::Store::open(&path)?;
+    let store = hale::store::Store::open(&path)?;
     let known = store.load(now)?.nodes;
     // All of it: what came before the window rebuilds the state it starts in.
     let history = store.history(0)?;
-    let report = crate::core::replay::backtest(&loaded.core, &known, &history, Some(since));
+    let report = hale::core::replay::backtest(&loaded.core, &known, &history, Some(since));
     if output == Output::Json {
         print_json(&report);
     } else {
@@ -120,8 +131,8 @@ pub fn run_backtest(verb: PolicyVerb) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn backtest_table(r: &crate::core::replay::Backtest, candidate: &str) -> String {
-    use crate::core::replay::Tally;
+fn backtest_table(r: &hale::core::replay::Backtest, candidate: &str) -> String {
+    use hale::core::replay::Tally;
     let cells = |t: &Tally| {
         [
             t.recommendations,
@@ -286,7 +297,7 @@ struct Client {
 
 impl Client {
     fn new(args: &ClientArgs) -> anyhow::Result<Client> {
-        crate::init_tls();
+        hale::init_tls();
         let base = reqwest::Url::parse(&args.server)
             .with_context(|| format!("--server {:?} is not a URL", args.server))?;
         let token = match &args.token_file {
@@ -300,7 +311,7 @@ impl Client {
         };
         Ok(Client {
             http: reqwest::Client::builder()
-                .user_agent(crate::alertmanager::USER_AGENT)
+                .user_agent(hale::USER_AGENT)
                 .build()
                 .context("building the HTTP client")?,
             base,
@@ -330,7 +341,7 @@ impl Client {
         let (status, text) = loop {
             let again = req.try_clone();
             let resp = req.send().await.map_err(|e| {
-                let why = crate::alertmanager::error_chain(&e.without_url());
+                let why = hale::error_chain(&e.without_url());
                 anyhow::anyhow!("cannot reach hale at {}: {why}", self.base)
             })?;
             let status = resp.status();
@@ -802,8 +813,8 @@ pub fn alerts_table(v: &AlertsView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::{Health, Status};
-    use crate::view::NodeSummary;
+    use hale::core::{Health, Status};
+    use hale::view::NodeSummary;
 
     fn summary(id: &str, score: Option<u8>, health: Health) -> NodeSummary {
         NodeSummary {

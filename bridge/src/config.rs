@@ -11,7 +11,8 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 use crate::core::settings::{
-    CoreSettings, DefaultPenalty, Identity, Mode, Pool, Settings, Source, parse_duration,
+    CoreSettings, DefaultPenalty, Identity, Mode, Pool, Settings, Source, de_duration,
+    de_opt_duration,
 };
 use crate::core::{BLIND_CONDITIONS, EVENT_TYPES};
 
@@ -383,88 +384,83 @@ impl fmt::Debug for Webhook {
 impl Webhook {
     /// The URL as it may appear in logs and metric labels: no credentials, no query.
     pub fn shown(&self) -> String {
-        shown_url(&self.url)
+        crate::shown_url(&self.url)
     }
 }
 
-/// A URL without user, password or query, for logs and labels.
-pub fn shown_url(url: &reqwest::Url) -> String {
-    let mut u = url.clone();
-    let _ = u.set_password(None);
-    let _ = u.set_username("");
-    u.set_query(None);
-    u.set_fragment(None);
-    u.to_string()
+/// `orchestrator`: which kind hale acts through, each with its own keys. Adding a
+/// kind is its adapter's config file and a variant here.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum OrchestratorConfig {
+    /// hale keeps its own bookkeeping of node statuses and moves no work.
+    #[default]
+    None,
+    /// Nodes, cordons, taints, evictions and the Lease through the API server.
+    Kubernetes(Box<crate::kubernetes::Config>),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+/// The `kind` of an `orchestrator` section.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum OrchestratorKind {
+enum OrchestratorKind {
+    #[default]
     None,
     Kubernetes,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct OrchestratorConfig {
-    /// `none`: hale keeps its own bookkeeping of node statuses and moves no work;
-    /// `kubernetes`: Nodes, cordons and taints through the API server.
-    pub kind: OrchestratorKind,
-    /// Kubernetes: the kubeconfig file; omitted: `KUBECONFIG`, `~/.kube/config`, or
-    /// the in-cluster service account.
-    pub kubeconfig: Option<PathBuf>,
-    /// Kubernetes: the kubeconfig context; omitted: its current context.
-    pub context: Option<String>,
-    /// Kubernetes: the prefix of the Node conditions hale owns (Sciuro's default).
-    pub condition_prefix: String,
-    /// Kubernetes: how long a cleared condition stays on the Node as `False`.
-    #[serde(deserialize_with = "de_duration")]
-    pub condition_linger: Duration,
-    /// Kubernetes: how often an unchanged condition's `lastHeartbeatTime` is renewed.
-    #[serde(deserialize_with = "de_duration")]
-    pub condition_heartbeat: Duration,
-    /// Kubernetes: how long a drain or eviction retries the pods PodDisruptionBudgets
-    /// hold; after it, they are left on the node and recorded as blocked.
-    #[serde(deserialize_with = "de_duration")]
-    pub eviction_timeout: Duration,
-    /// Kubernetes: the leader election's Lease.
-    pub lease: LeaseConfig,
+/// `orchestrator: { kind: none }` takes no other key.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoneConfig {
+    #[serde(rename = "kind")]
+    _kind: OrchestratorKind,
 }
 
-impl Default for OrchestratorConfig {
-    fn default() -> Self {
-        Self {
-            kind: OrchestratorKind::None,
-            kubeconfig: None,
-            context: None,
-            condition_prefix: "AlertManager_".into(),
-            condition_linger: Duration::from_secs(96 * 3600),
-            condition_heartbeat: Duration::from_secs(300),
-            eviction_timeout: Duration::from_secs(300),
-            lease: LeaseConfig::default(),
+thread_local! {
+    /// The kind [`Config::parse`]'s first pass found, for the second to read the
+    /// section as. Read through the kind's own struct, every key keeps its line.
+    static KIND: std::cell::Cell<OrchestratorKind> = const { std::cell::Cell::new(OrchestratorKind::None) };
+}
+
+impl<'de> Deserialize<'de> for OrchestratorConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match KIND.get() {
+            OrchestratorKind::None => NoneConfig::deserialize(d).map(|_| OrchestratorConfig::None),
+            OrchestratorKind::Kubernetes => crate::kubernetes::Config::deserialize(d)
+                .map(|k| OrchestratorConfig::Kubernetes(Box::new(k))),
         }
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct LeaseConfig {
-    pub name: String,
-    /// Omitted: `POD_NAMESPACE` (the chart sets it), else `default`.
-    pub namespace: Option<String>,
-    /// How long a silent leader keeps the Lease; it renews every third of it.
-    #[serde(deserialize_with = "de_duration")]
-    pub duration: Duration,
-}
-
-impl Default for LeaseConfig {
-    fn default() -> Self {
-        Self {
-            name: "hale".into(),
-            namespace: None,
-            duration: Duration::from_secs(15),
+impl OrchestratorConfig {
+    /// `none`, `kubernetes`, …
+    pub fn kind(&self) -> &'static str {
+        match self {
+            OrchestratorConfig::None => "none",
+            OrchestratorConfig::Kubernetes(_) => "kubernetes",
         }
     }
+
+    /// The kind's own checks; the error is (key under `orchestrator`, message).
+    fn validate(&self) -> Result<(), (String, String)> {
+        match self {
+            OrchestratorConfig::None => Ok(()),
+            OrchestratorConfig::Kubernetes(k) => k.validate(),
+        }
+    }
+}
+
+/// The first pass of [`Config::parse`]: only the orchestrator's kind.
+#[derive(Deserialize)]
+struct KindProbe {
+    #[serde(default)]
+    orchestrator: Option<KindOnly>,
+}
+
+#[derive(Deserialize)]
+struct KindOnly {
+    #[serde(default)]
+    kind: OrchestratorKind,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -521,20 +517,40 @@ impl Config {
         if source.trim().is_empty() {
             return Ok(Config::default());
         }
-        serde_saphyr::from_str::<Config>(source).map_err(|e| {
+        let located = |e: serde_saphyr::Error| {
             let at = e.location().filter(|l| l.line() > 0);
             let line = at.map(|l| l.line());
-            let key = at
+            let mut key = at
                 .and_then(|l| path_at(source, l.line() as usize, l.column() as usize))
                 .unwrap_or_else(|| "-".into());
             let message = e.to_string();
+            // Some errors point at the mapping rather than the key they name.
+            if let Some(field) = message
+                .split_once("unknown field `")
+                .and_then(|(_, rest)| rest.split_once('`'))
+                .map(|(field, _)| field)
+                && !key.ends_with(field)
+            {
+                key = if key == "-" {
+                    field.to_string()
+                } else {
+                    format!("{key}.{field}")
+                };
+            }
             ConfigError {
                 file: file.into(),
                 line,
                 key,
                 message: message.lines().next().unwrap_or_default().to_string(),
             }
-        })
+        };
+        let kind = serde_saphyr::from_str::<KindProbe>(source)
+            .map_err(located)?
+            .orchestrator
+            .map(|o| o.kind)
+            .unwrap_or_default();
+        KIND.set(kind);
+        serde_saphyr::from_str::<Config>(source).map_err(located)
     }
 
     /// Validate what serde cannot check and resolve per-pool settings.
@@ -657,44 +673,9 @@ impl Config {
                 ));
             }
         }
-        if self.orchestrator.kind == OrchestratorKind::Kubernetes
-            && let Some(p) = &self.orchestrator.kubeconfig
-            && let Err(e) = std::fs::metadata(p)
-        {
-            return Err(err(
-                "orchestrator.kubeconfig",
-                format!("cannot read {}: {e}", p.display()),
-            ));
-        }
-        let o = &self.orchestrator;
-        if o.condition_prefix.is_empty()
-            || !o
-                .condition_prefix
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_')
-        {
-            return Err(err(
-                "orchestrator.conditionPrefix",
-                "letters, digits and `_`, at least one: kubectl's condition types are words".into(),
-            ));
-        }
-        for (key, d) in [
-            ("orchestrator.conditionHeartbeat", o.condition_heartbeat),
-            ("orchestrator.evictionTimeout", o.eviction_timeout),
-        ] {
-            if d.is_zero() {
-                return Err(err(key, "must be longer than 0".into()));
-            }
-        }
-        if o.lease.duration < Duration::from_secs(3) {
-            return Err(err(
-                "orchestrator.lease.duration",
-                "at least 3s: the leader renews every third of it".into(),
-            ));
-        }
-        if o.lease.name.is_empty() {
-            return Err(err("orchestrator.lease.name", "must not be empty".into()));
-        }
+        self.orchestrator
+            .validate()
+            .map_err(|(key, message)| err(&format!("orchestrator.{key}"), message))?;
         let api_token = match &self.api_token_file {
             None => None,
             Some(p) => {
@@ -786,7 +767,7 @@ impl Config {
                 max_nodes: id.max_nodes,
                 create_from_alerts: id
                     .create_from_alerts
-                    .unwrap_or(self.orchestrator.kind == OrchestratorKind::None),
+                    .unwrap_or(self.orchestrator == OrchestratorConfig::None),
             },
             source: Source {
                 polling: !am.poll_interval.is_zero(),
@@ -1094,19 +1075,11 @@ fn locate(source: &str, path: &str) -> Option<u64> {
     found.map(|i| i as u64 + 1)
 }
 
-fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let text = String::deserialize(d)?;
-    parse_duration(&text).map_err(serde::de::Error::custom)
-}
-
-fn de_opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    de_duration(d).map(Some)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::core::Severity;
+    use crate::core::settings::parse_duration;
 
     fn load(text: &str) -> Result<Loaded, ConfigError> {
         Config::parse("hale.yaml", text)?.resolve("hale.yaml", text)
@@ -1225,17 +1198,30 @@ mod tests {
                 "orchestrator.kubeconfig",
             ),
             (
-                "orchestrator: { conditionPrefix: \"Alert Manager \" }",
+                "orchestrator: { kind: kubernetes, conditionPrefix: \"Alert Manager \" }",
                 "orchestrator.conditionPrefix",
             ),
             (
-                "orchestrator: { lease: { duration: 1s } }",
+                "orchestrator: { kind: kubernetes, lease: { duration: 1s } }",
                 "orchestrator.lease.duration",
             ),
             (
-                "orchestrator: { evictionTimeout: 0s }",
+                "orchestrator: { kind: kubernetes, evictionTimeout: 0s }",
                 "orchestrator.evictionTimeout",
             ),
+            (
+                "orchestrator: { conditionPrefix: Hale }",
+                "orchestrator.conditionPrefix",
+            ),
+            (
+                "orchestrator:\n  kind: none\n  kubeconfig: /etc/k\n",
+                "orchestrator.kubeconfig",
+            ),
+            (
+                "orchestrator:\n  kind: kubernetes\n  kubecnfig: /etc/k\n",
+                "orchestrator.kubecnfig",
+            ),
+            ("orchestrator: { kind: slurmish }", "orchestrator.kind"),
             (
                 "store: { eventRetentionDays: 0 }",
                 "store.eventRetentionDays",

@@ -3,7 +3,6 @@
 //! world — Alertmanager, the store, HTTP, metrics — is an adapter module at the edge.
 
 pub mod alertmanager;
-pub mod cli;
 pub mod config;
 pub mod core;
 pub mod http;
@@ -23,4 +22,116 @@ pub fn init_tls() {
     ONCE.call_once(|| {
         let _ = rustls::crypto::ring::default_provider().install_default();
     });
+}
+
+/// hale's `User-Agent` on every request it makes (Alertmanager, Kubernetes, webhooks,
+/// the CLI), so their logs can tell it apart.
+pub const USER_AGENT: &str = concat!("hale/", env!("CARGO_PKG_VERSION"));
+
+/// A URL without user, password or query, for logs and labels.
+pub fn shown_url(url: &reqwest::Url) -> String {
+    let mut u = url.clone();
+    let _ = u.set_password(None);
+    let _ = u.set_username("");
+    u.set_query(None);
+    u.set_fragment(None);
+    u.to_string()
+}
+
+/// An error and its causes, `outer: inner: innermost` (reqwest hides the cause that
+/// says what actually went wrong, such as "Connection refused").
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
+}
+
+/// The module picture of the README's layout, held true: each module imports only
+/// from layers below its own, so there is no cycle and the core stands on nothing.
+#[cfg(test)]
+mod layers {
+    /// Bottom up.
+    const LAYERS: &[&[&str]] = &[
+        &["core"],
+        &["orchestrator", "store", "liveness"],
+        &["kubernetes", "view"],
+        &["config"],
+        &["alertmanager", "notify"],
+        &["metrics"],
+        &["service"],
+        &["http"],
+    ];
+
+    fn layer(module: &str) -> Option<usize> {
+        LAYERS.iter().position(|l| l.contains(&module))
+    }
+
+    /// The crate modules `text` refers to in code (doc comments aside).
+    fn uses(text: &str) -> Vec<String> {
+        let mut found = Vec::new();
+        for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+            let mut rest = line;
+            while let Some(at) = rest.find("crate::") {
+                rest = &rest[at + "crate::".len()..];
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                    .collect();
+                found.push(name);
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn each_module_imports_only_from_below() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut checked = 0;
+        let mut files = vec![src.clone()];
+        while let Some(path) = files.pop() {
+            if path.is_dir() {
+                // The core's tests build their settings from YAML through config.
+                if !path.ends_with("core/tests") && !path.ends_with("bin") {
+                    files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+                }
+                continue;
+            }
+            let top = path.strip_prefix(&src).unwrap();
+            let module = top
+                .components()
+                .next()
+                .unwrap()
+                .as_os_str()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string();
+            let Some(own) = layer(&module) else {
+                // The crate root's helpers, and the binary's own modules.
+                assert!(
+                    ["lib", "main", "cli"].contains(&module.as_str()),
+                    "{module} is in no layer: place it in LAYERS and the README's picture"
+                );
+                continue;
+            };
+            for used in uses(&std::fs::read_to_string(&path).unwrap()) {
+                if let Some(theirs) = layer(&used) {
+                    assert!(
+                        theirs < own || used == module,
+                        "{}: {module} (layer {own}) uses {used} (layer {theirs})",
+                        path.display()
+                    );
+                }
+            }
+            checked += 1;
+        }
+        assert!(checked > 30, "read the crate's files");
+    }
 }

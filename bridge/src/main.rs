@@ -2,12 +2,14 @@
 //! configuration, starts logging, builds the shared state, spawns the loops and serves
 //! HTTP until SIGTERM or Ctrl-C.
 
+mod cli;
+
 use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use hale::cli::{Cli, Command};
-use hale::config::{Config, Loaded, OrchestratorKind};
+use cli::{Cli, Command, LogFormat};
+use hale::config::{Config, Loaded, OrchestratorConfig};
 use hale::kubernetes::Kubernetes;
 use hale::orchestrator::{NoOrchestrator, Orchestrator};
 use hale::service::Hale;
@@ -17,7 +19,10 @@ use tracing::info;
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { config } => serve(Config::load(config.as_deref())?).await,
+        Command::Serve { config, log_format } => {
+            log(log_format);
+            serve(Config::load(config.as_deref())?).await
+        }
         Command::CheckConfig { file } => {
             let loaded = Config::load(Some(&file))?;
             println!(
@@ -29,23 +34,32 @@ async fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::Node { verb, client } => hale::cli::run_node(verb, client).await,
-        Command::Alerts { client } => hale::cli::run_alerts(client).await,
-        Command::Policy { verb } => hale::cli::run_backtest(verb),
+        Command::Node { verb, client } => cli::run_node(verb, client).await,
+        Command::Alerts { client } => cli::run_alerts(client).await,
+        Command::Policy { verb } => cli::run_backtest(verb),
+    }
+}
+
+/// Start the log: `HALE_LOG` filters it; colours only on a terminal, so a file or
+/// `kubectl logs` reads clean; JSON lines for collectors.
+fn log(format: LogFormat) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("HALE_LOG").unwrap_or_else(|_| "info".into());
+    let log = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Json => log.json().with_current_span(false).init(),
+        LogFormat::Text => log
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+            .init(),
     }
 }
 
 async fn serve(loaded: Loaded) -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("HALE_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .init();
     let listen = loaded.config.listen.clone();
-    let orchestrator: Arc<dyn Orchestrator> = match loaded.config.orchestrator.kind {
-        OrchestratorKind::None => Arc::new(NoOrchestrator),
-        OrchestratorKind::Kubernetes => Kubernetes::connect(&loaded.config.orchestrator)
+    // One arm per kind: each connects with its own section.
+    let orchestrator: Arc<dyn Orchestrator> = match &loaded.config.orchestrator {
+        OrchestratorConfig::None => Arc::new(NoOrchestrator),
+        OrchestratorConfig::Kubernetes(k) => Kubernetes::connect(k)
             .await
             .context("connecting to Kubernetes")?,
     };
@@ -56,7 +70,7 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
     let cfg = hale.config();
     info!(
         listen = %listen,
-        alertmanager = %hale::config::shown_url(&reqwest::Url::parse(&cfg.config.alertmanager.url)?),
+        alertmanager = %hale::shown_url(&reqwest::Url::parse(&cfg.config.alertmanager.url)?),
         receiver = %cfg.config.alertmanager.receiver,
         mode = ?cfg.core.cluster.mode,
         "hale serving"
@@ -65,7 +79,7 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
     tokio::spawn(Arc::clone(&hale).tick_loop());
     tokio::spawn(Arc::clone(&hale).act_loop());
     // Only an orchestrator with nodes of its own has somewhere to show hale's view.
-    if cfg.config.orchestrator.kind != OrchestratorKind::None {
+    if cfg.config.orchestrator != OrchestratorConfig::None {
         tokio::spawn(Arc::clone(&hale).publish_loop());
         tokio::spawn(Arc::clone(&hale).inventory_loop());
     }

@@ -20,7 +20,7 @@ use crate::core::policy::Action;
 use crate::core::settings::Settings;
 use crate::core::{Fleet, Health, KNOWN_CONDITIONS, Node};
 use crate::notify::WebhookMetrics;
-use crate::orchestrator::Orchestrator;
+use crate::orchestrator::{Orchestrator, OrchestratorError};
 use crate::store::StoreError;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -40,6 +40,12 @@ pub struct CodeLabel {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabel {
+    pub operation: String,
     pub reason: String,
 }
 
@@ -65,6 +71,7 @@ pub struct Metrics {
     pub store_write_failures: Family<ReasonLabel, Counter>,
     pub policy_actions: Family<ActionLabel, Counter>,
     pub nodes_refused: Counter,
+    pub orchestrator_failures: Family<OperationLabel, Counter>,
     pub holding: Gauge,
     registry: Registry,
 }
@@ -91,6 +98,7 @@ impl Metrics {
             store_write_failures: Family::default(),
             policy_actions: Family::default(),
             nodes_refused: Counter::default(),
+            orchestrator_failures: Family::default(),
             holding: Gauge::default(),
             registry: Registry::default(),
         };
@@ -156,6 +164,11 @@ impl Metrics {
             m.nodes_refused.clone(),
         );
         registry.register(
+            "hale_orchestrator_failures",
+            "Orchestrator operations that failed, by operation and reason (transient, refused)",
+            m.orchestrator_failures.clone(),
+        );
+        registry.register(
             "hale_alert_source_holding",
             "1 while absences are held after a restart of the pipeline (holdAfterRestart)",
             m.holding.clone(),
@@ -182,6 +195,14 @@ impl Metrics {
                 drop(m.policy_actions.get_or_create(&ActionLabel {
                     action: action.into(),
                     result: result.into(),
+                }));
+            }
+        }
+        for operation in Action::NAMES {
+            for reason in OrchestratorError::METRIC_LABELS {
+                drop(m.orchestrator_failures.get_or_create(&OperationLabel {
+                    operation: operation.into(),
+                    reason: reason.into(),
                 }));
             }
         }

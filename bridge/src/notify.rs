@@ -208,7 +208,7 @@ impl Endpoint {
             Ok(resp) if resp.status().is_success() => return Ok(()),
             Ok(resp) => AttemptError::Status(resp.status().as_u16()),
             Err(e) if e.is_timeout() => AttemptError::Timeout,
-            Err(e) => AttemptError::Transport(crate::alertmanager::error_chain(&e.without_url())),
+            Err(e) => AttemptError::Transport(crate::error_chain(&e.without_url())),
         };
         WebhookMetrics::count(
             &self.metrics.attempt_failures,
@@ -286,7 +286,7 @@ impl Notifier {
                     shown: hook.shown(),
                     http: reqwest::Client::builder()
                         .timeout(hook.timeout)
-                        .user_agent(crate::alertmanager::USER_AGENT)
+                        .user_agent(crate::USER_AGENT)
                         .build()
                         .expect("client builds"),
                     hook: hook.clone(),

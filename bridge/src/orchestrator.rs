@@ -12,19 +12,74 @@ use crate::core::labels::Notice;
 pub use crate::core::policy::Observed;
 use crate::core::policy::{Action, Done};
 
+/// An orchestrator's failure: on which node, during which operation, and whether
+/// it is worth trying again.
 #[derive(Debug, thiserror::Error)]
-pub enum OrchestratorError {
+#[error("{}{detail}", self.context())]
+pub struct OrchestratorError {
+    pub node: Option<String>,
+    /// The operation (`cordon`, `evict`, `inventory`, …).
+    pub op: Option<&'static str>,
+    pub class: Class,
+    pub detail: String,
+}
+
+/// Whether a failure may pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
     /// Worth trying again (network, conflict, a PodDisruptionBudget saying not yet).
-    #[error("{0}")]
-    Transient(String),
+    Transient,
     /// Refused for good (the node is not the orchestrator's to change, a 4xx).
-    #[error("{0}")]
-    Refused(String),
+    Refused,
 }
 
 impl OrchestratorError {
+    pub fn transient(detail: impl Into<String>) -> Self {
+        Self::of(Class::Transient, detail)
+    }
+
+    pub fn refused(detail: impl Into<String>) -> Self {
+        Self::of(Class::Refused, detail)
+    }
+
+    fn of(class: Class, detail: impl Into<String>) -> Self {
+        OrchestratorError {
+            node: None,
+            op: None,
+            class,
+            detail: detail.into(),
+        }
+    }
+
+    /// The same failure, said of `node` and `op` (where the caller knows them).
+    pub fn during(mut self, node: &str, op: &'static str) -> Self {
+        self.node.get_or_insert_with(|| node.to_string());
+        self.op.get_or_insert(op);
+        self
+    }
+
     pub fn is_retriable(&self) -> bool {
-        matches!(self, OrchestratorError::Transient(_))
+        self.class == Class::Transient
+    }
+
+    /// Every value [`OrchestratorError::metric_label`] returns.
+    pub const METRIC_LABELS: [&'static str; 2] = ["transient", "refused"];
+
+    /// Low-cardinality label for failure counters.
+    pub fn metric_label(&self) -> &'static str {
+        match self.class {
+            Class::Transient => "transient",
+            Class::Refused => "refused",
+        }
+    }
+
+    fn context(&self) -> String {
+        match (&self.node, self.op) {
+            (Some(n), Some(op)) => format!("node {n}: {op}: "),
+            (Some(n), None) => format!("node {n}: "),
+            (None, Some(op)) => format!("{op}: "),
+            (None, None) => String::new(),
+        }
     }
 }
 
@@ -157,17 +212,23 @@ pub async fn perform(
     moves: &BTreeMap<String, u32>,
 ) -> Result<Done> {
     let mut done = Done::default();
+    let during = |e: OrchestratorError| e.during(node, action.name());
     match action {
-        Action::Cordon { by, reason } => orchestrator.cordon(node, by.as_str(), reason).await?,
-        Action::Uncordon => orchestrator.uncordon(node).await?,
-        Action::Gate { on } => orchestrator.gate(node, *on).await?,
-        Action::Drain { active, .. } => done = orchestrator.drain(node, *active).await?,
+        Action::Cordon { by, reason } => orchestrator
+            .cordon(node, by.as_str(), reason)
+            .await
+            .map_err(during)?,
+        Action::Uncordon => orchestrator.uncordon(node).await.map_err(during)?,
+        Action::Gate { on } => orchestrator.gate(node, *on).await.map_err(during)?,
+        Action::Drain { active, .. } => {
+            done = orchestrator.drain(node, *active).await.map_err(during)?
+        }
         Action::Evict {
             fault_class,
             message,
             max_restarts,
         } => {
-            let workloads = orchestrator.workloads(node).await?;
+            let workloads = orchestrator.workloads(node).await.map_err(during)?;
             let (moved, failed) = plan_eviction(&workloads, moves, *max_restarts);
             // Actions queued by an older hale carry the hint in their message.
             let message = if message.contains("on-node-fault") {
@@ -177,14 +238,15 @@ pub async fn perform(
             };
             let blocked = orchestrator
                 .evict(node, fault_class, &moved, &failed, &message)
-                .await?;
+                .await
+                .map_err(during)?;
             let left = |w: &&&Workload| !blocked.contains(&w.id);
             done.moved = moved.iter().filter(left).count() as u32;
             done.failed = failed.iter().filter(left).count() as u32;
             done.blocked = blocked.len() as u32;
             done.moved_owners = moved.iter().filter(left).map(|w| w.owner.clone()).collect();
         }
-        Action::Terminate => orchestrator.terminate(node).await?,
+        Action::Terminate => orchestrator.terminate(node).await.map_err(during)?,
     }
     Ok(done)
 }
@@ -227,9 +289,10 @@ impl Orchestrator for NoOrchestrator {
     }
     fn terminate<'a>(&'a self, node: &'a str) -> Fut<'a, ()> {
         Box::pin(async move {
-            Err(OrchestratorError::Refused(format!(
-                "node {node}: orchestrator none provisions nothing and terminates nothing"
-            )))
+            Err(OrchestratorError::refused(
+                "orchestrator none provisions nothing and terminates nothing",
+            )
+            .during(node, "terminate"))
         })
     }
 }

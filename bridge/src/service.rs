@@ -23,7 +23,7 @@ use crate::core::{
     CoreError, EventKind, Fleet, Listed, Outcome, PollAnswer, TELEMETRY_STALE, Time,
 };
 use crate::liveness::Liveness;
-use crate::metrics::{ActionLabel, Metrics, PathLabel, ReasonLabel, ResultLabel};
+use crate::metrics::{ActionLabel, Metrics, OperationLabel, PathLabel, ReasonLabel, ResultLabel};
 use crate::notify::Notifier;
 use crate::orchestrator::{self, Orchestrator, OrchestratorError, Report, most_urgent};
 use crate::store::{Batch, EventPage, EventQuery, Store, StoreError};
@@ -521,7 +521,7 @@ impl Hale {
         let trust = self.lock_fleet().trust.clone();
         let holding = trust.holding(Utc::now());
         SourceView {
-            url: crate::config::shown_url(
+            url: crate::shown_url(
                 &reqwest::Url::parse(&cfg.config.alertmanager.url).expect("validated"),
             ),
             receiver: cfg.config.alertmanager.receiver.clone(),
@@ -883,6 +883,15 @@ impl Hale {
             Ok(_) => ("done", true),
             Err(e) => ("failed", !e.is_retriable()),
         };
+        if let Err(e) = &result {
+            self.metrics
+                .orchestrator_failures
+                .get_or_create(&OperationLabel {
+                    operation: name.into(),
+                    reason: e.metric_label().into(),
+                })
+                .inc();
+        }
         self.metrics
             .policy_actions
             .get_or_create(&ActionLabel {

@@ -231,11 +231,14 @@ async fn webhooks_are_signed_retried_and_filtered() {
         .collect();
     assert_eq!(scores, ["dev.hale.node.SCORE_CHANGED"]);
     let metrics = hale.metrics().await;
-    assert!(
-        metrics.contains(&format!(
-            "hale_webhook_attempt_failures_total{{endpoint=\"{}/all\",reason=\"status_500\"}} 2",
-            receiver.url
-        )),
+    let endpoint = format!("{}/all", receiver.url);
+    assert_eq!(
+        metric(
+            &metrics,
+            "hale_webhook_attempt_failures_total",
+            &[("endpoint", &endpoint), ("reason", "status_500")]
+        ),
+        Some(2.0),
         "{metrics}"
     );
     assert!(
@@ -274,14 +277,15 @@ async fn a_hanging_receiver_does_not_slow_ingest_and_overflow_is_counted() {
     assert_eq!(receiver.in_flight(), 1);
     println!("40 webhook ingests while the receiver hangs: {took:?}");
     let metrics = hale.metrics().await;
-    let dropped = metrics
-        .lines()
-        .find(|l| l.starts_with("hale_webhook_dropped_total") && l.contains("reason=\"overflow\""))
-        .unwrap_or_else(|| panic!("{metrics}"));
-    let count: f64 = dropped.rsplit(' ').next().unwrap().parse().unwrap();
+    let count = metric(
+        &metrics,
+        "hale_webhook_dropped_total",
+        &[("reason", "overflow")],
+    )
+    .unwrap_or_else(|| panic!("{metrics}"));
     // 80 events (raised + score per node): one in flight, three queued, the rest
     // dropped (one fewer if a slot freed as the first was taken).
-    assert!((75.0..=76.0).contains(&count), "{dropped}");
+    assert!((75.0..=76.0).contains(&count), "{count}");
     assert!(hale.log().contains("webhook queue full; event dropped"));
 }
 

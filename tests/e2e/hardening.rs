@@ -392,11 +392,84 @@ async fn check_config_names_the_key_written_and_says_the_other_is_a_default() {
         "{e}"
     );
     let e = run(
+        "kind.yaml",
+        "cluster: a\norchestrator:\n  kind: kubernetes\n  kubecnfig: /etc/kube\n",
+    );
+    assert!(
+        e.contains("kind.yaml:4: orchestrator.kubecnfig:") && e.contains("unknown field"),
+        "{e}"
+    );
+    let e = run(
+        "none.yaml",
+        "orchestrator: { kind: none, conditionPrefix: Hale }\n",
+    );
+    assert!(
+        e.contains("none.yaml:1: orchestrator.conditionPrefix:"),
+        "{e}"
+    );
+    let e = run(
         "hold.yaml",
         "alertmanager: { holdAfterRestart: 100000000d }\n",
     );
     assert!(
         e.contains("hold.yaml:1: alertmanager.holdAfterRestart:") && e.contains("century"),
         "{e}"
+    );
+}
+
+#[tokio::test]
+async fn logs_are_plain_off_a_terminal_and_json_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let hale = Hale::webhook_only(dir.path(), "").await;
+    assert_eq!(
+        hale.deliver(&delivery(&[(&smart_failing("n1"), "firing")]))
+            .await,
+        200
+    );
+    hale.wait_node("raised", "n1", |n| has_condition(n, "disk_degraded"))
+        .await;
+    let text = hale.log();
+    assert!(text.contains("hale serving"), "{text}");
+    assert!(
+        !text.contains('\u{1b}'),
+        "no colour codes in a file: {text}"
+    );
+    drop(hale);
+
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = webhook_only_config(dir.path(), port, "");
+    std::fs::write(dir.path().join("hale.yaml"), &config).unwrap();
+    let log = std::fs::File::create(dir.path().join("json.log")).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+        .args(["serve", "--config"])
+        .arg(dir.path().join("hale.yaml"))
+        .env("HALE_LOG_FORMAT", "json")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let health = format!("http://127.0.0.1:{port}/healthz");
+    eventually("hale healthy", Duration::from_secs(20), || async {
+        reqwest::get(&health)
+            .await
+            .ok()?
+            .status()
+            .is_success()
+            .then_some(())
+    })
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = std::fs::read_to_string(dir.path().join("json.log")).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["fields"]["message"] == "hale serving" && l["level"] == "INFO"),
+        "{text}"
     );
 }

@@ -486,19 +486,23 @@ impl Drop for Hale {
     }
 }
 
-/// `name{labels…}`'s value in a Prometheus exposition (labels in any order).
+/// The value of the series `name` with (at least) `labels` in a Prometheus
+/// exposition, read by `prometheus-parse`: by name and labels, never by the start
+/// of a line (`hale_x` is not `hale_x_total`).
 pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines().find_map(|line| {
-        let (series, value) = line.rsplit_once(' ')?;
-        let (metric, rest) = series.split_once('{').unwrap_or((series, "}"));
-        if metric != name {
-            return None;
-        }
-        let all = labels
-            .iter()
-            .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
-        all.then(|| value.parse().ok()).flatten()
-    })
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .expect("an exposition parses");
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == name)
+        .find(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .and_then(|s| match s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => Some(v),
+            _ => None,
+        })
 }
 
 /// Condition types present on a node JSON.

@@ -118,12 +118,18 @@ async fn the_kubernetes_adapter_uses_exactly_what_the_chart_grants() {
 
 /// The Alertmanager polls hale has made so far, whatever their result.
 async fn polls(hale: &Hale) -> u64 {
-    hale.metrics()
-        .await
-        .lines()
-        .filter(|l| l.starts_with("hale_alertmanager_polls_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+    let text = hale.metrics().await;
+    [
+        "trusted",
+        "untrusted",
+        "unreachable",
+        "status",
+        "malformed",
+        "version",
+    ]
+    .iter()
+    .filter_map(|r| metric(&text, "hale_alertmanager_polls_total", &[("result", r)]))
+    .sum::<f64>() as u64
 }
 
 /// Wait until hale has polled `n` more times: as many more rounds in which it
@@ -1404,7 +1410,7 @@ fn writes_by(fake: &FakeApi, user: &str) -> usize {
 }
 
 async fn leads(hale: &Hale) -> bool {
-    hale.metrics().await.lines().any(|l| l == "hale_leader 1")
+    metric(&hale.metrics().await, "hale_leader", &[]) == Some(1.0)
 }
 
 async fn two_replicas_one_leader_and_a_handover_without_double_action() -> Served {
@@ -1492,8 +1498,8 @@ async fn two_replicas_one_leader_and_a_handover_without_double_action() -> Serve
     assert_eq!(writes_by(&fake, "replica-b"), 0, "{:?}", fake.requests());
     assert!(writes_by(&fake, "replica-a") > 0);
     assert!(!leads(&b).await);
-    assert!(!b.metrics().await.contains("hale_node_reliability_score"));
-    assert!(a.metrics().await.contains("hale_node_reliability_score{"));
+    assert!(metric(&b.metrics().await, "hale_node_reliability_score", &[]).is_none());
+    assert!(metric(&a.metrics().await, "hale_node_reliability_score", &[]).is_some());
     let r = reqwest::Client::new()
         .post(format!("{}/cordon", b.node_url("l-5")))
         .bearer_auth(TOKEN)

@@ -25,13 +25,6 @@ fn succeed(out: std::process::Output) -> std::process::Output {
     out
 }
 
-fn metric(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(series))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
 #[tokio::test]
 async fn cordon_mode_acts_once_inside_the_guardrails_and_backtest_replays_it() {
     let am = Alertmanager::start(None).await;
@@ -79,7 +72,8 @@ async fn cordon_mode_acts_once_inside_the_guardrails_and_backtest_replays_it() {
     assert_eq!(
         metric(
             &m,
-            r#"hale_policy_actions_total{action="cordon",result="done"}"#
+            "hale_policy_actions_total",
+            &[("action", "cordon"), ("result", "done")]
         ),
         Some(2.0),
         "both cordons performed: {m}"

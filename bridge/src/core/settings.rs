@@ -230,3 +230,16 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// The longest duration hale reads: anything longer is a typo, and time arithmetic
 /// with it could leave the calendar.
 pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// Serde: a duration written as [`parse_duration`] reads it.
+pub fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_duration(&text).map_err(serde::de::Error::custom)
+}
+
+/// Serde: an optional duration.
+pub fn de_opt_duration<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Duration>, D::Error> {
+    de_duration(d).map(Some)
+}

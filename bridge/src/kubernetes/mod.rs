@@ -11,6 +11,7 @@
 //! other owner's conditions alone.
 
 mod conditions;
+mod config;
 mod lease;
 mod pods;
 
@@ -30,10 +31,10 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 pub use conditions::{HEALTH, SCORE, condition_type};
+pub use config::{Config, LeaseConfig};
 use lease::Leadership;
 pub use pods::{ON_NODE_FAULT, RESTART};
 
-use crate::config::OrchestratorConfig;
 use crate::core::Status;
 use crate::core::policy::{Actor, Done};
 use crate::orchestrator::{Fut, Observed, Orchestrator, OrchestratorError, Report, Workload};
@@ -50,6 +51,22 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Node writes in flight at once when publishing or counting pods.
 const CONCURRENCY: usize = 8;
+
+/// Why hale could not start following the cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("orchestrator.kubeconfig {path}: {reason}", path = path.display())]
+    Kubeconfig {
+        path: std::path::PathBuf,
+        reason: String,
+    },
+    #[error("no kubeconfig and not in a cluster: {0}")]
+    Infer(String),
+    #[error("the Kubernetes client: {0}")]
+    Client(String),
+    #[error("the API server did not list the Nodes within {0}s")]
+    NoNodes(u64),
+}
 
 /// What the adapter needs from the configuration, fixed at start.
 struct Settings {
@@ -91,7 +108,7 @@ fn identity() -> String {
 impl Kubernetes {
     /// Connect (kubeconfig path and context, else in-cluster), start the watch on
     /// Nodes and the leader election, and wait for the first full list of Nodes.
-    pub async fn connect(cfg: &OrchestratorConfig) -> anyhow::Result<Arc<Kubernetes>> {
+    pub async fn connect(cfg: &Config) -> Result<Arc<Kubernetes>, ConnectError> {
         crate::init_tls();
         let options = KubeConfigOptions {
             context: cfg.context.clone(),
@@ -99,21 +116,30 @@ impl Kubernetes {
         };
         let mut config = match &cfg.kubeconfig {
             Some(path) => {
-                let file = Kubeconfig::read_from(path).map_err(|e| {
-                    anyhow::anyhow!("orchestrator.kubeconfig {}: {e}", path.display())
+                let file = Kubeconfig::read_from(path).map_err(|e| ConnectError::Kubeconfig {
+                    path: path.clone(),
+                    reason: e.to_string(),
                 })?;
-                kube::Config::from_custom_kubeconfig(file, &options).await?
+                kube::Config::from_custom_kubeconfig(file, &options)
+                    .await
+                    .map_err(|e| ConnectError::Kubeconfig {
+                        path: path.clone(),
+                        reason: e.to_string(),
+                    })?
             }
-            None => kube::Config::infer().await?,
+            None => kube::Config::infer()
+                .await
+                .map_err(|e| ConnectError::Infer(e.to_string()))?,
         };
         // kube retries a 429 up to 15 times on its own (five minutes against a
         // PodDisruptionBudget); hale's callers retry with their own limits instead.
         config.default_retry = false;
         config.headers.push((
             axum::http::header::USER_AGENT,
-            axum::http::HeaderValue::from_static(crate::alertmanager::USER_AGENT),
+            axum::http::HeaderValue::from_static(crate::USER_AGENT),
         ));
-        let client = kube::Client::try_from(config)?;
+        let client =
+            kube::Client::try_from(config).map_err(|e| ConnectError::Client(e.to_string()))?;
         let nodes: Api<Node> = Api::all(client.clone());
         let (store, writer) = reflector::store();
         // Relists read from etcd, not a lagging cache that could undo a write.
@@ -141,12 +167,8 @@ impl Kubernetes {
         // A cluster that never answers fails the start, rather than hanging it.
         tokio::time::timeout(CONNECT_TIMEOUT, store.wait_until_ready())
             .await
-            .map_err(|_| {
-                anyhow::anyhow!(
-                    "the API server did not list the Nodes within {}s",
-                    CONNECT_TIMEOUT.as_secs()
-                )
-            })??;
+            .map_err(|_| ConnectError::NoNodes(CONNECT_TIMEOUT.as_secs()))?
+            .map_err(|e| ConnectError::Client(e.to_string()))?;
         info!(nodes = store.state().len(), "watching Kubernetes Nodes");
         let namespace = cfg
             .lease
@@ -202,7 +224,7 @@ impl Kubernetes {
         // flight cannot slip in between.
         let _writing = self.leadership.writing();
         let Some(until) = self.leadership.deadline() else {
-            return Err(OrchestratorError::Transient(format!(
+            return Err(OrchestratorError::transient(format!(
                 "this replica does not hold the Lease (leader: {})",
                 self.leadership.holder().as_deref().unwrap_or("none yet")
             )));
@@ -210,9 +232,7 @@ impl Kubernetes {
         tokio::time::timeout_at(until.into(), write)
             .await
             .map_err(|_| {
-                OrchestratorError::Transient(
-                    "the leadership ended before the API server answered".into(),
-                )
+                OrchestratorError::transient("the leadership ended before the API server answered")
             })
     }
 
@@ -330,10 +350,10 @@ fn version(node: &Node) -> u64 {
 fn classify(e: kube::Error) -> OrchestratorError {
     match &e {
         kube::Error::Api(status) if matches!(status.code, 409 | 429) || status.code >= 500 => {
-            OrchestratorError::Transient(e.to_string())
+            OrchestratorError::transient(e.to_string())
         }
-        kube::Error::Api(_) => OrchestratorError::Refused(e.to_string()),
-        _ => OrchestratorError::Transient(e.to_string()),
+        kube::Error::Api(_) => OrchestratorError::refused(e.to_string()),
+        _ => OrchestratorError::transient(e.to_string()),
     }
 }
 
@@ -497,7 +517,7 @@ impl Orchestrator for Kubernetes {
                 debug!(node, error = %e, "publishing to the Node failed; the next round retries");
             }
             match failed.into_iter().next() {
-                Some((node, e)) => Err(OrchestratorError::Transient(format!("node {node}: {e}"))),
+                Some((node, e)) => Err(OrchestratorError::transient(format!("node {node}: {e}"))),
                 None => Ok(()),
             }
         })

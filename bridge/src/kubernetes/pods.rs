@@ -184,7 +184,7 @@ impl Kubernetes {
             loop {
                 if self.schedulable(node) {
                     if i == 0 {
-                        return Err(OrchestratorError::Refused(format!(
+                        return Err(OrchestratorError::refused(format!(
                             "node {node} is schedulable again: nothing evicted"
                         )));
                     }
@@ -314,7 +314,7 @@ impl Kubernetes {
             .unwrap_or(false);
         if !unschedulable || annotations.get(super::CORDONED_BY).map(String::as_str) != Some("hale")
         {
-            return Err(OrchestratorError::Refused(format!(
+            return Err(OrchestratorError::refused(format!(
                 "node {node} is not cordoned by hale any more: nothing deleted"
             )));
         }
@@ -342,13 +342,13 @@ impl Kubernetes {
                 ApiResource::from_gvk(&GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim"));
             (Api::all_with(self.client.clone(), &resource), claim, false)
         } else {
-            return Err(OrchestratorError::Refused(format!(
+            return Err(OrchestratorError::refused(format!(
                 "node {node} is owned by no Cluster API Machine or Karpenter NodeClaim; hale deletes nothing it cannot have re-provisioned"
             )));
         };
         let left = self.occupancy(node).await?;
         if left > 0 {
-            return Err(OrchestratorError::Transient(format!(
+            return Err(OrchestratorError::transient(format!(
                 "node {node} still runs {left} pod(s); replaced once it is empty"
             )));
         }
@@ -362,7 +362,7 @@ impl Kubernetes {
             .or_else(|| owner.data.pointer("/status/nodeName"))
             .and_then(|v| v.as_str());
         if names_node != Some(node) {
-            return Err(OrchestratorError::Refused(format!(
+            return Err(OrchestratorError::refused(format!(
                 "node {node}: {name} does not name this node ({names_node:?}); nothing deleted"
             )));
         }
@@ -375,7 +375,7 @@ impl Kubernetes {
             .flatten()
             .any(|o| o.kind == "MachineSet");
         if machine && !in_set {
-            return Err(OrchestratorError::Refused(format!(
+            return Err(OrchestratorError::refused(format!(
                 "node {node}: Machine {name} belongs to no MachineSet (a control plane's or a standalone Machine) and would not come back; nothing deleted"
             )));
         }
@@ -417,8 +417,8 @@ impl Kubernetes {
             .await;
         match marked {
             // The node may be gone already: that is the point.
-            Err(OrchestratorError::Refused(_)) | Ok(()) => Ok(()),
-            Err(e) => Err(e),
+            Err(e) if e.is_retriable() => Err(e),
+            Err(_) | Ok(()) => Ok(()),
         }
     }
 }

@@ -1,0 +1,113 @@
+//! `orchestrator: { kind: kubernetes, … }`: the Kubernetes orchestrator's own keys,
+//! their defaults and their checks.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::core::settings::de_duration;
+
+/// The Kubernetes orchestrator's settings.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct Config {
+    /// `kubernetes`.
+    pub kind: String,
+    /// The kubeconfig file; omitted: `KUBECONFIG`, `~/.kube/config`, or the
+    /// in-cluster service account.
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context; omitted: its current context.
+    pub context: Option<String>,
+    /// The prefix of the Node conditions hale owns (Sciuro's default).
+    pub condition_prefix: String,
+    /// How long a cleared condition stays on the Node as `False`.
+    #[serde(deserialize_with = "de_duration")]
+    pub condition_linger: Duration,
+    /// How often an unchanged condition's `lastHeartbeatTime` is renewed.
+    #[serde(deserialize_with = "de_duration")]
+    pub condition_heartbeat: Duration,
+    /// How long a drain or eviction retries the pods PodDisruptionBudgets hold;
+    /// after it, they are left on the node and recorded as blocked.
+    #[serde(deserialize_with = "de_duration")]
+    pub eviction_timeout: Duration,
+    /// The leader election's Lease.
+    pub lease: LeaseConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            kind: "kubernetes".into(),
+            kubeconfig: None,
+            context: None,
+            condition_prefix: "AlertManager_".into(),
+            condition_linger: Duration::from_secs(96 * 3600),
+            condition_heartbeat: Duration::from_secs(300),
+            eviction_timeout: Duration::from_secs(300),
+            lease: LeaseConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct LeaseConfig {
+    pub name: String,
+    /// Omitted: `POD_NAMESPACE` (the chart sets it), else `default`.
+    pub namespace: Option<String>,
+    /// How long a silent leader keeps the Lease; it renews every third of it.
+    #[serde(deserialize_with = "de_duration")]
+    pub duration: Duration,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        Self {
+            name: "hale".into(),
+            namespace: None,
+            duration: Duration::from_secs(15),
+        }
+    }
+}
+
+impl Config {
+    /// What serde cannot check; the error is (key under `orchestrator`, message).
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        let fail = |key: &str, message: String| Err((key.to_string(), message));
+        if let Some(p) = &self.kubeconfig
+            && let Err(e) = std::fs::metadata(p)
+        {
+            return fail("kubeconfig", format!("cannot read {}: {e}", p.display()));
+        }
+        let prefix = &self.condition_prefix;
+        if prefix.is_empty()
+            || !prefix
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return fail(
+                "conditionPrefix",
+                "letters, digits and `_`, at least one: kubectl's condition types are words".into(),
+            );
+        }
+        for (key, d) in [
+            ("conditionHeartbeat", self.condition_heartbeat),
+            ("evictionTimeout", self.eviction_timeout),
+        ] {
+            if d.is_zero() {
+                return fail(key, "must be longer than 0".into());
+            }
+        }
+        if self.lease.duration < Duration::from_secs(3) {
+            return fail(
+                "lease.duration",
+                "at least 3s: the leader renews every third of it".into(),
+            );
+        }
+        if self.lease.name.is_empty() {
+            return fail("lease.name", "must not be empty".into());
+        }
+        Ok(())
+    }
+}
