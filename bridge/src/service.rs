@@ -193,8 +193,9 @@ impl Hale {
     where
         F: FnOnce(&mut Fleet, &CoreSettings, Time) -> Result<Outcome, CoreError>,
     {
-        let cfg = self.config();
         let mut fleet = self.lock_fleet();
+        // Read under the fleet lock, which a reload holds while it swaps them.
+        let cfg = self.config();
         let now = Utc::now();
         let outcome = step(&mut fleet, &cfg.core, now)?;
         self.metrics.source_up.set(i64::from(fleet.trust.source_up));
@@ -663,7 +664,10 @@ impl Hale {
         self.metrics
             .store_bytes_max
             .set(next.config.store.max_bytes.map_or(0, |m| m as i64));
+        let mut fleet = self.lock_fleet();
         *self.config.write().expect("config lock") = Arc::new(next);
+        fleet.reconfigured();
+        drop(fleet);
         info!(config = %path.display(), "configuration reloaded");
         Ok(())
     }

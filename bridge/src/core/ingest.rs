@@ -95,7 +95,7 @@ impl Fleet {
     pub fn poll_failed(&mut self, cfg: &CoreSettings, now: Time, error: String) -> Outcome {
         self.trust.source_up = false;
         self.trust.last_error = Some(error);
-        Step::new(self, cfg, now).finish(Scope::Touched)
+        Step::new(self, cfg, now).finish(Scope::Time)
     }
 
     /// One webhook delivery: firing alerts add evidence, resolved ones end theirs. With
@@ -151,16 +151,17 @@ impl Fleet {
                 step.out.dirty.insert(id.clone());
             }
         }
-        step.finish(Scope::Touched)
+        step.finish(Scope::Time)
     }
 
     /// Time passed: staleness, missed heartbeats, decaying failure deductions.
     pub fn tick(&mut self, cfg: &CoreSettings, now: Time) -> Outcome {
-        Step::new(self, cfg, now).finish(Scope::Touched)
+        Step::new(self, cfg, now).finish(Scope::Time)
     }
 
     /// Register nodes known before they report; refresh their labels and hostname.
     pub fn register(&mut self, cfg: &CoreSettings, now: Time, inventory: &[Listed]) -> Outcome {
+        self.pools = None;
         let mut step = Step::new(self, cfg, now);
         for known in inventory {
             let node = step.node(&known.id);
@@ -251,6 +252,7 @@ impl Fleet {
         if self.nodes.remove(node_id).is_none() {
             return Err(CoreError::UnknownNode(node_id.into()));
         }
+        self.pools = None;
         let mut step = Step::new(self, cfg, now);
         step.event(
             node_id,

@@ -501,6 +501,13 @@ pub struct Fleet {
     pub ledger: policy::Ledger,
     /// When the sweep last looked over the fleet (this process's memory only).
     pub swept_at: Option<Time>,
+    /// Nodes whose score carries a failure deduction, which decays with time: what a
+    /// tick rescores (`None`: not counted yet).
+    pub decaying: Option<std::collections::BTreeSet<String>>,
+    /// The pools' occupancy as the last whole policy pass counted it, kept up to date
+    /// by the policy's own decisions; `None` after anything else changed a node's
+    /// service state, pool or presence, so the next step counts afresh.
+    pub pools: Option<policy::Pools>,
 }
 
 impl Fleet {
@@ -510,7 +517,14 @@ impl Fleet {
             trust: Trust::new(now),
             ledger: policy::Ledger::default(),
             swept_at: None,
+            decaying: None,
+            pools: None,
         }
+    }
+
+    /// The settings changed (a reload): pools are counted afresh by the next step.
+    pub fn reconfigured(&mut self) {
+        self.pools = None;
     }
 }
 

@@ -1,6 +1,10 @@
 //! One step of the core: inputs applied to the fleet under one `now`, collecting an
 //! [`Outcome`]; every entry point ends in the same `finish` — trust, heartbeats, the
-//! sweep, scores, the policy — so the rules hold whichever path fed them.
+//! sweep, scores, the policy — so the rules hold whichever path fed them. What
+//! `finish` looks at is scoped to what the step can have changed: a delivery costs
+//! the nodes it touched, time and polls cost the fleet.
+
+use std::collections::BTreeSet;
 
 use super::conditions::stale_condition;
 use super::outcome::Outcome;
@@ -9,11 +13,16 @@ use super::settings::CoreSettings;
 use super::trust::Keep;
 use super::{Event, EventKind, FAILURE_DEDUCTION, Fleet, Node, Severity, TELEMETRY_STALE, Time};
 
-/// Which nodes `finish` rescores.
+/// What `finish` looks at: a step costs in proportion to what it can have changed.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Scope {
-    /// Every reported node (a poll, which may clear anything).
+    /// A poll, which may clear anything: every node rescored, the whole policy, and
+    /// what time makes due.
     All,
-    /// Nodes this step touched, plus those whose failure deduction may have decayed.
+    /// Time passed (a tick, a failed poll): missed heartbeats, the sweep, decaying
+    /// failure deductions, the whole policy.
+    Time,
+    /// A delivery or an operator's input: the nodes it touched, and no other.
     Touched,
 }
 
@@ -58,6 +67,8 @@ impl<'f> Step<'f> {
                     .insert(TELEMETRY_STALE.into(), stale_condition(self.now));
             }
             self.fleet.nodes.insert(id.to_string(), node);
+            // A new member of its pool: the occupancy is counted afresh.
+            self.fleet.pools = None;
             self.out.dirty.insert(id.to_string());
             if stale {
                 self.event(
@@ -77,8 +88,10 @@ impl<'f> Step<'f> {
 
     pub(super) fn finish(mut self, scope: Scope) -> Outcome {
         self.settle_trust();
-        self.check_heartbeats();
-        self.sweep();
+        if scope != Scope::Touched {
+            self.check_heartbeats();
+            self.sweep();
+        }
         let Step {
             fleet,
             cfg,
@@ -86,32 +99,62 @@ impl<'f> Step<'f> {
             mut out,
             ..
         } = self;
-        for (id, node) in fleet.nodes.iter_mut() {
-            let wanted = match scope {
-                Scope::All => true,
-                Scope::Touched => {
-                    out.dirty.contains(id) || out.touched.contains(id) || decaying(node)
+        let decays = fleet.decaying.get_or_insert_with(|| {
+            fleet
+                .nodes
+                .values()
+                .filter(|n| decaying(n))
+                .map(|n| n.id.clone())
+                .collect()
+        });
+        let mut due = BTreeSet::new();
+        match scope {
+            Scope::All => {
+                for node in fleet.nodes.values_mut() {
+                    score(node, &mut out, now, cfg, decays);
                 }
-            };
-            if wanted {
-                rescore(
-                    node,
-                    &mut Recorder {
-                        out: &mut out,
-                        now,
-                        id,
-                    },
-                    cfg,
-                );
+            }
+            Scope::Time | Scope::Touched => {
+                // A node is rescored once whichever way it is due.
+                due.extend(out.dirty.iter().chain(&out.touched).cloned());
+                if scope == Scope::Time {
+                    due.extend(decays.iter().cloned());
+                }
+                for id in &due {
+                    if let Some(node) = fleet.nodes.get_mut(id) {
+                        score(node, &mut out, now, cfg, decays);
+                    }
+                }
             }
         }
-        Policy {
+        let mut policy = Policy {
             cfg,
             now,
             out: &mut out,
+        };
+        if scope == Scope::Touched {
+            policy.evaluate_some(fleet, &due);
+        } else {
+            policy.evaluate(fleet);
         }
-        .evaluate(fleet);
         out
+    }
+}
+
+/// Rescore one node and keep the set of nodes whose score decays with time.
+fn score(
+    node: &mut Node,
+    out: &mut Outcome,
+    now: Time,
+    cfg: &CoreSettings,
+    decays: &mut BTreeSet<String>,
+) {
+    let id = node.id.clone();
+    rescore(node, &mut Recorder { out, now, id: &id }, cfg);
+    if decaying(node) {
+        decays.insert(id);
+    } else {
+        decays.remove(&id);
     }
 }
 

@@ -77,6 +77,7 @@ impl Step<'_> {
             }
         }
         for id in retire {
+            self.fleet.pools = None;
             let node = self.fleet.nodes.remove(&id).expect("listed above");
             let since = node.last_report.or(node.known_since).unwrap_or(now);
             self.out.dirty.remove(&id);

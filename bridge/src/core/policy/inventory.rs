@@ -46,6 +46,7 @@ impl Fleet {
     /// machine. Either way the old record is retired (its history stays) and its
     /// queued actions go with it.
     pub fn observe(&mut self, now: Time, observed: &[Observed]) -> Outcome {
+        self.pools = None;
         let mut out = Outcome::default();
         let listed: BTreeSet<&str> = observed.iter().map(|o| o.id.as_str()).collect();
         let gone: Vec<String> = self

@@ -91,6 +91,45 @@ fn would_be_out(node: &Node, settings: &Settings) -> bool {
         && matches!(node.policy.conclusion, Some(Conclusion::Recommended { .. }))
 }
 
+/// Each pool's occupancy now, and the nodes the policy has something to decide
+/// about, worst score first.
+pub(in crate::core) fn count(cfg: &CoreSettings, now: Time, fleet: &Fleet) -> (Pools, Vec<String>) {
+    let mut pools: Pools = BTreeMap::new();
+    let mut order: Vec<(u8, String)> = Vec::new();
+    for node in fleet.nodes.values() {
+        let settings = cfg.settings_for(&node.labels);
+        let pool = match pools.get_mut(settings.name.as_str()) {
+            Some(pool) => pool,
+            None => pools.entry(settings.name.clone()).or_default(),
+        };
+        pool.size += 1;
+        if counted_out(node, settings) {
+            pool.out += 1;
+        }
+        if node.policy.has(&Action::Terminate) {
+            pool.replaced += 1;
+        }
+        if let Some(score) = node.score.as_ref().map(|s| s.value)
+            && concerns(node, settings, score)
+        {
+            order.push((score, node.id.clone()));
+        }
+    }
+    let hour_ago = now - chrono::TimeDelta::from_std(HOUR).expect("an hour");
+    for (name, spent) in &fleet.ledger.replacements {
+        if let Some(pool) = pools.get_mut(name) {
+            pool.replaced += spent.iter().filter(|t| **t > hour_ago).count() as u32;
+        }
+    }
+    order.sort();
+    (pools, order.into_iter().map(|(_, id)| id).collect())
+}
+
+/// Whether the node counts as out of its pool's service.
+fn counted_out(node: &Node, settings: &Settings) -> bool {
+    node.status != Status::Ready || would_be_out(node, settings)
+}
+
 /// Whether the policy has anything to decide about a scored node: a steady healthy
 /// fleet costs a glance per node, not an evaluation.
 fn concerns(node: &Node, settings: &Settings, score: u8) -> bool {
@@ -103,13 +142,16 @@ fn concerns(node: &Node, settings: &Settings, score: u8) -> bool {
         || (!settings.evict_on_fault_classes.is_empty() && !node.conditions.is_empty())
 }
 
+/// Each pool's occupancy, by name.
+pub type Pools = BTreeMap<String, Pool>;
+
 /// Pool occupancy: nodes and nodes out of service (cordoned by anyone, not ready).
-#[derive(Default)]
-struct Pool {
-    size: u32,
-    out: u32,
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pool {
+    pub(in crate::core) size: u32,
+    pub(in crate::core) out: u32,
     /// Terminations in the last hour, done or decided.
-    replaced: u32,
+    pub(in crate::core) replaced: u32,
 }
 
 impl Pool {
@@ -129,49 +171,62 @@ impl Policy<'_, '_> {
     /// Evaluate every node, worst score first, so a guardrail that stops part of a
     /// pool stops the healthiest of the candidates.
     pub fn evaluate(&mut self, fleet: &mut Fleet) {
-        let mut pools: BTreeMap<&str, Pool> = BTreeMap::new();
-        let mut order: Vec<(u8, String)> = Vec::new();
-        for node in fleet.nodes.values() {
-            let settings = self.cfg.settings_for(&node.labels);
-            let pool = pools.entry(&settings.name).or_default();
-            pool.size += 1;
-            if node.status != Status::Ready || would_be_out(node, settings) {
-                pool.out += 1;
-            }
-            if node.policy.has(&Action::Terminate) {
-                pool.replaced += 1;
-            }
-            if let Some(score) = node.score.as_ref().map(|s| s.value)
-                && concerns(node, settings, score)
-            {
-                order.push((score, node.id.clone()));
-            }
-        }
-        // Owned keys: the nodes are changed below.
-        let mut pools: BTreeMap<String, Pool> =
-            pools.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-        order.sort();
         let hour_ago = self.now - chrono::TimeDelta::from_std(HOUR).expect("an hour");
-        for (name, spent) in fleet.ledger.replacements.iter_mut() {
-            let before = spent.len();
-            spent.retain(|t| *t > hour_ago);
-            self.out.ledger |= spent.len() != before;
-            if let Some(pool) = pools.get_mut(name) {
-                pool.replaced += spent.len() as u32;
-            }
-        }
         let before = fleet.ledger.replacements.len();
+        for spent in fleet.ledger.replacements.values_mut() {
+            let kept = spent.len();
+            spent.retain(|t| *t > hour_ago);
+            self.out.ledger |= spent.len() != kept;
+        }
         fleet
             .ledger
             .replacements
             .retain(|_, spent| !spent.is_empty());
         self.out.ledger |= fleet.ledger.replacements.len() != before;
-        for (_, id) in order {
-            let node = fleet.nodes.get_mut(&id).expect("listed above");
-            let settings = self.cfg.settings_for(&node.labels);
-            let pool = pools.get_mut(&settings.name).expect("counted above");
-            self.node(node, settings, pool);
+        let (pools, ids) = count(self.cfg, self.now, fleet);
+        fleet.pools = Some(pools);
+        self.decide(fleet, &ids);
+    }
+
+    /// Evaluate only `ids` (a delivery's nodes, worst score first), against the pools
+    /// as the last whole pass counted them — counting afresh when something else
+    /// changed them since.
+    pub fn evaluate_some(&mut self, fleet: &mut Fleet, ids: &BTreeSet<String>) {
+        if fleet.pools.is_none() {
+            return self.evaluate(fleet);
         }
+        let mut order: Vec<(u8, String)> = ids
+            .iter()
+            .filter_map(|id| fleet.nodes.get(id))
+            .filter_map(|n| {
+                let score = n.score.as_ref()?.value;
+                concerns(n, self.cfg.settings_for(&n.labels), score).then(|| (score, n.id.clone()))
+            })
+            .collect();
+        order.sort();
+        let ids: Vec<String> = order.into_iter().map(|(_, id)| id).collect();
+        self.decide(fleet, &ids);
+    }
+
+    /// The policy for each of `ids`, in order, against the counted pools.
+    fn decide(&mut self, fleet: &mut Fleet, ids: &[String]) {
+        let mut pools = fleet.pools.take().unwrap_or_default();
+        for id in ids {
+            let Some(node) = fleet.nodes.get_mut(id) else {
+                continue;
+            };
+            let settings = self.cfg.settings_for(&node.labels);
+            let pool = pools.entry(settings.name.clone()).or_default();
+            // The node is counted as it stands after its decision, whatever changed
+            // it, so the counts stay true between whole passes.
+            let others = pool
+                .out
+                .saturating_sub(u32::from(counted_out(node, settings)));
+            pool.out = others;
+            self.node(node, settings, pool);
+            pool.out = others + u32::from(counted_out(node, settings));
+        }
+        fleet.pools = Some(pools);
     }
 
     fn node(&mut self, node: &mut Node, settings: &Settings, pool: &mut Pool) {

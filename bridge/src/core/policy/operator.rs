@@ -14,7 +14,9 @@ pub struct DrainAll {
 }
 
 impl Fleet {
+    /// The node an operator's verb changes; the pools are counted afresh after.
     fn operated(&mut self, id: &str) -> Result<&mut Node, CoreError> {
+        self.pools = None;
         self.nodes
             .get_mut(id)
             .ok_or_else(|| CoreError::UnknownNode(id.into()))

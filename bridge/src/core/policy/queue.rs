@@ -116,6 +116,7 @@ impl Fleet {
         done: &Done,
     ) -> Outcome {
         let mut out = Outcome::default();
+        self.pools = None;
         let Some(node) = self.nodes.get_mut(id) else {
             return out;
         };

@@ -2245,3 +2245,26 @@ fn the_core_imports_nothing_from_the_edge() {
     }
     assert!(read > 10, "read the core's files");
 }
+
+#[test]
+fn a_delivery_looks_only_at_the_nodes_it_names_and_time_at_the_rest() {
+    let mut s = script(
+        "alertmanager: { staleAfter: 10h }\n\
+         nodeHealth: { failureTallyHalfLifeHours: 1, reportIntervalSeconds: 86400 }",
+    );
+    s.at(0)
+        .poll(&[watchdog(), heartbeat("n1"), heartbeat("n2")]);
+    s.failure("n2").failure("n2").failure("n2");
+    assert_eq!(s.score("n2"), Some(85));
+    s.took();
+    // Two half-lives later n2's deduction has decayed; a delivery about n1 does not
+    // look at it.
+    s.at(7200).webhook(&[smart_failing("n1")]);
+    assert_eq!(s.took(), ["n1 CONDITION_RAISED", "n1 SCORE_CHANGED"]);
+    assert!(!s.last.dirty.contains("n2") && !s.last.touched.contains("n2"));
+    assert_eq!(s.score("n2"), Some(85));
+    // The next tick does.
+    s.at(7201).tick();
+    assert_eq!(s.took(), ["n2 SCORE_CHANGED"]);
+    assert_eq!(s.score("n2"), Some(96));
+}

@@ -1,7 +1,9 @@
 //! Property tests of the core's invariants over random histories of polls, webhook
 //! deliveries, ticks and operator actions: every score is within 0..=100 and is 100
 //! minus its breakdown; a node's events, folded in order, give back its conditions
-//! and score; and no event is recorded without a change to the node's evidence.
+//! and score; no event is recorded without a change to the node's evidence; and
+//! what a delivery decides against (pool occupancy, decaying deductions), kept
+//! between whole passes, is what a whole pass would count.
 
 use std::collections::BTreeMap;
 
@@ -278,6 +280,33 @@ fn run(yaml: &str, history: &[(u16, Input)]) -> Result<Script, TestCaseError> {
                 );
             }
         }
+        // What a delivery decides against (the pools as last counted, kept up to
+        // date by each decision since) is what a whole pass would count now; only
+        // replacements may still include some that aged out of the hour.
+        if let Some(kept) = &s.fleet.pools {
+            let (counted, _) = crate::core::policy::count(&s.cfg, s.now, &s.fleet);
+            for (name, pool) in &counted {
+                let held = kept.get(name);
+                prop_assert_eq!(
+                    held.map(|p| (p.size, p.out)),
+                    Some((pool.size, pool.out)),
+                    "occupancy of pool {} after {:?}",
+                    name,
+                    input
+                );
+                prop_assert!(held.is_some_and(|p| p.replaced >= pool.replaced));
+            }
+        }
+        let decaying: std::collections::BTreeSet<String> = s
+            .fleet
+            .nodes
+            .values()
+            .filter(|n| crate::core::step::decaying(n))
+            .map(|n| n.id.clone())
+            .collect();
+        if let Some(kept) = &s.fleet.decaying {
+            prop_assert_eq!(kept, &decaying, "nodes with a decaying deduction");
+        }
         for e in &s.events[mark..] {
             let Some(after) = s.fleet.nodes.get(&e.node_id) else {
                 continue;
@@ -304,11 +333,13 @@ proptest! {
     fn scores_add_up_events_replay_to_the_state_and_none_is_recorded_idly(
         polling in any::<bool>(),
         require in any::<bool>(),
+        mode in prop_oneof![Just("observe"), Just("cordon"), Just("drain"), Just("replace")],
+        unavailable in prop_oneof![Just(20u32), Just(67), Just(100)],
         history in proptest::collection::vec((1u16..400, input()), 1..40),
     ) {
         let yaml = format!(
             "alertmanager: {{ pollInterval: {}, requireWatchdog: {require}, staleAfter: 10m }}\n\
-             nodeHealth: {{ mode: cordon }}",
+             nodeHealth: {{ mode: {mode}, maxUnavailablePercent: {unavailable} }}",
             if polling { "30s" } else { "0" },
         );
         let s = run(&yaml, &history)?;
