@@ -16,6 +16,10 @@ pub type Result<T, E = IngestError> = std::result::Result<T, E>;
 pub enum IngestError {
     #[error("cannot reach Alertmanager at {url}: {reason}")]
     Unreachable { url: String, reason: String },
+    #[error(
+        "Alertmanager at {url} sent no whole answer within {after:?} (alertmanager.timeout, or 3x the last answer's time when longer)"
+    )]
+    Timeout { url: String, after: Duration },
     #[error("Alertmanager at {url} answered HTTP {status}")]
     Status { url: String, status: u16 },
     #[error("not a valid {what}: {reason}")]
@@ -27,11 +31,13 @@ pub enum IngestError {
 impl IngestError {
     /// Low-cardinality label for failure counters.
     /// Every value [`IngestError::metric_label`] returns.
-    pub const METRIC_LABELS: [&'static str; 4] = ["unreachable", "status", "malformed", "version"];
+    pub const METRIC_LABELS: [&'static str; 5] =
+        ["unreachable", "timeout", "status", "malformed", "version"];
 
     pub fn metric_label(&self) -> &'static str {
         match self {
             IngestError::Unreachable { .. } => "unreachable",
+            IngestError::Timeout { .. } => "timeout",
             IngestError::Status { .. } => "status",
             IngestError::Malformed { .. } => "malformed",
             IngestError::Version(_) => "version",
@@ -172,12 +178,22 @@ pub fn parse_webhook(body: &[u8]) -> Result<Delivery<'_>> {
     })
 }
 
+/// An answer's allowance grows to this many times the last whole answer's time, so
+/// a fleet that grows, or an Alertmanager slowed by a storm, is not cut off at the
+/// configured timeout the first poll it passes it.
+const ALLOWANCE_OVER_LAST: u32 = 3;
+/// However slow the last answer, one poll waits no longer than this.
+const MAX_ALLOWANCE: Duration = Duration::from_secs(600);
+
 /// Reads the receiver's alerts from Alertmanager's v2 API.
 #[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
     alerts_url: reqwest::Url,
     status_url: reqwest::Url,
+    timeout: Duration,
+    /// How long the last whole answer took to arrive.
+    last_answer: std::sync::Arc<std::sync::Mutex<Option<Duration>>>,
 }
 
 /// The part of `GET /api/v2/status` hale reads.
@@ -216,7 +232,18 @@ impl Client {
             http,
             alerts_url: url,
             status_url: under(&["api", "v2", "status"]),
+            timeout: cfg.timeout,
+            last_answer: Default::default(),
         }
+    }
+
+    /// How long the next poll may take to arrive whole: `alertmanager.timeout`, or
+    /// three times the last answer's time when that is longer (ten minutes at most).
+    pub fn allowance(&self) -> Duration {
+        let last = self.last_answer.lock().expect("answer time lock");
+        last.map_or(self.timeout, |t| {
+            (t * ALLOWANCE_OVER_LAST).clamp(self.timeout, MAX_ALLOWANCE.max(self.timeout))
+        })
     }
 
     /// When the Alertmanager answering now started (`/api/v2/status` uptime). Asked
@@ -259,13 +286,25 @@ impl Client {
 
     /// Fetch the raw answer; parse it with [`parse_v2`].
     pub async fn fetch(&self) -> Result<Answer> {
-        let unreachable = |e: reqwest::Error| IngestError::Unreachable {
-            url: self.shown_url(),
-            reason: crate::error_chain(&e.without_url()),
+        let allowance = self.allowance();
+        let began = std::time::Instant::now();
+        let unreachable = |e: reqwest::Error| {
+            if e.is_timeout() {
+                IngestError::Timeout {
+                    url: self.shown_url(),
+                    after: allowance,
+                }
+            } else {
+                IngestError::Unreachable {
+                    url: self.shown_url(),
+                    reason: crate::error_chain(&e.without_url()),
+                }
+            }
         };
         let resp = self
             .http
             .get(self.alerts_url.clone())
+            .timeout(allowance)
             .header("accept", "application/json")
             .send()
             .await
@@ -284,6 +323,7 @@ impl Client {
             .map(|d| d.with_timezone(&chrono::Utc));
         // Collected into one buffer, so the conversion reuses it rather than copying.
         let body = resp.bytes().await.map_err(unreachable)?.into();
+        *self.last_answer.lock().expect("answer time lock") = Some(began.elapsed());
         let started = match self.started().await {
             Ok(t) => Some(t),
             Err(e) => {
@@ -370,5 +410,82 @@ mod tests {
         assert!(parse_v2(b"<html>proxy error</html>").is_err());
         assert!(parse_v2(b"{}").is_err());
         assert_eq!(parse_v2(b"[]").unwrap().len(), 0);
+    }
+
+    /// An Alertmanager on 127.0.0.1 that sends each alerts answer's headers at once
+    /// and its body (`[]`) after the next of `delays`; other paths get 404.
+    async fn slow_alertmanager(delays: Vec<Duration>) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let mut delays = delays.into_iter();
+            loop {
+                let (mut conn, _) = listener.accept().await.unwrap();
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = conn.read(&mut buf).await.unwrap();
+                    request.extend_from_slice(&buf[..n]);
+                }
+                if !request.starts_with(b"GET /api/v2/alerts") {
+                    let _ = conn
+                        .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                        .await;
+                    continue;
+                }
+                let delay = delays.next().expect("no more polls than delays");
+                tokio::spawn(async move {
+                    conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n")
+                        .await
+                        .unwrap();
+                    tokio::time::sleep(delay).await;
+                    let _ = conn.write_all(b"[]").await;
+                });
+            }
+        });
+        url
+    }
+
+    #[tokio::test]
+    async fn a_slow_answer_times_out_and_a_slower_fleet_stretches_the_allowance() {
+        let ms = Duration::from_millis;
+        let url = slow_alertmanager(vec![ms(1500), ms(300), ms(700)]).await;
+        let client = Client::new(&AlertmanagerConfig {
+            url,
+            timeout: ms(500),
+            ..AlertmanagerConfig::default()
+        });
+        assert_eq!(
+            client.allowance(),
+            ms(500),
+            "the configured timeout until an answer came"
+        );
+        let e = client
+            .fetch()
+            .await
+            .err()
+            .expect("1.5 s is past the 0.5 s timeout");
+        assert_eq!(e.metric_label(), "timeout", "{e}");
+        assert!(e.to_string().contains("within 500ms"), "{e}");
+        assert_eq!(
+            client.allowance(),
+            ms(500),
+            "a timed-out answer teaches nothing"
+        );
+
+        client.fetch().await.expect("0.3 s fits");
+        let allowance = client.allowance();
+        assert!(
+            allowance >= ms(900),
+            "three times the 0.3 s answer: {allowance:?}"
+        );
+        assert!(allowance < ms(1500), "{allowance:?}");
+        // Past the configured timeout, within three times the last answer.
+        let answer = client
+            .fetch()
+            .await
+            .expect("0.7 s fits the stretched allowance");
+        assert_eq!(parse_v2(&answer.body).unwrap().len(), 0);
     }
 }

@@ -33,6 +33,8 @@ use crate::view::{NodeList, NodeQuery, NodeSummary, NodeView, SeenAlert, SourceV
 const TICK: Duration = Duration::from_secs(1);
 /// How often events past their retention are deleted.
 const RETENTION_SWEEP: Duration = Duration::from_secs(3600);
+/// How often the store's write-ahead log is copied into the database.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
 /// How often actions still pending (after a transient failure) are tried again.
 const ACT_RETRY: Duration = Duration::from_secs(10);
 /// How often the nodes' conditions, score and health are compared with what the
@@ -115,6 +117,8 @@ impl Hale {
         orchestrator: Arc<dyn Orchestrator>,
     ) -> Result<Arc<Hale>, StoreError> {
         let store = Store::open(&loaded.config.store.path)?;
+        // The maintenance loop checkpoints; writes under the fleet's locks never do.
+        store.defer_checkpoints()?;
         let maintenance = Store::open(&loaded.config.store.path)?;
         let now = Utc::now();
         let fleet = store.load(now)?;
@@ -544,8 +548,9 @@ impl Hale {
             let am = self.config().config.alertmanager.clone();
             let polling = !am.poll_interval.is_zero();
             let wait = if polling { am.poll_interval } else { IDLE_BEAT };
-            // A poll may take its timeout; three missed rounds mean it is stuck.
-            beat.beat_within(3 * (wait + am.timeout) + Duration::from_secs(60));
+            // A poll may take its allowance; three missed rounds mean it is stuck.
+            let allowance = self.client.read().expect("client lock").allowance();
+            beat.beat_within(3 * (wait + allowance) + Duration::from_secs(60));
             if !first || !polling {
                 let asked = tokio::select! {
                     _ = tokio::time::sleep(wait) => false,
@@ -614,21 +619,34 @@ impl Hale {
         Ok(Some(page))
     }
 
-    /// Delete events past `store.eventRetentionDays`, hourly, in small batches.
+    /// Store upkeep off the write path: checkpoint the write-ahead log every
+    /// [`CHECKPOINT_EVERY`], and delete events past `store.eventRetentionDays` hourly,
+    /// in small batches.
     pub async fn retention_loop(self: Arc<Self>) {
         let beat = self.liveness.watch("retention", 3 * RETENTION_SWEEP);
-        let mut ticker = tokio::time::interval(RETENTION_SWEEP);
+        let mut ticker = tokio::time::interval(CHECKPOINT_EVERY);
+        let mut swept_at: Option<Instant> = None;
         loop {
             ticker.tick().await;
-            beat.beat();
+            let sweep = swept_at.is_none_or(|t| t.elapsed() >= RETENTION_SWEEP);
+            if sweep {
+                swept_at = Some(Instant::now());
+            }
             let this = self.clone();
             let swept = tokio::task::spawn_blocking(move || {
+                let mut store = this.maintenance.lock().expect("maintenance lock");
+                if let Err(e) = store.checkpoint() {
+                    warn!(error = %e, "store checkpoint failed; the next one retries");
+                }
+                if !sweep {
+                    return Ok(0);
+                }
                 let days = this.config().config.store.event_retention_days;
                 let cutoff = Utc::now() - chrono::TimeDelta::days(i64::from(days));
-                let mut store = this.maintenance.lock().expect("maintenance lock");
                 store.sweep(cutoff.timestamp_millis(), 5_000)
             })
             .await;
+            beat.beat();
             match swept {
                 Ok(Ok(0)) => {}
                 Ok(Ok(n)) => info!(events = n, "retention sweep deleted old events"),
@@ -953,6 +971,28 @@ impl Hale {
 
 /// A large poll leaves tens of MiB of freed buffers in the allocator's per-thread
 /// arenas; hand them back to the OS so the service's footprint is its live state.
+/// Set glibc's allocator up for a process that parses a large answer every poll:
+/// two arenas rather than eight per core, so memory one thread freed is not kept
+/// apart for it, and every block from 1 MiB up (an answer, its parse, a `/metrics`
+/// text) mapped on its own and unmapped when freed, rather than left in the heap.
+/// Call before the first thread starts.
+pub fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        const M_MMAP_THRESHOLD: i32 = -3;
+        const M_ARENA_MAX: i32 = -8;
+        unsafe extern "C" {
+            fn mallopt(param: i32, value: i32) -> i32;
+        }
+        // SAFETY: mallopt only changes allocator parameters; called before any other
+        // thread exists, it races with no allocation.
+        unsafe {
+            mallopt(M_ARENA_MAX, 2);
+            mallopt(M_MMAP_THRESHOLD, 1 << 20);
+        }
+    }
+}
+
 fn release_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {

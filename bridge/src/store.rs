@@ -224,6 +224,11 @@ impl Store {
         })?;
         let file = dir.join(FILE);
         let conn = Connection::open(&file).op("open")?;
+        // Larger pages for a new store: a first poll of 100,000 nodes writes a few
+        // hundred MiB, and each page is one write to the log. (An existing store
+        // keeps its own.)
+        conn.pragma_update(None, "page_size", 16384)
+            .op("set page size")?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .op("enable WAL")?;
         // WAL + NORMAL: a committed transaction survives a process crash (kill -9);
@@ -232,6 +237,8 @@ impl Store {
             .op("set synchronous")?;
         conn.pragma_update(None, "busy_timeout", 5000)
             .op("set busy timeout")?;
+        conn.pragma_update(None, "journal_size_limit", 64 << 20)
+            .op("limit the log")?;
         conn.execute_batch(SCHEMA).op("create schema")?;
         let instance: Option<String> = conn
             .query_row("SELECT value FROM meta WHERE key = 'instance'", [], |r| {
@@ -571,6 +578,24 @@ impl Store {
         }
     }
 
+    /// Leave copying the write-ahead log into the database to [`Store::checkpoint`]
+    /// (another connection's, on a timer), so no write waits for it: SQLite otherwise
+    /// runs it inside the commit that fills the log past 1,000 pages.
+    pub fn defer_checkpoints(&self) -> Result<()> {
+        self.conn
+            .pragma_update(None, "wal_autocheckpoint", 0)
+            .op("defer checkpoints")
+    }
+
+    /// Copy what the write-ahead log holds into the database without waiting for
+    /// readers or blocking the writer; the log is reused from its start once all of
+    /// it was copied, and kept under 64 MiB on disk.
+    pub fn checkpoint(&self) -> Result<()> {
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+            .op("checkpoint")
+    }
+
     /// Bytes the store occupies on disk (database plus write-ahead log).
     pub fn bytes_used(&self) -> u64 {
         let size = |p: PathBuf| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
@@ -783,5 +808,49 @@ mod tests {
             .unwrap();
         assert_eq!(page.events.len(), 70);
         assert_eq!(page.events[0].event.message, "event 50");
+    }
+
+    #[test]
+    fn a_writer_that_defers_checkpoints_leaves_them_to_the_other_connection() {
+        let size = |dir: &Path| std::fs::metadata(dir.join(FILE)).unwrap().len();
+        let t0 = Utc.with_ymd_and_hms(2026, 8, 5, 12, 0, 0).unwrap();
+        // Past a 100-page threshold in one write (SQLite's default is 1,000).
+        let big = 40_000;
+        for defer in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut writer = Store::open(dir.path()).unwrap();
+            writer
+                .conn
+                .pragma_update(None, "wal_autocheckpoint", 100)
+                .unwrap();
+            let maintenance = Store::open(dir.path()).unwrap();
+            if defer {
+                writer.defer_checkpoints().unwrap();
+            }
+            let empty = size(dir.path());
+            burst(&mut writer, "a", big, t0);
+            let written = size(dir.path());
+            assert_eq!(
+                written > empty,
+                !defer,
+                "checkpointed in the commit: {written} > {empty}"
+            );
+            maintenance.checkpoint().unwrap();
+            assert!(
+                size(dir.path()) > empty,
+                "checkpointed by the other connection"
+            );
+            let page = maintenance
+                .events(
+                    "a",
+                    &EventQuery {
+                        page_size: 1,
+                        latest: true,
+                        ..EventQuery::default()
+                    },
+                )
+                .unwrap();
+            assert_eq!(page.events[0].event.message, format!("event {}", big - 1));
+        }
     }
 }

@@ -11,8 +11,8 @@ use super::settings::{CoreSettings, Settings};
 use super::step::{Recorder, group_by_key};
 use super::trust::Keep;
 use super::{
-    COLLECTOR_FAILED, Condition, EventKind, HEARTBEAT_MISSED, Heartbeat, Node, Severity, SmallMap,
-    Source, TELEMETRY_STALE, Time,
+    COLLECTOR_FAILED, Condition, EventKind, HEARTBEAT_MISSED, Heartbeat, Node, REPORTS_SAVED_EVERY,
+    Severity, SmallMap, Source, TELEMETRY_STALE, Time,
 };
 
 /// Failure reasons a node tells apart; beyond them, [`OTHER_REASONS`].
@@ -79,9 +79,17 @@ pub(super) fn apply_alerts(
     let fresh = group_by_key(fresh);
 
     if named {
-        rec.touched();
         if trusted {
             node.last_report = Some(now);
+        }
+        // A delivery's nodes are rescored and decided; a poll looks at every node,
+        // and the times of one that merely reported are saved only now and then.
+        let saved_lately = node
+            .reports_saved
+            .is_some_and(|t| (now - t).to_std().unwrap_or_default() < REPORTS_SAVED_EVERY);
+        if !full || !saved_lately {
+            node.reports_saved = Some(now);
+            rec.touched();
         }
     }
 
@@ -119,13 +127,7 @@ pub(super) fn apply_alerts(
         let existing: Vec<String> = node
             .conditions
             .keys()
-            .filter(|c| {
-                *c != HEARTBEAT_MISSED
-                    && *c != TELEMETRY_STALE
-                    && fresh
-                        .binary_search_by(|(t, _)| (*t).cmp(c.as_str()))
-                        .is_err()
-            })
+            .filter(|c| *c != HEARTBEAT_MISSED && *c != TELEMETRY_STALE && !fresh.has(c))
             .cloned()
             .collect();
         for ctype in existing {
@@ -153,7 +155,7 @@ pub(super) fn apply_alerts(
             }
         }
     }
-    for (ctype, alerts) in &fresh {
+    for (ctype, alerts) in fresh.iter() {
         set_sources(node, rec, settings, ctype, alerts, full, keep, 0);
     }
 
@@ -259,7 +261,9 @@ pub(super) fn set_sources(
     };
     let mut keys_changed = left > 0;
     let mut content_changed = false;
-    if full {
+    if full && unchanged(cond, alerts, ctype) {
+        // The same alerts as before: only their expiries moved, and are kept.
+    } else if full {
         let mut old = std::mem::replace(&mut cond.sources, SmallMap::with_capacity(alerts.len()));
         for a in alerts {
             let fp = a.fingerprint.as_ref();
@@ -349,21 +353,17 @@ pub(super) fn set_sources(
     if alerts.is_empty() && !keys_changed {
         return;
     }
-    let previous = (
-        cond.severity,
-        cond.sticky,
-        cond.priority,
-        cond.remediation.is_some(),
-        cond.reason.clone(),
-    );
-    refresh(ctype, cond, settings, now, keys_changed || content_changed);
-    let latched = (
-        cond.severity,
-        cond.sticky,
-        cond.priority,
-        cond.remediation.is_some(),
-    );
-    if latched != (previous.0, previous.1, previous.2, previous.3) || cond.reason != previous.4 {
+    let latched = |cond: &Condition| {
+        (
+            cond.severity,
+            cond.sticky,
+            cond.priority,
+            cond.remediation.is_some(),
+        )
+    };
+    let previous = latched(cond);
+    let recharged = refresh(ctype, cond, settings, now, keys_changed || content_changed);
+    if latched(cond) != previous || recharged.is_some() {
         rec.dirty();
     }
     if cond.severity > previous.0 {
@@ -380,11 +380,11 @@ pub(super) fn set_sources(
             cond.message
         );
         rec.event(kind, message);
-    } else if keys_changed || cond.reason != previous.4 {
-        let message = if cond.reason != previous.4 {
+    } else if keys_changed || recharged.is_some() {
+        let message = if let Some(was) = recharged {
             format!(
-                "{ctype} now charged for {} instead of {}: {}",
-                cond.reason, previous.4, cond.message
+                "{ctype} now charged for {} instead of {was}: {}",
+                cond.reason, cond.message
             )
         } else {
             format!(
@@ -396,6 +396,26 @@ pub(super) fn set_sources(
         let kind = updated(ctype, cond);
         rec.event(kind, message);
     }
+}
+
+/// Whether `alerts` are exactly the condition's sources, each as it was but for
+/// its expiry, which moves with every re-send and is kept here (as the rebuild
+/// would): the common case of a poll, settled without rebuilding the sources.
+fn unchanged(cond: &mut Condition, alerts: &[&Alert<'_>], ctype: &str) -> bool {
+    const FEW: usize = 8;
+    alerts.len() == cond.sources.len()
+        && alerts.len() <= FEW
+        && alerts.iter().enumerate().all(|(i, a)| {
+            let fp = a.fingerprint.as_ref();
+            let Some(s) = cond.sources.get_mut(fp) else {
+                return false;
+            };
+            let same = alerts[..i].iter().all(|b| b.fingerprint != fp) && s.matches(a, ctype);
+            if same {
+                s.expires = a.expires().or(s.expires);
+            }
+            same
+        })
 }
 
 /// A `CONDITION_UPDATED` event for `cond` as it now stands.
@@ -565,25 +585,38 @@ pub(super) fn raise(
 /// source (a worse severity, or the same severity and more points) and never down,
 /// stickiness and remediation latch, the message keeps the charged reason's latest
 /// and each other source's (recomposed only when the sources changed).
+/// Returns the reason charged before when the charged reason changed.
 pub(super) fn refresh(
     ctype: &str,
     cond: &mut Condition,
     settings: &Settings,
     now: Time,
     changed: bool,
-) {
-    let charged = (cond.severity, settings.penalty(&cond.reason, cond.severity));
+) -> Option<String> {
+    // The worst source, when it outweighs what is charged now: (severity, points).
+    // A source of the charged reason and severity weighs the same, so the common
+    // case — the same alerts again — looks no penalty up.
+    let mut charged = None;
+    let mut outweighs = |s: &Source| match s.severity.cmp(&cond.severity) {
+        std::cmp::Ordering::Less => false,
+        std::cmp::Ordering::Greater => true,
+        std::cmp::Ordering::Equal => {
+            s.reason != cond.reason
+                && settings.penalty(&s.reason, s.severity)
+                    > *charged.get_or_insert_with(|| settings.penalty(&cond.reason, cond.severity))
+        }
+    };
+    let mut recharged = None;
     if let Some(worst) = cond
         .sources
         .values()
+        .filter(|s| outweighs(s))
         .max_by_key(|s| weight(settings, &s.reason, s.severity))
-        && (
-            worst.severity,
-            settings.penalty(&worst.reason, worst.severity),
-        ) > charged
     {
         cond.severity = worst.severity;
-        cond.reason = worst.reason.clone();
+        if worst.reason != cond.reason {
+            recharged = Some(std::mem::replace(&mut cond.reason, worst.reason.clone()));
+        }
         cond.fault_class = worst.fault_class.clone();
     }
     if let Some(s) = cond.sources.values().find(|s| s.reason == cond.reason)
@@ -606,6 +639,7 @@ pub(super) fn refresh(
     }
     cond.last_seen = now;
     cond.observations += 1;
+    recharged
 }
 
 /// The message of a condition: the charged reason's latest message, then each other

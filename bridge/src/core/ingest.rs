@@ -285,25 +285,28 @@ impl<'f> Step<'f> {
         }
         let mut groups = group_by_key(named);
         let mut room = (self.cfg.identity.max_nodes).saturating_sub(self.fleet.nodes.len());
-        groups.retain(|(id, alerts)| {
-            self.fleet.nodes.contains_key(*id) || self.admits(id, alerts, &mut room)
+        groups.retain(|id, alerts| {
+            self.fleet.nodes.contains_key(id) || self.admits(id, alerts, &mut room)
         });
         // The whole picture: known nodes it does not name see their alerts end.
         let silent: Vec<String> = if full {
             self.fleet
                 .nodes
                 .keys()
-                .filter(|id| {
-                    groups
-                        .binary_search_by(|(g, _)| (*g).cmp(id.as_str()))
-                        .is_err()
+                .filter({
+                    // Both in order: one walk, not a search per node.
+                    let mut named = groups.iter().map(|(k, _)| k).peekable();
+                    move |id| {
+                        while named.next_if(|k| *k < id.as_str()).is_some() {}
+                        named.peek() != Some(&id.as_str())
+                    }
                 })
                 .cloned()
                 .collect()
         } else {
             Vec::new()
         };
-        for (id, alerts) in &groups {
+        for (id, alerts) in groups.iter() {
             self.apply_node(id, alerts, full, trusted);
         }
         for id in silent {
@@ -339,7 +342,7 @@ impl<'f> Step<'f> {
         full: bool,
         trusted: bool,
     ) {
-        self.node(id);
+        self.ensure(id);
         let cfg = self.cfg;
         let node = self.fleet.nodes.get_mut(id).expect("created above");
         let mut rec = Recorder {
@@ -351,7 +354,7 @@ impl<'f> Step<'f> {
     }
 
     pub(super) fn count_failure(&mut self, id: &str, job: &str, reason: &str, at: Time) {
-        self.node(id);
+        self.ensure(id);
         let node = self.fleet.nodes.get_mut(id).expect("created above");
         let mut rec = Recorder {
             out: &mut self.out,

@@ -12,26 +12,105 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use super::Severity;
 use super::settings::{Identity, parse_duration};
 
-/// Label or annotation pairs as Alertmanager sent them, borrowed from the body where
-/// possible. An alert has a handful: a linear scan beats building a map for each of
-/// 50,000 alerts.
+/// Label pairs as Alertmanager sent them, borrowed from the body where possible,
+/// with where each label of the contract sits: an alert is asked for them a dozen
+/// times per poll, and 50,000 alerts should not be scanned for each.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Labels<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>);
+pub struct Labels<'a> {
+    pairs: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    /// For each of [`KEYS`], 1 + its index in `pairs`; 0 when absent.
+    known: [u8; KEYS.len()],
+}
+
+/// The labels hale reads, looked up by position rather than by name (`node` and
+/// `instance`, the default identity, by name through [`key_of`]).
+const KEYS: [&str; 16] = [
+    "alertname",
+    "hale_signal",
+    "hale_condition",
+    "hale_reason",
+    "severity",
+    "hale_sticky",
+    "hale_fault_class",
+    "priority",
+    "hale_remediation",
+    "hale_report_interval",
+    "collector",
+    "signal",
+    "hale_job",
+    "job_name",
+    "node",
+    "instance",
+];
+
+/// A position in [`KEYS`].
+#[derive(Clone, Copy)]
+struct Key(usize);
+
+const ALERTNAME: Key = Key(0);
+const HALE_SIGNAL: Key = Key(1);
+const HALE_CONDITION: Key = Key(2);
+const HALE_REASON: Key = Key(3);
+const SEVERITY: Key = Key(4);
+const HALE_STICKY: Key = Key(5);
+const HALE_FAULT_CLASS: Key = Key(6);
+const PRIORITY: Key = Key(7);
+const HALE_REMEDIATION: Key = Key(8);
+const HALE_REPORT_INTERVAL: Key = Key(9);
+const COLLECTOR: Key = Key(10);
+const SIGNAL: Key = Key(11);
+const HALE_JOB: Key = Key(12);
+const JOB_NAME: Key = Key(13);
+
+fn key_of(name: &str) -> Option<Key> {
+    KEYS.iter().position(|k| *k == name).map(Key)
+}
 
 impl<'a> Labels<'a> {
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_ref())
+        match key_of(name) {
+            Some(k) => self.known(k),
+            None => self
+                .pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_ref()),
+        }
+    }
+
+    /// The value of a label of the contract.
+    fn known(&self, key: Key) -> Option<&str> {
+        let at = usize::from(self.known[key.0]).checked_sub(1)?;
+        Some(self.pairs[at].1.as_ref())
     }
 
     pub fn insert(&mut self, name: impl Into<Cow<'a, str>>, value: impl Into<Cow<'a, str>>) {
         let (name, value) = (name.into(), value.into());
-        match self.0.iter_mut().find(|(k, _)| *k == name) {
+        match self.pairs.iter_mut().find(|(k, _)| *k == name) {
             Some((_, v)) => *v = value,
-            None => self.0.push((name, value)),
+            None => self.push(name, value),
         }
+    }
+
+    /// Add a pair; the first of two with one name is the one read.
+    fn push(&mut self, name: Cow<'a, str>, value: Cow<'a, str>) {
+        if let Some(k) = key_of(&name)
+            && self.known[k.0] == 0
+            && let Ok(at) = u8::try_from(self.pairs.len() + 1)
+        {
+            self.known[k.0] = at;
+        }
+        self.pairs.push((name, value));
+    }
+}
+
+impl<'a> FromIterator<(Cow<'a, str>, Cow<'a, str>)> for Labels<'a> {
+    fn from_iter<I: IntoIterator<Item = (Cow<'a, str>, Cow<'a, str>)>>(pairs: I) -> Self {
+        let mut labels = Labels::default();
+        for (k, v) in pairs {
+            labels.push(k, v);
+        }
+        labels
     }
 }
 
@@ -44,14 +123,27 @@ impl<'de: 'a, 'a> Deserialize<'de> for Labels<'a> {
                 f.write_str("a map of strings")
             }
             fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Labels<'de>, M::Error> {
-                let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                let mut labels = Labels {
+                    pairs: Vec::with_capacity(map.size_hint().unwrap_or(8)),
+                    known: [0; KEYS.len()],
+                };
                 while let Some((k, v)) = map.next_entry::<Text, Text>()? {
-                    pairs.push((k.0, v.0));
+                    labels.push(k.0, v.0);
                 }
-                Ok(Labels(pairs))
+                Ok(labels)
             }
         }
         d.deserialize_map(Pairs)
+    }
+}
+
+/// Empty or only whitespace: a value that counts as absent. Decided by its first
+/// byte for nearly every value.
+fn blank(value: &str) -> bool {
+    match value.as_bytes().first() {
+        None => true,
+        Some(b) if b.is_ascii_alphanumeric() => false,
+        Some(_) => value.trim().is_empty(),
     }
 }
 
@@ -140,57 +232,109 @@ pub enum Signal<'s> {
     Condition,
 }
 
+/// An RFC 3339 time as chrono reads it. Every alert of every poll carries one, so
+/// the form Alertmanager writes (`2026-08-05T12:00:00.123456789Z`, or with a
+/// `+hh:mm` offset) is read directly; anything else goes to chrono.
+pub(super) fn rfc3339(text: &str) -> Option<DateTime<Utc>> {
+    fast_rfc3339(text.as_bytes()).or_else(|| {
+        DateTime::parse_from_rfc3339(text)
+            .ok()
+            .map(|t| t.with_timezone(&Utc))
+    })
+}
+
+fn fast_rfc3339(b: &[u8]) -> Option<DateTime<Utc>> {
+    let digits = |range: std::ops::Range<usize>| -> Option<u32> {
+        b.get(range)?.iter().try_fold(0u32, |n, &c| {
+            c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0'))
+        })
+    };
+    let at = |i: usize, c: u8| b.get(i) == Some(&c);
+    if !(at(4, b'-') && at(7, b'-') && at(10, b'T') && at(13, b':') && at(16, b':')) {
+        return None;
+    }
+    let date =
+        chrono::NaiveDate::from_ymd_opt(digits(0..4)? as i32, digits(5..7)?, digits(8..10)?)?;
+    let (hour, minute, second) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
+    if second > 59 {
+        return None;
+    }
+    let mut i = 19;
+    let mut nanos = 0;
+    if at(i, b'.') {
+        let count = b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
+        if !(1..=9).contains(&count) {
+            return None;
+        }
+        nanos = digits(i + 1..i + 1 + count)? * 10u32.pow(9 - count as u32);
+        i += 1 + count;
+    }
+    let offset = match b.get(i..)? {
+        b"Z" => 0,
+        [sign @ (b'+' | b'-'), _, _, b':', _, _] => {
+            let (h, m) = (digits(i + 1..i + 3)?, digits(i + 4..i + 6)?);
+            if h > 23 || m > 59 {
+                return None;
+            }
+            let secs = (h * 3600 + m * 60) as i32;
+            if *sign == b'-' { -secs } else { secs }
+        }
+        _ => return None,
+    };
+    let time = chrono::NaiveTime::from_hms_nano_opt(hour, minute, second, nanos)?;
+    let utc = date
+        .and_time(time)
+        .checked_sub_signed(chrono::TimeDelta::seconds(offset.into()))?;
+    Some(DateTime::from_naive_utc_and_offset(utc, Utc))
+}
+
 impl<'a> Alert<'a> {
     /// A label's value; an empty or blank one counts as absent (a node named `" "`
     /// is no node).
-    fn label(&self, name: &str) -> Option<&str> {
-        self.labels.get(name).filter(|v| !v.trim().is_empty())
+    fn label(&self, key: Key) -> Option<&str> {
+        self.labels.known(key).filter(|v| !blank(v))
     }
 
     /// When the alert started, if it says so validly.
     pub fn started(&self) -> Option<DateTime<Utc>> {
-        let text = self.starts_at.as_deref()?;
-        DateTime::parse_from_rfc3339(text)
-            .ok()
-            .map(|t| t.with_timezone(&Utc))
+        rfc3339(self.starts_at.as_deref()?)
     }
 
     /// When Alertmanager expires the alert unless it is sent again.
     pub fn expires(&self) -> Option<DateTime<Utc>> {
-        let text = self.ends_at.as_deref()?;
-        DateTime::parse_from_rfc3339(text)
-            .ok()
-            .map(|t| t.with_timezone(&Utc))
+        rfc3339(self.ends_at.as_deref()?)
     }
 
     pub fn alertname(&self) -> &str {
-        self.label("alertname").unwrap_or("unnamed")
+        self.label(ALERTNAME).unwrap_or("unnamed")
     }
 
     /// The node this alert is about: the first present identity label, with the
     /// `:port` of `instance` stripped when configured.
     pub fn node<'s>(&'s self, identity: &Identity) -> Option<&'s str> {
+        // `instance=":9100"` is a port and no host: no node, try the next label.
         identity.labels.iter().find_map(|name| {
-            let value = self.label(name)?;
-            Some(if identity.strip_port && name == "instance" {
+            let value = self.labels.get(name)?;
+            let value = if identity.strip_port && name == "instance" {
                 strip_port(value)
             } else {
                 value
-            })
+            };
+            (!blank(value)).then_some(value)
         })
     }
 
     pub fn signal(&self) -> Signal<'_> {
         let named = |fallback: &'static str| {
-            self.label("collector")
-                .or_else(|| self.label("signal"))
+            self.label(COLLECTOR)
+                .or_else(|| self.label(SIGNAL))
                 .unwrap_or(fallback)
         };
-        match self.label("hale_signal") {
+        match self.label(HALE_SIGNAL) {
             Some("watchdog") => Signal::Watchdog,
             Some("heartbeat") => Signal::Heartbeat {
                 interval: self
-                    .label("hale_report_interval")
+                    .label(HALE_REPORT_INTERVAL)
                     .and_then(|t| parse_duration(t).ok())
                     .filter(|d| !d.is_zero()),
             },
@@ -202,8 +346,8 @@ impl<'a> Alert<'a> {
             },
             Some("job_failure") => Signal::JobFailure {
                 job: self
-                    .label("hale_job")
-                    .or_else(|| self.label("job_name"))
+                    .label(HALE_JOB)
+                    .or_else(|| self.label(JOB_NAME))
                     .unwrap_or_else(|| self.alertname()),
             },
             _ => Signal::Condition,
@@ -212,18 +356,17 @@ impl<'a> Alert<'a> {
 
     /// Condition type: `hale_condition`, else the alertname verbatim.
     pub fn condition_type(&self) -> &str {
-        self.label("hale_condition")
+        self.label(HALE_CONDITION)
             .unwrap_or_else(|| self.alertname())
     }
 
     /// Penalty-table reason: `hale_reason`, else the alertname.
     pub fn reason(&self) -> &str {
-        self.label("hale_reason")
-            .unwrap_or_else(|| self.alertname())
+        self.label(HALE_REASON).unwrap_or_else(|| self.alertname())
     }
 
     pub fn severity(&self) -> Severity {
-        match self.label("severity") {
+        match self.label(SEVERITY) {
             Some("info") => Severity::Info,
             Some("critical") => Severity::Critical,
             _ => Severity::Warning,
@@ -231,19 +374,19 @@ impl<'a> Alert<'a> {
     }
 
     pub fn sticky(&self) -> bool {
-        self.label("hale_sticky") == Some("true")
+        self.label(HALE_STICKY) == Some("true")
     }
 
     /// Fault class for fault-triggered eviction; defaults to the upper-cased type.
     pub fn fault_class(&self) -> String {
-        self.label("hale_fault_class")
+        self.label(HALE_FAULT_CLASS)
             .map(str::to_string)
             .unwrap_or_else(|| self.condition_type().to_ascii_uppercase())
     }
 
     /// Whether `stored` is what [`Alert::fault_class`] would return, without allocating.
     pub fn fault_class_is(&self, stored: &str) -> bool {
-        match self.label("hale_fault_class") {
+        match self.label(HALE_FAULT_CLASS) {
             Some(class) => class == stored,
             None => {
                 let ctype = self.condition_type();
@@ -277,12 +420,12 @@ impl<'a> Alert<'a> {
 
     /// Cloudflare-style priority (`"6"` or `"P6"`); lower is more urgent.
     pub fn priority(&self) -> Option<u8> {
-        let p = self.label("priority")?;
+        let p = self.label(PRIORITY)?;
         p.trim_start_matches(['P', 'p']).parse().ok()
     }
 
     pub fn remediation(&self) -> Option<&str> {
-        self.label("hale_remediation")
+        self.label(HALE_REMEDIATION)
     }
 
     /// Message: annotation `summary`, else `description`, else `message`, else the
@@ -302,7 +445,7 @@ impl Alert<'_> {
     /// `priority` label. `None` for an alert Sciuro refuses: no alertname, or a
     /// priority that is not an integer.
     pub fn notice(&self) -> Option<Notice> {
-        let alertname = self.label("alertname")?;
+        let alertname = self.label(ALERTNAME)?;
         let priority = self.notice_priority()?;
         let mut message = format!("[P{priority}]");
         if let Some(summary) = &self.annotations.summary {
@@ -318,7 +461,7 @@ impl Alert<'_> {
 
     /// Whether `stored` is what [`Alert::notice`] returns, checked without allocating.
     pub fn notice_is(&self, stored: Option<&Notice>) -> bool {
-        let (Some(alertname), Some(priority)) = (self.label("alertname"), self.notice_priority())
+        let (Some(alertname), Some(priority)) = (self.label(ALERTNAME), self.notice_priority())
         else {
             return stored.is_none();
         };
@@ -344,7 +487,7 @@ impl Alert<'_> {
     /// The `priority` label read as Go's `strconv.Atoi` reads it (Sciuro does): an
     /// optional sign and decimal digits; 9 when absent; `None` when malformed.
     fn notice_priority(&self) -> Option<i64> {
-        let Some(raw) = self.labels.get("priority") else {
+        let Some(raw) = self.labels.known(PRIORITY) else {
             return Some(DEFAULT_NOTICE_PRIORITY);
         };
         let digits = raw.strip_prefix(['+', '-']).unwrap_or(raw);
@@ -388,12 +531,10 @@ mod tests {
 
     fn alert(labels: &[(&'static str, &'static str)]) -> Alert<'static> {
         Alert {
-            labels: Labels(
-                labels
-                    .iter()
-                    .map(|(k, v)| (Cow::Borrowed(*k), Cow::Borrowed(*v)))
-                    .collect(),
-            ),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (Cow::Borrowed(*k), Cow::Borrowed(*v)))
+                .collect(),
             annotations: Annotations::default(),
             fingerprint: Cow::Borrowed("f"),
             starts_at: None,
@@ -420,6 +561,10 @@ mod tests {
             (&[("instance", "rack1/n3")], Some("rack1/n3")),
             (&[("node", "")], None),
             (&[("alertname", "x")], None),
+            // A port and no host names no node (found by fuzzing).
+            (&[("instance", ":9100")], None),
+            (&[("instance", " :9100")], None),
+            (&[("node", " "), ("instance", "h:9100")], Some("h")),
         ];
         for (labels, want) in cases {
             assert_eq!(alert(labels).node(&id), *want, "{labels:?}");
@@ -430,6 +575,12 @@ mod tests {
             ..Identity::default()
         };
         assert_eq!(alert(&[("instance", "h:9100")]).node(&keep), Some("h:9100"));
+        let instance_first = Identity {
+            labels: vec!["instance".into(), "node".into()],
+            ..Identity::default()
+        };
+        let portless = alert(&[("instance", ":9100"), ("node", "n1")]);
+        assert_eq!(portless.node(&instance_first), Some("n1"));
     }
 
     #[test]
@@ -503,5 +654,54 @@ mod tests {
         let parsed: Labels = serde_json::from_str(r#"{"a":"x","b":"with \"escape\""}"#).unwrap();
         assert_eq!(parsed.get("a"), Some("x"));
         assert_eq!(parsed.get("b"), Some("with \"escape\""));
+    }
+
+    proptest::proptest! {
+        /// The direct read agrees with chrono on whatever it reads, and leaves the
+        /// rest to it: dates that do not exist, odd fractions and offsets, noise.
+        #[test]
+        fn times_read_as_chrono_reads_them(
+            date in (0u32..10_000, 0u32..14, 0u32..33),
+            time in (0u32..25, 0u32..61, 0u32..62),
+            fraction in proptest::option::of("[0-9]{0,11}"),
+            zone in proptest::prop_oneof!["Z", "z", "[+-][0-9]{2}:[0-9]{2}", "[+-][0-9]{4}", ""],
+            noise in proptest::option::of((0usize..40, proptest::char::any())),
+        ) {
+            let mut text = format!(
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+                date.0, date.1, date.2, time.0, time.1, time.2
+            );
+            if let Some(f) = fraction {
+                text.push('.');
+                text.push_str(&f);
+            }
+            text.push_str(&zone);
+            if let Some((at, c)) = noise {
+                let at = (0..=at.min(text.len())).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+                text.insert(at, c);
+            }
+            let chrono = DateTime::parse_from_rfc3339(&text).ok().map(|t| t.with_timezone(&Utc));
+            proptest::prop_assert_eq!(rfc3339(&text), chrono, "{}", text);
+            if let Some(fast) = fast_rfc3339(text.as_bytes()) {
+                proptest::prop_assert_eq!(Some(fast), chrono, "{}", text);
+            }
+        }
+    }
+
+    #[test]
+    fn alertmanagers_times_take_the_direct_read() {
+        for text in [
+            "2026-08-05T12:00:00Z",
+            "2026-08-05T12:00:00.123456789Z",
+            "2026-08-05T14:00:00.5+02:00",
+        ] {
+            let fast = fast_rfc3339(text.as_bytes()).expect(text);
+            assert_eq!(
+                fast,
+                DateTime::parse_from_rfc3339(text)
+                    .unwrap()
+                    .with_timezone(&Utc)
+            );
+        }
     }
 }

@@ -38,6 +38,11 @@ pub type Time = DateTime<Utc>;
 /// node Unknown unless real fault evidence makes it Degraded, and are never a fault.
 pub const BLIND_CONDITIONS: [&str; 3] = [HEARTBEAT_MISSED, TELEMETRY_STALE, COLLECTOR_FAILED];
 pub const HEARTBEAT_MISSED: &str = "heartbeat_missed";
+/// How stale the stored report and heartbeat times of a node that only reported may
+/// grow: what they decide after a restart (retiring after `forgetAfter`, a missed
+/// heartbeat only once a trusted poll has said who is alive) does not need them
+/// fresher, and a 100,000-node fleet does not write 100,000 rows every poll.
+pub const REPORTS_SAVED_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
 pub const TELEMETRY_STALE: &str = "telemetry_stale";
 pub const COLLECTOR_FAILED: &str = "collector_failed";
 
@@ -249,6 +254,10 @@ pub struct Node {
     pub score: Option<Score>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_report: Option<Time>,
+    /// When this process last had the report and heartbeat times saved (memory only):
+    /// a poll that merely confirms a node saves them every [`REPORTS_SAVED_EVERY`].
+    #[serde(skip)]
+    pub reports_saved: Option<Time>,
     /// Condition types outside [`KNOWN_CONDITIONS`] this node has carried, with when
     /// each was last raised or cleared, so their metric series persist at 0 after
     /// they clear — for `forgetAfter`, and never more than [`MAX_SEEN_TYPES`].
@@ -332,6 +341,7 @@ impl Node {
             failures: Failures::default(),
             score: None,
             last_report: None,
+            reports_saved: None,
             seen_types: BTreeMap::new(),
             known_from: Origin::Alerts,
             known_since: None,
@@ -431,28 +441,35 @@ impl Node {
         if score.scored_by != settings.name {
             return false;
         }
+        // The deductions, on the stack for any node with a sane number of conditions.
+        const ON_STACK: usize = 16;
+        let mut parts = [("", 0u32); ON_STACK];
+        let mut n = 0;
         let tally = self.failure_deduction(settings, now);
-        let parts = || {
-            self.penalties(settings)
-                .chain((tally > 0).then_some((FAILURE_DEDUCTION, tally)))
-        };
-        if parts().count() != score.breakdown.len() {
+        for part in self
+            .penalties(settings)
+            .chain((tally > 0).then_some((FAILURE_DEDUCTION, tally)))
+        {
+            if n == ON_STACK {
+                return self.compute_score(settings, now) == *score;
+            }
+            parts[n] = part;
+            n += 1;
+        }
+        let parts = &mut parts[..n];
+        if parts.len() != score.breakdown.len() {
             return false;
         }
-        let total: u32 = parts().map(|(_, p)| p).sum();
+        let total: u32 = parts.iter().map(|(_, p)| p).sum();
         if 100u32.saturating_sub(total) as u8 != score.value {
             return false;
         }
-        // Same entries, counted with multiplicity: the stored order is canonical.
-        score.breakdown.iter().all(|d| {
-            let same = |reason: &str, points: u32| reason == d.reason && points == d.points;
-            parts().filter(|(r, p)| same(r, *p)).count()
-                == score
-                    .breakdown
-                    .iter()
-                    .filter(|e| same(&e.reason, e.points))
-                    .count()
-        })
+        // The stored order is canonical: largest first, then by reason.
+        parts.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        parts
+            .iter()
+            .zip(&score.breakdown)
+            .all(|((reason, points), d)| *reason == d.reason && *points == d.points)
     }
 
     /// (reason, points) of each active, unsuppressed condition that costs points.

@@ -44,25 +44,40 @@ impl<K: Ord, V> SmallMap<K, V> {
         self.0.binary_search_by(|(k, _)| k.borrow().cmp(key))
     }
 
+    /// Where `key` is. A handful of entries is scanned for equality, which for
+    /// strings mostly stops at a differing length, rather than ordered by comparing
+    /// bytes.
+    fn position<Q: Ord + ?Sized>(&self, key: &Q) -> Option<usize>
+    where
+        K: Borrow<Q>,
+    {
+        const SCANNED: usize = 8;
+        if self.0.len() <= SCANNED {
+            self.0.iter().position(|(k, _)| k.borrow() == key)
+        } else {
+            self.find(key).ok()
+        }
+    }
+
     pub fn get<Q: Ord + ?Sized>(&self, key: &Q) -> Option<&V>
     where
         K: Borrow<Q>,
     {
-        self.find(key).ok().map(|i| &self.0[i].1)
+        self.position(key).map(|i| &self.0[i].1)
     }
 
     pub fn get_mut<Q: Ord + ?Sized>(&mut self, key: &Q) -> Option<&mut V>
     where
         K: Borrow<Q>,
     {
-        self.find(key).ok().map(|i| &mut self.0[i].1)
+        self.position(key).map(|i| &mut self.0[i].1)
     }
 
     pub fn contains_key<Q: Ord + ?Sized>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,
     {
-        self.find(key).is_ok()
+        self.position(key).is_some()
     }
 
     /// Insert or replace; returns the value replaced.
@@ -87,7 +102,7 @@ impl<K: Ord, V> SmallMap<K, V> {
     where
         K: Borrow<Q>,
     {
-        self.find(key).ok().map(|i| self.0.remove(i))
+        self.position(key).map(|i| self.0.remove(i))
     }
 
     pub fn len(&self) -> usize {

@@ -58,6 +58,12 @@ impl<'f> Step<'f> {
 
     /// The node, created unscored if new (stale from birth while the source is stale).
     pub(super) fn node(&mut self, id: &str) -> &mut Node {
+        self.ensure(id);
+        self.fleet.nodes.get_mut(id).expect("ensured")
+    }
+
+    /// Create the node unscored if it is new.
+    pub(super) fn ensure(&mut self, id: &str) {
         if !self.fleet.nodes.contains_key(id) {
             let mut node = Node::new(id);
             node.known_since = Some(self.now);
@@ -83,7 +89,6 @@ impl<'f> Step<'f> {
                 );
             }
         }
-        self.fleet.nodes.get_mut(id).expect("inserted above")
     }
 
     pub(super) fn finish(mut self, scope: Scope) -> Outcome {
@@ -149,12 +154,21 @@ fn score(
     cfg: &CoreSettings,
     decays: &mut BTreeSet<String>,
 ) {
-    let id = node.id.clone();
-    rescore(node, &mut Recorder { out, now, id: &id }, cfg);
-    if decaying(node) {
-        decays.insert(id);
-    } else {
-        decays.remove(&id);
+    let current = node.last_report.is_none()
+        || node
+            .score
+            .as_ref()
+            .is_some_and(|s| node.score_is(s, cfg.settings_for(&node.labels), now));
+    if !current {
+        let id = node.id.clone();
+        rescore(node, &mut Recorder { out, now, id: &id }, cfg);
+    }
+    if decaying(node) != decays.contains(&node.id) {
+        if decaying(node) {
+            decays.insert(node.id.clone());
+        } else {
+            decays.remove(&node.id);
+        }
     }
 }
 
@@ -199,16 +213,44 @@ pub(super) fn rescore(node: &mut Node, rec: &mut Recorder<'_, '_>, cfg: &CoreSet
 
 /// Group (key, item) pairs by key, keys in order, each group's items in the order they
 /// came (the sort is stable). For 50,000 alerts a sort beats a map of vectors.
-pub(super) fn group_by_key<'k, T>(mut pairs: Vec<(&'k str, T)>) -> Vec<(&'k str, Vec<T>)> {
+pub(super) fn group_by_key<'k, T>(mut pairs: Vec<(&'k str, T)>) -> Grouped<'k, T> {
     pairs.sort_by(|a, b| a.0.cmp(b.0));
-    let mut groups: Vec<(&'k str, Vec<T>)> = Vec::new();
+    let mut groups: Vec<(&'k str, std::ops::Range<usize>)> = Vec::new();
+    let mut items = Vec::with_capacity(pairs.len());
     for (key, item) in pairs {
         match groups.last_mut() {
-            Some((k, items)) if *k == key => items.push(item),
-            _ => groups.push((key, vec![item])),
+            Some((k, range)) if *k == key => range.end += 1,
+            _ => groups.push((key, items.len()..items.len() + 1)),
         }
+        items.push(item);
     }
-    groups
+    Grouped { items, groups }
+}
+
+/// Items grouped by a key, in the key's order: two allocations however many groups.
+pub(super) struct Grouped<'k, T> {
+    items: Vec<T>,
+    groups: Vec<(&'k str, std::ops::Range<usize>)>,
+}
+
+impl<'k, T> Grouped<'k, T> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&'k str, &[T])> {
+        self.groups
+            .iter()
+            .map(|(k, range)| (*k, &self.items[range.clone()]))
+    }
+
+    /// Whether `key` is one of the groups.
+    pub(super) fn has(&self, key: &str) -> bool {
+        self.groups.binary_search_by(|(k, _)| (*k).cmp(key)).is_ok()
+    }
+
+    /// Keep only the groups `keep` says to.
+    pub(super) fn retain(&mut self, mut keep: impl FnMut(&'k str, &[T]) -> bool) {
+        let items = &self.items;
+        self.groups
+            .retain(|(k, range)| keep(k, &items[range.clone()]));
+    }
 }
 
 /// Records what happens to one node during a step.

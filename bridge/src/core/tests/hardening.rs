@@ -675,3 +675,22 @@ fn a_node_being_replaced_leaves_the_inventory_replaced_not_gone() {
         "counted in the budget"
     );
 }
+
+#[test]
+fn a_resent_alert_keeps_its_latest_expiry_so_its_end_reads_as_a_resolution() {
+    let mut s = script("");
+    // Prometheus re-sends every minute; each answer moves the expiry, nothing else.
+    for sent in (0..=600).step_by(60) {
+        s.at(sent).poll(&[
+            watchdog_sent(sent),
+            heartbeat("n1"),
+            edac("n1").expires(sent + 240),
+        ]);
+    }
+    s.took();
+    // Gone at 630 s, before the expiry of its last re-send (840 s) though long past
+    // its first (240 s): Prometheus resolved it, and it ends at once.
+    s.at(630).poll(&[watchdog_sent(600), heartbeat("n1")]);
+    assert!(!s.node("n1").conditions.contains_key("memory_errors"));
+    assert_eq!(s.took(), ["n1 CONDITION_CLEARED", "n1 SCORE_CHANGED"]);
+}

@@ -991,10 +991,26 @@ fn a_steady_poll_rewrites_no_evidence() {
     s.at(30).poll(&alerts);
     assert!(s.last.dirty.is_empty(), "{:?}", s.last.dirty);
     assert!(
-        s.last.touched.contains("n1"),
-        "report and heartbeat times moved"
+        s.last.touched.is_empty(),
+        "report and heartbeat times saved at the first poll are fresh enough"
     );
+    assert_eq!(s.node("n1").last_report, Some(s.now));
     assert_eq!(s.node("n1").conditions["disk_degraded"].observations, 2);
+    for t in (60..300).step_by(30) {
+        s.at(t).poll(&alerts);
+        assert!(
+            s.last.touched.is_empty() && s.last.dirty.is_empty(),
+            "at {t}"
+        );
+    }
+    s.at(300).poll(&alerts);
+    assert!(
+        s.last.touched.contains("n1"),
+        "report and heartbeat times saved every five minutes"
+    );
+    assert!(s.last.dirty.is_empty(), "{:?}", s.last.dirty);
+    s.at(330).poll(&alerts);
+    assert!(s.last.touched.is_empty());
     // A second GPU joining the condition changes its evidence.
     let mut more = alerts.to_vec();
     more.push(gpu_ecc_correctable("n1", "1"));

@@ -269,6 +269,18 @@ fn run(yaml: &str, history: &[(u16, Input)]) -> Result<Script, TestCaseError> {
             }
         }
         for node in s.fleet.nodes.values() {
+            // The allocation-free check agrees with scoring from scratch.
+            let settings = s.cfg.settings_for(&node.labels);
+            let fresh = node.compute_score(settings, s.now);
+            prop_assert!(node.score_is(&fresh, settings, s.now), "{}", node.id);
+            let mut other = fresh.clone();
+            other.breakdown.reverse();
+            prop_assert_eq!(
+                node.score_is(&other, settings, s.now),
+                other == fresh,
+                "{} against its breakdown reordered",
+                node.id
+            );
             if let Some(score) = &node.score {
                 let points: u32 = score.breakdown.iter().map(|d| d.points).sum();
                 prop_assert!(score.value <= 100);
