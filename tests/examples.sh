@@ -3,7 +3,8 @@
 #   - examples/alertmanager.yml with amtool (config, and where sample alerts route);
 #   - examples/prometheus.yml with promtool (the config and the rule files it loads);
 #   - examples/hale-*.yaml with `hale check-config` (the parser and validation
-#     `hale serve` uses), on temporary copies whose secret files exist;
+#     `hale serve` uses), on temporary copies whose secret files exist, and the
+#     quick start as it is;
 #   - dashboards/*.json: valid JSON, every PromQL expression valid (promtool, as
 #     recording rules), every metric it reads documented in README.md.
 # HALE names the hale binary (default target/debug/hale; this script does not build it).
@@ -66,6 +67,9 @@ EOF
         exit 1
     fi
 done
+
+# The quick start runs as it is from the repository root: no file to make first.
+RUST_BACKTRACE=0 "$HALE" check-config examples/hale-quickstart.yaml
 
 # --- Dashboards -------------------------------------------------------------
 for d in dashboards/*.json; do

@@ -358,9 +358,19 @@ impl Client {
             }
         };
         if !status.is_success() {
+            // What to do about a refused token, said where it is refused.
+            let hint = match (status, &self.token) {
+                (reqwest::StatusCode::UNAUTHORIZED, None) => {
+                    " — this hale wants a token: pass --token-file FILE or set HALE_TOKEN_FILE"
+                }
+                (reqwest::StatusCode::UNAUTHORIZED, Some(_)) => {
+                    " — the token from --token-file / HALE_TOKEN_FILE is not the one in hale's apiTokenFile"
+                }
+                _ => "",
+            };
             match serde_json::from_str::<ErrorBody>(&text) {
-                Ok(e) => bail!("{} ({}): {}", e.error, status.as_u16(), e.detail),
-                Err(_) => bail!("hale answered {status}: {text}"),
+                Ok(e) => bail!("{} ({}): {}{hint}", e.error, status.as_u16(), e.detail),
+                Err(_) => bail!("hale answered {status}: {text}{hint}"),
             }
         }
         serde_json::from_str(&text).with_context(|| format!("unexpected answer from hale: {text}"))
@@ -539,6 +549,15 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
             condition,
             reason,
         } => {
+            // `node show` prints a condition's title beside its type: either names it.
+            let shown: NodeView = client.get(&["api", "v1", "nodes", &id]).await?;
+            let condition = shown
+                .conditions
+                .iter()
+                .find(|c| {
+                    c.ctype == condition || title(&c.ctype).eq_ignore_ascii_case(condition.trim())
+                })
+                .map_or(condition, |c| c.ctype.clone());
             let url = client.url(&["api", "v1", "nodes", &id, "conditions", &condition, "clear"]);
             let node: NodeView = client
                 .send(client.http.post(url).json(&ClearRequest { reason }))
@@ -658,9 +677,18 @@ pub fn node_detail(n: &NodeView) -> String {
     if n.gated {
         let _ = writeln!(o, "Gated:     new work kept off (score below drainBelow)");
     }
+    let lifts = n
+        .policy_lifts_at
+        .map(|t| {
+            format!(
+                "; recovered, stands until {} unless it degrades again",
+                t.to_rfc3339()
+            )
+        })
+        .unwrap_or_default();
     match &n.policy {
         Some(Conclusion::Recommended { action }) => {
-            let _ = writeln!(o, "Policy:    would {} (observe)", action.as_str());
+            let _ = writeln!(o, "Policy:    would {} (observe){lifts}", action.as_str());
         }
         Some(Conclusion::Acted { action, waiting }) => {
             let waiting = if *waiting {
@@ -668,12 +696,12 @@ pub fn node_detail(n: &NodeView) -> String {
             } else {
                 ""
             };
-            let _ = writeln!(o, "Policy:    {}{waiting}", action.as_str());
+            let _ = writeln!(o, "Policy:    {}{waiting}{lifts}", action.as_str());
         }
         Some(Conclusion::Halted { action, guardrail }) => {
             let _ = writeln!(
                 o,
-                "Policy:    {} halted by {}",
+                "Policy:    {} halted by {}{lifts}",
                 action.as_str(),
                 guardrail.as_str()
             );
@@ -700,6 +728,12 @@ pub fn node_detail(n: &NodeView) -> String {
                 let _ = writeln!(o, "  -{:<4}{}", d.points, d.reason);
             }
         }
+        _ if n.last_report.is_none() => {
+            let _ = writeln!(
+                o,
+                "Score:     not yet scored: no alert has named this node yet (alerts name a node by their `node` label, else `instance` without the port: nodeIdentity)"
+            );
+        }
         _ => {
             let _ = writeln!(o, "Score:     not yet scored");
         }
@@ -722,7 +756,13 @@ pub fn node_detail(n: &NodeView) -> String {
                 format!(" ({})", flags.join(", "))
             };
             let severity = title(c.severity.as_str());
-            let _ = writeln!(o, "  {} [{severity}] {}{flags}", title(&c.ctype), c.message);
+            let _ = writeln!(
+                o,
+                "  {} ({}) [{severity}] {}{flags}",
+                title(&c.ctype),
+                c.ctype,
+                c.message
+            );
             let _ = writeln!(
                 o,
                 "    first seen {}, {} observation{}",

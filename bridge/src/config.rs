@@ -14,7 +14,7 @@ use crate::core::settings::{
     CoreSettings, DefaultPenalty, Identity, Mode, Pool, Settings, Source, de_duration,
     de_opt_duration,
 };
-use crate::core::{BLIND_CONDITIONS, EVENT_TYPES};
+use crate::core::{BLIND_CONDITIONS, EVENT_TYPES, Listed};
 
 /// A configuration error that names the file, the line (when known) and the key.
 #[derive(Debug, thiserror::Error)]
@@ -36,7 +36,7 @@ impl fmt::Display for ConfigError {
 
 /// The whole configuration file. Every key is optional; omitted keys take the defaults
 /// of DESIGN §5 and §15.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct Config {
     /// Name of the cluster this hale instance serves; carried on every node and metric.
@@ -82,7 +82,7 @@ impl Default for Config {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct AlertmanagerConfig {
     /// Base URL of Alertmanager (its v2 API is read under `/api/v2`).
@@ -142,7 +142,7 @@ impl AlertmanagerConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct NodeIdentity {
     /// Labels tried in order; the first present names the node.
@@ -177,7 +177,7 @@ impl Default for NodeIdentity {
 
 /// `nodeHealth` as written in the file: every key optional, so a pool can override
 /// just the keys it names.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NodeHealthOverrides {
     /// Consecutive missed reports before a node is recorded as no longer reporting.
@@ -264,7 +264,7 @@ fn overridden(base: &Settings, name: &str, o: &NodeHealthOverrides) -> Settings 
     s
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PoolConfig {
     /// Pool name, recorded as `scoredBy` on its nodes' scores.
@@ -282,7 +282,7 @@ pub enum StoreKind {
     Sqlite,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct StoreConfig {
     /// `sqlite` (embedded, the default).
@@ -309,7 +309,7 @@ impl Default for StoreConfig {
 }
 
 /// One `nodeEventWebhooks` entry.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct WebhookConfig {
     /// Where events are POSTed (CloudEvents 1.0, structured mode).
@@ -478,6 +478,17 @@ pub struct InventoryNode {
     pub labels: BTreeMap<String, String>,
 }
 
+impl InventoryNode {
+    /// The node as the core registers it.
+    pub fn listed(&self) -> Listed {
+        Listed {
+            id: self.id.clone(),
+            hostname: self.hostname.clone(),
+            labels: self.labels.clone(),
+        }
+    }
+}
+
 /// A loaded, validated configuration and where it came from.
 #[derive(Debug, Clone)]
 pub struct Loaded {
@@ -490,6 +501,17 @@ pub struct Loaded {
     pub webhooks: Vec<Webhook>,
     /// The file this came from (`None`: built-in defaults), for reloads.
     pub source: Option<PathBuf>,
+}
+
+/// A token or signing secret: the file's text without surrounding white space (a
+/// trailing newline or none); an empty file is refused.
+fn read_secret(path: &Path) -> Result<Secret, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    match text.trim() {
+        "" => Err(format!("{} is empty", path.display())),
+        token => Ok(Secret(token.to_string())),
+    }
 }
 
 impl Config {
@@ -678,19 +700,35 @@ impl Config {
         self.orchestrator
             .validate()
             .map_err(|(key, message)| err(&format!("orchestrator.{key}"), message))?;
-        let api_token = match &self.api_token_file {
-            None => None,
-            Some(p) => {
-                let token = std::fs::read_to_string(p).map_err(|e| {
-                    err("apiTokenFile", format!("cannot read {}: {e}", p.display()))
-                })?;
-                let token = token.trim().to_string();
-                if token.is_empty() {
-                    return Err(err("apiTokenFile", format!("{} is empty", p.display())));
-                }
-                Some(Secret(token))
+        // Every file the configuration names is read before any is refused, so one run
+        // names every file that is missing, unreadable or empty.
+        let mut secrets: BTreeMap<String, Result<Secret, String>> =
+            self.api_token_file
+                .iter()
+                .map(|p| ("apiTokenFile".to_string(), p))
+                .chain(
+                    self.node_event_webhooks.iter().enumerate().map(|(i, w)| {
+                        (format!("nodeEventWebhooks[{i}].secretFile"), &w.secret_file)
+                    }),
+                )
+                .map(|(key, path)| (key, read_secret(path)))
+                .collect();
+        let mut unreadable = secrets
+            .iter()
+            .filter_map(|(key, read)| Some(err(key, read.as_ref().err()?.clone())));
+        if let Some(mut first) = unreadable.next() {
+            for more in unreadable {
+                first.message.push_str(&format!("\n{more}"));
             }
+            return Err(first);
+        }
+        let mut secret = |key: &str| {
+            secrets
+                .remove(key)
+                .expect("read above")
+                .expect("checked above")
         };
+        let api_token = self.api_token_file.as_ref().map(|_| secret("apiTokenFile"));
         if !(1..=36_500).contains(&self.store.event_retention_days) {
             return Err(err(
                 "store.eventRetentionDays",
@@ -706,19 +744,7 @@ impl Config {
                     return Err(err(&format!("{at}.url"), "is not an http(s) URL".into()));
                 }
             };
-            let secret = std::fs::read_to_string(&w.secret_file).map_err(|e| {
-                err(
-                    &format!("{at}.secretFile"),
-                    format!("cannot read {}: {e}", w.secret_file.display()),
-                )
-            })?;
-            let secret = secret.trim().to_string();
-            if secret.is_empty() {
-                return Err(err(
-                    &format!("{at}.secretFile"),
-                    format!("{} is empty", w.secret_file.display()),
-                ));
-            }
+            let signing = secret(&format!("{at}.secretFile"));
             let events = match &w.events {
                 None => None,
                 Some(types) => {
@@ -750,7 +776,7 @@ impl Config {
             }
             webhooks.push(Webhook {
                 url,
-                secret: Secret(secret),
+                secret: signing,
                 events,
                 max_attempts: w.max_attempts,
                 queue_size: w.queue_size,
@@ -1232,14 +1258,16 @@ mod tests {
                 "nodeEventWebhooks: [{ url: 'http://x', secretFile: /nonexistent }]",
                 "nodeEventWebhooks[0].secretFile",
             ),
-            (
-                "nodeEventWebhooks: [{ url: 'x', secretFile: /nonexistent }]",
-                "nodeEventWebhooks[0].url",
-            ),
         ] {
             let e = load(text).expect_err(text);
             assert_eq!(e.key, key, "{text}: {e}");
         }
+        let readable = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+        let e = load(&format!(
+            "nodeEventWebhooks: [{{ url: 'x', secretFile: {readable} }}]"
+        ))
+        .unwrap_err();
+        assert_eq!(e.key, "nodeEventWebhooks[0].url", "{e}");
     }
 
     #[test]
@@ -1289,6 +1317,43 @@ mod tests {
         let e = load(&bad).unwrap_err();
         assert_eq!(e.key, "nodeEventWebhooks[0].events");
         assert_eq!(e.line, Some(4), "{e}");
+    }
+
+    #[test]
+    fn every_unreadable_file_is_named_in_one_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, "\n").unwrap();
+        let text = format!(
+            "apiTokenFile: {}/token\nnodeEventWebhooks:\n  - url: http://127.0.0.1:1/a\n    secretFile: {}/secret\n  - url: http://127.0.0.1:1/b\n    secretFile: {}\n",
+            dir.path().display(),
+            dir.path().display(),
+            empty.display()
+        );
+        let e = load(&text).unwrap_err();
+        assert_eq!((e.key.as_str(), e.line), ("apiTokenFile", Some(1)), "{e}");
+        let shown = e.to_string();
+        let lines: Vec<&str> = shown.lines().collect();
+        assert_eq!(lines.len(), 3, "{shown}");
+        assert!(
+            lines[0].starts_with("hale.yaml:1: apiTokenFile: cannot read"),
+            "{shown}"
+        );
+        assert!(
+            lines[1].starts_with("hale.yaml:4: nodeEventWebhooks[0].secretFile: cannot read"),
+            "{shown}"
+        );
+        assert!(
+            lines[2].starts_with("hale.yaml:6: nodeEventWebhooks[1].secretFile:")
+                && lines[2].ends_with("is empty"),
+            "{shown}"
+        );
+        // A token written with or without its trailing newline reads the same.
+        for token in ["t0k3n", "t0k3n\n", " t0k3n\r\n"] {
+            std::fs::write(dir.path().join("token"), token).unwrap();
+            let l = load(&format!("apiTokenFile: {}/token\n", dir.path().display())).unwrap();
+            assert_eq!(l.api_token.as_ref().unwrap().expose(), "t0k3n");
+        }
     }
 
     #[test]

@@ -15,13 +15,22 @@ use hale::orchestrator::{NoOrchestrator, Orchestrator};
 use hale::service::Hale;
 use tracing::info;
 
-fn main() -> anyhow::Result<()> {
+/// An error ends the process with status 1 and its chain of causes on one line —
+/// never a backtrace, whatever `RUST_BACKTRACE` says (a panic still prints one).
+fn main() -> std::process::ExitCode {
     hale::service::tune_allocator();
-    tokio::runtime::Builder::new_multi_thread()
+    let ran = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .context("starting the runtime")?
-        .block_on(run())
+        .context("starting the runtime")
+        .and_then(|runtime| runtime.block_on(run()));
+    match ran {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 async fn run() -> anyhow::Result<()> {

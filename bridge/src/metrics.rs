@@ -232,6 +232,8 @@ struct Series {
     /// reports, then every known type, every type it carries or carried lately.
     conditions: Vec<(Cow<'static, str>, u8)>,
     failures: u64,
+    /// The thresholds of its own settings (pool or cluster) its score is below.
+    below: Vec<&'static str>,
 }
 
 impl Series {
@@ -260,9 +262,24 @@ impl Series {
             conditions.extend(extra.into_iter().map(|t| (Cow::Owned(t.clone()), value(t))));
             conditions.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         }
+        let below = node
+            .score
+            .as_ref()
+            .map(|s| {
+                [
+                    ("cordonBelow", settings.cordon_below),
+                    ("drainBelow", settings.drain_below),
+                ]
+                .into_iter()
+                .filter(|(_, at)| u32::from(s.value) < *at)
+                .map(|(threshold, _)| threshold)
+                .collect()
+            })
+            .unwrap_or_default();
         Series {
             id: node.id.clone(),
             score: node.score.as_ref().map(|s| s.value),
+            below,
             health: node.health(settings),
             conditions,
             failures: node.failures.total,
@@ -320,6 +337,23 @@ impl prometheus_client::collector::Collector for NodeCollector {
             if let Some(s) = node.score {
                 let labels = [("node_id", node.id.as_str()), ("cluster", cluster)];
                 ConstGauge::new(i64::from(s)).encode(score.encode_family(&labels)?)?;
+            }
+        }
+
+        let mut below = encoder.encode_descriptor(
+            "hale_node_below_threshold",
+            "1 while the node's score is below that threshold of its own settings (its pool's, else the cluster's); absent otherwise",
+            None,
+            MetricType::Gauge,
+        )?;
+        for node in &nodes {
+            for threshold in &node.below {
+                let labels = [
+                    ("node_id", node.id.as_str()),
+                    ("cluster", cluster),
+                    ("threshold", threshold),
+                ];
+                ConstGauge::new(1).encode(below.encode_family(&labels)?)?;
             }
         }
 

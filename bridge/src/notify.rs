@@ -62,6 +62,10 @@ impl WebhookMetrics {
         for reason in ["overflow", "exhausted", "rejected"] {
             Self::touch(&self.dropped, endpoint, "reason", reason);
         }
+        // `status_<code>` is an open set: each appears with its first failure.
+        for reason in ["timeout", "transport"] {
+            Self::touch(&self.attempt_failures, endpoint, "reason", reason);
+        }
     }
 
     fn count(

@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 use tracing::{error, info, warn};
 
 use crate::alertmanager::{self, Answer, IngestError};
-use crate::config::{Config, ConfigError, Loaded};
+use crate::config::{Config, ConfigError, InventoryNode, Loaded};
 use crate::core::labels::{Alert, AlertState, Signal};
 use crate::core::policy::Pending;
 use crate::core::settings::CoreSettings;
@@ -172,11 +172,7 @@ impl Hale {
             .config
             .inventory
             .iter()
-            .map(|n| Listed {
-                id: n.id.clone(),
-                hostname: n.hostname.clone(),
-                labels: n.labels.clone(),
-            })
+            .map(InventoryNode::listed)
             .collect();
         hale.apply(|fleet, cfg, now| Ok(fleet.register(cfg, now, &inventory)))
             .expect("registering cannot fail");
@@ -666,11 +662,28 @@ impl Hale {
             return Ok(());
         };
         let next = Config::load(Some(&path))?;
-        if next.config.listen != current.config.listen
-            || next.config.store.path != current.config.store.path
-        {
-            warn!("listen and store.path changes take effect only after a restart");
+        // What only a restart changes refuses the reload, so what runs is always one
+        // file's configuration, never a mix of two.
+        let needs_restart: Vec<&str> = [
+            ("listen", next.config.listen != current.config.listen),
+            ("store", next.config.store != current.config.store),
+            (
+                "orchestrator",
+                next.config.orchestrator != current.config.orchestrator,
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(key, changed)| changed.then_some(key))
+        .collect();
+        if !needs_restart.is_empty() {
+            return Err(ConfigError {
+                file: path.display().to_string(),
+                line: None,
+                key: needs_restart.join(", "),
+                message: "changes only with a restart; nothing was reloaded".into(),
+            });
         }
+        let applied = changed_keys(&current, &next);
         *self.client.write().expect("client lock") =
             alertmanager::Client::new(&next.config.alertmanager);
         *self.notifier.write().expect("notifier lock") = Notifier::start(
@@ -682,11 +695,21 @@ impl Hale {
         self.metrics
             .store_bytes_max
             .set(next.config.store.max_bytes.map_or(0, |m| m as i64));
+        let inventory: Vec<Listed> = next
+            .config
+            .inventory
+            .iter()
+            .map(InventoryNode::listed)
+            .collect();
         let mut fleet = self.lock_fleet();
         *self.config.write().expect("config lock") = Arc::new(next);
         fleet.reconfigured();
         drop(fleet);
-        info!(config = %path.display(), "configuration reloaded");
+        if applied.contains(&"inventory") {
+            self.apply(|fleet, cfg, now| Ok(fleet.register(cfg, now, &inventory)))
+                .expect("registering cannot fail");
+        }
+        info!(config = %path.display(), applied = %applied.join(", "), "configuration reloaded");
         Ok(())
     }
 
@@ -1070,6 +1093,31 @@ fn log_events(outcome: &Outcome) {
             "trusted alert data again: telemetry_stale cleared"
         );
     }
+}
+
+/// The top-level keys whose value differs between two loaded configurations
+/// (secrets compared by what the files hold), for the reload's log line.
+fn changed_keys(was: &Loaded, is: &Loaded) -> Vec<&'static str> {
+    let (a, b) = (&was.config, &is.config);
+    [
+        ("cluster", a.cluster != b.cluster),
+        (
+            "apiTokenFile",
+            a.api_token_file != b.api_token_file || was.api_token != is.api_token,
+        ),
+        ("alertmanager", a.alertmanager != b.alertmanager),
+        ("nodeIdentity", a.node_identity != b.node_identity),
+        ("nodeHealth", a.node_health != b.node_health),
+        ("pools", a.pools != b.pools),
+        (
+            "nodeEventWebhooks",
+            a.node_event_webhooks != b.node_event_webhooks || was.webhooks != is.webhooks,
+        ),
+        ("inventory", a.inventory != b.inventory),
+    ]
+    .into_iter()
+    .filter_map(|(key, changed)| changed.then_some(key))
+    .collect()
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::policy::{Conclusion, Cordon};
+use crate::core::policy::{Conclusion, Cordon, RECOVERY_HOLD};
 use crate::core::settings::Settings;
 use crate::core::{Deduction, Health, Node, Severity, Status, Time};
 use crate::store::StoredEvent;
@@ -65,6 +65,10 @@ pub struct NodeView {
     /// The policy's standing conclusion about the node, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy: Option<Conclusion>,
+    /// When a recovered node's standing conclusion lifts, unless it degrades again
+    /// first (a recovery must hold 15 minutes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_lifts_at: Option<Time>,
 }
 
 impl NodeView {
@@ -121,6 +125,11 @@ impl NodeView {
             cordon: node.policy.cordon.clone(),
             gated: node.policy.gated,
             policy: node.policy.conclusion.clone(),
+            policy_lifts_at: node
+                .policy
+                .recovered_since
+                .filter(|_| node.policy.conclusion.is_some())
+                .map(|since| since + RECOVERY_HOLD),
         }
     }
 }

@@ -154,6 +154,20 @@ async fn node_ids_with_slash_and_colon_and_operator_verbs() {
     let n: Value = r.json().await.unwrap();
     assert_eq!(n["failures"]["total"], 1);
     assert_eq!(n["score"], 55);
+    // 55 is below the default cordonBelow (60), not below drainBelow (45).
+    let text = hale.metrics().await;
+    let below = |threshold| {
+        metric(
+            &text,
+            "hale_node_below_threshold",
+            &[("node_id", id), ("threshold", threshold)],
+        )
+    };
+    assert_eq!(
+        (below("cordonBelow"), below("drainBelow")),
+        (Some(1.0), None),
+        "{text}"
+    );
 
     // A sticky condition is cleared by the operator through the CLI.
     am.fire(&[gpu_ecc_uncorrectable(id)]).await;
@@ -164,7 +178,8 @@ async fn node_ids_with_slash_and_colon_and_operator_verbs() {
         "node",
         "clear",
         id,
-        "gpu_ecc_errors",
+        // The title `node show` prints names it as well as the type.
+        "GPU ECC errors",
         "--reason",
         "GPU swapped",
     ]);
@@ -218,14 +233,14 @@ async fn node_ids_with_slash_and_colon_and_operator_verbs() {
         "{text}"
     );
     assert!(
-        text.contains("Disk Degraded [Critical] SMART health check failing"),
+        text.contains("Disk Degraded (disk_degraded) [Critical] SMART health check failing"),
         "{text}"
     );
     let out = hale.cli(&["node", "show", "spare-1"]);
+    let text = String::from_utf8(out.stdout).unwrap();
     assert!(
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .contains("not yet scored")
+        text.contains("not yet scored: no alert has named this node yet"),
+        "{text}"
     );
     let out = hale.cli(&["alerts", "-o", "json"]);
     let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -243,9 +258,31 @@ async fn node_ids_with_slash_and_colon_and_operator_verbs() {
             .unwrap()
             .contains("condition:disk_degraded")
     );
-    let out = hale.cli(&["node", "show", "nope"]);
+    // An error is one line, whatever RUST_BACKTRACE says.
+    let out = Command::new(env!("CARGO_BIN_EXE_hale"))
+        .args(["node", "show", "nope"])
+        .env("HALE_SERVER", &hale.url)
+        .env("HALE_TOKEN_FILE", hale.dir.join("token"))
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not_found (404)"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("error: not_found (404)"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    // Without a token, the 401 says how to give one.
+    let out = Command::new(env!("CARGO_BIN_EXE_hale"))
+        .args(["node", "clear", id, "disk_degraded", "--reason", "x"])
+        .env("HALE_SERVER", &hale.url)
+        .env_remove("HALE_TOKEN_FILE")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("(401)") && stderr.contains("--token-file FILE or set HALE_TOKEN_FILE"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]
@@ -279,6 +316,16 @@ async fn metrics_pass_promtool_and_follow_the_node() {
     let node = r#"node_id="rack1/n:3",cluster="default""#;
     assert!(
         text.contains(&format!("hale_node_reliability_score{{{node}}} 60")),
+        "{text}"
+    );
+    // At cordonBelow (60), not below it.
+    assert_eq!(
+        metric(
+            &text,
+            "hale_node_below_threshold",
+            &[("node_id", "rack1/n:3")]
+        ),
+        None,
         "{text}"
     );
     assert!(text.contains(&format!(

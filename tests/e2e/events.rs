@@ -241,6 +241,16 @@ async fn webhooks_are_signed_retried_and_filtered() {
         Some(2.0),
         "{metrics}"
     );
+    // The fixed reasons are there at 0 before their first failure.
+    assert_eq!(
+        metric(
+            &metrics,
+            "hale_webhook_attempt_failures_total",
+            &[("endpoint", &endpoint), ("reason", "timeout")]
+        ),
+        Some(0.0),
+        "{metrics}"
+    );
     assert!(
         !hale.log().contains(SECRET),
         "the secret never reaches the log"
@@ -421,6 +431,47 @@ async fn sighup_reloads_endpoints_and_penalties_and_a_bad_file_changes_nothing()
         receiver.got("/before").len(),
         1,
         "the old endpoint gets nothing new"
+    );
+    assert!(
+        hale.log().contains("applied=nodeHealth, nodeEventWebhooks"),
+        "the reload says what it applied: {}",
+        hale.log()
+    );
+
+    // The inventory follows a reload: a node listed since is known at once.
+    let after = webhook_only_config(dir.path(), port, &hooks("/after", 30));
+    std::fs::write(
+        dir.path().join("hale.yaml"),
+        format!("{after}inventory: [{{ id: late-1 }}]\n"),
+    )
+    .unwrap();
+    hale.signal("HUP");
+    hale.wait_node("listed by the reload", "late-1", |n| n["score"].is_null())
+        .await;
+    // What only a restart changes refuses the reload, naming it.
+    std::fs::write(
+        dir.path().join("hale.yaml"),
+        webhook_only_config(dir.path(), free_port(), &hooks("/after", 30)),
+    )
+    .unwrap();
+    let r = reqwest::Client::new()
+        .post(format!("{}/-/reload", hale.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert!(
+        e["detail"]
+            .as_str()
+            .unwrap()
+            .contains("listen: changes only with a restart; nothing was reloaded"),
+        "{e}"
+    );
+    assert!(
+        hale.node("late-1").await.is_some(),
+        "the refused reload changed nothing"
     );
 
     // A bad file: refused on SIGHUP and on /-/reload, the running config stays.

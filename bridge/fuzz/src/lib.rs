@@ -13,7 +13,7 @@
 use std::sync::LazyLock;
 
 use chrono::{DateTime, TimeDelta};
-use hale::config::Config;
+use hale::config::{Config, InventoryNode};
 use hale::core::settings::CoreSettings;
 use hale::core::{EventKind, Fleet, Listed, Outcome, Time};
 
@@ -156,11 +156,7 @@ pub fn load(yaml: &str) -> Setup {
         .config
         .inventory
         .iter()
-        .map(|n| Listed {
-            id: n.id.clone(),
-            hostname: n.hostname.clone(),
-            labels: n.labels.clone(),
-        })
+        .map(InventoryNode::listed)
         .collect();
     Setup {
         core: loaded.core,

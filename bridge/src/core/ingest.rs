@@ -160,9 +160,18 @@ impl Fleet {
     }
 
     /// Register nodes known before they report; refresh their labels and hostname.
+    /// `inventory` is the whole list: a node it no longer holds is from now on known
+    /// from alerts alone, and retired as such nodes are (its history kept).
     pub fn register(&mut self, cfg: &CoreSettings, now: Time, inventory: &[Listed]) -> Outcome {
         self.pools = None;
+        let listed: BTreeSet<&str> = inventory.iter().map(|k| k.id.as_str()).collect();
         let mut step = Step::new(self, cfg, now);
+        for node in step.fleet.nodes.values_mut() {
+            if node.known_from == Origin::Inventory && !listed.contains(node.id.as_str()) {
+                node.known_from = Origin::Alerts;
+                step.out.dirty.insert(node.id.clone());
+            }
+        }
         for known in inventory {
             let node = step.node(&known.id);
             let hostname = known.hostname.clone();

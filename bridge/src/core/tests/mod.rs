@@ -906,6 +906,13 @@ fn inventory_nodes_are_unscored_until_they_report_and_pools_price_them() {
         s.fleet.register(&s.cfg, s.now, &inv).dirty.is_empty(),
         "unchanged, not rewritten"
     );
+    // Dropped from the list (a reload): known from alerts alone from now on, its
+    // state kept; the node still listed is untouched.
+    let out = s.fleet.register(&s.cfg, s.now, &inv[..1]);
+    assert_eq!(out.dirty.iter().collect::<Vec<_>>(), ["cpu-1"]);
+    assert_eq!(s.node("cpu-1").known_from, Origin::Alerts);
+    assert_eq!(s.node("gpu-14").known_from, Origin::Inventory);
+    assert_eq!(s.score("cpu-1"), Some(70));
 }
 
 #[test]
