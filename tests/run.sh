@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 . tests/install.sh
 install_missing prometheus-alertmanager=prometheus-alertmanager promtool=prometheus \
-    prometheus-node-exporter=prometheus-node-exporter mtail=mtail
+    prometheus-node-exporter=prometheus-node-exporter mtail=mtail ip=iproute2 unshare=util-linux
 
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
@@ -14,5 +14,6 @@ tests/promtool.sh
 tests/mtail.sh
 cargo build --locked --bin hale
 tests/examples.sh
+tests/readme.sh
 tests/helm.sh
 cargo test --all-targets --locked
