@@ -4,6 +4,7 @@
 //! has a score series.
 
 use std::borrow::Cow;
+use std::ops::Bound;
 use std::sync::{Arc, Mutex, RwLock};
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -301,6 +302,9 @@ impl std::fmt::Debug for NodeCollector {
     }
 }
 
+/// Nodes copied per hold of the fleet lock by a scrape.
+const COPY_SLICE: usize = 2048;
+
 impl prometheus_client::collector::Collector for NodeCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let leads = self.orchestrator.leads();
@@ -316,16 +320,29 @@ impl prometheus_client::collector::Collector for NodeCollector {
         }
         let config = self.config.read().expect("config lock").clone();
         let cluster = config.config.cluster.as_str();
-        // Copied under the lock, rendered after it: a scrape holds ingest up for the
-        // copy of a few numbers per node, not for the text.
-        let nodes: Vec<Series> = {
+        // Copied under the lock, rendered after it, and copied a slice of nodes at a
+        // time with the lock released between slices: a scrape of 100,000 nodes holds
+        // ingest up for one slice's copy at most, not for the fleet's or the text.
+        let mut nodes: Vec<Series> = Vec::new();
+        loop {
             let fleet = self.fleet.lock().expect("fleet lock");
-            fleet
+            let after = nodes.last().map(|s| s.id.as_str());
+            let slice = fleet
                 .nodes
-                .values()
-                .map(|n| Series::of(n, config.core.settings_for(&n.labels)))
-                .collect()
-        };
+                .range::<str, _>((
+                    after.map_or(Bound::Unbounded, Bound::Excluded),
+                    Bound::Unbounded,
+                ))
+                .take(COPY_SLICE)
+                .map(|(_, n)| Series::of(n, config.core.settings_for(&n.labels)))
+                .collect::<Vec<_>>();
+            drop(fleet);
+            let whole = slice.len() < COPY_SLICE;
+            nodes.extend(slice);
+            if whole {
+                break;
+            }
+        }
 
         let mut score = encoder.encode_descriptor(
             "hale_node_reliability_score",

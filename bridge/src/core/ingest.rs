@@ -156,7 +156,7 @@ impl Fleet {
 
     /// Time passed: staleness, missed heartbeats, decaying failure deductions.
     pub fn tick(&mut self, cfg: &CoreSettings, now: Time) -> Outcome {
-        Step::new(self, cfg, now).finish(Scope::Time)
+        Step::new(self, cfg, now).finish(Scope::Tick)
     }
 
     /// Register nodes known before they report; refresh their labels and hostname.

@@ -525,6 +525,9 @@ pub struct Fleet {
     /// by the policy's own decisions; `None` after anything else changed a node's
     /// service state, pool or presence, so the next step counts afresh.
     pub pools: Option<policy::Pools>,
+    /// When the policy last passed over every node (a tick passes it at most every
+    /// ten seconds; this process's memory only).
+    pub whole_pass_at: Option<Time>,
 }
 
 impl Fleet {
@@ -534,6 +537,7 @@ impl Fleet {
             trust: Trust::new(now),
             ledger: policy::Ledger::default(),
             swept_at: None,
+            whole_pass_at: None,
             decaying: None,
             pools: None,
         }

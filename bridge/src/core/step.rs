@@ -13,15 +13,24 @@ use super::settings::CoreSettings;
 use super::trust::Keep;
 use super::{Event, EventKind, FAILURE_DEDUCTION, Fleet, Node, Severity, TELEMETRY_STALE, Time};
 
+/// How often a tick passes the whole policy over the fleet (polls always do).
+pub(super) const WHOLE_PASS_EVERY: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
+
 /// What `finish` looks at: a step costs in proportion to what it can have changed.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Scope {
     /// A poll, which may clear anything: every node rescored, the whole policy, and
     /// what time makes due.
     All,
-    /// Time passed (a tick, a failed poll): missed heartbeats, the sweep, decaying
-    /// failure deductions, the whole policy.
+    /// Time passed (a failed poll, a backtest step): missed heartbeats, the sweep,
+    /// decaying failure deductions, the whole policy.
     Time,
+    /// The clock's tick (every second): as `Time`, but the whole policy only when
+    /// [`WHOLE_PASS_EVERY`] has passed since the last whole pass; between them the
+    /// nodes the tick changed are decided, against the kept pool counts. What waits
+    /// on time alone (a recovery's hold, a suppression window, a budget's hour) is
+    /// decided at most that much later.
+    Tick,
     /// A delivery or an operator's input: the nodes it touched, and no other.
     Touched,
 }
@@ -119,10 +128,10 @@ impl<'f> Step<'f> {
                     score(node, &mut out, now, cfg, decays);
                 }
             }
-            Scope::Time | Scope::Touched => {
+            Scope::Time | Scope::Tick | Scope::Touched => {
                 // A node is rescored once whichever way it is due.
                 due.extend(out.dirty.iter().chain(&out.touched).cloned());
-                if scope == Scope::Time {
+                if scope != Scope::Touched {
                     due.extend(decays.iter().cloned());
                 }
                 for id in &due {
@@ -137,10 +146,20 @@ impl<'f> Step<'f> {
             now,
             out: &mut out,
         };
-        if scope == Scope::Touched {
-            policy.evaluate_some(fleet, &due);
-        } else {
+        // Without kept counts any scope counts afresh: a whole pass.
+        let whole = fleet.pools.is_none()
+            || match scope {
+                Scope::All | Scope::Time => true,
+                Scope::Tick => fleet
+                    .whole_pass_at
+                    .is_none_or(|t| now.signed_duration_since(t) >= WHOLE_PASS_EVERY || now < t),
+                Scope::Touched => false,
+            };
+        if whole {
             policy.evaluate(fleet);
+            fleet.whole_pass_at = Some(now);
+        } else {
+            policy.evaluate_some(fleet, &due);
         }
         out
     }

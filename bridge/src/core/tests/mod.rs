@@ -1480,11 +1480,13 @@ fn act(s: &mut Script) {
 }
 
 /// The orchestrator has counted the work on these nodes since they were taken out
-/// (as many allocations as the test set).
+/// (as many allocations as the test set). Like the inventory that reports it, this
+/// leaves the pools to be counted afresh, so the next step passes over every node.
 fn counted(s: &mut Script, ids: &[&str]) {
     for id in ids {
         s.fleet.nodes.get_mut(*id).unwrap().policy.work_counted = true;
     }
+    s.fleet.pools = None;
 }
 
 /// The pending actions, by node, without their ids.
@@ -2290,4 +2292,30 @@ fn a_delivery_looks_only_at_the_nodes_it_names_and_time_at_the_rest() {
     s.at(7201).tick();
     assert_eq!(s.took(), ["n2 SCORE_CHANGED"]);
     assert_eq!(s.score("n2"), Some(96));
+}
+
+#[test]
+fn ticks_pass_the_whole_policy_at_most_every_ten_seconds() {
+    let mut s = script("nodeHealth: { penalties: { SmartFailing: 60 } }");
+    s.at(0).poll(&[watchdog(), heartbeat("n1")]);
+    s.at(10)
+        .poll(&[watchdog(), heartbeat("n1"), smart_failing("n1")]);
+    assert!(s.node("n1").policy.conclusion.is_some(), "would drain");
+    s.at(30).poll(&[watchdog(), heartbeat("n1")]);
+    assert_eq!(s.node("n1").policy.recovered_since, Some(s.now));
+    // The recovery's hold (15 minutes) lapses at 930; the last whole pass was the
+    // poll at 925.
+    s.at(925).poll(&[watchdog(), heartbeat("n1")]);
+    s.at(930).tick();
+    assert!(
+        s.node("n1").policy.conclusion.is_some(),
+        "a tick 5 s after a whole pass decides only what it changed"
+    );
+    assert_eq!(s.fleet.whole_pass_at, Some(t0() + TimeDelta::seconds(925)));
+    s.at(935).tick();
+    assert!(
+        s.node("n1").policy.conclusion.is_none(),
+        "the tick 10 s after it passes over every node"
+    );
+    assert_eq!(s.fleet.whole_pass_at, Some(s.now));
 }
