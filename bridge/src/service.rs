@@ -31,6 +31,8 @@ use crate::view::{NodeList, NodeQuery, NodeSummary, NodeView, SeenAlert, SourceV
 
 /// How often time-driven rules (staleness, missed heartbeats, decay) are evaluated.
 const TICK: Duration = Duration::from_secs(1);
+/// Nodes a poll applies per hold of the fleet lock.
+const POLL_SLICE: usize = 1024;
 /// How often events past their retention are deleted.
 const RETENTION_SWEEP: Duration = Duration::from_secs(3600);
 /// How often the store's write-ahead log is copied into the database.
@@ -319,25 +321,46 @@ impl Hale {
             Ok(alerts) => alerts,
             Err(e) => return self.poll_failed(e),
         };
-        let outcome = self
+        // Applied a slice of nodes at a time, the fleet released between slices, so a
+        // delivery waits for one slice, not for the whole fleet's poll. Each delivery
+        // names its alerts in `delivered_during_poll` before it applies: the slices
+        // after it treat them as newer than this answer.
+        static NONE: BTreeSet<String> = BTreeSet::new();
+        let mut slices = None;
+        let mut outcome = self
             .apply(|fleet, cfg, now| {
-                // Taken under the fleet lock: a delivery either registered here first
-                // or applies after this poll.
-                let delivered = self
-                    .delivered_during_poll
-                    .lock()
-                    .expect("poll lock")
-                    .take()
-                    .unwrap_or_default();
+                let newer = self.delivered_during_poll.lock().expect("poll lock");
                 let answer = PollAnswer {
                     alerts: &alerts,
                     answered: answered.unwrap_or(now),
                     started,
-                    delivered: &delivered,
+                    delivered: newer.as_ref().unwrap_or(&NONE),
                 };
-                Ok(fleet.poll_answer(cfg, now, &answer))
+                let (begun, out) = fleet.poll_begin(cfg, now, &answer);
+                slices = Some(begun);
+                Ok(out)
             })
             .expect("a poll cannot fail");
+        let mut slices = slices.expect("begun above");
+        while !slices.done() {
+            let out = self
+                .apply(|fleet, cfg, now| {
+                    let newer = self.delivered_during_poll.lock().expect("poll lock");
+                    let newer = newer.as_ref().unwrap_or(&NONE);
+                    Ok(fleet.poll_slice(cfg, now, &mut slices, &alerts, newer, POLL_SLICE))
+                })
+                .expect("a poll cannot fail");
+            outcome.absorb(out);
+        }
+        let out = self
+            .apply(|fleet, cfg, now| {
+                // Taken under the fleet lock: a delivery either registered before the
+                // last slice or applies after this poll.
+                self.delivered_during_poll.lock().expect("poll lock").take();
+                Ok(fleet.poll_end(cfg, now, &slices))
+            })
+            .expect("a poll cannot fail");
+        outcome.absorb(out);
         let result = if outcome.trusted {
             "trusted"
         } else {

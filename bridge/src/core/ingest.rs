@@ -37,6 +37,35 @@ pub struct PollAnswer<'p, 'a> {
     pub delivered: &'p BTreeSet<String>,
 }
 
+/// A poll's answer applied a slice of nodes at a time, so that deliveries are not
+/// held up behind a whole fleet's poll: [`Fleet::poll_begin`], then
+/// [`Fleet::poll_slice`] (with the same alerts) until [`PollSlices::done`], then
+/// [`Fleet::poll_end`]. A delivery applied between slices is newer than the answer:
+/// pass its fingerprints to the slices after it. [`Fleet::poll_answer`] is the same
+/// in one go.
+pub struct PollSlices {
+    /// The answer's alerts that name a node (their indices), by node in the order of
+    /// the nodes' ids: each group a range of `items`.
+    groups: Vec<std::ops::Range<usize>>,
+    items: Vec<u32>,
+    /// How many groups were applied.
+    next: usize,
+    /// The known nodes the answer does not name, still to apply (last first), once
+    /// the groups are done; a trusted answer only.
+    silent: Option<Vec<String>>,
+    answered: Time,
+    refreshes: Option<u64>,
+    trusted: bool,
+}
+
+impl PollSlices {
+    /// Whether every node was applied: [`Fleet::poll_end`] is next.
+    pub fn done(&self) -> bool {
+        self.next == self.groups.len()
+            && (!self.trusted || self.silent.as_ref().is_some_and(Vec::is_empty))
+    }
+}
+
 impl<'p, 'a> PollAnswer<'p, 'a> {
     /// An answer with nothing but its alerts, taken at `now`.
     pub fn of(alerts: &'p [Alert<'a>], now: Time) -> Self {
@@ -72,6 +101,29 @@ impl Fleet {
         now: Time,
         answer: &PollAnswer<'_, '_>,
     ) -> Outcome {
+        let (mut slices, mut out) = self.poll_begin(cfg, now, answer);
+        while !slices.done() {
+            out.absorb(self.poll_slice(
+                cfg,
+                now,
+                &mut slices,
+                answer.alerts,
+                answer.delivered,
+                usize::MAX,
+            ));
+        }
+        out.absorb(self.poll_end(cfg, now, &slices));
+        out
+    }
+
+    /// The first step of a poll applied in slices ([`PollSlices`]): the answer is
+    /// judged (trust, holds) and its alerts grouped by node; no node changes yet.
+    pub fn poll_begin(
+        &mut self,
+        cfg: &CoreSettings,
+        now: Time,
+        answer: &PollAnswer<'_, '_>,
+    ) -> (PollSlices, Outcome) {
         let Judged {
             trusted,
             refreshes,
@@ -81,13 +133,116 @@ impl Fleet {
         step.out.trusted = trusted;
         step.out.held = held;
         step.settle_trust();
-        step.keep = Keep {
-            newer: answer.delivered,
-            answered: Some(answer.answered),
+        let mut named = Vec::with_capacity(answer.alerts.len());
+        for (i, alert) in answer.alerts.iter().enumerate() {
+            if alert.signal() == Signal::Watchdog
+                || answer.delivered.contains(alert.fingerprint.as_ref())
+            {
+                continue;
+            }
+            match alert.node(&cfg.identity) {
+                Some(node) => named.push((node, i as u32)),
+                None => step.out.unmatched += 1,
+            }
+        }
+        let (groups, items) = group_by_key(named).into_ranges();
+        let slices = PollSlices {
+            groups,
+            items,
+            next: 0,
+            silent: None,
+            answered: answer.answered,
             refreshes,
+            trusted,
+        };
+        (slices, step.out)
+    }
+
+    /// Apply the next `nodes` nodes of a poll begun by [`Fleet::poll_begin`] on
+    /// `alerts` (the answer's): each node's alerts but those `newer` names
+    /// (deliveries applied since the answer was fetched), then — a trusted answer
+    /// being the whole picture — the known nodes it does not name. The nodes are
+    /// rescored; the policy waits for [`Fleet::poll_end`].
+    pub fn poll_slice(
+        &mut self,
+        cfg: &CoreSettings,
+        now: Time,
+        slices: &mut PollSlices,
+        alerts: &[Alert<'_>],
+        newer: &BTreeSet<String>,
+        nodes: usize,
+    ) -> Outcome {
+        let trusted = slices.trusted;
+        let identity = &cfg.identity;
+        let node_of = |range: &std::ops::Range<usize>| {
+            alerts[slices.items[range.start] as usize]
+                .node(identity)
+                .expect("grouped by it")
+        };
+        let mut step = Step::new(self, cfg, now);
+        step.out.trusted = trusted;
+        step.keep = Keep {
+            newer,
+            answered: Some(slices.answered),
+            refreshes: slices.refreshes,
             hold: step.fleet.trust.held_since(now),
         };
-        step.ingest(answer.alerts, trusted, trusted);
+        let mut room = identity.max_nodes.saturating_sub(step.fleet.nodes.len());
+        let mut budget = nodes;
+        let mut fresh: Vec<&Alert<'_>> = Vec::new();
+        while budget > 0 && slices.next < slices.groups.len() {
+            let range = &slices.groups[slices.next];
+            slices.next += 1;
+            budget -= 1;
+            let id = node_of(range);
+            fresh.clear();
+            fresh.extend(
+                slices.items[range.clone()]
+                    .iter()
+                    .map(|&i| &alerts[i as usize])
+                    .filter(|a| !newer.contains(a.fingerprint.as_ref())),
+            );
+            if !step.fleet.nodes.contains_key(id) && !step.admits(id, &fresh, &mut room) {
+                continue;
+            }
+            // Every alert of the node came newer by delivery: what the whole picture
+            // says of a node it does not name, or, untrusted, nothing.
+            if !fresh.is_empty() || trusted {
+                step.apply_node(id, &fresh, trusted, trusted);
+            }
+        }
+        if slices.next == slices.groups.len() && trusted {
+            let silent = slices.silent.get_or_insert_with(|| {
+                // Both in order: one walk, not a search per node.
+                let mut named = slices.groups.iter().map(node_of).peekable();
+                let mut silent: Vec<String> = step
+                    .fleet
+                    .nodes
+                    .keys()
+                    .filter(|id| {
+                        while named.next_if(|k| *k < id.as_str()).is_some() {}
+                        named.peek() != Some(&id.as_str())
+                    })
+                    .cloned()
+                    .collect();
+                silent.reverse();
+                silent
+            });
+            while budget > 0
+                && let Some(id) = silent.pop()
+            {
+                budget -= 1;
+                step.apply_node(&id, &[], true, trusted);
+            }
+        }
+        step.finish(Scope::Slice)
+    }
+
+    /// The last step of a poll applied in slices: time's work (missed heartbeats, the
+    /// sweep), every node rescored where it has to be, and the whole policy.
+    pub fn poll_end(&mut self, cfg: &CoreSettings, now: Time, slices: &PollSlices) -> Outcome {
+        let mut step = Step::new(self, cfg, now);
+        step.out.trusted = slices.trusted;
         step.finish(Scope::All)
     }
 
@@ -131,7 +286,7 @@ impl Fleet {
         {
             step.fleet.trust.held_resolutions = true;
         }
-        step.ingest(alerts, false, trusted);
+        step.ingest(alerts, trusted);
         step.finish(Scope::Touched)
     }
 
@@ -278,13 +433,12 @@ impl Fleet {
 impl<'f> Step<'f> {
     /// Apply a batch of alerts. `full`: the batch is the whole picture, so whatever it
     /// lacks has ended. `trusted`: it may clear evidence and counts as a report.
-    pub(super) fn ingest(&mut self, alerts: &[Alert<'_>], full: bool, trusted: bool) {
+    /// A delivery's alerts: each node they name gets them as partial news.
+    pub(super) fn ingest(&mut self, alerts: &[Alert<'_>], trusted: bool) {
         let identity = &self.cfg.identity;
         let mut named: Vec<(&str, &Alert<'_>)> = Vec::with_capacity(alerts.len());
         for alert in alerts {
-            if alert.signal() == Signal::Watchdog
-                || self.keep.newer.contains(alert.fingerprint.as_ref())
-            {
+            if alert.signal() == Signal::Watchdog {
                 continue;
             }
             match alert.node(identity) {
@@ -297,29 +451,8 @@ impl<'f> Step<'f> {
         groups.retain(|id, alerts| {
             self.fleet.nodes.contains_key(id) || self.admits(id, alerts, &mut room)
         });
-        // The whole picture: known nodes it does not name see their alerts end.
-        let silent: Vec<String> = if full {
-            self.fleet
-                .nodes
-                .keys()
-                .filter({
-                    // Both in order: one walk, not a search per node.
-                    let mut named = groups.iter().map(|(k, _)| k).peekable();
-                    move |id| {
-                        while named.next_if(|k| *k < id.as_str()).is_some() {}
-                        named.peek() != Some(&id.as_str())
-                    }
-                })
-                .cloned()
-                .collect()
-        } else {
-            Vec::new()
-        };
         for (id, alerts) in groups.iter() {
-            self.apply_node(id, alerts, full, trusted);
-        }
-        for id in silent {
-            self.apply_node(&id, &[], true, trusted);
+            self.apply_node(id, alerts, false, trusted);
         }
     }
 

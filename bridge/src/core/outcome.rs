@@ -30,9 +30,16 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// Fold a later outcome into this one (used to retry a failed persist).
+    /// Fold a later outcome into this one (a failed persist retried with the next
+    /// step; the slices of a poll). Whether the input was trusted, and a hold it
+    /// began, are the earlier one's word.
     pub fn absorb(&mut self, later: Outcome) {
         self.ledger |= later.ledger;
+        self.unmatched += later.unmatched;
+        self.refused.extend(later.refused);
+        if self.held.is_none() {
+            self.held = later.held;
+        }
         self.moved.extend(later.moved);
         self.events.extend(later.events);
         self.dirty.extend(later.dirty);

@@ -33,6 +33,9 @@ pub(super) enum Scope {
     Tick,
     /// A delivery or an operator's input: the nodes it touched, and no other.
     Touched,
+    /// A slice of a poll: the nodes it touched rescored; the policy waits for the
+    /// poll's last step, which passes it over every node.
+    Slice,
 }
 
 /// One application of inputs to the fleet, collecting its outcome.
@@ -102,7 +105,7 @@ impl<'f> Step<'f> {
 
     pub(super) fn finish(mut self, scope: Scope) -> Outcome {
         self.settle_trust();
-        if scope != Scope::Touched {
+        if matches!(scope, Scope::All | Scope::Time | Scope::Tick) {
             self.check_heartbeats();
             self.sweep();
         }
@@ -128,10 +131,10 @@ impl<'f> Step<'f> {
                     score(node, &mut out, now, cfg, decays);
                 }
             }
-            Scope::Time | Scope::Tick | Scope::Touched => {
+            Scope::Time | Scope::Tick | Scope::Touched | Scope::Slice => {
                 // A node is rescored once whichever way it is due.
                 due.extend(out.dirty.iter().chain(&out.touched).cloned());
-                if scope != Scope::Touched {
+                if matches!(scope, Scope::Time | Scope::Tick) {
                     due.extend(decays.iter().cloned());
                 }
                 for id in &due {
@@ -140,6 +143,9 @@ impl<'f> Step<'f> {
                     }
                 }
             }
+        }
+        if scope == Scope::Slice {
+            return out;
         }
         let mut policy = Policy {
             cfg,
@@ -153,7 +159,7 @@ impl<'f> Step<'f> {
                 Scope::Tick => fleet
                     .whole_pass_at
                     .is_none_or(|t| now.signed_duration_since(t) >= WHOLE_PASS_EVERY || now < t),
-                Scope::Touched => false,
+                Scope::Touched | Scope::Slice => false,
             };
         if whole {
             policy.evaluate(fleet);
@@ -257,6 +263,12 @@ impl<'k, T> Grouped<'k, T> {
         self.groups
             .iter()
             .map(|(k, range)| (*k, &self.items[range.clone()]))
+    }
+
+    /// The groups as ranges of the items, without their keys.
+    pub(super) fn into_ranges(self) -> (Vec<std::ops::Range<usize>>, Vec<T>) {
+        let ranges = self.groups.into_iter().map(|(_, range)| range).collect();
+        (ranges, self.items)
     }
 
     /// Whether `key` is one of the groups.

@@ -376,4 +376,49 @@ proptest! {
             );
         }
     }
+
+    /// A poll applied a few nodes at a time is the poll applied in one go: the same
+    /// fleet, the same events for each node, the same count of what named no node.
+    #[test]
+    fn a_poll_in_slices_is_the_poll_in_one_go(
+        mode in prop_oneof![Just("observe"), Just("cordon"), Just("replace")],
+        history in proptest::collection::vec((1u16..400, input()), 0..20),
+        watchdog in any::<bool>(),
+        last in proptest::collection::vec(gen_alert(), 0..8),
+        size in 1usize..4,
+    ) {
+        let yaml = format!(
+            "alertmanager: {{ pollInterval: 30s, staleAfter: 10m }}\nnodeHealth: {{ mode: {mode} }}"
+        );
+        let s = run(&yaml, &history)?;
+        let at = (s.now - t0()).num_seconds() + 30;
+        let now = t0() + TimeDelta::seconds(at);
+        let mut alerts: Vec<Alert> = last.iter().map(|g| g.alert(false).0).collect();
+        if watchdog {
+            alerts.push(watchdog_sent(at).0);
+        }
+        let answer = crate::core::PollAnswer::of(&alerts, now);
+        let mut whole = s.fleet.clone();
+        let in_one_go = whole.poll_answer(&s.cfg, now, &answer);
+        let mut sliced = s.fleet.clone();
+        let (mut slices, mut in_slices) = sliced.poll_begin(&s.cfg, now, &answer);
+        let none = std::collections::BTreeSet::new();
+        while !slices.done() {
+            in_slices.absorb(sliced.poll_slice(&s.cfg, now, &mut slices, &alerts, &none, size));
+        }
+        in_slices.absorb(sliced.poll_end(&s.cfg, now, &slices));
+        prop_assert_eq!(&sliced, &whole);
+        let by_node = |out: &Outcome| {
+            let mut events: BTreeMap<String, Vec<Event>> = BTreeMap::new();
+            for e in &out.events {
+                events.entry(e.node_id.clone()).or_default().push(e.clone());
+            }
+            events
+        };
+        prop_assert_eq!(by_node(&in_slices), by_node(&in_one_go));
+        prop_assert_eq!(
+            (in_slices.unmatched, &in_slices.refused, in_slices.trusted),
+            (in_one_go.unmatched, &in_one_go.refused, in_one_go.trusted)
+        );
+    }
 }
