@@ -354,8 +354,9 @@ impl Hale {
         }
         let out = self
             .apply(|fleet, cfg, now| {
-                // Taken under the fleet lock: a delivery either registered before the
-                // last slice or applies after this poll.
+                // Taken under the fleet lock: a delivery that registers after this
+                // applies after the poll; one before it came after every slice that
+                // could meet its alerts, or was newer for them.
                 self.delivered_during_poll.lock().expect("poll lock").take();
                 Ok(fleet.poll_end(cfg, now, &slices))
             })

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::conditions::{apply_alerts, count_failure};
 use super::labels::{Alert, AlertState, Signal};
 use super::outcome::{CoreError, Outcome};
-use super::settings::CoreSettings;
+use super::settings::{CoreSettings, Identity};
 use super::step::{Recorder, Scope, Step, group_by_key};
 use super::trust::{Judged, Keep, NONE_NEWER};
 use super::{EventKind, Fleet, HEARTBEAT_MISSED, Origin, TELEMETRY_STALE, Time};
@@ -56,6 +56,9 @@ pub struct PollSlices {
     answered: Time,
     refreshes: Option<u64>,
     trusted: bool,
+    /// The labels that named the nodes, kept for the slices: a reload between two
+    /// slices must not rename what the first grouped.
+    identity: Identity,
 }
 
 impl PollSlices {
@@ -154,6 +157,7 @@ impl Fleet {
             answered: answer.answered,
             refreshes,
             trusted,
+            identity: cfg.identity.clone(),
         };
         (slices, step.out)
     }
@@ -173,10 +177,9 @@ impl Fleet {
         nodes: usize,
     ) -> Outcome {
         let trusted = slices.trusted;
-        let identity = &cfg.identity;
         let node_of = |range: &std::ops::Range<usize>| {
             alerts[slices.items[range.start] as usize]
-                .node(identity)
+                .node(&slices.identity)
                 .expect("grouped by it")
         };
         let mut step = Step::new(self, cfg, now);
@@ -187,7 +190,10 @@ impl Fleet {
             refreshes: slices.refreshes,
             hold: step.fleet.trust.held_since(now),
         };
-        let mut room = identity.max_nodes.saturating_sub(step.fleet.nodes.len());
+        let mut room = cfg
+            .identity
+            .max_nodes
+            .saturating_sub(step.fleet.nodes.len());
         let mut budget = nodes;
         let mut fresh: Vec<&Alert<'_>> = Vec::new();
         while budget > 0 && slices.next < slices.groups.len() {

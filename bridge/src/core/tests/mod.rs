@@ -2319,3 +2319,25 @@ fn ticks_pass_the_whole_policy_at_most_every_ten_seconds() {
     );
     assert_eq!(s.fleet.whole_pass_at, Some(s.now));
 }
+
+#[test]
+fn a_reload_between_two_slices_of_a_poll_renames_nothing() {
+    let mut s = script("");
+    let reloaded = config("nodeIdentity: { labels: [hostname] }");
+    let alerts: Vec<Alert> = [watchdog(), smart_failing("n1"), smart_failing("n2")]
+        .into_iter()
+        .map(|a| a.0)
+        .collect();
+    let answer = crate::core::PollAnswer::of(&alerts, s.now);
+    let none = BTreeSet::new();
+    let (mut slices, _) = s.fleet.poll_begin(&s.cfg, s.now, &answer);
+    s.fleet
+        .poll_slice(&s.cfg, s.now, &mut slices, &alerts, &none, 1);
+    // The alerts carry no `hostname`: the nodes stay as the answer was grouped.
+    while !slices.done() {
+        s.fleet
+            .poll_slice(&reloaded, s.now, &mut slices, &alerts, &none, 1);
+    }
+    s.fleet.poll_end(&reloaded, s.now, &slices);
+    assert_eq!(s.fleet.nodes.keys().collect::<Vec<_>>(), ["n1", "n2"]);
+}
