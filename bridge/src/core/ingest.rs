@@ -238,7 +238,10 @@ impl Fleet {
                 && let Some(id) = silent.pop()
             {
                 budget -= 1;
-                step.apply_node(&id, &[], true, trusted);
+                // Retired or decommissioned between two slices: gone, not revived.
+                if step.fleet.nodes.contains_key(&id) {
+                    step.apply_node(&id, &[], true, trusted);
+                }
             }
         }
         step.finish(Scope::Slice)

@@ -2341,3 +2341,28 @@ fn a_reload_between_two_slices_of_a_poll_renames_nothing() {
     s.fleet.poll_end(&reloaded, s.now, &slices);
     assert_eq!(s.fleet.nodes.keys().collect::<Vec<_>>(), ["n1", "n2"]);
 }
+
+#[test]
+fn a_node_decommissioned_between_two_slices_of_a_poll_stays_gone() {
+    let mut s = script("");
+    s.at(0)
+        .poll(&[watchdog(), smart_failing("n1"), heartbeat("n2")]);
+    let alerts: Vec<Alert> = [watchdog(), smart_failing("n1")]
+        .into_iter()
+        .map(|a| a.0)
+        .collect();
+    s.at(30);
+    let answer = crate::core::PollAnswer::of(&alerts, s.now);
+    let none = BTreeSet::new();
+    let (mut slices, _) = s.fleet.poll_begin(&s.cfg, s.now, &answer);
+    s.fleet
+        .poll_slice(&s.cfg, s.now, &mut slices, &alerts, &none, 1);
+    // n2, silent in this answer, is decommissioned before its slice.
+    s.fleet.decommission(&s.cfg, s.now, "n2").unwrap();
+    while !slices.done() {
+        s.fleet
+            .poll_slice(&s.cfg, s.now, &mut slices, &alerts, &none, 1);
+    }
+    s.fleet.poll_end(&s.cfg, s.now, &slices);
+    assert_eq!(s.fleet.nodes.keys().collect::<Vec<_>>(), ["n1"]);
+}
