@@ -449,16 +449,7 @@ async fn logs_are_plain_off_a_terminal_and_json_when_asked() {
         .stderr(log)
         .spawn()
         .unwrap();
-    let health = format!("http://127.0.0.1:{port}/healthz");
-    eventually("hale healthy", Duration::from_secs(20), || async {
-        reqwest::get(&health)
-            .await
-            .ok()?
-            .status()
-            .is_success()
-            .then_some(())
-    })
-    .await;
+    wait_healthy(&format!("http://127.0.0.1:{port}")).await;
     let _ = child.kill();
     let _ = child.wait();
     let text = std::fs::read_to_string(dir.path().join("json.log")).unwrap();

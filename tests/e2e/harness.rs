@@ -328,16 +328,7 @@ impl Hale {
             .spawn()
             .unwrap();
         self.child = Some(child);
-        let health = format!("{}/healthz", self.url);
-        eventually("hale healthy", Duration::from_secs(20), || async {
-            reqwest::get(&health)
-                .await
-                .ok()?
-                .status()
-                .is_success()
-                .then_some(())
-        })
-        .await;
+        wait_healthy(&self.url).await;
     }
 
     /// `kill -9`: no chance to flush or clean up.
@@ -666,4 +657,18 @@ impl Received {
             hale::notify::signature(secret.as_bytes(), self.header("X-Hale-Timestamp"), body);
         expected == self.header("X-Hale-Signature")
     }
+}
+
+/// Wait until the hale at `url` answers `/healthz` with success (20 s at most).
+pub async fn wait_healthy(url: &str) {
+    let health = format!("{url}/healthz");
+    eventually("hale healthy", Duration::from_secs(20), || async {
+        reqwest::get(&health)
+            .await
+            .ok()?
+            .status()
+            .is_success()
+            .then_some(())
+    })
+    .await;
 }

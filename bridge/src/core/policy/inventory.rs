@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Action, Actor, Cordon, Pending, event};
+use super::{Action, Actor, Cordon, Pending, event, put_back};
 use crate::core::outcome::Outcome;
 use crate::core::{EventKind, Fleet, Node, Origin, Status, Time};
 
@@ -87,14 +87,18 @@ impl Fleet {
                 node.uid = o.uid.clone();
                 out.dirty.insert(o.id.clone());
             }
-            let before = (
-                node.labels.clone(),
-                node.hostname.clone(),
-                node.policy.provisioned,
-                node.policy.allocations,
-                node.status,
-                node.policy.pending.len(),
-            );
+            // What of the node the inventory can change, to tell whether it did.
+            let seen = |node: &Node| {
+                (
+                    node.labels.clone(),
+                    node.hostname.clone(),
+                    node.policy.provisioned,
+                    node.policy.allocations,
+                    node.status,
+                    node.policy.pending.len(),
+                )
+            };
+            let before = seen(node);
             node.labels = o.labels.clone();
             node.hostname = o.hostname.clone();
             node.policy.provisioned = o.provisioned;
@@ -140,39 +144,14 @@ impl Fleet {
                             matches!(a, Action::Cordon { .. } | Action::Drain { .. })
                         }) =>
                 {
-                    let reason = "uncordoned outside hale";
-                    node.policy.cordon = None;
-                    node.policy.conclusion = None;
-                    node.policy.uncordoned_at = Some(now);
-                    node.status = Status::Ready;
-                    // As with hale's own uncordon: what was queued to take the node
-                    // out (an eviction, a termination) is withdrawn with it.
-                    node.policy
-                        .pending
-                        .retain(|p| matches!(p.action, Action::Gate { .. }));
-                    out.events.push(event(
-                        &o.id,
-                        now,
-                        EventKind::NodeUncordoned {
-                            by: Actor::Operator.as_str().into(),
-                            reason: reason.into(),
-                        },
-                        format!("uncordoned by operator: {reason}"),
-                    ));
+                    out.events
+                        .push(put_back(node, "uncordoned outside hale", now));
                 }
                 Status::NotReady | Status::Offline => node.status = o.status,
                 Status::Ready if node.status != Status::Cordoned => node.status = Status::Ready,
                 _ => {}
             }
-            let after = (
-                node.labels.clone(),
-                node.hostname.clone(),
-                node.policy.provisioned,
-                node.policy.allocations,
-                node.status,
-                node.policy.pending.len(),
-            );
-            if before != after || !out.events.is_empty() {
+            if before != seen(node) || !out.events.is_empty() {
                 out.dirty.insert(o.id.clone());
             }
         }

@@ -696,6 +696,28 @@ fn take_out(node: &mut Node, by: Actor, reason: &str, now: Time) {
     });
 }
 
+/// Back in service by an operator's uncordon, through hale or outside it: the
+/// episode's conclusion over, automation suppressed from `now`, and what was queued
+/// to take the node out (an eviction, a termination) withdrawn. The event says so.
+fn put_back(node: &mut Node, reason: &str, now: Time) -> Event {
+    node.policy.cordon = None;
+    node.policy.conclusion = None;
+    node.policy.uncordoned_at = Some(now);
+    node.status = Status::Ready;
+    node.policy
+        .pending
+        .retain(|p| matches!(p.action, Action::Gate { .. }));
+    event(
+        &node.id,
+        now,
+        EventKind::NodeUncordoned {
+            by: Actor::Operator.as_str().into(),
+            reason: reason.into(),
+        },
+        format!("uncordoned by operator: {reason}"),
+    )
+}
+
 fn event(id: &str, now: Time, kind: EventKind, message: String) -> Event {
     Event {
         node_id: id.into(),

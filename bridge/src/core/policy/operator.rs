@@ -1,9 +1,9 @@
 //! What operators ask of a node — cordon, uncordon, drain, drain every node — each
 //! recorded as an event and queued for the orchestrator like the policy's own.
 
-use super::{Action, Actor, event, status_name, take_out};
+use super::{Action, Actor, event, put_back, status_name, take_out};
 use crate::core::outcome::{CoreError, Outcome};
-use crate::core::{EventKind, Fleet, Node, Status, Time};
+use crate::core::{Event, EventKind, Fleet, Node, Status, Time};
 
 /// The result of a manual drain of every node.
 #[derive(Debug, Default)]
@@ -41,15 +41,7 @@ impl Fleet {
                 }
                 None => take_out(node, Actor::Operator, reason, now),
             }
-            out.events.push(event(
-                id,
-                now,
-                EventKind::NodeCordoned {
-                    by: Actor::Operator.as_str().into(),
-                    reason: reason.into(),
-                },
-                format!("cordoned by operator: {reason}"),
-            ));
+            out.events.push(cordoned_by_operator(id, now, reason));
             out.dirty.insert(id.into());
         }
         Ok(out)
@@ -61,24 +53,8 @@ impl Fleet {
         let node = self.operated(id)?;
         let mut out = Outcome::default();
         if node.policy.cordon.is_some() || node.status == Status::Cordoned {
-            node.policy.cordon = None;
-            node.policy.conclusion = None;
-            node.policy.uncordoned_at = Some(now);
-            node.status = Status::Ready;
-            // What was queued to take the node out is withdrawn with it.
-            node.policy
-                .pending
-                .retain(|p| matches!(p.action, Action::Gate { .. }));
+            out.events.push(put_back(node, reason, now));
             node.policy.push(Action::Uncordon);
-            out.events.push(event(
-                id,
-                now,
-                EventKind::NodeUncordoned {
-                    by: Actor::Operator.as_str().into(),
-                    reason: reason.into(),
-                },
-                format!("uncordoned by operator: {reason}"),
-            ));
             out.dirty.insert(id.into());
         }
         Ok(out)
@@ -103,15 +79,7 @@ impl Fleet {
         let mut out = Outcome::default();
         if node.policy.cordon.is_none() {
             take_out(node, Actor::Operator, reason, now);
-            out.events.push(event(
-                id,
-                now,
-                EventKind::NodeCordoned {
-                    by: Actor::Operator.as_str().into(),
-                    reason: reason.into(),
-                },
-                format!("cordoned by operator: {reason}"),
-            ));
+            out.events.push(cordoned_by_operator(id, now, reason));
         }
         let cordon = node.policy.cordon.as_mut().expect("taken out above");
         cordon.drained = true;
@@ -156,4 +124,17 @@ impl Fleet {
         }
         all
     }
+}
+
+/// The event of an operator's cordon (its own, or the one a drain begins with).
+fn cordoned_by_operator(id: &str, now: Time, reason: &str) -> Event {
+    event(
+        id,
+        now,
+        EventKind::NodeCordoned {
+            by: Actor::Operator.as_str().into(),
+            reason: reason.into(),
+        },
+        format!("cordoned by operator: {reason}"),
+    )
 }
