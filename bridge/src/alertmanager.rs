@@ -284,6 +284,49 @@ impl Client {
         crate::shown_url(&self.alerts_url)
     }
 
+    /// The names of the active, unsilenced, uninhibited alerts matching every one of
+    /// `filters` (Alertmanager matchers), whatever receiver they go to: the
+    /// remediation flow's blocking alerts.
+    pub async fn firing(&self, filters: &[String]) -> Result<Vec<String>> {
+        let mut url = self.alerts_url.clone();
+        url.set_query(None);
+        {
+            let mut q = url.query_pairs_mut();
+            q.append_pair("active", "true")
+                .append_pair("silenced", "false")
+                .append_pair("inhibited", "false");
+            for f in filters {
+                q.append_pair("filter", f);
+            }
+        }
+        let shown = crate::shown_url(&url);
+        let resp = self
+            .http
+            .get(url)
+            .header("accept", "application/json")
+            .send()
+            .await
+            .map_err(|e| IngestError::Unreachable {
+                url: shown.clone(),
+                reason: crate::error_chain(&e.without_url()),
+            })?;
+        if !resp.status().is_success() {
+            return Err(IngestError::Status {
+                url: shown,
+                status: resp.status().as_u16(),
+            });
+        }
+        let body = resp.bytes().await.map_err(|e| IngestError::Unreachable {
+            url: shown,
+            reason: crate::error_chain(&e.without_url()),
+        })?;
+        let alerts = parse_v2(&body)?;
+        Ok(alerts
+            .iter()
+            .map(|a| a.labels.get("alertname").unwrap_or("?").to_string())
+            .collect())
+    }
+
     /// Fetch the raw answer; parse it with [`parse_v2`].
     pub async fn fetch(&self) -> Result<Answer> {
         let allowance = self.allowance();

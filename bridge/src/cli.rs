@@ -10,10 +10,10 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::de::DeserializeOwned;
 
 use hale::core::Status;
-use hale::core::policy::Conclusion;
+use hale::core::policy::{Conclusion, Entry, Remediations};
 use hale::view::{
     AlertsView, ClearRequest, DrainRequest, ErrorBody, EventsView, NodeList, NodeView,
-    OperateRequest,
+    OperateRequest, PowerRequest, RebootRequest,
 };
 
 /// How often the CLI asks again when a follower answered instead of the leader.
@@ -56,11 +56,25 @@ pub enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// The reboot flow and fences: `remediation list`.
+    Remediation {
+        #[command(subcommand)]
+        verb: RemediationVerb,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// The policy's offline tools.
     Policy {
         #[command(subcommand)]
         verb: PolicyVerb,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RemediationVerb {
+    /// The queue (in admission order, with what holds each), the flows and fences
+    /// under way, and what holds every admission back.
+    List,
 }
 
 /// How `serve` writes its log.
@@ -253,6 +267,26 @@ pub enum NodeVerb {
         active: bool,
         #[arg(long, default_value = "")]
         reason: String,
+    },
+    /// Power through the node's BMC, confirmed by reading the state back:
+    /// status, on, off (graceful, forced after bmc.gracefulTimeout), cycle, reset.
+    Power {
+        id: String,
+        #[arg(value_parser = ["status", "on", "off", "cycle", "reset"])]
+        action: String,
+        /// Skip the graceful shutdown.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Queue the node for the reboot flow: cordon, drain, reboot through the BMC,
+    /// wait for its return, verify, uncordon what the flow cordoned.
+    Reboot {
+        id: String,
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Skip the graceful shutdown.
+        #[arg(long)]
+        force: bool,
     },
     /// Clear a condition (the only way a sticky one ends).
     Clear {
@@ -544,6 +578,44 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                 println!("Cordoned {} node(s)", drained.len());
             }
         }
+        NodeVerb::Power { id, action, force } => {
+            let url = client.url(&["api", "v1", "nodes", &id, "power"]);
+            let req = PowerRequest { action, force };
+            let done: serde_json::Value = client.send(client.http.post(url).json(&req)).await?;
+            if json {
+                print_json(&done);
+            } else {
+                let field = |k: &str| {
+                    done.get(k)
+                        .and_then(|v| v.as_str())
+                        .unwrap_or("-")
+                        .to_string()
+                };
+                let sent: Vec<&str> = done
+                    .get("sent")
+                    .and_then(|v| v.as_array())
+                    .map(|a| a.iter().filter_map(|s| s.as_str()).collect())
+                    .unwrap_or_default();
+                println!(
+                    "{id}: power {} {}: {} → {}{}",
+                    req.action,
+                    field("result"),
+                    field("before"),
+                    field("after"),
+                    if sent.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (sent {})", sent.join(", "))
+                    }
+                );
+            }
+        }
+        NodeVerb::Reboot { id, reason, force } => {
+            let node = client
+                .operate(&id, "reboot", &RebootRequest { reason, force })
+                .await?;
+            report(json, &node, &format!("{id} queued for a reboot"));
+        }
         NodeVerb::Clear {
             id,
             condition,
@@ -571,6 +643,76 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `hale remediation list`.
+pub async fn run_remediation(verb: RemediationVerb, args: ClientArgs) -> anyhow::Result<()> {
+    let client = Client::new(&args)?;
+    match verb {
+        RemediationVerb::List => {
+            let view: Remediations = client.get(&["api", "v1", "remediations"]).await?;
+            if args.output == Output::Json {
+                print_json(&view);
+            } else {
+                print!("{}", remediations_table(&view));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The remediation listing as operators read it.
+pub fn remediations_table(v: &Remediations) -> String {
+    let mut out = String::new();
+    if v.blocked.is_empty() {
+        out.push_str("Admission: open\n");
+    } else {
+        for why in &v.blocked {
+            out.push_str(&format!("Blocked: {why}\n"));
+        }
+    }
+    out.push_str(&format!(
+        "Failures in the last hour: {}\n",
+        v.failures_last_hour
+    ));
+    let rows = |entries: &[Entry], waiting: bool| -> Vec<Vec<String>> {
+        entries
+            .iter()
+            .map(|e| {
+                let mut row = vec![
+                    e.node.clone(),
+                    e.action.clone(),
+                    e.step.clone(),
+                    e.priority.to_string(),
+                    e.domain.clone(),
+                    e.trigger.clone(),
+                    e.since.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+                ];
+                if waiting {
+                    row.push(e.waiting.clone().unwrap_or_else(|| "next".into()));
+                }
+                row
+            })
+            .collect()
+    };
+    let head = [
+        "NODE", "ACTION", "STEP", "PRIORITY", "DOMAIN", "TRIGGER", "SINCE",
+    ];
+    for (title, entries, waiting) in [
+        ("In flight", &v.in_flight, false),
+        ("Fencing", &v.fencing, false),
+        ("Queued", &v.queued, true),
+    ] {
+        out.push_str(&format!("\n{title}: {}\n", entries.len()));
+        if !entries.is_empty() {
+            let mut header = head.to_vec();
+            if waiting {
+                header.push("WAITING ON");
+            }
+            out.push_str(&table(&header, &rows(entries, waiting)));
+        }
+    }
+    out
 }
 
 pub async fn run_alerts(args: ClientArgs) -> anyhow::Result<()> {

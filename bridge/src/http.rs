@@ -14,14 +14,16 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::alertmanager::IngestError;
+use crate::bmc::Verb;
+use crate::core::policy::Remediations;
 use crate::core::settings::parse_duration;
 use crate::core::{CoreError, EVENT_TYPES, Fleet, Health, Outcome, Status, Time};
 use crate::metrics::CodeLabel;
-use crate::service::Hale;
+use crate::service::{Hale, PowerError, PowerReport};
 use crate::store::EventQuery;
 use crate::view::{
     ClearRequest, DrainRequest, ErrorBody, EventsView, FailureReport, NodeList, NodeQuery,
-    OperateRequest, page_after,
+    OperateRequest, PowerRequest, RebootRequest, page_after,
 };
 
 /// An error answer.
@@ -58,7 +60,9 @@ impl From<CoreError> for ApiError {
             CoreError::UnknownNode(_) | CoreError::UnknownCondition { .. } => {
                 ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string())
             }
-            CoreError::NotClearable { .. } | CoreError::NotDrainable { .. } => {
+            CoreError::NotClearable { .. }
+            | CoreError::NotDrainable { .. }
+            | CoreError::Busy { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string())
             }
         }
@@ -81,6 +85,9 @@ pub fn router(hale: Arc<Hale>) -> Router {
         .route("/api/v1/nodes/{id}/cordon", post(cordon))
         .route("/api/v1/nodes/{id}/uncordon", post(uncordon))
         .route("/api/v1/nodes/{id}/drain", post(drain))
+        .route("/api/v1/nodes/{id}/power", post(power))
+        .route("/api/v1/nodes/{id}/reboot", post(reboot))
+        .route("/api/v1/remediations", get(remediations))
         .route(
             "/api/v1/nodes/{id}/conditions/{ctype}/clear",
             post(clear_condition),
@@ -316,6 +323,73 @@ async fn drain(
         fleet.drain(now, node, req.active, &req.reason)
     })
     .await
+}
+
+impl From<PowerError> for ApiError {
+    fn from(e: PowerError) -> Self {
+        match e {
+            PowerError::Core(c) => c.into(),
+            PowerError::NoBmc { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "no_bmc", e.to_string())
+            }
+            PowerError::NotLeader(m) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_leader", m)
+            }
+            PowerError::Bmc(_) if e.is_bmc() => {
+                ApiError::new(StatusCode::BAD_GATEWAY, "bmc_failed", e.to_string())
+            }
+            PowerError::Bmc(_) => ApiError::new(StatusCode::CONFLICT, "no_bmc", e.to_string()),
+        }
+    }
+}
+
+/// `POST /api/v1/nodes/{id}/power {"action": …, "force": bool}`: done at once and
+/// confirmed by reading the power state back.
+async fn power(
+    State(hale): State<Arc<Hale>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Json<PowerRequest>, JsonRejection>,
+) -> ApiResult<Json<PowerReport>> {
+    authorize(&hale, &headers)?;
+    let Json(req) = body?;
+    let verb = Verb::parse(&req.action)
+        .filter(|v| *v != Verb::Reboot)
+        .ok_or_else(|| {
+            bad_request(format!(
+                "action {:?} is none of status, on, off, cycle, reset (a reboot that checks its repair is POST …/reboot)",
+                req.action
+            ))
+        })?;
+    Ok(Json(hale.power(&id, verb, req.force).await?))
+}
+
+/// `POST /api/v1/nodes/{id}/reboot`: queue the node for the reboot flow; 202 with
+/// the node as it now is.
+async fn reboot(
+    State(hale): State<Arc<Hale>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Option<Json<RebootRequest>>,
+) -> ApiResult<impl IntoResponse> {
+    authorize(&hale, &headers)?;
+    let req = body.map(|Json(b)| b).unwrap_or_default();
+    let h = hale.clone();
+    let node = id.clone();
+    tokio::task::spawn_blocking(move || h.request_reboot(&node, &req.reason, req.force))
+        .await
+        .expect("reboot request panicked")?;
+    Ok((StatusCode::ACCEPTED, Json(view(hale, id).await?)))
+}
+
+/// `GET /api/v1/remediations`: the reboot flow's queue, flows and fences under way,
+/// and what holds them.
+async fn remediations(State(hale): State<Arc<Hale>>) -> Json<Remediations> {
+    Json(
+        tokio::task::spawn_blocking(move || hale.remediations())
+            .await
+            .expect("remediation listing panicked"),
+    )
 }
 
 /// Changes to nodes are the leader's: a follower would queue what it may not

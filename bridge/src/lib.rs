@@ -3,6 +3,7 @@
 //! world — Alertmanager, the store, HTTP, metrics — is an adapter module at the edge.
 
 pub mod alertmanager;
+pub mod bmc;
 pub mod config;
 pub mod core;
 pub mod http;
@@ -62,7 +63,7 @@ mod layers {
     const LAYERS: &[&[&str]] = &[
         &["core"],
         &["orchestrator", "store", "liveness"],
-        &["kubernetes", "view"],
+        &["kubernetes", "bmc", "view"],
         &["config"],
         &["alertmanager", "notify"],
         &["metrics"],

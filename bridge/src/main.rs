@@ -53,6 +53,7 @@ async fn run() -> anyhow::Result<()> {
         }
         Command::Node { verb, client } => cli::run_node(verb, client).await,
         Command::Alerts { client } => cli::run_alerts(client).await,
+        Command::Remediation { verb, client } => cli::run_remediation(verb, client).await,
         Command::Policy { verb } => cli::run_backtest(verb),
     }
 }
@@ -95,6 +96,7 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
     tokio::spawn(Arc::clone(&hale).poll_loop());
     tokio::spawn(Arc::clone(&hale).tick_loop());
     tokio::spawn(Arc::clone(&hale).act_loop());
+    tokio::spawn(Arc::clone(&hale).blocking_loop());
     // Only an orchestrator with nodes of its own has somewhere to show hale's view.
     if cfg.config.orchestrator != OrchestratorConfig::None {
         tokio::spawn(Arc::clone(&hale).publish_loop());

@@ -51,6 +51,19 @@ pub struct OperationLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BmcLabel {
+    pub kind: String,
+    pub operation: String,
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BmcOperationLabel {
+    pub kind: String,
+    pub operation: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ActionLabel {
     pub action: String,
     pub result: String,
@@ -74,7 +87,35 @@ pub struct Metrics {
     pub nodes_refused: Counter,
     pub orchestrator_failures: Family<OperationLabel, Counter>,
     pub holding: Gauge,
+    pub remediations: Family<ActionLabel, Counter>,
+    pub remediation_in_flight: Gauge,
+    pub bmc: Arc<BmcMetrics>,
     registry: Registry,
+}
+
+/// Every BMC request, by kind, operation and result, and how long it took.
+#[derive(Debug)]
+pub struct BmcMetrics {
+    pub requests: Family<BmcLabel, Counter>,
+    pub duration: Family<BmcOperationLabel, Histogram>,
+}
+
+impl crate::bmc::Observer for BmcMetrics {
+    fn request(&self, kind: &'static str, operation: &'static str, result: &str, secs: f64) {
+        self.requests
+            .get_or_create(&BmcLabel {
+                kind: kind.into(),
+                operation: operation.into(),
+                result: result.into(),
+            })
+            .inc();
+        self.duration
+            .get_or_create(&BmcOperationLabel {
+                kind: kind.into(),
+                operation: operation.into(),
+            })
+            .observe(secs);
+    }
 }
 
 impl Metrics {
@@ -101,6 +142,14 @@ impl Metrics {
             nodes_refused: Counter::default(),
             orchestrator_failures: Family::default(),
             holding: Gauge::default(),
+            remediations: Family::default(),
+            remediation_in_flight: Gauge::default(),
+            bmc: Arc::new(BmcMetrics {
+                requests: Family::default(),
+                duration: Family::new_with_constructor(|| {
+                    Histogram::new(exponential_buckets(0.05, 2.0, 12))
+                }),
+            }),
             registry: Registry::default(),
         };
         registry.register(
@@ -174,6 +223,26 @@ impl Metrics {
             "1 while absences are held after a restart of the pipeline (holdAfterRestart)",
             m.holding.clone(),
         );
+        registry.register(
+            "hale_remediations",
+            "Remediations finished, by action (reboot, fence) and result (succeeded, failed)",
+            m.remediations.clone(),
+        );
+        registry.register(
+            "hale_remediation_in_flight",
+            "Reboot flows admitted and not finished",
+            m.remediation_in_flight.clone(),
+        );
+        registry.register(
+            "hale_bmc_requests",
+            "Requests to BMCs, by kind (redfish, ipmi), operation and result",
+            m.bmc.requests.clone(),
+        );
+        registry.register(
+            "hale_bmc_request_duration_seconds",
+            "Time one BMC request took, by kind and operation",
+            m.bmc.duration.clone(),
+        );
         registry.register_collector(Box::new(NodeCollector {
             fleet,
             config,
@@ -204,6 +273,14 @@ impl Metrics {
                 drop(m.orchestrator_failures.get_or_create(&OperationLabel {
                     operation: operation.into(),
                     reason: reason.into(),
+                }));
+            }
+        }
+        for action in ["reboot", "fence"] {
+            for result in ["succeeded", "failed"] {
+                drop(m.remediations.get_or_create(&ActionLabel {
+                    action: action.into(),
+                    result: result.into(),
                 }));
             }
         }

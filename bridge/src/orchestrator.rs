@@ -10,7 +10,7 @@ use std::pin::Pin;
 use crate::core::Health;
 use crate::core::labels::Notice;
 pub use crate::core::policy::Observed;
-use crate::core::policy::{Action, Done};
+use crate::core::policy::{Action, Done, PowerOp};
 
 /// An orchestrator's failure: on which node, during which operation, and whether
 /// it is worth trying again.
@@ -197,6 +197,34 @@ pub trait Orchestrator: Send + Sync {
     ) -> Fut<'a, Vec<String>>;
     /// Terminate the node; one already gone counts as done.
     fn terminate<'a>(&'a self, node: &'a str) -> Fut<'a, ()>;
+    /// Let the work of a node that is powered off run elsewhere (`on`: Kubernetes'
+    /// `out-of-service` taint), or stop doing so once it is back.
+    fn release_work<'a>(&'a self, node: &'a str, _on: bool) -> Fut<'a, ()> {
+        Box::pin(async move {
+            Err(
+                OrchestratorError::refused("this orchestrator cannot release a fenced node's work")
+                    .during(node, "release"),
+            )
+        })
+    }
+    /// Whether [`Orchestrator::reboot`] can reboot a node without a BMC.
+    fn can_reboot(&self) -> bool {
+        false
+    }
+    /// Reboot a node through the orchestrator's own means, for a node without a BMC.
+    fn reboot<'a>(&'a self, node: &'a str) -> Fut<'a, ()> {
+        Box::pin(async move {
+            Err(OrchestratorError::refused(
+                "the node has no BMC (inventory[].bmc, bmc.addressTemplate or the hale.dev/bmc-address annotation) and this orchestrator cannot reboot it",
+            )
+            .during(node, "reboot"))
+        })
+    }
+    /// The BMC address the orchestrator keeps for the node, if any (Kubernetes: the
+    /// `hale.dev/bmc-address` annotation).
+    fn bmc_address(&self, _node: &str) -> Option<String> {
+        None
+    }
     /// At shutdown, after the last action: let another replica lead at once.
     fn release(&self) -> Fut<'_, ()> {
         Box::pin(async { Ok(()) })
@@ -247,6 +275,16 @@ pub async fn perform(
             done.moved_owners = moved.iter().filter(left).map(|w| w.owner.clone()).collect();
         }
         Action::Terminate => orchestrator.terminate(node).await.map_err(during)?,
+        Action::Power {
+            op: PowerOp::Reboot,
+            ..
+        } => orchestrator.reboot(node).await.map_err(during)?,
+        Action::Power { .. } => {
+            return Err(during(OrchestratorError::refused(
+                "the node has no BMC (inventory[].bmc, bmc.addressTemplate or the hale.dev/bmc-address annotation)",
+            )));
+        }
+        Action::Release { on } => orchestrator.release_work(node, *on).await.map_err(during)?,
     }
     Ok(done)
 }
@@ -294,6 +332,10 @@ impl Orchestrator for NoOrchestrator {
             )
             .during(node, "terminate"))
         })
+    }
+    /// No scheduler holds the work of a node that is off: nothing to release.
+    fn release_work<'a>(&'a self, _: &'a str, _: bool) -> Fut<'a, ()> {
+        Box::pin(async { Ok(()) })
     }
 }
 

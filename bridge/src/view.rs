@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::policy::{Conclusion, Cordon, RECOVERY_HOLD};
+use crate::core::policy::{Conclusion, Cordon, Fence, Flow, RECOVERY_HOLD};
 use crate::core::settings::Settings;
 use crate::core::{Deduction, Health, Node, Severity, Status, Time};
 use crate::store::StoredEvent;
@@ -69,6 +69,12 @@ pub struct NodeView {
     /// first (a recovery must hold 15 minutes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy_lifts_at: Option<Time>,
+    /// The reboot flow, queued or under way (DESIGN §8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remediation: Option<Flow>,
+    /// A fence under way, or waiting for the node to report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<Fence>,
 }
 
 impl NodeView {
@@ -130,6 +136,8 @@ impl NodeView {
                 .recovered_since
                 .filter(|_| node.policy.conclusion.is_some())
                 .map(|since| since + RECOVERY_HOLD),
+            remediation: node.policy.flow.clone(),
+            fence: node.policy.fence.clone(),
         }
     }
 }
@@ -272,6 +280,28 @@ pub struct ClearRequest {
 pub struct OperateRequest {
     #[serde(default)]
     pub reason: String,
+}
+
+/// `POST /api/v1/nodes/{id}/power`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PowerRequest {
+    /// `status`, `on`, `off`, `cycle` or `reset`.
+    pub action: String,
+    /// Skip the graceful shutdown of `off`.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// `POST /api/v1/nodes/{id}/reboot`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RebootRequest {
+    #[serde(default)]
+    pub reason: String,
+    /// Skip the graceful shutdown.
+    #[serde(default)]
+    pub force: bool,
 }
 
 /// `POST /api/v1/nodes/{id}/drain`.

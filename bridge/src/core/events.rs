@@ -131,6 +131,59 @@ pub enum EventKind {
         blocked: u32,
     },
     NodeReplaced {},
+    /// A silent node powered off through its BMC and its work released
+    /// (`fenced`), or back and its work let in again (`restored`).
+    NodeFenced {
+        phase: String,
+    },
+    /// A power operation through the node's BMC.
+    NodePower {
+        /// `status`, `on`, `off`, `cycle`, `reset` or `reboot`.
+        action: String,
+        /// `done`, `unchanged` (already as asked) or `failed`.
+        result: String,
+        /// `operator`, or `hale` for a flow's or a fence's.
+        by: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        force: bool,
+    },
+    RemediationStarted {
+        /// `reboot` or `fence`.
+        action: String,
+        /// The condition that asked for it, or `operator`.
+        trigger: String,
+        by: String,
+        priority: u8,
+    },
+    RemediationStep {
+        action: String,
+        /// `cordon`, `diagnostics`, `drain`, `reboot`, `return`, `verify`,
+        /// `uncordon` (reboot); `off`, `release`, `on`, `restore` (fence).
+        step: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        diagnostics: Option<Diagnostics>,
+    },
+    RemediationSucceeded {
+        action: String,
+    },
+    RemediationFailed {
+        action: String,
+        /// The step that failed.
+        step: String,
+    },
+}
+
+/// What a node looked like when a reboot flow began working on it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Diagnostics {
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<u8>,
+    /// `type: reason (severity)` of each raised condition.
+    pub conditions: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_heartbeat: Option<Time>,
 }
 
 /// Every event type of the contract (DESIGN §9), including those later components
@@ -153,6 +206,7 @@ pub const EVENT_TYPES: &[&str] = &[
     "NODE_EVICTED",
     "NODE_REPLACED",
     "NODE_FENCED",
+    "NODE_POWER",
     "NODE_DECOMMISSIONED",
     "REMEDIATION_STARTED",
     "REMEDIATION_STEP",
@@ -181,6 +235,12 @@ impl EventKind {
             EventKind::NodeDrained { .. } => "NODE_DRAINED",
             EventKind::NodeEvicted { .. } => "NODE_EVICTED",
             EventKind::NodeReplaced {} => "NODE_REPLACED",
+            EventKind::NodeFenced { .. } => "NODE_FENCED",
+            EventKind::NodePower { .. } => "NODE_POWER",
+            EventKind::RemediationStarted { .. } => "REMEDIATION_STARTED",
+            EventKind::RemediationStep { .. } => "REMEDIATION_STEP",
+            EventKind::RemediationSucceeded { .. } => "REMEDIATION_SUCCEEDED",
+            EventKind::RemediationFailed { .. } => "REMEDIATION_FAILED",
         }
     }
 }

@@ -66,4 +66,6 @@ pub enum CoreError {
         "{condition} on node {node} is hale's own view of what it cannot see; it clears when the node is visible again"
     )]
     NotClearable { node: String, condition: String },
+    #[error("node {node}: {doing}")]
+    Busy { node: String, doing: String },
 }

@@ -186,6 +186,10 @@ pub struct CoreSettings {
     pub pools: Vec<Pool>,
     pub identity: Identity,
     pub source: Source,
+    /// The reboot flow (DESIGN §8).
+    pub remediation: Remediation,
+    /// `None`: no `fencing` section, nothing is ever fenced.
+    pub fencing: Option<Fencing>,
 }
 
 impl CoreSettings {
@@ -197,6 +201,117 @@ impl CoreSettings {
             .find(|p| p.selector.iter().all(|(k, v)| labels.get(k) == Some(v)))
             .map_or(&self.cluster, |p| &p.settings)
     }
+}
+
+/// The reboot flow's admission rules and timeouts (DESIGN §8, `remediation`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Remediation {
+    /// The node label naming a node's failure domain (a rack); `None`, or a node
+    /// without it: each node is a domain of its own.
+    pub failure_domain_label: Option<String>,
+    pub domains_at_once: u32,
+    pub max_per_domain: u32,
+    pub drain_timeout: Duration,
+    pub return_timeout: Duration,
+    pub verify_timeout: Duration,
+    /// A node whose flow failed is not admitted again by an alert for this long.
+    pub retry_after: Duration,
+    /// This many failures in a rolling hour halt admission.
+    pub max_failures_per_hour: u32,
+    /// First match wins; a control-plane node no type allows is never admitted.
+    pub node_types: Vec<NodeType>,
+    /// `None`: any time.
+    pub window: Option<Window>,
+}
+
+impl Default for Remediation {
+    fn default() -> Self {
+        Remediation {
+            failure_domain_label: None,
+            domains_at_once: 1,
+            max_per_domain: 1,
+            drain_timeout: Duration::from_secs(10 * 60),
+            return_timeout: Duration::from_secs(15 * 60),
+            verify_timeout: Duration::from_secs(10 * 60),
+            retry_after: Duration::from_secs(24 * 3600),
+            max_failures_per_hour: 3,
+            node_types: Vec::new(),
+            window: None,
+        }
+    }
+}
+
+/// The node labels that mark a control-plane node.
+pub const CONTROL_PLANE_LABELS: [&str; 2] = [
+    "node-role.kubernetes.io/control-plane",
+    "node-role.kubernetes.io/master",
+];
+
+/// `remediation.nodeTypes[]`: a kind of node with rules of its own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeType {
+    /// Its name in `remediation list` and blocking facts (`nodeTypes[i]` unless named).
+    pub name: String,
+    pub selector: BTreeMap<String, String>,
+    pub allowed: bool,
+    /// Replaces `remediation.maxPerDomain` for these nodes.
+    pub max_per_domain: Option<u32>,
+}
+
+impl Remediation {
+    /// The first node type whose selector the labels carry.
+    pub fn node_type(&self, labels: &BTreeMap<String, String>) -> Option<&NodeType> {
+        self.node_types
+            .iter()
+            .find(|t| t.selector.iter().all(|(k, v)| labels.get(k) == Some(v)))
+    }
+}
+
+/// When new remediations may start: on `days`, from `start` to `end` (minutes after
+/// midnight, local to `zone`); an `end` at or before `start` runs past midnight.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Window {
+    /// Monday = 0 … Sunday = 6.
+    pub days: BTreeSet<u8>,
+    pub start: u16,
+    pub end: u16,
+    pub zone: jiff::tz::TimeZone,
+    /// As written, for messages.
+    pub shown: String,
+}
+
+impl Window {
+    /// Whether `now` falls inside the window.
+    pub fn contains(&self, now: super::Time) -> bool {
+        let Ok(ts) = jiff::Timestamp::from_millisecond(now.timestamp_millis()) else {
+            return false;
+        };
+        let local = ts.to_zoned(self.zone.clone());
+        let day = local.weekday().to_monday_zero_offset() as u8;
+        let minute = local.hour() as u16 * 60 + local.minute() as u16;
+        if self.start < self.end {
+            self.days.contains(&day) && (self.start..self.end).contains(&minute)
+        } else {
+            // Past midnight: the evening of a listed day, or the morning after it.
+            let yesterday = (day + 6) % 7;
+            (self.days.contains(&day) && minute >= self.start)
+                || (self.days.contains(&yesterday) && minute < self.end)
+        }
+    }
+}
+
+/// `fencing` (DESIGN §8).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fencing {
+    /// How long a node must have been silent (and NotReady) before it is fenced.
+    pub after: Duration,
+    /// At most this percentage of a pool fenced at once (rounded down, at least 1).
+    pub max_percent: u32,
+    /// A node fenced this many times in a day is left off for an operator.
+    pub per_day: u32,
+    /// The orchestrator has a readiness of its own, which must say NotReady too;
+    /// without one (`none`) the missed heartbeat alone decides.
+    pub needs_not_ready: bool,
 }
 
 /// Durations are written `30s`, `5m`, `1h`, `1d`, `500ms` or `0`.

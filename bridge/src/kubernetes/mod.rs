@@ -45,6 +45,10 @@ pub const CORDONED_BY: &str = "hale.dev/cordoned-by";
 pub const CORDON_REASON: &str = "hale.dev/cordon-reason";
 /// The scheduling gate's taint key (effect `NoSchedule`).
 pub const GATE_TAINT: &str = "hale.dev/low-score";
+/// Set on a fenced node while it is off (DESIGN §8).
+pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
+/// A node's BMC, as Metal3 writes addresses (DESIGN §8).
+pub const BMC_ADDRESS: &str = "hale.dev/bmc-address";
 /// How long the first list of Nodes may take before `serve` gives up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a shutdown waits to hand the Lease over before leaving it to expire.
@@ -292,6 +296,25 @@ impl Kubernetes {
         Some(self.newest(Node::clone(&node), &written))
     }
 
+    /// Set or remove one taint. Read fresh and written under its resourceVersion:
+    /// a taint added by someone else meanwhile is a 409 and a retry, not a loss.
+    async fn taint(
+        &self,
+        node: &str,
+        taint: (&str, &str, &str),
+        on: bool,
+    ) -> crate::orchestrator::Result<()> {
+        let current = self.nodes.get(node).await.map_err(classify)?;
+        let Some(taints) = with_taint(&current, taint, on) else {
+            return Ok(());
+        };
+        let patch = json!({
+            "metadata": {"resourceVersion": current.metadata.resource_version},
+            "spec": {"taints": taints},
+        });
+        self.merge(node, patch).await
+    }
+
     /// A node as the policy sees it; on a cordoned one, the pods a replacement
     /// waits for.
     async fn observe(&self, node: Node) -> crate::orchestrator::Result<Observed> {
@@ -415,29 +438,37 @@ pub fn observed(node: &Node) -> Observed {
     }
 }
 
-/// The node's taints with the gate set to `on`; `None` when nothing changes.
-fn gated_taints(node: &Node, on: bool) -> Option<Vec<Taint>> {
+/// The node's taints with `taint` present (`on`) or absent; `None` when nothing
+/// changes. Other taints are left as they are.
+fn with_taint(node: &Node, taint: (&str, &str, &str), on: bool) -> Option<Vec<Taint>> {
+    let (key, value, effect) = taint;
     let mut taints: Vec<Taint> = node
         .spec
         .as_ref()
         .and_then(|s| s.taints.clone())
         .unwrap_or_default();
-    let has = taints.iter().any(|t| t.key == GATE_TAINT);
+    let has = taints.iter().any(|t| t.key == key);
     if has == on {
         return None;
     }
     if on {
         taints.push(Taint {
-            key: GATE_TAINT.into(),
-            effect: "NoSchedule".into(),
-            value: Some("true".into()),
+            key: key.into(),
+            effect: effect.into(),
+            value: Some(value.into()),
             time_added: None,
         });
     } else {
-        taints.retain(|t| t.key != GATE_TAINT);
+        taints.retain(|t| t.key != key);
     }
     Some(taints)
 }
+
+/// The scheduling gate.
+const GATE: (&str, &str, &str) = (GATE_TAINT, "true", "NoSchedule");
+/// Kubernetes' own taint for a node shut down for good: its pods are deleted and
+/// their volumes detached, so StatefulSets move (non-graceful node shutdown).
+const OUT_OF_SERVICE: (&str, &str, &str) = (OUT_OF_SERVICE_TAINT, "nodeshutdown", "NoExecute");
 
 /// Whether the node is already cordoned by `by` for `reason` (`None`: uncordoned
 /// with no record of hale's left on it).
@@ -561,19 +592,19 @@ impl Orchestrator for Kubernetes {
     }
 
     fn gate<'a>(&'a self, node: &'a str, on: bool) -> Fut<'a, ()> {
-        Box::pin(async move {
-            // Read fresh and write under its resourceVersion: a taint added by
-            // someone else meanwhile is a 409 and a retry, not a loss.
-            let current = self.nodes.get(node).await.map_err(classify)?;
-            let Some(taints) = gated_taints(&current, on) else {
-                return Ok(());
-            };
-            let patch = json!({
-                "metadata": {"resourceVersion": current.metadata.resource_version},
-                "spec": {"taints": taints},
-            });
-            self.merge(node, patch).await
-        })
+        Box::pin(self.taint(node, GATE, on))
+    }
+
+    fn release_work<'a>(&'a self, node: &'a str, on: bool) -> Fut<'a, ()> {
+        Box::pin(self.taint(node, OUT_OF_SERVICE, on))
+    }
+
+    fn bmc_address(&self, node: &str) -> Option<String> {
+        self.node_now(node)?
+            .metadata
+            .annotations?
+            .get(BMC_ADDRESS)
+            .cloned()
     }
 
     /// Passive: the cordon that precedes it is the whole of it. Active: every
@@ -702,11 +733,11 @@ mod tests {
         let n = node(
             json!({"metadata": {"name": "a"}, "spec": {"taints": [{"key": "gpu", "effect": "NoSchedule"}]}}),
         );
-        let on = gated_taints(&n, true).unwrap();
+        let on = with_taint(&n, GATE, true).unwrap();
         assert_eq!(on.len(), 2);
         let gated = node(json!({"metadata": {"name": "a"}, "spec": {"taints": on}}));
-        assert!(gated_taints(&gated, true).is_none(), "already gated");
-        let off = gated_taints(&gated, false).unwrap();
+        assert!(with_taint(&gated, GATE, true).is_none(), "already gated");
+        let off = with_taint(&gated, GATE, false).unwrap();
         assert_eq!(
             off.iter().map(|t| t.key.as_str()).collect::<Vec<_>>(),
             ["gpu"]

@@ -11,14 +11,18 @@ use super::outcome::Outcome;
 use super::settings::{CoreSettings, Mode, Settings};
 use super::{BLIND_CONDITIONS, Event, EventKind, Fleet, Node, Status, Time};
 
+mod fencing;
 mod inventory;
 mod operator;
 mod queue;
+mod remediation;
 mod state;
 
+pub use fencing::{Fence, FenceStep};
 pub use inventory::Observed;
-pub use operator::DrainAll;
-pub use queue::{Action, Done, Pending};
+pub use operator::{DrainAll, PowerDone};
+pub use queue::{Action, Done, Pending, PowerOp};
+pub use remediation::{Entry, Facts, Flow, FlowStep, REBOOT, Remediations};
 pub use state::{Actor, Conclusion, Cordon, Guardrail, Ledger, Moves, NodePolicy, Verdict};
 
 /// A rejected termination is not tried again sooner than this.

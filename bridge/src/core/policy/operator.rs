@@ -126,6 +126,40 @@ impl Fleet {
     }
 }
 
+/// A power operation through a node's BMC, for `NODE_POWER`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PowerDone {
+    /// `status`, `on`, `off`, `cycle`, `reset` or `reboot`.
+    pub action: String,
+    /// `done`, `unchanged` or `failed`.
+    pub result: String,
+    pub by: Actor,
+    pub force: bool,
+    pub message: String,
+}
+
+impl Fleet {
+    /// Record a power operation on node `id` (`NODE_POWER`); a node no longer
+    /// known records nothing.
+    pub fn record_power(&mut self, now: Time, id: &str, power: PowerDone) -> Outcome {
+        let mut out = Outcome::default();
+        if self.nodes.contains_key(id) {
+            out.events.push(event(
+                id,
+                now,
+                EventKind::NodePower {
+                    action: power.action,
+                    result: power.result,
+                    by: power.by.as_str().into(),
+                    force: power.force,
+                },
+                power.message,
+            ));
+        }
+        out
+    }
+}
+
 /// The event of an operator's cordon (its own, or the one a drain begins with).
 fn cordoned_by_operator(id: &str, now: Time, reason: &str) -> Event {
     event(

@@ -42,11 +42,33 @@ pub enum Action {
         max_restarts: u32,
     },
     Terminate,
+    /// Through the node's BMC (the reboot flow, fencing); without one, a reboot is
+    /// the orchestrator's own where it has one.
+    Power {
+        op: PowerOp,
+        force: bool,
+    },
+    /// Let the orchestrator release the work of a node that is off (`on`: the
+    /// Kubernetes `out-of-service` taint), or stop releasing it.
+    Release {
+        on: bool,
+    },
+}
+
+/// What a [`Action::Power`] asks of the machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PowerOp {
+    /// Off (graceful unless forced, forced after the BMC's graceful timeout),
+    /// confirmed, then on, confirmed. Sent at most once per flow.
+    Reboot,
+    Off,
+    On,
 }
 
 impl Action {
     /// Every value [`Action::name`] returns.
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 12] = [
         "cordon",
         "uncordon",
         "drain",
@@ -54,6 +76,11 @@ impl Action {
         "ungate",
         "evict",
         "terminate",
+        "reboot",
+        "power_off",
+        "power_on",
+        "release",
+        "unrelease",
     ];
 
     pub fn name(&self) -> &'static str {
@@ -65,6 +92,18 @@ impl Action {
             Action::Gate { on: false } => "ungate",
             Action::Evict { .. } => "evict",
             Action::Terminate => "terminate",
+            Action::Power {
+                op: PowerOp::Reboot,
+                ..
+            } => "reboot",
+            Action::Power {
+                op: PowerOp::Off, ..
+            } => "power_off",
+            Action::Power {
+                op: PowerOp::On, ..
+            } => "power_on",
+            Action::Release { on: true } => "release",
+            Action::Release { on: false } => "unrelease",
         }
     }
 }
@@ -99,6 +138,18 @@ impl Fleet {
         let node = self.nodes.get(id)?;
         let next = node.policy.pending.first()?;
         if next.action == Action::Terminate && blind(node) {
+            return None;
+        }
+        // A reboot already sent (by this process, now running; or by one that
+        // stopped before it heard back) is never sent again.
+        if matches!(
+            next.action,
+            Action::Power {
+                op: PowerOp::Reboot,
+                ..
+            }
+        ) && node.policy.flow.as_ref().is_some_and(|f| f.sent.is_some())
+        {
             return None;
         }
         Some(next.clone())
@@ -148,22 +199,31 @@ impl Fleet {
             Action::Drain {
                 active: true,
                 reason,
-            } => out.events.push(event(
-                id,
-                now,
-                EventKind::NodeDrained {
-                    by: Actor::Operator.as_str().into(),
-                    active: true,
-                    reason: reason.clone(),
-                    moved: done.moved,
-                    blocked: done.blocked,
-                },
-                format!(
-                    "drained (active) by operator: {reason}; {} allocation(s) requeued{}",
-                    done.moved,
-                    held(done.blocked)
-                ),
-            )),
+            } => {
+                // An active drain is an operator's, or a reboot flow's.
+                let by = if node.policy.flow.is_some() {
+                    Actor::Hale
+                } else {
+                    Actor::Operator
+                };
+                out.events.push(event(
+                    id,
+                    now,
+                    EventKind::NodeDrained {
+                        by: by.as_str().into(),
+                        active: true,
+                        reason: reason.clone(),
+                        moved: done.moved,
+                        blocked: done.blocked,
+                    },
+                    format!(
+                        "drained (active) by {}: {reason}; {} allocation(s) requeued{}",
+                        by.as_str(),
+                        done.moved,
+                        held(done.blocked)
+                    ),
+                ))
+            }
             Action::Evict { fault_class, .. } => {
                 for owner in &done.moved_owners {
                     let moves = self.ledger.moves.entry(owner.clone()).or_insert(Moves {
@@ -207,6 +267,7 @@ impl Fleet {
             }
             _ => {}
         }
+        self.flow_step_done(cfg, now, id, &action, done, &mut out);
         out
     }
 
@@ -219,6 +280,7 @@ impl Fleet {
         now: Time,
         id: &str,
         action_id: u64,
+        why: &str,
     ) -> Outcome {
         let mut out = Outcome::default();
         let Some(node) = self.nodes.get_mut(id) else {
@@ -229,6 +291,12 @@ impl Fleet {
         };
         let action = node.policy.pending.remove(at).action;
         out.dirty.insert(id.into());
+        if self.flow_step_failed(cfg, now, id, &action, why, &mut out) {
+            return out;
+        }
+        let Some(node) = self.nodes.get_mut(id) else {
+            return out;
+        };
         if matches!(action, Action::Cordon { .. }) {
             // Not out of service after all: the books say what the cluster says,
             // and the next report decides again (a refusal is not an uncordon).

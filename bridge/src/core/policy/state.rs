@@ -62,6 +62,28 @@ pub struct NodePolicy {
     /// A rejected termination waits until then before it is tried again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after: Option<Time>,
+    /// The reboot flow, queued or under way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow: Option<super::Flow>,
+    /// When the node's last reboot flow failed: no alert re-admits it for
+    /// `remediation.retryAfter`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow_failed_at: Option<Time>,
+    /// `observe`: the condition a reboot was recommended for (once per episode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recommended_reboot: Option<String>,
+    /// A fence under way, or waiting for the node to report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<super::Fence>,
+    /// When the node was fenced in the last day (`fencing.perDay`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fences: Vec<Time>,
+    /// A refusal (or recommendation) to fence was recorded for this silence.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fence_held: bool,
+    /// The last fence that never got the node off: tried again after `fencing.after`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence_failed_at: Option<Time>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -185,6 +207,9 @@ pub struct Ledger {
     /// and forgotten `forgetAfter` after the owner's last move.
     #[serde(default, skip_serializing, deserialize_with = "legacy_moves")]
     pub moves: BTreeMap<String, Moves>,
+    /// Reboot flows that failed in the last hour (`remediation.maxFailuresPerHour`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flow_failures: Vec<Time>,
 }
 
 /// The fault evictions that moved one workload owner.

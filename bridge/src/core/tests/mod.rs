@@ -8,6 +8,7 @@ use chrono::{TimeDelta, TimeZone};
 
 mod hardening;
 mod props;
+mod remediation;
 
 use super::labels::{Alert, AlertState, Annotations, Labels, Text};
 use super::settings::CoreSettings;
@@ -1590,7 +1591,9 @@ fn the_replacement_budget_is_spent_and_refilled_in_a_rolling_hour() {
     s.tick();
     // The orchestrator rejects one termination: not counted.
     let terminate = pending_id(&s, "c-0", &policy::Action::Terminate);
-    let out = s.fleet.action_failed(&s.cfg, s.now, "c-0", terminate);
+    let out = s
+        .fleet
+        .action_failed(&s.cfg, s.now, "c-0", terminate, "refused");
     s.record(out);
     act(&mut s);
     let live: Vec<String> = s.fleet.nodes.keys().cloned().collect();
@@ -2002,7 +2005,9 @@ fn a_refused_cordon_leaves_the_node_in_service_and_is_not_an_uncordon() {
     s.at(30).report(&ids, &["g-0"], low);
     s.policy_events();
     let cordon = s.node("g-0").policy.pending[0].id;
-    let out = s.fleet.action_failed(&s.cfg, s.now, "g-0", cordon);
+    let out = s
+        .fleet
+        .action_failed(&s.cfg, s.now, "g-0", cordon, "refused");
     s.record(out);
     assert_eq!(s.node("g-0").status, Status::Ready);
     assert!(s.node("g-0").policy.cordon.is_none());

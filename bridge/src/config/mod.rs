@@ -2,6 +2,10 @@
 //! `validate()`. `hale serve` and `hale check-config` both go through [`Config::load`],
 //! so a file that passes the check is a file the service accepts.
 
+mod remediation;
+
+pub use remediation::{AlertMatch, Blocking, FencingConfig, RemediationConfig};
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::SocketAddr;
@@ -62,6 +66,12 @@ pub struct Config {
     pub orchestrator: OrchestratorConfig,
     /// Nodes known before they report (bare metal without an orchestrator).
     pub inventory: Vec<InventoryNode>,
+    /// What every node's BMC shares (DESIGN §8).
+    pub bmc: crate::bmc::config::BmcConfig,
+    /// The reboot flow (DESIGN §8).
+    pub remediation: RemediationConfig,
+    /// Fencing silent nodes; off without this section.
+    pub fencing: Option<FencingConfig>,
 }
 
 impl Default for Config {
@@ -78,6 +88,9 @@ impl Default for Config {
             node_event_webhooks: Vec::new(),
             orchestrator: OrchestratorConfig::default(),
             inventory: Vec::new(),
+            bmc: crate::bmc::config::BmcConfig::default(),
+            remediation: RemediationConfig::default(),
+            fencing: None,
         }
     }
 }
@@ -476,6 +489,9 @@ pub struct InventoryNode {
     /// Labels used by pool selectors.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// The node's BMC (DESIGN §8).
+    #[serde(default)]
+    pub bmc: Option<crate::bmc::config::NodeBmc>,
 }
 
 impl InventoryNode {
@@ -499,6 +515,10 @@ pub struct Loaded {
     pub api_token: Option<Secret>,
     /// `nodeEventWebhooks`, validated, secrets read.
     pub webhooks: Vec<Webhook>,
+    /// Every node's way to its BMC, credentials read.
+    pub bmc: crate::bmc::config::Directory,
+    /// The alerts that hold the reboot flow back, asked of Alertmanager.
+    pub blocking: remediation::Blocking,
     /// The file this came from (`None`: built-in defaults), for reloads.
     pub source: Option<PathBuf>,
 }
@@ -700,6 +720,40 @@ impl Config {
         self.orchestrator
             .validate()
             .map_err(|(key, message)| err(&format!("orchestrator.{key}"), message))?;
+        let (remediation, blocking) = self
+            .remediation
+            .resolve()
+            .map_err(|(key, message)| err(&format!("remediation.{key}"), message))?;
+        let fencing = self
+            .fencing
+            .as_ref()
+            .map(|f| f.resolve(self.orchestrator != OrchestratorConfig::None))
+            .transpose()
+            .map_err(|(key, message)| err(&format!("fencing.{key}"), message))?;
+        let listed: Vec<(String, &crate::bmc::config::NodeBmc)> = self
+            .inventory
+            .iter()
+            .filter_map(|n| Some((n.id.clone(), n.bmc.as_ref()?)))
+            .collect();
+        let bmc = crate::bmc::config::Directory::resolve(&self.bmc, &listed).map_err(
+            |(key, message)| {
+                // Inventory keys count every node, not only those with a BMC.
+                let key = match key.strip_prefix("inventory[") {
+                    Some(rest) => {
+                        let (i, tail) = rest.split_once(']').expect("written so");
+                        let i: usize = i.parse().expect("an index");
+                        let at = self
+                            .inventory
+                            .iter()
+                            .position(|n| n.id == listed[i].0)
+                            .expect("listed from the inventory");
+                        format!("inventory[{at}]{tail}")
+                    }
+                    None => key,
+                };
+                err(&key, message)
+            },
+        )?;
         // Every file the configuration names is read before any is refused, so one run
         // names every file that is missing, unreadable or empty.
         let mut secrets: BTreeMap<String, Result<Secret, String>> =
@@ -803,12 +857,16 @@ impl Config {
                 stale_after: am.stale_after(),
                 hold_after_restart: am.hold_after_restart,
             },
+            remediation,
+            fencing,
         };
         Ok(Loaded {
             config: self,
             core,
             api_token,
             webhooks,
+            bmc,
+            blocking,
             source: None,
         })
     }

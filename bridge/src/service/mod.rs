@@ -2,6 +2,10 @@
 //! input takes — apply to the fleet under its lock, then persist the change with its
 //! events before anyone sees a newer one.
 
+mod power;
+
+pub use power::{PowerError, PowerReport};
+
 use std::collections::BTreeSet;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,7 +21,7 @@ use tracing::{error, info, warn};
 use crate::alertmanager::{self, Answer, IngestError};
 use crate::config::{Config, ConfigError, InventoryNode, Loaded};
 use crate::core::labels::{Alert, AlertState, Signal};
-use crate::core::policy::Pending;
+use crate::core::policy::{Action, Pending};
 use crate::core::settings::CoreSettings;
 use crate::core::{
     CoreError, EventKind, Fleet, Listed, Outcome, PollAnswer, TELEMETRY_STALE, Time,
@@ -85,6 +89,10 @@ pub struct Hale {
     seen: Mutex<SeenAlerts>,
     /// One fetch at a time for `GET /api/v1/alerts` when no poll can answer it.
     fetching: tokio::sync::Mutex<()>,
+    /// The blocking alerts as last read (the reboot flow's admission).
+    facts: Mutex<crate::core::policy::Facts>,
+    /// Whether they have been read since start.
+    facts_read: AtomicBool,
 }
 
 /// The last poll's alerts for `GET /api/v1/alerts`: built by a poll only while asked
@@ -168,6 +176,8 @@ impl Hale {
             liveness,
             seen: Mutex::new(SeenAlerts::default()),
             fetching: tokio::sync::Mutex::new(()),
+            facts: Mutex::new(Default::default()),
+            facts_read: AtomicBool::new(false),
         });
         let inventory: Vec<Listed> = hale
             .config()
@@ -227,6 +237,7 @@ impl Hale {
                 .last_trusted
                 .set(t.timestamp_millis() as f64 / 1000.0);
         }
+        self.count_remediations(&fleet, &outcome);
         let acting = outcome.dirty.iter().any(|id| {
             fleet
                 .nodes
@@ -278,6 +289,36 @@ impl Hale {
         }
         self.check_size(writer.store.bytes_used());
         Ok(outcome)
+    }
+
+    /// Count the remediations a step finished, and those under way when it
+    /// changed them.
+    fn count_remediations(&self, fleet: &Fleet, outcome: &Outcome) {
+        let mut changed = false;
+        for e in &outcome.events {
+            let (action, result) = match &e.kind {
+                EventKind::RemediationSucceeded { action } => (action, "succeeded"),
+                EventKind::RemediationFailed { action, .. } => (action, "failed"),
+                EventKind::RemediationStarted { .. } => {
+                    changed = true;
+                    continue;
+                }
+                _ => continue,
+            };
+            changed = true;
+            self.metrics
+                .remediations
+                .get_or_create(&ActionLabel {
+                    action: action.clone(),
+                    result: result.into(),
+                })
+                .inc();
+        }
+        if changed {
+            self.metrics
+                .remediation_in_flight
+                .set(fleet.remediations_in_flight() as i64);
+        }
     }
 
     /// Export the store's size and warn once when it passes 90 % of `maxBytes`.
@@ -938,15 +979,21 @@ impl Hale {
         use backon::{ExponentialBuilder, Retryable};
         let orchestrator = self.orchestrator.clone();
         let action = &pending.action;
-        let result = (|| orchestrator::perform(orchestrator.as_ref(), node, action, moves))
-            .retry(
-                ExponentialBuilder::default()
-                    .with_min_delay(Duration::from_millis(500))
-                    .with_max_times(3)
-                    .with_jitter(),
-            )
-            .when(OrchestratorError::is_retriable)
-            .await;
+        let result = match action {
+            // A power change is never retried blindly: the BMC confirms or the step fails.
+            Action::Power { op, force } => self.perform_power(node, *op, *force).await,
+            _ => {
+                (|| orchestrator::perform(orchestrator.as_ref(), node, action, moves))
+                    .retry(
+                        ExponentialBuilder::default()
+                            .with_min_delay(Duration::from_millis(500))
+                            .with_max_times(3)
+                            .with_jitter(),
+                    )
+                    .when(OrchestratorError::is_retriable)
+                    .await
+            }
+        };
         let name = action.name();
         let (label, next) = match &result {
             Ok(_) => ("done", true),
@@ -984,9 +1031,10 @@ impl Hale {
             }
             Err(e) => {
                 error!(node, action = name, error = %e, "refused; dropped");
+                let why = e.to_string();
                 this.apply(|fleet, cfg, now| {
                     this.actions_recorded.fetch_add(1, Ordering::AcqRel);
-                    Ok(fleet.action_failed(cfg, now, &node, pending.id))
+                    Ok(fleet.action_failed(cfg, now, &node, pending.id, &why))
                 })
             }
         })
@@ -1005,8 +1053,18 @@ impl Hale {
             ticker.tick().await;
             beat.beat();
             let this = self.clone();
+            let facts = self.facts();
+            let leads = self.orchestrator.leads();
             let done = tokio::task::spawn_blocking(move || {
-                this.apply(|fleet, cfg, now| Ok(fleet.tick(cfg, now)))
+                this.apply(|fleet, cfg, now| {
+                    let mut out = fleet.tick(cfg, now);
+                    // Only the leader remediates: a follower would queue what it may
+                    // not perform.
+                    if leads {
+                        out.absorb(fleet.remediate(cfg, now, &facts));
+                    }
+                    Ok(out)
+                })
             })
             .await;
             if let Err(e) = done {

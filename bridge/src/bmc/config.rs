@@ -1,0 +1,326 @@
+//! The `bmc` section and each inventory node's `bmc`, and the directory that finds
+//! a node's BMC: its inventory entry, else the orchestrator's word (the Kubernetes
+//! annotation `hale.dev/bmc-address`), else `bmc.addressTemplate` over its id,
+//! hostname and labels.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{Address, BmcError, Credentials, Failure, Target, Timing, Tls};
+use crate::core::settings::de_duration;
+
+/// `bmc:` — what every node's BMC shares.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct BmcConfig {
+    /// `username:password`, or a mounted Secret's directory (`username`, `password`).
+    pub credentials_file: Option<PathBuf>,
+    /// IPMI cipher suite (`ipmitool -C`).
+    pub cipher_suite: u8,
+    /// One request.
+    #[serde(deserialize_with = "de_duration")]
+    pub timeout: Duration,
+    /// A graceful shutdown is forced after this; also how long any power change may
+    /// take to show.
+    #[serde(deserialize_with = "de_duration")]
+    pub graceful_timeout: Duration,
+    /// An address for nodes that name none, with `{id}`, `{hostname}` and
+    /// `{labels.KEY}` filled in: `ipmi://{hostname}-bmc:623`.
+    pub address_template: Option<String>,
+    /// Trust only this CA for Redfish over https.
+    pub ca_file: Option<PathBuf>,
+    /// Accept any certificate (self-signed BMCs).
+    pub insecure: bool,
+}
+
+impl Default for BmcConfig {
+    fn default() -> Self {
+        let t = Timing::default();
+        BmcConfig {
+            credentials_file: None,
+            cipher_suite: t.cipher_suite,
+            timeout: t.timeout,
+            graceful_timeout: t.graceful,
+            address_template: None,
+            ca_file: None,
+            insecure: false,
+        }
+    }
+}
+
+/// `inventory[].bmc`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NodeBmc {
+    pub address: String,
+    /// Else `bmc.credentialsFile`.
+    #[serde(default)]
+    pub credentials_file: Option<PathBuf>,
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    #[serde(default)]
+    pub insecure: Option<bool>,
+}
+
+/// Every node's way to its BMC, resolved from the configuration: addresses parsed,
+/// credentials read (a reload reads them again).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Directory {
+    pub timing: Timing,
+    default_credentials: Option<Credentials>,
+    template: Option<String>,
+    tls: Tls,
+    nodes: BTreeMap<String, Target>,
+}
+
+/// The placeholders a template may use.
+fn fill(
+    template: &str,
+    id: &str,
+    hostname: &str,
+    labels: &BTreeMap<String, String>,
+) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let close = rest[open..]
+            .find('}')
+            .ok_or_else(|| format!("`{template}` has an unclosed {{"))?
+            + open;
+        let key = &rest[open + 1..close];
+        let value = match key {
+            "id" => id,
+            "hostname" => hostname,
+            _ => match key.strip_prefix("labels.") {
+                Some(label) => labels
+                    .get(label)
+                    .map(String::as_str)
+                    .ok_or_else(|| format!("the node has no label {label}"))?,
+                None => {
+                    return Err(format!(
+                        "`{{{key}}}` is not a placeholder (use {{id}}, {{hostname}} or {{labels.KEY}})"
+                    ));
+                }
+            },
+        };
+        out.push_str(value);
+        rest = &rest[close + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+impl Directory {
+    /// Resolve the section and the inventory's entries; the error is (key, message).
+    pub fn resolve(
+        section: &BmcConfig,
+        inventory: &[(String, &NodeBmc)],
+    ) -> Result<Directory, (String, String)> {
+        if section.timeout.is_zero() {
+            return Err(("bmc.timeout".into(), "must be positive".into()));
+        }
+        if section.graceful_timeout.is_zero() {
+            return Err(("bmc.gracefulTimeout".into(), "must be positive".into()));
+        }
+        if section.cipher_suite > 17 {
+            return Err((
+                "bmc.cipherSuite".into(),
+                "must be an IPMI cipher suite, 0..=17".into(),
+            ));
+        }
+        let default_credentials = section
+            .credentials_file
+            .as_ref()
+            .map(|p| Credentials::read(p))
+            .transpose()
+            .map_err(|e| ("bmc.credentialsFile".to_string(), e))?;
+        if let Some(t) = &section.address_template {
+            let sample = fill(t, "node-1", "node-1", &BTreeMap::new())
+                .or_else(|e| {
+                    if e.contains("no label") {
+                        Ok(String::new())
+                    } else {
+                        Err(e)
+                    }
+                })
+                .map_err(|e| ("bmc.addressTemplate".to_string(), e))?;
+            if !sample.is_empty() {
+                Address::parse(&sample).map_err(|e| ("bmc.addressTemplate".to_string(), e))?;
+            }
+        }
+        let tls = Tls {
+            ca_file: section.ca_file.clone(),
+            insecure: section.insecure,
+        };
+        let mut nodes = BTreeMap::new();
+        for (i, (id, b)) in inventory.iter().enumerate() {
+            let at = |key: &str| format!("inventory[{i}].bmc.{key}");
+            let address = Address::parse(&b.address).map_err(|e| (at("address"), e))?;
+            let credentials = match &b.credentials_file {
+                Some(p) => Credentials::read(p).map_err(|e| (at("credentialsFile"), e))?,
+                None => default_credentials.clone().ok_or_else(|| {
+                    (
+                        at("credentialsFile"),
+                        "no credentials: set it here or bmc.credentialsFile".to_string(),
+                    )
+                })?,
+            };
+            nodes.insert(
+                id.clone(),
+                Target {
+                    address,
+                    credentials,
+                    tls: Tls {
+                        ca_file: b.ca_file.clone().or_else(|| tls.ca_file.clone()),
+                        insecure: b.insecure.unwrap_or(tls.insecure),
+                    },
+                },
+            );
+        }
+        Ok(Directory {
+            timing: Timing {
+                timeout: section.timeout,
+                graceful: section.graceful_timeout,
+                cipher_suite: section.cipher_suite,
+                ..Timing::default()
+            },
+            default_credentials,
+            template: section.address_template.clone(),
+            tls,
+            nodes,
+        })
+    }
+
+    /// Whether any node can have a BMC at all.
+    pub fn configured(&self) -> bool {
+        !self.nodes.is_empty() || self.template.is_some() || self.default_credentials.is_some()
+    }
+
+    /// Whether the node named in the inventory has a BMC there.
+    pub fn listed(&self, id: &str) -> bool {
+        self.nodes.contains_key(id)
+    }
+
+    /// The node's BMC: its inventory entry, else `annotation` (the orchestrator's
+    /// word), else the template. The error says what is missing.
+    pub fn target(
+        &self,
+        id: &str,
+        hostname: Option<&str>,
+        labels: &BTreeMap<String, String>,
+        annotation: Option<&str>,
+    ) -> Result<Target, BmcError> {
+        if let Some(t) = self.nodes.get(id) {
+            return Ok(t.clone());
+        }
+        let missing = |what: String| BmcError::new(Failure::Missing, what);
+        let address = match (annotation, &self.template) {
+            (Some(a), _) => Address::parse(a)
+                .map_err(|e| missing(format!("annotation hale.dev/bmc-address: {e}")))?,
+            (None, Some(t)) => {
+                let text = fill(t, id, hostname.unwrap_or(id), labels)
+                    .map_err(|e| missing(format!("bmc.addressTemplate: {e}")))?;
+                Address::parse(&text).map_err(|e| missing(format!("bmc.addressTemplate: {e}")))?
+            }
+            (None, None) => {
+                return Err(missing(
+                    "no BMC: give the node one in inventory[].bmc, with bmc.addressTemplate, or with the hale.dev/bmc-address annotation".into(),
+                ));
+            }
+        };
+        let credentials = self.default_credentials.clone().ok_or_else(|| {
+            missing(format!(
+                "no credentials for {address}: set bmc.credentialsFile"
+            ))
+        })?;
+        Ok(Target {
+            address,
+            credentials,
+            tls: self.tls.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_fill_id_hostname_and_labels() {
+        let labels: BTreeMap<String, String> = [("rack".to_string(), "r12".to_string())].into();
+        assert_eq!(
+            fill(
+                "ipmi://{hostname}-bmc.{labels.rack}:623",
+                "n1",
+                "gpu-14",
+                &labels
+            )
+            .unwrap(),
+            "ipmi://gpu-14-bmc.r12:623"
+        );
+        assert!(
+            fill("ipmi://{host}", "n1", "h", &labels)
+                .unwrap_err()
+                .contains("not a placeholder")
+        );
+        assert!(
+            fill("ipmi://{labels.row}", "n1", "h", &labels)
+                .unwrap_err()
+                .contains("no label row")
+        );
+        assert!(
+            fill("ipmi://{id", "n1", "h", &labels)
+                .unwrap_err()
+                .contains("unclosed")
+        );
+    }
+
+    #[test]
+    fn a_node_finds_its_bmc_in_order_inventory_annotation_template() {
+        let dir = tempfile::tempdir().unwrap();
+        let creds = dir.path().join("c");
+        std::fs::write(&creds, "admin:pw-default\n").unwrap();
+        let own = dir.path().join("own");
+        std::fs::write(&own, "root:pw-own\n").unwrap();
+        let section = BmcConfig {
+            credentials_file: Some(creds),
+            address_template: Some("ipmi://{id}-bmc".into()),
+            ..BmcConfig::default()
+        };
+        let listed = NodeBmc {
+            address: "redfish+https://10.0.0.1/redfish/v1/Systems/1".into(),
+            credentials_file: Some(own),
+            ca_file: None,
+            insecure: Some(true),
+        };
+        let d = Directory::resolve(&section, &[("a".into(), &listed)]).unwrap();
+        let none = BTreeMap::new();
+        let a = d
+            .target("a", None, &none, Some("ipmi://elsewhere"))
+            .unwrap();
+        assert_eq!(
+            a.address.to_string(),
+            "redfish+https://10.0.0.1/redfish/v1/Systems/1"
+        );
+        assert_eq!(a.credentials.username, "root");
+        assert!(a.tls.insecure);
+        let b = d
+            .target("b", None, &none, Some("ipmi://10.0.0.2:6230"))
+            .unwrap();
+        assert_eq!(b.address.to_string(), "ipmi://10.0.0.2:6230");
+        assert_eq!(b.credentials.username, "admin");
+        let c = d.target("c", None, &none, None).unwrap();
+        assert_eq!(c.address.to_string(), "ipmi://c-bmc:623");
+
+        let bare = Directory::resolve(&BmcConfig::default(), &[]).unwrap();
+        let e = bare.target("c", None, &none, None).unwrap_err();
+        assert_eq!(e.class, Failure::Missing);
+        assert!(e.to_string().contains("hale.dev/bmc-address"), "{e}");
+        let e = bare.target("c", None, &none, Some("ipmi://x")).unwrap_err();
+        assert!(e.to_string().contains("bmc.credentialsFile"), "{e}");
+    }
+}

@@ -1,0 +1,271 @@
+//! Redfish (DMTF DSP0266) over reqwest: `PowerState` from the ComputerSystem, power
+//! changes through `Actions/ComputerSystem.Reset` with a `ResetType` the system
+//! lists as allowed. A session (`X-Auth-Token`) where the service offers a
+//! SessionService, else Basic authentication.
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+use tokio::sync::Mutex;
+
+use super::{
+    Bmc, BmcError, Credentials, Failure, Fut, PowerState, Request, Result, Target, Timing,
+};
+
+pub struct Redfish {
+    client: reqwest::Client,
+    origin: reqwest::Url,
+    system: String,
+    credentials: Credentials,
+    /// `None` until the service root was read; then the sessions collection, if any.
+    sessions: Mutex<Option<Option<String>>>,
+    token: Mutex<Option<String>>,
+}
+
+/// The `ResetType`s that do `request`, most fitting first.
+fn reset_types(request: Request) -> &'static [&'static str] {
+    match request {
+        Request::On => &["On", "ForceOn"],
+        Request::GracefulOff => &["GracefulShutdown"],
+        Request::ForceOff => &["ForceOff"],
+        Request::Cycle => &["PowerCycle", "ForceRestart"],
+        Request::Reset => &["ForceRestart", "PowerCycle"],
+    }
+}
+
+impl Redfish {
+    pub fn new(target: &Target, timing: Timing) -> Result<Redfish> {
+        let super::Address::Redfish { origin, system } = &target.address else {
+            unreachable!("connect dispatches by address kind")
+        };
+        crate::init_tls();
+        let mut builder = reqwest::Client::builder()
+            .user_agent(crate::USER_AGENT)
+            .timeout(timing.timeout)
+            .connect_timeout(timing.timeout.min(Duration::from_secs(5)));
+        if let Some(ca) = &target.tls.ca_file {
+            let pem = std::fs::read(ca).map_err(|e| {
+                BmcError::new(
+                    Failure::Missing,
+                    format!("cannot read {}: {e}", ca.display()),
+                )
+            })?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| BmcError::new(Failure::Missing, format!("{}: {e}", ca.display())))?;
+            builder = builder.tls_certs_only(certs);
+        }
+        if target.tls.insecure {
+            builder = builder.tls_danger_accept_invalid_certs(true);
+        }
+        let client = builder
+            .build()
+            .map_err(|e| BmcError::new(Failure::Missing, crate::error_chain(&e)))?;
+        Ok(Redfish {
+            client,
+            origin: origin.clone(),
+            system: system.clone(),
+            credentials: target.credentials.clone(),
+            sessions: Mutex::new(None),
+            token: Mutex::new(None),
+        })
+    }
+
+    fn url(&self, path: &str) -> reqwest::Url {
+        let mut u = self.origin.clone();
+        u.set_path(path);
+        u
+    }
+
+    /// The sessions collection the service root names, read once.
+    async fn sessions(&self) -> Result<Option<String>> {
+        let mut known = self.sessions.lock().await;
+        if let Some(s) = &*known {
+            return Ok(s.clone());
+        }
+        let request = self.client.get(self.url("/redfish/v1/"));
+        let root = self.answer("/redfish/v1/", request).await?;
+        let found = root
+            .pointer("/Links/Sessions/@odata.id")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .or_else(|| {
+                root.get("SessionService")
+                    .map(|_| "/redfish/v1/SessionService/Sessions".to_string())
+            });
+        *known = Some(found.clone());
+        Ok(found)
+    }
+
+    /// A session token, logging in when there is none.
+    async fn login(&self, sessions: &str) -> Result<Option<String>> {
+        let mut token = self.token.lock().await;
+        if token.is_some() {
+            return Ok(token.clone());
+        }
+        let body = serde_json::json!({
+            "UserName": self.credentials.username,
+            "Password": self.credentials.password(),
+        });
+        let response = self
+            .client
+            .post(self.url(sessions))
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| self.unreachable(&e))?;
+        let status = response.status();
+        if status == StatusCode::NOT_FOUND || status == StatusCode::METHOD_NOT_ALLOWED {
+            // Listed but not served: Basic it is.
+            return Ok(None);
+        }
+        if !status.is_success() {
+            return Err(self.refusal(status, response).await);
+        }
+        *token = response
+            .headers()
+            .get("X-Auth-Token")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        Ok(token.clone())
+    }
+
+    /// One request, authenticated as the service allows; a token the service
+    /// forgot is renewed once.
+    async fn call(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Value> {
+        for renewed in [false, true] {
+            match self.fetch(method.clone(), path, body).await {
+                Err(e)
+                    if e.class == Failure::Auth
+                        && !renewed
+                        && self.token.lock().await.is_some() =>
+                {
+                    *self.token.lock().await = None;
+                }
+                other => return other,
+            }
+        }
+        unreachable!("the second round returns")
+    }
+
+    async fn fetch(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Value> {
+        let mut request = self.client.request(method, self.url(path));
+        let token = match self.sessions().await? {
+            Some(s) => self.login(&s).await?,
+            None => None,
+        };
+        request = match token {
+            Some(t) => request.header("X-Auth-Token", t),
+            None => request.basic_auth(
+                &self.credentials.username,
+                Some(self.credentials.password()),
+            ),
+        };
+        if let Some(b) = body {
+            request = request.json(b);
+        }
+        self.answer(path, request).await
+    }
+
+    /// Send `request`; its JSON answer (`null` when empty).
+    async fn answer(&self, path: &str, request: reqwest::RequestBuilder) -> Result<Value> {
+        let response = request.send().await.map_err(|e| self.unreachable(&e))?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(self.refusal(status, response).await);
+        }
+        if status == StatusCode::NO_CONTENT {
+            return Ok(Value::Null);
+        }
+        let bytes = response.bytes().await.map_err(|e| self.unreachable(&e))?;
+        if bytes.is_empty() {
+            return Ok(Value::Null);
+        }
+        serde_json::from_slice(&bytes)
+            .map_err(|e| BmcError::new(Failure::Refused, format!("{path}: not a JSON answer: {e}")))
+    }
+
+    fn unreachable(&self, e: &reqwest::Error) -> BmcError {
+        BmcError::new(
+            Failure::Unreachable,
+            self.credentials.scrub(&crate::error_chain(e)),
+        )
+    }
+
+    async fn refusal(&self, status: StatusCode, response: reqwest::Response) -> BmcError {
+        let url = crate::shown_url(response.url());
+        let text = response.text().await.unwrap_or_default();
+        let message = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| {
+                v.pointer("/error/@Message.ExtendedInfo/0/Message")
+                    .or_else(|| v.pointer("/error/message"))
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| text.chars().take(200).collect());
+        let class = match status {
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Failure::Auth,
+            _ => Failure::Refused,
+        };
+        let said = match class {
+            Failure::Auth => "the BMC refused the credentials".to_string(),
+            _ => self.credentials.scrub(message.trim()),
+        };
+        BmcError::new(class, format!("{url}: {status}: {said}"))
+    }
+}
+
+impl Bmc for Redfish {
+    fn kind(&self) -> &'static str {
+        "redfish"
+    }
+
+    fn state(&self) -> Fut<'_, PowerState> {
+        Box::pin(async {
+            let system = self.call(Method::GET, &self.system, None).await?;
+            match system.get("PowerState").and_then(Value::as_str) {
+                Some("On" | "PoweringOff" | "Paused") => Ok(PowerState::On),
+                Some("Off" | "PoweringOn") => Ok(PowerState::Off),
+                other => Err(BmcError::new(
+                    Failure::Refused,
+                    format!("{}: PowerState is {other:?}", self.system),
+                )),
+            }
+        })
+    }
+
+    fn send(&self, request: Request) -> Fut<'_, ()> {
+        Box::pin(async move {
+            let system = self.call(Method::GET, &self.system, None).await?;
+            let action = system.pointer("/Actions/#ComputerSystem.Reset");
+            let target = action
+                .and_then(|a| a.get("target"))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("{}/Actions/ComputerSystem.Reset", self.system));
+            let allowed: Option<Vec<&str>> = action
+                .and_then(|a| a.get("ResetType@Redfish.AllowableValues"))
+                .and_then(Value::as_array)
+                .map(|v| v.iter().filter_map(Value::as_str).collect());
+            let wanted = reset_types(request);
+            let chosen = match &allowed {
+                Some(list) => wanted.iter().find(|w| list.contains(w)).ok_or_else(|| {
+                    BmcError::new(
+                        Failure::Refused,
+                        format!(
+                            "the system allows no ResetType for {} (wanted one of {}; it allows {})",
+                            request.as_str(),
+                            wanted.join(", "),
+                            list.join(", ")
+                        ),
+                    )
+                })?,
+                None => &wanted[0],
+            };
+            let body = serde_json::json!({ "ResetType": chosen });
+            self.call(Method::POST, &target, Some(&body)).await?;
+            Ok(())
+        })
+    }
+}

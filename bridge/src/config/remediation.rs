@@ -1,0 +1,420 @@
+//! `remediation` and `fencing` (DESIGN §8, §15): parsed here, resolved into the
+//! core's settings; the blocking alerts stay at the edge, which asks Alertmanager.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::core::settings::{Fencing, NodeType, Remediation, Window, de_duration, de_opt_duration};
+
+/// `remediation:`; every key optional.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct RemediationConfig {
+    pub failure_domain_label: Option<String>,
+    pub domains_at_once: u32,
+    pub max_per_domain: u32,
+    #[serde(deserialize_with = "de_duration")]
+    pub drain_timeout: Duration,
+    #[serde(deserialize_with = "de_duration")]
+    pub return_timeout: Duration,
+    #[serde(deserialize_with = "de_duration")]
+    pub verify_timeout: Duration,
+    #[serde(deserialize_with = "de_duration")]
+    pub retry_after: Duration,
+    pub max_failures_per_hour: u32,
+    /// Nothing new is admitted while one of these fires.
+    pub blocking_alerts: Vec<AlertMatch>,
+    pub window: Option<WindowConfig>,
+    pub node_types: Vec<NodeTypeConfig>,
+}
+
+impl Default for RemediationConfig {
+    fn default() -> Self {
+        let d = Remediation::default();
+        RemediationConfig {
+            failure_domain_label: d.failure_domain_label,
+            domains_at_once: d.domains_at_once,
+            max_per_domain: d.max_per_domain,
+            drain_timeout: d.drain_timeout,
+            return_timeout: d.return_timeout,
+            verify_timeout: d.verify_timeout,
+            retry_after: d.retry_after,
+            max_failures_per_hour: d.max_failures_per_hour,
+            blocking_alerts: Vec::new(),
+            window: None,
+            node_types: Vec::new(),
+        }
+    }
+}
+
+/// One blocking alert: labels it must carry (`{alertname: CephHealthError}`), or
+/// Alertmanager matchers as amtool writes them (`'alertname=~"Ceph.*"'`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum AlertMatch {
+    Labels(BTreeMap<String, String>),
+    Matchers(String),
+}
+
+impl AlertMatch {
+    /// The `filter` values of Alertmanager's `GET /api/v2/alerts`.
+    pub fn filters(&self) -> Vec<String> {
+        match self {
+            AlertMatch::Labels(labels) => labels
+                .iter()
+                .map(|(k, v)| format!("{k}={}", serde_json::Value::String(v.clone())))
+                .collect(),
+            AlertMatch::Matchers(text) => text
+                .trim()
+                .trim_start_matches('{')
+                .trim_end_matches('}')
+                .split(',')
+                .map(|m| m.trim().to_string())
+                .filter(|m| !m.is_empty())
+                .collect(),
+        }
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let filters = self.filters();
+        if filters.is_empty() {
+            return Err("names no label to match".into());
+        }
+        for f in &filters {
+            let Some(at) = f.find(['=', '!']) else {
+                return Err(format!(
+                    "`{f}` is not a matcher like alertname=\"X\" or alertname=~\"Ceph.*\""
+                ));
+            };
+            let name = f[..at].trim();
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(format!("`{f}` does not start with a label name"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WindowConfig {
+    /// `mon` … `sun`; every day when omitted.
+    #[serde(default)]
+    pub days: Vec<String>,
+    /// `HH:MM`.
+    pub start: String,
+    pub end: String,
+    /// An IANA zone (`Europe/London`); UTC when omitted.
+    #[serde(default)]
+    pub time_zone: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NodeTypeConfig {
+    #[serde(default)]
+    pub name: Option<String>,
+    pub selector: BTreeMap<String, String>,
+    #[serde(default = "yes")]
+    pub allowed: bool,
+    #[serde(default)]
+    pub max_per_domain: Option<u32>,
+    #[serde(default)]
+    pub blocking_alerts: Vec<AlertMatch>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `fencing:`; its presence turns fencing on.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FencingConfig {
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub after: Option<Duration>,
+    #[serde(default)]
+    pub max_percent: Option<u32>,
+}
+
+/// The blocking alerts the service asks Alertmanager about: everyone's, and each
+/// node type's by its name.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Blocking {
+    pub all: Vec<Vec<String>>,
+    pub types: Vec<(String, Vec<Vec<String>>)>,
+}
+
+const DAYS: [&str; 7] = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
+
+/// `HH:MM` as minutes after midnight (`24:00` is the end of the day).
+fn minutes(text: &str) -> Option<u16> {
+    let (h, m) = text.trim().split_once(':')?;
+    let (h, m): (u16, u16) = (h.parse().ok()?, m.parse().ok()?);
+    (m < 60 && (h < 24 || (h == 24 && m == 0))).then_some(h * 60 + m)
+}
+
+impl RemediationConfig {
+    /// The core's settings and the edge's blocking alerts; the error is (key under
+    /// `remediation`, message).
+    pub fn resolve(&self) -> Result<(Remediation, Blocking), (String, String)> {
+        let fail = |key: &str, message: String| Err((key.to_string(), message));
+        if self.domains_at_once == 0 {
+            return fail("domainsAtOnce", "must be at least 1".into());
+        }
+        if self.max_per_domain == 0 {
+            return fail("maxPerDomain", "must be at least 1".into());
+        }
+        for (key, d) in [
+            ("drainTimeout", self.drain_timeout),
+            ("returnTimeout", self.return_timeout),
+            ("verifyTimeout", self.verify_timeout),
+        ] {
+            if d.is_zero() {
+                return fail(key, "must be positive".into());
+            }
+        }
+        if self.max_failures_per_hour == 0 {
+            return fail(
+                "maxFailuresPerHour",
+                "must be at least 1 (0 would halt the flow before it starts)".into(),
+            );
+        }
+        if let Some(l) = &self.failure_domain_label
+            && l.trim().is_empty()
+        {
+            return fail("failureDomainLabel", "must not be empty".into());
+        }
+        let mut blocking = Blocking::default();
+        for (i, m) in self.blocking_alerts.iter().enumerate() {
+            m.check().map_err(|e| (format!("blockingAlerts[{i}]"), e))?;
+            blocking.all.push(m.filters());
+        }
+        let window = match &self.window {
+            None => None,
+            Some(w) => Some(window(w)?),
+        };
+        let mut node_types = Vec::new();
+        let mut names = BTreeSet::new();
+        for (i, t) in self.node_types.iter().enumerate() {
+            let at = format!("nodeTypes[{i}]");
+            if t.selector.is_empty() {
+                return fail(
+                    &format!("{at}.selector"),
+                    "an empty selector would take every node; name at least one label".into(),
+                );
+            }
+            if t.max_per_domain == Some(0) {
+                return fail(&format!("{at}.maxPerDomain"), "must be at least 1".into());
+            }
+            let name = t.name.clone().unwrap_or_else(|| at.clone());
+            if !names.insert(name.clone()) {
+                return fail(&format!("{at}.name"), format!("`{name}` is named twice"));
+            }
+            let mut matchers = Vec::new();
+            for (j, m) in t.blocking_alerts.iter().enumerate() {
+                m.check()
+                    .map_err(|e| (format!("{at}.blockingAlerts[{j}]"), e))?;
+                matchers.push(m.filters());
+            }
+            if !matchers.is_empty() {
+                blocking.types.push((name.clone(), matchers));
+            }
+            node_types.push(NodeType {
+                name,
+                selector: t.selector.clone(),
+                allowed: t.allowed,
+                max_per_domain: t.max_per_domain,
+            });
+        }
+        Ok((
+            Remediation {
+                failure_domain_label: self.failure_domain_label.clone(),
+                domains_at_once: self.domains_at_once,
+                max_per_domain: self.max_per_domain,
+                drain_timeout: self.drain_timeout,
+                return_timeout: self.return_timeout,
+                verify_timeout: self.verify_timeout,
+                retry_after: self.retry_after,
+                max_failures_per_hour: self.max_failures_per_hour,
+                node_types,
+                window,
+            },
+            blocking,
+        ))
+    }
+}
+
+fn window(w: &WindowConfig) -> Result<Window, (String, String)> {
+    let fail = |key: &str, message: String| Err((format!("window.{key}"), message));
+    let mut days = BTreeSet::new();
+    for d in &w.days {
+        match DAYS.iter().position(|x| x.eq_ignore_ascii_case(d.trim())) {
+            Some(i) => {
+                days.insert(i as u8);
+            }
+            None => return fail("days", format!("`{d}` is not a day ({})", DAYS.join(", "))),
+        }
+    }
+    if w.days.is_empty() {
+        days = (0..7).collect();
+    }
+    let Some(start) = minutes(&w.start) else {
+        return fail("start", format!("`{}` is not a time like 09:00", w.start));
+    };
+    let Some(end) = minutes(&w.end) else {
+        return fail("end", format!("`{}` is not a time like 17:00", w.end));
+    };
+    if start == end {
+        return fail("end", "equals start: the window would be empty".into());
+    }
+    let name = w.time_zone.as_deref().unwrap_or("UTC");
+    let zone = jiff::tz::TimeZone::get(name).map_err(|e| {
+        (
+            "window.timeZone".to_string(),
+            format!("`{name}` is not a time zone this machine knows: {e}"),
+        )
+    })?;
+    Ok(Window {
+        days,
+        start,
+        end,
+        zone,
+        shown: format!(
+            "{} {}-{} {name}",
+            if w.days.is_empty() {
+                "daily".to_string()
+            } else {
+                w.days.join(",")
+            },
+            w.start,
+            w.end
+        ),
+    })
+}
+
+impl FencingConfig {
+    /// The core's settings; `needs_not_ready`: the orchestrator has a readiness.
+    pub fn resolve(&self, needs_not_ready: bool) -> Result<Fencing, (String, String)> {
+        let after = self.after.unwrap_or(Duration::from_secs(300));
+        if after.is_zero() {
+            return Err(("after".into(), "must be positive".into()));
+        }
+        let max_percent = self.max_percent.unwrap_or(10);
+        if !(1..=100).contains(&max_percent) {
+            return Err(("maxPercent".into(), "must be 1..=100".into()));
+        }
+        Ok(Fencing {
+            after,
+            max_percent,
+            per_day: 3,
+            needs_not_ready,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> crate::core::Time {
+        chrono::DateTime::parse_from_rfc3339(text).unwrap().to_utc()
+    }
+
+    #[test]
+    fn windows_follow_their_zone_days_and_midnight() {
+        let w = |days: &[&str], start: &str, end: &str, tz: &str| {
+            window(&WindowConfig {
+                days: days.iter().map(|d| d.to_string()).collect(),
+                start: start.into(),
+                end: end.into(),
+                time_zone: Some(tz.into()),
+            })
+            .unwrap()
+        };
+        let office = w(
+            &["mon", "tue", "wed", "thu", "fri"],
+            "09:00",
+            "17:00",
+            "Europe/London",
+        );
+        // 2026-07-06 is a Monday; London is UTC+1 in summer.
+        assert!(office.contains(at("2026-07-06T08:30:00Z")), "09:30 BST");
+        assert!(!office.contains(at("2026-07-06T07:30:00Z")), "08:30 BST");
+        assert!(
+            !office.contains(at("2026-07-06T16:00:00Z")),
+            "17:00 BST is the end"
+        );
+        assert!(!office.contains(at("2026-07-05T10:00:00Z")), "Sunday");
+        // In winter London is UTC.
+        assert!(
+            office.contains(at("2026-12-07T16:30:00Z")),
+            "16:30 GMT Monday"
+        );
+        let night = w(&["fri"], "22:00", "04:00", "UTC");
+        assert!(night.contains(at("2026-07-10T23:00:00Z")), "Friday night");
+        assert!(
+            night.contains(at("2026-07-11T03:00:00Z")),
+            "Saturday morning after it"
+        );
+        assert!(
+            !night.contains(at("2026-07-11T23:00:00Z")),
+            "Saturday night"
+        );
+        assert!(
+            !night.contains(at("2026-07-10T03:00:00Z")),
+            "Friday morning"
+        );
+    }
+
+    #[test]
+    fn bad_windows_and_matchers_name_their_key() {
+        let bad = |w: WindowConfig| window(&w).unwrap_err().0;
+        let base = WindowConfig {
+            days: vec![],
+            start: "09:00".into(),
+            end: "17:00".into(),
+            time_zone: None,
+        };
+        assert_eq!(
+            bad(WindowConfig {
+                days: vec!["fun".into()],
+                ..base.clone()
+            }),
+            "window.days"
+        );
+        assert_eq!(
+            bad(WindowConfig {
+                start: "9am".into(),
+                ..base.clone()
+            }),
+            "window.start"
+        );
+        assert_eq!(
+            bad(WindowConfig {
+                end: "09:00".into(),
+                ..base.clone()
+            }),
+            "window.end"
+        );
+        assert_eq!(
+            bad(WindowConfig {
+                time_zone: Some("Mars/Olympus".into()),
+                ..base.clone()
+            }),
+            "window.timeZone"
+        );
+        assert_eq!(
+            AlertMatch::Matchers(r#"{alertname=~"Ceph.*", severity="critical"}"#.into()).filters(),
+            [r#"alertname=~"Ceph.*""#, r#"severity="critical""#]
+        );
+        assert_eq!(
+            AlertMatch::Labels([("alertname".into(), "CephHealthError".into())].into()).filters(),
+            [r#"alertname="CephHealthError""#]
+        );
+        assert!(AlertMatch::Matchers("Ceph".into()).check().is_err());
+        assert!(AlertMatch::Matchers("".into()).check().is_err());
+    }
+}

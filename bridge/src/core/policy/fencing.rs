@@ -1,0 +1,393 @@
+//! Fencing (DESIGN §8): a node silent and not ready for `fencing.after` is
+//! powered off through its BMC, confirmed off, its work released to run elsewhere
+//! (Kubernetes: the `out-of-service` taint), powered on again, and let back once it
+//! reports. Never while hale is stale, never more than `fencing.maxPercent` of a
+//! pool at once — a rack gone silent is a partition until proven otherwise — and a
+//! node fenced `perDay` times in a day is left for an operator.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Action, PowerOp, event, mode_name};
+use crate::core::outcome::Outcome;
+use crate::core::settings::{CoreSettings, Mode};
+use crate::core::{EventKind, Fleet, HEARTBEAT_MISSED, Node, Status, Time};
+
+const FENCE: &str = "fence";
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// A fence under way, persisted before each step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fence {
+    pub step: FenceStep,
+    pub since: Time,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FenceStep {
+    /// Powering off (forced), confirmed off.
+    Off,
+    /// Releasing its work.
+    Release,
+    /// Powering on again.
+    On,
+    /// Off and on again, its work released: waiting for it to report.
+    Fenced,
+    /// Reporting again: taking the release back.
+    Restore,
+}
+
+impl FenceStep {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FenceStep::Off => "off",
+            FenceStep::Release => "release",
+            FenceStep::On => "on",
+            FenceStep::Fenced => "fenced",
+            FenceStep::Restore => "restore",
+        }
+    }
+}
+
+/// Whether the node is a fencing candidate by its own state: silent for `after`
+/// and, where the orchestrator has a readiness of its own, not ready.
+fn silent_for(node: &Node, after: Duration, needs_not_ready: bool, now: Time) -> Option<Time> {
+    let missed = node.conditions.get(HEARTBEAT_MISSED)?;
+    let not_ready = matches!(node.status, Status::NotReady | Status::Offline);
+    if needs_not_ready && !not_ready {
+        return None;
+    }
+    ((now - missed.first_seen).to_std().unwrap_or_default() >= after).then_some(missed.first_seen)
+}
+
+fn step_event(id: &str, now: Time, step: FenceStep, message: String) -> crate::core::Event {
+    event(
+        id,
+        now,
+        EventKind::RemediationStep {
+            action: FENCE.into(),
+            step: step.as_str().into(),
+            diagnostics: None,
+        },
+        message,
+    )
+}
+
+impl Fleet {
+    /// Take back the release of fenced nodes that report again; fence the silent
+    /// ones the guards allow, recording each refusal once per silence.
+    pub(super) fn fence(&mut self, cfg: &CoreSettings, now: Time, out: &mut Outcome) {
+        let Some(f) = &cfg.fencing else {
+            return;
+        };
+        for node in self.nodes.values_mut() {
+            let back = !node.conditions.contains_key(HEARTBEAT_MISSED)
+                && !matches!(node.status, Status::NotReady | Status::Offline);
+            if back && node.policy.fence_held {
+                node.policy.fence_held = false;
+                out.dirty.insert(node.id.clone());
+            }
+            if back
+                && let Some(fence) = node.policy.fence.as_mut()
+                && fence.step == FenceStep::Fenced
+            {
+                fence.step = FenceStep::Restore;
+                fence.since = now;
+                node.policy.push(Action::Release { on: false });
+                out.dirty.insert(node.id.clone());
+                out.events.push(step_event(
+                    &node.id,
+                    now,
+                    FenceStep::Restore,
+                    "reporting again: taking the release of its work back".into(),
+                ));
+            }
+        }
+        if self.trust.stale || !self.trust.source_up {
+            return;
+        }
+        let day_ago = now - chrono::TimeDelta::from_std(DAY).expect("a day");
+        let retry = chrono::TimeDelta::from_std(f.after).expect("bounded");
+        let mut candidates: Vec<(Time, String)> = self
+            .nodes
+            .values()
+            .filter(|n| n.policy.fence.is_none())
+            .filter(|n| {
+                n.policy
+                    .flow
+                    .as_ref()
+                    .is_none_or(|fl| fl.step == super::FlowStep::Queued)
+            })
+            .filter(|n| n.policy.fence_failed_at.is_none_or(|t| now - t >= retry))
+            .filter_map(|n| {
+                Some((
+                    silent_for(n, f.after, f.needs_not_ready, now)?,
+                    n.id.clone(),
+                ))
+            })
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        candidates.sort();
+        // Each pool's size and the nodes of it fenced and not reporting yet.
+        let mut pools: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
+        for node in self.nodes.values() {
+            let p = pools
+                .entry(cfg.settings_for(&node.labels).name.as_str())
+                .or_default();
+            p.0 += 1;
+            p.1 += u32::from(node.policy.fence.is_some());
+        }
+        let mut pools: BTreeMap<String, (u32, u32)> =
+            pools.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        for (_, id) in candidates {
+            let node = self.nodes.get_mut(&id).expect("listed above");
+            let settings = cfg.settings_for(&node.labels);
+            let score = node.score.as_ref().map_or(100, |s| s.value);
+            let halted = |guardrail: &str, message: String| {
+                event(
+                    &id,
+                    now,
+                    EventKind::PolicyHalted {
+                        action: FENCE.into(),
+                        guardrail: guardrail.into(),
+                        policy_mode: mode_name(settings.mode).into(),
+                        scored_by: settings.name.clone(),
+                        score,
+                    },
+                    message,
+                )
+            };
+            node.policy.fences.retain(|t| *t > day_ago);
+            let (size, fenced) = pools.get_mut(&settings.name).expect("counted above");
+            let allowed = (*size * f.max_percent / 100).max(1);
+            let refusal = if node.policy.fences.len() as u32 >= f.per_day {
+                Some(halted(
+                    "fencing.perDay",
+                    format!(
+                        "not fenced: fenced {} times in the last day; left off for an operator",
+                        node.policy.fences.len()
+                    ),
+                ))
+            } else if *fenced + 1 > allowed {
+                Some(halted(
+                    "fencing.maxPercent",
+                    format!(
+                        "not fenced: {fenced} of {size} node(s) of pool {} already fenced (fencing.maxPercent {} allows {allowed}); many silent at once is a partition until proven otherwise",
+                        settings.name, f.max_percent
+                    ),
+                ))
+            } else if settings.mode == Mode::Observe {
+                Some(event(
+                    &id,
+                    now,
+                    EventKind::PolicyRecommended {
+                        action: FENCE.into(),
+                        policy_mode: mode_name(settings.mode).into(),
+                        scored_by: settings.name.clone(),
+                        score,
+                    },
+                    "would fence: silent and not ready (observe mode changes nothing)".into(),
+                ))
+            } else {
+                None
+            };
+            if let Some(e) = refusal {
+                if !node.policy.fence_held {
+                    node.policy.fence_held = true;
+                    out.events.push(e);
+                    out.dirty.insert(id.clone());
+                }
+                continue;
+            }
+            *fenced += 1;
+            node.policy.fences.push(now);
+            node.policy.fence = Some(Fence {
+                step: FenceStep::Off,
+                since: now,
+            });
+            node.policy.push(Action::Power {
+                op: PowerOp::Off,
+                force: true,
+            });
+            out.dirty.insert(id.clone());
+            out.events.push(event(
+                &id,
+                now,
+                EventKind::RemediationStarted {
+                    action: FENCE.into(),
+                    trigger: HEARTBEAT_MISSED.into(),
+                    by: "hale".into(),
+                    priority: 0,
+                },
+                format!(
+                    "fencing: silent{} for {}s or more",
+                    if f.needs_not_ready {
+                        " and not ready"
+                    } else {
+                        ""
+                    },
+                    f.after.as_secs()
+                ),
+            ));
+            out.events.push(step_event(
+                &id,
+                now,
+                FenceStep::Off,
+                "powering off through the BMC".into(),
+            ));
+        }
+    }
+
+    /// A fence's action finished: its next step.
+    pub(super) fn fence_step_done(
+        &mut self,
+        now: Time,
+        id: &str,
+        action: &Action,
+        out: &mut Outcome,
+    ) {
+        let Some(node) = self.nodes.get_mut(id) else {
+            return;
+        };
+        let Some(step) = node.policy.fence.as_ref().map(|f| f.step) else {
+            return;
+        };
+        let next = match (step, action) {
+            (
+                FenceStep::Off,
+                Action::Power {
+                    op: PowerOp::Off, ..
+                },
+            ) => {
+                node.policy.push(Action::Release { on: true });
+                Some((
+                    FenceStep::Release,
+                    "off, confirmed: releasing its work".to_string(),
+                ))
+            }
+            (FenceStep::Release, Action::Release { on: true }) => {
+                out.events.push(event(
+                    id,
+                    now,
+                    EventKind::NodeFenced {
+                        phase: "fenced".into(),
+                    },
+                    "fenced: powered off (confirmed) and its work released to run elsewhere".into(),
+                ));
+                node.policy.push(Action::Power {
+                    op: PowerOp::On,
+                    force: false,
+                });
+                Some((FenceStep::On, "powering on again".to_string()))
+            }
+            (
+                FenceStep::On,
+                Action::Power {
+                    op: PowerOp::On, ..
+                },
+            ) => Some((
+                FenceStep::Fenced,
+                "on again: its work stays released until it reports".to_string(),
+            )),
+            (FenceStep::Restore, Action::Release { on: false }) => {
+                node.policy.fence = None;
+                out.dirty.insert(id.into());
+                out.events.push(event(
+                    id,
+                    now,
+                    EventKind::NodeFenced {
+                        phase: "restored".into(),
+                    },
+                    "restored: reporting again, its work no longer released".into(),
+                ));
+                out.events.push(event(
+                    id,
+                    now,
+                    EventKind::RemediationSucceeded {
+                        action: FENCE.into(),
+                    },
+                    "fence complete: the node reports again".into(),
+                ));
+                None
+            }
+            _ => None,
+        };
+        if let Some((step, message)) = next
+            && let Some(fence) = node.policy.fence.as_mut()
+        {
+            fence.step = step;
+            fence.since = now;
+            out.dirty.insert(id.into());
+            out.events.push(step_event(id, now, step, message));
+        }
+    }
+
+    /// A fence's action was refused: the fence fails at its step. A node that never
+    /// went off is not fenced (tried again after `fencing.after`); one that did stays
+    /// counted until it reports.
+    pub(super) fn fence_step_failed(
+        &mut self,
+        now: Time,
+        id: &str,
+        action: &Action,
+        why: &str,
+        out: &mut Outcome,
+    ) -> bool {
+        let Some(node) = self.nodes.get_mut(id) else {
+            return false;
+        };
+        let Some(fence) = node.policy.fence.as_mut() else {
+            return false;
+        };
+        let step = fence.step;
+        let ours = matches!(
+            (step, action),
+            (
+                FenceStep::Off,
+                Action::Power {
+                    op: PowerOp::Off,
+                    ..
+                }
+            ) | (FenceStep::Release, Action::Release { on: true })
+                | (
+                    FenceStep::On,
+                    Action::Power {
+                        op: PowerOp::On,
+                        ..
+                    }
+                )
+                | (FenceStep::Restore, Action::Release { on: false })
+        );
+        if !ours {
+            return false;
+        }
+        match step {
+            FenceStep::Off => {
+                node.policy.fence = None;
+                node.policy.fence_failed_at = Some(now);
+            }
+            FenceStep::Restore => node.policy.fence = None,
+            _ => {
+                fence.step = FenceStep::Fenced;
+                fence.since = now;
+            }
+        }
+        out.dirty.insert(id.into());
+        out.events.push(event(
+            id,
+            now,
+            EventKind::RemediationFailed {
+                action: FENCE.into(),
+                step: step.as_str().into(),
+            },
+            format!("fence failed at {}: {why}", step.as_str()),
+        ));
+        true
+    }
+}

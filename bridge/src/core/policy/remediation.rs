@@ -1,0 +1,1038 @@
+//! The reboot flow (DESIGN §8): a node whose alert asks for a reboot
+//! (`hale_remediation="reboot"`), or that an operator asks to reboot, waits in one
+//! central queue; admitted in priority order, failure domain by failure domain, it
+//! is cordoned, described, drained, rebooted through its BMC, seen to go and come
+//! back, checked that its alert ended, and put back in service — each step an
+//! event, the flow's state written before the step is taken, so a restart resumes
+//! it and never reboots a node twice.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Action, Actor, HOUR, PowerOp, count, event, mode_name, status_name, take_out};
+use crate::core::outcome::{CoreError, Outcome};
+use crate::core::settings::{CONTROL_PLANE_LABELS, CoreSettings, Mode};
+use crate::core::{
+    BLIND_CONDITIONS, EventKind, Fleet, HEARTBEAT_MISSED, Node, Status, Time, events::Diagnostics,
+};
+
+/// The remediation an alert's `hale_remediation` label names for the reboot flow.
+pub const REBOOT: &str = "reboot";
+
+/// An operator's reboot goes ahead of every alert's.
+const OPERATOR_PRIORITY: u8 = 0;
+/// An alert without a `[Pn]` priority queues after those with one.
+const DEFAULT_PRIORITY: u8 = 9;
+
+/// One node's reboot flow, persisted with the node before each step is taken.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Flow {
+    /// The condition that asked for it; `None`: an operator did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<String>,
+    /// Why, in words (the alert's reason and message, or the operator's).
+    pub reason: String,
+    pub by: Actor,
+    /// Lower first (the `[P6]` convention), then the oldest.
+    pub priority: u8,
+    pub requested: Time,
+    pub step: FlowStep,
+    /// When the current step began.
+    pub since: Time,
+    /// The flow cordoned the node (it was in service before): only then does it
+    /// put it back.
+    #[serde(default)]
+    pub cordoned: bool,
+    /// When the reboot was handed to the BMC: set before the request leaves, so a
+    /// restart never sends it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent: Option<Time>,
+    /// The node was seen gone (heartbeat missed, or not ready) after the reboot.
+    #[serde(default)]
+    pub away: bool,
+    /// Skip the graceful shutdown.
+    #[serde(default)]
+    pub force: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlowStep {
+    Queued,
+    Cordon,
+    Drain,
+    Reboot,
+    Return,
+    Verify,
+    Uncordon,
+}
+
+impl FlowStep {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlowStep::Queued => "queued",
+            FlowStep::Cordon => "cordon",
+            FlowStep::Drain => "drain",
+            FlowStep::Reboot => "reboot",
+            FlowStep::Return => "return",
+            FlowStep::Verify => "verify",
+            FlowStep::Uncordon => "uncordon",
+        }
+    }
+}
+
+/// What the service knows of the world beyond the fleet, for admission.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Facts {
+    /// A `remediation.blockingAlerts` alert that fires, or why they cannot be read
+    /// (which blocks as well).
+    pub blocking: Option<String>,
+    /// By node type name: a blocking alert of that type that fires.
+    pub blocked_types: BTreeMap<String, String>,
+}
+
+/// The flow's queue as `hale remediation list` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Remediations {
+    /// Waiting for admission, in admission order, each with what holds it.
+    pub queued: Vec<Entry>,
+    pub in_flight: Vec<Entry>,
+    /// What holds every admission back (stale source, blocking alert, window,
+    /// failure budget); empty when nothing does.
+    pub blocked: Vec<String>,
+    pub failures_last_hour: u32,
+    /// Fences under way.
+    pub fencing: Vec<Entry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    pub node: String,
+    pub action: String,
+    pub step: String,
+    pub since: Time,
+    pub priority: u8,
+    pub trigger: String,
+    pub domain: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
+}
+
+/// The raised, unsuppressed condition asking for a reboot, most urgent first:
+/// (type, priority, why).
+fn reboot_trigger(node: &Node) -> Option<(String, u8, String)> {
+    node.conditions
+        .iter()
+        .filter(|(_, c)| c.remediation.as_deref() == Some(REBOOT) && !c.suppressed())
+        .map(|(ctype, c)| {
+            let first = c.message.lines().next().unwrap_or_default();
+            let why = if first.is_empty() {
+                c.reason.clone()
+            } else {
+                format!("{}: {first}", c.reason)
+            };
+            (
+                ctype.to_string(),
+                c.priority.unwrap_or(DEFAULT_PRIORITY),
+                why,
+            )
+        })
+        .min_by_key(|(ctype, p, _)| (*p, ctype.clone()))
+}
+
+/// Whether hale cannot see the node now: silent, or not ready.
+fn gone(node: &Node) -> bool {
+    node.conditions.contains_key(HEARTBEAT_MISSED)
+        || matches!(node.status, Status::NotReady | Status::Offline)
+}
+
+fn is_control_plane(node: &Node) -> bool {
+    CONTROL_PLANE_LABELS
+        .iter()
+        .any(|l| node.labels.contains_key(*l))
+}
+
+/// The failure domain a node belongs to: its label's value, else the node alone.
+fn domain(cfg: &CoreSettings, node: &Node) -> String {
+    cfg.remediation
+        .failure_domain_label
+        .as_ref()
+        .and_then(|l| node.labels.get(l))
+        .map_or_else(|| format!("node/{}", node.id), |d| d.clone())
+}
+
+fn elapsed(now: Time, since: Time) -> Duration {
+    (now - since).to_std().unwrap_or_default()
+}
+
+/// A step event of the reboot flow.
+fn step_event(id: &str, now: Time, step: FlowStep, message: String) -> crate::core::Event {
+    event(
+        id,
+        now,
+        EventKind::RemediationStep {
+            action: REBOOT.into(),
+            step: step.as_str().into(),
+            diagnostics: None,
+        },
+        message,
+    )
+}
+
+impl Fleet {
+    /// `hale node reboot`: queue the node for the reboot flow, ahead of every
+    /// alert's, in any policy mode (an operator asked). A flow already under way is
+    /// a conflict; one an alert queued is taken over.
+    pub fn request_reboot(
+        &mut self,
+        now: Time,
+        id: &str,
+        reason: &str,
+        force: bool,
+    ) -> Result<Outcome, CoreError> {
+        let node = self
+            .nodes
+            .get_mut(id)
+            .ok_or_else(|| CoreError::UnknownNode(id.into()))?;
+        if let Some(f) = &node.policy.flow
+            && (f.step != FlowStep::Queued || f.by == Actor::Operator)
+        {
+            return Err(CoreError::Busy {
+                node: id.into(),
+                doing: format!("a reboot flow is at step {}", f.step.as_str()),
+            });
+        }
+        node.policy.flow = Some(Flow {
+            trigger: None,
+            reason: reason.into(),
+            by: Actor::Operator,
+            priority: OPERATOR_PRIORITY,
+            requested: now,
+            step: FlowStep::Queued,
+            since: now,
+            cordoned: false,
+            sent: None,
+            away: false,
+            force,
+        });
+        let mut out = Outcome::default();
+        out.dirty.insert(id.into());
+        Ok(out)
+    }
+
+    /// The reboot of node `id` is about to be handed to its BMC: recorded first, so
+    /// a process that stops before hearing back does not send it again.
+    pub fn reboot_sending(&mut self, now: Time, id: &str) -> Outcome {
+        let mut out = Outcome::default();
+        if let Some(flow) = self.nodes.get_mut(id).and_then(|n| n.policy.flow.as_mut())
+            && flow.step == FlowStep::Reboot
+            && flow.sent.is_none()
+        {
+            flow.sent = Some(now);
+            out.dirty.insert(id.into());
+        }
+        out
+    }
+
+    /// One pass of the reboot flow and fencing: queue what alerts ask for, move
+    /// each flow on as time and the node's state allow, admit what the rules let
+    /// in. Run every tick.
+    pub fn remediate(&mut self, cfg: &CoreSettings, now: Time, facts: &Facts) -> Outcome {
+        let mut out = Outcome::default();
+        let hour_ago = now - chrono::TimeDelta::from_std(HOUR).expect("an hour");
+        let before = self.ledger.flow_failures.len();
+        self.ledger.flow_failures.retain(|t| *t > hour_ago);
+        out.ledger |= self.ledger.flow_failures.len() != before;
+        self.enqueue(cfg, now, &mut out);
+        self.advance(cfg, now, &mut out);
+        self.admit(cfg, now, facts, &mut out);
+        self.fence(cfg, now, &mut out);
+        out
+    }
+
+    /// Queue a flow for every node an alert asks to reboot; in `observe`, record the
+    /// recommendation once per episode instead.
+    fn enqueue(&mut self, cfg: &CoreSettings, now: Time, out: &mut Outcome) {
+        let retry = chrono::TimeDelta::from_std(cfg.remediation.retry_after).expect("bounded");
+        for node in self.nodes.values_mut() {
+            let Some((ctype, priority, why)) = reboot_trigger(node) else {
+                let withdrawn = node
+                    .policy
+                    .flow
+                    .as_ref()
+                    .is_some_and(|f| f.step == FlowStep::Queued && f.trigger.is_some());
+                if withdrawn {
+                    // The alert ended before the flow's turn came.
+                    node.policy.flow = None;
+                    out.dirty.insert(node.id.clone());
+                }
+                if node.policy.recommended_reboot.take().is_some() {
+                    out.dirty.insert(node.id.clone());
+                }
+                continue;
+            };
+            if node.policy.flow.is_some() {
+                continue;
+            }
+            let settings = cfg.settings_for(&node.labels);
+            if settings.mode == Mode::Observe {
+                if node.policy.recommended_reboot.as_deref() != Some(ctype.as_str()) {
+                    node.policy.recommended_reboot = Some(ctype.clone());
+                    out.events.push(event(
+                        &node.id,
+                        now,
+                        EventKind::PolicyRecommended {
+                            action: REBOOT.into(),
+                            policy_mode: mode_name(settings.mode).into(),
+                            scored_by: settings.name.clone(),
+                            score: node.score.as_ref().map_or(100, |s| s.value),
+                        },
+                        format!("would reboot: {why} (observe mode changes nothing)"),
+                    ));
+                    out.dirty.insert(node.id.clone());
+                }
+                continue;
+            }
+            if node
+                .policy
+                .flow_failed_at
+                .is_some_and(|at| now - at < retry)
+            {
+                continue;
+            }
+            node.policy.flow = Some(Flow {
+                trigger: Some(ctype),
+                reason: why,
+                by: Actor::Hale,
+                priority,
+                requested: now,
+                step: FlowStep::Queued,
+                since: now,
+                cordoned: false,
+                sent: None,
+                away: false,
+                force: false,
+            });
+            out.dirty.insert(node.id.clone());
+        }
+    }
+
+    /// Move each admitted flow on where time or the node's state decides: a reboot
+    /// a stopped process sent, the node's departure and return, the verification,
+    /// and every step's timeout.
+    fn advance(&mut self, cfg: &CoreSettings, now: Time, out: &mut Outcome) {
+        let ids: Vec<String> = self
+            .nodes
+            .values()
+            .filter(|n| {
+                n.policy
+                    .flow
+                    .as_ref()
+                    .is_some_and(|f| f.step != FlowStep::Queued)
+            })
+            .map(|n| n.id.clone())
+            .collect();
+        for id in ids {
+            match self.next_move(cfg, now, &id, out) {
+                Move::Stay => {}
+                Move::Fail(step, why) => self.fail_flow(cfg, now, &id, step, &why, out),
+                Move::PutBack => self.put_back_after_reboot(now, &id, out),
+            }
+        }
+    }
+
+    /// What time and the node's state decide for one admitted flow.
+    fn next_move(&mut self, cfg: &CoreSettings, now: Time, id: &str, out: &mut Outcome) -> Move {
+        let r = &cfg.remediation;
+        let started = self.trust.watching_since;
+        let node = self.nodes.get_mut(id).expect("listed by the caller");
+        let away = gone(node);
+        let cleared = |trigger: &Option<String>| match trigger {
+            None => true,
+            Some(t) => node
+                .conditions
+                .get(t.as_str())
+                .is_none_or(|c| c.suppressed()),
+        };
+        let flow = node.policy.flow.as_ref().expect("listed by the caller");
+        let took = elapsed(now, flow.since);
+        match flow.step {
+            FlowStep::Queued | FlowStep::Uncordon => Move::Stay,
+            FlowStep::Cordon | FlowStep::Drain if took > r.drain_timeout => Move::Fail(
+                flow.step,
+                format!(
+                    "{} did not finish within remediation.drainTimeout ({}s)",
+                    flow.step.as_str(),
+                    r.drain_timeout.as_secs()
+                ),
+            ),
+            FlowStep::Cordon | FlowStep::Drain => Move::Stay,
+            FlowStep::Reboot => {
+                // Sent by a process that stopped before it heard back: the machine
+                // may well be rebooting; never send it again.
+                let Some(sent) = flow.sent.filter(|t| *t < started) else {
+                    return Move::Stay;
+                };
+                let flow = node.policy.flow.as_mut().expect("listed by the caller");
+                flow.step = FlowStep::Return;
+                flow.since = sent;
+                flow.away |= away;
+                node.policy.pending.retain(|p| {
+                    !matches!(
+                        p.action,
+                        Action::Power {
+                            op: PowerOp::Reboot,
+                            ..
+                        }
+                    )
+                });
+                out.dirty.insert(id.into());
+                out.events.push(step_event(
+                    id,
+                    now,
+                    FlowStep::Return,
+                    "the reboot was sent before hale restarted: waiting for the node to return, not sending it again".into(),
+                ));
+                Move::Stay
+            }
+            FlowStep::Return => {
+                let was_away = flow.away;
+                let flow = node.policy.flow.as_mut().expect("listed by the caller");
+                if away && !was_away {
+                    flow.away = true;
+                    out.dirty.insert(id.into());
+                } else if !away && was_away {
+                    flow.step = FlowStep::Verify;
+                    flow.since = now;
+                    out.dirty.insert(id.into());
+                    out.events.push(step_event(
+                        id,
+                        now,
+                        FlowStep::Verify,
+                        "back after the reboot: checking that its alert ended".into(),
+                    ));
+                    return Move::Stay;
+                }
+                if took <= r.return_timeout {
+                    return Move::Stay;
+                }
+                let limit = r.return_timeout.as_secs();
+                Move::Fail(
+                    FlowStep::Return,
+                    if flow.away {
+                        format!(
+                            "the node went away and did not return within remediation.returnTimeout ({limit}s)"
+                        )
+                    } else {
+                        format!(
+                            "hale never saw the node go away (heartbeat missed or not ready) within remediation.returnTimeout ({limit}s): the reboot is not confirmed"
+                        )
+                    },
+                )
+            }
+            FlowStep::Verify => {
+                if cleared(&flow.trigger) && !away {
+                    Move::PutBack
+                } else if took > r.verify_timeout {
+                    Move::Fail(
+                        FlowStep::Verify,
+                        format!(
+                            "{} still raised {}s after the node returned (remediation.verifyTimeout)",
+                            flow.trigger.as_deref().unwrap_or("the condition"),
+                            r.verify_timeout.as_secs()
+                        ),
+                    )
+                } else {
+                    Move::Stay
+                }
+            }
+        }
+    }
+
+    /// Why `node` may not be admitted now, given the flows under way; `None`: it may.
+    fn held_back(
+        &self,
+        cfg: &CoreSettings,
+        facts: &Facts,
+        node: &Node,
+        active: &Active,
+        pools: &super::Pools,
+    ) -> Option<String> {
+        let r = &cfg.remediation;
+        let kind = r.node_type(&node.labels);
+        let control_plane = is_control_plane(node);
+        if let Some(t) = kind {
+            if !t.allowed {
+                return Some(format!("node type {} is not allowed", t.name));
+            }
+            if let Some(alert) = facts.blocked_types.get(&t.name) {
+                return Some(format!("{alert} fires (node type {})", t.name));
+            }
+        } else if control_plane {
+            return Some(
+                "control-plane nodes are excluded unless a remediation.nodeTypes entry allows them"
+                    .into(),
+            );
+        }
+        if control_plane {
+            if active.control_plane > 0 {
+                return Some("another control-plane node is in remediation".into());
+            }
+            if let Some(other) = self.nodes.values().find(|n| {
+                n.id != node.id
+                    && is_control_plane(n)
+                    && (n.status != Status::Ready
+                        || BLIND_CONDITIONS
+                            .iter()
+                            .any(|c| n.conditions.contains_key(*c)))
+            }) {
+                return Some(format!(
+                    "control-plane node {} is not Ready and seen",
+                    other.id
+                ));
+            }
+        }
+        let d = domain(cfg, node);
+        let in_domain = active.domains.get(&d).copied().unwrap_or(0);
+        if in_domain == 0 && active.domains.len() as u32 >= r.domains_at_once {
+            return Some(format!(
+                "remediation.domainsAtOnce: {} domain(s) already in remediation",
+                active.domains.len()
+            ));
+        }
+        let max = kind
+            .and_then(|t| t.max_per_domain)
+            .unwrap_or(r.max_per_domain);
+        if in_domain >= max {
+            return Some(format!(
+                "maxPerDomain: {in_domain} node(s) of domain {d} already in remediation"
+            ));
+        }
+        let settings = cfg.settings_for(&node.labels);
+        if node.status == Status::Ready
+            && let Some(pool) = pools.get(&settings.name)
+            && !pool.admits(settings.max_unavailable_percent)
+        {
+            return Some(format!(
+                "maxUnavailablePercent {}: pool {} has {} of {} node(s) out of service",
+                settings.max_unavailable_percent, settings.name, pool.out, pool.size
+            ));
+        }
+        None
+    }
+
+    /// What holds every admission back now.
+    fn blocked(&self, cfg: &CoreSettings, now: Time, facts: &Facts) -> Vec<String> {
+        let mut why = Vec::new();
+        if self.trust.stale || !self.trust.source_up {
+            why.push("hale's alert source is stale or down".to_string());
+        }
+        if let Some(b) = &facts.blocking {
+            why.push(b.clone());
+        }
+        if let Some(w) = &cfg.remediation.window
+            && !w.contains(now)
+        {
+            why.push(format!("outside remediation.window ({})", w.shown));
+        }
+        let failures = self.ledger.flow_failures.len() as u32;
+        if failures >= cfg.remediation.max_failures_per_hour {
+            why.push(format!(
+                "halted: {failures} remediation failure(s) in the last hour (remediation.maxFailuresPerHour {})",
+                cfg.remediation.max_failures_per_hour
+            ));
+        }
+        why
+    }
+
+    /// Queued flows in admission order: priority, then age.
+    fn queue_order(&self) -> Vec<String> {
+        let mut queued: Vec<(u8, Time, &str)> = self
+            .nodes
+            .values()
+            .filter_map(|n| {
+                let f = n.policy.flow.as_ref()?;
+                (f.step == FlowStep::Queued).then_some((f.priority, f.requested, n.id.as_str()))
+            })
+            .collect();
+        queued.sort();
+        queued
+            .into_iter()
+            .map(|(_, _, id)| id.to_string())
+            .collect()
+    }
+
+    /// Admit queued flows as far as the rules allow, best first.
+    fn admit(&mut self, cfg: &CoreSettings, now: Time, facts: &Facts, out: &mut Outcome) {
+        let order = self.queue_order();
+        if order.is_empty() || !self.blocked(cfg, now, facts).is_empty() {
+            return;
+        }
+        let mut active = Active::of(cfg, self);
+        let (mut pools, _) = count(cfg, now, self);
+        for id in order {
+            let node = &self.nodes[&id];
+            if self.held_back(cfg, facts, node, &active, &pools).is_some() {
+                continue;
+            }
+            let settings = cfg.settings_for(&node.labels);
+            if node.status == Status::Ready
+                && let Some(pool) = pools.get_mut(&settings.name)
+            {
+                pool.out += 1;
+            }
+            active.add(cfg, node);
+            self.start_flow(now, &id, out);
+        }
+    }
+
+    /// Admitted: record it, and cordon the node unless it is out of service already.
+    fn start_flow(&mut self, now: Time, id: &str, out: &mut Outcome) {
+        self.pools = None;
+        let node = self.nodes.get_mut(id).expect("queued nodes exist");
+        let flow = node.policy.flow.as_mut().expect("queued");
+        flow.step = FlowStep::Cordon;
+        flow.since = now;
+        let trigger = flow.trigger.clone().unwrap_or_else(|| "operator".into());
+        out.events.push(event(
+            id,
+            now,
+            EventKind::RemediationStarted {
+                action: REBOOT.into(),
+                trigger: trigger.clone(),
+                by: flow.by.as_str().into(),
+                priority: flow.priority,
+            },
+            format!("reboot flow started: {}", flow.reason),
+        ));
+        out.dirty.insert(id.into());
+        let in_service = node.policy.cordon.is_none() && node.status != Status::Cordoned;
+        let reason = format!("hale reboot: {}", flow.reason);
+        if in_service {
+            flow.cordoned = true;
+            take_out(node, Actor::Hale, &reason, now);
+            out.events.push(event(
+                id,
+                now,
+                EventKind::NodeCordoned {
+                    by: Actor::Hale.as_str().into(),
+                    reason: reason.clone(),
+                },
+                format!("cordoned by hale: {reason}"),
+            ));
+            out.events.push(step_event(
+                id,
+                now,
+                FlowStep::Cordon,
+                "cordoning before the reboot".into(),
+            ));
+        } else {
+            out.events.push(step_event(
+                id,
+                now,
+                FlowStep::Cordon,
+                "already out of service: it stays cordoned afterwards".into(),
+            ));
+            self.describe_and_drain(now, id, out);
+        }
+    }
+
+    /// Diagnostics into the history, then the orchestrator's active drain.
+    fn describe_and_drain(&mut self, now: Time, id: &str, out: &mut Outcome) {
+        let node = self.nodes.get_mut(id).expect("flows are on nodes");
+        let diagnostics = Diagnostics {
+            status: status_name(node.status).into(),
+            score: node.score.as_ref().map(|s| s.value),
+            conditions: node
+                .conditions
+                .iter()
+                .map(|(t, c)| format!("{t}: {} ({})", c.reason, c.severity.as_str()))
+                .collect(),
+            last_heartbeat: node.heartbeat.as_ref().map(|h| h.last),
+        };
+        let message = format!(
+            "before the reboot: {}, score {}, conditions: {}",
+            diagnostics.status,
+            diagnostics
+                .score
+                .map_or_else(|| "none".to_string(), |s| s.to_string()),
+            if diagnostics.conditions.is_empty() {
+                "none".to_string()
+            } else {
+                diagnostics.conditions.join("; ")
+            }
+        );
+        out.events.push(event(
+            id,
+            now,
+            EventKind::RemediationStep {
+                action: REBOOT.into(),
+                step: "diagnostics".into(),
+                diagnostics: Some(diagnostics),
+            },
+            message,
+        ));
+        let flow = node.policy.flow.as_mut().expect("flow under way");
+        flow.step = FlowStep::Drain;
+        flow.since = now;
+        let reason = format!("hale reboot: {}", flow.reason);
+        if let Some(c) = node.policy.cordon.as_mut() {
+            c.drained = true;
+        }
+        node.policy.push(Action::Drain {
+            active: true,
+            reason,
+        });
+        out.dirty.insert(id.into());
+        out.events.push(step_event(
+            id,
+            now,
+            FlowStep::Drain,
+            "draining: work moves elsewhere, disruption budgets honoured".into(),
+        ));
+    }
+
+    /// The orchestrator (or the BMC) finished an action: the flow's next step.
+    pub(super) fn flow_step_done(
+        &mut self,
+        cfg: &CoreSettings,
+        now: Time,
+        id: &str,
+        action: &Action,
+        done: &super::Done,
+        out: &mut Outcome,
+    ) {
+        self.fence_step_done(now, id, action, out);
+        let Some(node) = self.nodes.get_mut(id) else {
+            return;
+        };
+        let Some(flow) = node.policy.flow.as_mut() else {
+            return;
+        };
+        match (flow.step, action) {
+            (FlowStep::Cordon, Action::Cordon { .. }) => self.describe_and_drain(now, id, out),
+            (FlowStep::Drain, Action::Drain { active: true, .. }) => {
+                if done.blocked > 0 {
+                    if elapsed(now, flow.since) < cfg.remediation.drain_timeout {
+                        // A disruption budget said not yet: ask again.
+                        let reason = format!("hale reboot: {}", flow.reason);
+                        node.policy.push(Action::Drain {
+                            active: true,
+                            reason,
+                        });
+                        out.dirty.insert(id.into());
+                    } else {
+                        let why = format!(
+                            "{} allocation(s) held on the node by disruption budgets past remediation.drainTimeout",
+                            done.blocked
+                        );
+                        self.fail_flow(cfg, now, id, FlowStep::Drain, &why, out);
+                    }
+                    return;
+                }
+                flow.step = FlowStep::Reboot;
+                flow.since = now;
+                let force = flow.force;
+                node.policy.push(Action::Power {
+                    op: PowerOp::Reboot,
+                    force,
+                });
+                out.dirty.insert(id.into());
+                out.events.push(step_event(
+                    id,
+                    now,
+                    FlowStep::Reboot,
+                    if force {
+                        "rebooting through the BMC (forced)".into()
+                    } else {
+                        "rebooting through the BMC: graceful shutdown, forced after bmc.gracefulTimeout".into()
+                    },
+                ));
+            }
+            (
+                FlowStep::Reboot,
+                Action::Power {
+                    op: PowerOp::Reboot,
+                    ..
+                },
+            ) => {
+                let away = gone(node);
+                let flow = node.policy.flow.as_mut().expect("matched above");
+                flow.step = FlowStep::Return;
+                flow.since = now;
+                flow.away |= away;
+                out.dirty.insert(id.into());
+                out.events.push(step_event(
+                    id,
+                    now,
+                    FlowStep::Return,
+                    "rebooted (the BMC read it off, then on): waiting for the node to return"
+                        .into(),
+                ));
+            }
+            (FlowStep::Uncordon, Action::Uncordon) => self.flow_succeeded(now, id, out),
+            _ => {}
+        }
+    }
+
+    /// An action of a flow was refused for good: the flow fails at its step.
+    /// Returns whether the action was the flow's (or a fence's).
+    pub(super) fn flow_step_failed(
+        &mut self,
+        cfg: &CoreSettings,
+        now: Time,
+        id: &str,
+        action: &Action,
+        why: &str,
+        out: &mut Outcome,
+    ) -> bool {
+        if self.fence_step_failed(now, id, action, why, out) {
+            return true;
+        }
+        let Some(flow) = self.nodes.get(id).and_then(|n| n.policy.flow.as_ref()) else {
+            return false;
+        };
+        let step = flow.step;
+        let ours = matches!(
+            (step, action),
+            (FlowStep::Cordon, Action::Cordon { .. })
+                | (FlowStep::Drain, Action::Drain { active: true, .. })
+                | (FlowStep::Reboot, Action::Power { .. })
+                | (FlowStep::Uncordon, Action::Uncordon)
+        );
+        if ours {
+            self.fail_flow(cfg, now, id, step, why, out);
+        }
+        ours
+    }
+
+    /// Verified: put back what the flow took out of service.
+    fn put_back_after_reboot(&mut self, now: Time, id: &str, out: &mut Outcome) {
+        let node = self.nodes.get_mut(id).expect("flows are on nodes");
+        let flow = node.policy.flow.as_mut().expect("flow under way");
+        let ours = flow.cordoned
+            && node
+                .policy
+                .cordon
+                .as_ref()
+                .is_some_and(|c| c.by == Actor::Hale && c.reason.starts_with("hale reboot: "));
+        out.events.push(step_event(
+            id,
+            now,
+            FlowStep::Uncordon,
+            if ours {
+                "verified: uncordoning what the flow cordoned".into()
+            } else {
+                "verified: the node was out of service before the flow (or an operator took it over) and stays so".into()
+            },
+        ));
+        out.dirty.insert(id.into());
+        if !ours {
+            return self.flow_succeeded(now, id, out);
+        }
+        flow.step = FlowStep::Uncordon;
+        flow.since = now;
+        node.policy.cordon = None;
+        node.policy.conclusion = None;
+        node.status = Status::Ready;
+        node.policy.push(Action::Uncordon);
+        self.pools = None;
+        out.events.push(event(
+            id,
+            now,
+            EventKind::NodeUncordoned {
+                by: Actor::Hale.as_str().into(),
+                reason: "reboot verified".into(),
+            },
+            "uncordoned by hale: the reboot flow verified its repair".into(),
+        ));
+    }
+
+    fn flow_succeeded(&mut self, now: Time, id: &str, out: &mut Outcome) {
+        let node = self.nodes.get_mut(id).expect("flows are on nodes");
+        let Some(flow) = node.policy.flow.take() else {
+            return;
+        };
+        node.policy.flow_failed_at = None;
+        out.dirty.insert(id.into());
+        out.events.push(event(
+            id,
+            now,
+            EventKind::RemediationSucceeded {
+                action: REBOOT.into(),
+            },
+            format!(
+                "reboot flow succeeded in {}s: {}",
+                elapsed(now, flow.requested).as_secs(),
+                flow.reason
+            ),
+        ));
+    }
+
+    /// The flow fails at `step`: the node stays cordoned, no alert re-admits it for
+    /// `retryAfter`, and the failure counts against `maxFailuresPerHour`.
+    fn fail_flow(
+        &mut self,
+        cfg: &CoreSettings,
+        now: Time,
+        id: &str,
+        step: FlowStep,
+        why: &str,
+        out: &mut Outcome,
+    ) {
+        let node = self.nodes.get_mut(id).expect("flows are on nodes");
+        if node.policy.flow.take().is_none() {
+            return;
+        }
+        node.policy.pending.retain(|p| {
+            !matches!(
+                p.action,
+                Action::Drain { active: true, .. } | Action::Power { .. }
+            )
+        });
+        node.policy.flow_failed_at = Some(now);
+        self.ledger.flow_failures.push(now);
+        out.ledger = true;
+        out.dirty.insert(id.into());
+        out.events.push(event(
+            id,
+            now,
+            EventKind::RemediationFailed {
+                action: REBOOT.into(),
+                step: step.as_str().into(),
+            },
+            format!(
+                "reboot flow failed at {}: {why}; the node stays cordoned",
+                step.as_str()
+            ),
+        ));
+        let failures = self.ledger.flow_failures.len() as u32;
+        let max = cfg.remediation.max_failures_per_hour;
+        if failures == max {
+            let settings = cfg.settings_for(&node.labels);
+            out.events.push(event(
+                id,
+                now,
+                EventKind::PolicyHalted {
+                    action: REBOOT.into(),
+                    guardrail: "remediation.maxFailuresPerHour".into(),
+                    policy_mode: mode_name(settings.mode).into(),
+                    scored_by: settings.name.clone(),
+                    score: node.score.as_ref().map_or(100, |s| s.value),
+                },
+                format!(
+                    "reboot flow halted: {failures} failures in the last hour (remediation.maxFailuresPerHour {max}); the pool is the problem, not the nodes"
+                ),
+            ));
+        }
+    }
+
+    /// The queue, the flows under way and what holds them, for `remediation list`.
+    pub fn remediations(&self, cfg: &CoreSettings, now: Time, facts: &Facts) -> Remediations {
+        let entry = |node: &Node, flow: &Flow, waiting: Option<String>| Entry {
+            node: node.id.clone(),
+            action: REBOOT.into(),
+            step: flow.step.as_str().into(),
+            since: flow.since,
+            priority: flow.priority,
+            trigger: flow.trigger.clone().unwrap_or_else(|| "operator".into()),
+            domain: domain(cfg, node),
+            waiting,
+        };
+        let mut view = Remediations {
+            blocked: self.blocked(cfg, now, facts),
+            failures_last_hour: self.ledger.flow_failures.len() as u32,
+            ..Remediations::default()
+        };
+        let mut active = Active::of(cfg, self);
+        let (pools, _) = count(cfg, now, self);
+        for id in self.queue_order() {
+            let node = &self.nodes[&id];
+            let flow = node.policy.flow.as_ref().expect("queued");
+            let waiting = self.held_back(cfg, facts, node, &active, &pools);
+            if waiting.is_none() {
+                // Would be admitted on the next pass: the next ones count it.
+                active.add(cfg, node);
+            }
+            view.queued.push(entry(node, flow, waiting));
+        }
+        for node in self.nodes.values() {
+            if let Some(flow) = &node.policy.flow
+                && flow.step != FlowStep::Queued
+            {
+                view.in_flight.push(entry(node, flow, None));
+            }
+            if let Some(fence) = &node.policy.fence {
+                view.fencing.push(Entry {
+                    node: node.id.clone(),
+                    action: "fence".into(),
+                    step: fence.step.as_str().into(),
+                    since: fence.since,
+                    priority: 0,
+                    trigger: HEARTBEAT_MISSED.into(),
+                    domain: domain(cfg, node),
+                    waiting: None,
+                });
+            }
+        }
+        view
+    }
+
+    /// Flows under way (admitted, not finished): the `hale_remediation_in_flight` gauge.
+    pub fn remediations_in_flight(&self) -> usize {
+        self.nodes
+            .values()
+            .filter(|n| {
+                n.policy
+                    .flow
+                    .as_ref()
+                    .is_some_and(|f| f.step != FlowStep::Queued)
+            })
+            .count()
+    }
+}
+
+/// What [`Fleet::next_move`] decides for one flow.
+enum Move {
+    Stay,
+    Fail(FlowStep, String),
+    PutBack,
+}
+
+/// The flows under way, by failure domain.
+struct Active {
+    domains: BTreeMap<String, u32>,
+    control_plane: u32,
+}
+
+impl Active {
+    fn of(cfg: &CoreSettings, fleet: &Fleet) -> Active {
+        let mut active = Active {
+            domains: BTreeMap::new(),
+            control_plane: 0,
+        };
+        for node in fleet.nodes.values() {
+            if node
+                .policy
+                .flow
+                .as_ref()
+                .is_some_and(|f| f.step != FlowStep::Queued)
+            {
+                active.add(cfg, node);
+            }
+        }
+        active
+    }
+
+    fn add(&mut self, cfg: &CoreSettings, node: &Node) {
+        *self.domains.entry(domain(cfg, node)).or_default() += 1;
+        if is_control_plane(node) {
+            self.control_plane += 1;
+        }
+    }
+}

@@ -1,0 +1,578 @@
+//! The reboot flow and fencing (DESIGN §8) as timed scripts: queue order, failure
+//! domain waves, node types, the window, blocking alerts, the failure budget, a
+//! restart after the reboot was sent, and fencing's guards.
+
+use super::*;
+use crate::core::policy::{Action, Done, Facts, FenceStep, FlowStep, PowerOp};
+
+/// A script over `yaml`, its inventory registered.
+fn fleet(yaml: &str) -> Script {
+    let loaded = Config::parse("test.yaml", yaml)
+        .unwrap()
+        .resolve("test.yaml", yaml)
+        .unwrap();
+    let mut s = script(yaml);
+    let listed: Vec<Listed> = loaded.config.inventory.iter().map(|n| n.listed()).collect();
+    let out = s.fleet.register(&s.cfg, s.now, &listed);
+    s.record(out);
+    s
+}
+
+fn uptime(node: &str, priority: &str) -> A {
+    alert("WorkerUptimeTooHigh")
+        .on(node)
+        .condition("uptime_too_high", "WorkerUptimeTooHigh")
+        .label("hale_remediation", "reboot")
+        .label("priority", priority)
+        .summary("up for 31 days")
+}
+
+fn beat(node: &str) -> A {
+    heartbeat(node).label("hale_report_interval", "5s")
+}
+
+impl Script {
+    fn remediate(&mut self, facts: &Facts) -> &mut Self {
+        let out = self.fleet.remediate(&self.cfg, self.now, facts);
+        self.record(out)
+    }
+    fn flows(&mut self) -> &mut Self {
+        self.remediate(&Facts::default())
+    }
+    /// Perform every pending action as the service would, each one done; the
+    /// actions performed, `node:action`.
+    fn act(&mut self) -> Vec<String> {
+        let mut done = Vec::new();
+        let ids: Vec<String> = self.fleet.nodes.keys().cloned().collect();
+        for id in ids {
+            while let Some(p) = self.fleet.next_action(&id) {
+                if matches!(
+                    p.action,
+                    Action::Power {
+                        op: PowerOp::Reboot,
+                        ..
+                    }
+                ) {
+                    let out = self.fleet.reboot_sending(self.now, &id);
+                    self.record(out);
+                }
+                done.push(format!("{id}:{}", p.action.name()));
+                let out = self
+                    .fleet
+                    .action_done(&self.cfg, self.now, &id, &p, &Done::default());
+                self.record(out);
+            }
+        }
+        done
+    }
+    fn step(&self, id: &str) -> Option<FlowStep> {
+        self.node(id).policy.flow.as_ref().map(|f| f.step)
+    }
+    /// Events of `types` since the last call, `node TYPE`.
+    fn took_of(&mut self, types: &[&str]) -> Vec<String> {
+        self.took()
+            .into_iter()
+            .filter(|e| types.iter().any(|t| e.ends_with(t)))
+            .collect()
+    }
+}
+
+const RACKS: &str = "
+nodeHealth: { mode: cordon, maxUnavailablePercent: 100 }
+remediation: { failureDomainLabel: rack, maxPerDomain: 2, verifyTimeout: 5m, returnTimeout: 10m }
+inventory:
+  - { id: n1, labels: { rack: r1 } }
+  - { id: n2, labels: { rack: r1 } }
+  - { id: n3, labels: { rack: r2 } }
+  - { id: n4, labels: { rack: r2 } }
+";
+
+fn all_beating(except: &[&str], alerts: &[A]) -> Vec<A> {
+    let mut v = vec![watchdog()];
+    for n in ["n1", "n2", "n3", "n4"] {
+        if !except.contains(&n) {
+            v.push(beat(n));
+        }
+    }
+    v.extend(alerts.iter().cloned());
+    v
+}
+
+#[test]
+fn a_rack_at_a_time_in_priority_order_each_node_through_every_step() {
+    let mut s = fleet(RACKS);
+    let uptimes = [
+        uptime("n1", "P5"),
+        uptime("n2", "P5"),
+        uptime("n3", "P2"),
+        uptime("n4", "P2"),
+    ];
+    s.at(0).poll(&all_beating(&[], &uptimes)).flows();
+    // Rack r2 holds the urgent ones: both of it at once, r1 waits its turn.
+    assert_eq!(s.step("n3"), Some(FlowStep::Cordon));
+    assert_eq!(s.step("n4"), Some(FlowStep::Cordon));
+    assert_eq!(s.step("n1"), Some(FlowStep::Queued));
+    let list = s.fleet.remediations(&s.cfg, s.now, &Facts::default());
+    assert_eq!(list.in_flight.len(), 2);
+    assert!(
+        list.queued[0]
+            .waiting
+            .as_deref()
+            .unwrap()
+            .contains("domainsAtOnce"),
+        "{list:?}"
+    );
+    // Cordon done → diagnostics and drain; drain done → reboot; reboot done → return.
+    assert_eq!(
+        s.act(),
+        [
+            "n3:cordon",
+            "n3:drain",
+            "n3:reboot",
+            "n4:cordon",
+            "n4:drain",
+            "n4:reboot"
+        ]
+    );
+    assert_eq!(s.step("n3"), Some(FlowStep::Return));
+    let steps: Vec<String> = s
+        .events
+        .iter()
+        .filter(|e| e.node_id == "n3")
+        .filter_map(|e| match &e.kind {
+            EventKind::RemediationStep { step, .. } => Some(step.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        ["cordon", "diagnostics", "drain", "reboot", "return"]
+    );
+    assert_eq!(
+        s.took_of(&["REMEDIATION_STARTED", "NODE_CORDONED"]),
+        [
+            "n3 REMEDIATION_STARTED",
+            "n3 NODE_CORDONED",
+            "n4 REMEDIATION_STARTED",
+            "n4 NODE_CORDONED"
+        ]
+    );
+    // Gone: the heartbeats stop, and are missed.
+    s.at(10).poll(&all_beating(&["n3", "n4"], &uptimes)).flows();
+    s.at(30).tick().flows();
+    assert!(s.node("n3").policy.flow.as_ref().unwrap().away);
+    // Back, and the uptime alert ended: verified, put back, done.
+    s.at(40)
+        .poll(&all_beating(&[], &uptimes[..2]))
+        .flows()
+        .flows();
+    assert_eq!(s.step("n3"), Some(FlowStep::Uncordon));
+    assert_eq!(s.act(), ["n3:uncordon", "n4:uncordon"]);
+    assert_eq!(s.step("n3"), None);
+    assert_eq!(s.node("n3").status, Status::Ready);
+    assert!(
+        s.node("n3").policy.uncordoned_at.is_none(),
+        "the flow's uncordon suppresses nothing"
+    );
+    let ends = s.took_of(&[
+        "REMEDIATION_SUCCEEDED",
+        "NODE_UNCORDONED",
+        "REMEDIATION_STARTED",
+    ]);
+    assert!(
+        ends.contains(&"n3 REMEDIATION_SUCCEEDED".to_string()),
+        "{ends:?}"
+    );
+    // Now rack r1's turn.
+    s.at(41).flows();
+    assert_eq!(s.step("n1"), Some(FlowStep::Cordon));
+    assert_eq!(s.step("n2"), Some(FlowStep::Cordon));
+}
+
+#[test]
+fn observe_only_recommends_and_an_operator_reboot_still_runs() {
+    let mut s = fleet(
+        "nodeHealth: { maxUnavailablePercent: 100 }\ninventory: [ { id: n1 }, { id: n2 } ]\nremediation: { verifyTimeout: 5m }\n",
+    );
+    s.at(0)
+        .poll(&[watchdog(), beat("n1"), beat("n2"), uptime("n1", "P3")]);
+    s.flows().flows();
+    assert_eq!(
+        s.took_of(&["POLICY_RECOMMENDED", "REMEDIATION_STARTED"]),
+        ["n1 POLICY_RECOMMENDED"]
+    );
+    assert_eq!(s.step("n1"), None);
+    let out = s
+        .fleet
+        .request_reboot(s.now, "n2", "kernel update", false)
+        .unwrap();
+    s.record(out);
+    assert!(matches!(
+        s.fleet.request_reboot(s.now, "n2", "again", false),
+        Ok(_) | Err(CoreError::Busy { .. })
+    ));
+    s.flows();
+    assert_eq!(s.step("n2"), Some(FlowStep::Cordon));
+    let e = s
+        .fleet
+        .request_reboot(s.now, "n2", "again", false)
+        .unwrap_err();
+    assert!(matches!(e, CoreError::Busy { .. }), "{e}");
+    assert_eq!(
+        s.fleet
+            .request_reboot(s.now, "nope", "x", false)
+            .unwrap_err(),
+        CoreError::UnknownNode("nope".into())
+    );
+}
+
+#[test]
+fn a_condition_still_raised_after_the_reboot_fails_at_verify_and_waits_retry_after() {
+    let mut s = fleet(
+        "nodeHealth: { mode: cordon, maxUnavailablePercent: 100 }\ninventory: [ { id: n1 } ]\nremediation: { verifyTimeout: 1m, retryAfter: 1h }\n",
+    );
+    let up = uptime("n1", "P3");
+    s.at(0).poll(&[watchdog(), beat("n1"), up.clone()]).flows();
+    s.act();
+    s.at(5).poll(&[watchdog(), up.clone()]).flows();
+    s.at(30).tick().flows();
+    s.at(35).poll(&[watchdog(), beat("n1"), up.clone()]).flows();
+    assert_eq!(s.step("n1"), Some(FlowStep::Verify));
+    s.at(100)
+        .poll(&[watchdog(), beat("n1"), up.clone()])
+        .flows();
+    assert_eq!(s.step("n1"), None);
+    let failed: Vec<&Event> = s
+        .events
+        .iter()
+        .filter(|e| e.kind.name() == "REMEDIATION_FAILED")
+        .collect();
+    assert!(
+        matches!(&failed[0].kind, EventKind::RemediationFailed { step, .. } if step == "verify"),
+        "{failed:?}"
+    );
+    assert_eq!(
+        s.node("n1").status,
+        Status::Cordoned,
+        "a failed flow leaves the node cordoned"
+    );
+    // Not re-admitted by the alert before retryAfter; after it, queued again.
+    s.at(200).flows();
+    assert_eq!(s.step("n1"), None);
+    s.at(100 + 3601).poll(&[watchdog(), beat("n1"), up]).flows();
+    assert!(s.step("n1").is_some());
+}
+
+#[test]
+fn failures_halt_admission_once_the_hourly_budget_is_spent() {
+    let mut s = fleet(
+        "nodeHealth: { mode: cordon, maxUnavailablePercent: 100 }\ninventory: [ { id: n1 }, { id: n2 } ]\nremediation: { returnTimeout: 1m, maxFailuresPerHour: 1, domainsAtOnce: 1 }\n",
+    );
+    let alerts = [
+        watchdog(),
+        beat("n1"),
+        beat("n2"),
+        uptime("n1", "P1"),
+        uptime("n2", "P2"),
+    ];
+    s.at(0).poll(&alerts).flows();
+    s.act();
+    // n1 never goes away: the reboot is not confirmed.
+    s.at(90).poll(&alerts).flows();
+    assert_eq!(
+        s.took_of(&["REMEDIATION_FAILED", "POLICY_HALTED"]),
+        ["n1 REMEDIATION_FAILED", "n1 POLICY_HALTED"]
+    );
+    s.at(91).flows();
+    assert_eq!(
+        s.step("n2"),
+        Some(FlowStep::Queued),
+        "halted: nothing new admitted"
+    );
+    let list = s.fleet.remediations(&s.cfg, s.now, &Facts::default());
+    assert!(list.blocked[0].contains("maxFailuresPerHour"), "{list:?}");
+    // The hour passes: admitted again.
+    s.at(90 + 3601).poll(&alerts).flows();
+    assert_eq!(s.step("n2"), Some(FlowStep::Cordon));
+}
+
+#[test]
+fn a_reboot_sent_before_a_restart_is_never_sent_again() {
+    let mut s = fleet(
+        "nodeHealth: { mode: cordon, maxUnavailablePercent: 100 }\ninventory: [ { id: n1 } ]\n",
+    );
+    s.at(0)
+        .poll(&[watchdog(), beat("n1"), uptime("n1", "P3")])
+        .flows();
+    // Cordon and drain done; the reboot recorded as sent, then the process dies.
+    for _ in 0..2 {
+        let p = s.fleet.next_action("n1").unwrap();
+        let out = s
+            .fleet
+            .action_done(&s.cfg, s.now, "n1", &p, &Done::default());
+        s.record(out);
+    }
+    let p = s.fleet.next_action("n1").unwrap();
+    assert!(matches!(
+        p.action,
+        Action::Power {
+            op: PowerOp::Reboot,
+            ..
+        }
+    ));
+    let out = s.fleet.reboot_sending(s.now, "n1");
+    s.record(out);
+    assert_eq!(s.fleet.next_action("n1"), None, "never handed out twice");
+    // A new process: what was stored, watched from later.
+    let mut restarted = Fleet::new(t0() + TimeDelta::seconds(60));
+    restarted.nodes = s.fleet.nodes.clone();
+    restarted.ledger = s.fleet.ledger.clone();
+    s.fleet = restarted;
+    s.at(61).poll(&[watchdog(), uptime("n1", "P3")]).flows();
+    assert_eq!(s.step("n1"), Some(FlowStep::Return));
+    assert!(
+        s.node("n1").policy.pending.is_empty(),
+        "the reboot is not queued again"
+    );
+    assert!(s.act().is_empty());
+}
+
+#[test]
+fn admission_waits_for_the_window_blocking_alerts_and_a_fresh_source() {
+    let mut s = fleet(
+        "nodeHealth: { mode: cordon, maxUnavailablePercent: 100 }\ninventory: [ { id: n1 } ]\nremediation: { window: { days: [wed], start: '13:00', end: '14:00', timeZone: UTC } }\n",
+    );
+    // t0 is Wednesday 2026-08-05 12:00 UTC: outside the window.
+    s.at(0)
+        .poll(&[watchdog(), beat("n1"), uptime("n1", "P3")])
+        .flows();
+    assert_eq!(s.step("n1"), Some(FlowStep::Queued));
+    let blocked = s
+        .fleet
+        .remediations(&s.cfg, s.now, &Facts::default())
+        .blocked;
+    assert!(
+        blocked[0].contains("outside remediation.window"),
+        "{blocked:?}"
+    );
+    let facts = Facts {
+        blocking: Some("blocking alert CephHealthError fires".into()),
+        ..Facts::default()
+    };
+    s.at(3600)
+        .poll(&[watchdog(), beat("n1"), uptime("n1", "P3")])
+        .remediate(&facts);
+    assert_eq!(
+        s.step("n1"),
+        Some(FlowStep::Queued),
+        "a blocking alert fires"
+    );
+    // Stale: no watchdog for a long time.
+    s.at(3700)
+        .poll(&[beat("n1"), uptime("n1", "P3")])
+        .at(3900)
+        .tick()
+        .flows();
+    assert_eq!(
+        s.step("n1"),
+        Some(FlowStep::Queued),
+        "hale's source is stale"
+    );
+    s.at(3910)
+        .poll(&[watchdog(), beat("n1"), uptime("n1", "P3")])
+        .flows();
+    assert_eq!(s.step("n1"), Some(FlowStep::Cordon));
+}
+
+#[test]
+fn node_types_exclude_and_pace_control_plane_and_storage() {
+    let yaml = "
+nodeHealth: { mode: cordon, maxUnavailablePercent: 100 }
+remediation:
+  domainsAtOnce: 5
+  nodeTypes:
+    - { name: control-plane, selector: { node-role.kubernetes.io/control-plane: '' }, allowed: true }
+    - { name: storage, selector: { role: storage }, blockingAlerts: [ { alertname: CephHealthWarn } ] }
+inventory:
+  - { id: cp1, labels: { node-role.kubernetes.io/control-plane: '' } }
+  - { id: cp2, labels: { node-role.kubernetes.io/control-plane: '' } }
+  - { id: st1, labels: { role: storage } }
+";
+    let mut s = fleet(yaml);
+    let alerts = [
+        watchdog(),
+        beat("cp1"),
+        beat("cp2"),
+        beat("st1"),
+        uptime("cp1", "P3"),
+        uptime("cp2", "P3"),
+        uptime("st1", "P3"),
+    ];
+    let facts = Facts {
+        blocked_types: [("storage".to_string(), "CephHealthWarn".to_string())].into(),
+        ..Facts::default()
+    };
+    s.at(0).poll(&alerts).remediate(&facts);
+    // One control-plane node at a time; storage held by its own blocking alert.
+    assert_eq!(s.step("cp1"), Some(FlowStep::Cordon));
+    assert_eq!(s.step("cp2"), Some(FlowStep::Queued));
+    assert_eq!(s.step("st1"), Some(FlowStep::Queued));
+    let list = s.fleet.remediations(&s.cfg, s.now, &facts);
+    let waiting: Vec<String> = list
+        .queued
+        .iter()
+        .filter_map(|e| e.waiting.clone())
+        .collect();
+    assert!(
+        waiting
+            .iter()
+            .any(|w| w.contains("another control-plane node")),
+        "{waiting:?}"
+    );
+    assert!(
+        waiting.iter().any(|w| w.contains("CephHealthWarn")),
+        "{waiting:?}"
+    );
+    s.remediate(&Facts::default());
+    assert_eq!(s.step("st1"), Some(FlowStep::Cordon));
+
+    // Without a type that allows them, control-plane nodes are never admitted.
+    let mut s = fleet(
+        "nodeHealth: { mode: cordon, maxUnavailablePercent: 100 }\ninventory: [ { id: cp1, labels: { node-role.kubernetes.io/control-plane: '' } } ]\n",
+    );
+    s.at(0)
+        .poll(&[watchdog(), beat("cp1"), uptime("cp1", "P1")])
+        .flows();
+    assert_eq!(s.step("cp1"), Some(FlowStep::Queued));
+}
+
+const FENCED: &str = "
+nodeHealth: { mode: cordon }
+fencing: { after: 1m, maxPercent: 10 }
+inventory:
+  - { id: n0 }
+  - { id: n1 }
+  - { id: n2 }
+  - { id: n3 }
+  - { id: n4 }
+  - { id: n5 }
+  - { id: n6 }
+  - { id: n7 }
+  - { id: n8 }
+  - { id: n9 }
+";
+
+fn beating(silent: &[&str]) -> Vec<A> {
+    let mut v = vec![watchdog()];
+    for i in 0..10 {
+        let n = format!("n{i}");
+        if !silent.contains(&n.as_str()) {
+            v.push(beat(&n));
+        }
+    }
+    v
+}
+
+#[test]
+fn a_rack_gone_silent_fences_no_more_than_max_percent() {
+    let mut s = fleet(FENCED);
+    let rack = ["n0", "n1", "n2", "n3", "n4"];
+    s.at(0).poll(&beating(&[]));
+    s.at(5).poll(&beating(&rack)).at(30).tick();
+    s.at(100).poll(&beating(&rack)).flows();
+    let fenced: Vec<&str> = rack
+        .iter()
+        .copied()
+        .filter(|n| s.node(n).policy.fence.is_some())
+        .collect();
+    assert_eq!(fenced.len(), 1, "10% of 10 nodes: one");
+    assert_eq!(
+        s.took_of(&["POLICY_HALTED"]).len(),
+        4,
+        "each node held back is said once"
+    );
+    s.at(101).flows();
+    assert!(
+        s.took_of(&["POLICY_HALTED"]).is_empty(),
+        "not again while still silent"
+    );
+
+    // The one fenced: off, released, NODE_FENCED, on; back: release taken back.
+    let id = fenced[0].to_string();
+    assert_eq!(
+        s.act(),
+        [
+            format!("{id}:power_off"),
+            format!("{id}:release"),
+            format!("{id}:power_on")
+        ]
+    );
+    assert_eq!(
+        s.node(&id).policy.fence.as_ref().unwrap().step,
+        FenceStep::Fenced
+    );
+    assert!(
+        s.took_of(&["NODE_FENCED"])
+            .contains(&format!("{id} NODE_FENCED"))
+    );
+    // Still counted while silent: nobody else fenced.
+    s.at(200).poll(&beating(&rack)).flows();
+    assert_eq!(
+        rack.iter()
+            .filter(|n| s.node(n).policy.fence.is_some())
+            .count(),
+        1
+    );
+    // It reports again: the release is taken back, the fence ends.
+    let still: Vec<&str> = rack.iter().copied().filter(|n| **n != id).collect();
+    s.at(210).poll(&beating(&still)).flows();
+    assert_eq!(s.act(), [format!("{id}:unrelease")]);
+    assert!(s.node(&id).policy.fence.is_none());
+}
+
+#[test]
+fn no_fencing_while_stale_in_observe_or_past_three_a_day() {
+    let mut s = fleet(FENCED);
+    s.at(0).poll(&beating(&[]));
+    s.at(5).poll(&beating(&["n0"])).at(30).tick();
+    // Stale: the watchdog is gone, and with it hale's sight.
+    s.at(100)
+        .poll(&beating(&["n0"])[1..])
+        .at(300)
+        .tick()
+        .flows();
+    assert!(s.node("n0").policy.fence.is_none(), "never while stale");
+
+    let mut s = fleet(&FENCED.replace("mode: cordon", "mode: observe"));
+    s.at(0).poll(&beating(&[]));
+    s.at(5).poll(&beating(&["n0"])).at(30).tick();
+    s.at(100).poll(&beating(&["n0"])).flows().flows();
+    assert!(s.node("n0").policy.fence.is_none());
+    assert_eq!(
+        s.took_of(&["POLICY_RECOMMENDED"]),
+        ["n0 POLICY_RECOMMENDED"]
+    );
+
+    let mut s = fleet(FENCED);
+    s.at(0).poll(&beating(&[]));
+    s.fleet.nodes.get_mut("n0").unwrap().policy.fences = vec![t0(), t0(), t0()];
+    s.at(5).poll(&beating(&["n0"])).at(30).tick();
+    s.at(100).poll(&beating(&["n0"])).flows();
+    assert!(s.node("n0").policy.fence.is_none());
+    assert_eq!(s.took_of(&["POLICY_HALTED"]), ["n0 POLICY_HALTED"]);
+}
+
+#[test]
+fn a_node_under_a_reboot_flow_is_never_fenced() {
+    let mut s = fleet(&format!("{FENCED}remediation: {{ returnTimeout: 1h }}\n"));
+    s.at(0).poll(&beating(&[])).flows();
+    let out = s.fleet.request_reboot(s.now, "n0", "test", false).unwrap();
+    s.record(out);
+    s.flows();
+    s.act();
+    assert_eq!(s.step("n0"), Some(FlowStep::Return));
+    s.at(5).poll(&beating(&["n0"])).at(30).tick();
+    s.at(200).poll(&beating(&["n0"])).flows();
+    assert!(s.node("n0").policy.fence.is_none());
+    assert!(s.node("n0").policy.flow.as_ref().unwrap().away);
+}

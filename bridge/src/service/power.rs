@@ -1,0 +1,359 @@
+//! Out-of-band power at the edge: each node's BMC, the manual power and reboot
+//! verbs, the power actions of the reboot flow and of fences, and the blocking
+//! alerts the flow reads from Alertmanager.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use tracing::{info, warn};
+
+use super::Hale;
+use crate::bmc::{self, BmcError, Controller, Failure, Target, Verb};
+use crate::config::Loaded;
+use crate::core::policy::{Action, Actor, Done, Facts, PowerDone, PowerOp, Remediations};
+use crate::core::{CoreError, Outcome};
+use crate::orchestrator::{self, OrchestratorError};
+
+/// How often the blocking alerts are read from Alertmanager.
+const BLOCKING_EVERY: Duration = Duration::from_secs(15);
+
+/// Why a power verb or a reboot was not done.
+#[derive(Debug, thiserror::Error)]
+pub enum PowerError {
+    #[error(transparent)]
+    Core(#[from] CoreError),
+    /// The node has no BMC hale can reach (what is missing is said).
+    #[error("node {node}: {detail}")]
+    NoBmc { node: String, detail: String },
+    /// This replica does not lead.
+    #[error("{0}")]
+    NotLeader(String),
+    #[error(transparent)]
+    Bmc(BmcError),
+}
+
+/// What a manual power verb found and did.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PowerReport {
+    pub node: String,
+    pub action: String,
+    pub force: bool,
+    pub result: String,
+    #[serde(flatten)]
+    pub outcome: bmc::Outcome,
+}
+
+impl Hale {
+    /// The node's BMC: its inventory entry, the orchestrator's word, the template.
+    fn bmc_target(&self, cfg: &Loaded, id: &str) -> Result<Target, PowerError> {
+        let (hostname, labels) = {
+            let fleet = self.lock_fleet();
+            let node = fleet
+                .nodes
+                .get(id)
+                .ok_or_else(|| CoreError::UnknownNode(id.into()))?;
+            (node.hostname.clone(), node.labels.clone())
+        };
+        let annotation = self.orchestrator.bmc_address(id);
+        cfg.bmc
+            .target(id, hostname.as_deref(), &labels, annotation.as_deref())
+            .map_err(|e| PowerError::NoBmc {
+                node: id.into(),
+                detail: e.detail,
+            })
+    }
+
+    fn controller(&self, cfg: &Loaded, target: &Target) -> Result<Controller, BmcError> {
+        let timing = cfg.bmc.timing;
+        let observer: Arc<dyn bmc::Observer> = self.metrics.bmc.clone();
+        Ok(Controller::new(
+            bmc::connect(target, timing)?,
+            timing,
+            Some(observer),
+        ))
+    }
+
+    /// `hale node power NODE VERB`: done at once (not queued), confirmed, recorded
+    /// as `NODE_POWER`. Only `status` is a read; the others are the leader's and
+    /// refused while a reboot flow or a fence holds the node.
+    pub async fn power(
+        self: &Arc<Self>,
+        id: &str,
+        verb: Verb,
+        force: bool,
+    ) -> Result<PowerReport, PowerError> {
+        let cfg = self.config();
+        if verb != Verb::Status {
+            self.leading().map_err(PowerError::NotLeader)?;
+            let fleet = self.lock_fleet();
+            let node = fleet
+                .nodes
+                .get(id)
+                .ok_or_else(|| CoreError::UnknownNode(id.into()))?;
+            if let Some(f) = &node.policy.flow
+                && f.step != crate::core::policy::FlowStep::Queued
+            {
+                return Err(CoreError::Busy {
+                    node: id.into(),
+                    doing: format!("a reboot flow is at step {}", f.step.as_str()),
+                }
+                .into());
+            }
+            if let Some(f) = &node.policy.fence {
+                return Err(CoreError::Busy {
+                    node: id.into(),
+                    doing: format!("a fence is at step {}", f.step.as_str()),
+                }
+                .into());
+            }
+        }
+        let target = self.bmc_target(&cfg, id)?;
+        let result = match self.controller(&cfg, &target) {
+            Ok(c) => c.run(verb, force).await,
+            Err(e) => Err(e),
+        };
+        let result = result.map_err(|e| e.during(id, verb.as_str()));
+        if verb != Verb::Status {
+            self.record_power(id, verb, force, Actor::Operator, &result)
+                .await;
+        }
+        let outcome = result.map_err(PowerError::Bmc)?;
+        Ok(PowerReport {
+            node: id.into(),
+            action: verb.as_str().into(),
+            force,
+            result: power_result(&outcome).into(),
+            outcome,
+        })
+    }
+
+    /// Record `NODE_POWER` for a verb done (or failed) on `id`.
+    async fn record_power(
+        self: &Arc<Self>,
+        id: &str,
+        verb: Verb,
+        force: bool,
+        by: Actor,
+        result: &Result<bmc::Outcome, BmcError>,
+    ) {
+        let (label, message) = match result {
+            Ok(o) => (
+                power_result(o),
+                if o.sent.is_empty() {
+                    format!(
+                        "power {} by {}: already {}, nothing sent",
+                        verb.as_str(),
+                        by.as_str(),
+                        o.after.as_str()
+                    )
+                } else {
+                    format!(
+                        "power {} by {}: {} → {} (sent {})",
+                        verb.as_str(),
+                        by.as_str(),
+                        o.before.as_str(),
+                        o.after.as_str(),
+                        o.sent.join(", ")
+                    )
+                },
+            ),
+            Err(e) => (
+                "failed",
+                format!("power {} by {} failed: {e}", verb.as_str(), by.as_str()),
+            ),
+        };
+        let power = PowerDone {
+            action: verb.as_str().into(),
+            result: label.into(),
+            by,
+            force,
+            message,
+        };
+        let this = self.clone();
+        let node = id.to_string();
+        let recorded = tokio::task::spawn_blocking(move || {
+            this.apply(|fleet, _, now| Ok(fleet.record_power(now, &node, power)))
+        })
+        .await;
+        if let Err(e) = recorded {
+            warn!(error = %e, "recording a power operation failed");
+        }
+    }
+
+    /// `hale node reboot`: queue the node for the reboot flow. A node with no BMC
+    /// and an orchestrator that cannot reboot it is refused at once.
+    pub fn request_reboot(
+        &self,
+        id: &str,
+        reason: &str,
+        force: bool,
+    ) -> Result<Outcome, PowerError> {
+        self.leading().map_err(PowerError::NotLeader)?;
+        let cfg = self.config();
+        if let Err(PowerError::NoBmc { node, detail }) = self.bmc_target(&cfg, id)
+            && !self.orchestrator.can_reboot()
+        {
+            return Err(PowerError::NoBmc { node, detail });
+        }
+        let reason = if reason.trim().is_empty() {
+            "operator asked".to_string()
+        } else {
+            reason.trim().to_string()
+        };
+        Ok(self.apply(|fleet, _, now| fleet.request_reboot(now, id, &reason, force))?)
+    }
+
+    /// The reboot flow's queue, its flows under way and what holds them.
+    pub fn remediations(&self) -> Remediations {
+        let cfg = self.config();
+        let facts = self.facts();
+        self.lock_fleet()
+            .remediations(&cfg.core, Utc::now(), &facts)
+    }
+
+    /// The blocking facts the flow admits by, as last read; until they have been
+    /// read once, blocked.
+    pub(super) fn facts(&self) -> Facts {
+        let cfg = self.config();
+        let configured = !cfg.blocking.all.is_empty() || !cfg.blocking.types.is_empty();
+        if configured && !self.facts_read.load(std::sync::atomic::Ordering::Acquire) {
+            return Facts {
+                blocking: Some("the blocking alerts have not been read yet".into()),
+                ..Facts::default()
+            };
+        }
+        self.facts.lock().expect("facts lock").clone()
+    }
+
+    /// A flow's or a fence's power action. A reboot is recorded as sent before it
+    /// leaves, so it is never sent twice; without a BMC a reboot is the
+    /// orchestrator's own (if it has one). Every BMC failure is final for the step:
+    /// the flow fails there, rather than retrying a power change blindly.
+    pub(super) async fn perform_power(
+        self: &Arc<Self>,
+        node: &str,
+        op: PowerOp,
+        force: bool,
+    ) -> Result<Done, OrchestratorError> {
+        let cfg = self.config();
+        let action = Action::Power { op, force };
+        let target = match self.bmc_target(&cfg, node) {
+            Ok(t) => t,
+            Err(PowerError::NoBmc { .. }) if op == PowerOp::Reboot => {
+                return orchestrator::perform(
+                    self.orchestrator.as_ref(),
+                    node,
+                    &action,
+                    &Default::default(),
+                )
+                .await;
+            }
+            Err(e) => {
+                return Err(OrchestratorError::refused(e.to_string()).during(node, action.name()));
+            }
+        };
+        if op == PowerOp::Reboot && !self.mark_sending(node).await {
+            return Err(OrchestratorError::transient(
+                "the store could not record the reboot before sending it; not sent",
+            )
+            .during(node, action.name()));
+        }
+        let verb = match op {
+            PowerOp::Reboot => Verb::Reboot,
+            PowerOp::Off => Verb::Off,
+            PowerOp::On => Verb::On,
+        };
+        info!(node, verb = verb.as_str(), force, bmc = %target.address, "power through the BMC");
+        let result = match self.controller(&cfg, &target) {
+            Ok(c) => c.run(verb, force).await,
+            Err(e) => Err(e),
+        }
+        .map_err(|e| e.during(node, verb.as_str()));
+        self.record_power(node, verb, force, Actor::Hale, &result)
+            .await;
+        match result {
+            Ok(_) => Ok(Done::default()),
+            Err(e) => Err(OrchestratorError::refused(e.to_string())),
+        }
+    }
+
+    /// Persist that the reboot is about to be sent; whether it was written.
+    async fn mark_sending(self: &Arc<Self>, node: &str) -> bool {
+        let this = self.clone();
+        let id = node.to_string();
+        tokio::task::spawn_blocking(move || {
+            this.apply(|fleet, _, now| Ok(fleet.reboot_sending(now, &id)))
+                .is_ok()
+                && this.writer.lock().expect("writer lock").pending.is_none()
+        })
+        .await
+        .unwrap_or(false)
+    }
+
+    /// Read the blocking alerts every [`BLOCKING_EVERY`]. An Alertmanager that
+    /// cannot answer blocks: the flow admits nothing on evidence it cannot read.
+    pub async fn blocking_loop(self: Arc<Self>) {
+        let beat = self.liveness.watch("blocking", BLOCKING_EVERY * 20);
+        loop {
+            beat.beat();
+            let cfg = self.config();
+            let client = self.client.read().expect("client lock").clone();
+            let mut facts = Facts::default();
+            for filters in &cfg.blocking.all {
+                match client.firing(filters).await {
+                    Ok(names) if !names.is_empty() => {
+                        facts.blocking = Some(format!(
+                            "blocking alert {} fires (remediation.blockingAlerts)",
+                            names[0]
+                        ));
+                        break;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        facts.blocking = Some(format!("cannot read the blocking alerts: {e}"));
+                        break;
+                    }
+                }
+            }
+            for (name, sets) in &cfg.blocking.types {
+                for filters in sets {
+                    match client.firing(filters).await {
+                        Ok(names) if !names.is_empty() => {
+                            facts.blocked_types.insert(name.clone(), names[0].clone());
+                            break;
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            facts
+                                .blocked_types
+                                .insert(name.clone(), format!("unreadable blocking alerts ({e})"));
+                            break;
+                        }
+                    }
+                }
+            }
+            *self.facts.lock().expect("facts lock") = facts;
+            self.facts_read
+                .store(true, std::sync::atomic::Ordering::Release);
+            tokio::time::sleep(BLOCKING_EVERY).await;
+        }
+    }
+}
+
+/// `done`, or `unchanged` when the machine was already as asked.
+fn power_result(o: &bmc::Outcome) -> &'static str {
+    if o.sent.is_empty() {
+        "unchanged"
+    } else {
+        "done"
+    }
+}
+
+impl PowerError {
+    /// Whether the BMC itself failed (rather than hale lacking a way to it).
+    pub fn is_bmc(&self) -> bool {
+        matches!(self, PowerError::Bmc(e) if e.class != Failure::Missing)
+    }
+}
