@@ -22,22 +22,8 @@ done
 [ -x "$HALE" ] || { echo "helm.sh: $HALE not found: build it (cargo build --bin hale) or set HALE" >&2; exit 1; }
 
 start=$SECONDS
-[ -x .venv/bin/python ] || python3 -m venv .venv
-# Asking importlib is instant; `pip show` would cost a second on every run.
-mapfile -t missing < <(.venv/bin/python - helm-python-sdk kubernetes-validate yamllint check-jsonschema pyyaml <<'PY'
-import sys
-from importlib.metadata import PackageNotFoundError, distribution
-for name in sys.argv[1:]:
-    try:
-        distribution(name)
-    except PackageNotFoundError:
-        print(name)
-PY
-)
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "helm.sh: installing into .venv: ${missing[*]}"
-    .venv/bin/pip install --quiet --disable-pip-version-check "${missing[@]}"
-fi
+. tests/install.sh
+install_venv helm-python-sdk kubernetes-validate yamllint check-jsonschema pyyaml
 
 .venv/bin/python helm/generate.py --check
 .venv/bin/yamllint --strict -c helm/.yamllint.yml helm/hale/values.yaml helm/hale/Chart.yaml helm/hale/files

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The one test command: installs the real components the tests use when they are
-# missing (Debian packages), then checks formatting and lints and runs every test.
+# missing (Debian packages; sushy-tools into .venv), then checks formatting and
+# lints and runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 . tests/install.sh
 install_missing prometheus-alertmanager=prometheus-alertmanager promtool=prometheus \
-    prometheus-node-exporter=prometheus-node-exporter mtail=mtail ip=iproute2 unshare=util-linux
+    prometheus-node-exporter=prometheus-node-exporter mtail=mtail ip=iproute2 unshare=util-linux \
+    ipmi_sim=openipmi ipmitool=ipmitool
+# The Redfish BMC emulator the BMC tests run against.
+install_venv sushy-tools
 
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings

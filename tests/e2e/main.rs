@@ -1,6 +1,7 @@
 //! End-to-end tests: the real `hale` binary against a real Alertmanager.
 
 mod api;
+mod bmc_sim;
 mod events;
 mod hardening;
 mod harness;
@@ -9,3 +10,4 @@ mod kubernetes;
 mod monitoring;
 mod pipeline;
 mod policy;
+mod remediation;

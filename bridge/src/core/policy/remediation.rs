@@ -391,12 +391,18 @@ impl Fleet {
                         }
                     )
                 });
+                // Stopped between the off and the on, the machine would stay off: an
+                // on is no second reboot, and changes nothing on a machine that is on.
+                node.policy.push(Action::Power {
+                    op: PowerOp::On,
+                    force: false,
+                });
                 out.dirty.insert(id.into());
                 out.events.push(step_event(
                     id,
                     now,
                     FlowStep::Return,
-                    "the reboot was sent before hale restarted: waiting for the node to return, not sending it again".into(),
+                    "the reboot was sent before hale restarted: not sending it again; powering on if it is off, then waiting for the node to return".into(),
                 ));
                 Move::Stay
             }
