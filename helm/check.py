@@ -137,6 +137,39 @@ FULL = {
     },
 }
 
+# Out-of-band remediation (DESIGN §8) in a cluster: BMC credentials from two
+# Secrets (a default and one rack's), inventory BMCs over Redfish and IPMI, the
+# reboot flow and fencing with every key set. No caFile: hale reads it as PEM at
+# load, and the chart mounts none.
+REMEDIATION = {
+    "bmcSecrets": [{"name": "default", "existingSecret": "hale-bmc"},
+                   {"name": "rack-12", "existingSecret": "hale-bmc-rack-12"}],
+    "config": {
+        "nodeHealth": {"mode": "drain"},
+        "orchestrator": {"kind": "kubernetes"},
+        "inventory": [
+            {"id": "gpu-14", "labels": {"topology.kubernetes.io/zone": "r12"},
+             "bmc": {"address": "redfish+https://10.1.0.14/redfish/v1/Systems/1",
+                     "credentialsFile": "/etc/hale/secrets/bmc/rack-12", "insecure": True}},
+            {"id": "gpu-15", "bmc": {"address": "ipmi://10.1.0.15:623"}},
+        ],
+        "bmc": {"credentialsFile": "/etc/hale/secrets/bmc/default", "cipherSuite": 3, "timeout": "10s",
+                "gracefulTimeout": "2m", "addressTemplate": "ipmi://{hostname}-bmc:623"},
+        "remediation": {
+            "failureDomainLabel": "topology.kubernetes.io/zone", "domainsAtOnce": 1, "maxPerDomain": 2,
+            "drainTimeout": "10m", "returnTimeout": "15m", "verifyTimeout": "10m", "retryAfter": "24h",
+            "maxFailuresPerHour": 3,
+            "blockingAlerts": [{"alertname": "CephHealthError"}, 'alertname=~"Etcd.*"'],
+            "window": {"days": ["mon", "tue", "wed", "thu", "fri"], "start": "09:00", "end": "17:00",
+                       "timeZone": "Europe/London"},
+            "nodeTypes": [{"name": "control-plane", "selector": {"node-role.kubernetes.io/control-plane": ""},
+                           "allowed": True, "maxPerDomain": 1,
+                           "blockingAlerts": [{"alertname": "KubeAPIErrorBudgetBurn"}]}],
+        },
+        "fencing": {"after": "5m", "maxPercent": 10},
+    },
+}
+
 CASES = [
     Case("defaults", {}),
     Case("monitoring", {"monitoring": {"enabled": True}}),
@@ -146,6 +179,7 @@ CASES = [
     Case("extras-off", {"serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
                         "dashboard": {"enabled": False}, "replicaCount": 1}),
     Case("full-config", FULL),
+    Case("remediation", REMEDIATION),
 ]
 
 # (name, values, what the error must say, whether lint reports it too). Lint
@@ -171,6 +205,19 @@ REFUSED = [
     ("unmounted webhook secret",
      {"config": {"nodeEventWebhooks": [{"url": "https://x.example/h", "secretFile": "/etc/hale/token"}]}},
      "is not a mounted secret", False),
+    ("unmounted BMC credentials", {"config": {"bmc": {"credentialsFile": "/etc/hale/bmc/default"}}},
+     "config.bmc.credentialsFile /etc/hale/bmc/default is not a mounted secret", False),
+    ("an inventory BMC's unmounted credentials",
+     {"bmcSecrets": [{"name": "default", "existingSecret": "hale-bmc"}],
+      "config": {"inventory": [{"id": "n1", "bmc": {"address": "ipmi://n1-bmc:623",
+                                                    "credentialsFile": "/etc/hale/secrets/bmc/other"}}]}},
+     "config.inventory[0].bmc.credentialsFile /etc/hale/secrets/bmc/other is not a mounted secret", False),
+    ("a BMC Secret named twice",
+     {"bmcSecrets": [{"name": "default", "existingSecret": "a"}, {"name": "default", "existingSecret": "b"}]},
+     "bmcSecrets: default is named twice", False),
+    ("a BMC Secret without a name", {"bmcSecrets": [{"existingSecret": "hale-bmc"}]},
+     "missing property 'name'", True),
+    ("fencing typo", {"config": {"fencing": {"maxPercents": 10}}}, "maxPercents", True),
 ]
 
 
@@ -266,14 +313,22 @@ def check_hale_config(case, tmp):
     expect(config == values_config, f"{case.name}: hale.yaml is not values.config:\n{text}")
     expect(not re.match(r"(127\.|localhost|\[::1\])", config["listen"]), f"{case.name}: hale listens on loopback")
 
-    # The secret files only exist in the pod: point them at temporary files.
+    # The secret files only exist in the pod: point them at temporary files, and
+    # each BMC credentialsFile at a directory like the mounted Secret's.
     secrets = tmp / f"secrets-{case.name}"
     secrets.mkdir()
     def fake(m):
         path = secrets / str(len(list(secrets.iterdir())))
         path.write_text("not-a-real-secret\n")
         return f"{m.group(1)}{path}"
+    def fake_bmc(m):
+        path = secrets / str(len(list(secrets.iterdir())))
+        path.mkdir()
+        (path / "username").write_text("admin\n")
+        (path / "password").write_text("not-a-real-password\n")
+        return f"{m.group(1)}{path}"
     local = re.sub(r"(?m)^(\s*(?:-\s+)?(?:apiTokenFile|secretFile):\s*)\S+", fake, text)
+    local = re.sub(r"(?m)^(\s*(?:-\s+)?credentialsFile:\s*)\S+", fake_bmc, local)
     f = tmp / f"hale-{case.name}.yaml"
     f.write_text(local)
     r = run([HALE, "check-config", f], env={**os.environ, "RUST_BACKTRACE": "0"})
@@ -329,9 +384,18 @@ def check_deployment(case):
         wanted[values["config"]["apiTokenFile"]] = (values["apiToken"]["existingSecret"], values["apiToken"]["key"])
     for w in values["webhookSecrets"]:
         wanted[f"/etc/hale/secrets/webhooks/{w['name']}"] = (w["existingSecret"], w["key"])
+    for b in values["bmcSecrets"]:
+        for key in ("username", "password"):
+            wanted[f"/etc/hale/secrets/bmc/{b['name']}/{key}"] = (b["existingSecret"], key)
     expect(files == wanted, f"{case.name}: mounted secrets {files}, wanted {wanted}")
     for w in values["config"].get("nodeEventWebhooks", []):
         expect(w["secretFile"] in files, f"{case.name}: {w['secretFile']} is not mounted")
+    bmcs = [values["config"].get("bmc", {})] + [n.get("bmc", {}) for n in values["config"].get("inventory", [])]
+    for b in bmcs:
+        if "credentialsFile" in b:
+            for key in ("username", "password"):
+                expect(f"{b['credentialsFile']}/{key}" in files,
+                       f"{case.name}: {b['credentialsFile']} holds no mounted {key}")
 
     term = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
     expect(term["topologyKey"] == "kubernetes.io/hostname"

@@ -3,8 +3,8 @@
 #   - examples/alertmanager.yml with amtool (config, and where sample alerts route);
 #   - examples/prometheus.yml with promtool (the config and the rule files it loads);
 #   - examples/hale-*.yaml with `hale check-config` (the parser and validation
-#     `hale serve` uses), on temporary copies whose secret files exist, and the
-#     quick start as it is;
+#     `hale serve` uses), on temporary copies whose secret files (tokens, signing
+#     secrets, BMC credentials) exist, and the quick start as it is;
 #   - dashboards/*.json: valid JSON, every PromQL expression valid (promtool, as
 #     recording rules), every metric it reads documented in README.md.
 # HALE names the hale binary (default target/debug/hale; this script does not build it).
@@ -52,10 +52,12 @@ def secret(m):
     n += 1
     path = f"{tmp}/secret-{n}"
     with open(path, "w") as f:
-        f.write("not-a-real-secret\n")
+        # BMC credentials are `username:password`; tokens and secrets one word.
+        f.write("admin:not-a-real-secret\n" if "credentialsFile" in m.group(1) else "not-a-real-secret\n")
     return f"{m.group(1)}{path}"
 text = open(src).read()
-text = re.sub(r"(?m)^(\s*(?:-\s+)?(?:apiTokenFile|secretFile):\s*)\S+", secret, text)
+text = re.sub(r"(?m)^(\s*(?:-\s+)?(?:apiTokenFile|secretFile|credentialsFile):\s*)[^\s,}]+", secret, text)
+text = re.sub(r"(credentialsFile:\s*)/[^\s,}]+", secret, text)
 text = re.sub(r"(?m)^(\s+path:\s*)\S+", lambda m: f"{m.group(1)}{tmp}/store", text)
 open(dst, "w").write(text)
 EOF

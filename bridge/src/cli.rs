@@ -819,6 +819,25 @@ pub fn node_detail(n: &NodeView) -> String {
     if n.gated {
         let _ = writeln!(o, "Gated:     new work kept off (score below drainBelow)");
     }
+    if let Some(f) = &n.remediation {
+        let _ = writeln!(
+            o,
+            "Reboot:    {} since {} (by {}, priority {}): {}",
+            f.step.as_str(),
+            f.since.to_rfc3339(),
+            f.by.as_str(),
+            f.priority,
+            f.reason
+        );
+    }
+    if let Some(f) = &n.fence {
+        let _ = writeln!(
+            o,
+            "Fence:     {} since {}",
+            f.step.as_str(),
+            f.since.to_rfc3339()
+        );
+    }
     let lifts = n
         .policy_lifts_at
         .map(|t| {

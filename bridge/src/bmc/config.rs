@@ -76,6 +76,16 @@ pub struct Directory {
     nodes: BTreeMap<String, Target>,
 }
 
+/// A CA file must be readable PEM holding a certificate: found at load, not at
+/// the first reboot.
+fn read_ca(path: &std::path::Path) -> Result<(), String> {
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    match reqwest::Certificate::from_pem_bundle(&pem) {
+        Ok(certs) if !certs.is_empty() => Ok(()),
+        _ => Err(format!("{} holds no PEM certificate", path.display())),
+    }
+}
+
 /// The placeholders a template may use.
 fn fill(
     template: &str,
@@ -156,10 +166,16 @@ impl Directory {
             ca_file: section.ca_file.clone(),
             insecure: section.insecure,
         };
+        if let Some(ca) = &tls.ca_file {
+            read_ca(ca).map_err(|e| ("bmc.caFile".to_string(), e))?;
+        }
         let mut nodes = BTreeMap::new();
         for (i, (id, b)) in inventory.iter().enumerate() {
             let at = |key: &str| format!("inventory[{i}].bmc.{key}");
             let address = Address::parse(&b.address).map_err(|e| (at("address"), e))?;
+            if let Some(ca) = &b.ca_file {
+                read_ca(ca).map_err(|e| (at("caFile"), e))?;
+            }
             let credentials = match &b.credentials_file {
                 Some(p) => Credentials::read(p).map_err(|e| (at("credentialsFile"), e))?,
                 None => default_credentials.clone().ok_or_else(|| {
@@ -315,6 +331,18 @@ mod tests {
         assert_eq!(b.credentials.username, "admin");
         let c = d.target("c", None, &none, None).unwrap();
         assert_eq!(c.address.to_string(), "ipmi://c-bmc:623");
+
+        let not_pem = dir.path().join("ca.pem");
+        std::fs::write(&not_pem, "not a certificate").unwrap();
+        let with_ca = |ca: PathBuf| BmcConfig {
+            ca_file: Some(ca),
+            ..BmcConfig::default()
+        };
+        let e = Directory::resolve(&with_ca(not_pem), &[]).unwrap_err();
+        assert_eq!(e.0, "bmc.caFile");
+        assert!(e.1.contains("no PEM certificate"), "{e:?}");
+        let e = Directory::resolve(&with_ca(dir.path().join("nope.pem")), &[]).unwrap_err();
+        assert!(e.1.contains("cannot read"), "{e:?}");
 
         let bare = Directory::resolve(&BmcConfig::default(), &[]).unwrap();
         let e = bare.target("c", None, &none, None).unwrap_err();

@@ -269,3 +269,144 @@ impl Bmc for Redfish {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The session path, which sushy-emulator does not offer (it speaks Basic
+    //! only; the end-to-end tests use it for that): a service with a
+    //! SessionService, answered as DSP0266 says — a token on `POST …/Sessions`, 401
+    //! for a request without a valid one.
+
+    use std::sync::{Arc, Mutex};
+
+    use axum::Json;
+    use axum::extract::State;
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::routing::{get, post};
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::bmc::{Address, Tls};
+
+    #[derive(Default)]
+    struct Service {
+        logins: u32,
+        token: Option<String>,
+        resets: Vec<String>,
+        basic_seen: bool,
+    }
+
+    type Shared = Arc<Mutex<Service>>;
+
+    fn authorised(s: &Service, headers: &HeaderMap) -> bool {
+        headers.get("X-Auth-Token").and_then(|v| v.to_str().ok()) == s.token.as_deref()
+            && s.token.is_some()
+    }
+
+    async fn serve() -> (String, Shared) {
+        let state: Shared = Arc::default();
+        let app = axum::Router::new()
+            .route(
+                "/redfish/v1/",
+                get(|| async {
+                    Json(json!({"Links": {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions"}}}))
+                }),
+            )
+            .route(
+                "/redfish/v1/SessionService/Sessions",
+                post(|State(s): State<Shared>, Json(body): Json<Value>| async move {
+                    let mut s = s.lock().unwrap();
+                    if body["UserName"] != "root" || body["Password"] != "calvin-pw" {
+                        return (StatusCode::UNAUTHORIZED, HeaderMap::new());
+                    }
+                    s.logins += 1;
+                    let token = format!("token-{}", s.logins);
+                    s.token = Some(token.clone());
+                    let mut h = HeaderMap::new();
+                    h.insert("X-Auth-Token", token.parse().unwrap());
+                    (StatusCode::CREATED, h)
+                }),
+            )
+            .route(
+                "/redfish/v1/Systems/1",
+                get(|State(s): State<Shared>, headers: HeaderMap| async move {
+                    let mut s = s.lock().unwrap();
+                    s.basic_seen |= headers.contains_key("authorization");
+                    if !authorised(&s, &headers) {
+                        return Err(StatusCode::UNAUTHORIZED);
+                    }
+                    Ok(Json(json!({
+                        "PowerState": "On",
+                        "Actions": {"#ComputerSystem.Reset": {
+                            "target": "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
+                            "ResetType@Redfish.AllowableValues": ["On", "ForceOff", "GracefulShutdown", "ForceRestart"]
+                        }}
+                    })))
+                }),
+            )
+            .route(
+                "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
+                post(|State(s): State<Shared>, headers: HeaderMap, Json(body): Json<Value>| async move {
+                    let mut s = s.lock().unwrap();
+                    if !authorised(&s, &headers) {
+                        return StatusCode::UNAUTHORIZED;
+                    }
+                    s.resets.push(body["ResetType"].as_str().unwrap_or_default().to_string());
+                    StatusCode::NO_CONTENT
+                }),
+            )
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (format!("redfish+http://{addr}/redfish/v1/Systems/1"), state)
+    }
+
+    fn client(address: &str, password: &str) -> Redfish {
+        let target = Target {
+            address: Address::parse(address).unwrap(),
+            credentials: Credentials::new("root", password),
+            tls: Tls::default(),
+        };
+        Redfish::new(&target, Timing::default()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_session_is_opened_once_renewed_when_forgotten_and_never_basic() {
+        let (address, state) = serve().await;
+        let bmc = client(&address, "calvin-pw");
+        assert_eq!(bmc.state().await.unwrap(), PowerState::On);
+        assert_eq!(bmc.state().await.unwrap(), PowerState::On);
+        assert_eq!(
+            state.lock().unwrap().logins,
+            1,
+            "one session for both reads"
+        );
+        // The BMC forgets the session (a reset of its own): hale logs in again once.
+        state.lock().unwrap().token = Some("forgotten".into());
+        bmc.send(Request::GracefulOff).await.unwrap();
+        let s = state.lock().unwrap();
+        assert_eq!(s.logins, 2);
+        assert_eq!(s.resets, ["GracefulShutdown"]);
+        assert!(
+            !s.basic_seen,
+            "a service with sessions gets no Basic credentials"
+        );
+    }
+
+    #[tokio::test]
+    async fn reset_types_come_from_the_allowed_list_and_refusals_say_why() {
+        let (address, state) = serve().await;
+        let bmc = client(&address, "calvin-pw");
+        // PowerCycle is not allowed here: a cycle is a ForceRestart.
+        bmc.send(Request::Cycle).await.unwrap();
+        bmc.send(Request::On).await.unwrap();
+        assert_eq!(state.lock().unwrap().resets, ["ForceRestart", "On"]);
+
+        let wrong = client(&address, "not-the-password");
+        let e = wrong.state().await.unwrap_err();
+        assert_eq!(e.class, Failure::Auth);
+        assert!(e.to_string().contains("refused the credentials"), "{e}");
+        assert!(!e.to_string().contains("not-the-password"));
+    }
+}

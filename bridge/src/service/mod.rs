@@ -153,6 +153,9 @@ impl Hale {
         if let Some(max) = loaded.config.store.max_bytes {
             metrics.store_bytes_max.set(max as i64);
         }
+        metrics
+            .remediation_in_flight
+            .set(fleet.lock().expect("fleet lock").remediations_in_flight() as i64);
         let hale = Arc::new(Hale {
             metrics,
             config,
@@ -1196,6 +1199,9 @@ fn changed_keys(was: &Loaded, is: &Loaded) -> Vec<&'static str> {
             a.node_event_webhooks != b.node_event_webhooks || was.webhooks != is.webhooks,
         ),
         ("inventory", a.inventory != b.inventory),
+        ("bmc", a.bmc != b.bmc || was.bmc != is.bmc),
+        ("remediation", a.remediation != b.remediation),
+        ("fencing", a.fencing != b.fencing),
     ]
     .into_iter()
     .filter_map(|(key, changed)| changed.then_some(key))

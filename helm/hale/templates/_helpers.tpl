@@ -119,6 +119,26 @@ values.config that must agree with how the pod is built. Renders nothing.
 {{- fail (printf "config.nodeEventWebhooks[%d].secretFile %s is not a mounted secret: add it to webhookSecrets and use /etc/hale/secrets/webhooks/<name>" $i (toString $w.secretFile)) }}
 {{- end }}
 {{- end }}
+{{- $bmcDirs := list }}
+{{- range .Values.bmcSecrets }}
+{{- $dir := printf "/etc/hale/secrets/bmc/%s" .name }}
+{{- if has $dir $bmcDirs }}
+{{- fail (printf "bmcSecrets: %s is named twice; each name is a directory of its own" .name) }}
+{{- end }}
+{{- $bmcDirs = append $bmcDirs $dir }}
+{{- end }}
+{{- with ($c.bmc | default dict).credentialsFile }}
+{{- if not (has (toString . | trimSuffix "/") $bmcDirs) }}
+{{- fail (printf "config.bmc.credentialsFile %s is not a mounted secret: add it to bmcSecrets and use /etc/hale/secrets/bmc/<name>" (toString .)) }}
+{{- end }}
+{{- end }}
+{{- range $i, $n := $c.inventory | default list }}
+{{- with ($n.bmc | default dict).credentialsFile }}
+{{- if not (has (toString . | trimSuffix "/") $bmcDirs) }}
+{{- fail (printf "config.inventory[%d].bmc.credentialsFile %s is not a mounted secret: add it to bmcSecrets and use /etc/hale/secrets/bmc/<name>" $i (toString .)) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- $kind := (($c.orchestrator | default dict).kind | default "none") }}
 {{- if and (gt (int .Values.replicaCount) 1) (eq $kind "none") ($c.nodeEventWebhooks | default list) }}
 {{- fail "config.nodeEventWebhooks with more than one replica and orchestrator none: without a leader election every replica delivers every event under its own id; set replicaCount to 1 or use orchestrator kubernetes" }}

@@ -460,6 +460,19 @@ impl Policy<'_, '_> {
                 waiting: true,
             };
         }
+        // A reboot flow under way is the repair being tried: no termination
+        // until it has succeeded or failed.
+        if node
+            .policy
+            .flow
+            .as_ref()
+            .is_some_and(|f| f.step != FlowStep::Queued)
+        {
+            return Conclusion::Acted {
+                action: Verdict::Drain,
+                waiting: false,
+            };
+        }
         if node.policy.has(&Action::Terminate) {
             return Conclusion::Acted {
                 action: verdict,
