@@ -284,17 +284,18 @@ impl Client {
         crate::shown_url(&self.alerts_url)
     }
 
-    /// The names of the active, unsilenced, uninhibited alerts matching every one of
-    /// `filters` (Alertmanager matchers), whatever receiver they go to: the
-    /// remediation flow's blocking alerts.
+    /// The names of the active alerts matching every one of `filters`
+    /// (Alertmanager matchers), whatever receiver they go to, silenced and
+    /// inhibited ones included: the remediation flow's blocking alerts. A silence
+    /// stops the pages, not the trouble (kured reads Prometheus' ALERTS alike).
     pub async fn firing(&self, filters: &[String]) -> Result<Vec<String>> {
         let mut url = self.alerts_url.clone();
         url.set_query(None);
         {
             let mut q = url.query_pairs_mut();
             q.append_pair("active", "true")
-                .append_pair("silenced", "false")
-                .append_pair("inhibited", "false");
+                .append_pair("silenced", "true")
+                .append_pair("inhibited", "true");
             for f in filters {
                 q.append_pair("filter", f);
             }

@@ -339,6 +339,9 @@ impl From<PowerError> for ApiError {
                 ApiError::new(StatusCode::BAD_GATEWAY, "bmc_failed", e.to_string())
             }
             PowerError::Bmc(_) => ApiError::new(StatusCode::CONFLICT, "no_bmc", e.to_string()),
+            PowerError::Observe { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "observe", e.to_string())
+            }
         }
     }
 }

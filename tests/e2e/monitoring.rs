@@ -396,16 +396,23 @@ async fn shipped_rules_alerts_and_receiver_drive_hale() {
     let hale_dir = dir.join("hale");
     std::fs::create_dir_all(&hale_dir).unwrap();
     std::fs::write(hale_dir.join("token"), TOKEN).unwrap();
+    // One BMC every node's template names, so the remediation panels have a
+    // request to show.
+    let sushy = crate::bmc_sim::Sushy::start(&["bmc-1"], "e2e-bmc-password").await;
+    std::fs::write(dir.join("bmc"), "admin:e2e-bmc-password\n").unwrap();
     let hale_config = format!(
         "listen: 127.0.0.1:{hale_port}\napiTokenFile: {}\n\
          store: {{ path: {}, maxBytes: 1073741824 }}\n\
          alertmanager: {{ url: '{}', pollInterval: 1s, staleAfter: 20s, holdAfterRestart: 80s }}\n\
-         nodeEventWebhooks: [{{ url: '{}/events', secretFile: {} }}]\n",
+         nodeEventWebhooks: [{{ url: '{}/events', secretFile: {} }}]\n\
+         bmc: {{ credentialsFile: {}, addressTemplate: '{}', insecure: true }}\n",
         hale_dir.join("token").display(),
         hale_dir.join("data").display(),
         am.url,
         receiver.url,
         dir.join("webhook-secret").display(),
+        dir.join("bmc").display(),
+        sushy.address("bmc-1"),
     );
     let hale = Hale::start_with(&hale_dir, hale_port, &hale_config).await;
 
@@ -596,6 +603,12 @@ async fn shipped_rules_alerts_and_receiver_drive_hale() {
         .wait_firing("HaleHeartbeatMissed", "node_id", "hb-1")
         .await;
 
+    let status = hale.cli(&["node", "power", "disk-1", "status"]);
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
     dashboard_queries_return_series(&prometheus).await;
 
     // A condition that is not sticky, raised again: the expiry must not end it either.

@@ -235,8 +235,21 @@ impl Directory {
         }
         let missing = |what: String| BmcError::new(Failure::Missing, what);
         let address = match (annotation, &self.template) {
-            (Some(a), _) => Address::parse(a)
-                .map_err(|e| missing(format!("annotation hale.dev/bmc-address: {e}")))?,
+            (Some(a), _) => {
+                let address = Address::parse(a)
+                    .map_err(|e| missing(format!("annotation hale.dev/bmc-address: {e}")))?;
+                // Anyone who may annotate the Node chose this address: the shared
+                // credentials go to it only encrypted, unless bmc.insecure says so.
+                if let Address::Redfish { origin, .. } = &address
+                    && origin.scheme() == "http"
+                    && !self.tls.insecure
+                {
+                    return Err(missing(format!(
+                        "annotation hale.dev/bmc-address: {address} would send the shared credentials in clear; use redfish+https, or set bmc.insecure"
+                    )));
+                }
+                address
+            }
             (None, Some(t)) => {
                 let text = fill(t, id, hostname.unwrap_or(id), labels)
                     .map_err(|e| missing(format!("bmc.addressTemplate: {e}")))?;

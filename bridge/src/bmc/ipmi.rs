@@ -131,6 +131,12 @@ impl Bmc for Ipmi {
         "ipmi"
     }
 
+    /// Each read opens a new RMCP+ session; BMCs run out of them when asked every
+    /// second.
+    fn poll_every(&self, configured: Duration) -> Duration {
+        configured.max(Duration::from_secs(3))
+    }
+
     fn state(&self) -> Fut<'_, PowerState> {
         Box::pin(async {
             let out = self.power("status").await?;

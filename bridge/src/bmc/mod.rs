@@ -177,6 +177,16 @@ pub trait Bmc: Send + Sync {
     fn kind(&self) -> &'static str;
     fn state(&self) -> Fut<'_, PowerState>;
     fn send(&self, request: Request) -> Fut<'_, ()>;
+    /// How often the power is read back while waiting for a change: each read is
+    /// a request a busy BMC has to serve.
+    fn poll_every(&self, configured: Duration) -> Duration {
+        configured
+    }
+    /// Give back what the operation held (a Redfish session), so BMCs with few
+    /// session slots are not left full.
+    fn close(&self) -> Fut<'_, ()> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// Where a node's BMC is, as Metal3 writes it.
@@ -429,8 +439,17 @@ impl Controller {
         }
     }
 
-    /// Do `verb`; `force` skips the graceful off.
+    /// Do `verb`; `force` skips the graceful off. What the BMC held for it is
+    /// given back whatever the outcome.
     pub async fn run(&self, verb: Verb, force: bool) -> Result<Outcome> {
+        let result = self.run_open(verb, force).await;
+        if let Err(e) = self.bmc.close().await {
+            tracing::debug!(error = %e, "closing the BMC session failed; it expires on its own");
+        }
+        result
+    }
+
+    async fn run_open(&self, verb: Verb, force: bool) -> Result<Outcome> {
         let before = self.read().await?;
         let mut sent = Vec::new();
         let after = match verb {
@@ -479,10 +498,14 @@ impl Controller {
             return Ok(now);
         }
         if !force {
-            self.send(Request::GracefulOff, sent).await?;
-            match self.wait_for(PowerState::Off, self.timing.graceful).await {
-                Ok(off) => return Ok(off),
-                Err(e) if e.class == Failure::Unconfirmed => {}
+            match self.send(Request::GracefulOff, sent).await {
+                Ok(()) => match self.wait_for(PowerState::Off, self.timing.graceful).await {
+                    Ok(off) => return Ok(off),
+                    Err(e) if e.class == Failure::Unconfirmed => {}
+                    Err(e) => return Err(e),
+                },
+                // A BMC that offers no graceful shutdown is powered off.
+                Err(e) if e.class == Failure::Refused => {}
                 Err(e) => return Err(e),
             }
         }
@@ -506,25 +529,33 @@ impl Controller {
         result
     }
 
-    /// Read the power until it shows `want`, for at most `limit`.
+    /// Read the power until it shows `want`, for at most `limit`. A BMC busy with
+    /// the change may fail a read or two: only the deadline ends the wait (wrong
+    /// credentials end it at once).
     async fn wait_for(&self, want: PowerState, limit: Duration) -> Result<PowerState> {
         let deadline = Instant::now() + limit;
-        let mut last;
+        let every = self.bmc.poll_every(self.timing.poll);
+        let mut last: Result<PowerState>;
         loop {
-            last = self.read().await?;
-            if last == want {
-                return Ok(last);
+            last = self.read().await;
+            match &last {
+                Ok(state) if *state == want => return Ok(*state),
+                Err(e) if matches!(e.class, Failure::Auth | Failure::Missing) => return last,
+                _ => {}
             }
             if Instant::now() >= deadline {
                 break;
             }
-            tokio::time::sleep(self.timing.poll).await;
+            tokio::time::sleep(every).await;
         }
+        let shown = match last {
+            Ok(state) => format!("still reads {}", state.as_str()),
+            Err(e) => format!("could not be read ({e})"),
+        };
         Err(BmcError::new(
             Failure::Unconfirmed,
             format!(
-                "the machine still reads {} after {}s (asked for {})",
-                last.as_str(),
+                "the machine {shown} after {}s (asked for {})",
                 limit.as_secs(),
                 want.as_str()
             ),

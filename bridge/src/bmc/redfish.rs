@@ -20,7 +20,8 @@ pub struct Redfish {
     credentials: Credentials,
     /// `None` until the service root was read; then the sessions collection, if any.
     sessions: Mutex<Option<Option<String>>>,
-    token: Mutex<Option<String>>,
+    /// The session's token and its URL (`Location`), to log out with.
+    token: Mutex<Option<(String, Option<String>)>>,
 }
 
 /// The `ResetType`s that do `request`, most fitting first.
@@ -40,7 +41,10 @@ impl Redfish {
             unreachable!("connect dispatches by address kind")
         };
         crate::init_tls();
+        // No redirects: a POST turned into a GET would "succeed" without a reset,
+        // and a login resent elsewhere would carry the password there.
         let mut builder = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
             .user_agent(crate::USER_AGENT)
             .timeout(timing.timeout)
             .connect_timeout(timing.timeout.min(Duration::from_secs(5)));
@@ -100,8 +104,8 @@ impl Redfish {
     /// A session token, logging in when there is none.
     async fn login(&self, sessions: &str) -> Result<Option<String>> {
         let mut token = self.token.lock().await;
-        if token.is_some() {
-            return Ok(token.clone());
+        if let Some((t, _)) = &*token {
+            return Ok(Some(t.clone()));
         }
         let body = serde_json::json!({
             "UserName": self.credentials.username,
@@ -122,12 +126,15 @@ impl Redfish {
         if !status.is_success() {
             return Err(self.refusal(status, response).await);
         }
-        *token = response
-            .headers()
-            .get("X-Auth-Token")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        Ok(token.clone())
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        *token = header("X-Auth-Token").map(|t| (t, header("Location")));
+        Ok(token.as_ref().map(|(t, _)| t.clone()))
     }
 
     /// One request, authenticated as the service allows; a token the service
@@ -210,6 +217,9 @@ impl Redfish {
         };
         let said = match class {
             Failure::Auth => "the BMC refused the credentials".to_string(),
+            _ if status.is_redirection() => {
+                "the BMC redirects elsewhere: write the address it redirects to".to_string()
+            }
             _ => self.credentials.scrub(message.trim()),
         };
         BmcError::new(class, format!("{url}: {status}: {said}"))
@@ -219,6 +229,26 @@ impl Redfish {
 impl Bmc for Redfish {
     fn kind(&self) -> &'static str {
         "redfish"
+    }
+
+    /// Log the session out (`DELETE` its `Location`), if one was opened.
+    fn close(&self) -> Fut<'_, ()> {
+        Box::pin(async {
+            let Some((token, Some(location))) = self.token.lock().await.take() else {
+                return Ok(());
+            };
+            let url = match reqwest::Url::parse(&location) {
+                Ok(u) => u,
+                Err(_) => self.url(&location),
+            };
+            self.client
+                .delete(url)
+                .header("X-Auth-Token", token)
+                .send()
+                .await
+                .map_err(|e| self.unreachable(&e))?;
+            Ok(())
+        })
     }
 
     fn state(&self) -> Fut<'_, PowerState> {
@@ -291,6 +321,7 @@ mod tests {
     #[derive(Default)]
     struct Service {
         logins: u32,
+        logouts: u32,
         token: Option<String>,
         resets: Vec<String>,
         basic_seen: bool,
@@ -324,7 +355,21 @@ mod tests {
                     s.token = Some(token.clone());
                     let mut h = HeaderMap::new();
                     h.insert("X-Auth-Token", token.parse().unwrap());
+                    let at = format!("/redfish/v1/SessionService/Sessions/{}", s.logins);
+                    h.insert("Location", at.parse().unwrap());
                     (StatusCode::CREATED, h)
+                }),
+            )
+            .route(
+                "/redfish/v1/SessionService/Sessions/{id}",
+                axum::routing::delete(|State(s): State<Shared>, headers: HeaderMap| async move {
+                    let mut s = s.lock().unwrap();
+                    if !authorised(&s, &headers) {
+                        return StatusCode::UNAUTHORIZED;
+                    }
+                    s.logouts += 1;
+                    s.token = None;
+                    StatusCode::NO_CONTENT
                 }),
             )
             .route(
@@ -385,13 +430,25 @@ mod tests {
         // The BMC forgets the session (a reset of its own): hale logs in again once.
         state.lock().unwrap().token = Some("forgotten".into());
         bmc.send(Request::GracefulOff).await.unwrap();
-        let s = state.lock().unwrap();
-        assert_eq!(s.logins, 2);
-        assert_eq!(s.resets, ["GracefulShutdown"]);
-        assert!(
-            !s.basic_seen,
-            "a service with sessions gets no Basic credentials"
+        {
+            let s = state.lock().unwrap();
+            assert_eq!(s.logins, 2);
+            assert_eq!(s.resets, ["GracefulShutdown"]);
+            assert!(
+                !s.basic_seen,
+                "a service with sessions gets no Basic credentials"
+            );
+        }
+        // An operation through the Controller gives its session back at the end.
+        let c = crate::bmc::Controller::new(
+            Box::new(client(&address, "calvin-pw")),
+            Timing::default(),
+            None,
         );
+        let out = c.run(crate::bmc::Verb::Status, false).await.unwrap();
+        assert_eq!(out.after, PowerState::On);
+        let s = state.lock().unwrap();
+        assert_eq!((s.logins, s.logouts), (3, 1), "logged in once, out once");
     }
 
     #[tokio::test]

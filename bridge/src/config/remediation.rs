@@ -117,16 +117,13 @@ pub struct NodeTypeConfig {
     #[serde(default)]
     pub name: Option<String>,
     pub selector: BTreeMap<String, String>,
-    #[serde(default = "yes")]
-    pub allowed: bool,
+    /// Default true; control-plane nodes need it written.
+    #[serde(default)]
+    pub allowed: Option<bool>,
     #[serde(default)]
     pub max_per_domain: Option<u32>,
     #[serde(default)]
     pub blocking_alerts: Vec<AlertMatch>,
-}
-
-fn yes() -> bool {
-    true
 }
 
 /// `fencing:`; its presence turns fencing on.
@@ -225,7 +222,8 @@ impl RemediationConfig {
             node_types.push(NodeType {
                 name,
                 selector: t.selector.clone(),
-                allowed: t.allowed,
+                allowed: t.allowed.unwrap_or(true),
+                allowed_explicitly: t.allowed == Some(true),
                 max_per_domain: t.max_per_domain,
             });
         }

@@ -254,6 +254,9 @@ pub struct NodeType {
     pub name: String,
     pub selector: BTreeMap<String, String>,
     pub allowed: bool,
+    /// `allowed: true` written: only then are control-plane nodes of this type
+    /// admitted (a broad selector must not let them in by default).
+    pub allowed_explicitly: bool,
     /// Replaces `remediation.maxPerDomain` for these nodes.
     pub max_per_domain: Option<u32>,
 }

@@ -93,6 +93,8 @@ pub struct Hale {
     facts: Mutex<crate::core::policy::Facts>,
     /// Whether they have been read since start.
     facts_read: AtomicBool,
+    /// Read them again now (an operator asked for a reboot).
+    facts_now: Notify,
 }
 
 /// The last poll's alerts for `GET /api/v1/alerts`: built by a poll only while asked
@@ -181,6 +183,7 @@ impl Hale {
             fetching: tokio::sync::Mutex::new(()),
             facts: Mutex::new(Default::default()),
             facts_read: AtomicBool::new(false),
+            facts_now: Notify::new(),
         });
         let inventory: Vec<Listed> = hale
             .config()

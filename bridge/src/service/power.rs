@@ -12,6 +12,7 @@ use super::Hale;
 use crate::bmc::{self, BmcError, Controller, Failure, Target, Verb};
 use crate::config::Loaded;
 use crate::core::policy::{Action, Actor, Done, Facts, PowerDone, PowerOp, Remediations};
+use crate::core::settings::Mode;
 use crate::core::{CoreError, Outcome};
 use crate::orchestrator::{self, OrchestratorError};
 
@@ -29,6 +30,11 @@ pub enum PowerError {
     /// This replica does not lead.
     #[error("{0}")]
     NotLeader(String),
+    /// The node's pool observes: the reboot was recorded as recommended.
+    #[error(
+        "node {node}: pool {pool} is in observe mode: the reboot is recorded as recommended and nothing is done; set the pool's mode to cordon or above to reboot"
+    )]
+    Observe { node: String, pool: String },
     #[error(transparent)]
     Bmc(BmcError),
 }
@@ -202,7 +208,26 @@ impl Hale {
         } else {
             reason.trim().to_string()
         };
-        Ok(self.apply(|fleet, _, now| fleet.request_reboot(now, id, &reason, force))?)
+        let pool = {
+            let fleet = self.lock_fleet();
+            let node = fleet
+                .nodes
+                .get(id)
+                .ok_or_else(|| CoreError::UnknownNode(id.into()))?;
+            let settings = cfg.core.settings_for(&node.labels);
+            (settings.mode == Mode::Observe).then(|| settings.name.clone())
+        };
+        if let Some(pool) = pool {
+            self.apply(|fleet, cfg, now| fleet.recommend_reboot(cfg, now, id, &reason))?;
+            return Err(PowerError::Observe {
+                node: id.into(),
+                pool,
+            });
+        }
+        let out = self.apply(|fleet, _, now| fleet.request_reboot(now, id, &reason, force))?;
+        // Its BMC is looked for now, not at the next round.
+        self.facts_now.notify_one();
+        Ok(out)
     }
 
     /// The reboot flow's queue, its flows under way and what holds them.
@@ -216,11 +241,10 @@ impl Hale {
     /// The blocking facts the flow admits by, as last read; until they have been
     /// read once, blocked.
     pub(super) fn facts(&self) -> Facts {
-        let cfg = self.config();
-        let configured = !cfg.blocking.all.is_empty() || !cfg.blocking.types.is_empty();
-        if configured && !self.facts_read.load(std::sync::atomic::Ordering::Acquire) {
+        if !self.facts_read.load(std::sync::atomic::Ordering::Acquire) {
             return Facts {
                 blocking: Some("the blocking alerts have not been read yet".into()),
+                bmc_checked: Some(Default::default()),
                 ..Facts::default()
             };
         }
@@ -279,21 +303,60 @@ impl Hale {
         }
     }
 
-    /// Persist that the reboot is about to be sent; whether it was written.
+    /// Persist that the reboot is about to be sent; whether the flow still wants
+    /// it (an operator may have cancelled it meanwhile) and that is on disk.
     async fn mark_sending(self: &Arc<Self>, node: &str) -> bool {
         let this = self.clone();
         let id = node.to_string();
         tokio::task::spawn_blocking(move || {
             this.apply(|fleet, _, now| Ok(fleet.reboot_sending(now, &id)))
-                .is_ok()
+                .is_ok_and(|out| out.dirty.contains(&id))
                 && this.writer.lock().expect("writer lock").pending.is_none()
         })
         .await
         .unwrap_or(false)
     }
 
-    /// Read the blocking alerts every [`BLOCKING_EVERY`]. An Alertmanager that
-    /// cannot answer blocks: the flow admits nothing on evidence it cannot read.
+    /// The nodes a flow or a fence may soon need the BMC of (a flow queued or
+    /// under way, a fence, a heartbeat missed): whether hale can reach it.
+    fn bmc_facts(&self, cfg: &Loaded, facts: &mut Facts) {
+        type Wanted = (
+            String,
+            Option<String>,
+            std::collections::BTreeMap<String, String>,
+        );
+        let wanted: Vec<Wanted> = {
+            let fleet = self.lock_fleet();
+            fleet
+                .nodes
+                .values()
+                .filter(|n| {
+                    n.policy.flow.is_some()
+                        || n.policy.fence.is_some()
+                        || n.conditions.contains_key(crate::core::HEARTBEAT_MISSED)
+                })
+                .map(|n| (n.id.clone(), n.hostname.clone(), n.labels.clone()))
+                .collect()
+        };
+        let mut checked = std::collections::BTreeSet::new();
+        for (id, hostname, labels) in wanted {
+            let annotation = self.orchestrator.bmc_address(&id);
+            if let Err(e) = cfg
+                .bmc
+                .target(&id, hostname.as_deref(), &labels, annotation.as_deref())
+            {
+                facts.no_bmc.insert(id.clone(), e.detail);
+            }
+            checked.insert(id);
+        }
+        facts.bmc_checked = Some(checked);
+        facts.can_reboot = self.orchestrator.can_reboot();
+    }
+
+    /// Read the blocking alerts, and look for the BMCs flows and fences may need,
+    /// every [`BLOCKING_EVERY`] (and at once when an operator asks for a reboot).
+    /// An Alertmanager that cannot answer blocks: the flow admits nothing on
+    /// evidence it cannot read.
     pub async fn blocking_loop(self: Arc<Self>) {
         let beat = self.liveness.watch("blocking", BLOCKING_EVERY * 20);
         loop {
@@ -301,6 +364,7 @@ impl Hale {
             let cfg = self.config();
             let client = self.client.read().expect("client lock").clone();
             let mut facts = Facts::default();
+            self.bmc_facts(&cfg, &mut facts);
             for filters in &cfg.blocking.all {
                 match client.firing(filters).await {
                     Ok(names) if !names.is_empty() => {
@@ -337,7 +401,10 @@ impl Hale {
             *self.facts.lock().expect("facts lock") = facts;
             self.facts_read
                 .store(true, std::sync::atomic::Ordering::Release);
-            tokio::time::sleep(BLOCKING_EVERY).await;
+            tokio::select! {
+                () = tokio::time::sleep(BLOCKING_EVERY) => {}
+                () = self.facts_now.notified() => {}
+            }
         }
     }
 }

@@ -80,13 +80,25 @@ fn step_event(id: &str, now: Time, step: FenceStep, message: String) -> crate::c
 impl Fleet {
     /// Take back the release of fenced nodes that report again; fence the silent
     /// ones the guards allow, recording each refusal once per silence.
-    pub(super) fn fence(&mut self, cfg: &CoreSettings, now: Time, out: &mut Outcome) {
+    pub(super) fn fence(
+        &mut self,
+        cfg: &CoreSettings,
+        now: Time,
+        facts: &super::Facts,
+        out: &mut Outcome,
+    ) {
         let Some(f) = &cfg.fencing else {
             return;
         };
         for node in self.nodes.values_mut() {
-            let back = !node.conditions.contains_key(HEARTBEAT_MISSED)
-                && !matches!(node.status, Status::NotReady | Status::Offline);
+            // Back: with an orchestrator, Ready again (the heartbeat's exporter may
+            // itself be held off by the out-of-service taint); without, reporting.
+            let ready = !matches!(node.status, Status::NotReady | Status::Offline);
+            let back = if f.needs_not_ready {
+                ready
+            } else {
+                ready && !node.conditions.contains_key(HEARTBEAT_MISSED)
+            };
             if back && node.policy.fence_held {
                 node.policy.fence_held = false;
                 out.dirty.insert(node.id.clone());
@@ -123,6 +135,8 @@ impl Fleet {
                     .is_none_or(|fl| fl.step == super::FlowStep::Queued)
             })
             .filter(|n| n.policy.fence_failed_at.is_none_or(|t| now - t >= retry))
+            // Switched off by an operator on purpose, or without a BMC to reach.
+            .filter(|n| !n.policy.powered_off && facts.missing_bmc(&n.id).is_none())
             .filter_map(|n| {
                 Some((
                     silent_for(n, f.after, f.needs_not_ready, now)?,
@@ -206,7 +220,6 @@ impl Fleet {
                 continue;
             }
             *fenced += 1;
-            node.policy.fences.push(now);
             node.policy.fence = Some(Fence {
                 step: FenceStep::Off,
                 since: now,
@@ -265,6 +278,8 @@ impl Fleet {
                     op: PowerOp::Off, ..
                 },
             ) => {
+                // Counted once it is off: an attempt that never got there is not one.
+                node.policy.fences.push(now);
                 node.policy.push(Action::Release { on: true });
                 Some((
                     FenceStep::Release,
@@ -368,15 +383,24 @@ impl Fleet {
             return false;
         }
         match step {
-            FenceStep::Off => {
+            FenceStep::Off | FenceStep::On => {
+                // Never off, or left off: tried again after `fencing.after`, within
+                // the day's three.
                 node.policy.fence = None;
                 node.policy.fence_failed_at = Some(now);
             }
-            FenceStep::Restore => node.policy.fence = None,
-            _ => {
-                fence.step = FenceStep::Fenced;
+            FenceStep::Release => {
+                // Off, but its work not released: on again all the same, so the
+                // machine is not left off for want of a taint.
+                fence.step = FenceStep::On;
                 fence.since = now;
+                node.policy.push(Action::Power {
+                    op: PowerOp::On,
+                    force: false,
+                });
             }
+            FenceStep::Restore => node.policy.fence = None,
+            FenceStep::Fenced => {}
         }
         out.dirty.insert(id.into());
         out.events.push(event(

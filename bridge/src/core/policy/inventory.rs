@@ -145,7 +145,7 @@ impl Fleet {
                         }) =>
                 {
                     out.events
-                        .push(put_back(node, "uncordoned outside hale", now));
+                        .extend(put_back(node, "uncordoned outside hale", now));
                 }
                 Status::NotReady | Status::Offline => node.status = o.status,
                 Status::Ready if node.status != Status::Cordoned => node.status = Status::Ready,

@@ -715,16 +715,24 @@ fn take_out(node: &mut Node, by: Actor, reason: &str, now: Time) {
 
 /// Back in service by an operator's uncordon, through hale or outside it: the
 /// episode's conclusion over, automation suppressed from `now`, and what was queued
-/// to take the node out (an eviction, a termination) withdrawn. The event says so.
-fn put_back(node: &mut Node, reason: &str, now: Time) -> Event {
+/// to take the node out (an eviction, a termination, a reboot flow) withdrawn. The
+/// events say so. A fence goes on: it concerns the machine, not the node's service.
+fn put_back(node: &mut Node, reason: &str, now: Time) -> Vec<Event> {
     node.policy.cordon = None;
     node.policy.conclusion = None;
     node.policy.uncordoned_at = Some(now);
     node.status = Status::Ready;
-    node.policy
-        .pending
-        .retain(|p| matches!(p.action, Action::Gate { .. }));
-    event(
+    let fencing = node.policy.fence.is_some();
+    node.policy.pending.retain(|p| match p.action {
+        Action::Gate { .. } => true,
+        Action::Power {
+            op: PowerOp::Off | PowerOp::On,
+            ..
+        }
+        | Action::Release { .. } => fencing,
+        _ => false,
+    });
+    let mut events = vec![event(
         &node.id,
         now,
         EventKind::NodeUncordoned {
@@ -732,7 +740,22 @@ fn put_back(node: &mut Node, reason: &str, now: Time) -> Event {
             reason: reason.into(),
         },
         format!("uncordoned by operator: {reason}"),
-    )
+    )];
+    if let Some(flow) = node.policy.flow.take() {
+        events.push(event(
+            &node.id,
+            now,
+            EventKind::RemediationFailed {
+                action: REBOOT.into(),
+                step: flow.step.as_str().into(),
+            },
+            format!(
+                "reboot flow cancelled at {}: an operator put the node back in service",
+                flow.step.as_str()
+            ),
+        ));
+    }
+    events
 }
 
 fn event(id: &str, now: Time, kind: EventKind, message: String) -> Event {

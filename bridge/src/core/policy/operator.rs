@@ -53,7 +53,7 @@ impl Fleet {
         let node = self.operated(id)?;
         let mut out = Outcome::default();
         if node.policy.cordon.is_some() || node.status == Status::Cordoned {
-            out.events.push(put_back(node, reason, now));
+            out.events.extend(put_back(node, reason, now));
             node.policy.push(Action::Uncordon);
             out.dirty.insert(id.into());
         }
@@ -143,7 +143,22 @@ impl Fleet {
     /// known records nothing.
     pub fn record_power(&mut self, now: Time, id: &str, power: PowerDone) -> Outcome {
         let mut out = Outcome::default();
-        if self.nodes.contains_key(id) {
+        if let Some(node) = self.nodes.get_mut(id) {
+            // An operator's off holds the machine off: no fence or flow powers it on
+            // until an operator's on, cycle or reset.
+            if power.by == Actor::Operator && power.result != "failed" {
+                let off = match power.action.as_str() {
+                    "off" => Some(true),
+                    "on" | "cycle" | "reset" => Some(false),
+                    _ => None,
+                };
+                if let Some(off) = off
+                    && node.policy.powered_off != off
+                {
+                    node.policy.powered_off = off;
+                    out.dirty.insert(id.into());
+                }
+            }
             out.events.push(event(
                 id,
                 now,

@@ -6,7 +6,7 @@
 //! event, the flow's state written before the step is taken, so a restart resumes
 //! it and never reboots a node twice.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -15,7 +15,8 @@ use super::{Action, Actor, HOUR, PowerOp, count, event, mode_name, status_name, 
 use crate::core::outcome::{CoreError, Outcome};
 use crate::core::settings::{CONTROL_PLANE_LABELS, CoreSettings, Mode};
 use crate::core::{
-    BLIND_CONDITIONS, EventKind, Fleet, HEARTBEAT_MISSED, Node, Status, Time, events::Diagnostics,
+    BLIND_CONDITIONS, COLLECTOR_FAILED, EventKind, Fleet, HEARTBEAT_MISSED, Node, Status,
+    TELEMETRY_STALE, Time, events::Diagnostics,
 };
 
 /// The remediation an alert's `hale_remediation` label names for the reboot flow.
@@ -25,6 +26,13 @@ pub const REBOOT: &str = "reboot";
 const OPERATOR_PRIORITY: u8 = 0;
 /// An alert without a `[Pn]` priority queues after those with one.
 const DEFAULT_PRIORITY: u8 = 9;
+/// Reboots an alert may have in a day: a fault a reboot does not cure is left for
+/// an operator rather than rebooted every time it comes back.
+pub const REBOOTS_PER_DAY: usize = 3;
+/// The longest a verification waits, once the node is back, before it judges:
+/// an alert the reboot did not cure needs time to fire again (its `for`).
+const SETTLE_MAX: Duration = Duration::from_secs(300);
+const DAY: Duration = Duration::from_secs(86_400);
 
 /// One node's reboot flow, persisted with the node before each step is taken.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -92,6 +100,25 @@ pub struct Facts {
     pub blocking: Option<String>,
     /// By node type name: a blocking alert of that type that fires.
     pub blocked_types: BTreeMap<String, String>,
+    /// The nodes whose BMC the service looked for (`None`: not looked for, every
+    /// node taken to have one); only those may be admitted or fenced.
+    pub bmc_checked: Option<BTreeSet<String>>,
+    /// Of those, the ones without a BMC hale can reach, and what is missing.
+    pub no_bmc: BTreeMap<String, String>,
+    /// The orchestrator can reboot a node without a BMC.
+    pub can_reboot: bool,
+}
+
+impl Facts {
+    /// Why hale cannot reach the node's BMC, if it cannot (or has not looked yet).
+    pub fn missing_bmc(&self, id: &str) -> Option<String> {
+        if let Some(checked) = &self.bmc_checked
+            && !checked.contains(id)
+        {
+            return Some("its BMC has not been looked for yet".into());
+        }
+        self.no_bmc.get(id).cloned()
+    }
 }
 
 /// The flow's queue as `hale remediation list` shows it.
@@ -144,6 +171,9 @@ fn reboot_trigger(node: &Node) -> Option<(String, u8, String)> {
         })
         .min_by_key(|(ctype, p, _)| (*p, ctype.clone()))
 }
+
+/// The start of every cordon reason a reboot flow writes.
+const CORDON_REASON: &str = "hale reboot: ";
 
 /// Whether hale cannot see the node now: silent, or not ready.
 fn gone(node: &Node) -> bool {
@@ -199,6 +229,12 @@ impl Fleet {
             .nodes
             .get_mut(id)
             .ok_or_else(|| CoreError::UnknownNode(id.into()))?;
+        if let Some(f) = &node.policy.fence {
+            return Err(CoreError::Busy {
+                node: id.into(),
+                doing: format!("a fence is at step {}", f.step.as_str()),
+            });
+        }
         if let Some(f) = &node.policy.flow
             && (f.step != FlowStep::Queued || f.by == Actor::Operator)
         {
@@ -222,6 +258,35 @@ impl Fleet {
         });
         let mut out = Outcome::default();
         out.dirty.insert(id.into());
+        Ok(out)
+    }
+
+    /// `hale node reboot` on a node whose pool observes: recorded as recommended,
+    /// nothing done (DESIGN §8).
+    pub fn recommend_reboot(
+        &mut self,
+        cfg: &CoreSettings,
+        now: Time,
+        id: &str,
+        reason: &str,
+    ) -> Result<Outcome, CoreError> {
+        let node = self
+            .nodes
+            .get(id)
+            .ok_or_else(|| CoreError::UnknownNode(id.into()))?;
+        let settings = cfg.settings_for(&node.labels);
+        let mut out = Outcome::default();
+        out.events.push(event(
+            id,
+            now,
+            EventKind::PolicyRecommended {
+                action: REBOOT.into(),
+                policy_mode: mode_name(settings.mode).into(),
+                scored_by: settings.name.clone(),
+                score: node.score.as_ref().map_or(100, |s| s.value),
+            },
+            format!("would reboot: an operator asked ({reason}); observe mode changes nothing"),
+        ));
         Ok(out)
     }
 
@@ -249,9 +314,9 @@ impl Fleet {
         self.ledger.flow_failures.retain(|t| *t > hour_ago);
         out.ledger |= self.ledger.flow_failures.len() != before;
         self.enqueue(cfg, now, &mut out);
-        self.advance(cfg, now, &mut out);
+        self.advance(cfg, now, facts, &mut out);
         self.admit(cfg, now, facts, &mut out);
-        self.fence(cfg, now, &mut out);
+        self.fence(cfg, now, facts, &mut out);
         out
     }
 
@@ -276,10 +341,19 @@ impl Fleet {
                 }
                 continue;
             };
-            if node.policy.flow.is_some() {
-                continue;
-            }
             let settings = cfg.settings_for(&node.labels);
+            if let Some(f) = &node.policy.flow {
+                // A pool switched to observe stops what its alerts queued.
+                if f.step == FlowStep::Queued
+                    && f.by == Actor::Hale
+                    && settings.mode == Mode::Observe
+                {
+                    node.policy.flow = None;
+                    out.dirty.insert(node.id.clone());
+                } else {
+                    continue;
+                }
+            }
             if settings.mode == Mode::Observe {
                 if node.policy.recommended_reboot.as_deref() != Some(ctype.as_str()) {
                     node.policy.recommended_reboot = Some(ctype.clone());
@@ -305,6 +379,54 @@ impl Fleet {
             {
                 continue;
             }
+            let day_ago = now - chrono::TimeDelta::from_std(DAY).expect("a day");
+            let before = node.policy.reboots.len();
+            node.policy.reboots.retain(|t| *t > day_ago);
+            if node.policy.reboots.len() != before {
+                out.dirty.insert(node.id.clone());
+            }
+            // Cordoned by a flow this store has no record of (another replica's,
+            // or a store lost): what it did is unknown, so an operator decides.
+            let orphan =
+                node.policy.flow_failed_at.is_none()
+                    && node.policy.cordon.as_ref().is_some_and(|c| {
+                        c.by == Actor::Hale && c.reason.starts_with(CORDON_REASON)
+                    });
+            let refusal = if node.policy.reboots.len() >= REBOOTS_PER_DAY {
+                Some((
+                    "remediation.rebootsPerDay",
+                    format!(
+                        "not rebooted: {} reboots for its alerts in the last day did not cure it; left for an operator",
+                        node.policy.reboots.len()
+                    ),
+                ))
+            } else if orphan {
+                Some((
+                    "remediation.unknownFlow",
+                    "not rebooted: a reboot flow this hale has no record of left it cordoned (another replica's, or a lost store); an operator decides".to_string(),
+                ))
+            } else {
+                None
+            };
+            if let Some((guardrail, message)) = refusal {
+                if node.policy.recommended_reboot.as_deref() != Some(ctype.as_str()) {
+                    node.policy.recommended_reboot = Some(ctype.clone());
+                    out.events.push(event(
+                        &node.id,
+                        now,
+                        EventKind::PolicyHalted {
+                            action: REBOOT.into(),
+                            guardrail: guardrail.into(),
+                            policy_mode: mode_name(settings.mode).into(),
+                            scored_by: settings.name.clone(),
+                            score: node.score.as_ref().map_or(100, |s| s.value),
+                        },
+                        message,
+                    ));
+                    out.dirty.insert(node.id.clone());
+                }
+                continue;
+            }
             node.policy.flow = Some(Flow {
                 trigger: Some(ctype),
                 reason: why,
@@ -325,7 +447,7 @@ impl Fleet {
     /// Move each admitted flow on where time or the node's state decides: a reboot
     /// a stopped process sent, the node's departure and return, the verification,
     /// and every step's timeout.
-    fn advance(&mut self, cfg: &CoreSettings, now: Time, out: &mut Outcome) {
+    fn advance(&mut self, cfg: &CoreSettings, now: Time, facts: &Facts, out: &mut Outcome) {
         let ids: Vec<String> = self
             .nodes
             .values()
@@ -338,19 +460,44 @@ impl Fleet {
             .map(|n| n.id.clone())
             .collect();
         for id in ids {
-            match self.next_move(cfg, now, &id, out) {
+            // What would hold a reboot back now, checked again just before it is
+            // sent (a blocking alert may have begun to fire during the drain).
+            let node = &self.nodes[&id];
+            let held = if self.trust.stale || !self.trust.source_up {
+                Some("hale's alert source is stale or down".to_string())
+            } else if let Some(b) = &facts.blocking {
+                Some(b.clone())
+            } else {
+                cfg.remediation
+                    .node_type(&node.labels)
+                    .and_then(|t| facts.blocked_types.get(&t.name))
+                    .map(|a| format!("{a} fires"))
+            };
+            match self.next_move(cfg, now, &id, held, out) {
                 Move::Stay => {}
                 Move::Fail(step, why) => self.fail_flow(cfg, now, &id, step, &why, out),
-                Move::PutBack => self.put_back_after_reboot(now, &id, out),
+                Move::PutBack => self.put_back_after_reboot(cfg, now, &id, out),
+                Move::Drain => self.describe_and_drain(now, &id, out),
+                Move::Succeed => self.flow_succeeded(now, &id, out),
             }
         }
     }
 
     /// What time and the node's state decide for one admitted flow.
-    fn next_move(&mut self, cfg: &CoreSettings, now: Time, id: &str, out: &mut Outcome) -> Move {
+    fn next_move(
+        &mut self,
+        cfg: &CoreSettings,
+        now: Time,
+        id: &str,
+        held: Option<String>,
+        out: &mut Outcome,
+    ) -> Move {
         let r = &cfg.remediation;
         let started = self.trust.watching_since;
+        let trusted_at = self.trust.last_trusted;
         let node = self.nodes.get_mut(id).expect("listed by the caller");
+        let pending =
+            |node: &Node, f: fn(&Action) -> bool| node.policy.pending.iter().any(|p| f(&p.action));
         let away = gone(node);
         let cleared = |trigger: &Option<String>| match trigger {
             None => true,
@@ -362,7 +509,19 @@ impl Fleet {
         let flow = node.policy.flow.as_ref().expect("listed by the caller");
         let took = elapsed(now, flow.since);
         match flow.step {
-            FlowStep::Queued | FlowStep::Uncordon => Move::Stay,
+            FlowStep::Queued => Move::Stay,
+            // Done, though the orchestrator's word came before hale's record of it
+            // (a restart, another replica's watch): the step is over all the same.
+            FlowStep::Uncordon if !pending(node, |a| matches!(a, Action::Uncordon)) => {
+                Move::Succeed
+            }
+            FlowStep::Uncordon => Move::Stay,
+            FlowStep::Cordon
+                if !pending(node, |a| matches!(a, Action::Cordon { .. }))
+                    && node.policy.cordon.is_some() =>
+            {
+                Move::Drain
+            }
             FlowStep::Cordon | FlowStep::Drain if took > r.drain_timeout => Move::Fail(
                 flow.step,
                 format!(
@@ -372,6 +531,48 @@ impl Fleet {
                 ),
             ),
             FlowStep::Cordon | FlowStep::Drain => Move::Stay,
+            FlowStep::Reboot
+                if flow.sent.is_none()
+                    && !pending(node, |a| {
+                        matches!(
+                            a,
+                            Action::Power {
+                                op: PowerOp::Reboot,
+                                ..
+                            }
+                        )
+                    }) =>
+            {
+                match held {
+                    Some(why) if took > r.drain_timeout => Move::Fail(
+                        FlowStep::Reboot,
+                        format!(
+                            "held before the reboot for remediation.drainTimeout ({}s): {why}",
+                            r.drain_timeout.as_secs()
+                        ),
+                    ),
+                    Some(_) => Move::Stay,
+                    None => {
+                        let force = flow.force;
+                        node.policy.push(Action::Power {
+                            op: PowerOp::Reboot,
+                            force,
+                        });
+                        out.dirty.insert(id.into());
+                        out.events.push(step_event(
+                            id,
+                            now,
+                            FlowStep::Reboot,
+                            if force {
+                                "rebooting through the BMC (forced)".into()
+                            } else {
+                                "rebooting through the BMC: graceful shutdown, forced after bmc.gracefulTimeout".into()
+                            },
+                        ));
+                        Move::Stay
+                    }
+                }
+            }
             FlowStep::Reboot => {
                 // Sent by a process that stopped before it heard back: the machine
                 // may well be rebooting; never send it again.
@@ -442,7 +643,15 @@ impl Fleet {
                 )
             }
             FlowStep::Verify => {
-                if cleared(&flow.trigger) && !away {
+                // Judged only once the node has been back a while and hale has read
+                // Alertmanager since: an alert the reboot did not cure must have had
+                // the time to fire again.
+                let settle = (r.verify_timeout / 2).min(SETTLE_MAX);
+                let judged = took >= settle
+                    && trusted_at.is_some_and(|t| {
+                        t >= flow.since + chrono::TimeDelta::from_std(settle).expect("bounded")
+                    });
+                if judged && cleared(&flow.trigger) && !away {
                     Move::PutBack
                 } else if took > r.verify_timeout {
                     Move::Fail(
@@ -464,17 +673,52 @@ impl Fleet {
     fn held_back(
         &self,
         cfg: &CoreSettings,
+        now: Time,
         facts: &Facts,
         node: &Node,
         active: &Active,
         pools: &super::Pools,
     ) -> Option<String> {
         let r = &cfg.remediation;
+        let settings = cfg.settings_for(&node.labels);
+        if node.policy.fence.is_some() {
+            return Some("a fence holds the node".into());
+        }
+        if node.policy.powered_off {
+            return Some("an operator powered it off".into());
+        }
+        if [TELEMETRY_STALE, COLLECTOR_FAILED]
+            .iter()
+            .any(|c| node.conditions.contains_key(*c))
+        {
+            return Some("hale cannot fully see it (telemetry_stale or collector_failed)".into());
+        }
+        let by_alert = node
+            .policy
+            .flow
+            .as_ref()
+            .is_some_and(|f| f.by == Actor::Hale);
+        if by_alert && super::suppressed(node, settings, now) {
+            return Some(
+                "cordonSuppressionMinutes: an operator put it back in service lately".into(),
+            );
+        }
+        if !facts.can_reboot
+            && let Some(why) = facts.missing_bmc(&node.id)
+        {
+            return Some(format!("no BMC: {why}"));
+        }
         let kind = r.node_type(&node.labels);
         let control_plane = is_control_plane(node);
         if let Some(t) = kind {
             if !t.allowed {
                 return Some(format!("node type {} is not allowed", t.name));
+            }
+            if control_plane && !t.allowed_explicitly {
+                return Some(format!(
+                    "control-plane node: node type {} must say allowed: true to admit it",
+                    t.name
+                ));
             }
             if let Some(alert) = facts.blocked_types.get(&t.name) {
                 return Some(format!("{alert} fires (node type {})", t.name));
@@ -519,7 +763,6 @@ impl Fleet {
                 "maxPerDomain: {in_domain} node(s) of domain {d} already in remediation"
             ));
         }
-        let settings = cfg.settings_for(&node.labels);
         if node.status == Status::Ready
             && let Some(pool) = pools.get(&settings.name)
             && !pool.admits(settings.max_unavailable_percent)
@@ -547,7 +790,7 @@ impl Fleet {
             why.push(format!("outside remediation.window ({})", w.shown));
         }
         let failures = self.ledger.flow_failures.len() as u32;
-        if failures >= cfg.remediation.max_failures_per_hour {
+        if failures > cfg.remediation.max_failures_per_hour {
             why.push(format!(
                 "halted: {failures} remediation failure(s) in the last hour (remediation.maxFailuresPerHour {})",
                 cfg.remediation.max_failures_per_hour
@@ -583,7 +826,10 @@ impl Fleet {
         let (mut pools, _) = count(cfg, now, self);
         for id in order {
             let node = &self.nodes[&id];
-            if self.held_back(cfg, facts, node, &active, &pools).is_some() {
+            if self
+                .held_back(cfg, now, facts, node, &active, &pools)
+                .is_some()
+            {
                 continue;
             }
             let settings = cfg.settings_for(&node.labels);
@@ -618,7 +864,7 @@ impl Fleet {
         ));
         out.dirty.insert(id.into());
         let in_service = node.policy.cordon.is_none() && node.status != Status::Cordoned;
-        let reason = format!("hale reboot: {}", flow.reason);
+        let reason = format!("{CORDON_REASON}{}", flow.reason);
         if in_service {
             flow.cordoned = true;
             take_out(node, Actor::Hale, &reason, now);
@@ -686,7 +932,7 @@ impl Fleet {
         let flow = node.policy.flow.as_mut().expect("flow under way");
         flow.step = FlowStep::Drain;
         flow.since = now;
-        let reason = format!("hale reboot: {}", flow.reason);
+        let reason = format!("{CORDON_REASON}{}", flow.reason);
         if let Some(c) = node.policy.cordon.as_mut() {
             c.drained = true;
         }
@@ -726,7 +972,7 @@ impl Fleet {
                 if done.blocked > 0 {
                     if elapsed(now, flow.since) < cfg.remediation.drain_timeout {
                         // A disruption budget said not yet: ask again.
-                        let reason = format!("hale reboot: {}", flow.reason);
+                        let reason = format!("{CORDON_REASON}{}", flow.reason);
                         node.policy.push(Action::Drain {
                             active: true,
                             reason,
@@ -741,24 +987,10 @@ impl Fleet {
                     }
                     return;
                 }
+                // The reboot itself is sent by the next pass, once nothing holds it.
                 flow.step = FlowStep::Reboot;
                 flow.since = now;
-                let force = flow.force;
-                node.policy.push(Action::Power {
-                    op: PowerOp::Reboot,
-                    force,
-                });
                 out.dirty.insert(id.into());
-                out.events.push(step_event(
-                    id,
-                    now,
-                    FlowStep::Reboot,
-                    if force {
-                        "rebooting through the BMC (forced)".into()
-                    } else {
-                        "rebooting through the BMC: graceful shutdown, forced after bmc.gracefulTimeout".into()
-                    },
-                ));
             }
             (
                 FlowStep::Reboot,
@@ -818,15 +1050,51 @@ impl Fleet {
     }
 
     /// Verified: put back what the flow took out of service.
-    fn put_back_after_reboot(&mut self, now: Time, id: &str, out: &mut Outcome) {
+    fn put_back_after_reboot(
+        &mut self,
+        cfg: &CoreSettings,
+        now: Time,
+        id: &str,
+        out: &mut Outcome,
+    ) {
         let node = self.nodes.get_mut(id).expect("flows are on nodes");
+        let settings = cfg.settings_for(&node.labels);
+        // A score the policy would cordon for is the policy's to act on: the cordon
+        // stays, the policy's now.
+        if settings.mode != Mode::Observe
+            && node
+                .score
+                .as_ref()
+                .is_some_and(|s| u32::from(s.value) < settings.cordon_below)
+        {
+            let score = node.score.as_ref().map_or(100, |s| s.value);
+            let reason = format!("score {score} below cordonBelow after a reboot");
+            if let Some(c) = node.policy.cordon.as_mut() {
+                c.reason = reason.clone();
+                // Said on the node too, so the cordon reads as the policy's.
+                node.policy.push(Action::Cordon {
+                    by: Actor::Hale,
+                    reason,
+                });
+            }
+            out.events.push(step_event(
+                id,
+                now,
+                FlowStep::Uncordon,
+                format!(
+                    "verified, but score {score} is below cordonBelow {}: it stays cordoned, for the policy",
+                    settings.cordon_below
+                ),
+            ));
+            return self.flow_succeeded(now, id, out);
+        }
         let flow = node.policy.flow.as_mut().expect("flow under way");
         let ours = flow.cordoned
             && node
                 .policy
                 .cordon
                 .as_ref()
-                .is_some_and(|c| c.by == Actor::Hale && c.reason.starts_with("hale reboot: "));
+                .is_some_and(|c| c.by == Actor::Hale && c.reason.starts_with(CORDON_REASON));
         out.events.push(step_event(
             id,
             now,
@@ -865,6 +1133,9 @@ impl Fleet {
             return;
         };
         node.policy.flow_failed_at = None;
+        if flow.trigger.is_some() {
+            node.policy.reboots.push(now);
+        }
         out.dirty.insert(id.into());
         out.events.push(event(
             id,
@@ -919,7 +1190,7 @@ impl Fleet {
         ));
         let failures = self.ledger.flow_failures.len() as u32;
         let max = cfg.remediation.max_failures_per_hour;
-        if failures == max {
+        if failures == max + 1 {
             let settings = cfg.settings_for(&node.labels);
             out.events.push(event(
                 id,
@@ -960,7 +1231,7 @@ impl Fleet {
         for id in self.queue_order() {
             let node = &self.nodes[&id];
             let flow = node.policy.flow.as_ref().expect("queued");
-            let waiting = self.held_back(cfg, facts, node, &active, &pools);
+            let waiting = self.held_back(cfg, now, facts, node, &active, &pools);
             if waiting.is_none() {
                 // Would be admitted on the next pass: the next ones count it.
                 active.add(cfg, node);
@@ -1008,6 +1279,9 @@ enum Move {
     Stay,
     Fail(FlowStep, String),
     PutBack,
+    /// The cordon is done: describe and drain.
+    Drain,
+    Succeed,
 }
 
 /// The flows under way, by failure domain.

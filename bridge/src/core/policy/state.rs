@@ -84,6 +84,14 @@ pub struct NodePolicy {
     /// The last fence that never got the node off: tried again after `fencing.after`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence_failed_at: Option<Time>,
+    /// Reboots alerts asked for that succeeded in the last day: a fault a reboot
+    /// does not cure is not rebooted without end.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reboots: Vec<Time>,
+    /// An operator powered the machine off (`hale node power off`): neither a
+    /// fence nor a flow powers it on until an operator does.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub powered_off: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -39,9 +39,21 @@ impl Script {
     fn flows(&mut self) -> &mut Self {
         self.remediate(&Facts::default())
     }
-    /// Perform every pending action as the service would, each one done; the
-    /// actions performed, `node:action`.
+    /// Perform every pending action as the service would, each one done, with a
+    /// pass of the flows after each round (as its tick would); the actions
+    /// performed, `node:action`.
     fn act(&mut self) -> Vec<String> {
+        let mut done = Vec::new();
+        loop {
+            let round = self.act_once();
+            if round.is_empty() {
+                return done;
+            }
+            done.extend(round);
+            self.flows();
+        }
+    }
+    fn act_once(&mut self) -> Vec<String> {
         let mut done = Vec::new();
         let ids: Vec<String> = self.fleet.nodes.keys().cloned().collect();
         for id in ids {
@@ -122,15 +134,16 @@ fn a_rack_at_a_time_in_priority_order_each_node_through_every_step() {
             .contains("domainsAtOnce"),
         "{list:?}"
     );
-    // Cordon done → diagnostics and drain; drain done → reboot; reboot done → return.
+    // Cordon done → diagnostics and drain; drain done → reboot (sent by the next
+    // pass, once nothing holds it); reboot done → return.
     assert_eq!(
         s.act(),
         [
             "n3:cordon",
             "n3:drain",
-            "n3:reboot",
             "n4:cordon",
             "n4:drain",
+            "n3:reboot",
             "n4:reboot"
         ]
     );
@@ -161,13 +174,31 @@ fn a_rack_at_a_time_in_priority_order_each_node_through_every_step() {
     s.at(10).poll(&all_beating(&["n3", "n4"], &uptimes)).flows();
     s.at(30).tick().flows();
     assert!(s.node("n3").policy.flow.as_ref().unwrap().away);
-    // Back, and the uptime alert ended: verified, put back, done.
+    // Back, and the uptime alert ended: judged once it has settled (half of
+    // verifyTimeout) with a poll since, then put back.
     s.at(40)
         .poll(&all_beating(&[], &uptimes[..2]))
         .flows()
         .flows();
+    assert_eq!(s.step("n3"), Some(FlowStep::Verify));
+    s.at(100).poll(&all_beating(&[], &uptimes[..2])).flows();
+    assert_eq!(s.step("n3"), Some(FlowStep::Verify), "not settled yet");
+    s.at(200).poll(&all_beating(&[], &uptimes[..2])).flows();
     assert_eq!(s.step("n3"), Some(FlowStep::Uncordon));
-    assert_eq!(s.act(), ["n3:uncordon", "n4:uncordon"]);
+    // Put back, and at once rack r1's turn (the service's next pass).
+    assert_eq!(
+        s.act(),
+        [
+            "n3:uncordon",
+            "n4:uncordon",
+            "n1:cordon",
+            "n1:drain",
+            "n2:cordon",
+            "n2:drain",
+            "n1:reboot",
+            "n2:reboot"
+        ]
+    );
     assert_eq!(s.step("n3"), None);
     assert_eq!(s.node("n3").status, Status::Ready);
     assert!(
@@ -179,14 +210,20 @@ fn a_rack_at_a_time_in_priority_order_each_node_through_every_step() {
         "NODE_UNCORDONED",
         "REMEDIATION_STARTED",
     ]);
+    let done = |n: &str| {
+        ends.iter()
+            .position(|e| *e == format!("{n} REMEDIATION_SUCCEEDED"))
+    };
+    let started = |n: &str| {
+        ends.iter()
+            .position(|e| *e == format!("{n} REMEDIATION_STARTED"))
+    };
     assert!(
-        ends.contains(&"n3 REMEDIATION_SUCCEEDED".to_string()),
-        "{ends:?}"
+        started("n1") > done("n3") && started("n1") > done("n4") && done("n4").is_some(),
+        "r1 only after r2: {ends:?}"
     );
-    // Now rack r1's turn.
-    s.at(41).flows();
-    assert_eq!(s.step("n1"), Some(FlowStep::Cordon));
-    assert_eq!(s.step("n2"), Some(FlowStep::Cordon));
+    assert_eq!(s.step("n1"), Some(FlowStep::Return));
+    assert_eq!(s.step("n2"), Some(FlowStep::Return));
 }
 
 #[test]
@@ -264,28 +301,35 @@ fn a_condition_still_raised_after_the_reboot_fails_at_verify_and_waits_retry_aft
 }
 
 #[test]
-fn failures_halt_admission_once_the_hourly_budget_is_spent() {
+fn failures_beyond_the_hourly_budget_halt_admission() {
     let mut s = fleet(
-        "nodeHealth: { mode: cordon, maxUnavailablePercent: 100 }\ninventory: [ { id: n1 }, { id: n2 } ]\nremediation: { returnTimeout: 1m, maxFailuresPerHour: 1, domainsAtOnce: 1 }\n",
+        "nodeHealth: { mode: cordon, maxUnavailablePercent: 100 }\ninventory: [ { id: n1 }, { id: n2 }, { id: n3 } ]\nremediation: { returnTimeout: 1m, maxFailuresPerHour: 1, domainsAtOnce: 2 }\n",
     );
     let alerts = [
         watchdog(),
         beat("n1"),
         beat("n2"),
+        beat("n3"),
         uptime("n1", "P1"),
         uptime("n2", "P2"),
+        uptime("n3", "P3"),
     ];
     s.at(0).poll(&alerts).flows();
     s.act();
-    // n1 never goes away: the reboot is not confirmed.
+    // n1 and n2 never go away: their reboots are not confirmed. One failure is
+    // within the budget of one; the second is more than it, and halts.
     s.at(90).poll(&alerts).flows();
     assert_eq!(
         s.took_of(&["REMEDIATION_FAILED", "POLICY_HALTED"]),
-        ["n1 REMEDIATION_FAILED", "n1 POLICY_HALTED"]
+        [
+            "n1 REMEDIATION_FAILED",
+            "n2 REMEDIATION_FAILED",
+            "n2 POLICY_HALTED"
+        ]
     );
     s.at(91).flows();
     assert_eq!(
-        s.step("n2"),
+        s.step("n3"),
         Some(FlowStep::Queued),
         "halted: nothing new admitted"
     );
@@ -293,7 +337,7 @@ fn failures_halt_admission_once_the_hourly_budget_is_spent() {
     assert!(list.blocked[0].contains("maxFailuresPerHour"), "{list:?}");
     // The hour passes: admitted again.
     s.at(90 + 3601).poll(&alerts).flows();
-    assert_eq!(s.step("n2"), Some(FlowStep::Cordon));
+    assert_eq!(s.step("n3"), Some(FlowStep::Cordon));
 }
 
 #[test]
@@ -312,6 +356,7 @@ fn a_reboot_sent_before_a_restart_is_never_sent_again() {
             .action_done(&s.cfg, s.now, "n1", &p, &Done::default());
         s.record(out);
     }
+    s.flows();
     let p = s.fleet.next_action("n1").unwrap();
     assert!(matches!(
         p.action,
@@ -521,11 +566,21 @@ fn a_rack_gone_silent_fences_no_more_than_max_percent() {
             .count(),
         1
     );
-    // It reports again: the release is taken back, the fence ends.
+    // It reports again: the release is taken back, the fence ends — and its place
+    // in the budget goes to the next silent node.
     let still: Vec<&str> = rack.iter().copied().filter(|n| **n != id).collect();
     s.at(210).poll(&beating(&still)).flows();
-    assert_eq!(s.act(), [format!("{id}:unrelease")]);
+    let done = s.act();
+    assert_eq!(done[0], format!("{id}:unrelease"));
     assert!(s.node(&id).policy.fence.is_none());
+    assert_eq!(done.len(), 4, "one more fenced, and only one: {done:?}");
+    assert_eq!(
+        still
+            .iter()
+            .filter(|n| s.node(n).policy.fence.is_some())
+            .count(),
+        1
+    );
 }
 
 #[test]
@@ -573,4 +628,141 @@ fn a_node_under_a_reboot_flow_is_never_fenced() {
     s.at(200).poll(&beating(&["n0"])).flows();
     assert!(s.node("n0").policy.fence.is_none());
     assert!(s.node("n0").policy.flow.as_ref().unwrap().away);
+}
+
+#[test]
+fn an_operator_uncordon_cancels_the_flow_and_suppression_keeps_the_alert_out() {
+    let mut s = fleet(
+        "nodeHealth: { mode: cordon, maxUnavailablePercent: 100 }\ninventory: [ { id: n1 } ]\n",
+    );
+    let alerts = [watchdog(), beat("n1"), uptime("n1", "P3")];
+    s.at(0).poll(&alerts).flows();
+    assert_eq!(s.step("n1"), Some(FlowStep::Cordon));
+    s.took();
+    let out = s.fleet.uncordon(s.now, "n1", "not today").unwrap();
+    s.record(out);
+    assert_eq!(s.step("n1"), None);
+    assert_eq!(
+        s.took_of(&["NODE_UNCORDONED", "REMEDIATION_FAILED"]),
+        ["n1 NODE_UNCORDONED", "n1 REMEDIATION_FAILED"]
+    );
+    assert!(
+        s.node("n1")
+            .policy
+            .pending
+            .iter()
+            .all(|p| !matches!(p.action, Action::Drain { .. } | Action::Power { .. }))
+    );
+    // The alert still fires: queued again, held by the operator's suppression.
+    s.at(60).poll(&alerts).flows();
+    assert_eq!(s.step("n1"), Some(FlowStep::Queued));
+    let list = s.fleet.remediations(&s.cfg, s.now, &Facts::default());
+    assert!(
+        list.queued[0]
+            .waiting
+            .as_deref()
+            .unwrap()
+            .contains("cordonSuppressionMinutes"),
+        "{list:?}"
+    );
+    s.at(31 * 60).poll(&alerts).flows();
+    assert_eq!(s.step("n1"), Some(FlowStep::Cordon));
+}
+
+#[test]
+fn a_pool_switched_to_observe_withdraws_what_its_alerts_queued() {
+    let yaml = "nodeHealth: { mode: cordon, maxUnavailablePercent: 100 }\ninventory: [ { id: n1 } ]\nremediation: { window: { start: '13:00', end: '14:00' } }\n";
+    let mut s = fleet(yaml);
+    let alerts = [watchdog(), beat("n1"), uptime("n1", "P3")];
+    s.at(0).poll(&alerts).flows();
+    assert_eq!(
+        s.step("n1"),
+        Some(FlowStep::Queued),
+        "waiting for the window"
+    );
+    s.cfg = config(&yaml.replace("mode: cordon", "mode: observe"));
+    s.at(3600).poll(&alerts).flows();
+    assert_eq!(
+        s.step("n1"),
+        None,
+        "observe: withdrawn at the window, not run"
+    );
+    assert_eq!(
+        s.took_of(&["POLICY_RECOMMENDED", "REMEDIATION_STARTED"]),
+        ["n1 POLICY_RECOMMENDED"]
+    );
+}
+
+#[test]
+fn nodes_without_a_reachable_bmc_wait_and_say_why() {
+    let mut s = fleet(
+        "nodeHealth: { mode: cordon, maxUnavailablePercent: 100 }\ninventory: [ { id: n1 }, { id: n2 } ]\nremediation: { domainsAtOnce: 2 }\n",
+    );
+    let facts = Facts {
+        bmc_checked: Some(["n1".to_string()].into()),
+        no_bmc: [("n1".to_string(), "no BMC: give it one".to_string())].into(),
+        ..Facts::default()
+    };
+    s.at(0)
+        .poll(&[
+            watchdog(),
+            beat("n1"),
+            beat("n2"),
+            uptime("n1", "P1"),
+            uptime("n2", "P1"),
+        ])
+        .remediate(&facts);
+    assert_eq!(s.step("n1"), Some(FlowStep::Queued));
+    assert_eq!(s.step("n2"), Some(FlowStep::Queued), "not looked for yet");
+    let list = s.fleet.remediations(&s.cfg, s.now, &facts);
+    let waiting: Vec<String> = list
+        .queued
+        .iter()
+        .filter_map(|e| e.waiting.clone())
+        .collect();
+    assert!(
+        waiting.iter().any(|w| w.contains("give it one")),
+        "{waiting:?}"
+    );
+    assert!(
+        waiting.iter().any(|w| w.contains("not been looked for")),
+        "{waiting:?}"
+    );
+    // An orchestrator that reboots on its own needs no BMC.
+    s.remediate(&Facts {
+        can_reboot: true,
+        ..facts
+    });
+    assert_eq!(s.step("n1"), Some(FlowStep::Cordon));
+}
+
+#[test]
+fn a_cordon_left_by_an_unknown_flow_is_left_for_an_operator() {
+    let mut s = fleet(
+        "nodeHealth: { mode: cordon, maxUnavailablePercent: 100 }\ninventory: [ { id: n1 } ]\n",
+    );
+    s.at(0).poll(&[watchdog(), beat("n1")]);
+    // What another replica's flow left: a cordon of hale's, for a reboot.
+    let node = s.fleet.nodes.get_mut("n1").unwrap();
+    node.status = Status::Cordoned;
+    node.policy.cordon = Some(crate::core::policy::Cordon {
+        by: crate::core::policy::Actor::Hale,
+        reason: "hale reboot: WorkerUptimeTooHigh".into(),
+        at: t0(),
+        drained: true,
+    });
+    s.at(5)
+        .poll(&[watchdog(), beat("n1"), uptime("n1", "P3")])
+        .flows()
+        .flows();
+    assert_eq!(s.step("n1"), None);
+    let halted: Vec<&Event> = s
+        .events
+        .iter()
+        .filter(|e| e.kind.name() == "POLICY_HALTED")
+        .collect();
+    assert_eq!(halted.len(), 1, "said once");
+    assert!(
+        matches!(&halted[0].kind, EventKind::PolicyHalted { guardrail, .. } if guardrail == "remediation.unknownFlow")
+    );
 }
