@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Action, PowerOp, event, mode_name};
+use super::{Action, PowerOp, event, remediation_verdict};
 use crate::core::outcome::Outcome;
 use crate::core::settings::{CoreSettings, Mode};
 use crate::core::{EventKind, Fleet, HEARTBEAT_MISSED, Node, Status, Time};
@@ -162,59 +162,39 @@ impl Fleet {
         for (_, id) in candidates {
             let node = self.nodes.get_mut(&id).expect("listed above");
             let settings = cfg.settings_for(&node.labels);
-            let score = node.score.as_ref().map_or(100, |s| s.value);
-            let halted = |guardrail: &str, message: String| {
-                event(
-                    &id,
-                    now,
-                    EventKind::PolicyHalted {
-                        action: FENCE.into(),
-                        guardrail: guardrail.into(),
-                        policy_mode: mode_name(settings.mode).into(),
-                        scored_by: settings.name.clone(),
-                        score,
-                    },
-                    message,
-                )
-            };
             node.policy.fences.retain(|t| *t > day_ago);
             let (size, fenced) = pools.get_mut(&settings.name).expect("counted above");
             let allowed = (*size * f.max_percent / 100).max(1);
             let refusal = if node.policy.fences.len() as u32 >= f.per_day {
-                Some(halted(
-                    "fencing.perDay",
+                Some((
+                    Some("fencing.perDay"),
                     format!(
                         "not fenced: fenced {} times in the last day; left off for an operator",
                         node.policy.fences.len()
                     ),
                 ))
             } else if *fenced + 1 > allowed {
-                Some(halted(
-                    "fencing.maxPercent",
+                Some((
+                    Some("fencing.maxPercent"),
                     format!(
                         "not fenced: {fenced} of {size} node(s) of pool {} already fenced (fencing.maxPercent {} allows {allowed}); many silent at once is a partition until proven otherwise",
                         settings.name, f.max_percent
                     ),
                 ))
             } else if settings.mode == Mode::Observe {
-                Some(event(
-                    &id,
-                    now,
-                    EventKind::PolicyRecommended {
-                        action: FENCE.into(),
-                        policy_mode: mode_name(settings.mode).into(),
-                        scored_by: settings.name.clone(),
-                        score,
-                    },
-                    "would fence: silent and not ready (observe mode changes nothing)".into(),
+                Some((
+                    None,
+                    "would fence: silent and not ready (observe mode changes nothing)".to_string(),
                 ))
             } else {
                 None
             };
-            if let Some(e) = refusal {
+            if let Some((guardrail, message)) = refusal {
                 if !node.policy.fence_held {
                     node.policy.fence_held = true;
-                    out.events.push(e);
+                    out.events.push(remediation_verdict(
+                        node, settings, now, FENCE, guardrail, message,
+                    ));
                     out.dirty.insert(id.clone());
                 }
                 continue;

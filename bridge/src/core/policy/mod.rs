@@ -758,6 +758,39 @@ fn put_back(node: &mut Node, reason: &str, now: Time) -> Vec<Event> {
     events
 }
 
+/// A policy event about a remediation (`reboot`, `fence`) on `node`, priced by its
+/// pool's `settings`: recommended (no guardrail: observe), or halted by `guardrail`.
+fn remediation_verdict(
+    node: &Node,
+    settings: &Settings,
+    now: Time,
+    action: &str,
+    guardrail: Option<&str>,
+    message: String,
+) -> Event {
+    let (action, policy_mode) = (action.to_string(), mode_name(settings.mode).to_string());
+    let (scored_by, score) = (
+        settings.name.clone(),
+        node.score.as_ref().map_or(100, |s| s.value),
+    );
+    let kind = match guardrail {
+        None => EventKind::PolicyRecommended {
+            action,
+            policy_mode,
+            scored_by,
+            score,
+        },
+        Some(g) => EventKind::PolicyHalted {
+            action,
+            guardrail: g.into(),
+            policy_mode,
+            scored_by,
+            score,
+        },
+    };
+    event(&node.id, now, kind, message)
+}
+
 fn event(id: &str, now: Time, kind: EventKind, message: String) -> Event {
     Event {
         node_id: id.into(),

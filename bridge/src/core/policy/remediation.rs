@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Action, Actor, HOUR, PowerOp, count, event, mode_name, status_name, take_out};
+use super::{
+    Action, Actor, HOUR, PowerOp, count, event, remediation_verdict, status_name, take_out,
+};
 use crate::core::outcome::{CoreError, Outcome};
 use crate::core::settings::{CONTROL_PLANE_LABELS, CoreSettings, Mode};
 use crate::core::{
@@ -276,15 +278,12 @@ impl Fleet {
             .ok_or_else(|| CoreError::UnknownNode(id.into()))?;
         let settings = cfg.settings_for(&node.labels);
         let mut out = Outcome::default();
-        out.events.push(event(
-            id,
+        out.events.push(remediation_verdict(
+            node,
+            settings,
             now,
-            EventKind::PolicyRecommended {
-                action: REBOOT.into(),
-                policy_mode: mode_name(settings.mode).into(),
-                scored_by: settings.name.clone(),
-                score: node.score.as_ref().map_or(100, |s| s.value),
-            },
+            REBOOT,
+            None,
             format!("would reboot: an operator asked ({reason}); observe mode changes nothing"),
         ));
         Ok(out)
@@ -357,15 +356,12 @@ impl Fleet {
             if settings.mode == Mode::Observe {
                 if node.policy.recommended_reboot.as_deref() != Some(ctype.as_str()) {
                     node.policy.recommended_reboot = Some(ctype.clone());
-                    out.events.push(event(
-                        &node.id,
+                    out.events.push(remediation_verdict(
+                        node,
+                        settings,
                         now,
-                        EventKind::PolicyRecommended {
-                            action: REBOOT.into(),
-                            policy_mode: mode_name(settings.mode).into(),
-                            scored_by: settings.name.clone(),
-                            score: node.score.as_ref().map_or(100, |s| s.value),
-                        },
+                        REBOOT,
+                        None,
                         format!("would reboot: {why} (observe mode changes nothing)"),
                     ));
                     out.dirty.insert(node.id.clone());
@@ -411,16 +407,12 @@ impl Fleet {
             if let Some((guardrail, message)) = refusal {
                 if node.policy.recommended_reboot.as_deref() != Some(ctype.as_str()) {
                     node.policy.recommended_reboot = Some(ctype.clone());
-                    out.events.push(event(
-                        &node.id,
+                    out.events.push(remediation_verdict(
+                        node,
+                        settings,
                         now,
-                        EventKind::PolicyHalted {
-                            action: REBOOT.into(),
-                            guardrail: guardrail.into(),
-                            policy_mode: mode_name(settings.mode).into(),
-                            scored_by: settings.name.clone(),
-                            score: node.score.as_ref().map_or(100, |s| s.value),
-                        },
+                        REBOOT,
+                        Some(guardrail),
                         message,
                     ));
                     out.dirty.insert(node.id.clone());
@@ -1192,16 +1184,12 @@ impl Fleet {
         let max = cfg.remediation.max_failures_per_hour;
         if failures == max + 1 {
             let settings = cfg.settings_for(&node.labels);
-            out.events.push(event(
-                id,
+            out.events.push(remediation_verdict(
+                node,
+                settings,
                 now,
-                EventKind::PolicyHalted {
-                    action: REBOOT.into(),
-                    guardrail: "remediation.maxFailuresPerHour".into(),
-                    policy_mode: mode_name(settings.mode).into(),
-                    scored_by: settings.name.clone(),
-                    score: node.score.as_ref().map_or(100, |s| s.value),
-                },
+                REBOOT,
+                Some("remediation.maxFailuresPerHour"),
                 format!(
                     "reboot flow halted: {failures} failures in the last hour (remediation.maxFailuresPerHour {max}); the pool is the problem, not the nodes"
                 ),
