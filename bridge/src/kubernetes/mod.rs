@@ -414,6 +414,7 @@ pub fn observed(node: &Node) -> Observed {
         _ => None,
     };
     Observed {
+        not_ready: !ready,
         id: meta.name.clone().unwrap_or_default(),
         uid: meta.uid.clone(),
         hostname: labels.get("kubernetes.io/hostname").cloned(),

@@ -57,7 +57,8 @@ impl FenceStep {
 /// and, where the orchestrator has a readiness of its own, not ready.
 fn silent_for(node: &Node, after: Duration, needs_not_ready: bool, now: Time) -> Option<Time> {
     let missed = node.conditions.get(HEARTBEAT_MISSED)?;
-    let not_ready = matches!(node.status, Status::NotReady | Status::Offline);
+    let not_ready =
+        node.policy.not_ready || matches!(node.status, Status::NotReady | Status::Offline);
     if needs_not_ready && !not_ready {
         return None;
     }
@@ -93,7 +94,8 @@ impl Fleet {
         for node in self.nodes.values_mut() {
             // Back: with an orchestrator, Ready again (the heartbeat's exporter may
             // itself be held off by the out-of-service taint); without, reporting.
-            let ready = !matches!(node.status, Status::NotReady | Status::Offline);
+            let ready = !node.policy.not_ready
+                && !matches!(node.status, Status::NotReady | Status::Offline);
             let back = if f.needs_not_ready {
                 ready
             } else {

@@ -34,6 +34,9 @@ pub struct Observed {
     /// The fault class of the eviction the orchestrator shows done on the node in
     /// its current time out of service.
     pub evicted: Option<String>,
+    /// Not ready, whatever `status` shows (a cordoned node's readiness is hidden
+    /// behind `Cordoned`): what fencing and the reboot flow's return look at.
+    pub not_ready: bool,
 }
 
 impl Fleet {
@@ -96,10 +99,12 @@ impl Fleet {
                     node.policy.allocations,
                     node.status,
                     node.policy.pending.len(),
+                    node.policy.not_ready,
                 )
             };
             let before = seen(node);
             node.labels = o.labels.clone();
+            node.policy.not_ready = o.not_ready;
             node.hostname = o.hostname.clone();
             node.policy.provisioned = o.provisioned;
             if let Some(n) = o.allocations {

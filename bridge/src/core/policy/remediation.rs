@@ -180,6 +180,7 @@ const CORDON_REASON: &str = "hale reboot: ";
 /// Whether hale cannot see the node now: silent, or not ready.
 fn gone(node: &Node) -> bool {
     node.conditions.contains_key(HEARTBEAT_MISSED)
+        || node.policy.not_ready
         || matches!(node.status, Status::NotReady | Status::Offline)
 }
 

@@ -92,6 +92,9 @@ pub struct NodePolicy {
     /// fence nor a flow powers it on until an operator does.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub powered_off: bool,
+    /// The orchestrator says it is not ready, whatever its status shows.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub not_ready: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

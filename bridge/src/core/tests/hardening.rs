@@ -638,6 +638,7 @@ fn a_node_being_replaced_leaves_the_inventory_replaced_not_gone() {
     );
     let ids: Vec<String> = (0..4).map(|i| format!("c-{i}")).collect();
     let seen = |id: &str, status: Status| policy::Observed {
+        not_ready: false,
         provisioned: true,
         allocations: (status == Status::Cordoned).then_some(0),
         ..shown(id, status)

@@ -1955,6 +1955,7 @@ fn the_orchestrators_inventory_records_cordons_made_outside_hale() {
     let ids = s.pool("g", 10, "gpu");
     s.at(0).report(&ids, &[], low);
     let seen = |id: &str, status: Status| policy::Observed {
+        not_ready: false,
         hostname: Some(format!("{id}.example")),
         provisioned: true,
         allocations: Some(3),
@@ -2066,6 +2067,7 @@ fn what_the_cluster_shows_done_is_not_done_again() {
     assert!(queued(&s).contains(&"cordon"), "{:?}", queued(&s));
     // This replica follows: the leader cordoned the node (its record on it).
     let seen = |status: Status, gated: bool| policy::Observed {
+        not_ready: false,
         cordoned_by: (status == Status::Cordoned).then(|| {
             (
                 policy::Actor::Hale,
@@ -2112,6 +2114,7 @@ fn an_uncordon_seen_in_the_cluster_withdraws_a_queued_eviction() {
         unreachable!()
     };
     let seen = |status: Status, evicted: Option<&str>| policy::Observed {
+        not_ready: false,
         cordoned_by: (status == Status::Cordoned).then(|| (by, reason.clone())),
         evicted: evicted.map(str::to_string),
         ..shown("gpu-14", status)
@@ -2135,6 +2138,7 @@ fn an_eviction_the_cluster_shows_done_is_not_done_again() {
     s.at(0).report(&ids, &[], low);
     s.at(30).report(&ids, &["gpu-14"], low);
     let seen = |evicted: &str| policy::Observed {
+        not_ready: false,
         evicted: Some(evicted.into()),
         ..shown("gpu-14", Status::Cordoned)
     };
@@ -2161,6 +2165,7 @@ fn each_family_of_queued_actions_is_judged_by_its_last_entry() {
     let ids = s.pool("g", 10, "gpu");
     s.at(0).report(&ids, &[], low);
     let seen = |status: Status, by: Option<(policy::Actor, &str)>, gated: bool| policy::Observed {
+        not_ready: false,
         cordoned_by: by.map(|(a, r)| (a, r.to_string())),
         gated: Some(gated),
         ..shown("g-0", status)
@@ -2237,6 +2242,7 @@ fn each_family_of_queued_actions_is_judged_by_its_last_entry() {
 /// A node of the `gpu` pool as an orchestrator shows it: its status, nothing more.
 fn shown(id: &str, status: Status) -> policy::Observed {
     policy::Observed {
+        not_ready: false,
         uid: None,
         id: id.into(),
         hostname: None,

@@ -766,3 +766,49 @@ fn a_cordon_left_by_an_unknown_flow_is_left_for_an_operator() {
         matches!(&halted[0].kind, EventKind::PolicyHalted { guardrail, .. } if guardrail == "remediation.unknownFlow")
     );
 }
+
+#[test]
+fn a_cordoned_node_that_stops_being_ready_is_fenced_and_restored_when_ready() {
+    let mut s = script(
+        "nodeHealth: { mode: cordon }\nfencing: { after: 1m, maxPercent: 50 }\norchestrator: { kind: kubernetes }\n",
+    );
+    let seen = |id: &str, status: Status, not_ready: bool| {
+        let mut o = super::shown(id, status);
+        o.not_ready = not_ready;
+        o
+    };
+    let out = s.fleet.observe(
+        s.now,
+        &[
+            seen("k1", Status::Cordoned, false),
+            seen("k2", Status::Ready, false),
+        ],
+    );
+    s.record(out);
+    s.at(0).poll(&[watchdog(), beat("k1"), beat("k2")]);
+    // k1 hangs while cordoned: its status still reads Cordoned, its readiness is gone.
+    s.at(5).poll(&[watchdog(), beat("k2")]).at(30).tick();
+    let out = s.fleet.observe(
+        s.now,
+        &[
+            seen("k1", Status::Cordoned, true),
+            seen("k2", Status::Ready, false),
+        ],
+    );
+    s.record(out);
+    s.at(100).poll(&[watchdog(), beat("k2")]).flows();
+    assert_eq!(s.act(), ["k1:power_off", "k1:release", "k1:power_on"]);
+    // Ready again, its heartbeat not yet back (its exporter may be held off by the
+    // taint): the release is taken back all the same.
+    let out = s.fleet.observe(
+        s.now,
+        &[
+            seen("k1", Status::Cordoned, false),
+            seen("k2", Status::Ready, false),
+        ],
+    );
+    s.record(out);
+    s.at(110).poll(&[watchdog(), beat("k2")]).flows();
+    assert_eq!(s.act(), ["k1:unrelease"]);
+    assert!(s.node("k1").policy.fence.is_none());
+}
