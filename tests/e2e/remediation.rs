@@ -782,3 +782,78 @@ async fn a_condition_that_outlives_the_reboot_fails_at_verify_and_stays_cordoned
         Some(1.0)
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kubernetes_node_is_cordoned_drained_through_evictions_rebooted_and_put_back() {
+    let sushy = Arc::new(Sushy::start(&["k1", "k2"], PASSWORD).await);
+    let mut k1 = ready_node("k1", json!({}));
+    k1["metadata"]["annotations"] = json!({"hale.dev/bmc-address": sushy.address("k1")});
+    let fake = FakeApi::start(vec![k1, ready_node("k2", json!({}))]).await;
+    fake.put_pod(crate::kube_fake::pod(
+        "shop",
+        "web-1",
+        "k1",
+        Some(("ReplicaSet", "web-rs")),
+        json!({}),
+    ));
+    fake.put_object(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "web-rs", "namespace": "shop"}}));
+    let am = Arc::new(Alertmanager::start(None).await);
+    am.fire(&[watchdog()]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let creds = credentials(dir.path(), PASSWORD);
+    let config = kubeconfig(dir.path(), &fake.url);
+    let extra = format!(
+        "nodeHealth: {{ mode: cordon, maxUnavailablePercent: 50 }}\n\
+         bmc: {{ credentialsFile: {}, gracefulTimeout: 30s, timeout: 5s, insecure: true }}\n\
+         remediation: {{ returnTimeout: 3m, verifyTimeout: 20s }}\n\
+         orchestrator: {{ kind: kubernetes, kubeconfig: {} }}\n",
+        creds.display(),
+        config.display()
+    );
+    let hale = Hale::start(dir.path(), &am.url, &extra).await;
+    let machines = Machines::start(am.clone(), sushy.clone(), &["k1", "k2"], Vec::new()).await;
+    hale.wait_node("reported", "k1", |n| n["score"] == 100)
+        .await;
+    let out = hale.cli(&["node", "reboot", "k1", "--reason", "kernel 6.8"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Cordoned on the Node, its pod evicted through the Eviction API.
+    eventually("k1 cordoned", Duration::from_secs(30), || async {
+        (fake.node("k1")["spec"]["unschedulable"] == true).then_some(())
+    })
+    .await;
+    let evicted = eventually("web-1 evicted", Duration::from_secs(30), || async {
+        let e = fake.evicted();
+        (!e.is_empty()).then_some(e)
+    })
+    .await;
+    assert_eq!(evicted[0]["metadata"]["name"], "web-1");
+    wait_event(
+        &hale,
+        "k1",
+        "REMEDIATION_SUCCEEDED",
+        Duration::from_secs(180),
+    )
+    .await;
+    assert_eq!(machines.offs("k1"), 1);
+    assert_eq!(machines.offs("k2"), 0);
+    // Put back in service on the Node, hale's cordon record gone with it.
+    let node = fake.node("k1");
+    assert_ne!(node["spec"]["unschedulable"], true, "{node}");
+    assert!(
+        node["metadata"]["annotations"]
+            .get("hale.dev/cordoned-by")
+            .is_none(),
+        "{node}"
+    );
+    let drained = of_type(&history(&hale, "k1").await, "NODE_DRAINED")
+        .into_iter()
+        .cloned()
+        .collect::<Vec<_>>();
+    assert_eq!(drained[0]["by"], "hale");
+    assert_eq!(drained[0]["moved"], 1);
+}
