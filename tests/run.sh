@@ -9,8 +9,9 @@ cd "$(dirname "$0")/.."
 install_missing prometheus-alertmanager=prometheus-alertmanager promtool=prometheus \
     prometheus-node-exporter=prometheus-node-exporter mtail=mtail ip=iproute2 unshare=util-linux \
     ipmi_sim=openipmi ipmitool=ipmitool
-# The Redfish BMC emulator the BMC tests run against.
-install_venv sushy-tools
+# The Redfish BMC emulator the BMC tests run against; the fake Fuzzball API's
+# schema validator.
+install_venv sushy-tools jsonschema
 
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings

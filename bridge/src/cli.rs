@@ -830,6 +830,15 @@ pub fn node_detail(n: &NodeView) -> String {
             f.reason
         );
     }
+    if let Some(h) = &n.orchestrator_health {
+        let _ = writeln!(
+            o,
+            "Orchestrator: {}, score {} (its own view, not part of hale's)",
+            h.state,
+            h.score
+                .map_or_else(|| "none".to_string(), |s| s.to_string())
+        );
+    }
     if let Some(f) = &n.fence {
         let _ = writeln!(
             o,

@@ -6,6 +6,7 @@ pub mod alertmanager;
 pub mod bmc;
 pub mod config;
 pub mod core;
+pub mod fuzzball;
 pub mod http;
 pub mod kubernetes;
 pub mod liveness;
@@ -63,7 +64,7 @@ mod layers {
     const LAYERS: &[&[&str]] = &[
         &["core"],
         &["orchestrator", "store", "liveness"],
-        &["kubernetes", "bmc", "view"],
+        &["kubernetes", "fuzzball", "bmc", "view"],
         &["config"],
         &["alertmanager", "notify"],
         &["metrics"],

@@ -10,8 +10,6 @@ use anyhow::Context;
 use clap::Parser;
 use cli::{Cli, Command, LogFormat};
 use hale::config::{Config, Loaded, OrchestratorConfig};
-use hale::kubernetes::Kubernetes;
-use hale::orchestrator::{NoOrchestrator, Orchestrator};
 use hale::service::Hale;
 use tracing::info;
 
@@ -74,13 +72,12 @@ fn log(format: LogFormat) {
 
 async fn serve(loaded: Loaded) -> anyhow::Result<()> {
     let listen = loaded.config.listen.clone();
-    // One arm per kind: each connects with its own section.
-    let orchestrator: Arc<dyn Orchestrator> = match &loaded.config.orchestrator {
-        OrchestratorConfig::None => Arc::new(NoOrchestrator),
-        OrchestratorConfig::Kubernetes(k) => Kubernetes::connect(k)
-            .await
-            .context("connecting to Kubernetes")?,
-    };
+    let orchestrator = loaded
+        .config
+        .orchestrator
+        .connect()
+        .await
+        .map_err(anyhow::Error::msg)?;
     let hale = Hale::open(loaded, orchestrator).context("opening the store")?;
     let listener = tokio::net::TcpListener::bind(&listen)
         .await

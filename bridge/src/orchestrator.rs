@@ -207,6 +207,11 @@ pub trait Orchestrator: Send + Sync {
             )
         })
     }
+    /// Whether a fault eviction can fail work; one that cannot (Fuzzball's active
+    /// drain requeues every job) moves it all, whatever its restart count.
+    fn fails_work(&self) -> bool {
+        true
+    }
     /// Whether [`Orchestrator::reboot`] can reboot a node without a BMC.
     fn can_reboot(&self) -> bool {
         false
@@ -257,7 +262,11 @@ pub async fn perform(
             max_restarts,
         } => {
             let workloads = orchestrator.workloads(node).await.map_err(during)?;
-            let (moved, failed) = plan_eviction(&workloads, moves, *max_restarts);
+            let (moved, failed) = if orchestrator.fails_work() {
+                plan_eviction(&workloads, moves, *max_restarts)
+            } else {
+                (workloads.iter().collect(), Vec::new())
+            };
             // Actions queued by an older hale carry the hint in their message.
             let message = if message.contains("on-node-fault") {
                 message.clone()

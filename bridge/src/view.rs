@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::policy::{Conclusion, Cordon, Fence, Flow, RECOVERY_HOLD};
+use crate::core::policy::{Conclusion, Cordon, Fence, Flow, OrchestratorHealth, RECOVERY_HOLD};
 use crate::core::settings::Settings;
 use crate::core::{Deduction, Health, Node, Severity, Status, Time};
 use crate::store::StoredEvent;
@@ -75,6 +75,10 @@ pub struct NodeView {
     /// A fence under way, or waiting for the node to report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence: Option<Fence>,
+    /// The orchestrator's own health and score of the node (Fuzzball computes
+    /// them), beside hale's and never part of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orchestrator_health: Option<OrchestratorHealth>,
 }
 
 impl NodeView {
@@ -138,6 +142,7 @@ impl NodeView {
                 .map(|since| since + RECOVERY_HOLD),
             remediation: node.policy.flow.clone(),
             fence: node.policy.fence.clone(),
+            orchestrator_health: node.policy.orchestrator_health.clone(),
         }
     }
 }

@@ -3,6 +3,7 @@
 mod api;
 mod bmc_sim;
 mod events;
+mod fuzzball;
 mod hardening;
 mod harness;
 mod kube_fake;

@@ -403,24 +403,79 @@ impl Webhook {
     }
 }
 
-/// `orchestrator`: which kind hale acts through, each with its own keys. Adding a
-/// kind is its adapter's config file and a variant here.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub enum OrchestratorConfig {
-    /// hale keeps its own bookkeeping of node statuses and moves no work.
-    #[default]
-    None,
-    /// Nodes, cordons, taints, evictions and the Lease through the API server.
-    Kubernetes(Box<crate::kubernetes::Config>),
+/// The orchestrator kinds besides `none`, each `Variant => "kind", module`: the
+/// module holds the kind's `Config` (its own keys, `validate`, `connect`) and its
+/// adapter. Adding a kind is its module and one line here.
+macro_rules! orchestrator_kinds {
+    ($($variant:ident => $name:literal, $module:ident;)*) => {
+        /// `orchestrator`: which kind hale acts through, each with its own keys.
+        #[derive(Debug, Clone, PartialEq, Default)]
+        pub enum OrchestratorConfig {
+            /// hale keeps its own bookkeeping of node statuses and moves no work.
+            #[default]
+            None,
+            $($variant(Box<crate::$module::Config>),)*
+        }
+
+        /// The `kind` of an `orchestrator` section.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+        enum OrchestratorKind {
+            #[default]
+            #[serde(rename = "none")]
+            None,
+            $(#[serde(rename = $name)] $variant,)*
+        }
+
+        impl<'de> Deserialize<'de> for OrchestratorConfig {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                match KIND.get() {
+                    OrchestratorKind::None => {
+                        NoneConfig::deserialize(d).map(|_| OrchestratorConfig::None)
+                    }
+                    $(OrchestratorKind::$variant => crate::$module::Config::deserialize(d)
+                        .map(|c| OrchestratorConfig::$variant(Box::new(c))),)*
+                }
+            }
+        }
+
+        impl OrchestratorConfig {
+            /// `none`, `kubernetes`, …
+            pub fn kind(&self) -> &'static str {
+                match self {
+                    OrchestratorConfig::None => "none",
+                    $(OrchestratorConfig::$variant(_) => $name,)*
+                }
+            }
+
+            /// The kind's own checks; the error is (key under `orchestrator`, message).
+            fn validate(&self) -> Result<(), (String, String)> {
+                match self {
+                    OrchestratorConfig::None => Ok(()),
+                    $(OrchestratorConfig::$variant(c) => c.validate(),)*
+                }
+            }
+
+            /// The orchestrator this section describes, connected.
+            pub async fn connect(
+                &self,
+            ) -> Result<std::sync::Arc<dyn crate::orchestrator::Orchestrator>, String> {
+                match self {
+                    OrchestratorConfig::None => {
+                        Ok(std::sync::Arc::new(crate::orchestrator::NoOrchestrator))
+                    }
+                    $(OrchestratorConfig::$variant(c) => c
+                        .connect()
+                        .await
+                        .map_err(|e| format!("connecting to {}: {e}", $name)),)*
+                }
+            }
+        }
+    };
 }
 
-/// The `kind` of an `orchestrator` section.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum OrchestratorKind {
-    #[default]
-    None,
-    Kubernetes,
+orchestrator_kinds! {
+    Kubernetes => "kubernetes", kubernetes;
+    Fuzzball => "fuzzball", fuzzball;
 }
 
 /// `orchestrator: { kind: none }` takes no other key.
@@ -435,34 +490,6 @@ thread_local! {
     /// The kind [`Config::parse`]'s first pass found, for the second to read the
     /// section as. Read through the kind's own struct, every key keeps its line.
     static KIND: std::cell::Cell<OrchestratorKind> = const { std::cell::Cell::new(OrchestratorKind::None) };
-}
-
-impl<'de> Deserialize<'de> for OrchestratorConfig {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match KIND.get() {
-            OrchestratorKind::None => NoneConfig::deserialize(d).map(|_| OrchestratorConfig::None),
-            OrchestratorKind::Kubernetes => crate::kubernetes::Config::deserialize(d)
-                .map(|k| OrchestratorConfig::Kubernetes(Box::new(k))),
-        }
-    }
-}
-
-impl OrchestratorConfig {
-    /// `none`, `kubernetes`, …
-    pub fn kind(&self) -> &'static str {
-        match self {
-            OrchestratorConfig::None => "none",
-            OrchestratorConfig::Kubernetes(_) => "kubernetes",
-        }
-    }
-
-    /// The kind's own checks; the error is (key under `orchestrator`, message).
-    fn validate(&self) -> Result<(), (String, String)> {
-        match self {
-            OrchestratorConfig::None => Ok(()),
-            OrchestratorConfig::Kubernetes(k) => k.validate(),
-        }
-    }
 }
 
 /// The first pass of [`Config::parse`]: only the orchestrator's kind.
@@ -1446,6 +1473,32 @@ mod tests {
                 "cluster: a\nnodeHealth:\n  cordnBelow: 40\n",
                 3,
                 "nodeHealth.cordnBelow",
+            ),
+            // Each orchestrator kind takes its own keys, and only those.
+            (
+                "orchestrator:\n  kind: fuzzball\n  url: 'ftp://fz/v4'\n",
+                3,
+                "orchestrator.url",
+            ),
+            (
+                "orchestrator:\n  kind: fuzzball\n  url: https://fz/v4\n  conditionPrefix: X\n",
+                4,
+                "orchestrator.conditionPrefix",
+            ),
+            (
+                "orchestrator:\n  kind: kubernetes\n  cli: /usr/bin/fuzzball\n",
+                3,
+                "orchestrator.cli",
+            ),
+            (
+                "orchestrator:\n  kind: fuzzball\n  url: https://fz/v4\n  tokenFile: /nonexistent/token\n",
+                4,
+                "orchestrator.tokenFile",
+            ),
+            (
+                "orchestrator:\n  kind: fuzzball\n  url: https://fz/v4\n  nodeName: fqdn\n",
+                4,
+                "orchestrator.nodeName",
             ),
         ] {
             let e = load(text).expect_err(text);

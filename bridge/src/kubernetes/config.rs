@@ -111,3 +111,11 @@ impl Config {
         Ok(())
     }
 }
+
+impl Config {
+    pub async fn connect(
+        &self,
+    ) -> Result<std::sync::Arc<dyn crate::orchestrator::Orchestrator>, super::ConnectError> {
+        Ok(super::Kubernetes::connect(self).await?)
+    }
+}

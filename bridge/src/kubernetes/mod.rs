@@ -415,6 +415,7 @@ pub fn observed(node: &Node) -> Observed {
     };
     Observed {
         not_ready: !ready,
+        orchestrator_health: None,
         id: meta.name.clone().unwrap_or_default(),
         uid: meta.uid.clone(),
         hostname: labels.get("kubernetes.io/hostname").cloned(),

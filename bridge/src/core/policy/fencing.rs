@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Action, PowerOp, event, remediation_verdict};
+use super::{Action, PowerOp, event, policy_verdict};
 use crate::core::outcome::Outcome;
 use crate::core::settings::{CoreSettings, Mode};
 use crate::core::{EventKind, Fleet, HEARTBEAT_MISSED, Node, Status, Time};
@@ -194,7 +194,7 @@ impl Fleet {
             if let Some((guardrail, message)) = refusal {
                 if !node.policy.fence_held {
                     node.policy.fence_held = true;
-                    out.events.push(remediation_verdict(
+                    out.events.push(policy_verdict(
                         node, settings, now, FENCE, guardrail, message,
                     ));
                     out.dirty.insert(id.clone());

@@ -37,6 +37,20 @@ pub struct Observed {
     /// Not ready, whatever `status` shows (a cordoned node's readiness is hidden
     /// behind `Cordoned`): what fencing and the reboot flow's return look at.
     pub not_ready: bool,
+    /// The orchestrator's own judgement of the node's health, where it makes one
+    /// (Fuzzball): shown beside hale's, never part of it.
+    pub orchestrator_health: Option<OrchestratorHealth>,
+}
+
+/// An orchestrator's own health state and reliability score of a node.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OrchestratorHealth {
+    /// `healthy`, `degraded`, `unknown`, as the orchestrator says.
+    pub state: String,
+    /// `None`: not scored by it (not the same as 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<u8>,
 }
 
 impl Fleet {
@@ -100,11 +114,13 @@ impl Fleet {
                     node.status,
                     node.policy.pending.len(),
                     node.policy.not_ready,
+                    node.policy.orchestrator_health.clone(),
                 )
             };
             let before = seen(node);
             node.labels = o.labels.clone();
             node.policy.not_ready = o.not_ready;
+            node.policy.orchestrator_health = o.orchestrator_health.clone();
             node.hostname = o.hostname.clone();
             node.policy.provisioned = o.provisioned;
             if let Some(n) = o.allocations {

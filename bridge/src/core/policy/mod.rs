@@ -19,7 +19,7 @@ mod remediation;
 mod state;
 
 pub use fencing::{Fence, FenceStep};
-pub use inventory::Observed;
+pub use inventory::{Observed, OrchestratorHealth};
 pub use operator::{DrainAll, PowerDone};
 pub use queue::{Action, Done, Pending, PowerOp};
 pub use remediation::{Entry, Facts, Flow, FlowStep, REBOOT, Remediations};
@@ -403,6 +403,10 @@ impl Policy<'_, '_> {
             guardrail,
         };
         if node.policy.cordon.is_none() {
+            // The orchestrator refused the last cordon: not asked again at once.
+            if node.policy.retry_after.is_some_and(|t| self.now < t) {
+                return halted(Guardrail::CordonRefused);
+            }
             if let Some(guardrail) = self.admit(node, settings, pool) {
                 return halted(guardrail);
             }
@@ -634,6 +638,9 @@ impl Policy<'_, '_> {
                     Guardrail::TerminationRejected => {
                         "the orchestrator refused to terminate it".into()
                     }
+                    Guardrail::CordonRefused => {
+                        "the orchestrator refused to take it out of service; asked again in 10 minutes".into()
+                    }
                 };
                 let message = if settings.mode == Mode::Observe {
                     format!(
@@ -758,9 +765,10 @@ fn put_back(node: &mut Node, reason: &str, now: Time) -> Vec<Event> {
     events
 }
 
-/// A policy event about a remediation (`reboot`, `fence`) on `node`, priced by its
-/// pool's `settings`: recommended (no guardrail: observe), or halted by `guardrail`.
-fn remediation_verdict(
+/// A policy event about `action` on `node` (a reboot, a fence, a gate the
+/// orchestrator refused), priced by its pool's `settings`: recommended (no
+/// guardrail: observe), or halted by `guardrail`.
+fn policy_verdict(
     node: &Node,
     settings: &Settings,
     now: Time,

@@ -297,15 +297,34 @@ impl Fleet {
         let Some(node) = self.nodes.get_mut(id) else {
             return out;
         };
-        if matches!(action, Action::Cordon { .. }) {
+        if let Action::Cordon { by, .. } = action {
             // Not out of service after all: the books say what the cluster says,
-            // and the next report decides again (a refusal is not an uncordon).
+            // and the next report decides again (a refusal is not an uncordon) —
+            // hale's own cordon not before `TERMINATE_RETRY`: a refusal is not
+            // something to ask again every second.
             node.policy.cordon = None;
             node.policy.conclusion = None;
+            if by == Actor::Hale {
+                node.policy.retry_after =
+                    Some(now + chrono::TimeDelta::from_std(TERMINATE_RETRY).expect("minutes"));
+            }
             node.status = Status::Ready;
             node.policy
                 .pending
                 .retain(|p| matches!(p.action, Action::Gate { .. }));
+            return out;
+        }
+        if let Action::Gate { on } = action {
+            // The orchestrator has no gate to give: said once, as a halt, with why.
+            let settings = cfg.settings_for(&node.labels);
+            out.events.push(super::policy_verdict(
+                node,
+                settings,
+                now,
+                Action::Gate { on }.name(),
+                Some("orchestrator"),
+                format!("the scheduling gate was refused: {why}"),
+            ));
             return out;
         }
         if action != Action::Terminate {

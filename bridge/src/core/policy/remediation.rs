@@ -11,9 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{
-    Action, Actor, HOUR, PowerOp, count, event, remediation_verdict, status_name, take_out,
-};
+use super::{Action, Actor, HOUR, PowerOp, count, event, policy_verdict, status_name, take_out};
 use crate::core::outcome::{CoreError, Outcome};
 use crate::core::settings::{CONTROL_PLANE_LABELS, CoreSettings, Mode};
 use crate::core::{
@@ -279,7 +277,7 @@ impl Fleet {
             .ok_or_else(|| CoreError::UnknownNode(id.into()))?;
         let settings = cfg.settings_for(&node.labels);
         let mut out = Outcome::default();
-        out.events.push(remediation_verdict(
+        out.events.push(policy_verdict(
             node,
             settings,
             now,
@@ -357,7 +355,7 @@ impl Fleet {
             if settings.mode == Mode::Observe {
                 if node.policy.recommended_reboot.as_deref() != Some(ctype.as_str()) {
                     node.policy.recommended_reboot = Some(ctype.clone());
-                    out.events.push(remediation_verdict(
+                    out.events.push(policy_verdict(
                         node,
                         settings,
                         now,
@@ -408,7 +406,7 @@ impl Fleet {
             if let Some((guardrail, message)) = refusal {
                 if node.policy.recommended_reboot.as_deref() != Some(ctype.as_str()) {
                     node.policy.recommended_reboot = Some(ctype.clone());
-                    out.events.push(remediation_verdict(
+                    out.events.push(policy_verdict(
                         node,
                         settings,
                         now,
@@ -1185,7 +1183,7 @@ impl Fleet {
         let max = cfg.remediation.max_failures_per_hour;
         if failures == max + 1 {
             let settings = cfg.settings_for(&node.labels);
-            out.events.push(remediation_verdict(
+            out.events.push(policy_verdict(
                 node,
                 settings,
                 now,

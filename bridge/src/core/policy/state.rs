@@ -59,7 +59,7 @@ pub struct NodePolicy {
     /// stood.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovered_since: Option<Time>,
-    /// A rejected termination waits until then before it is tried again.
+    /// A refused cordon or termination waits until then before it is tried again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after: Option<Time>,
     /// The reboot flow, queued or under way.
@@ -95,6 +95,9 @@ pub struct NodePolicy {
     /// The orchestrator says it is not ready, whatever its status shows.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub not_ready: bool,
+    /// The orchestrator's own health of the node (Fuzzball's), shown beside hale's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orchestrator_health: Option<super::OrchestratorHealth>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -176,6 +179,9 @@ pub enum Guardrail {
     ReplacementBudget,
     /// The orchestrator refused to terminate the node.
     TerminationRejected,
+    /// The orchestrator refused to cordon the node (Fuzzball will not drain a node
+    /// that is not ready): asked again after a while, not at once.
+    CordonRefused,
 }
 
 impl Guardrail {
@@ -187,6 +193,7 @@ impl Guardrail {
             Guardrail::NotOurs => "notTakenOutByHale",
             Guardrail::ReplacementBudget => "maxReplacementsPerHour",
             Guardrail::TerminationRejected => "terminationRejected",
+            Guardrail::CordonRefused => "cordonRefused",
         }
     }
 }

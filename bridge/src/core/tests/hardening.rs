@@ -639,6 +639,7 @@ fn a_node_being_replaced_leaves_the_inventory_replaced_not_gone() {
     let ids: Vec<String> = (0..4).map(|i| format!("c-{i}")).collect();
     let seen = |id: &str, status: Status| policy::Observed {
         not_ready: false,
+        orchestrator_health: None,
         provisioned: true,
         allocations: (status == Status::Cordoned).then_some(0),
         ..shown(id, status)

@@ -1956,6 +1956,7 @@ fn the_orchestrators_inventory_records_cordons_made_outside_hale() {
     s.at(0).report(&ids, &[], low);
     let seen = |id: &str, status: Status| policy::Observed {
         not_ready: false,
+        orchestrator_health: None,
         hostname: Some(format!("{id}.example")),
         provisioned: true,
         allocations: Some(3),
@@ -2018,8 +2019,17 @@ fn a_refused_cordon_leaves_the_node_in_service_and_is_not_an_uncordon() {
         Vec::<String>::new(),
         "no uncordon recorded"
     );
-    // The next report decides again.
+    // The next report decides again: halted, said once, not asked again at once.
     s.at(60).report(&ids, &["g-0"], low);
+    assert_eq!(
+        s.policy_events(),
+        ["g-0 POLICY_HALTED cordon cordonRefused"]
+    );
+    s.at(90).report(&ids, &["g-0"], low);
+    assert_eq!(s.policy_events(), Vec::<String>::new());
+    assert!(s.fleet.pending().is_empty());
+    // Ten minutes on, asked again.
+    s.at(30 + 601).report(&ids, &["g-0"], low);
     assert_eq!(
         s.policy_events(),
         ["g-0 NODE_CORDONED hale", "g-0 POLICY_ACTED cordon"]
@@ -2068,6 +2078,7 @@ fn what_the_cluster_shows_done_is_not_done_again() {
     // This replica follows: the leader cordoned the node (its record on it).
     let seen = |status: Status, gated: bool| policy::Observed {
         not_ready: false,
+        orchestrator_health: None,
         cordoned_by: (status == Status::Cordoned).then(|| {
             (
                 policy::Actor::Hale,
@@ -2115,6 +2126,7 @@ fn an_uncordon_seen_in_the_cluster_withdraws_a_queued_eviction() {
     };
     let seen = |status: Status, evicted: Option<&str>| policy::Observed {
         not_ready: false,
+        orchestrator_health: None,
         cordoned_by: (status == Status::Cordoned).then(|| (by, reason.clone())),
         evicted: evicted.map(str::to_string),
         ..shown("gpu-14", status)
@@ -2139,6 +2151,7 @@ fn an_eviction_the_cluster_shows_done_is_not_done_again() {
     s.at(30).report(&ids, &["gpu-14"], low);
     let seen = |evicted: &str| policy::Observed {
         not_ready: false,
+        orchestrator_health: None,
         evicted: Some(evicted.into()),
         ..shown("gpu-14", Status::Cordoned)
     };
@@ -2166,6 +2179,7 @@ fn each_family_of_queued_actions_is_judged_by_its_last_entry() {
     s.at(0).report(&ids, &[], low);
     let seen = |status: Status, by: Option<(policy::Actor, &str)>, gated: bool| policy::Observed {
         not_ready: false,
+        orchestrator_health: None,
         cordoned_by: by.map(|(a, r)| (a, r.to_string())),
         gated: Some(gated),
         ..shown("g-0", status)
@@ -2243,6 +2257,7 @@ fn each_family_of_queued_actions_is_judged_by_its_last_entry() {
 fn shown(id: &str, status: Status) -> policy::Observed {
     policy::Observed {
         not_ready: false,
+        orchestrator_health: None,
         uid: None,
         id: id.into(),
         hostname: None,

@@ -1,0 +1,573 @@
+//! `orchestrator: { kind: fuzzball }` (DESIGN §13): the inventory from Fuzzball's
+//! public REST API (`GET /v4/nodes`, `GET /v4/nodes/{id}`), the actions through its
+//! CLI (`fuzzball node drain [--active] --reason …`, `fuzzball node uncordon`),
+//! which is how Fuzzball's own documentation takes nodes out of service. What the
+//! public surface cannot do — a scheduling gate short of a cordon, terminating a
+//! node's instance, failing a job rather than requeueing it — is refused, never
+//! faked.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::core::Status;
+use crate::core::policy::{Done, Observed, OrchestratorHealth};
+use crate::core::settings::de_duration;
+use crate::orchestrator::{Fut, Orchestrator, OrchestratorError, Report, Result, Workload};
+
+/// `orchestrator: { kind: fuzzball, … }`: Fuzzball's own keys.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct Config {
+    /// `fuzzball`.
+    pub kind: String,
+    /// The API's base, with its version: `https://fuzzball.example.com/v4`.
+    pub url: String,
+    /// A bearer token for the API, read at start and on reload.
+    pub token_file: Option<PathBuf>,
+    /// Trust only this CA for the API (PEM).
+    pub ca_file: Option<PathBuf>,
+    /// The `fuzzball` CLI, run without a shell; it uses its own login context.
+    pub cli: PathBuf,
+    /// One CLI run at most.
+    #[serde(deserialize_with = "de_duration")]
+    pub cli_timeout: Duration,
+    /// One API request at most.
+    #[serde(deserialize_with = "de_duration")]
+    pub timeout: Duration,
+    /// What names a node in hale (and in the alerts): `hostName` (default) or
+    /// Fuzzball's node `id`.
+    pub node_name: NodeName,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub enum NodeName {
+    #[default]
+    HostName,
+    Id,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            kind: "fuzzball".into(),
+            url: String::new(),
+            token_file: None,
+            ca_file: None,
+            cli: PathBuf::from("fuzzball"),
+            cli_timeout: Duration::from_secs(120),
+            timeout: Duration::from_secs(30),
+            node_name: NodeName::HostName,
+        }
+    }
+}
+
+impl Config {
+    /// What serde cannot check; the error is (key under `orchestrator`, message).
+    pub fn validate(&self) -> std::result::Result<(), (String, String)> {
+        let fail = |key: &str, message: String| Err((key.to_string(), message));
+        match reqwest::Url::parse(&self.url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+            _ => {
+                return fail(
+                    "url",
+                    format!(
+                        "`{}` is not the API's http(s) base, like https://fuzzball.example.com/v4",
+                        self.url
+                    ),
+                );
+            }
+        }
+        if let Some(p) = &self.token_file {
+            token(p).map_err(|e| ("tokenFile".to_string(), e))?;
+        }
+        if let Some(p) = &self.ca_file {
+            certificates(p).map_err(|e| ("caFile".to_string(), e))?;
+        }
+        if self.cli.as_os_str().is_empty() {
+            return fail("cli", "must name the fuzzball CLI".into());
+        }
+        for (key, d) in [("cliTimeout", self.cli_timeout), ("timeout", self.timeout)] {
+            if d.is_zero() {
+                return fail(key, "must be longer than 0".into());
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn connect(&self) -> std::result::Result<Arc<dyn Orchestrator>, String> {
+        Ok(Arc::new(Fuzzball::new(self)?))
+    }
+}
+
+/// The token in `path`; the error names the file, never the text.
+fn token(path: &std::path::Path) -> std::result::Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    match text.trim() {
+        "" => Err(format!("{} is empty", path.display())),
+        t => Ok(t.to_string()),
+    }
+}
+
+fn certificates(path: &std::path::Path) -> std::result::Result<Vec<reqwest::Certificate>, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    match reqwest::Certificate::from_pem_bundle(&pem) {
+        Ok(c) if !c.is_empty() => Ok(c),
+        _ => Err(format!("{} holds no PEM certificate", path.display())),
+    }
+}
+
+/// The words of Fuzzball's refusal to drain a node that is not ready (the seed's).
+const NOT_DRAINABLE: &str = "cannot be drained";
+
+pub struct Fuzzball {
+    http: reqwest::Client,
+    base: reqwest::Url,
+    token: Option<String>,
+    token_file: Option<PathBuf>,
+    cli: PathBuf,
+    cli_timeout: Duration,
+    node_name: NodeName,
+    /// hale's name of each node → Fuzzball's id, as the last inventory listed them.
+    ids: Mutex<HashMap<String, String>>,
+    /// Running jobs per node, as the last inventory counted them.
+    jobs: Mutex<HashMap<String, u32>>,
+}
+
+impl Fuzzball {
+    pub fn new(cfg: &Config) -> std::result::Result<Fuzzball, String> {
+        crate::init_tls();
+        let mut builder = reqwest::Client::builder()
+            .user_agent(crate::USER_AGENT)
+            .timeout(cfg.timeout)
+            .connect_timeout(cfg.timeout.min(Duration::from_secs(5)));
+        if let Some(ca) = &cfg.ca_file {
+            builder = builder.tls_certs_only(certificates(ca)?);
+        }
+        let mut base = reqwest::Url::parse(&cfg.url).map_err(|e| e.to_string())?;
+        if !base.path().ends_with('/') {
+            let path = format!("{}/", base.path());
+            base.set_path(&path);
+        }
+        Ok(Fuzzball {
+            http: builder.build().map_err(|e| crate::error_chain(&e))?,
+            base,
+            token: cfg.token_file.as_deref().map(token).transpose()?,
+            token_file: cfg.token_file.clone(),
+            cli: cfg.cli.clone(),
+            cli_timeout: cfg.cli_timeout,
+            node_name: cfg.node_name,
+            ids: Mutex::new(HashMap::new()),
+            jobs: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// `GET <base>/<path>` as JSON.
+    async fn get(&self, path: &str) -> Result<Value> {
+        let url = self
+            .base
+            .join(path)
+            .map_err(|e| OrchestratorError::refused(e.to_string()))?;
+        let shown = crate::shown_url(&url);
+        let mut request = self.http.get(url).header("accept", "application/json");
+        if let Some(t) = &self.token {
+            request = request.bearer_auth(t);
+        }
+        let response = request.send().await.map_err(|e| {
+            OrchestratorError::transient(format!(
+                "{shown}: {}",
+                crate::error_chain(&e.without_url())
+            ))
+        })?;
+        let status = response.status();
+        if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
+            let file = self.token_file.as_ref().map_or_else(
+                || "no tokenFile is set".to_string(),
+                |p| format!("the token in {}", p.display()),
+            );
+            return Err(OrchestratorError::refused(format!(
+                "{shown}: {status}: the Fuzzball API refused {file}"
+            )));
+        }
+        let body = response.bytes().await.map_err(|e| {
+            OrchestratorError::transient(format!(
+                "{shown}: {}",
+                crate::error_chain(&e.without_url())
+            ))
+        })?;
+        if !status.is_success() {
+            // google.rpc.Status: {code, message, details}.
+            let said = serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_string))
+                .unwrap_or_default();
+            let e = format!("{shown}: {status}: {said}");
+            return Err(if status.is_server_error() || status.as_u16() == 429 {
+                OrchestratorError::transient(e)
+            } else {
+                OrchestratorError::refused(e)
+            });
+        }
+        serde_json::from_slice(&body)
+            .map_err(|e| OrchestratorError::refused(format!("{shown}: not a JSON answer: {e}")))
+    }
+
+    /// Fuzzball's id of hale's node `node`.
+    fn id_of(&self, node: &str) -> String {
+        self.ids
+            .lock()
+            .expect("ids lock")
+            .get(node)
+            .cloned()
+            .unwrap_or_else(|| node.to_string())
+    }
+
+    /// Run `fuzzball node ARGS…` (no shell); its standard output.
+    async fn cli(&self, args: &[&str]) -> Result<String> {
+        let mut command = tokio::process::Command::new(&self.cli);
+        command
+            .arg("node")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let shown = format!("{} node {}", self.cli.display(), args.join(" "));
+        let child = command.spawn().map_err(|e| {
+            OrchestratorError::refused(format!("cannot run {}: {e}", self.cli.display()))
+        })?;
+        let output = tokio::time::timeout(self.cli_timeout, child.wait_with_output())
+            .await
+            .map_err(|_| {
+                OrchestratorError::transient(format!(
+                    "`{shown}` did not finish in {}s",
+                    self.cli_timeout.as_secs()
+                ))
+            })?
+            .map_err(|e| OrchestratorError::transient(format!("`{shown}`: {e}")))?;
+        if output.status.success() {
+            return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
+        }
+        let stderr = String::from_utf8_lossy(&output.stderr)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        let e = format!("`{shown}` exited with {}: {stderr}", output.status);
+        // A node Fuzzball will not drain is a refusal, not something to retry.
+        Err(
+            if stderr.contains(NOT_DRAINABLE) || stderr.contains("not found") {
+                OrchestratorError::refused(e)
+            } else {
+                OrchestratorError::transient(e)
+            },
+        )
+    }
+
+    /// One listed node as hale's policy sees it.
+    fn observed(&self, n: &Value) -> Option<(Observed, String)> {
+        let text = |k: &str| n.get(k).and_then(Value::as_str).unwrap_or_default();
+        let id = text("id");
+        if id.is_empty() {
+            return None;
+        }
+        let host = text("hostName");
+        let name = match self.node_name {
+            NodeName::HostName if !host.is_empty() => host,
+            _ => id,
+        };
+        let status = match text("status") {
+            "NODE_STATUS_READY" => Status::Ready,
+            "NODE_STATUS_CORDONED" => Status::Cordoned,
+            "NODE_STATUS_OFFLINE" => Status::Offline,
+            _ => Status::NotReady,
+        };
+        let mut labels: BTreeMap<String, String> = n
+            .pointer("/resource/annotations")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (label, key) in [
+            ("fuzzball.io/definition", "definitionId"),
+            ("fuzzball.io/cluster", "clusterId"),
+        ] {
+            if !text(key).is_empty() {
+                labels.insert(label.into(), text(key).into());
+            }
+        }
+        // int64 arrives as a number, or as a string from grpc-gateway.
+        let number =
+            |v: Option<&Value>| v.and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()));
+        let jobs = number(n.get("runningJobs")).map(|j| j.min(u64::from(u32::MAX)) as u32);
+        let health = match text("healthState") {
+            "" | "NODE_HEALTH_STATE_UNSPECIFIED" => None,
+            s => Some(
+                s.trim_start_matches("NODE_HEALTH_STATE_")
+                    .to_ascii_lowercase(),
+            ),
+        };
+        let score = number(n.get("reliabilityScore")).map(|s| s.min(100) as u8);
+        let observed = Observed {
+            id: name.to_string(),
+            uid: Some(id.to_string()),
+            hostname: (!host.is_empty()).then(|| host.to_string()),
+            status,
+            labels,
+            provisioned: !text("definitionId").is_empty(),
+            allocations: jobs,
+            // Fuzzball keeps no record of who drained a node: hale's own books say
+            // which cordons are its own; any other is the operator's.
+            cordoned_by: None,
+            gated: None,
+            evicted: None,
+            not_ready: matches!(status, Status::NotReady | Status::Offline),
+            orchestrator_health: (health.is_some() || score.is_some()).then(|| {
+                OrchestratorHealth {
+                    state: health.unwrap_or_else(|| "unknown".into()),
+                    score,
+                }
+            }),
+        };
+        Some((observed, id.to_string()))
+    }
+}
+
+impl Orchestrator for Fuzzball {
+    fn fails_work(&self) -> bool {
+        false
+    }
+
+    fn restart_hint(&self) -> &'static str {
+        "Fuzzball requeues every job of a node it drains actively: make work safe to run again from the beginning"
+    }
+
+    fn publish<'a>(&'a self, _: &'a [Report]) -> Fut<'a, ()> {
+        // Fuzzball computes its own health; its public API takes none from outside.
+        Box::pin(async { Ok(()) })
+    }
+
+    fn inventory(&self) -> Fut<'_, Option<Vec<Observed>>> {
+        Box::pin(async {
+            let answer = self
+                .get("nodes")
+                .await
+                .map_err(|e| e.during("-", "inventory"))?;
+            let listed = answer
+                .get("nodes")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let mut ids = HashMap::new();
+            let mut jobs = HashMap::new();
+            let mut nodes = Vec::new();
+            for n in &listed {
+                if let Some((o, id)) = self.observed(n) {
+                    ids.insert(o.id.clone(), id);
+                    jobs.insert(o.id.clone(), o.allocations.unwrap_or(0));
+                    nodes.push(o);
+                }
+            }
+            *self.ids.lock().expect("ids lock") = ids;
+            *self.jobs.lock().expect("jobs lock") = jobs;
+            Ok(Some(nodes))
+        })
+    }
+
+    fn cordon<'a>(&'a self, node: &'a str, by: &'a str, reason: &'a str) -> Fut<'a, ()> {
+        Box::pin(async move {
+            let id = self.id_of(node);
+            let reason = format!("{by}: {reason}");
+            self.cli(&["drain", &id, "--reason", &reason])
+                .await
+                .map(|_| ())
+                .map_err(|e| e.during(node, "cordon"))
+        })
+    }
+
+    fn uncordon<'a>(&'a self, node: &'a str) -> Fut<'a, ()> {
+        Box::pin(async move {
+            let id = self.id_of(node);
+            self.cli(&["uncordon", &id])
+                .await
+                .map(|_| ())
+                .map_err(|e| e.during(node, "uncordon"))
+        })
+    }
+
+    fn gate<'a>(&'a self, node: &'a str, _on: bool) -> Fut<'a, ()> {
+        Box::pin(async move {
+            Err(OrchestratorError::refused(
+                "Fuzzball's public surface has no scheduling gate short of a cordon",
+            )
+            .during(node, "gate"))
+        })
+    }
+
+    fn drain<'a>(&'a self, node: &'a str, active: bool) -> Fut<'a, Done> {
+        Box::pin(async move {
+            if !active {
+                // The cordon before it is the whole of a passive drain.
+                return Ok(Done::default());
+            }
+            let id = self.id_of(node);
+            let running = self.jobs.lock().expect("jobs lock").get(node).copied();
+            self.cli(&["drain", &id, "--active", "--reason", "hale: active drain"])
+                .await
+                .map_err(|e| e.during(node, "drain"))?;
+            Ok(Done {
+                moved: running.unwrap_or(0),
+                ..Done::default()
+            })
+        })
+    }
+
+    fn workloads<'a>(&'a self, node: &'a str) -> Fut<'a, Vec<Workload>> {
+        Box::pin(async move {
+            let id = self.id_of(node);
+            let detail = self
+                .get(&format!("nodes/{id}"))
+                .await
+                .map_err(|e| e.during(node, "workloads"))?;
+            let jobs = detail
+                .get("runningJobs")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            Ok(jobs
+                .iter()
+                .filter_map(|j| {
+                    let job = j.get("jobId")?.as_str()?.to_string();
+                    let owner = j
+                        .get("workflowId")
+                        .and_then(Value::as_str)
+                        .filter(|w| !w.is_empty())
+                        .map_or_else(|| job.clone(), |w| format!("workflow/{w}"));
+                    // An active drain requeues every job: each may restart.
+                    Some(Workload {
+                        id: job,
+                        owner,
+                        restart_on_node_fault: true,
+                        uid: None,
+                    })
+                })
+                .collect())
+        })
+    }
+
+    fn evict<'a>(
+        &'a self,
+        node: &'a str,
+        fault: &'a str,
+        _moved: &'a [&'a Workload],
+        _failed: &'a [&'a Workload],
+        _message: &'a str,
+    ) -> Fut<'a, Vec<String>> {
+        Box::pin(async move {
+            let id = self.id_of(node);
+            let reason = format!("hale: {fault}");
+            self.cli(&["drain", &id, "--active", "--reason", &reason])
+                .await
+                .map_err(|e| e.during(node, "evict"))?;
+            Ok(Vec::new())
+        })
+    }
+
+    fn terminate<'a>(&'a self, node: &'a str) -> Fut<'a, ()> {
+        Box::pin(async move {
+            Err(OrchestratorError::refused(
+                "Fuzzball's public API names no provisioner instance for a node, so hale cannot terminate one",
+            )
+            .during(node, "terminate"))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn fuzzball(node_name: NodeName) -> Fuzzball {
+        Fuzzball::new(&Config {
+            url: "http://127.0.0.1:9/v4".into(),
+            node_name,
+            ..Config::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn listed_nodes_map_to_hale_s_view() {
+        let fz = fuzzball(NodeName::HostName);
+        let statuses = [
+            ("NODE_STATUS_READY", Status::Ready, false),
+            ("NODE_STATUS_CORDONED", Status::Cordoned, false),
+            ("NODE_STATUS_OFFLINE", Status::Offline, true),
+            ("NODE_STATUS_NOT_READY", Status::NotReady, true),
+            ("NODE_STATUS_UNSPECIFIED", Status::NotReady, true),
+        ];
+        for (wire, status, not_ready) in statuses {
+            let (o, id) = fz
+                .observed(&json!({"id": "fz-1", "hostName": "c1", "status": wire}))
+                .unwrap();
+            assert_eq!(
+                (o.status, o.not_ready, id.as_str()),
+                (status, not_ready, "fz-1"),
+                "{wire}"
+            );
+        }
+        let (o, _) = fz
+            .observed(&json!({
+                "id": "fz-2", "hostName": "c2", "status": "NODE_STATUS_READY",
+                "runningJobs": "3", "definitionId": "gpu-h200", "clusterId": "default",
+                "resource": {"annotations": {"pool": "gpu"}},
+                "healthState": "NODE_HEALTH_STATE_DEGRADED", "reliabilityScore": 55
+            }))
+            .unwrap();
+        assert_eq!(o.id, "c2");
+        assert_eq!(
+            o.allocations,
+            Some(3),
+            "int64 as a string, as grpc-gateway sends it"
+        );
+        assert!(o.provisioned);
+        assert_eq!(o.labels["pool"], "gpu");
+        assert_eq!(o.labels["fuzzball.io/definition"], "gpu-h200");
+        assert_eq!(
+            o.orchestrator_health,
+            Some(OrchestratorHealth {
+                state: "degraded".into(),
+                score: Some(55)
+            })
+        );
+        // Unscored and unknown to health tracking: nothing of Fuzzball's to show.
+        let (o, _) = fz
+            .observed(&json!({"id": "fz-3", "status": "NODE_STATUS_READY"}))
+            .unwrap();
+        assert_eq!(o.id, "fz-3", "no hostName: named by its id");
+        assert_eq!(o.orchestrator_health, None);
+        assert_eq!(o.allocations, None);
+        assert!(
+            fz.observed(&json!({"hostName": "x"})).is_none(),
+            "no id, no node"
+        );
+        let by_id = fuzzball(NodeName::Id);
+        let (o, _) = by_id
+            .observed(
+                &json!({"id": "10.0.0.42/9100", "hostName": "c4", "status": "NODE_STATUS_READY"}),
+            )
+            .unwrap();
+        assert_eq!(o.id, "10.0.0.42/9100");
+    }
+}

@@ -1,0 +1,410 @@
+//! The Fuzzball orchestrator against a fake Fuzzball API built from the public spec
+//! (`tests/fuzzball/fake.py`: every answer validated against the spec's
+//! definitions before it is sent, tokens checked) and a stand-in `fuzzball` CLI
+//! (`tests/fuzzball/fuzzball`: the documented node verbs, outputs and refusals,
+//! acting on the fake's state, so a drain through the CLI shows in `GET /nodes`).
+//! No Fuzzball is installable here.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+const FUZZBALL_TOKEN: &str = "fz-token-e2e-5b1c";
+
+fn here() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fuzzball"))
+}
+
+/// The fake API, on a free port, stopped on drop.
+struct FakeFuzzball {
+    url: String,
+    port: u16,
+    state: PathBuf,
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl FakeFuzzball {
+    async fn start(nodes: Value) -> FakeFuzzball {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state.json");
+        std::fs::write(&state, json!({ "nodes": nodes }).to_string()).unwrap();
+        let port = free_port();
+        let child = Self::spawn(port, &state, dir.path());
+        let fake = FakeFuzzball {
+            url: format!("http://127.0.0.1:{port}"),
+            port,
+            state,
+            child,
+            dir,
+        };
+        fake.ready().await;
+        fake
+    }
+
+    fn spawn(port: u16, state: &Path, dir: &Path) -> Child {
+        let python = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.venv/bin/python"));
+        assert!(
+            python.is_file(),
+            "{} is missing: run tests/run.sh",
+            python.display()
+        );
+        let log = std::fs::File::create(dir.join("fake.log")).unwrap();
+        Command::new(python)
+            .arg(here().join("fake.py"))
+            .arg(port.to_string())
+            .arg(FUZZBALL_TOKEN)
+            .arg(state)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    }
+
+    async fn ready(&self) {
+        eventually("the fake Fuzzball API", Duration::from_secs(20), || async {
+            reqwest::get(format!("{}/test/state", self.url))
+                .await
+                .ok()
+                .filter(|r| r.status().is_success())
+                .map(|_| ())
+        })
+        .await;
+    }
+
+    async fn state(&self) -> Value {
+        reqwest::get(format!("{}/test/state", self.url))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    async fn set(&self, change: Value) {
+        let r = reqwest::Client::new()
+            .post(format!("{}/test/state", self.url))
+            .json(&change)
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+    }
+
+    async fn node(&self, id: &str) -> Value {
+        self.state().await["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["id"] == id)
+            .cloned()
+            .unwrap()
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Start again on the same port, with the state it had.
+    async fn restart(&mut self, state: Value) {
+        std::fs::write(&self.state, state.to_string()).unwrap();
+        self.child = Self::spawn(self.port, &self.state, self.dir.path());
+        self.ready().await;
+    }
+
+    /// What the fake wrote to stderr: an answer off the spec is said there.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("fake.log")).unwrap_or_default()
+    }
+
+    /// A `fuzzball` for hale: the stand-in CLI pointed at this fake.
+    fn cli(&self, dir: &Path) -> PathBuf {
+        let path = dir.join("fuzzball");
+        std::fs::write(
+            &path,
+            format!(
+                "#!/bin/sh\nFAKE_FUZZBALL_URL={} exec {} {} \"$@\"\n",
+                self.url,
+                concat!(env!("CARGO_MANIFEST_DIR"), "/../.venv/bin/python"),
+                here().join("fuzzball").display()
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+}
+
+impl Drop for FakeFuzzball {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A node as the fake keeps it: the spec's ListNodeInfo fields, its jobs apart.
+fn fz_node(id: &str, host: &str, status: &str, jobs: usize) -> Value {
+    let jobs: Vec<Value> = (0..jobs)
+        .map(|j| {
+            json!({"jobId": format!("{id}-job-{j}"), "jobName": "train", "workflowId": format!("wf-{j}"),
+                   "requestedCores": 4, "requestedMemoryGb": 8.0, "startedTimestamp": "1780000000"})
+        })
+        .collect();
+    json!({
+        "id": id, "hostName": host, "cpu": "x86_64", "cores": 64, "memoryGb": 512.0, "devices": 8,
+        "definitionId": "gpu-h200", "clusterId": "default",
+        "resource": {"annotations": {"pool": "gpu", "rack": "r1"}},
+        "status": format!("NODE_STATUS_{status}"),
+        "healthState": "NODE_HEALTH_STATE_HEALTHY", "reliabilityScore": 100,
+        "jobs": jobs,
+    })
+}
+
+fn fuzzball_config(dir: &Path, fake: &FakeFuzzball, token: &str) -> String {
+    std::fs::write(dir.join("fz-token"), format!("{token}\n")).unwrap();
+    format!(
+        "pools: [ {{ name: gpu, selector: {{ pool: gpu }}, nodeHealth: {{ mode: cordon, maxUnavailablePercent: 75 }} }} ]\n\
+         orchestrator: {{ kind: fuzzball, url: '{}/v4', tokenFile: {}, cli: {}, timeout: 5s, cliTimeout: 10s }}\n",
+        fake.url,
+        dir.join("fz-token").display(),
+        fake.cli(dir).display()
+    )
+}
+
+fn events_of(page: &Value, t: &str) -> Vec<Value> {
+    page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == t)
+        .cloned()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fuzzball_inventory_cordons_drains_and_operators_through_the_cli() {
+    let fake = FakeFuzzball::start(json!([
+        fz_node("fz-1", "c1", "READY", 2),
+        fz_node("fz-2", "c2", "READY", 0),
+        fz_node("fz-3", "c3", "READY", 1),
+        fz_node("fz-4", "c4", "READY", 0),
+    ]))
+    .await;
+    let am = Alertmanager::start(None).await;
+    am.fire(&[
+        watchdog(),
+        heartbeat("c1"),
+        heartbeat("c2"),
+        heartbeat("c3"),
+        heartbeat("c4"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let hale = Hale::start(
+        dir.path(),
+        &am.url,
+        &fuzzball_config(dir.path(), &fake, FUZZBALL_TOKEN),
+    )
+    .await;
+
+    // The inventory: named by hostname, status, jobs, labels for pools, and
+    // Fuzzball's own health beside hale's.
+    let c1 = hale
+        .wait_node("inventory", "c1", |n| n["jobs"] == 2 && n["score"] == 100)
+        .await;
+    assert_eq!(c1["status"], "Ready");
+    assert_eq!(
+        c1["orchestratorHealth"],
+        json!({"state": "healthy", "score": 100})
+    );
+    let out = hale.cli(&["node", "show", "c1"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Orchestrator: healthy, score 100"));
+    let listed = hale.cli(&["node", "list", "--pool", "gpu", "-o", "json"]);
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(
+        listed["nodes"].as_array().unwrap().len(),
+        4,
+        "labels from the API select the pool"
+    );
+
+    // Policy cordon in cordon mode: a passive drain through the CLI, Cordoned in
+    // Fuzzball; the score (15) is below drainBelow too, which asks for the gate.
+    am.fire(&[gpu_ecc_uncorrectable("c2"), smart_failing("c2")])
+        .await;
+    eventually(
+        "c2 drained in Fuzzball",
+        Duration::from_secs(30),
+        || async { (fake.node("fz-2").await["status"] == "NODE_STATUS_CORDONED").then_some(()) },
+    )
+    .await;
+    assert!(
+        fake.state().await["reasons"]["fz-2"]
+            .as_str()
+            .unwrap()
+            .starts_with("hale: ")
+    );
+    let c2 = hale
+        .wait_node("c2 cordoned", "c2", |n| n["status"] == "Cordoned")
+        .await;
+    assert_eq!(c2["cordon"]["by"], "hale");
+    // The gate has no place in Fuzzball: refused, recorded as a halt.
+    let halted = eventually(
+        "the gate refused and said",
+        Duration::from_secs(30),
+        || async {
+            let e = events_of(&hale.events("c2", "").await, "POLICY_HALTED");
+            (!e.is_empty()).then_some(e)
+        },
+    )
+    .await;
+    assert_eq!(halted[0]["guardrail"], "orchestrator");
+    assert!(
+        halted[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no scheduling gate"),
+        "{halted:?}"
+    );
+
+    // A manual active drain requeues the node's jobs.
+    let out = hale.cli(&[
+        "node",
+        "drain",
+        "c1",
+        "--active",
+        "--reason",
+        "failing disk",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let drained = eventually("c1's jobs requeued", Duration::from_secs(30), || async {
+        let e = events_of(&hale.events("c1", "").await, "NODE_DRAINED");
+        e.iter().find(|e| e["active"] == true).cloned()
+    })
+    .await;
+    assert_eq!(drained["moved"], 2);
+    assert_eq!(fake.node("fz-1").await["jobs"], json!([]));
+
+    // An operator's drain with the real verbs, outside hale: the operator's.
+    let cli = fake.cli(dir.path());
+    let out = Command::new(&cli)
+        .args(["node", "drain", "fz-3", "--reason", "maintenance"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c3 = hale
+        .wait_node("c3 seen cordoned", "c3", |n| n["status"] == "Cordoned")
+        .await;
+    assert_eq!(c3["cordon"]["by"], "operator");
+    // Its uncordon, outside hale too: recorded, and the suppression window starts.
+    let out = Command::new(&cli)
+        .args(["node", "uncordon", "fz-3"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    hale.wait_node("c3 back", "c3", |n| n["status"] == "Ready")
+        .await;
+    let back = events_of(&hale.events("c3", "").await, "NODE_UNCORDONED");
+    assert_eq!(back[0]["by"], "operator");
+
+    // Fuzzball refuses to drain a node that is not ready: a refusal, not a retry.
+    fake.set(json!({"refuse": ["fz-4"]})).await;
+    am.fire(&[gpu_ecc_uncorrectable("c4")]).await;
+    eventually("the refusal logged", Duration::from_secs(30), || async {
+        hale.log().contains("cannot be drained").then_some(())
+    })
+    .await;
+    hale.after_polls(5.0).await;
+    assert_eq!(
+        fake.state().await["drains"]["fz-4"],
+        1,
+        "asked once, not retried"
+    );
+    let halted = events_of(&hale.events("c4", "").await, "POLICY_HALTED");
+    assert!(
+        halted.iter().any(|e| e["guardrail"] == "cordonRefused"),
+        "{halted:?}"
+    );
+    assert_eq!(fake.node("fz-4").await["status"], "NODE_STATUS_READY");
+    assert!(!fake.log().contains("off spec"), "{}", fake.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fuzzball_down_or_refusing_the_token_acts_on_nothing_and_says_why() {
+    let mut fake = FakeFuzzball::start(json!([
+        fz_node("fz-1", "c1", "READY", 0),
+        fz_node("fz-2", "c2", "READY", 0)
+    ]))
+    .await;
+    let am = Alertmanager::start(None).await;
+    am.fire(&[watchdog(), heartbeat("c1"), heartbeat("c2")])
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut hale = Hale::start(
+        dir.path(),
+        &am.url,
+        &fuzzball_config(dir.path(), &fake, FUZZBALL_TOKEN),
+    )
+    .await;
+    hale.wait_node("inventory", "c1", |n| n["score"] == 100)
+        .await;
+
+    // The API down: a clear error, nothing acted on, taken in again once it is back.
+    let before = fake.state().await;
+    fake.stop();
+    am.fire(&[gpu_ecc_uncorrectable("c1")]).await;
+    eventually(
+        "the API's absence logged",
+        Duration::from_secs(60),
+        || async {
+            let log = hale.log();
+            (log.contains("inventory") && log.contains("Connection refused")).then_some(())
+        },
+    )
+    .await;
+    fake.restart(before).await;
+    eventually(
+        "c1 cordoned once the API is back",
+        Duration::from_secs(60),
+        || async { (fake.node("fz-1").await["status"] == "NODE_STATUS_CORDONED").then_some(()) },
+    )
+    .await;
+
+    // A wrong token: the error names the file, never the token.
+    hale.kill9();
+    let dir2 = tempfile::tempdir().unwrap();
+    let wrong = "not-the-fuzzball-token";
+    let hale2 = Hale::start(
+        dir2.path(),
+        &am.url,
+        &fuzzball_config(dir2.path(), &fake, wrong),
+    )
+    .await;
+    let file = dir2.path().join("fz-token").display().to_string();
+    eventually(
+        "the refused token named by its file",
+        Duration::from_secs(60),
+        || async {
+            hale2
+                .log()
+                .contains(&format!("refused the token in {file}"))
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(!hale2.log().contains(wrong));
+    assert!(!hale.log().contains(FUZZBALL_TOKEN));
+    assert!(!fake.log().contains("off spec"), "{}", fake.log());
+}
