@@ -169,12 +169,14 @@ impl Fuzzball {
         })
     }
 
-    /// `GET <base>/<path>` as JSON.
-    async fn get(&self, path: &str) -> Result<Value> {
-        let url = self
-            .base
-            .join(path)
-            .map_err(|e| OrchestratorError::refused(e.to_string()))?;
+    /// `GET <base>/<segments…>` as JSON; each segment percent-encoded (a node id
+    /// may hold a `/`, as `10.0.0.42/9100` does).
+    async fn get(&self, segments: &[&str]) -> Result<Value> {
+        let mut url = self.base.clone();
+        url.path_segments_mut()
+            .map_err(|_| OrchestratorError::refused("the API's url cannot take a path"))?
+            .pop_if_empty()
+            .extend(segments);
         let shown = crate::shown_url(&url);
         let mut request = self.http.get(url).header("accept", "application/json");
         if let Some(t) = &self.token {
@@ -359,7 +361,7 @@ impl Orchestrator for Fuzzball {
     fn inventory(&self) -> Fut<'_, Option<Vec<Observed>>> {
         Box::pin(async {
             let answer = self
-                .get("nodes")
+                .get(&["nodes"])
                 .await
                 .map_err(|e| e.during("-", "inventory"))?;
             let listed = answer
@@ -435,7 +437,7 @@ impl Orchestrator for Fuzzball {
         Box::pin(async move {
             let id = self.id_of(node);
             let detail = self
-                .get(&format!("nodes/{id}"))
+                .get(&["nodes", &id])
                 .await
                 .map_err(|e| e.during(node, "workloads"))?;
             let jobs = detail

@@ -14,6 +14,7 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import unquote
 
 from jsonschema import Draft4Validator
 
@@ -86,7 +87,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/v4/nodes":
             return self.send(200, {"nodes": [list_info(n) for n in nodes]}, LIST)
         if self.path.startswith("/v4/nodes/"):
-            wanted = self.path[len("/v4/nodes/"):]
+            wanted = unquote(self.path[len("/v4/nodes/"):])
             for n in nodes:
                 if n["id"] == wanted:
                     return self.send(200, get_info(n), ONE)
