@@ -188,7 +188,7 @@ CASES = [
 REFUSED = [
     ("top-level typo", {"replicaCont": 3}, "additional properties 'replicaCont' not allowed", True),
     ("hale config typo", {"config": {"nodeHealth": {"cordnBelow": 50}}}, "cordnBelow", True),
-    ("unknown orchestrator", {"config": {"orchestrator": {"kind": "slurm"}}}, "/config/orchestrator/kind", True),
+    ("unknown orchestrator", {"config": {"orchestrator": {"kind": "nomad"}}}, "/config/orchestrator/kind", True),
     ("loopback listen", {"config": {"listen": "127.0.0.1:9470"}}, "is a loopback address", False),
     ("unknown disabled alert", {"prometheusRule": {"disabledAlerts": ["NoSuchAlert"]}},
      "NoSuchAlert is not one of hale's alerts", False),

@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 . tests/install.sh
 install_missing prometheus-alertmanager=prometheus-alertmanager promtool=prometheus \
     prometheus-node-exporter=prometheus-node-exporter mtail=mtail ip=iproute2 unshare=util-linux \
-    ipmi_sim=openipmi ipmitool=ipmitool
+    ipmi_sim=openipmi ipmitool=ipmitool \
+    slurmctld=slurmctld slurmd=slurmd sinfo=slurm-client munged=munge setpriv=util-linux
 # The Redfish BMC emulator the BMC tests run against; the fake Fuzzball API's
 # schema validator.
 install_venv sushy-tools jsonschema

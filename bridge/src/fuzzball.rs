@@ -363,7 +363,7 @@ impl Orchestrator for Fuzzball {
             let answer = self
                 .get(&["nodes"])
                 .await
-                .map_err(|e| e.during("-", "inventory"))?;
+                .map_err(|e| e.doing("inventory"))?;
             let listed = answer
                 .get("nodes")
                 .and_then(Value::as_array)

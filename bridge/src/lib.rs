@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod notify;
 pub mod orchestrator;
 pub mod service;
+pub mod slurm;
 pub mod store;
 pub mod view;
 
@@ -64,7 +65,7 @@ mod layers {
     const LAYERS: &[&[&str]] = &[
         &["core"],
         &["orchestrator", "store", "liveness"],
-        &["kubernetes", "fuzzball", "bmc", "view"],
+        &["kubernetes", "fuzzball", "slurm", "bmc", "view"],
         &["config"],
         &["alertmanager", "notify"],
         &["metrics"],

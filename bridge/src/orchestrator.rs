@@ -51,6 +51,12 @@ impl OrchestratorError {
         }
     }
 
+    /// The same failure, said of `op` on no one node (an inventory).
+    pub fn doing(mut self, op: &'static str) -> Self {
+        self.op.get_or_insert(op);
+        self
+    }
+
     /// The same failure, said of `node` and `op` (where the caller knows them).
     pub fn during(mut self, node: &str, op: &'static str) -> Self {
         self.node.get_or_insert_with(|| node.to_string());

@@ -12,3 +12,4 @@ mod monitoring;
 mod pipeline;
 mod policy;
 mod remediation;
+mod slurm;

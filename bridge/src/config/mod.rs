@@ -476,6 +476,7 @@ macro_rules! orchestrator_kinds {
 orchestrator_kinds! {
     Kubernetes => "kubernetes", kubernetes;
     Fuzzball => "fuzzball", fuzzball;
+    Slurm => "slurm", slurm;
 }
 
 /// `orchestrator: { kind: none }` takes no other key.
@@ -1499,6 +1500,16 @@ mod tests {
                 "orchestrator:\n  kind: fuzzball\n  url: https://fz/v4\n  nodeName: fqdn\n",
                 4,
                 "orchestrator.nodeName",
+            ),
+            (
+                "orchestrator:\n  kind: slurm\n  url: https://fz/v4\n",
+                3,
+                "orchestrator.url",
+            ),
+            (
+                "orchestrator:\n  kind: slurm\n  slurmConf: /nonexistent/slurm.conf\n",
+                3,
+                "orchestrator.slurmConf",
             ),
         ] {
             let e = load(text).expect_err(text);

@@ -1,0 +1,636 @@
+//! `orchestrator: { kind: slurm }` (DESIGN §13): the inventory from `sinfo --json`
+//! and `squeue --json`, the actions through `scontrol` and `scancel` — run without
+//! a shell, each bounded by `timeout`. A drain is Slurm's cordon (running jobs go
+//! on); hale's own drains carry the reason `hale: …`, so whose a drain is reads
+//! off the node itself.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::core::Status;
+use crate::core::policy::{Actor, Done, Observed};
+use crate::core::settings::de_duration;
+use crate::orchestrator::{Fut, Orchestrator, OrchestratorError, Report, Result, Workload};
+
+/// `orchestrator: { kind: slurm, … }`: Slurm's own keys.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct Config {
+    /// `slurm`.
+    pub kind: String,
+    /// `SLURM_CONF` for every command; omitted: the environment's, else Slurm's
+    /// default.
+    pub slurm_conf: Option<PathBuf>,
+    /// Where `sinfo`, `squeue`, `scontrol` and `scancel` are; omitted: `PATH`.
+    pub bin_dir: Option<PathBuf>,
+    /// One command at most.
+    #[serde(deserialize_with = "de_duration")]
+    pub timeout: Duration,
+    /// `scontrol reboot` works here (`RebootProgram` is set): the reboot flow may
+    /// reboot a node without a BMC through it.
+    pub reboot: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            kind: "slurm".into(),
+            slurm_conf: None,
+            bin_dir: None,
+            timeout: Duration::from_secs(30),
+            reboot: false,
+        }
+    }
+}
+
+impl Config {
+    /// What serde cannot check; the error is (key under `orchestrator`, message).
+    pub fn validate(&self) -> std::result::Result<(), (String, String)> {
+        if let Some(p) = &self.slurm_conf
+            && let Err(e) = std::fs::metadata(p)
+        {
+            return Err((
+                "slurmConf".into(),
+                format!("cannot read {}: {e}", p.display()),
+            ));
+        }
+        if let Some(d) = &self.bin_dir
+            && !d.is_dir()
+        {
+            return Err((
+                "binDir".into(),
+                format!("{} is not a directory", d.display()),
+            ));
+        }
+        if self.timeout.is_zero() {
+            return Err(("timeout".into(), "must be longer than 0".into()));
+        }
+        Ok(())
+    }
+
+    pub async fn connect(&self) -> std::result::Result<Arc<dyn Orchestrator>, String> {
+        Ok(Arc::new(Slurm {
+            cfg: self.clone(),
+            weights: Mutex::new(HashMap::new()),
+            comments: Mutex::new(HashMap::new()),
+        }))
+    }
+}
+
+/// The scheduling weight of a gated node: Slurm places work on the lowest weight
+/// first, so a gated node is chosen last.
+pub const GATE_WEIGHT: u64 = 65_000;
+/// The reason prefixes that say whose a drain is.
+const HALE: &str = "hale: ";
+const OPERATOR: &str = "operator: ";
+
+pub struct Slurm {
+    cfg: Config,
+    /// Each node's weight before hale gated it, as the inventory last read it.
+    weights: Mutex<HashMap<String, u64>>,
+    /// Each node's comment as the inventory last read it (publish writes only
+    /// what changed).
+    comments: Mutex<HashMap<String, String>>,
+}
+
+/// `n[1-3,7]` → `n1 n2 n3 n7`; a plain name is itself.
+pub fn hostnames(list: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut depth = 0;
+    let mut start = 0;
+    let mut parts = Vec::new();
+    for (i, c) in list.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&list[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&list[start..]);
+    for part in parts.into_iter().filter(|p| !p.is_empty()) {
+        let Some((prefix, rest)) = part.split_once('[') else {
+            out.push(part.to_string());
+            continue;
+        };
+        let (ranges, suffix) = rest.split_once(']').unwrap_or((rest, ""));
+        for range in ranges.split(',') {
+            match range.split_once('-') {
+                Some((a, b)) => {
+                    let width = a.len();
+                    if let (Ok(a), Ok(b)) = (a.parse::<u64>(), b.parse::<u64>()) {
+                        for n in a..=b {
+                            out.push(format!("{prefix}{n:0width$}{suffix}"));
+                        }
+                    }
+                }
+                None => out.push(format!("{prefix}{range}{suffix}")),
+            }
+        }
+    }
+    out
+}
+
+/// A node of `sinfo --json` as hale's policy sees it.
+fn observed(n: &Value, jobs: &HashMap<String, u32>) -> Option<Observed> {
+    let name = n.get("name")?.as_str()?.to_string();
+    let text = |k: &str| n.get(k).and_then(Value::as_str).unwrap_or_default();
+    let flags: Vec<String> = n
+        .get("state_flags")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| Some(f.as_str()?.to_ascii_uppercase()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let state = text("state").to_ascii_lowercase();
+    let flagged = |f: &str| flags.iter().any(|x| x.starts_with(f));
+    let drained = flagged("DRAIN");
+    let not_ready = matches!(state.as_str(), "down" | "fail" | "future" | "unknown")
+        || flagged("NOT_RESPONDING")
+        || flagged("FAIL");
+    let status = if drained {
+        Status::Cordoned
+    } else if not_ready {
+        Status::NotReady
+    } else {
+        Status::Ready
+    };
+    let reason = text("reason");
+    let cordoned_by = drained
+        .then(|| {
+            if let Some(r) = reason.strip_prefix(HALE) {
+                Some((Actor::Hale, r.to_string()))
+            } else {
+                reason
+                    .strip_prefix(OPERATOR)
+                    .map(|r| (Actor::Operator, r.to_string()))
+            }
+        })
+        .flatten();
+    let mut labels = BTreeMap::new();
+    let list = |k: &str| -> Vec<String> {
+        match n.get(k) {
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(|v| Some(v.as_str()?.to_string()))
+                .collect(),
+            Some(Value::String(s)) => s
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect(),
+            _ => Vec::new(),
+        }
+    };
+    let partitions = list("partitions");
+    if let Some(first) = partitions.first() {
+        labels.insert("partition".to_string(), first.clone());
+    }
+    for p in &partitions {
+        labels.insert(format!("partition/{p}"), "true".into());
+    }
+    for f in list("active_features") {
+        labels.insert(format!("feature/{f}"), "true".into());
+    }
+    let weight = n.get("weight").and_then(Value::as_u64);
+    Some(Observed {
+        id: name.clone(),
+        uid: None,
+        hostname: Some(text("hostname"))
+            .filter(|h| !h.is_empty() && *h != "localhost")
+            .map(str::to_string),
+        status,
+        labels,
+        provisioned: flagged("CLOUD"),
+        allocations: Some(jobs.get(&name).copied().unwrap_or(0)),
+        cordoned_by,
+        gated: weight.map(|w| w == GATE_WEIGHT),
+        evicted: None,
+        not_ready,
+        orchestrator_health: None,
+    })
+}
+
+impl Slurm {
+    /// Run `command ARGS…` (no shell); its standard output.
+    async fn run(&self, command: &str, args: &[&str]) -> Result<String> {
+        let program = match &self.cfg.bin_dir {
+            Some(d) => d.join(command),
+            None => PathBuf::from(command),
+        };
+        let mut cmd = tokio::process::Command::new(&program);
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if let Some(conf) = &self.cfg.slurm_conf {
+            cmd.env("SLURM_CONF", conf);
+        }
+        let shown = format!("{command} {}", args.join(" "));
+        let child = cmd.spawn().map_err(|e| {
+            OrchestratorError::refused(format!("cannot run {}: {e}", program.display()))
+        })?;
+        let output = tokio::time::timeout(self.cfg.timeout, child.wait_with_output())
+            .await
+            .map_err(|_| {
+                OrchestratorError::transient(format!(
+                    "`{shown}` did not finish in {}s",
+                    self.cfg.timeout.as_secs()
+                ))
+            })?
+            .map_err(|e| OrchestratorError::transient(format!("`{shown}`: {e}")))?;
+        if output.status.success() {
+            return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
+        }
+        let stderr = String::from_utf8_lossy(&output.stderr)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        let e = format!("`{shown}` exited with {}: {stderr}", output.status);
+        let lower = stderr.to_ascii_lowercase();
+        // slurmctld away is worth retrying; a node or job it does not know is not.
+        Err(
+            if lower.contains("invalid node name") || lower.contains("invalid job id") {
+                OrchestratorError::refused(e)
+            } else {
+                OrchestratorError::transient(e)
+            },
+        )
+    }
+
+    /// `command --json`. Slurm answers a controller it cannot reach with exit
+    /// status 0, no nodes and an `errors` list: that is an error, never an empty
+    /// cluster (which would retire every node).
+    async fn json(&self, command: &str) -> Result<Value> {
+        let out = self.run(command, &["--json"]).await?;
+        let answer: Value = serde_json::from_str(&out).map_err(|e| {
+            OrchestratorError::transient(format!("`{command} --json`: not JSON: {e}"))
+        })?;
+        let errors: Vec<String> = answer
+            .get("errors")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                e.get("description")
+                    .or_else(|| e.get("error"))
+                    .and_then(Value::as_str)
+                    .map_or_else(|| e.to_string(), str::to_string)
+            })
+            .collect();
+        if !errors.is_empty() {
+            return Err(OrchestratorError::transient(format!(
+                "`{command} --json`: {}",
+                errors.join("; ")
+            )));
+        }
+        Ok(answer)
+    }
+
+    /// The running jobs: (id, requeue allowed, the nodes it runs on).
+    async fn running(&self) -> Result<Vec<(String, bool, Vec<String>)>> {
+        let answer = self.json("squeue").await?;
+        Ok(answer
+            .get("jobs")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|j| j.get("job_state").and_then(Value::as_str) == Some("RUNNING"))
+            .filter_map(|j| {
+                let id = j.get("job_id")?.as_u64()?.to_string();
+                let requeue = j.get("requeue").and_then(Value::as_bool).unwrap_or(false);
+                let nodes = hostnames(j.get("nodes").and_then(Value::as_str).unwrap_or(""));
+                Some((id, requeue, nodes))
+            })
+            .collect())
+    }
+
+    async fn update(&self, what: &[&str]) -> Result<()> {
+        let mut args = vec!["update"];
+        args.extend_from_slice(what);
+        self.run("scontrol", &args).await.map(|_| ())
+    }
+}
+
+impl Orchestrator for Slurm {
+    fn restart_hint(&self) -> &'static str {
+        "Submit work that is safe to run again from the beginning with --requeue"
+    }
+
+    fn can_reboot(&self) -> bool {
+        self.cfg.reboot
+    }
+
+    fn publish<'a>(&'a self, reports: &'a [Report]) -> Fut<'a, ()> {
+        Box::pin(async move {
+            for r in reports {
+                // Where `scontrol show node` shows it: the node's comment.
+                let comment = format!(
+                    "hale: score={} health={}{}",
+                    r.score.map_or_else(|| "-".to_string(), |s| s.to_string()),
+                    r.health.as_str(),
+                    if r.stale { " (stale)" } else { "" }
+                );
+                let known = self
+                    .comments
+                    .lock()
+                    .expect("comments lock")
+                    .get(&r.id)
+                    .cloned();
+                if known.as_deref() == Some(comment.as_str()) || known.is_none() {
+                    continue;
+                }
+                let set = format!("comment={comment}");
+                self.update(&[&format!("nodename={}", r.id), &set])
+                    .await
+                    .map_err(|e| e.during(&r.id, "publish"))?;
+                self.comments
+                    .lock()
+                    .expect("comments lock")
+                    .insert(r.id.clone(), comment);
+            }
+            Ok(())
+        })
+    }
+
+    fn inventory(&self) -> Fut<'_, Option<Vec<Observed>>> {
+        Box::pin(async {
+            let nodes = self.json("sinfo").await.map_err(|e| e.doing("inventory"))?;
+            let mut jobs: HashMap<String, u32> = HashMap::new();
+            for (_, _, on) in self.running().await.map_err(|e| e.doing("inventory"))? {
+                for n in on {
+                    *jobs.entry(n).or_default() += 1;
+                }
+            }
+            let listed = nodes
+                .get("nodes")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let mut weights = self.weights.lock().expect("weights lock");
+            let mut comments = self.comments.lock().expect("comments lock");
+            let mut out = Vec::new();
+            for n in &listed {
+                let Some(o) = observed(n, &jobs) else {
+                    continue;
+                };
+                if let Some(w) = n.get("weight").and_then(Value::as_u64)
+                    && w != GATE_WEIGHT
+                {
+                    weights.insert(o.id.clone(), w);
+                }
+                let comment = n.get("comment").and_then(Value::as_str).unwrap_or_default();
+                comments.insert(o.id.clone(), comment.to_string());
+                out.push(o);
+            }
+            Ok(Some(out))
+        })
+    }
+
+    fn cordon<'a>(&'a self, node: &'a str, by: &'a str, reason: &'a str) -> Fut<'a, ()> {
+        Box::pin(async move {
+            let reason = format!("reason={by}: {reason}");
+            self.update(&[&format!("nodename={node}"), "state=drain", &reason])
+                .await
+                .map_err(|e| e.during(node, "cordon"))
+        })
+    }
+
+    fn uncordon<'a>(&'a self, node: &'a str) -> Fut<'a, ()> {
+        Box::pin(async move {
+            self.update(&[&format!("nodename={node}"), "state=resume"])
+                .await
+                .map_err(|e| e.during(node, "uncordon"))
+        })
+    }
+
+    fn gate<'a>(&'a self, node: &'a str, on: bool) -> Fut<'a, ()> {
+        Box::pin(async move {
+            let weight = if on {
+                GATE_WEIGHT
+            } else {
+                self.weights
+                    .lock()
+                    .expect("weights lock")
+                    .get(node)
+                    .copied()
+                    .unwrap_or(1)
+            };
+            self.update(&[&format!("nodename={node}"), &format!("weight={weight}")])
+                .await
+                .map_err(|e| e.during(node, "gate"))
+        })
+    }
+
+    fn drain<'a>(&'a self, node: &'a str, active: bool) -> Fut<'a, Done> {
+        Box::pin(async move {
+            if !active {
+                return Ok(Done::default());
+            }
+            let work = self.workloads(node).await?;
+            let (moved, failed): (Vec<&Workload>, Vec<&Workload>) =
+                work.iter().partition(|w| w.restart_on_node_fault);
+            self.evict(
+                node,
+                "active drain",
+                &moved,
+                &failed,
+                "hale: node drained (active)",
+            )
+            .await?;
+            Ok(Done {
+                moved: moved.len() as u32,
+                failed: failed.len() as u32,
+                moved_owners: moved.iter().map(|w| w.owner.clone()).collect(),
+                ..Done::default()
+            })
+        })
+    }
+
+    fn workloads<'a>(&'a self, node: &'a str) -> Fut<'a, Vec<Workload>> {
+        Box::pin(async move {
+            let running = self
+                .running()
+                .await
+                .map_err(|e| e.during(node, "workloads"))?;
+            Ok(running
+                .into_iter()
+                .filter(|(_, _, on)| on.iter().any(|n| n == node))
+                .map(|(id, requeue, _)| Workload {
+                    // A requeued job keeps its id: its restarts count against it.
+                    owner: format!("job/{id}"),
+                    id,
+                    restart_on_node_fault: requeue,
+                    uid: None,
+                })
+                .collect())
+        })
+    }
+
+    fn evict<'a>(
+        &'a self,
+        node: &'a str,
+        _fault: &'a str,
+        moved: &'a [&'a Workload],
+        failed: &'a [&'a Workload],
+        message: &'a str,
+    ) -> Fut<'a, Vec<String>> {
+        Box::pin(async move {
+            for w in moved {
+                self.run("scontrol", &["requeue", &w.id])
+                    .await
+                    .map_err(|e| e.during(node, "evict"))?;
+            }
+            for w in failed {
+                let comment = format!("admincomment={message}");
+                self.update(&[&format!("jobid={}", w.id), &comment])
+                    .await
+                    .map_err(|e| e.during(node, "evict"))?;
+                self.run("scancel", &[&w.id])
+                    .await
+                    .map_err(|e| e.during(node, "evict"))?;
+            }
+            Ok(Vec::new())
+        })
+    }
+
+    fn terminate<'a>(&'a self, node: &'a str) -> Fut<'a, ()> {
+        Box::pin(async move {
+            // Only a cloud node (Slurm's power saving) has a machine Slurm makes:
+            // powered down, Slurm resumes a fresh one when work needs it.
+            self.update(&[
+                &format!("nodename={node}"),
+                "state=power_down_force",
+                "reason=hale: replaced",
+            ])
+            .await
+            .map_err(|e| e.during(node, "terminate"))
+        })
+    }
+
+    fn reboot<'a>(&'a self, node: &'a str) -> Fut<'a, ()> {
+        Box::pin(async move {
+            if !self.cfg.reboot {
+                return Err(OrchestratorError::refused(
+                    "no BMC, and orchestrator.reboot is off (Slurm needs RebootProgram for scontrol reboot)",
+                )
+                .during(node, "reboot"));
+            }
+            self.run(
+                "scontrol",
+                &[
+                    "reboot",
+                    "ASAP",
+                    "nextstate=resume",
+                    "reason=hale: reboot",
+                    node,
+                ],
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| e.during(node, "reboot"))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn hostlists_expand() {
+        assert_eq!(hostnames("n1"), ["n1"]);
+        assert_eq!(hostnames("n[1-3]"), ["n1", "n2", "n3"]);
+        assert_eq!(
+            hostnames("gpu[01-02,7],cpu1"),
+            ["gpu01", "gpu02", "gpu7", "cpu1"]
+        );
+        assert!(hostnames("").is_empty());
+    }
+
+    #[test]
+    fn sinfo_states_and_flags_map_to_hale_s() {
+        let jobs: HashMap<String, u32> = [("n1".to_string(), 2)].into();
+        let cases = [
+            ("idle", json!([]), "", Status::Ready, false, None),
+            ("allocated", json!([]), "", Status::Ready, false, None),
+            (
+                "mixed",
+                json!(["DRAIN"]),
+                "hale: score below cordonBelow 60",
+                Status::Cordoned,
+                false,
+                Some(Actor::Hale),
+            ),
+            (
+                "idle",
+                json!(["DRAIN"]),
+                "maintenance",
+                Status::Cordoned,
+                false,
+                None,
+            ),
+            (
+                "idle",
+                json!(["DRAIN"]),
+                "operator: bios",
+                Status::Cordoned,
+                false,
+                Some(Actor::Operator),
+            ),
+            ("down", json!([]), "", Status::NotReady, true, None),
+            (
+                "idle",
+                json!(["NOT_RESPONDING"]),
+                "",
+                Status::NotReady,
+                true,
+                None,
+            ),
+            (
+                "down",
+                json!(["DRAIN"]),
+                "hale: x",
+                Status::Cordoned,
+                true,
+                Some(Actor::Hale),
+            ),
+        ];
+        for (state, flags, reason, status, not_ready, by) in cases {
+            let o = observed(
+                &json!({"name": "n1", "state": state, "state_flags": flags, "reason": reason,
+                        "partitions": ["gpu", "debug"], "active_features": "a100,ib", "weight": 1}),
+                &jobs,
+            )
+            .unwrap();
+            assert_eq!(
+                (o.status, o.not_ready),
+                (status, not_ready),
+                "{state} {flags}"
+            );
+            assert_eq!(
+                o.cordoned_by.map(|(a, _)| a),
+                by,
+                "{state} {flags} {reason}"
+            );
+            assert_eq!(o.allocations, Some(2));
+            assert_eq!(o.labels["partition"], "gpu");
+            assert_eq!(o.labels["feature/ib"], "true");
+            assert_eq!(o.gated, Some(false));
+        }
+    }
+}

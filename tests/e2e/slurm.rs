@@ -1,0 +1,382 @@
+//! The Slurm orchestrator against a real Slurm on this machine: its own munged,
+//! slurmctld and three slurmd (one per node, each on its own loopback port), all
+//! in the foreground as the test's children, stopped by PID; real jobs submitted
+//! with `sbatch`; the real hale binary.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+/// A Slurm cluster of `n1`, `n2` (gpu) and `n3` in one partition.
+struct SlurmCluster {
+    conf: PathBuf,
+    children: Vec<Child>,
+    ctld_port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl SlurmCluster {
+    async fn start() -> SlurmCluster {
+        for b in ["munged", "slurmctld", "slurmd", "sinfo", "setpriv"] {
+            require(b);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for sub in ["state", "spool", "log", "munge"] {
+            std::fs::create_dir_all(d.join(sub)).unwrap();
+        }
+        // munged runs as munge and keeps its socket in its own directory.
+        let chown = Command::new("chown")
+            .arg("munge:munge")
+            .arg(d.join("munge"))
+            .status()
+            .unwrap();
+        assert!(chown.success());
+        let mut path = d.to_path_buf();
+        loop {
+            // The socket's directory must be reachable by munge.
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755));
+            if !path.pop() || path == Path::new("/tmp") || path == Path::new("/") {
+                break;
+            }
+        }
+        let socket = d.join("munge/munge.socket");
+        let ctld_port = free_port();
+        let conf = d.join("slurm.conf");
+        let nodes: String = ["n1", "n2", "n3"]
+            .iter()
+            .map(|n| {
+                let feature = if *n == "n3" { "" } else { " Feature=gpu" };
+                format!(
+                    "NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={} CPUs=2 RealMemory=1000{feature}\n",
+                    free_port()
+                )
+            })
+            .collect();
+        std::fs::write(
+            &conf,
+            format!(
+                "ClusterName=hale\nSlurmctldHost=localhost\nSlurmctldPort={ctld_port}\nSlurmdPort={}\n\
+                 SlurmUser=root\nSlurmdUser=root\nAuthType=auth/munge\nAuthInfo=socket={}\nCredType=cred/munge\n\
+                 ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nSelectType=select/cons_tres\n\
+                 SelectTypeParameters=CR_Core\nReturnToService=2\nJobAcctGatherType=jobacct_gather/none\n\
+                 AccountingStorageType=accounting_storage/none\nStateSaveLocation={}\nSlurmdSpoolDir={}/%n\n\
+                 SlurmctldPidFile={}/slurmctld.pid\nSlurmdPidFile={}/slurmd-%n.pid\n\
+                 SlurmctldLogFile={}/slurmctld.log\nSlurmdLogFile={}/slurmd-%n.log\nMessageTimeout=5\n\
+                 {nodes}PartitionName=batch Nodes=n[1-3] Default=YES State=UP\n",
+                free_port(),
+                socket.display(),
+                d.join("state").display(),
+                d.join("spool").display(),
+                d.display(),
+                d.display(),
+                d.join("log").display(),
+                d.join("log").display(),
+            ),
+        )
+        .unwrap();
+        let mut cluster = SlurmCluster {
+            conf,
+            children: Vec::new(),
+            ctld_port,
+            dir,
+        };
+        let d = cluster.dir.path().to_path_buf();
+        let munged = Command::new("setpriv")
+            .args([
+                "--reuid=munge",
+                "--regid=munge",
+                "--init-groups",
+                "munged",
+                "-F",
+                "-S",
+            ])
+            .arg(&socket)
+            .arg(format!(
+                "--pid-file={}",
+                d.join("munge/munged.pid").display()
+            ))
+            .arg(format!("--seed-file={}", d.join("munge/seed").display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        cluster.children.push(munged);
+        eventually("munged", Duration::from_secs(10), || async {
+            socket.exists().then_some(())
+        })
+        .await;
+        cluster.start_ctld();
+        for n in ["n1", "n2", "n3"] {
+            let child = Command::new("slurmd")
+                .args(["-D", "-N", n])
+                .env("SLURM_CONF", &cluster.conf)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            cluster.children.push(child);
+        }
+        eventually("three idle nodes", Duration::from_secs(60), || async {
+            let out = cluster.run("sinfo", &["-h", "-o", "%T %D"]);
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            (text.trim() == "idle 3").then_some(())
+        })
+        .await;
+        cluster
+    }
+
+    fn start_ctld(&mut self) {
+        let ctld = Command::new("slurmctld")
+            .args(["-D", "-i"])
+            .env("SLURM_CONF", &self.conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.children.push(ctld);
+    }
+
+    /// Stop slurmctld alone (the second child), by PID.
+    fn stop_ctld(&mut self) {
+        let mut ctld = self.children.remove(1);
+        let _ = ctld.kill();
+        let _ = ctld.wait();
+    }
+
+    fn run(&self, command: &str, args: &[&str]) -> Output {
+        Command::new(command)
+            .args(args)
+            .env("SLURM_CONF", &self.conf)
+            .output()
+            .unwrap()
+    }
+
+    /// Submit `sleep 600` to `node`; the job's id.
+    fn submit(&self, node: &str, requeue: bool) -> String {
+        let flag = if requeue { "--requeue" } else { "--no-requeue" };
+        let out = self.run(
+            "sbatch",
+            &[
+                "--parsable",
+                "-w",
+                node,
+                flag,
+                "-o",
+                "/dev/null",
+                "--wrap",
+                "sleep 600",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    fn job(&self, id: &str) -> String {
+        String::from_utf8_lossy(&self.run("scontrol", &["show", "job", id]).stdout).to_string()
+    }
+
+    fn node(&self, name: &str) -> Value {
+        // Null while slurmctld cannot answer.
+        let out = self.run("sinfo", &["--json"]);
+        let all: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        all["nodes"]
+            .as_array()
+            .and_then(|nodes| nodes.iter().find(|n| n["name"] == name).cloned())
+            .unwrap_or(Value::Null)
+    }
+}
+
+impl Drop for SlurmCluster {
+    fn drop(&mut self) {
+        let _ = self.ctld_port;
+        for c in self.children.iter_mut().rev() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn drained(n: &Value) -> bool {
+    n["state_flags"].as_array().is_some_and(|f| {
+        f.iter()
+            .any(|x| x.as_str().is_some_and(|s| s.starts_with("DRAIN")))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slurm_drains_requeues_fails_and_sees_the_operator() {
+    let slurm = SlurmCluster::start().await;
+    let am = Alertmanager::start(None).await;
+    am.fire(&[
+        watchdog(),
+        heartbeat("n1"),
+        heartbeat("n2"),
+        heartbeat("n3"),
+    ])
+    .await;
+    let requeued = slurm.submit("n1", true);
+    let failed = slurm.submit("n1", false);
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!(
+        "nodeHealth: {{ mode: cordon, maxUnavailablePercent: 34 }}\n\
+         orchestrator: {{ kind: slurm, slurmConf: {}, timeout: 20s }}\n",
+        slurm.conf.display()
+    );
+    let hale = Hale::start(dir.path(), &am.url, &extra).await;
+
+    // Inventory: every node, its jobs, its partition and features as labels.
+    let n1 = hale
+        .wait_node("n1 with its two jobs", "n1", |n| {
+            n["jobs"] == 2 && n["score"] == 100
+        })
+        .await;
+    assert_eq!(n1["status"], "Ready");
+
+    // A policy cordon: a drain with hale's reason; the ceiling holds the second.
+    am.fire(&[gpu_ecc_uncorrectable("n2")]).await;
+    eventually("n2 drained by hale", Duration::from_secs(30), || async {
+        let n = slurm.node("n2");
+        (drained(&n) && n["reason"].as_str().unwrap_or("").starts_with("hale: ")).then_some(())
+    })
+    .await;
+    am.fire(&[gpu_ecc_uncorrectable("n3")]).await;
+    let halted = eventually(
+        "n3 held by the ceiling",
+        Duration::from_secs(30),
+        || async {
+            let e = hale.events("n3", "type=POLICY_HALTED").await;
+            e["events"].as_array().unwrap().first().cloned()
+        },
+    )
+    .await;
+    assert_eq!(halted["guardrail"], "maxUnavailablePercent");
+    assert!(!drained(&slurm.node("n3")));
+
+    // Score and health where `scontrol show node` shows them.
+    eventually("n2's comment", Duration::from_secs(30), || async {
+        let out = slurm.run("scontrol", &["show", "node", "n2"]);
+        String::from_utf8_lossy(&out.stdout)
+            .contains("Comment=hale: score=55 health=Degraded")
+            .then_some(())
+    })
+    .await;
+
+    // An active drain: the requeueable job requeued (same id), the other failed
+    // with the message in its admin comment.
+    let out = hale.cli(&[
+        "node",
+        "drain",
+        "n1",
+        "--active",
+        "--reason",
+        "failing disk",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eventually(
+        "the jobs moved and failed",
+        Duration::from_secs(30),
+        || async {
+            let moved = slurm.job(&requeued);
+            let gone = slurm.job(&failed);
+            (moved.contains("Restarts=1") && gone.contains("JobState=CANCELLED")).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        slurm
+            .job(&failed)
+            .contains("AdminComment=hale: node drained (active)"),
+        "{}",
+        slurm.job(&failed)
+    );
+    let drain = hale.events("n1", "type=NODE_DRAINED").await;
+    let drain = drain["events"].as_array().unwrap()[0].clone();
+    assert_eq!(
+        (drain["moved"].clone(), drain["active"].clone()),
+        (json!(1), json!(true))
+    );
+
+    // An operator's drain and resume with scontrol: the operator's.
+    let out = slurm.run(
+        "scontrol",
+        &["update", "nodename=n3", "state=drain", "reason=maintenance"],
+    );
+    assert!(out.status.success());
+    let n3 = hale
+        .wait_node("n3 drained outside hale", "n3", |n| {
+            n["status"] == "Cordoned"
+        })
+        .await;
+    assert_eq!(n3["cordon"]["by"], "operator");
+    let out = slurm.run("scontrol", &["update", "nodename=n3", "state=resume"]);
+    assert!(out.status.success());
+    hale.wait_node("n3 resumed", "n3", |n| n["status"] == "Ready")
+        .await;
+    let back = hale.events("n3", "type=NODE_UNCORDONED").await;
+    assert_eq!(back["events"][0]["by"], "operator");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slurmctld_stopped_is_a_clear_error_and_nothing_is_done_until_it_is_back() {
+    let mut slurm = SlurmCluster::start().await;
+    let am = Alertmanager::start(None).await;
+    am.fire(&[
+        watchdog(),
+        heartbeat("n1"),
+        heartbeat("n2"),
+        heartbeat("n3"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!(
+        "nodeHealth: {{ mode: cordon, maxUnavailablePercent: 34 }}\n\
+         orchestrator: {{ kind: slurm, slurmConf: {}, timeout: 10s }}\n",
+        slurm.conf.display()
+    );
+    let hale = Hale::start(dir.path(), &am.url, &extra).await;
+    hale.wait_node("inventory", "n1", |n| n["score"] == 100)
+        .await;
+    slurm.stop_ctld();
+    am.fire(&[gpu_ecc_uncorrectable("n1")]).await;
+    let mut said = None;
+    for _ in 0..600 {
+        said = hale
+            .log()
+            .lines()
+            .find(|l| l.contains("inventory failed") && l.contains("sinfo --json"))
+            .map(str::to_string);
+        if said.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = hale.log();
+    let tail: Vec<&str> = log.lines().rev().take(15).collect();
+    let said = said.unwrap_or_else(|| panic!("the controller's absence not logged: {tail:#?}"));
+    assert!(said.contains("inventory: `sinfo --json`"), "{said}");
+    // Slurm answers with no nodes and an error: no node is taken for gone.
+    let n2 = hale.events("n2", "").await;
+    assert!(!n2.to_string().contains("NODE_DECOMMISSIONED"), "{n2}");
+    assert!(!drained(&slurm.node("n1")));
+    slurm.start_ctld();
+    eventually(
+        "n1 drained once slurmctld is back",
+        Duration::from_secs(90),
+        || async { drained(&slurm.node("n1")).then_some(()) },
+    )
+    .await;
+}
