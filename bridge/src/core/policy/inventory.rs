@@ -65,6 +65,17 @@ impl Fleet {
     pub fn observe(&mut self, now: Time, observed: &[Observed]) -> Outcome {
         self.pools = None;
         let mut out = Outcome::default();
+        // A cluster that lists no node at all while hale knows some of it is an
+        // orchestrator answering badly (Slurm's controller away answers so), not
+        // a cluster emptied in one step: nothing is retired on it.
+        if observed.is_empty()
+            && self
+                .nodes
+                .values()
+                .any(|n| n.known_from == Origin::Orchestrator)
+        {
+            return out;
+        }
         let listed: BTreeSet<&str> = observed.iter().map(|o| o.id.as_str()).collect();
         let gone: Vec<String> = self
             .nodes

@@ -812,3 +812,22 @@ fn a_cordoned_node_that_stops_being_ready_is_fenced_and_restored_when_ready() {
     assert_eq!(s.act(), ["k1:unrelease"]);
     assert!(s.node("k1").policy.fence.is_none());
 }
+
+#[test]
+fn an_inventory_that_lists_no_node_retires_none() {
+    let mut s = script("orchestrator: { kind: kubernetes }\n");
+    let out = s.fleet.observe(
+        s.now,
+        &[
+            super::shown("k1", Status::Ready),
+            super::shown("k2", Status::Ready),
+        ],
+    );
+    s.record(out);
+    let out = s.fleet.observe(s.now, &[]);
+    assert!(out.removed.is_empty() && out.events.is_empty());
+    assert_eq!(s.fleet.nodes.len(), 2);
+    // One node gone from a list that still names the other: retired.
+    let out = s.fleet.observe(s.now, &[super::shown("k1", Status::Ready)]);
+    assert_eq!(out.removed, ["k2"]);
+}
