@@ -8,7 +8,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,7 +17,9 @@ use serde_json::Value;
 use crate::core::Status;
 use crate::core::policy::{Done, Observed, OrchestratorHealth};
 use crate::core::settings::de_duration;
-use crate::orchestrator::{Fut, Orchestrator, OrchestratorError, Report, Result, Workload};
+use crate::orchestrator::{
+    CommandFailed, Fut, Orchestrator, OrchestratorError, Report, Result, Workload, run_command,
+};
 
 /// `orchestrator: { kind: fuzzball, … }`: Fuzzball's own keys.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -234,42 +235,20 @@ impl Fuzzball {
     /// Run `fuzzball node ARGS…` (no shell); its standard output.
     async fn cli(&self, args: &[&str]) -> Result<String> {
         let mut command = tokio::process::Command::new(&self.cli);
-        command
-            .arg("node")
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
+        command.arg("node").args(args);
         let shown = format!("{} node {}", self.cli.display(), args.join(" "));
-        let child = command.spawn().map_err(|e| {
-            OrchestratorError::refused(format!("cannot run {}: {e}", self.cli.display()))
-        })?;
-        let output = tokio::time::timeout(self.cli_timeout, child.wait_with_output())
+        run_command(command, &shown, self.cli_timeout)
             .await
-            .map_err(|_| {
-                OrchestratorError::transient(format!(
-                    "`{shown}` did not finish in {}s",
-                    self.cli_timeout.as_secs()
-                ))
-            })?
-            .map_err(|e| OrchestratorError::transient(format!("`{shown}`: {e}")))?;
-        if output.status.success() {
-            return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
-        }
-        let stderr = String::from_utf8_lossy(&output.stderr)
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ");
-        let e = format!("`{shown}` exited with {}: {stderr}", output.status);
-        // A node Fuzzball will not drain is a refusal, not something to retry.
-        Err(
-            if stderr.contains(NOT_DRAINABLE) || stderr.contains("not found") {
-                OrchestratorError::refused(e)
-            } else {
-                OrchestratorError::transient(e)
-            },
-        )
+            .map_err(|failed| match failed {
+                CommandFailed::Error(e) => e,
+                // A node Fuzzball will not drain is a refusal, not something to retry.
+                CommandFailed::Exited { message, stderr }
+                    if stderr.contains(NOT_DRAINABLE) || stderr.contains("not found") =>
+                {
+                    OrchestratorError::refused(message)
+                }
+                CommandFailed::Exited { message, .. } => OrchestratorError::transient(message),
+            })
     }
 
     /// One listed node as hale's policy sees it.

@@ -242,6 +242,57 @@ pub trait Orchestrator: Send + Sync {
     }
 }
 
+/// Run an orchestrator's command (built without a shell) for at most `limit`;
+/// its standard output. A failure is (the message, its standard error folded to
+/// one line) for the adapter to tell a refusal from a passing failure; a command
+/// that cannot start, or runs past `limit`, is an error of its own.
+pub async fn run_command(
+    mut command: tokio::process::Command,
+    shown: &str,
+    limit: std::time::Duration,
+) -> std::result::Result<String, CommandFailed> {
+    command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let child = command.spawn().map_err(|e| {
+        CommandFailed::Error(OrchestratorError::refused(format!(
+            "cannot run `{shown}`: {e}"
+        )))
+    })?;
+    let output = tokio::time::timeout(limit, child.wait_with_output())
+        .await
+        .map_err(|_| {
+            CommandFailed::Error(OrchestratorError::transient(format!(
+                "`{shown}` did not finish in {}s",
+                limit.as_secs()
+            )))
+        })?
+        .map_err(|e| {
+            CommandFailed::Error(OrchestratorError::transient(format!("`{shown}`: {e}")))
+        })?;
+    if output.status.success() {
+        return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    Err(CommandFailed::Exited {
+        message: format!("`{shown}` exited with {}: {stderr}", output.status),
+        stderr,
+    })
+}
+
+/// How an orchestrator's command failed.
+pub enum CommandFailed {
+    /// It did not start, or did not finish in time.
+    Error(OrchestratorError),
+    /// It exited with an error: what to say, and its standard error.
+    Exited { message: String, stderr: String },
+}
+
 /// Perform one decided action. `moves`: how often each workload owner was moved by
 /// node faults so far.
 pub async fn perform(

@@ -6,7 +6,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,7 +15,9 @@ use serde_json::Value;
 use crate::core::Status;
 use crate::core::policy::{Actor, Done, Observed};
 use crate::core::settings::de_duration;
-use crate::orchestrator::{Fut, Orchestrator, OrchestratorError, Report, Result, Workload};
+use crate::orchestrator::{
+    CommandFailed, Fut, Orchestrator, OrchestratorError, Report, Result, Workload, run_command,
+};
 
 /// `orchestrator: { kind: slurm, … }`: Slurm's own keys.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -230,44 +231,26 @@ impl Slurm {
             None => PathBuf::from(command),
         };
         let mut cmd = tokio::process::Command::new(&program);
-        cmd.args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
+        cmd.args(args);
         if let Some(conf) = &self.cfg.slurm_conf {
             cmd.env("SLURM_CONF", conf);
         }
         let shown = format!("{command} {}", args.join(" "));
-        let child = cmd.spawn().map_err(|e| {
-            OrchestratorError::refused(format!("cannot run {}: {e}", program.display()))
-        })?;
-        let output = tokio::time::timeout(self.cfg.timeout, child.wait_with_output())
+        run_command(cmd, &shown, self.cfg.timeout)
             .await
-            .map_err(|_| {
-                OrchestratorError::transient(format!(
-                    "`{shown}` did not finish in {}s",
-                    self.cfg.timeout.as_secs()
-                ))
-            })?
-            .map_err(|e| OrchestratorError::transient(format!("`{shown}`: {e}")))?;
-        if output.status.success() {
-            return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
-        }
-        let stderr = String::from_utf8_lossy(&output.stderr)
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ");
-        let e = format!("`{shown}` exited with {}: {stderr}", output.status);
-        let lower = stderr.to_ascii_lowercase();
-        // slurmctld away is worth retrying; a node or job it does not know is not.
-        Err(
-            if lower.contains("invalid node name") || lower.contains("invalid job id") {
-                OrchestratorError::refused(e)
-            } else {
-                OrchestratorError::transient(e)
-            },
-        )
+            .map_err(|failed| match failed {
+                CommandFailed::Error(e) => e,
+                // slurmctld away is worth retrying; a node or job it does not know
+                // is not.
+                CommandFailed::Exited { message, stderr } => {
+                    let lower = stderr.to_ascii_lowercase();
+                    if lower.contains("invalid node name") || lower.contains("invalid job id") {
+                        OrchestratorError::refused(message)
+                    } else {
+                        OrchestratorError::transient(message)
+                    }
+                }
+            })
     }
 
     /// `command --json`. Slurm answers a controller it cannot reach with exit
