@@ -20,7 +20,7 @@ from jsonschema import Draft4Validator
 
 SPEC = json.loads((Path(__file__).parent / "nodes-schema.json").read_text())
 LOCK = threading.Lock()
-STATE = {"nodes": [], "drains": {}, "reasons": {}, "refuse": [], "down": False}
+STATE = {"nodes": [], "drains": {}, "reasons": {}, "refuse": []}
 
 
 def validator(definition):
@@ -78,8 +78,6 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/test/state":
             with LOCK:
                 return self.send(200, STATE)
-        if STATE["down"]:
-            return self.error(503, 14, "unavailable")
         if self.headers.get("Authorization") != f"Bearer {TOKEN}":
             return self.error(401, 16, "invalid or missing bearer token")
         with LOCK:

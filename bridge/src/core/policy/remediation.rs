@@ -352,33 +352,21 @@ impl Fleet {
                     continue;
                 }
             }
-            if settings.mode == Mode::Observe {
-                if node.policy.recommended_reboot.as_deref() != Some(ctype.as_str()) {
-                    node.policy.recommended_reboot = Some(ctype.clone());
-                    out.events.push(policy_verdict(
-                        node,
-                        settings,
-                        now,
-                        REBOOT,
-                        None,
-                        format!("would reboot: {why} (observe mode changes nothing)"),
-                    ));
+            let observe = settings.mode == Mode::Observe;
+            if !observe {
+                if node
+                    .policy
+                    .flow_failed_at
+                    .is_some_and(|at| now - at < retry)
+                {
+                    continue;
+                }
+                let day_ago = now - chrono::TimeDelta::from_std(DAY).expect("a day");
+                let before = node.policy.reboots.len();
+                node.policy.reboots.retain(|t| *t > day_ago);
+                if node.policy.reboots.len() != before {
                     out.dirty.insert(node.id.clone());
                 }
-                continue;
-            }
-            if node
-                .policy
-                .flow_failed_at
-                .is_some_and(|at| now - at < retry)
-            {
-                continue;
-            }
-            let day_ago = now - chrono::TimeDelta::from_std(DAY).expect("a day");
-            let before = node.policy.reboots.len();
-            node.policy.reboots.retain(|t| *t > day_ago);
-            if node.policy.reboots.len() != before {
-                out.dirty.insert(node.id.clone());
             }
             // Cordoned by a flow this store has no record of (another replica's,
             // or a store lost): what it did is unknown, so an operator decides.
@@ -387,9 +375,15 @@ impl Fleet {
                     && node.policy.cordon.as_ref().is_some_and(|c| {
                         c.by == Actor::Hale && c.reason.starts_with(CORDON_REASON)
                     });
-            let refusal = if node.policy.reboots.len() >= REBOOTS_PER_DAY {
+            // Recommended (observe) or refused: said once per episode, not queued.
+            let verdict = if observe {
                 Some((
-                    "remediation.rebootsPerDay",
+                    None,
+                    format!("would reboot: {why} (observe mode changes nothing)"),
+                ))
+            } else if node.policy.reboots.len() >= REBOOTS_PER_DAY {
+                Some((
+                    Some("remediation.rebootsPerDay"),
                     format!(
                         "not rebooted: {} reboots for its alerts in the last day did not cure it; left for an operator",
                         node.policy.reboots.len()
@@ -397,22 +391,17 @@ impl Fleet {
                 ))
             } else if orphan {
                 Some((
-                    "remediation.unknownFlow",
+                    Some("remediation.unknownFlow"),
                     "not rebooted: a reboot flow this hale has no record of left it cordoned (another replica's, or a lost store); an operator decides".to_string(),
                 ))
             } else {
                 None
             };
-            if let Some((guardrail, message)) = refusal {
+            if let Some((guardrail, message)) = verdict {
                 if node.policy.recommended_reboot.as_deref() != Some(ctype.as_str()) {
                     node.policy.recommended_reboot = Some(ctype.clone());
                     out.events.push(policy_verdict(
-                        node,
-                        settings,
-                        now,
-                        REBOOT,
-                        Some(guardrail),
-                        message,
+                        node, settings, now, REBOOT, guardrail, message,
                     ));
                     out.dirty.insert(node.id.clone());
                 }

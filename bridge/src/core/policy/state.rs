@@ -69,7 +69,8 @@ pub struct NodePolicy {
     /// `remediation.retryAfter`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flow_failed_at: Option<Time>,
-    /// `observe`: the condition a reboot was recommended for (once per episode).
+    /// The condition a reboot was recommended (observe) or refused for: said
+    /// once per episode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recommended_reboot: Option<String>,
     /// A fence under way, or waiting for the node to report.
