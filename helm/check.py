@@ -180,6 +180,7 @@ CASES = [
                         "dashboard": {"enabled": False}, "replicaCount": 1}),
     Case("full-config", FULL),
     Case("remediation", REMEDIATION),
+    Case("dcgm-counters", {"dcgmExporter": {"counters": {"enabled": True, "namespace": "gpu-operator"}}}),
 ]
 
 # (name, values, what the error must say, whether lint reports it too). Lint
@@ -218,6 +219,8 @@ REFUSED = [
     ("a BMC Secret without a name", {"bmcSecrets": [{"existingSecret": "hale-bmc"}]},
      "missing property 'name'", True),
     ("fencing typo", {"config": {"fencing": {"maxPercents": 10}}}, "maxPercents", True),
+    ("dcgm counters in a bad namespace", {"dcgmExporter": {"counters": {"enabled": True, "namespace": "GPU_Operator"}}},
+     "/dcgmExporter/counters/namespace", True),
 ]
 
 
@@ -457,6 +460,15 @@ def check_monitoring_objects(case):
     for d in dashboards:
         for f in (ROOT / "dashboards").glob("*.json"):
             expect(json.loads(d["data"][f.name]) == json.loads(f.read_text()), f"{case.name}: dashboard {f.name} differs")
+
+    counters = values["dcgmExporter"]["counters"]
+    rendered = [d for d in case.all("ConfigMap") if d["metadata"]["name"] == counters["name"]]
+    expect(len(rendered) == int(counters["enabled"]), f"{case.name}: {len(rendered)} dcgm-exporter counters ConfigMaps")
+    for d in rendered:
+        expect(d["metadata"]["namespace"] == (counters["namespace"] or NAMESPACE),
+               f"{case.name}: dcgm-exporter counters in namespace {d['metadata']['namespace']}")
+        csv = (ROOT / "examples" / "dcgm-exporter-counters.csv").read_text()
+        expect(d["data"] == {"dcgm-metrics.csv": csv}, f"{case.name}: dcgm-metrics.csv is not examples/dcgm-exporter-counters.csv")
 
     if values["serviceMonitor"]["enabled"]:
         sm = case.one("ServiceMonitor")

@@ -3,8 +3,9 @@
 
 Helm reads nothing outside a chart, so the PrometheusRule, the bundled
 Prometheus and the dashboard ConfigMap are rendered from copies under
-helm/hale/files/: rules/*.yml, alerts/*.yml and dashboards/*.json. The chart's
-appVersion follows bridge/Cargo.toml for the same reason.
+helm/hale/files/: rules/*.yml, alerts/*.yml and dashboards/*.json; the
+dcgm-exporter counter list (examples/dcgm-exporter-counters.csv)
+likewise. The chart's appVersion follows bridge/Cargo.toml for the same reason.
 
     helm/generate.py           refresh the copies and appVersion
     helm/generate.py --check   exit 1, naming each stale file, when they differ
@@ -22,6 +23,7 @@ COPIES = [  # (source directory, pattern, destination directory)
     (ROOT / "rules", "*.yml", CHART / "files" / "rules"),
     (ROOT / "alerts", "*.yml", CHART / "files" / "alerts"),
     (ROOT / "dashboards", "*.json", CHART / "files" / "dashboards"),
+    (ROOT / "examples", "dcgm-exporter-counters.csv", CHART / "files" / "dcgm"),
 ]
 APP_VERSION = re.compile(r'(?m)^appVersion:.*$')
 

@@ -5,6 +5,8 @@
 #   - examples/hale-*.yaml with `hale check-config` (the parser and validation
 #     `hale serve` uses), on temporary copies whose secret files (tokens, signing
 #     secrets, BMC credentials) exist, and the quick start as it is;
+#   - examples/dcgm-exporter-counters.csv: well formed, NVIDIA's defaults kept,
+#     every DCGM field the GPU rules read listed;
 #   - dashboards/*.json: valid JSON, every PromQL expression valid (promtool, as
 #     recording rules), every metric it reads documented in README.md.
 # HALE names the hale binary (default target/debug/hale; this script does not build it).
@@ -72,6 +74,39 @@ done
 
 # The quick start runs as it is from the repository root: no file to make first.
 RUST_BACKTRACE=0 "$HALE" check-config examples/hale-quickstart.yaml
+
+# --- dcgm-exporter counters -------------------------------------------------
+# Every line `FIELD, gauge|counter, help`; NVIDIA's default counters all kept (a
+# drop-in replacement); and every DCGM field the rules and alerts read listed.
+python3 - examples/dcgm-exporter-counters.csv rules/gpu.yml alerts/gpu.yml alerts/collectors.yml <<'EOF'
+import re, sys
+csv, *rule_files = sys.argv[1:]
+fields = {}
+for n, line in enumerate(open(csv), 1):
+    line = line.strip()
+    if not line or line.startswith("#"):
+        continue
+    parts = [p.strip() for p in line.split(",", 2)]
+    if len(parts) != 3 or not re.fullmatch(r"DCGM_FI_[A-Z0-9_]+", parts[0]) or parts[1] not in ("gauge", "counter") or not parts[2]:
+        sys.exit(f"examples.sh: {csv}:{n}: not `DCGM_FI_FIELD, gauge|counter, help`: {line}")
+    fields[parts[0]] = n
+defaults = """DCGM_FI_DEV_SM_CLOCK DCGM_FI_DEV_MEM_CLOCK DCGM_FI_DEV_MEMORY_TEMP DCGM_FI_DEV_GPU_TEMP
+DCGM_FI_DEV_POWER_USAGE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION DCGM_FI_DEV_PCIE_TX_THROUGHPUT
+DCGM_FI_DEV_PCIE_RX_THROUGHPUT DCGM_FI_DEV_PCIE_REPLAY_COUNTER DCGM_FI_DEV_GPU_UTIL DCGM_FI_DEV_MEM_COPY_UTIL
+DCGM_FI_DEV_ENC_UTIL DCGM_FI_DEV_DEC_UTIL DCGM_FI_DEV_XID_ERRORS DCGM_FI_DEV_FB_FREE DCGM_FI_DEV_FB_USED
+DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL DCGM_FI_DEV_VGPU_LICENSE_STATUS DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS
+DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS DCGM_FI_DEV_ROW_REMAP_FAILURE""".split()
+missing = [f for f in defaults if f not in fields]
+if missing:
+    sys.exit(f"examples.sh: {csv} drops dcgm-exporter default counters: {missing}")
+# The old clock field name is read for older exporters; the CSV lists the current one.
+read = {m for f in rule_files for m in re.findall(r"DCGM_FI_[A-Z0-9_]+", open(f).read())}
+read -= {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_"}
+unlisted = sorted(f for f in read if f not in fields and not any(g.startswith(f) for g in fields))
+if unlisted:
+    sys.exit(f"examples.sh: the rules read {unlisted}, which {csv} does not list")
+print(f"examples.sh: {csv}: {len(fields)} counters, every field the rules read among them")
+EOF
 
 # --- Dashboards -------------------------------------------------------------
 for d in dashboards/*.json; do

@@ -68,6 +68,45 @@ pub enum Command {
         #[command(subcommand)]
         verb: PolicyVerb,
     },
+    /// Node facts no exporter has, written for node_exporter's textfile collector.
+    Collect {
+        #[command(subcommand)]
+        what: Collect,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Collect {
+    /// GPU health from `nvidia-smi -q -x`, for sites without DCGM: ECC counts,
+    /// remapped rows, retired pages, clock event reasons and PCIe replays per GPU,
+    /// and whether nvidia-smi answered.
+    Gpu {
+        /// The file to write, replaced atomically: a `.prom` file in node_exporter's
+        /// `--collector.textfile.directory`; `-` for standard output.
+        #[arg(long, short = 'o', value_parser = hale::collect::Output::parse)]
+        output: hale::collect::Output,
+        /// The nvidia-smi to run.
+        #[arg(long, default_value = "nvidia-smi")]
+        nvidia_smi: PathBuf,
+        /// How long nvidia-smi may take before it is killed and the run counts as
+        /// failed (a GPU that fell off the bus can hang it).
+        #[arg(long, default_value = "10s", value_parser = duration)]
+        timeout: Duration,
+        /// Run every INTERVAL instead of once (for a container or a service
+        /// without a timer).
+        #[arg(long, value_parser = duration)]
+        interval: Option<Duration>,
+    },
+}
+
+fn duration(text: &str) -> Result<Duration, String> {
+    hale::core::settings::parse_duration(text).and_then(|d| {
+        if d.is_zero() {
+            Err("must be more than 0s".into())
+        } else {
+            Ok(d)
+        }
+    })
 }
 
 #[derive(Subcommand, Debug)]
@@ -1018,6 +1057,45 @@ pub fn alerts_table(v: &AlertsView) -> String {
         &rows,
     ));
     o
+}
+
+/// `hale collect gpu`: once, or every `interval`. A run that could not read every
+/// GPU still writes its file (saying why in it) and says why on standard error;
+/// run once, it then exits with status 1.
+pub async fn run_collect(what: Collect) -> anyhow::Result<()> {
+    use hale::collect::{Tool, gpu};
+    let Collect::Gpu {
+        output,
+        nvidia_smi,
+        timeout,
+        interval,
+    } = what;
+    let mut tool = Tool::new(nvidia_smi, gpu::NVIDIA_SMI_ARGS, timeout);
+    let mut every = interval.map(|i| {
+        let mut every = tokio::time::interval(i);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        every
+    });
+    loop {
+        if let Some(every) = every.as_mut() {
+            every.tick().await;
+        }
+        let collected = gpu::Collected::from_run(tool.run().await);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64();
+        output
+            .write(&collected.render(now))
+            .with_context(|| format!("writing {output}"))?;
+        let problem = collected.problem();
+        if every.is_none() {
+            return problem.map_or(Ok(()), |p| Err(anyhow::anyhow!(p)));
+        }
+        if let Some(problem) = problem {
+            eprintln!("hale collect gpu: {problem}");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 pub mod alertmanager;
 pub mod bmc;
+pub mod collect;
 pub mod config;
 pub mod core;
 pub mod fuzzball;
@@ -65,7 +66,7 @@ mod layers {
     const LAYERS: &[&[&str]] = &[
         &["core"],
         &["orchestrator", "store", "liveness"],
-        &["kubernetes", "fuzzball", "slurm", "bmc", "view"],
+        &["kubernetes", "fuzzball", "slurm", "bmc", "collect", "view"],
         &["config"],
         &["alertmanager", "notify"],
         &["metrics"],

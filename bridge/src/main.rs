@@ -53,6 +53,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Alerts { client } => cli::run_alerts(client).await,
         Command::Remediation { verb, client } => cli::run_remediation(verb, client).await,
         Command::Policy { verb } => cli::run_backtest(verb),
+        Command::Collect { what } => cli::run_collect(what).await,
     }
 }
 

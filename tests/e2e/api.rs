@@ -1,9 +1,7 @@
 //! The HTTP API, metrics and CLI of a running hale: bad input, auth, ids with `/` and
 //! `:`, promtool on the exposition, decommission.
 
-use std::io::Write;
-
-use std::process::{Command, Stdio};
+use std::process::Command;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use serde_json::{Value, json};
@@ -290,20 +288,7 @@ async fn metrics_pass_promtool_and_follow_the_node() {
     let (_am, _dir, hale) = running().await;
     let text = hale.metrics().await;
     if let Some(promtool) = which("promtool") {
-        let mut child = Command::new(promtool)
-            .args(["check", "metrics"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
+        let out = run_with_input(Command::new(promtool).args(["check", "metrics"]), &text);
         assert!(
             out.status.success(),
             "promtool check metrics: {}{}",

@@ -3,14 +3,13 @@
 //! in its own temp dir, stopped by PID on drop. Passwords never go on a command line.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::harness::{eventually, free_port, require};
+use super::harness::{eventually, free_port, require, run_with_input};
 
 /// The repository's root, where `tests/run.sh` makes the `.venv` with sushy-tools.
 fn repo_root() -> PathBuf {
@@ -173,23 +172,13 @@ impl Drop for Sushy {
 /// `python` with the `bcrypt` module sushy-tools itself verifies with; the password
 /// travels on stdin.
 fn write_htpasswd(python: &Path, path: &Path, user: &str, password: &str) {
-    let mut child = Command::new(python)
-        .args([
+    let out = run_with_input(
+        Command::new(python).args([
             "-c",
             "import sys, bcrypt; print(bcrypt.hashpw(sys.stdin.buffer.read(), bcrypt.gensalt(rounds=4)).decode())",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(password.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+        ]),
+        password,
+    );
     assert!(
         out.status.success(),
         "bcrypt: {}",

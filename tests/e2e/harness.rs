@@ -41,6 +41,24 @@ pub fn require(binary: &str) -> PathBuf {
     })
 }
 
+/// Run `cmd` with `input` on its standard input; what it printed and how it ended.
+pub fn run_with_input(cmd: &mut Command, input: &str) -> std::process::Output {
+    use std::io::Write as _;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 pub fn which(binary: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)

@@ -4,6 +4,7 @@ mod api;
 mod bmc_sim;
 mod events;
 mod fuzzball;
+mod gpu;
 mod hardening;
 mod harness;
 mod kube_fake;

@@ -29,11 +29,12 @@ fn repo() -> PathBuf {
 
 /// A rule file with every duration divided by [`SPEEDUP`]: range windows, offsets,
 /// `for`, the rates' `/ 300` (a 5-minute window in seconds), the textfile
-/// freshness limit and the heartbeat's report interval.
-fn compress(text: &str) -> String {
+/// freshness limits and the heartbeat's report interval.
+pub(crate) fn compress(text: &str) -> String {
     let mut out = text
         .replace("/ 300", &format!("/ {}", 300 / SPEEDUP))
         .replace("> 900", &format!("> {}", 900 / SPEEDUP))
+        .replace("> 300", &format!("> {}", 300 / SPEEDUP))
         .replace("hale_report_interval: 30s", "hale_report_interval: 2s");
     for prefix in ["[", "offset ", "for: "] {
         out = scale_after(&out, prefix);
@@ -67,7 +68,7 @@ fn scale_after(text: &str, prefix: &str) -> String {
 }
 
 /// Copies of the shipped rule files under `dir/{rules,alerts}`, compressed in time.
-fn shipped_rules(dir: &Path) {
+pub(crate) fn shipped_rules(dir: &Path) {
     for sub in ["rules", "alerts"] {
         std::fs::create_dir_all(dir.join(sub)).unwrap();
         for entry in std::fs::read_dir(repo().join(sub)).unwrap() {
@@ -88,12 +89,12 @@ fn shipped_rules(dir: &Path) {
 }
 
 /// A server process started by this test and killed by it.
-struct Server {
+pub(crate) struct Server {
     child: Option<Child>,
 }
 
 impl Server {
-    async fn start(name: &str, cmd: &mut Command, log: &Path, ready: &str) -> Server {
+    pub(crate) async fn start(name: &str, cmd: &mut Command, log: &Path, ready: &str) -> Server {
         let child = cmd
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log).unwrap())
@@ -112,7 +113,7 @@ impl Server {
         server
     }
 
-    fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -128,7 +129,7 @@ impl Drop for Server {
 
 /// One host's node_exporter, serving the metrics this test writes to its textfile
 /// directory; series marked climbing go up by one every second.
-struct Host {
+pub(crate) struct Host {
     id: &'static str,
     port: u16,
     exporter: Server,
@@ -136,7 +137,7 @@ struct Host {
 }
 
 impl Host {
-    async fn start(id: &'static str, dir: &Path) -> Host {
+    pub(crate) async fn start(id: &'static str, dir: &Path) -> Host {
         let textfiles = dir.join(id);
         std::fs::create_dir_all(&textfiles).unwrap();
         let port = free_port();
@@ -186,7 +187,7 @@ impl Host {
         }
     }
 
-    fn set(&self, series: &str, value: f64) {
+    pub(crate) fn set(&self, series: &str, value: f64) {
         self.series
             .lock()
             .unwrap()
@@ -204,7 +205,7 @@ impl Host {
 }
 
 /// One host's mtail running the shipped kernel-log program over a log file.
-struct KernelLog {
+pub(crate) struct KernelLog {
     id: &'static str,
     port: u16,
     log: PathBuf,
@@ -212,7 +213,7 @@ struct KernelLog {
 }
 
 impl KernelLog {
-    async fn start(id: &'static str, dir: &Path) -> KernelLog {
+    pub(crate) async fn start(id: &'static str, dir: &Path) -> KernelLog {
         let log = dir.join(format!("{id}-kern.log"));
         std::fs::write(&log, "").unwrap();
         let port = free_port();
@@ -238,7 +239,7 @@ impl KernelLog {
     }
 
     /// Append `line` to the log every second until the returned flag is cleared.
-    fn keep_logging(&self, line: &'static str) -> Arc<AtomicBool> {
+    pub(crate) fn keep_logging(&self, line: &'static str) -> Arc<AtomicBool> {
         let log = self.log.clone();
         let on = Arc::new(AtomicBool::new(true));
         let running = on.clone();
@@ -254,7 +255,7 @@ impl KernelLog {
     }
 }
 
-fn prometheus_config(
+pub(crate) fn prometheus_config(
     dir: &Path,
     am: &str,
     hale: &str,
@@ -283,7 +284,7 @@ fn prometheus_config(
 
 /// `examples/alertmanager.yml` as shipped, delivering to `hale` with the token in
 /// `token_file`.
-fn shipped_alertmanager_config(hale: &str, token_file: &Path) -> String {
+pub(crate) fn shipped_alertmanager_config(hale: &str, token_file: &Path) -> String {
     let shipped = std::fs::read_to_string(repo().join("examples/alertmanager.yml")).unwrap();
     let config = shipped
         .replace("http://127.0.0.1:9470", hale)
@@ -295,13 +296,13 @@ fn shipped_alertmanager_config(hale: &str, token_file: &Path) -> String {
     config
 }
 
-struct Prometheus {
+pub(crate) struct Prometheus {
     url: String,
     server: Server,
 }
 
 impl Prometheus {
-    async fn start(dir: &Path, config: &str) -> Prometheus {
+    pub(crate) async fn start(dir: &Path, config: &str) -> Prometheus {
         std::fs::write(dir.join("prometheus.yml"), config).unwrap();
         let port = free_port();
         let url = format!("http://127.0.0.1:{port}");
@@ -325,7 +326,7 @@ impl Prometheus {
         Prometheus { url, server }
     }
 
-    async fn query(&self, promql: &str) -> Vec<Value> {
+    pub(crate) async fn query(&self, promql: &str) -> Vec<Value> {
         let r: Value = reqwest::Client::new()
             .get(format!("{}/api/v1/query", self.url))
             .query(&[("query", promql)])
@@ -340,7 +341,7 @@ impl Prometheus {
     }
 
     /// Wait until Prometheus has `alertname` firing with `label` = `value`.
-    async fn wait_firing(&self, alertname: &str, label: &str, value: &str) {
+    pub(crate) async fn wait_firing(&self, alertname: &str, label: &str, value: &str) {
         let what = format!("{alertname}{{{label}=\"{value}\"}} firing in Prometheus");
         eventually(&what, Duration::from_secs(60), || async {
             let r: Value = reqwest::get(format!("{}/api/v1/alerts", self.url))
@@ -363,39 +364,66 @@ impl Prometheus {
     }
 }
 
-fn condition<'a>(node: &'a Value, ctype: &str) -> Option<&'a Value> {
+/// What every test of the shipped pipeline starts from: the shipped rules
+/// compressed into its directory, Alertmanager running the shipped receiver
+/// config towards a hale that will listen on `hale_port`, and hale's directory
+/// holding its API token.
+pub(crate) struct Stage {
+    pub(crate) hale_port: u16,
+    pub(crate) hale_url: String,
+    pub(crate) am: Alertmanager,
+    pub(crate) hale_dir: PathBuf,
+}
+
+impl Stage {
+    pub(crate) async fn set(dir: &Path) -> Stage {
+        shipped_rules(dir);
+        let hale_port = free_port();
+        let hale_url = format!("http://127.0.0.1:{hale_port}");
+        std::fs::write(dir.join("am-token"), TOKEN).unwrap();
+        let am = Alertmanager::with_config(&shipped_alertmanager_config(
+            &hale_url,
+            &dir.join("am-token"),
+        ))
+        .await;
+        let hale_dir = dir.join("hale");
+        std::fs::create_dir_all(&hale_dir).unwrap();
+        std::fs::write(hale_dir.join("token"), TOKEN).unwrap();
+        Stage {
+            hale_port,
+            hale_url,
+            am,
+            hale_dir,
+        }
+    }
+}
+
+pub(crate) fn condition<'a>(node: &'a Value, ctype: &str) -> Option<&'a Value> {
     node["conditions"]
         .as_array()?
         .iter()
         .find(|c| c["type"] == ctype)
 }
 
-fn severity_of(node: &Value, ctype: &str) -> Option<String> {
+pub(crate) fn severity_of(node: &Value, ctype: &str) -> Option<String> {
     condition(node, ctype).map(|c| c["severity"].as_str().unwrap().to_string())
 }
 
-const MINUTE: Duration = Duration::from_secs(60);
+pub(crate) const MINUTE: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shipped_rules_alerts_and_receiver_drive_hale() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    shipped_rules(dir);
-
-    let hale_port = free_port();
-    let hale_url = format!("http://127.0.0.1:{hale_port}");
-    std::fs::write(dir.join("am-token"), TOKEN).unwrap();
-    let am = Alertmanager::with_config(&shipped_alertmanager_config(
-        &hale_url,
-        &dir.join("am-token"),
-    ))
-    .await;
+    let Stage {
+        hale_port,
+        hale_url,
+        am,
+        hale_dir,
+    } = Stage::set(dir).await;
     let receiver = Receiver::start().await;
     receiver.fail_first("/events", 1);
     std::fs::write(dir.join("webhook-secret"), "e2e-webhook-secret").unwrap();
-    let hale_dir = dir.join("hale");
-    std::fs::create_dir_all(&hale_dir).unwrap();
-    std::fs::write(hale_dir.join("token"), TOKEN).unwrap();
     // One BMC every node's template names, so the remediation panels have a
     // request to show.
     let sushy = crate::bmc_sim::Sushy::start(&["bmc-1"], "e2e-bmc-password").await;

@@ -61,7 +61,9 @@ pub struct Settings {
     pub default_penalty: DefaultPenalty,
 }
 
-/// The penalty table of DESIGN §4.
+/// The penalty table of DESIGN §4, then the GPU reasons of `alerts/gpu.yml` beyond
+/// it (memory faults priced as the ECC errors they are, an RMA-grade row-remap
+/// failure as a fatal machine check, a pending reset as any warning).
 pub const DEFAULT_PENALTIES: &[(&str, u32)] = &[
     ("CorrectableMemoryErrors", 10),
     ("UncorrectableMemoryErrors", 45),
@@ -76,6 +78,15 @@ pub const DEFAULT_PENALTIES: &[(&str, u32)] = &[
     ("GpuXidHardware", 45),
     ("GpuXidApplication", 5),
     ("GpuThrottling", 10),
+    ("GpuRemappedRowsCorrectable", 10),
+    ("GpuRemappedRowsUncorrectable", 45),
+    ("GpuRowRemapFailure", 50),
+    ("GpuRowRemapPending", 5),
+    ("GpuRetiredPagesPending", 5),
+    ("GpuPcieReplays", 10),
+    ("GpuNvlinkCrcErrors", 10),
+    ("GpuNvlinkReplayErrors", 10),
+    ("GpuNvlinkRecoveryErrors", 25),
 ];
 
 impl Default for Settings {

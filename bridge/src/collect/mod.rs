@@ -1,0 +1,330 @@
+//! `hale collect`: node facts no exporter a site runs has, read from a local tool
+//! and written as a node_exporter textfile (`--collector.textfile.directory`).
+//! `gpu.rs` reads NVIDIA GPUs through `nvidia-smi`. Here: running the tool under a
+//! deadline without ever piling up hung copies of it, and writing the file so the
+//! exporter never reads half of it.
+
+pub mod gpu;
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt as _;
+use tokio::process::{Child, Command};
+
+/// Why a tool gave no answer to read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolFailure {
+    /// It is not installed (the command was not found).
+    Missing,
+    /// It ran past the deadline and was killed; or a copy killed earlier has not
+    /// exited yet (a process stuck in the kernel, as on a GPU that fell off the
+    /// bus, cannot be killed), so no new copy was started.
+    Timeout(String),
+    /// It could not be started, or exited with an error.
+    Failed(String),
+}
+
+/// Runs one tool again and again, at most one copy at a time.
+pub struct Tool {
+    program: PathBuf,
+    args: Vec<String>,
+    timeout: Duration,
+    /// A copy killed at its deadline that has not exited yet.
+    hung: Option<Child>,
+}
+
+impl Tool {
+    pub fn new(program: PathBuf, args: &[&str], timeout: Duration) -> Tool {
+        Tool {
+            program,
+            args: args.iter().map(|a| a.to_string()).collect(),
+            timeout,
+            hung: None,
+        }
+    }
+
+    /// The command as an operator would type it.
+    pub fn shown(&self) -> String {
+        std::iter::once(self.program.display().to_string())
+            .chain(self.args.iter().cloned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Run the tool; its standard output when it exits successfully.
+    pub async fn run(&mut self) -> Result<String, ToolFailure> {
+        if let Some(hung) = self.hung.as_mut() {
+            match hung.try_wait() {
+                Ok(None) => {
+                    return Err(ToolFailure::Timeout(format!(
+                        "`{}` killed after {}s has still not exited",
+                        self.shown(),
+                        self.timeout.as_secs_f64()
+                    )));
+                }
+                Ok(Some(_)) | Err(_) => self.hung = None,
+            }
+        }
+        let mut child = Command::new(&self.program)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => ToolFailure::Missing,
+                _ => ToolFailure::Failed(format!("cannot run `{}`: {e}", self.shown())),
+            })?;
+        let (mut stdout, mut stderr) = (child.stdout.take(), child.stderr.take());
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let finished = tokio::time::timeout(self.timeout, async {
+            // Both pipes read while waiting: a report larger than a pipe's buffer
+            // would otherwise block the tool forever.
+            let (_, _, status) = tokio::join!(
+                read_all(stdout.as_mut(), &mut out),
+                read_all(stderr.as_mut(), &mut err),
+                child.wait()
+            );
+            status
+        })
+        .await;
+        let status = match finished {
+            Ok(status) => status,
+            Err(_) => {
+                let _ = child.start_kill();
+                self.hung = Some(child);
+                return Err(ToolFailure::Timeout(format!(
+                    "`{}` did not finish in {}s and was killed",
+                    self.shown(),
+                    self.timeout.as_secs_f64()
+                )));
+            }
+        };
+        let status = status
+            .map_err(|e| ToolFailure::Failed(format!("waiting for `{}`: {e}", self.shown())))?;
+        let stdout = String::from_utf8_lossy(&out).into_owned();
+        if status.success() {
+            return Ok(stdout);
+        }
+        // nvidia-smi says what went wrong on standard output as often as on error.
+        let said = [String::from_utf8_lossy(&err).as_ref(), stdout.as_str()]
+            .join(" ")
+            .split_whitespace()
+            .take(60)
+            .collect::<Vec<_>>()
+            .join(" ");
+        let said = if said.is_empty() {
+            String::new()
+        } else {
+            format!(": {said}")
+        };
+        Err(ToolFailure::Failed(format!(
+            "`{}` exited with {status}{said}",
+            self.shown()
+        )))
+    }
+}
+
+async fn read_all<R: tokio::io::AsyncRead + Unpin>(pipe: Option<&mut R>, into: &mut Vec<u8>) {
+    if let Some(pipe) = pipe {
+        let _ = pipe.read_to_end(into).await;
+    }
+}
+
+/// Where the metrics go: a textfile, replaced atomically, or standard output.
+#[derive(Debug, Clone)]
+pub enum Output {
+    Stdout,
+    Textfile(PathBuf),
+}
+
+impl Output {
+    /// `-` is standard output; anything else a `.prom` file (node_exporter reads
+    /// no other name) in a directory that exists.
+    pub fn parse(text: &str) -> Result<Output, String> {
+        if text == "-" {
+            return Ok(Output::Stdout);
+        }
+        let path = PathBuf::from(text);
+        if path.extension().is_none_or(|e| e != "prom") {
+            return Err(format!(
+                "{text}: node_exporter's textfile collector reads only files named *.prom"
+            ));
+        }
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        if dir.is_some_and(|d| !d.is_dir()) {
+            return Err(format!("{text}: its directory does not exist"));
+        }
+        Ok(Output::Textfile(path))
+    }
+
+    /// Write `text` whole: to a hidden temporary file beside the target (a name
+    /// the textfile collector skips), flushed to disk, then renamed over it.
+    pub fn write(&self, text: &str) -> std::io::Result<()> {
+        match self {
+            Output::Stdout => std::io::stdout().write_all(text.as_bytes()),
+            Output::Textfile(path) => replace(path, text),
+        }
+    }
+}
+
+impl std::fmt::Display for Output {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Output::Stdout => f.write_str("standard output"),
+            Output::Textfile(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+fn replace(path: &Path, text: &str) -> std::io::Result<()> {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let written = (|| {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(text.as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// A label value in the exposition format: backslash, double quote and newline
+/// escaped.
+pub fn escape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn script(dir: &Path, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = dir.join("tool");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    #[tokio::test]
+    async fn a_large_answer_is_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        // 1 MiB, far more than a pipe holds.
+        let mut tool = Tool::new(
+            script(dir.path(), "head -c 1048576 /dev/zero | tr '\\0' x"),
+            &[],
+            Duration::from_secs(20),
+        );
+        assert_eq!(tool.run().await.unwrap().len(), 1 << 20);
+    }
+
+    #[tokio::test]
+    async fn a_failure_says_the_status_and_what_the_tool_printed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tool = Tool::new(
+            script(dir.path(), "echo 'No devices were found'; exit 6"),
+            &["-q"],
+            Duration::from_secs(20),
+        );
+        let ToolFailure::Failed(message) = tool.run().await.unwrap_err() else {
+            panic!("not a failure")
+        };
+        assert!(message.contains("exit status: 6"), "{message}");
+        assert!(message.contains("No devices were found"), "{message}");
+        assert!(message.contains("tool -q"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn a_missing_tool_is_missing_not_failed() {
+        let mut tool = Tool::new(
+            "/nonexistent/nvidia-smi".into(),
+            &[],
+            Duration::from_secs(1),
+        );
+        assert_eq!(tool.run().await.unwrap_err(), ToolFailure::Missing);
+    }
+
+    #[tokio::test]
+    async fn a_hung_tool_is_killed_and_not_started_again_while_it_lingers() {
+        let dir = tempfile::tempdir().unwrap();
+        let started = dir.path().join("started");
+        // Ignores SIGTERM, as a process stuck in the kernel ignores everything;
+        // SIGKILL still ends it, after which the next run starts a new copy.
+        let mut tool = Tool::new(
+            script(
+                dir.path(),
+                &format!("trap '' TERM; echo x >> {}; sleep 30", started.display()),
+            ),
+            &[],
+            Duration::from_millis(300),
+        );
+        let ToolFailure::Timeout(first) = tool.run().await.unwrap_err() else {
+            panic!("not a timeout")
+        };
+        assert!(first.contains("was killed"), "{first}");
+        let runs = || std::fs::read_to_string(&started).unwrap().lines().count();
+        assert_eq!(runs(), 1);
+
+        // A copy that does not die (stuck in the kernel, as the killed one would
+        // be on a GPU that fell off the bus): no second copy is started beside it.
+        let mut stuck = Command::new("sleep");
+        stuck.arg("30").kill_on_drop(true);
+        tool.hung = Some(stuck.spawn().unwrap());
+        let ToolFailure::Timeout(lingering) = tool.run().await.unwrap_err() else {
+            panic!("not a timeout")
+        };
+        assert!(lingering.contains("has still not exited"), "{lingering}");
+        assert_eq!(runs(), 1);
+
+        // Once it is gone, the next run starts a fresh copy.
+        let hung = tool.hung.as_mut().expect("the stuck copy is kept");
+        hung.start_kill().unwrap();
+        hung.wait().await.unwrap();
+        assert!(matches!(
+            tool.run().await.unwrap_err(),
+            ToolFailure::Timeout(_)
+        ));
+        assert_eq!(runs(), 2);
+    }
+
+    #[test]
+    fn the_textfile_is_replaced_whole_and_only_prom_files_are_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hale_gpu.prom");
+        let out = Output::parse(path.to_str().unwrap()).unwrap();
+        out.write("a 1\n").unwrap();
+        out.write("b 2\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "b 2\n");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 1, "no temporary file left behind");
+
+        let wrong = Output::parse(dir.path().join("gpu.txt").to_str().unwrap()).unwrap_err();
+        assert!(wrong.contains("*.prom"), "{wrong}");
+        let nowhere = Output::parse("/nonexistent/dir/gpu.prom").unwrap_err();
+        assert!(nowhere.contains("does not exist"), "{nowhere}");
+        assert!(matches!(Output::parse("-"), Ok(Output::Stdout)));
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape(r#"a"b\c"#), r#"a\"b\\c"#);
+        assert_eq!(escape("x\ny"), "x\\ny");
+    }
+}
