@@ -76,8 +76,9 @@ done
 RUST_BACKTRACE=0 "$HALE" check-config examples/hale-quickstart.yaml
 
 # --- dcgm-exporter counters -------------------------------------------------
-# Every line `FIELD, gauge|counter, help`; NVIDIA's default counters all kept (a
-# drop-in replacement); and every DCGM field the rules and alerts read listed.
+# Every line `FIELD, gauge|counter, help`; the fields of NVIDIA's default list
+# (etc/default-counters.csv) and of its chart's DCP list kept; and every DCGM
+# field the rules and alerts read listed.
 python3 - examples/dcgm-exporter-counters.csv rules/gpu.yml alerts/gpu.yml alerts/collectors.yml <<'EOF'
 import re, sys
 csv, *rule_files = sys.argv[1:]
@@ -95,10 +96,11 @@ DCGM_FI_DEV_POWER_USAGE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION DCGM_FI_DEV_PCIE_TX
 DCGM_FI_DEV_PCIE_RX_THROUGHPUT DCGM_FI_DEV_PCIE_REPLAY_COUNTER DCGM_FI_DEV_GPU_UTIL DCGM_FI_DEV_MEM_COPY_UTIL
 DCGM_FI_DEV_ENC_UTIL DCGM_FI_DEV_DEC_UTIL DCGM_FI_DEV_XID_ERRORS DCGM_FI_DEV_FB_FREE DCGM_FI_DEV_FB_USED
 DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL DCGM_FI_DEV_VGPU_LICENSE_STATUS DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS
-DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS DCGM_FI_DEV_ROW_REMAP_FAILURE""".split()
+DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS DCGM_FI_DEV_ROW_REMAP_FAILURE DCGM_FI_PROF_GR_ENGINE_ACTIVE
+DCGM_FI_PROF_PIPE_TENSOR_ACTIVE DCGM_FI_PROF_DRAM_ACTIVE DCGM_FI_PROF_PCIE_TX_BYTES DCGM_FI_PROF_PCIE_RX_BYTES""".split()
 missing = [f for f in defaults if f not in fields]
 if missing:
-    sys.exit(f"examples.sh: {csv} drops dcgm-exporter default counters: {missing}")
+    sys.exit(f"examples.sh: {csv} drops dcgm-exporter's own counters: {missing}")
 # The old clock field name is read for older exporters; the CSV lists the current one.
 read = {m for f in rule_files for m in re.findall(r"DCGM_FI_[A-Z0-9_]+", open(f).read())}
 read -= {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_"}

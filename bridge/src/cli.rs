@@ -1071,28 +1071,42 @@ pub async fn run_collect(what: Collect) -> anyhow::Result<()> {
         interval,
     } = what;
     let mut tool = Tool::new(nvidia_smi, gpu::NVIDIA_SMI_ARGS, timeout);
+    if let Some(marker) = output.marker("nvidia-smi") {
+        tool = tool.remembering_in(marker);
+    }
     let mut every = interval.map(|i| {
         let mut every = tokio::time::interval(i);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         every
     });
+    let mut first = true;
     loop {
         if let Some(every) = every.as_mut() {
             every.tick().await;
         }
         let collected = gpu::Collected::from_run(tool.run().await);
+        if matches!(collected, gpu::Collected::NoDriver) && std::mem::take(&mut first) {
+            eprintln!(
+                "hale collect gpu: nvidia-smi is on no PATH directory: no NVIDIA driver here, GPU health unavailable (give --nvidia-smi its path if it is installed elsewhere)"
+            );
+        }
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs_f64();
-        output
+        let written = output
             .write(&collected.render(now))
-            .with_context(|| format!("writing {output}"))?;
+            .with_context(|| format!("writing {output}"));
         let problem = collected.problem();
         if every.is_none() {
+            written?;
             return problem.map_or(Ok(()), |p| Err(anyhow::anyhow!(p)));
         }
-        if let Some(problem) = problem {
+        // Repeating: say it and try again next time (a full disk passes).
+        for problem in [written.err().map(|e| format!("{e:#}")), problem]
+            .into_iter()
+            .flatten()
+        {
             eprintln!("hale collect gpu: {problem}");
         }
     }

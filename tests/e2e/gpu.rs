@@ -197,16 +197,22 @@ fn the_collector_writes_valid_metrics_for_every_state_of_a_gpu() {
         promtool_check_metrics(&text);
     }
 
-    // No nvidia-smi at all: no driver, nothing to verdict on.
-    let out = collect_once(&dir.path().join("no-such-nvidia-smi"));
+    // No nvidia-smi on PATH: no driver, nothing to verdict on.
+    let out = collect_once(Path::new("hale-no-such-nvidia-smi"));
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("no NVIDIA driver here"), "{stderr}");
     assert!(!text.contains("hale_gpu_collector_success"), "{text}");
     promtool_check_metrics(&text);
+    // A path given that is not there is the operator's mistake, said as one.
+    let out = collect_once(&dir.path().join("no-such-nvidia-smi"));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("hale_gpu_collector_success{error=\"failed\"} 0"),
+        "{text}"
+    );
 }
 
 /// `hale collect gpu --interval 1s` writing into a host's textfile directory.
@@ -298,6 +304,15 @@ async fn gpu_faults_read_by_the_collector_reach_hale_through_the_shipped_rules()
     })
     .await;
 
+    // A rise is measured against the count recorded before the last 5 minutes
+    // (20 s here): wait until the healthy count is that old.
+    eventually("the healthy count recorded 5 minutes back", MINUTE, || async {
+        let before = prometheus
+            .query(r#"last_over_time(node_gpu:remapped_rows_uncorrectable:total{node="gpu-a"}[1h] offset 20s)"#)
+            .await;
+        (before.len() == 1).then_some(())
+    })
+    .await;
     set_mode(&smi_a, "faulted.xml");
     set_mode(&smi_b, "hang");
     // The kernel spells the bus with a 4-digit domain and no function.

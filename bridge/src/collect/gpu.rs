@@ -66,6 +66,9 @@ pub struct Gpu {
     /// NVML's clock event reasons mask.
     pub clock_event_reasons: Option<u32>,
     pub pcie_replays: Option<u64>,
+    /// What the driver says the GPU needs to recover ("None" when nothing),
+    /// drivers 550 and later.
+    pub recovery_action: Option<String>,
 }
 
 #[derive(Debug, Default, PartialEq)]
@@ -91,6 +94,13 @@ pub struct RetiredPages {
 
 /// Read `nvidia-smi -q -x`'s report.
 pub fn parse(xml: &str) -> Result<Report, String> {
+    // A warning nvidia-smi prints before the document ("WARNING: infoROM is
+    // corrupted at gpu …") is not the report.
+    let xml = ["<?xml", "<nvidia_smi_log"]
+        .iter()
+        .filter_map(|start| xml.find(start))
+        .min()
+        .map_or(xml, |at| &xml[at..]);
     let options = roxmltree::ParsingOptions {
         allow_dtd: true,
         ..Default::default()
@@ -148,6 +158,7 @@ fn read_gpu(index: usize, node: roxmltree::Node) -> Gpu {
         retired_pages: retired_pages(node),
         clock_event_reasons: clock_event_reasons(node),
         pcie_replays: number(node, &["pci", "replay_counter"]),
+        recovery_action: text(node, &["gpu_recovery_action"]).filter(|a| a != "N/A"),
     }
 }
 
@@ -245,9 +256,24 @@ fn clock_event_reasons(gpu: roxmltree::Node) -> Option<u32> {
     mask
 }
 
-/// The first field of `gpu` that says nvidia-smi could not read it.
+/// The sections of a GPU's entry this reads; a field elsewhere nvidia-smi could
+/// not read (a fan, a power reading) does not make the GPU's health unreadable.
+const READ: &[&str] = &[
+    "uuid",
+    "pci",
+    "ecc_errors",
+    "remapped_rows",
+    "retired_pages",
+    "clocks_event_reasons",
+    "clocks_throttle_reasons",
+    "gpu_recovery_action",
+];
+
+/// The first field this reads that says nvidia-smi could not read it.
 fn unreadable_field(gpu: roxmltree::Node) -> Option<String> {
-    gpu.descendants()
+    gpu.children()
+        .filter(|c| c.is_element() && READ.contains(&c.tag_name().name()))
+        .flat_map(|section| section.descendants())
         .filter(|n| n.is_element())
         .find(|n| n.text().is_some_and(unreadable))
         .map(|n| {
@@ -259,6 +285,7 @@ fn unreadable_field(gpu: roxmltree::Node) -> Option<String> {
         })
 }
 
+/// The element child `name` of `node`, if it has elements of its own (not "N/A").
 fn child<'a, 'i>(node: roxmltree::Node<'a, 'i>, name: &str) -> Option<roxmltree::Node<'a, 'i>> {
     named(node, name).filter(|c| c.children().any(|g| g.is_element()))
 }
@@ -342,6 +369,24 @@ impl Collected {
             Err(ToolFailure::Failed(message)) => Collected::Failed {
                 error: "failed",
                 message,
+            },
+            // nvidia-smi fails as a whole when one GPU is lost, yet may still
+            // print the report of the others: kept, with the failure said.
+            Err(ToolFailure::Exited { message, stdout }) => match parse(&stdout) {
+                Ok(mut report) => {
+                    report.unreadable.push(message);
+                    Collected::Report(report)
+                }
+                // The driver is loaded and sees no GPU: on a GPU node, GPUs that
+                // failed to come up; not a host to run this on otherwise.
+                Err(_) if stdout.contains("No devices were found") => Collected::Failed {
+                    error: "no_devices",
+                    message,
+                },
+                Err(_) => Collected::Failed {
+                    error: "failed",
+                    message,
+                },
             },
         }
     }
@@ -512,6 +557,24 @@ fn render_gpus(out: &mut String, report: &Report) {
         "NVML's mask of active clock event reasons (0x8 HW slowdown, 0x40 HW thermal slowdown, 0x80 HW power brake; see rules/gpu.yml).",
         &each(&|g| g.clock_event_reasons.map(|m| m.to_string())),
     );
+    let recovery: Vec<(String, String)> = gpus
+        .iter()
+        .filter_map(|(labels, g)| {
+            let action = g.recovery_action.as_ref()?;
+            let asks = u8::from(action != "None");
+            Some((
+                format!("{labels},action=\"{}\"", escape(action)),
+                asks.to_string(),
+            ))
+        })
+        .collect();
+    family(
+        out,
+        "hale_gpu_recovery_action",
+        "gauge",
+        "1 while the driver says the GPU needs `action` to recover (NVML's GPU recovery action); 0 with action=\"None\".",
+        &recovery,
+    );
     family(
         out,
         "hale_gpu_pcie_replay_total",
@@ -597,6 +660,7 @@ mod tests {
                 // Idle, and nothing else.
                 clock_event_reasons: Some(0x1),
                 pcie_replays: Some(0),
+                recovery_action: Some("None".into()),
             }]
         );
     }
@@ -808,6 +872,75 @@ mod tests {
             report.unreadable,
             ["the driver has 2 GPU(s), the report lists 1"]
         );
+    }
+
+    #[test]
+    fn a_field_this_does_not_read_may_be_unreadable() {
+        let xml = h200();
+        let at = xml.find("<fan_speed>").expect("the sample has a fan speed");
+        let end = xml[at..].find("</fan_speed>").unwrap() + at;
+        let fan = format!("{}<fan_speed>Unknown Error{}", &xml[..at], &xml[end..]);
+        let report = parse(&fan).unwrap();
+        assert!(report.unreadable.is_empty(), "{:?}", report.unreadable);
+    }
+
+    #[test]
+    fn a_failed_run_keeps_the_report_it_printed_and_says_the_failure() {
+        let exited = Collected::from_run(Err(ToolFailure::Exited {
+            message: "`nvidia-smi -q -x` exited with exit status: 15: GPU is lost".into(),
+            stdout: h200(),
+        }));
+        let text = exited.render(1.0);
+        assert!(
+            text.contains("hale_gpu_collector_success{error=\"gpu_error\"} 0"),
+            "{text}"
+        );
+        assert!(text.contains("hale_gpu_info{"), "{text}");
+        assert!(exited.problem().unwrap().contains("GPU is lost"));
+
+        let none = Collected::from_run(Err(ToolFailure::Exited {
+            message: "`nvidia-smi -q -x` exited with exit status: 6: No devices were found".into(),
+            stdout: "No devices were found\n".into(),
+        }));
+        assert!(
+            none.render(1.0)
+                .contains("hale_gpu_collector_success{error=\"no_devices\"} 0")
+        );
+        let broken = Collected::from_run(Err(ToolFailure::Exited {
+            message: "`nvidia-smi -q -x` exited with exit status: 9: NVIDIA-SMI has failed".into(),
+            stdout:
+                "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n"
+                    .into(),
+        }));
+        assert!(
+            broken
+                .render(1.0)
+                .contains("hale_gpu_collector_success{error=\"failed\"} 0")
+        );
+    }
+
+    #[test]
+    fn a_warning_before_the_report_is_skipped() {
+        let warned = format!(
+            "WARNING: infoROM is corrupted at gpu 0000:00:06.0\n{}",
+            h200()
+        );
+        assert_eq!(parse(&warned).unwrap(), parse(&h200()).unwrap());
+    }
+
+    #[test]
+    fn the_drivers_recovery_action_is_written_with_what_it_asks() {
+        let labels = "gpu=\"0\",UUID=\"GPU-3c059e32-d2af-e569-c5ce-9601afee013c\",pci_bus_id=\"00000000:00:06.0\",device=\"nvidia0\",modelName=\"NVIDIA H200\"";
+        let text = Collected::Report(parse(&h200()).unwrap()).render(1.0);
+        let line = format!("hale_gpu_recovery_action{{{labels},action=\"None\"}} 0");
+        assert!(text.lines().any(|l| l == line), "no {line} in {text}");
+        let reset = faulted(
+            "<gpu_recovery_action>None</gpu_recovery_action>",
+            "<gpu_recovery_action>Reset</gpu_recovery_action>",
+        );
+        let text = Collected::Report(parse(&reset).unwrap()).render(1.0);
+        let line = format!("hale_gpu_recovery_action{{{labels},action=\"Reset\"}} 1");
+        assert!(text.lines().any(|l| l == line), "no {line} in {text}");
     }
 
     #[test]

@@ -17,23 +17,30 @@ use tokio::process::{Child, Command};
 /// Why a tool gave no answer to read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ToolFailure {
-    /// It is not installed (the command was not found).
+    /// It is not installed: a bare name found on no directory of `PATH`.
     Missing,
     /// It ran past the deadline and was killed; or a copy killed earlier has not
     /// exited yet (a process stuck in the kernel, as on a GPU that fell off the
     /// bus, cannot be killed), so no new copy was started.
     Timeout(String),
-    /// It could not be started, or exited with an error.
+    /// It could not be started (a path given that does not exist among them).
     Failed(String),
+    /// It exited with an error: what to say, and what it printed on standard
+    /// output all the same.
+    Exited { message: String, stdout: String },
 }
 
-/// Runs one tool again and again, at most one copy at a time.
+/// Runs one tool again and again, at most one copy at a time — across runs of
+/// this process too, where `marker` names a file to remember a hung copy in.
 pub struct Tool {
     program: PathBuf,
     args: Vec<String>,
     timeout: Duration,
     /// A copy killed at its deadline that has not exited yet.
     hung: Option<Child>,
+    /// Holds the process id of a copy killed at its deadline, for the next run
+    /// (a timer's next one-shot run, a restarted service) to find it lingering.
+    marker: Option<PathBuf>,
 }
 
 impl Tool {
@@ -43,7 +50,14 @@ impl Tool {
             args: args.iter().map(|a| a.to_string()).collect(),
             timeout,
             hung: None,
+            marker: None,
         }
+    }
+
+    /// Remember a hung copy in `marker` between runs.
+    pub fn remembering_in(mut self, marker: PathBuf) -> Tool {
+        self.marker = Some(marker);
+        self
     }
 
     /// The command as an operator would type it.
@@ -54,29 +68,59 @@ impl Tool {
             .join(" ")
     }
 
-    /// Run the tool; its standard output when it exits successfully.
-    pub async fn run(&mut self) -> Result<String, ToolFailure> {
+    /// A copy killed earlier that is still there, said as a timeout.
+    fn lingering(&mut self) -> Option<ToolFailure> {
+        let (shown, timeout) = (self.shown(), self.timeout.as_secs_f64());
+        let still = |pid: u32| {
+            format!(
+                "`{shown}` killed after {timeout}s (process {pid}) has still not exited; no new copy started"
+            )
+        };
         if let Some(hung) = self.hung.as_mut() {
             match hung.try_wait() {
-                Ok(None) => {
-                    return Err(ToolFailure::Timeout(format!(
-                        "`{}` killed after {}s has still not exited",
-                        self.shown(),
-                        self.timeout.as_secs_f64()
-                    )));
-                }
+                Ok(None) => return Some(ToolFailure::Timeout(still(hung.id().unwrap_or(0)))),
                 Ok(Some(_)) | Err(_) => self.hung = None,
             }
+        }
+        let marker = self.marker.as_ref()?;
+        let pid = std::fs::read_to_string(marker)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())?;
+        // The same program, not another process that got its id since.
+        let name = self
+            .program
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy();
+        let alive = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|cmd| String::from_utf8_lossy(&cmd).contains(name.as_ref()));
+        if alive {
+            return Some(ToolFailure::Timeout(still(pid)));
+        }
+        let _ = std::fs::remove_file(marker);
+        None
+    }
+
+    /// Run the tool; its standard output when it exits successfully.
+    pub async fn run(&mut self) -> Result<String, ToolFailure> {
+        if let Some(lingering) = self.lingering() {
+            return Err(lingering);
         }
         let mut child = Command::new(&self.program)
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            // Its own process group, so a wrapper script's children die with it.
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => ToolFailure::Missing,
+                // A bare name on no PATH directory: not installed. A path the
+                // operator gave that is not there is their mistake to hear about.
+                std::io::ErrorKind::NotFound if self.program.components().count() == 1 => {
+                    ToolFailure::Missing
+                }
                 _ => ToolFailure::Failed(format!("cannot run `{}`: {e}", self.shown())),
             })?;
         let (mut stdout, mut stderr) = (child.stdout.take(), child.stderr.take());
@@ -95,6 +139,12 @@ impl Tool {
         let status = match finished {
             Ok(status) => status,
             Err(_) => {
+                if let Some(pid) = child.id() {
+                    kill_group(pid);
+                    if let Some(marker) = &self.marker {
+                        let _ = std::fs::write(marker, format!("{pid}\n"));
+                    }
+                }
                 let _ = child.start_kill();
                 self.hung = Some(child);
                 return Err(ToolFailure::Timeout(format!(
@@ -122,10 +172,26 @@ impl Tool {
         } else {
             format!(": {said}")
         };
-        Err(ToolFailure::Failed(format!(
-            "`{}` exited with {status}{said}",
-            self.shown()
-        )))
+        Err(ToolFailure::Exited {
+            message: format!("`{}` exited with {status}{said}", self.shown()),
+            stdout,
+        })
+    }
+}
+
+/// SIGKILL to the process group `pid` leads.
+fn kill_group(pid: u32) {
+    const SIGKILL: i32 = 9;
+    unsafe extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    let Ok(group) = i32::try_from(pid) else {
+        return;
+    };
+    // SAFETY: kill(2) only sends a signal; a negative pid names the group this
+    // process created for the child (process_group(0)), so nothing else is hit.
+    unsafe {
+        kill(-group, SIGKILL);
     }
 }
 
@@ -183,17 +249,48 @@ impl std::fmt::Display for Output {
 
 fn replace(path: &Path, text: &str) -> std::io::Result<()> {
     let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    // Temporary files a run killed halfway through left behind.
+    let stale = format!(".{name}.");
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let file = entry.file_name().to_string_lossy().into_owned();
+            if file.starts_with(&stale) && file.ends_with(".tmp") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+    let tmp = dir.join(format!("{stale}{}.tmp", std::process::id()));
     let written = (|| {
         let mut file = std::fs::File::create(&tmp)?;
         file.write_all(text.as_bytes())?;
         file.sync_all()?;
-        std::fs::rename(&tmp, path)
+        std::fs::rename(&tmp, path)?;
+        // The rename itself on disk, so a crash after it cannot bring the old
+        // file back.
+        std::fs::File::open(dir)?.sync_all()
     })();
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     written
+}
+
+impl Output {
+    /// Where a [`Tool`] writing here remembers a hung copy between runs: a hidden
+    /// file beside the textfile; none for standard output.
+    pub fn marker(&self, tool: &str) -> Option<PathBuf> {
+        match self {
+            Output::Stdout => None,
+            Output::Textfile(path) => {
+                let name = path.file_name().unwrap_or_default().to_string_lossy();
+                Some(path.with_file_name(format!(".{name}.{tool}.hung")))
+            }
+        }
+    }
 }
 
 /// A label value in the exposition format: backslash, double quote and newline
@@ -243,65 +340,112 @@ mod tests {
             &["-q"],
             Duration::from_secs(20),
         );
-        let ToolFailure::Failed(message) = tool.run().await.unwrap_err() else {
+        let ToolFailure::Exited { message, stdout } = tool.run().await.unwrap_err() else {
             panic!("not a failure")
         };
+        assert_eq!(stdout, "No devices were found\n");
         assert!(message.contains("exit status: 6"), "{message}");
         assert!(message.contains("No devices were found"), "{message}");
         assert!(message.contains("tool -q"), "{message}");
     }
 
     #[tokio::test]
-    async fn a_missing_tool_is_missing_not_failed() {
-        let mut tool = Tool::new(
+    async fn a_tool_on_no_path_is_missing_but_a_missing_path_given_is_an_error() {
+        let mut bare = Tool::new("hale-no-such-tool".into(), &[], Duration::from_secs(1));
+        assert_eq!(bare.run().await.unwrap_err(), ToolFailure::Missing);
+        let mut given = Tool::new(
             "/nonexistent/nvidia-smi".into(),
             &[],
             Duration::from_secs(1),
         );
-        assert_eq!(tool.run().await.unwrap_err(), ToolFailure::Missing);
+        let ToolFailure::Failed(message) = given.run().await.unwrap_err() else {
+            panic!("a path given that does not exist read as not installed")
+        };
+        assert!(
+            message.contains("cannot run `/nonexistent/nvidia-smi`"),
+            "{message}"
+        );
     }
 
     #[tokio::test]
-    async fn a_hung_tool_is_killed_and_not_started_again_while_it_lingers() {
+    async fn a_hung_tool_is_killed_with_its_children_and_not_started_again_while_it_lingers() {
         let dir = tempfile::tempdir().unwrap();
         let started = dir.path().join("started");
-        // Ignores SIGTERM, as a process stuck in the kernel ignores everything;
-        // SIGKILL still ends it, after which the next run starts a new copy.
-        let mut tool = Tool::new(
-            script(
-                dir.path(),
-                &format!("trap '' TERM; echo x >> {}; sleep 30", started.display()),
+        let child_pid = dir.path().join("child");
+        let marker = dir.path().join(".hale_gpu.prom.tool.hung");
+        // A wrapper script whose own child hangs, and which ignores SIGTERM as a
+        // process stuck in the kernel ignores everything; SIGKILL to its group
+        // ends both.
+        let program = script(
+            dir.path(),
+            &format!(
+                "trap '' TERM; echo x >> {}; sleep 30 & echo $! > {}; wait",
+                started.display(),
+                child_pid.display()
             ),
-            &[],
-            Duration::from_millis(300),
         );
+        let mut tool = Tool::new(program.clone(), &[], Duration::from_millis(500))
+            .remembering_in(marker.clone());
         let ToolFailure::Timeout(first) = tool.run().await.unwrap_err() else {
             panic!("not a timeout")
         };
         assert!(first.contains("was killed"), "{first}");
         let runs = || std::fs::read_to_string(&started).unwrap().lines().count();
         assert_eq!(runs(), 1);
+        let hung = tool.hung.as_mut().expect("the killed copy is kept");
+        let leader = hung.id().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&marker).unwrap().trim(),
+            leader.to_string(),
+            "the killed copy is remembered for the next run"
+        );
+        hung.wait().await.unwrap();
+        let grandchild = std::fs::read_to_string(&child_pid).unwrap();
+        let proc = format!("/proc/{}", grandchild.trim());
+        for _ in 0..50 {
+            // Killed, it may linger a moment as a zombie of init.
+            let state = std::fs::read_to_string(format!("{proc}/stat")).unwrap_or_default();
+            if state.is_empty() || state.contains(") Z ") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let state = std::fs::read_to_string(format!("{proc}/stat")).unwrap_or_default();
+        assert!(
+            state.is_empty() || state.contains(") Z "),
+            "the wrapper's child lives on: {state}"
+        );
 
         // A copy that does not die (stuck in the kernel, as the killed one would
-        // be on a GPU that fell off the bus): no second copy is started beside it.
-        let mut stuck = Command::new("sleep");
-        stuck.arg("30").kill_on_drop(true);
-        tool.hung = Some(stuck.spawn().unwrap());
-        let ToolFailure::Timeout(lingering) = tool.run().await.unwrap_err() else {
-            panic!("not a timeout")
-        };
-        assert!(lingering.contains("has still not exited"), "{lingering}");
-        assert_eq!(runs(), 1);
+        // be on a GPU that fell off the bus): no second copy is started beside it —
+        // nor by another run of the collector, which finds it through the marker.
+        let mut stuck = Command::new(&program);
+        stuck.kill_on_drop(true);
+        let mut stuck = stuck.spawn().unwrap();
+        while runs() < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        std::fs::write(&marker, format!("{}\n", stuck.id().unwrap())).unwrap();
+        tool.hung = None;
+        let mut next_run = Tool::new(program.clone(), &[], Duration::from_millis(500))
+            .remembering_in(marker.clone());
+        for tool in [&mut tool, &mut next_run] {
+            let ToolFailure::Timeout(lingering) = tool.run().await.unwrap_err() else {
+                panic!("not a timeout")
+            };
+            assert!(lingering.contains("has still not exited"), "{lingering}");
+        }
+        assert_eq!(runs(), 2, "only the stuck copy itself ran");
 
-        // Once it is gone, the next run starts a fresh copy.
-        let hung = tool.hung.as_mut().expect("the stuck copy is kept");
-        hung.start_kill().unwrap();
-        hung.wait().await.unwrap();
+        // Once it is gone, the next run starts a fresh copy and forgets the marker
+        // until that one hangs in turn.
+        stuck.start_kill().unwrap();
+        stuck.wait().await.unwrap();
         assert!(matches!(
-            tool.run().await.unwrap_err(),
-            ToolFailure::Timeout(_)
+            next_run.run().await.unwrap_err(),
+            ToolFailure::Timeout(m) if m.contains("was killed")
         ));
-        assert_eq!(runs(), 2);
+        assert_eq!(runs(), 3);
     }
 
     #[test]
@@ -309,6 +453,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("hale_gpu.prom");
         let out = Output::parse(path.to_str().unwrap()).unwrap();
+        // A temporary file a killed run left behind goes with the next write.
+        std::fs::write(dir.path().join(".hale_gpu.prom.999999.tmp"), "half").unwrap();
         out.write("a 1\n").unwrap();
         out.write("b 2\n").unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "b 2\n");

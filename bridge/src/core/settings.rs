@@ -63,7 +63,8 @@ pub struct Settings {
 
 /// The penalty table of DESIGN §4, then the GPU reasons of `alerts/gpu.yml` beyond
 /// it (memory faults priced as the ECC errors they are, an RMA-grade row-remap
-/// failure as a fatal machine check, a pending reset as any warning).
+/// failure as a fatal machine check, a pending reset as any warning, a GPU the
+/// driver says cannot work until it is recovered as a hardware Xid).
 pub const DEFAULT_PENALTIES: &[(&str, u32)] = &[
     ("CorrectableMemoryErrors", 10),
     ("UncorrectableMemoryErrors", 45),
@@ -82,6 +83,7 @@ pub const DEFAULT_PENALTIES: &[(&str, u32)] = &[
     ("GpuRemappedRowsUncorrectable", 45),
     ("GpuRowRemapFailure", 50),
     ("GpuRowRemapPending", 5),
+    ("GpuRecoveryActionRequired", 45),
     ("GpuRetiredPagesPending", 5),
     ("GpuPcieReplays", 10),
     ("GpuNvlinkCrcErrors", 10),
