@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 
 use hale::core::Status;
 use hale::core::policy::{Conclusion, Entry, Remediations};
+use hale::store::Store as _;
 use hale::view::{
     AlertsView, ClearRequest, DrainRequest, ErrorBody, EventsView, NodeList, NodeView,
     OperateRequest, PowerRequest, RebootRequest,
@@ -153,7 +154,7 @@ pub fn run_backtest(verb: PolicyVerb) -> anyhow::Result<()> {
     } = verb;
     let loaded = hale::config::Config::load(Some(&config))?;
     let path = store.unwrap_or_else(|| loaded.config.store.path.clone());
-    if !path.join(hale::store::FILE).is_file() {
+    if !path.join(hale::store::sqlite::FILE).is_file() {
         bail!("no hale store at {}", path.display());
     }
     let now = chrono::Utc::now();
@@ -171,7 +172,7 @@ pub fn run_backtest(verb: PolicyVerb) -> anyhow::Result<()> {
                 .ok_or_else(|| anyhow::anyhow!("--since {since:?} is too far back"))?
         }
     };
-    let store = hale::store::Store::open(&path)?;
+    let store = hale::store::Sqlite::open(&path)?;
     let known = store.load(now)?.nodes;
     // All of it: what came before the window rebuilds the state it starts in.
     let history = store.history(0)?;

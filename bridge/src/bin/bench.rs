@@ -26,7 +26,7 @@ use anyhow::{Context, bail};
 use chrono::{TimeDelta, Utc};
 use hale::config::Config;
 use hale::core::Fleet;
-use hale::store::{Batch, Store};
+use hale::store::{Batch, Opened, Sqlite, Store};
 use serde_json::{Value, json};
 
 const NODES: usize = 10_000;
@@ -129,9 +129,10 @@ fn run(nodes: usize, work: &Path, report: &mut Report) -> anyhow::Result<()> {
 
     let cfg = Config::default().resolve("<bench>", "")?.core;
     // As `hale serve` keeps it: checkpoints off the write path, run between cycles.
-    let mut store = Store::open(&work.join("cycle"))?;
-    store.defer_checkpoints()?;
-    let upkeep = Store::open(&work.join("cycle"))?;
+    let Opened {
+        writer: mut store,
+        upkeep,
+    } = Sqlite::open_pair(&work.join("cycle"))?;
     let mut checkpoints = Duration::ZERO;
     let start = Utc::now();
     let mut fleet = Fleet::new(start);
@@ -155,7 +156,7 @@ fn run(nodes: usize, work: &Path, report: &mut Report) -> anyhow::Result<()> {
         };
         drop(parsed);
         let t = Instant::now();
-        upkeep.checkpoint().expect("checkpoints");
+        upkeep.upkeep().expect("checkpoints");
         checkpoints = checkpoints.max(t.elapsed());
         c
     };
@@ -632,7 +633,7 @@ fn events(work: &Path, report: &mut Report) -> anyhow::Result<()> {
     use hale::core::{Event, EventKind};
     use hale::store::EventQuery;
 
-    let mut store = Store::open(&work.join("events"))?;
+    let mut store = Sqlite::open(&work.join("events"))?;
     let trust = serde_json::to_string(&Fleet::new(Utc::now()).trust)?;
     let start = Utc::now() - TimeDelta::days(30);
     let event = |node: &str, i: usize| Event {

@@ -310,6 +310,16 @@ pub struct StoreConfig {
     pub max_bytes: Option<u64>,
 }
 
+impl StoreConfig {
+    /// Open the store this names, for `hale serve`. Adding a store kind is its
+    /// module in `store/` and its arm here.
+    pub fn open(&self) -> Result<crate::store::Opened, crate::store::StoreError> {
+        match self.kind {
+            StoreKind::Sqlite => crate::store::Sqlite::open_pair(&self.path),
+        }
+    }
+}
+
 impl Default for StoreConfig {
     fn default() -> Self {
         Self {

@@ -30,7 +30,7 @@ use crate::liveness::Liveness;
 use crate::metrics::{ActionLabel, Metrics, OperationLabel, PathLabel, ReasonLabel, ResultLabel};
 use crate::notify::Notifier;
 use crate::orchestrator::{self, Orchestrator, OrchestratorError, Report, most_urgent};
-use crate::store::{Batch, EventPage, EventQuery, Store, StoreError};
+use crate::store::{Batch, EventPage, EventQuery, Opened, Store, StoreError};
 use crate::view::{NodeList, NodeQuery, NodeSummary, NodeView, SeenAlert, SourceView, page_token};
 
 /// How often time-driven rules (staleness, missed heartbeats, decay) are evaluated.
@@ -68,7 +68,7 @@ pub struct Hale {
     notifier: RwLock<Notifier>,
     /// A second connection for event reads and the retention sweep, so neither waits
     /// behind ingest's writer.
-    maintenance: Mutex<Store>,
+    maintenance: Mutex<Box<dyn Store>>,
     /// Whether the last size check found the store past 90 % of `maxBytes`.
     near_full: AtomicBool,
     /// While a poll is in flight: fingerprints webhook deliveries named meanwhile,
@@ -108,7 +108,7 @@ struct SeenAlerts {
 
 /// The store and what it has not managed to write yet.
 struct Writer {
-    store: Store,
+    store: Box<dyn Store>,
     /// A step whose write failed; folded into the next write so nothing is lost.
     pending: Option<Outcome>,
 }
@@ -128,10 +128,12 @@ impl Hale {
         loaded: Loaded,
         orchestrator: Arc<dyn Orchestrator>,
     ) -> Result<Arc<Hale>, StoreError> {
-        let store = Store::open(&loaded.config.store.path)?;
-        // The maintenance loop checkpoints; writes under the fleet's locks never do.
-        store.defer_checkpoints()?;
-        let maintenance = Store::open(&loaded.config.store.path)?;
+        // The maintenance loop keeps the store up; writes under the fleet's locks
+        // never do.
+        let Opened {
+            writer: store,
+            upkeep: maintenance,
+        } = loaded.config.store.open()?;
         let now = Utc::now();
         let fleet = store.load(now)?;
         info!(
@@ -702,8 +704,8 @@ impl Hale {
             let this = self.clone();
             let swept = tokio::task::spawn_blocking(move || {
                 let mut store = this.maintenance.lock().expect("maintenance lock");
-                if let Err(e) = store.checkpoint() {
-                    warn!(error = %e, "store checkpoint failed; the next one retries");
+                if let Err(e) = store.upkeep() {
+                    warn!(error = %e, "store upkeep (checkpoint) failed; the next one retries");
                 }
                 if !sweep {
                     return Ok(0);

@@ -1,48 +1,13 @@
-//! The embedded store: one SQLite file (WAL) under `store.path` holding node state, the
-//! trust record and the event history. A change and the events it caused are written in
-//! one transaction, so a crash leaves neither without the other.
+//! The embedded store: one SQLite file (WAL) under `store.path`. A change and the
+//! events it caused are written in one transaction.
 
 use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::{Batch, EventPage, EventQuery, Opened, Result, Store, StoreError, StoredEvent};
 use crate::core::policy::Moves;
-use crate::core::{Event, Fleet, Node, Outcome, Time, Trust};
-
-pub type Result<T, E = StoreError> = std::result::Result<T, E>;
-
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("store {path}: cannot create the directory: {source}")]
-    Create {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("store: {op}: {source}")]
-    Sqlite {
-        op: &'static str,
-        source: rusqlite::Error,
-    },
-    #[error("store: {what} has an unreadable record: {source}")]
-    Corrupt {
-        what: String,
-        source: serde_json::Error,
-    },
-}
-
-impl StoreError {
-    /// Low-cardinality label for failure counters.
-    /// Every value [`StoreError::metric_label`] returns.
-    pub const METRIC_LABELS: [&'static str; 3] = ["create", "sqlite", "corrupt"];
-
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            StoreError::Create { .. } => "create",
-            StoreError::Sqlite { .. } => "sqlite",
-            StoreError::Corrupt { .. } => "corrupt",
-        }
-    }
-}
+use crate::core::{Event, Fleet, Node, Time, Trust};
 
 trait Op<T> {
     fn op(self, op: &'static str) -> Result<T>;
@@ -51,67 +16,6 @@ trait Op<T> {
 impl<T> Op<T> for rusqlite::Result<T> {
     fn op(self, op: &'static str) -> Result<T> {
         self.map_err(|source| StoreError::Sqlite { op, source })
-    }
-}
-
-/// Everything one step asks the store to write, serialised while the fleet was locked.
-#[derive(Debug, Default)]
-pub struct Batch {
-    /// (node id, JSON record) for every node whose evidence changed.
-    pub nodes: Vec<(String, String)>,
-    /// Report and heartbeat times of nodes that only reported: a small row each, so a
-    /// steady poll of a large fleet does not rewrite every node record.
-    pub liveness: Vec<Liveness>,
-    pub removed: Vec<String>,
-    pub events: Vec<Event>,
-    /// JSON of the trust record.
-    pub trust: String,
-    /// JSON of the replacement budget, when it changed.
-    pub ledger: Option<String>,
-    /// Workload owners' restart counts that changed (`None`: forgotten).
-    pub restarts: Vec<(String, Option<Moves>)>,
-}
-
-impl Batch {
-    /// The writes `outcome` calls for, read from `fleet` after the step.
-    pub fn of(fleet: &Fleet, outcome: &Outcome) -> Batch {
-        let nodes = outcome
-            .dirty
-            .iter()
-            .filter_map(|id| fleet.nodes.get(id))
-            .map(|n| {
-                (
-                    n.id.clone(),
-                    serde_json::to_string(n).expect("nodes serialise"),
-                )
-            })
-            .collect();
-        let liveness = outcome
-            .touched
-            .iter()
-            .filter(|id| !outcome.dirty.contains(*id))
-            .filter_map(|id| fleet.nodes.get(id))
-            .map(|n| Liveness {
-                id: n.id.clone(),
-                last_report: n.last_report.map(|t| t.timestamp_millis()),
-                last_heartbeat: n.heartbeat.as_ref().map(|h| h.last.timestamp_millis()),
-            })
-            .collect();
-        Batch {
-            nodes,
-            liveness,
-            removed: outcome.removed.clone(),
-            events: outcome.events.clone(),
-            trust: serde_json::to_string(&fleet.trust).expect("trust serialises"),
-            ledger: outcome
-                .ledger
-                .then(|| serde_json::to_string(&fleet.ledger).expect("ledger serialises")),
-            restarts: outcome
-                .moved
-                .iter()
-                .map(|owner| (owner.clone(), fleet.ledger.moves.get(owner).copied()))
-                .collect(),
-        }
     }
 }
 
@@ -138,51 +42,11 @@ fn new_instance_id() -> String {
     format!("{:08x}", h as u32)
 }
 
-/// The times a report moves, in unix milliseconds.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Liveness {
-    pub id: String,
-    pub last_report: Option<i64>,
-    pub last_heartbeat: Option<i64>,
-}
-
-pub struct Store {
+pub struct Sqlite {
     conn: Connection,
     file: PathBuf,
     /// Distinguishes this store's event ids from another's (a wiped or new store).
     instance: String,
-}
-
-/// An event as stored and as the API and webhooks render it: with its id.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct StoredEvent {
-    pub id: String,
-    #[serde(flatten)]
-    pub event: Event,
-}
-
-/// Which events of a node to read.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct EventQuery {
-    /// Inclusive, unix milliseconds.
-    pub since: Option<i64>,
-    /// Exclusive, unix milliseconds.
-    pub until: Option<i64>,
-    /// Event type names; empty means all.
-    pub types: Vec<String>,
-    pub page_size: usize,
-    /// Continue after this position (from a previous page's token).
-    pub after: Option<i64>,
-    /// The newest page instead of the oldest; no continuation.
-    pub latest: bool,
-}
-
-/// One page of events, oldest first.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EventPage {
-    pub events: Vec<StoredEvent>,
-    /// Position to continue after, when more events match.
-    pub next: Option<i64>,
 }
 
 const SCHEMA: &str = "
@@ -215,9 +79,9 @@ CREATE INDEX IF NOT EXISTS events_by_node ON events (node_id, seq);
 CREATE INDEX IF NOT EXISTS events_by_time ON events (occurred_at);
 ";
 
-impl Store {
+impl Sqlite {
     /// Open (creating if needed) `dir/hale.db`.
-    pub fn open(dir: &Path) -> Result<Store> {
+    pub fn open(dir: &Path) -> Result<Sqlite> {
         std::fs::create_dir_all(dir).map_err(|source| StoreError::Create {
             path: dir.to_path_buf(),
             source,
@@ -258,15 +122,46 @@ impl Store {
                 i
             }
         };
-        Ok(Store {
+        Ok(Sqlite {
             conn,
             file,
             instance,
         })
     }
 
+    /// Leave copying the write-ahead log into the database to [`Sqlite::checkpoint`]
+    /// (another connection's, on a timer), so no write waits for it: SQLite otherwise
+    /// runs it inside the commit that fills the log past 1,000 pages.
+    pub fn defer_checkpoints(&self) -> Result<()> {
+        self.conn
+            .pragma_update(None, "wal_autocheckpoint", 0)
+            .op("defer checkpoints")
+    }
+
+    /// Copy what the write-ahead log holds into the database without waiting for
+    /// readers or blocking the writer; the log is reused from its start once all of
+    /// it was copied, and kept under 64 MiB on disk.
+    pub fn checkpoint(&self) -> Result<()> {
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+            .op("checkpoint")
+    }
+
+    /// A writer and a handle for reads and upkeep on `dir`'s store, for `hale
+    /// serve`: the writer leaves checkpoints to the other's [`Store::upkeep`].
+    pub fn open_pair(dir: &Path) -> Result<Opened> {
+        let writer = Sqlite::open(dir)?;
+        writer.defer_checkpoints()?;
+        Ok(Opened {
+            writer: Box::new(writer),
+            upkeep: Box::new(Sqlite::open(dir)?),
+        })
+    }
+}
+
+impl Store for Sqlite {
     /// The fleet as last written, watching from `now`.
-    pub fn load(&self, now: Time) -> Result<Fleet> {
+    fn load(&self, now: Time) -> Result<Fleet> {
         let mut fleet = Fleet::new(now);
         let mut stmt = self
             .conn
@@ -370,7 +265,7 @@ impl Store {
     }
 
     /// Write one batch atomically; returns its events with the ids they were given.
-    pub fn write(&mut self, batch: &Batch) -> Result<Vec<StoredEvent>> {
+    fn write(&mut self, batch: &Batch) -> Result<Vec<StoredEvent>> {
         let instance = self.instance.clone();
         let tx = self.conn.transaction().op("begin")?;
         let mut stored = Vec::with_capacity(batch.events.len());
@@ -459,7 +354,7 @@ impl Store {
     }
 
     /// Every node's events from `since` (Unix ms) on, in the order they were recorded.
-    pub fn history(&self, since: i64) -> Result<Vec<Event>> {
+    fn history(&self, since: i64) -> Result<Vec<Event>> {
         let mut stmt = self
             .conn
             .prepare("SELECT node_id, body FROM events WHERE occurred_at >= ?1 ORDER BY seq")
@@ -483,7 +378,7 @@ impl Store {
     }
 
     /// One page of a node's events, oldest first (the newest page with `latest`).
-    pub fn events(&self, node_id: &str, q: &EventQuery) -> Result<EventPage> {
+    fn events(&self, node_id: &str, q: &EventQuery) -> Result<EventPage> {
         let mut sql = String::from("SELECT seq, body FROM events WHERE node_id = ?");
         let mut args: Vec<rusqlite::types::Value> = vec![node_id.to_string().into()];
         if let Some(after) = q.after {
@@ -548,7 +443,7 @@ impl Store {
     }
 
     /// Whether any event names this node (its record may be gone).
-    pub fn has_events(&self, node_id: &str) -> Result<bool> {
+    fn has_events(&self, node_id: &str) -> Result<bool> {
         self.conn
             .query_row(
                 "SELECT EXISTS (SELECT 1 FROM events WHERE node_id = ?1)",
@@ -560,7 +455,7 @@ impl Store {
 
     /// Delete events older than `cutoff` (unix ms), at most `batch` per transaction so a
     /// writer waits for one short batch at most. Returns how many went.
-    pub fn sweep(&mut self, cutoff: i64, batch: usize) -> Result<usize> {
+    fn sweep(&mut self, cutoff: i64, batch: usize) -> Result<usize> {
         let mut total = 0;
         loop {
             let n = self
@@ -578,236 +473,42 @@ impl Store {
         }
     }
 
-    /// Leave copying the write-ahead log into the database to [`Store::checkpoint`]
-    /// (another connection's, on a timer), so no write waits for it: SQLite otherwise
-    /// runs it inside the commit that fills the log past 1,000 pages.
-    pub fn defer_checkpoints(&self) -> Result<()> {
-        self.conn
-            .pragma_update(None, "wal_autocheckpoint", 0)
-            .op("defer checkpoints")
-    }
-
-    /// Copy what the write-ahead log holds into the database without waiting for
-    /// readers or blocking the writer; the log is reused from its start once all of
-    /// it was copied, and kept under 64 MiB on disk.
-    pub fn checkpoint(&self) -> Result<()> {
-        self.conn
-            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-            .op("checkpoint")
-    }
-
     /// Bytes the store occupies on disk (database plus write-ahead log).
-    pub fn bytes_used(&self) -> u64 {
+    fn bytes_used(&self) -> u64 {
         let size = |p: PathBuf| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
         let wal = PathBuf::from(format!("{}-wal", self.file.display()));
         size(self.file.clone()) + size(wal)
+    }
+
+    fn upkeep(&self) -> Result<()> {
+        self.checkpoint()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
-
     use chrono::{TimeZone, Utc};
 
     use super::*;
-    use crate::core::EventKind;
+    use crate::store::suite;
+
+    fn open(dir: &Path) -> Box<dyn Store> {
+        Box::new(Sqlite::open(dir).unwrap())
+    }
 
     #[test]
     fn a_batch_round_trips_and_removal_keeps_events() {
-        let dir = tempfile::tempdir().unwrap();
-        let now = Utc.with_ymd_and_hms(2026, 8, 5, 12, 0, 0).unwrap();
-        let mut fleet = Fleet::new(now);
-        let mut node = Node::new("rack1/n:3");
-        node.last_report = Some(now);
-        fleet.nodes.insert(node.id.clone(), node);
-        fleet.trust.last_trusted = Some(now);
-        let event = Event {
-            node_id: "rack1/n:3".into(),
-            kind: EventKind::NodeDecommissioned {
-                by: "operator".into(),
-            },
-            occurred_at: now,
-            message: "m".into(),
-        };
-        let outcome = Outcome {
-            events: vec![event.clone()],
-            dirty: BTreeSet::from(["rack1/n:3".to_string()]),
-            ..Outcome::default()
-        };
-        let mut store = Store::open(dir.path()).unwrap();
-        store.write(&Batch::of(&fleet, &outcome)).unwrap();
-        drop(store);
-
-        let store = Store::open(dir.path()).unwrap();
-        let later = now + chrono::TimeDelta::hours(1);
-        let loaded = store.load(later).unwrap();
-        assert_eq!(loaded.nodes, fleet.nodes);
-        assert_eq!(loaded.trust.last_trusted, Some(now));
-        assert_eq!(loaded.trust.watching_since, later);
-        let all = EventQuery {
-            page_size: 100,
-            ..EventQuery::default()
-        };
-        let page = store.events("rack1/n:3", &all).unwrap();
-        assert_eq!(page.events.len(), 1);
-        assert_eq!(page.events[0].event, event);
-        assert!(store.has_events("rack1/n:3").unwrap());
-        assert!(store.bytes_used() > 0);
-
-        let mut store = store;
-        let gone = Outcome {
-            removed: vec!["rack1/n:3".into()],
-            ..Outcome::default()
-        };
-        store.write(&Batch::of(&Fleet::new(now), &gone)).unwrap();
-        assert!(store.load(now).unwrap().nodes.is_empty());
-        let page = store.events("rack1/n:3", &all).unwrap();
-        assert_eq!(page.events[0].event, event, "events outlive the node");
-    }
-
-    fn burst(store: &mut Store, node: &str, n: usize, start: crate::core::Time) {
-        let events: Vec<Event> = (0..n)
-            .map(|i| Event {
-                node_id: node.into(),
-                kind: if i % 3 == 0 {
-                    EventKind::ScoreChanged {
-                        score: (i % 100) as u8,
-                        previous_score: 100,
-                        scored_by: "cluster".into(),
-                    }
-                } else {
-                    EventKind::NodeDecommissioned {
-                        by: "operator".into(),
-                    }
-                },
-                occurred_at: start + chrono::TimeDelta::seconds(i as i64),
-                message: format!("event {i}"),
-            })
-            .collect();
-        let fleet = Fleet::new(start);
-        let batch = Batch {
-            events,
-            trust: serde_json::to_string(&fleet.trust).unwrap(),
-            ..Batch::default()
-        };
-        store.write(&batch).unwrap();
+        suite::a_batch_round_trips_and_removal_keeps_events(&open);
     }
 
     #[test]
     fn pages_cover_every_event_exactly_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        let t0 = Utc.with_ymd_and_hms(2026, 8, 5, 12, 0, 0).unwrap();
-        burst(&mut store, "a", 250, t0);
-        burst(&mut store, "b", 10, t0);
-        type Case = (
-            usize,
-            Vec<&'static str>,
-            Option<i64>,
-            Option<i64>,
-            Vec<usize>,
-        );
-        // (page size, types, since offset s, until offset s, expected event numbers)
-        let cases: Vec<Case> = vec![
-            (7, vec![], None, None, (0..250).collect()),
-            (100, vec![], None, None, (0..250).collect()),
-            (250, vec![], None, None, (0..250).collect()),
-            (
-                9,
-                vec!["SCORE_CHANGED"],
-                None,
-                None,
-                (0..250).step_by(3).collect(),
-            ),
-            (10, vec![], Some(100), Some(120), (100..120).collect()),
-            (
-                4,
-                vec!["SCORE_CHANGED", "NODE_DECOMMISSIONED"],
-                Some(245),
-                None,
-                (245..250).collect(),
-            ),
-        ];
-        let at = |s: i64| (t0 + chrono::TimeDelta::seconds(s)).timestamp_millis();
-        for (size, types, since, until, want) in cases {
-            let mut q = EventQuery {
-                page_size: size,
-                types: types.iter().map(|t| t.to_string()).collect(),
-                since: since.map(at),
-                until: until.map(at),
-                ..EventQuery::default()
-            };
-            let mut seen = Vec::new();
-            let mut pages = 0;
-            loop {
-                let page = store.events("a", &q).unwrap();
-                assert!(page.events.len() <= size);
-                pages += 1;
-                seen.extend(page.events.iter().map(|e| e.event.message.clone()));
-                match page.next {
-                    Some(next) => q.after = Some(next),
-                    None => break,
-                }
-            }
-            let want: Vec<String> = want.iter().map(|i| format!("event {i}")).collect();
-            assert_eq!(seen, want, "size {size} types {types:?}");
-            assert_eq!(
-                pages,
-                want.len().div_ceil(size).max(1),
-                "no empty trailing page"
-            );
-        }
-        let latest = store
-            .events(
-                "a",
-                &EventQuery {
-                    page_size: 5,
-                    latest: true,
-                    ..EventQuery::default()
-                },
-            )
-            .unwrap();
-        let got: Vec<&str> = latest
-            .events
-            .iter()
-            .map(|e| e.event.message.as_str())
-            .collect();
-        assert_eq!(
-            got,
-            [
-                "event 245",
-                "event 246",
-                "event 247",
-                "event 248",
-                "event 249"
-            ]
-        );
-        assert_eq!(latest.next, None);
-        let ids: BTreeSet<_> = latest.events.iter().map(|e| &e.id).collect();
-        assert_eq!(ids.len(), 5, "ids are unique");
+        suite::pages_cover_every_event_exactly_once(&open);
     }
 
     #[test]
     fn retention_sweep_deletes_only_what_is_old() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        let t0 = Utc.with_ymd_and_hms(2026, 8, 5, 12, 0, 0).unwrap();
-        burst(&mut store, "a", 120, t0);
-        let cutoff = (t0 + chrono::TimeDelta::seconds(50)).timestamp_millis();
-        assert_eq!(store.sweep(cutoff, 7).unwrap(), 50);
-        assert_eq!(store.sweep(cutoff, 7).unwrap(), 0);
-        let page = store
-            .events(
-                "a",
-                &EventQuery {
-                    page_size: 1000,
-                    ..EventQuery::default()
-                },
-            )
-            .unwrap();
-        assert_eq!(page.events.len(), 70);
-        assert_eq!(page.events[0].event.message, "event 50");
+        suite::retention_sweep_deletes_only_what_is_old(&open);
     }
 
     #[test]
@@ -818,17 +519,17 @@ mod tests {
         let big = 40_000;
         for defer in [false, true] {
             let dir = tempfile::tempdir().unwrap();
-            let mut writer = Store::open(dir.path()).unwrap();
+            let mut writer = Sqlite::open(dir.path()).unwrap();
             writer
                 .conn
                 .pragma_update(None, "wal_autocheckpoint", 100)
                 .unwrap();
-            let maintenance = Store::open(dir.path()).unwrap();
+            let maintenance = Sqlite::open(dir.path()).unwrap();
             if defer {
                 writer.defer_checkpoints().unwrap();
             }
             let empty = size(dir.path());
-            burst(&mut writer, "a", big, t0);
+            suite::burst(&mut writer, "a", big, t0);
             let written = size(dir.path());
             assert_eq!(
                 written > empty,

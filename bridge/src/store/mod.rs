@@ -1,0 +1,391 @@
+//! The store port: where node state, the trust record, the policy ledger and the
+//! event history live. A store kind is one module behind [`Store`], opened by its
+//! arm in `config` (`store.kind`); `sqlite.rs` is the embedded default. A change
+//! and the events it caused are written together, so a crash leaves neither
+//! without the other.
+
+pub mod sqlite;
+
+use std::path::PathBuf;
+
+use crate::core::policy::Moves;
+use crate::core::{Event, Fleet, Outcome, Time};
+
+pub use sqlite::Sqlite;
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store {path}: cannot create the directory: {source}")]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("store: {op}: {source}")]
+    Sqlite {
+        op: &'static str,
+        source: rusqlite::Error,
+    },
+    #[error("store: {what} has an unreadable record: {source}")]
+    Corrupt {
+        what: String,
+        source: serde_json::Error,
+    },
+}
+
+impl StoreError {
+    /// Low-cardinality label for failure counters.
+    /// Every value [`StoreError::metric_label`] returns.
+    pub const METRIC_LABELS: [&'static str; 3] = ["create", "sqlite", "corrupt"];
+
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            StoreError::Create { .. } => "create",
+            StoreError::Sqlite { .. } => "sqlite",
+            StoreError::Corrupt { .. } => "corrupt",
+        }
+    }
+}
+
+/// Everything one step asks the store to write, serialised while the fleet was locked.
+#[derive(Debug, Default)]
+pub struct Batch {
+    /// (node id, JSON record) for every node whose evidence changed.
+    pub nodes: Vec<(String, String)>,
+    /// Report and heartbeat times of nodes that only reported: a small row each, so a
+    /// steady poll of a large fleet does not rewrite every node record.
+    pub liveness: Vec<Liveness>,
+    pub removed: Vec<String>,
+    pub events: Vec<Event>,
+    /// JSON of the trust record.
+    pub trust: String,
+    /// JSON of the replacement budget, when it changed.
+    pub ledger: Option<String>,
+    /// Workload owners' restart counts that changed (`None`: forgotten).
+    pub restarts: Vec<(String, Option<Moves>)>,
+}
+
+impl Batch {
+    /// The writes `outcome` calls for, read from `fleet` after the step.
+    pub fn of(fleet: &Fleet, outcome: &Outcome) -> Batch {
+        let nodes = outcome
+            .dirty
+            .iter()
+            .filter_map(|id| fleet.nodes.get(id))
+            .map(|n| {
+                (
+                    n.id.clone(),
+                    serde_json::to_string(n).expect("nodes serialise"),
+                )
+            })
+            .collect();
+        let liveness = outcome
+            .touched
+            .iter()
+            .filter(|id| !outcome.dirty.contains(*id))
+            .filter_map(|id| fleet.nodes.get(id))
+            .map(|n| Liveness {
+                id: n.id.clone(),
+                last_report: n.last_report.map(|t| t.timestamp_millis()),
+                last_heartbeat: n.heartbeat.as_ref().map(|h| h.last.timestamp_millis()),
+            })
+            .collect();
+        Batch {
+            nodes,
+            liveness,
+            removed: outcome.removed.clone(),
+            events: outcome.events.clone(),
+            trust: serde_json::to_string(&fleet.trust).expect("trust serialises"),
+            ledger: outcome
+                .ledger
+                .then(|| serde_json::to_string(&fleet.ledger).expect("ledger serialises")),
+            restarts: outcome
+                .moved
+                .iter()
+                .map(|owner| (owner.clone(), fleet.ledger.moves.get(owner).copied()))
+                .collect(),
+        }
+    }
+}
+
+/// The times a report moves, in unix milliseconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Liveness {
+    pub id: String,
+    pub last_report: Option<i64>,
+    pub last_heartbeat: Option<i64>,
+}
+
+/// An event as stored and as the API and webhooks render it: with its id.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StoredEvent {
+    pub id: String,
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// Which events of a node to read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EventQuery {
+    /// Inclusive, unix milliseconds.
+    pub since: Option<i64>,
+    /// Exclusive, unix milliseconds.
+    pub until: Option<i64>,
+    /// Event type names; empty means all.
+    pub types: Vec<String>,
+    pub page_size: usize,
+    /// Continue after this position (from a previous page's token).
+    pub after: Option<i64>,
+    /// The newest page instead of the oldest; no continuation.
+    pub latest: bool,
+}
+
+/// One page of events, oldest first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventPage {
+    pub events: Vec<StoredEvent>,
+    /// Position to continue after, when more events match.
+    pub next: Option<i64>,
+}
+
+/// What a store kind does. `hale serve` holds two handles on one store: the
+/// writer, on the path of every step, and one for the reads and upkeep that
+/// should not wait for it ([`Opened`]).
+pub trait Store: Send {
+    /// The fleet as last written, watching from `now`.
+    fn load(&self, now: Time) -> Result<Fleet>;
+    /// Write one step's changes and events together; the events as stored (with
+    /// their ids).
+    fn write(&mut self, batch: &Batch) -> Result<Vec<StoredEvent>>;
+    /// Every event since `since` (unix ms), oldest first: the backtest's input.
+    fn history(&self, since: i64) -> Result<Vec<Event>>;
+    /// One page of a node's events.
+    fn events(&self, node_id: &str, q: &EventQuery) -> Result<EventPage>;
+    /// Whether any event names `node_id`.
+    fn has_events(&self, node_id: &str) -> Result<bool>;
+    /// Delete events older than `cutoff` (unix ms), at most `batch` at a time so a
+    /// writer waits for one short batch at most. Returns how many went.
+    fn sweep(&mut self, cutoff: i64, batch: usize) -> Result<usize>;
+    /// Upkeep on a timer, off the write path.
+    fn upkeep(&self) -> Result<()>;
+    /// Bytes the store occupies.
+    fn bytes_used(&self) -> u64;
+}
+
+/// A store opened for `hale serve`: the writer and the handle for reads and upkeep.
+pub struct Opened {
+    pub writer: Box<dyn Store>,
+    pub upkeep: Box<dyn Store>,
+}
+
+/// What every store kind must do, run by each kind's tests against a real
+/// instance of it.
+#[cfg(test)]
+pub(crate) mod suite {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    use chrono::{TimeZone, Utc};
+
+    use super::*;
+    use crate::core::{EventKind, Node};
+
+    /// Opens the store kind under test at a place (a fresh temporary directory
+    /// per test; opened again at the same place, the same store).
+    pub type Open<'a> = &'a dyn Fn(&Path) -> Box<dyn Store>;
+
+    pub fn a_batch_round_trips_and_removal_keeps_events(open: Open) {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Utc.with_ymd_and_hms(2026, 8, 5, 12, 0, 0).unwrap();
+        let mut fleet = Fleet::new(now);
+        let mut node = Node::new("rack1/n:3");
+        node.last_report = Some(now);
+        fleet.nodes.insert(node.id.clone(), node);
+        fleet.trust.last_trusted = Some(now);
+        let event = Event {
+            node_id: "rack1/n:3".into(),
+            kind: EventKind::NodeDecommissioned {
+                by: "operator".into(),
+            },
+            occurred_at: now,
+            message: "m".into(),
+        };
+        let outcome = Outcome {
+            events: vec![event.clone()],
+            dirty: BTreeSet::from(["rack1/n:3".to_string()]),
+            ..Outcome::default()
+        };
+        let mut store = open(dir.path());
+        store.write(&Batch::of(&fleet, &outcome)).unwrap();
+        drop(store);
+
+        let store = open(dir.path());
+        let later = now + chrono::TimeDelta::hours(1);
+        let loaded = store.load(later).unwrap();
+        assert_eq!(loaded.nodes, fleet.nodes);
+        assert_eq!(loaded.trust.last_trusted, Some(now));
+        assert_eq!(loaded.trust.watching_since, later);
+        let all = EventQuery {
+            page_size: 100,
+            ..EventQuery::default()
+        };
+        let page = store.events("rack1/n:3", &all).unwrap();
+        assert_eq!(page.events.len(), 1);
+        assert_eq!(page.events[0].event, event);
+        assert!(store.has_events("rack1/n:3").unwrap());
+        assert!(store.bytes_used() > 0);
+
+        let mut store = store;
+        let gone = Outcome {
+            removed: vec!["rack1/n:3".into()],
+            ..Outcome::default()
+        };
+        store.write(&Batch::of(&Fleet::new(now), &gone)).unwrap();
+        assert!(store.load(now).unwrap().nodes.is_empty());
+        let page = store.events("rack1/n:3", &all).unwrap();
+        assert_eq!(page.events[0].event, event, "events outlive the node");
+    }
+
+    pub fn burst(store: &mut dyn Store, node: &str, n: usize, start: crate::core::Time) {
+        let events: Vec<Event> = (0..n)
+            .map(|i| Event {
+                node_id: node.into(),
+                kind: if i % 3 == 0 {
+                    EventKind::ScoreChanged {
+                        score: (i % 100) as u8,
+                        previous_score: 100,
+                        scored_by: "cluster".into(),
+                    }
+                } else {
+                    EventKind::NodeDecommissioned {
+                        by: "operator".into(),
+                    }
+                },
+                occurred_at: start + chrono::TimeDelta::seconds(i as i64),
+                message: format!("event {i}"),
+            })
+            .collect();
+        let fleet = Fleet::new(start);
+        let batch = Batch {
+            events,
+            trust: serde_json::to_string(&fleet.trust).unwrap(),
+            ..Batch::default()
+        };
+        store.write(&batch).unwrap();
+    }
+
+    pub fn pages_cover_every_event_exactly_once(open: Open) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = open(dir.path());
+        let t0 = Utc.with_ymd_and_hms(2026, 8, 5, 12, 0, 0).unwrap();
+        burst(store.as_mut(), "a", 250, t0);
+        burst(store.as_mut(), "b", 10, t0);
+        type Case = (
+            usize,
+            Vec<&'static str>,
+            Option<i64>,
+            Option<i64>,
+            Vec<usize>,
+        );
+        // (page size, types, since offset s, until offset s, expected event numbers)
+        let cases: Vec<Case> = vec![
+            (7, vec![], None, None, (0..250).collect()),
+            (100, vec![], None, None, (0..250).collect()),
+            (250, vec![], None, None, (0..250).collect()),
+            (
+                9,
+                vec!["SCORE_CHANGED"],
+                None,
+                None,
+                (0..250).step_by(3).collect(),
+            ),
+            (10, vec![], Some(100), Some(120), (100..120).collect()),
+            (
+                4,
+                vec!["SCORE_CHANGED", "NODE_DECOMMISSIONED"],
+                Some(245),
+                None,
+                (245..250).collect(),
+            ),
+        ];
+        let at = |s: i64| (t0 + chrono::TimeDelta::seconds(s)).timestamp_millis();
+        for (size, types, since, until, want) in cases {
+            let mut q = EventQuery {
+                page_size: size,
+                types: types.iter().map(|t| t.to_string()).collect(),
+                since: since.map(at),
+                until: until.map(at),
+                ..EventQuery::default()
+            };
+            let mut seen = Vec::new();
+            let mut pages = 0;
+            loop {
+                let page = store.events("a", &q).unwrap();
+                assert!(page.events.len() <= size);
+                pages += 1;
+                seen.extend(page.events.iter().map(|e| e.event.message.clone()));
+                match page.next {
+                    Some(next) => q.after = Some(next),
+                    None => break,
+                }
+            }
+            let want: Vec<String> = want.iter().map(|i| format!("event {i}")).collect();
+            assert_eq!(seen, want, "size {size} types {types:?}");
+            assert_eq!(
+                pages,
+                want.len().div_ceil(size).max(1),
+                "no empty trailing page"
+            );
+        }
+        let latest = store
+            .events(
+                "a",
+                &EventQuery {
+                    page_size: 5,
+                    latest: true,
+                    ..EventQuery::default()
+                },
+            )
+            .unwrap();
+        let got: Vec<&str> = latest
+            .events
+            .iter()
+            .map(|e| e.event.message.as_str())
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "event 245",
+                "event 246",
+                "event 247",
+                "event 248",
+                "event 249"
+            ]
+        );
+        assert_eq!(latest.next, None);
+        let ids: BTreeSet<_> = latest.events.iter().map(|e| &e.id).collect();
+        assert_eq!(ids.len(), 5, "ids are unique");
+    }
+
+    pub fn retention_sweep_deletes_only_what_is_old(open: Open) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = open(dir.path());
+        let t0 = Utc.with_ymd_and_hms(2026, 8, 5, 12, 0, 0).unwrap();
+        burst(store.as_mut(), "a", 120, t0);
+        let cutoff = (t0 + chrono::TimeDelta::seconds(50)).timestamp_millis();
+        assert_eq!(store.sweep(cutoff, 7).unwrap(), 50);
+        assert_eq!(store.sweep(cutoff, 7).unwrap(), 0);
+        let page = store
+            .events(
+                "a",
+                &EventQuery {
+                    page_size: 1000,
+                    ..EventQuery::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(page.events.len(), 70);
+        assert_eq!(page.events[0].event.message, "event 50");
+    }
+}
