@@ -79,14 +79,15 @@ pub enum Command {
 #[derive(Subcommand, Debug)]
 pub enum Collect {
     /// GPU health from `nvidia-smi -q -x`, for sites without DCGM: ECC counts,
-    /// remapped rows, retired pages, clock event reasons and PCIe replays per GPU,
-    /// and whether nvidia-smi answered.
+    /// remapped rows, retired pages, clock event reasons, PCIe replays and the
+    /// driver's recovery action per GPU, and whether nvidia-smi answered.
     Gpu {
         /// The file to write, replaced atomically: a `.prom` file in node_exporter's
         /// `--collector.textfile.directory`; `-` for standard output.
         #[arg(long, short = 'o', value_parser = hale::collect::Output::parse)]
         output: hale::collect::Output,
-        /// The nvidia-smi to run.
+        /// The nvidia-smi to run: a name looked up on PATH (on none: no driver
+        /// here, GPU health unavailable) or a path (missing: an error).
         #[arg(long, default_value = "nvidia-smi")]
         nvidia_smi: PathBuf,
         /// How long nvidia-smi may take before it is killed and the run counts as
