@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::config::AlertmanagerConfig;
-use crate::core::labels::{Alert, AlertState, Annotations, Labels, Text};
+use crate::core::labels::{Alert, AlertState, Annotations, Labels, Text, rfc3339};
 
 pub type Result<T, E = IngestError> = std::result::Result<T, E>;
 
@@ -157,6 +157,17 @@ pub fn parse_webhook(body: &[u8]) -> Result<Delivery<'_>> {
                 what: "Alertmanager webhook payload",
                 reason: "an alert has no fingerprint".into(),
             });
+        }
+        for (field, time) in [("startsAt", &a.starts_at), ("endsAt", &a.ends_at)] {
+            if let Some(time) = time.as_ref().filter(|t| rfc3339(&t.0).is_none()) {
+                return Err(IngestError::Malformed {
+                    what: "Alertmanager webhook payload",
+                    reason: format!(
+                        "alert {}: {field} {:?} is not an RFC 3339 time",
+                        a.fingerprint, time.0
+                    ),
+                });
+            }
         }
         alerts.push(Alert {
             labels: a.labels,
@@ -441,6 +452,18 @@ mod tests {
             ),
             (
                 br#"{"version":"4","alerts":[{"status":"firing","labels":{}}]}"#,
+                "malformed",
+            ),
+            (
+                br#"{"version":"4","alerts":[{"status":"firing","labels":{},"fingerprint":"f","startsAt":"yesterday"}]}"#,
+                "malformed",
+            ),
+            (
+                br#"{"version":"4","alerts":[{"status":"firing","labels":{},"fingerprint":"f","startsAt":""}]}"#,
+                "malformed",
+            ),
+            (
+                br#"{"version":"4","alerts":[{"status":"resolved","labels":{},"fingerprint":"f","startsAt":"2026-08-05T12:00:00Z","endsAt":"garbage"}]}"#,
                 "malformed",
             ),
         ] {

@@ -77,6 +77,22 @@ impl From<JsonRejection> for ApiError {
 
 type ApiResult<T> = Result<T, ApiError>;
 
+/// An operator verb's optional JSON body: none (or an empty one) is the request's
+/// defaults; anything else must be that JSON, whatever its Content-Type says, or
+/// the answer is a 400 saying what is wrong with it.
+fn optional_body<T: serde::de::DeserializeOwned + Default>(body: &Bytes) -> ApiResult<T> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            format!("the request body: {e}"),
+        )
+    })
+}
+
 pub fn router(hale: Arc<Hale>) -> Router {
     Router::new()
         .route("/api/v1/nodes", get(list_nodes))
@@ -263,11 +279,18 @@ async fn clear_condition(
     State(hale): State<Arc<Hale>>,
     Path((id, ctype)): Path<(String, String)>,
     headers: HeaderMap,
-    body: Option<Json<ClearRequest>>,
+    body: Bytes,
 ) -> ApiResult<impl IntoResponse> {
     authorize(&hale, &headers)?;
     leader(&hale)?;
-    let reason = body.map(|Json(b)| b.reason).unwrap_or_default();
+    let ClearRequest { reason } = optional_body(&body)?;
+    if reason.trim().is_empty() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "a clear needs a reason (`{\"reason\": \"…\"}`), recorded on its event".to_string(),
+        ));
+    }
     let h = hale.clone();
     let node = id.clone();
     blocking(move || {
@@ -281,18 +304,18 @@ async fn cordon(
     State(hale): State<Arc<Hale>>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    body: Option<Json<OperateRequest>>,
+    body: Bytes,
 ) -> ApiResult<impl IntoResponse> {
-    with_reason(hale, id, &headers, body, Fleet::cordon).await
+    with_reason(hale, id, &headers, &body, Fleet::cordon).await
 }
 
 async fn uncordon(
     State(hale): State<Arc<Hale>>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    body: Option<Json<OperateRequest>>,
+    body: Bytes,
 ) -> ApiResult<impl IntoResponse> {
-    with_reason(hale, id, &headers, body, Fleet::uncordon).await
+    with_reason(hale, id, &headers, &body, Fleet::uncordon).await
 }
 
 /// A verb whose only argument is the operator's reason.
@@ -300,11 +323,11 @@ async fn with_reason(
     hale: Arc<Hale>,
     id: String,
     headers: &HeaderMap,
-    body: Option<Json<OperateRequest>>,
+    body: &Bytes,
     verb: fn(&mut Fleet, Time, &str, &str) -> Result<Outcome, CoreError>,
 ) -> ApiResult<Json<crate::view::NodeView>> {
     authorize(&hale, headers)?;
-    let reason = body.map(|Json(b)| b.reason).unwrap_or_default();
+    let OperateRequest { reason } = optional_body(body)?;
     operate(hale, id, move |fleet, now, node| {
         verb(fleet, now, node, &reason)
     })
@@ -315,10 +338,10 @@ async fn drain(
     State(hale): State<Arc<Hale>>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    body: Option<Json<DrainRequest>>,
+    body: Bytes,
 ) -> ApiResult<impl IntoResponse> {
     authorize(&hale, &headers)?;
-    let req = body.map(|Json(b)| b).unwrap_or_default();
+    let req: DrainRequest = optional_body(&body)?;
     operate(hale, id, move |fleet, now, node| {
         fleet.drain(now, node, req.active, &req.reason)
     })
@@ -373,10 +396,10 @@ async fn reboot(
     State(hale): State<Arc<Hale>>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    body: Option<Json<RebootRequest>>,
+    body: Bytes,
 ) -> ApiResult<impl IntoResponse> {
     authorize(&hale, &headers)?;
-    let req = body.map(|Json(b)| b).unwrap_or_default();
+    let req: RebootRequest = optional_body(&body)?;
     let h = hale.clone();
     let node = id.clone();
     tokio::task::spawn_blocking(move || h.request_reboot(&node, &req.reason, req.force))

@@ -29,6 +29,47 @@ async fn running() -> (Alertmanager, tempfile::TempDir, Hale) {
     (am, dir, hale)
 }
 
+/// An operator verb's body that is not its JSON is a 400 in JSON, whatever the
+/// Content-Type, and changes nothing; a clear needs its reason.
+#[tokio::test]
+async fn bad_operator_bodies_are_json_errors_and_change_nothing() {
+    let (_am, _dir, hale) = running().await;
+    let client = reqwest::Client::new();
+    let node = format!("{}/api/v1/nodes/rack1%2Fn:3", hale.url);
+    let before = hale.node("rack1/n:3").await.unwrap();
+    for (verb, body, says) in [
+        ("cordon", "{bad", "the request body"),
+        ("cordon", r#"{"reason": 5}"#, "invalid type"),
+        ("uncordon", r#"{"reasn": "typo"}"#, "unknown field"),
+        ("drain", r#"{"active": "yes"}"#, "invalid type"),
+        ("reboot", r#""now""#, "invalid type"),
+        ("conditions/disk_degraded/clear", "{}", "needs a reason"),
+        (
+            "conditions/disk_degraded/clear",
+            r#"{"reason": "  "}"#,
+            "needs a reason",
+        ),
+    ] {
+        // No Content-Type at all, as a hand-written request may send it.
+        let r = client
+            .post(format!("{node}/{verb}"))
+            .bearer_auth(TOKEN)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{verb} {body}");
+        let e: Value = r.json().await.unwrap();
+        assert_eq!(e["error"], "bad_request", "{verb} {body}: {e}");
+        let detail = e["detail"].as_str().unwrap();
+        assert!(detail.contains(says), "{verb} {body}: {detail}");
+    }
+    let after = hale.node("rack1/n:3").await.unwrap();
+    assert_eq!(after["conditions"], before["conditions"]);
+    assert_eq!(after["cordon"], before["cordon"]);
+    assert_eq!(after["remediation"], before["remediation"]);
+}
+
 #[tokio::test]
 async fn bad_webhook_input_changes_nothing() {
     let (_am, _dir, hale) = running().await;
@@ -54,10 +95,15 @@ async fn bad_webhook_input_changes_nothing() {
           "hale_condition": "disk_degraded"}, "fingerprint": "x"},
         {"status": "bogus"}
     ]});
+    let bad_time = json!({"version": "4", "alerts": [
+        {"status": "firing", "labels": {"node": "rack1/n:3", "alertname": "X"},
+         "fingerprint": "t", "startsAt": "yesterday", "endsAt": "0001-01-01T00:00:00Z"}
+    ]});
     for body in [
         "{not json".to_string(),
         r#"{"version":"3","alerts":[]}"#.to_string(),
         resolved_all.to_string(),
+        bad_time.to_string(),
     ] {
         let r = client
             .post(&url)
@@ -97,7 +143,7 @@ async fn bad_webhook_input_changes_nothing() {
             "hale_alertmanager_webhook_requests_total",
             &[("code", "400")]
         ),
-        Some(3.0),
+        Some(4.0),
         "{metrics}"
     );
     assert!(

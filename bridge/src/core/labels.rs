@@ -235,7 +235,7 @@ pub enum Signal<'s> {
 /// An RFC 3339 time as chrono reads it. Every alert of every poll carries one, so
 /// the form Alertmanager writes (`2026-08-05T12:00:00.123456789Z`, or with a
 /// `+hh:mm` offset) is read directly; anything else goes to chrono.
-pub(super) fn rfc3339(text: &str) -> Option<DateTime<Utc>> {
+pub fn rfc3339(text: &str) -> Option<DateTime<Utc>> {
     fast_rfc3339(text.as_bytes()).or_else(|| {
         DateTime::parse_from_rfc3339(text)
             .ok()
