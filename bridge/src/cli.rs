@@ -939,6 +939,12 @@ pub fn node_detail(n: &NodeView) -> String {
                 let _ = writeln!(o, "  -{:<4}{}", d.points, d.reason);
             }
         }
+        _ if n.last_report.is_none() && !n.conditions.is_empty() => {
+            let _ = writeln!(
+                o,
+                "Score:     not yet scored: its alerts came while hale did not trust its source (no watchdog, or Alertmanager unreachable); the first trusted poll or delivery that names it scores it"
+            );
+        }
         _ if n.last_report.is_none() => {
             let _ = writeln!(
                 o,
@@ -1040,6 +1046,16 @@ pub fn alerts_table(v: &AlertsView) -> String {
     );
     if let Some(e) = &s.last_error {
         let _ = writeln!(o, "Error:     {e}");
+    }
+    if let Some(until) = s.hold_until {
+        let _ = writeln!(
+            o,
+            "Holding:   an alert's absence ends nothing until {} ({})",
+            until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            s.hold_reason
+                .as_deref()
+                .unwrap_or("the pipeline restarted lately")
+        );
     }
     let rows: Vec<Vec<String>> = v
         .alerts
@@ -1158,6 +1174,35 @@ mod tests {
         assert_eq!(
             title("CalicoTooManyInterfacesEarly"),
             "CalicoTooManyInterfacesEarly"
+        );
+    }
+
+    #[test]
+    fn the_alerts_table_says_a_hold_and_why() {
+        use chrono::TimeZone;
+        let until = chrono::Utc.with_ymd_and_hms(2026, 12, 1, 12, 5, 0).unwrap();
+        let mut view = AlertsView {
+            source: hale::view::SourceView {
+                url: "http://am:9093/".into(),
+                receiver: "hale".into(),
+                up: true,
+                stale: false,
+                last_trusted: None,
+                last_error: None,
+                hold_until: None,
+                hold_reason: None,
+            },
+            alerts: vec![],
+        };
+        assert!(!alerts_table(&view).contains("Holding"));
+        view.source.hold_until = Some(until);
+        view.source.hold_reason = Some("trusted input returned after a time without it".into());
+        let table = alerts_table(&view);
+        assert!(
+            table.contains(
+                "Holding:   an alert's absence ends nothing until 2026-12-01T12:05:00Z (trusted input returned after a time without it)"
+            ),
+            "{table}"
         );
     }
 }

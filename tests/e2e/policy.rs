@@ -59,7 +59,7 @@ async fn cordon_mode_acts_once_inside_the_guardrails_and_backtest_replays_it() {
         .wait_node("halted", "g-5", |n| n["policy"]["kind"] == "halted")
         .await;
     assert_eq!(n["status"], "Ready");
-    assert_eq!(n["policy"]["guardrail"], "maxUnavailable");
+    assert_eq!(n["policy"]["guardrail"], "maxUnavailablePercent");
     // More polls conclude nothing new.
     hale.after_polls(3.0).await;
     let g3 = hale
@@ -84,7 +84,7 @@ async fn cordon_mode_acts_once_inside_the_guardrails_and_backtest_replays_it() {
     succeed(hale.cli(&["node", "uncordon", "g-3", "--reason", "DIMM reseated"]));
     let n = hale
         .wait_node("suppressed", "g-3", |n| {
-            n["policy"]["guardrail"] == "suppressed"
+            n["policy"]["guardrail"] == "cordonSuppressionMinutes"
         })
         .await;
     assert_eq!(n["status"], "Ready");

@@ -31,10 +31,15 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.line {
-            Some(line) => write!(f, "{}:{line}: {}: {}", self.file, self.key, self.message),
-            None => write!(f, "{}: {}: {}", self.file, self.key, self.message),
+        write!(f, "{}", self.file)?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
         }
+        // `-`: no key to name (the file itself cannot be read, or is not a mapping).
+        if self.key != "-" {
+            write!(f, ": {}", self.key)?;
+        }
+        write!(f, ": {}", self.message)
     }
 }
 
@@ -619,11 +624,20 @@ impl Config {
                     format!("{key}.{field}")
                 };
             }
+            // The parser says where again ("error: line 2 column 9: …"); the
+            // file and line lead the message already.
+            let first = message.lines().next().unwrap_or_default();
+            let said = first.strip_prefix("error: ").unwrap_or(first);
+            let said = said
+                .strip_prefix("line ")
+                .and_then(|rest| rest.split_once(": "))
+                .filter(|(at, _)| at.contains("column"))
+                .map_or(said, |(_, what)| what);
             ConfigError {
                 file: file.into(),
                 line,
                 key,
-                message: message.lines().next().unwrap_or_default().to_string(),
+                message: said.to_string(),
             }
         };
         let kind = serde_saphyr::from_str::<KindProbe>(source)
@@ -762,12 +776,78 @@ impl Config {
             .remediation
             .resolve()
             .map_err(|(key, message)| err(&format!("remediation.{key}"), message))?;
+        // A rebooted node must be seen gone before `returnTimeout` runs out: by a
+        // missed heartbeat (or, with an orchestrator, by going not ready), which no
+        // node shows sooner than 15 s. How much longer depends on each node's
+        // heartbeat interval, which its alerts carry (`hale_report_interval`): the
+        // runbook's business, not the loader's.
+        let seen_gone = cluster_settings.miss_after(Duration::ZERO);
+        if remediation.return_timeout <= seen_gone {
+            return Err(err(
+                "remediation.returnTimeout",
+                format!(
+                    "must exceed {}s, the least time hale needs to see a rebooted node \
+                     gone (a missed heartbeat): every reboot would fail its return step",
+                    seen_gone.as_secs()
+                ),
+            ));
+        }
         let fencing = self
             .fencing
             .as_ref()
             .map(|f| f.resolve(self.orchestrator != OrchestratorConfig::None))
             .transpose()
             .map_err(|(key, message)| err(&format!("fencing.{key}"), message))?;
+        // Every file the configuration names is read before any is refused, so one run
+        // names every file that is missing, unreadable or (a secret) empty.
+        let mut secrets: BTreeMap<String, Result<Secret, String>> =
+            self.api_token_file
+                .iter()
+                .map(|p| ("apiTokenFile".to_string(), p))
+                .chain(
+                    self.node_event_webhooks.iter().enumerate().map(|(i, w)| {
+                        (format!("nodeEventWebhooks[{i}].secretFile"), &w.secret_file)
+                    }),
+                )
+                .map(|(key, path)| (key, read_secret(path)))
+                .collect();
+        let bmc_files = self
+            .bmc
+            .credentials_file
+            .iter()
+            .map(|p| ("bmc.credentialsFile".to_string(), p))
+            .chain(
+                self.bmc
+                    .ca_file
+                    .iter()
+                    .map(|p| ("bmc.caFile".to_string(), p)),
+            )
+            .chain(self.inventory.iter().enumerate().flat_map(|(i, n)| {
+                let bmc = n.bmc.as_ref();
+                let credentials = bmc.and_then(|b| b.credentials_file.as_ref());
+                let ca = bmc.and_then(|b| b.ca_file.as_ref());
+                credentials
+                    .map(|p| (format!("inventory[{i}].bmc.credentialsFile"), p))
+                    .into_iter()
+                    .chain(ca.map(|p| (format!("inventory[{i}].bmc.caFile"), p)))
+            }))
+            .map(|(key, path)| {
+                let unreadable = std::fs::File::open(path)
+                    .err()
+                    .map(|e| format!("cannot read {}: {e}", path.display()));
+                (key, unreadable)
+            });
+        let mut unreadable = secrets
+            .iter()
+            .map(|(key, read)| (key.clone(), read.as_ref().err().cloned()))
+            .chain(bmc_files)
+            .filter_map(|(key, problem)| Some(err(&key, problem?)));
+        if let Some(mut first) = unreadable.next() {
+            for more in unreadable {
+                first.message.push_str(&format!("\n{more}"));
+            }
+            return Err(first);
+        }
         let listed: Vec<(String, &crate::bmc::config::NodeBmc)> = self
             .inventory
             .iter()
@@ -792,28 +872,6 @@ impl Config {
                 err(&key, message)
             },
         )?;
-        // Every file the configuration names is read before any is refused, so one run
-        // names every file that is missing, unreadable or empty.
-        let mut secrets: BTreeMap<String, Result<Secret, String>> =
-            self.api_token_file
-                .iter()
-                .map(|p| ("apiTokenFile".to_string(), p))
-                .chain(
-                    self.node_event_webhooks.iter().enumerate().map(|(i, w)| {
-                        (format!("nodeEventWebhooks[{i}].secretFile"), &w.secret_file)
-                    }),
-                )
-                .map(|(key, path)| (key, read_secret(path)))
-                .collect();
-        let mut unreadable = secrets
-            .iter()
-            .filter_map(|(key, read)| Some(err(key, read.as_ref().err()?.clone())));
-        if let Some(mut first) = unreadable.next() {
-            for more in unreadable {
-                first.message.push_str(&format!("\n{more}"));
-            }
-            return Err(first);
-        }
         let mut secret = |key: &str| {
             secrets
                 .remove(key)
@@ -821,6 +879,12 @@ impl Config {
                 .expect("checked above")
         };
         let api_token = self.api_token_file.as_ref().map(|_| secret("apiTokenFile"));
+        if self.store.path.as_os_str().is_empty() {
+            return Err(err(
+                "store.path",
+                "must name the store's directory (default ./hale-data)".into(),
+            ));
+        }
         if !(1..=36_500).contains(&self.store.event_retention_days) {
             return Err(err(
                 "store.eventRetentionDays",
@@ -1349,6 +1413,19 @@ mod tests {
             (
                 "store: { eventRetentionDays: 0 }",
                 "store.eventRetentionDays",
+            ),
+            ("store: { path: '' }", "store.path"),
+            (
+                "remediation: { returnTimeout: 1s }",
+                "remediation.returnTimeout",
+            ),
+            (
+                "remediation: { returnTimeout: 15s }",
+                "remediation.returnTimeout",
+            ),
+            (
+                "remediation: { blockingAlerts: ['alertname=~\"(\"'] }",
+                "remediation.blockingAlerts[0]",
             ),
             (
                 "nodeEventWebhooks: [{ url: 'http://x', secretFile: /nonexistent }]",

@@ -92,6 +92,29 @@ impl AlertMatch {
             if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                 return Err(format!("`{f}` does not start with a label name"));
             }
+            let rest = &f[at..];
+            let op_len = if ["=~", "!=", "!~"].iter().any(|op| rest.starts_with(op)) {
+                2
+            } else {
+                1
+            };
+            let (op, value) = rest.split_at(op_len);
+            let value = value.trim();
+            let value = match value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+                Some(quoted) => quoted.replace("\\\"", "\"").replace("\\\\", "\\"),
+                None => value.to_string(),
+            };
+            if op.ends_with('~') {
+                // Alertmanager would refuse every query with it, and the flow
+                // would stay blocked with no alert to show for it.
+                regex_syntax::Parser::new()
+                    .parse(&value)
+                    .map_err(|e| format!("`{f}`: the regular expression does not parse: {e}"))?;
+            } else if value.is_empty() && matches!(self, AlertMatch::Labels(_)) {
+                return Err(format!(
+                    "`{f}`: an empty value matches only alerts without the label, so it blocks nothing"
+                ));
+            }
         }
         Ok(())
     }

@@ -7,9 +7,17 @@ use super::step::Step;
 use super::{Condition, EventKind, HEARTBEAT_MISSED, Severity, SmallMap};
 
 /// Heartbeat intervals are capped here before multiplying by the threshold.
-pub(super) const MAX_INTERVAL: Duration = Duration::from_secs(24 * 3600);
+const MAX_INTERVAL: Duration = Duration::from_secs(24 * 3600);
 /// No node is missed sooner than this after its last heartbeat.
-pub(super) const MIN_MISS_AFTER: Duration = Duration::from_secs(15);
+const MIN_MISS_AFTER: Duration = Duration::from_secs(15);
+
+impl super::Settings {
+    /// How long a node whose heartbeats come every `interval` stays quiet before it
+    /// is missed: `max(15 s, heartbeatMissThreshold × min(interval, 24 h))`.
+    pub fn miss_after(&self, interval: Duration) -> Duration {
+        (interval.min(MAX_INTERVAL) * self.heartbeat_miss_threshold).max(MIN_MISS_AFTER)
+    }
+}
 
 impl<'f> Step<'f> {
     /// A node whose heartbeat was seen and has gone quiet for `max(15 s, threshold ×
@@ -34,8 +42,7 @@ impl<'f> Step<'f> {
             if node.conditions.contains_key(HEARTBEAT_MISSED) {
                 continue;
             }
-            let threshold = self.cfg.settings_for(&node.labels).heartbeat_miss_threshold;
-            let after = (hb.interval.min(MAX_INTERVAL) * threshold).max(MIN_MISS_AFTER);
+            let after = self.cfg.settings_for(&node.labels).miss_after(hb.interval);
             // Heartbeats that left with the pipeline get a full window to return.
             let since = trust.trusted_since.map_or(hb.last, |t| t.max(hb.last));
             if (self.now - since).to_std().unwrap_or_default() >= after {

@@ -17,20 +17,22 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("store {path}: cannot create the directory: {source}")]
+    // The cause is said in the message, not chained as a source, so a chain
+    // printed whole (`error: …`) does not say it twice.
+    #[error("store {path}: cannot create the directory: {cause}")]
     Create {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    #[error("store: {op}: {source}")]
+    #[error("store: {op}: {cause}")]
     Sqlite {
         op: &'static str,
-        source: rusqlite::Error,
+        cause: rusqlite::Error,
     },
-    #[error("store: {what} has an unreadable record: {source}")]
+    #[error("store: {what} has an unreadable record: {cause}")]
     Corrupt {
         what: String,
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
 }
 

@@ -15,7 +15,7 @@ trait Op<T> {
 
 impl<T> Op<T> for rusqlite::Result<T> {
     fn op(self, op: &'static str) -> Result<T> {
-        self.map_err(|source| StoreError::Sqlite { op, source })
+        self.map_err(|cause| StoreError::Sqlite { op, cause })
     }
 }
 
@@ -82,9 +82,9 @@ CREATE INDEX IF NOT EXISTS events_by_time ON events (occurred_at);
 impl Sqlite {
     /// Open (creating if needed) `dir/hale.db`.
     pub fn open(dir: &Path) -> Result<Sqlite> {
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::Create {
+        std::fs::create_dir_all(dir).map_err(|cause| StoreError::Create {
             path: dir.to_path_buf(),
-            source,
+            cause,
         })?;
         let file = dir.join(FILE);
         let conn = Connection::open(&file).op("open")?;
@@ -172,9 +172,9 @@ impl Store for Sqlite {
             .op("read nodes")?;
         for row in rows {
             let (id, body) = row.op("read nodes")?;
-            let node: Node = serde_json::from_str(&body).map_err(|source| StoreError::Corrupt {
+            let node: Node = serde_json::from_str(&body).map_err(|cause| StoreError::Corrupt {
                 what: format!("node {id}"),
-                source,
+                cause,
             })?;
             fleet.nodes.insert(id, node);
         }
@@ -229,9 +229,9 @@ impl Store for Sqlite {
             .optional()
             .op("read ledger")?;
         if let Some(ledger) = ledger {
-            fleet.ledger = serde_json::from_str(&ledger).map_err(|source| StoreError::Corrupt {
+            fleet.ledger = serde_json::from_str(&ledger).map_err(|cause| StoreError::Corrupt {
                 what: "the policy ledger".into(),
-                source,
+                cause,
             })?;
         }
         // Counts an older store kept inside the ledger become rows (rows stand).
@@ -368,9 +368,9 @@ impl Store for Sqlite {
         for row in rows {
             let (node, body) = row.op("read history")?;
             events.push(
-                serde_json::from_str(&body).map_err(|source| StoreError::Corrupt {
+                serde_json::from_str(&body).map_err(|cause| StoreError::Corrupt {
                     what: format!("an event of node {node}"),
-                    source,
+                    cause,
                 })?,
             );
         }
@@ -422,9 +422,9 @@ impl Store for Sqlite {
                 more = true;
                 break;
             }
-            let event = serde_json::from_str(&body).map_err(|source| StoreError::Corrupt {
+            let event = serde_json::from_str(&body).map_err(|cause| StoreError::Corrupt {
                 what: format!("an event of node {node_id}"),
-                source,
+                cause,
             })?;
             events.push(StoredEvent {
                 id: event_id(&self.instance, seq),

@@ -165,18 +165,24 @@ impl Verdict {
     }
 }
 
+/// Named in the API as in events and the CLI ([`Guardrail::as_str`]); the
+/// aliases read records written before the names were the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Guardrail {
     /// Acting would take more than `maxUnavailablePercent` of the pool out of service.
+    #[serde(rename = "maxUnavailablePercent", alias = "maxUnavailable")]
     MaxUnavailable,
     /// An operator uncordoned the node less than `cordonSuppressionMinutes` ago.
+    #[serde(rename = "cordonSuppressionMinutes", alias = "suppressed")]
     Suppressed,
     /// `replace` terminates only provisioned nodes.
     NotProvisioned,
     /// `replace` terminates only nodes hale itself took out of service.
+    #[serde(rename = "notTakenOutByHale", alias = "notOurs")]
     NotOurs,
     /// `maxReplacementsPerHour` of the pool were replaced in the last hour.
+    #[serde(rename = "maxReplacementsPerHour", alias = "replacementBudget")]
     ReplacementBudget,
     /// The orchestrator refused to terminate the node.
     TerminationRejected,
@@ -258,5 +264,38 @@ impl Ledger {
             .iter()
             .map(|(o, m)| (o.clone(), m.count))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Guardrail;
+
+    #[test]
+    fn guardrails_are_named_as_their_events_name_them_and_old_records_still_read() {
+        for g in [
+            Guardrail::MaxUnavailable,
+            Guardrail::Suppressed,
+            Guardrail::NotProvisioned,
+            Guardrail::NotOurs,
+            Guardrail::ReplacementBudget,
+            Guardrail::TerminationRejected,
+            Guardrail::CordonRefused,
+        ] {
+            let json = serde_json::to_string(&g).unwrap();
+            assert_eq!(json, format!("\"{}\"", g.as_str()));
+            assert_eq!(serde_json::from_str::<Guardrail>(&json).unwrap(), g);
+        }
+        for (old, g) in [
+            ("maxUnavailable", Guardrail::MaxUnavailable),
+            ("suppressed", Guardrail::Suppressed),
+            ("notOurs", Guardrail::NotOurs),
+            ("replacementBudget", Guardrail::ReplacementBudget),
+        ] {
+            assert_eq!(
+                serde_json::from_str::<Guardrail>(&format!("\"{old}\"")).unwrap(),
+                g
+            );
+        }
     }
 }
