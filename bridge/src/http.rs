@@ -155,6 +155,18 @@ async fn list_nodes(
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<NodeList>> {
     let query = node_query(raw.as_deref().unwrap_or(""))?;
+    if let Some(pool) = &query.pool {
+        let cfg = hale.config();
+        let names: Vec<&str> = std::iter::once("cluster")
+            .chain(cfg.config.pools.iter().map(|p| p.name.as_str()))
+            .collect();
+        if !names.contains(&pool.as_str()) {
+            return Err(bad_request(format!(
+                "no pool is named {pool:?}: {} (`cluster`: nodes in no pool)",
+                names.join(", ")
+            )));
+        }
+    }
     Ok(Json(
         tokio::task::spawn_blocking(move || hale.nodes(&query))
             .await

@@ -288,12 +288,19 @@ async fn the_node_list_pages_and_filters() {
     assert!(degraded["nextPageToken"].is_null());
     let (_, none) = list("cluster=elsewhere".into()).await;
     assert_eq!(none["nodes"], json!([]));
+    let (_, unpooled) = list("pool=cluster&pageSize=500".into()).await;
+    assert_eq!(
+        unpooled["nodes"].as_array().unwrap().len(),
+        25,
+        "every node is in no pool"
+    );
     for bad in [
         "pageSize=0",
         "pageToken=zz",
         "health=Sick",
         "status=up",
         "limit=3",
+        "pool=nope",
     ] {
         let (status, body) = list(bad.into()).await;
         assert_eq!(status, 400, "{bad}");

@@ -569,6 +569,9 @@ pub struct Loaded {
 /// A token or signing secret: the file's text without surrounding white space (a
 /// trailing newline or none); an empty file is refused.
 fn read_secret(path: &Path) -> Result<Secret, String> {
+    if path.as_os_str().is_empty() {
+        return Err("must name a file".into());
+    }
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     match text.trim() {
@@ -832,9 +835,13 @@ impl Config {
                     .chain(ca.map(|p| (format!("inventory[{i}].bmc.caFile"), p)))
             }))
             .map(|(key, path)| {
-                let unreadable = std::fs::File::open(path)
-                    .err()
-                    .map(|e| format!("cannot read {}: {e}", path.display()));
+                let unreadable = if path.as_os_str().is_empty() {
+                    Some("must name a file".to_string())
+                } else {
+                    std::fs::File::open(path)
+                        .err()
+                        .map(|e| format!("cannot read {}: {e}", path.display()))
+                };
                 (key, unreadable)
             });
         let mut unreadable = secrets
@@ -1415,6 +1422,8 @@ mod tests {
                 "store.eventRetentionDays",
             ),
             ("store: { path: '' }", "store.path"),
+            ("apiTokenFile: ''", "apiTokenFile"),
+            ("bmc: { credentialsFile: '' }", "bmc.credentialsFile"),
             (
                 "remediation: { returnTimeout: 1s }",
                 "remediation.returnTimeout",
