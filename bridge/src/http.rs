@@ -118,6 +118,13 @@ pub fn router(hale: Arc<Hale>) -> Router {
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
         })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this endpoint does not take that method",
+            )
+        })
         .with_state(hale)
 }
 
@@ -552,9 +559,12 @@ async fn node_events(
 /// running one stays.
 async fn reload(State(hale): State<Arc<Hale>>, headers: HeaderMap) -> ApiResult<&'static str> {
     authorize(&hale, &headers)?;
-    hale.reload()
-        .map(|()| "reloaded")
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_config", e.to_string()))
+    hale.reload().map(|()| "reloaded").map_err(|e| {
+        // Said in the log too, as a SIGHUP's refusal is: whoever reads the log
+        // sees every reload that did not happen.
+        tracing::error!(error = %e, "reload refused; the running configuration stays");
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_config", e.to_string())
+    })
 }
 
 /// `{source, alerts}`: the list as rendered once per poll, spliced in without a copy.

@@ -64,6 +64,11 @@ async fn bad_operator_bodies_are_json_errors_and_change_nothing() {
         let detail = e["detail"].as_str().unwrap();
         assert!(detail.contains(says), "{verb} {body}: {detail}");
     }
+    // A method an endpoint does not take is a 405 in JSON too.
+    let r = client.put(&node).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"], "method_not_allowed", "{e}");
     let after = hale.node("rack1/n:3").await.unwrap();
     assert_eq!(after["conditions"], before["conditions"]);
     assert_eq!(after["cordon"], before["cordon"]);

@@ -489,6 +489,8 @@ async fn sighup_reloads_endpoints_and_penalties_and_a_bad_file_changes_nothing()
         hale.log().contains("reload refused").then_some(())
     })
     .await;
+    let refusals = |log: &str| log.matches("reload refused").count();
+    let before = refusals(&hale.log());
     let e = refused_reload().await;
     assert_eq!(e["error"], "invalid_config");
     assert!(
@@ -498,6 +500,8 @@ async fn sighup_reloads_endpoints_and_penalties_and_a_bad_file_changes_nothing()
             .contains("hale.yaml:2: nodeHealth.cordonBelw"),
         "{e}"
     );
+    // Logged as the SIGHUP's was: the log tells every reload that did not happen.
+    assert_eq!(refusals(&hale.log()), before + 1, "{}", hale.log());
     let r = reqwest::Client::new()
         .post(format!("{}/-/reload", hale.url))
         .send()

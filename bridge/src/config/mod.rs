@@ -631,6 +631,10 @@ impl Config {
             // file and line lead the message already.
             let first = message.lines().next().unwrap_or_default();
             let said = first.strip_prefix("error: ").unwrap_or(first);
+            // The parser's advice to its own caller is not the user's to follow.
+            let said = said
+                .split_once(", set DuplicateKeyPolicy")
+                .map_or(said, |(what, _)| what);
             let said = said
                 .strip_prefix("line ")
                 .and_then(|rest| rest.split_once(": "))
@@ -750,10 +754,10 @@ impl Config {
         }
         let mut ids = BTreeSet::new();
         for (i, node) in self.inventory.iter().enumerate() {
-            if node.id.trim().is_empty() {
+            if node.id.trim().is_empty() || matches!(node.id.trim(), "." | "..") {
                 return Err(err(
                     &format!("inventory[{i}].id"),
-                    "must not be empty".into(),
+                    "must not be empty, `.` or `..` (a URL path cannot name those)".into(),
                 ));
             }
             if node.id.trim() != node.id {

@@ -320,7 +320,9 @@ impl<'a> Alert<'a> {
             } else {
                 value
             };
-            (!blank(value)).then_some(value)
+            // `.` and `..` cannot be named in a URL path (it resolves them away),
+            // so the API could never show such a node: no node either.
+            (!blank(value) && !matches!(value.trim(), "." | "..")).then_some(value)
         })
     }
 
@@ -565,6 +567,8 @@ mod tests {
             (&[("instance", ":9100")], None),
             (&[("instance", " :9100")], None),
             (&[("node", " "), ("instance", "h:9100")], Some("h")),
+            (&[("node", ".."), ("instance", "h:9100")], Some("h")),
+            (&[("node", ".")], None),
         ];
         for (labels, want) in cases {
             assert_eq!(alert(labels).node(&id), *want, "{labels:?}");
