@@ -272,7 +272,7 @@ async fn fuzzball_inventory_cordons_drains_and_operators_through_the_cli() {
     );
 
     // A manual active drain requeues the node's jobs.
-    let out = hale.cli(&[
+    hale.cli_ok(&[
         "node",
         "drain",
         "c1",
@@ -280,11 +280,6 @@ async fn fuzzball_inventory_cordons_drains_and_operators_through_the_cli() {
         "--reason",
         "failing disk",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let drained = eventually("c1's jobs requeued", Duration::from_secs(30), || async {
         let e = events_of(&hale.events("c1", "").await, "NODE_DRAINED");
         e.iter().find(|e| e["active"] == true).cloned()

@@ -487,6 +487,18 @@ impl Hale {
             .output()
             .unwrap()
     }
+
+    /// [`Hale::cli`] that must succeed; its output.
+    pub fn cli_ok(&self, args: &[&str]) -> std::process::Output {
+        let out = self.cli(args);
+        assert!(
+            out.status.success(),
+            "hale {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
 }
 
 impl Drop for Hale {

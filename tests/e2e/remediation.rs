@@ -339,23 +339,13 @@ async fn power_verbs_through_ipmi_and_redfish_and_the_password_nowhere() {
         .await;
 
     // IPMI: status, a graceful off (the chassis script obeys the shutdown), on.
-    let out = hale.cli(&["node", "power", "n1", "status", "-o", "json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = hale.cli_ok(&["node", "power", "n1", "status", "-o", "json"]);
     let status: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         (status["after"].as_str(), status["result"].as_str()),
         (Some("On"), Some("unchanged"))
     );
-    let out = hale.cli(&["node", "power", "n1", "off"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = hale.cli_ok(&["node", "power", "n1", "off"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("On → Off"));
     assert!(!ipmi.powered());
     assert!(
@@ -367,12 +357,7 @@ async fn power_verbs_through_ipmi_and_redfish_and_the_password_nowhere() {
     let out = hale.cli(&["node", "power", "n1", "off", "-o", "json"]);
     let again: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(again["sent"], json!([]));
-    let out = hale.cli(&["node", "power", "n1", "on", "--force"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    hale.cli_ok(&["node", "power", "n1", "on", "--force"]);
     assert!(ipmi.powered());
     let power: Vec<Value> = of_type(&history(&hale, "n1").await, "NODE_POWER")
         .into_iter()
@@ -434,12 +419,7 @@ async fn power_verbs_through_ipmi_and_redfish_and_the_password_nowhere() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("refused the credentials"), "{err}");
     // A reboot with the wrong password fails at the reboot; the node stays cordoned.
-    let out = hale.cli(&["node", "reboot", "n2", "--reason", "kernel update"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    hale.cli_ok(&["node", "reboot", "n2", "--reason", "kernel update"]);
     let failed = wait_event(&hale, "n2", "REMEDIATION_FAILED", Duration::from_secs(60)).await;
     assert_eq!(failed["step"], "reboot");
     assert!(
@@ -451,12 +431,7 @@ async fn power_verbs_through_ipmi_and_redfish_and_the_password_nowhere() {
     );
     assert_eq!(hale.node("n2").await.unwrap()["status"], "Cordoned");
     // A BMC that does not answer: also a failure at the reboot, said as such.
-    let out = hale.cli(&["node", "reboot", "n4"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    hale.cli_ok(&["node", "reboot", "n4"]);
     let failed = wait_event(&hale, "n4", "REMEDIATION_FAILED", Duration::from_secs(60)).await;
     assert_eq!(failed["step"], "reboot");
     assert_eq!(hale.node("n4").await.unwrap()["status"], "Cordoned");
@@ -501,12 +476,7 @@ async fn killed_after_the_reboot_was_sent_the_restarted_hale_does_not_reboot_aga
     let machines = Machines::start(am.clone(), sushy.clone(), &["n1"], Vec::new()).await;
     hale.wait_node("reported", "n1", |n| n["score"] == 100)
         .await;
-    let out = hale.cli(&["node", "reboot", "n1", "--reason", "firmware"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    hale.cli_ok(&["node", "reboot", "n1", "--reason", "firmware"]);
     // The machine goes off: the reboot is under way. hale dies there.
     eventually("the machine off", Duration::from_secs(60), || async {
         (machines.offs("n1") == 1).then_some(())
@@ -815,12 +785,7 @@ async fn a_kubernetes_node_is_cordoned_drained_through_evictions_rebooted_and_pu
     let machines = Machines::start(am.clone(), sushy.clone(), &["k1", "k2"], Vec::new()).await;
     hale.wait_node("reported", "k1", |n| n["score"] == 100)
         .await;
-    let out = hale.cli(&["node", "reboot", "k1", "--reason", "kernel 6.8"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    hale.cli_ok(&["node", "reboot", "k1", "--reason", "kernel 6.8"]);
     // Cordoned on the Node, its pod evicted through the Eviction API.
     eventually("k1 cordoned", Duration::from_secs(30), || async {
         (fake.node("k1")["spec"]["unschedulable"] == true).then_some(())
