@@ -609,6 +609,11 @@ async fn receive(
     body: Body,
 ) -> ApiResult<crate::service::WebhookResult> {
     authorize(&hale, &headers)?;
+    // On a shared store the leader alone ingests: Alertmanager retries a 503,
+    // and its next try may reach the leader.
+    if hale.shared() {
+        leader(&hale)?;
+    }
     let limit = hale.config().config.alertmanager.max_webhook_bytes;
     let too_large = || {
         ApiError::new(

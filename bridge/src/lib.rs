@@ -7,6 +7,7 @@ pub mod bmc;
 pub mod collect;
 pub mod config;
 pub mod core;
+pub mod election;
 pub mod fuzzball;
 pub mod http;
 pub mod kubernetes;
@@ -66,7 +67,15 @@ mod layers {
     const LAYERS: &[&[&str]] = &[
         &["core"],
         &["orchestrator", "store", "liveness"],
-        &["kubernetes", "fuzzball", "slurm", "bmc", "collect", "view"],
+        &[
+            "kubernetes",
+            "fuzzball",
+            "slurm",
+            "bmc",
+            "collect",
+            "view",
+            "election",
+        ],
         &["config"],
         &["alertmanager", "notify"],
         &["metrics"],

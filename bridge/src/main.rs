@@ -101,6 +101,7 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
         tokio::spawn(Arc::clone(&hale).inventory_loop());
     }
     tokio::spawn(Arc::clone(&hale).retention_loop());
+    tokio::spawn(Arc::clone(&hale).follow_loop());
     tokio::spawn(reload_on_hangup(Arc::clone(&hale)));
     axum::serve(listener, hale::http::router(Arc::clone(&hale)))
         .with_graceful_shutdown(shutdown())

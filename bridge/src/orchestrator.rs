@@ -174,6 +174,11 @@ pub trait Orchestrator: Send + Sync {
     fn leader(&self) -> Option<String> {
         None
     }
+    /// Whether this orchestrator elects a leader of its own (Kubernetes' Lease);
+    /// replicas on a shared store elect theirs on it otherwise.
+    fn elects(&self) -> bool {
+        false
+    }
     /// Show each node's conditions, score and health on the node itself, writing
     /// only what changed.
     fn publish<'a>(&'a self, reports: &'a [Report]) -> Fut<'a, ()>;
@@ -240,6 +245,20 @@ pub trait Orchestrator: Send + Sync {
     fn release(&self) -> Fut<'_, ()> {
         Box::pin(async { Ok(()) })
     }
+}
+
+/// This replica's name in an election: the pod's (the chart sets `POD_NAME`),
+/// else host and pid.
+pub fn identity() -> String {
+    if let Ok(pod) = std::env::var("POD_NAME")
+        && !pod.is_empty()
+    {
+        return pod;
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "hale".into());
+    format!("{host}-{}", std::process::id())
 }
 
 /// Run an orchestrator's command (built without a shell) for at most `limit`;

@@ -10,6 +10,7 @@ mod harness;
 mod kube_fake;
 mod kubernetes;
 mod monitoring;
+mod nats;
 mod pipeline;
 mod policy;
 mod remediation;

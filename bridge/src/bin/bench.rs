@@ -132,6 +132,7 @@ fn run(nodes: usize, work: &Path, report: &mut Report) -> anyhow::Result<()> {
     let Opened {
         writer: mut store,
         upkeep,
+        ..
     } = Sqlite::open_pair(&work.join("cycle"))?;
     let mut checkpoints = Duration::ZERO;
     let start = Utc::now();

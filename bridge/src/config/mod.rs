@@ -309,7 +309,7 @@ pub struct StoreConfig {
     /// Directory of the embedded store; created when missing.
     pub path: PathBuf,
     /// The JetStream servers of `kind: nats`.
-    pub nats: Option<NatsConfig>,
+    pub nats: Option<crate::store::nats::NatsConfig>,
     /// Events older than this are deleted by a background sweep.
     pub event_retention_days: u32,
     /// The disk budget of the store, in bytes. hale does not delete history to meet
@@ -329,85 +329,6 @@ impl StoreConfig {
             }
             (StoreKind::Nats, None) => unreachable!("validated: kind nats names its servers"),
         }
-    }
-}
-
-/// `store.nats`: the JetStream the shared store lives in.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct NatsConfig {
-    /// Servers to connect to (`nats://` or `tls://`); any one reachable will do.
-    pub urls: Vec<String>,
-    /// A NATS credentials file (user JWT and NKey seed).
-    #[serde(default)]
-    pub creds_file: Option<PathBuf>,
-    #[serde(default)]
-    pub tls: Option<NatsTls>,
-    /// Copies JetStream keeps of the event stream and the KV buckets: 1, 3 or 5.
-    #[serde(default = "default_nats_replicas")]
-    pub replicas: usize,
-}
-
-fn default_nats_replicas() -> usize {
-    3
-}
-
-/// `store.nats.tls`: the CA that signs the servers' certificates and, for mutual
-/// TLS, this client's own.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct NatsTls {
-    #[serde(default)]
-    pub ca_file: Option<PathBuf>,
-    #[serde(default)]
-    pub cert_file: Option<PathBuf>,
-    #[serde(default)]
-    pub key_file: Option<PathBuf>,
-}
-
-impl NatsConfig {
-    /// Every file the connection reads, with its key under `store.nats`.
-    fn files(&self) -> impl Iterator<Item = (&'static str, &PathBuf)> {
-        let tls = self.tls.as_ref();
-        [
-            ("credsFile", self.creds_file.as_ref()),
-            ("tls.caFile", tls.and_then(|t| t.ca_file.as_ref())),
-            ("tls.certFile", tls.and_then(|t| t.cert_file.as_ref())),
-            ("tls.keyFile", tls.and_then(|t| t.key_file.as_ref())),
-        ]
-        .into_iter()
-        .filter_map(|(k, p)| Some((k, p?)))
-    }
-
-    fn validate(&self) -> Result<(), (String, String)> {
-        if self.urls.is_empty() {
-            return Err(("urls".into(), "must name at least one NATS server".into()));
-        }
-        for (i, u) in self.urls.iter().enumerate() {
-            match reqwest::Url::parse(u) {
-                Ok(url) if matches!(url.scheme(), "nats" | "tls") && url.host().is_some() => {}
-                _ => {
-                    return Err((
-                        format!("urls[{i}]"),
-                        "is not a nats:// or tls:// server URL".into(),
-                    ));
-                }
-            }
-        }
-        if ![1, 3, 5].contains(&self.replicas) {
-            return Err((
-                "replicas".into(),
-                "must be 1, 3 or 5 (JetStream keeps an odd number of copies)".into(),
-            ));
-        }
-        let tls = self.tls.as_ref();
-        if tls.is_some_and(|t| t.cert_file.is_some() != t.key_file.is_some()) {
-            return Err((
-                "tls".into(),
-                "certFile and keyFile go together (a client certificate needs its key)".into(),
-            ));
-        }
-        Ok(())
     }
 }
 
@@ -920,7 +841,7 @@ impl Config {
                 self.store
                     .nats
                     .iter()
-                    .flat_map(NatsConfig::files)
+                    .flat_map(crate::store::nats::NatsConfig::files)
                     .map(|(k, p)| (format!("store.nats.{k}"), p)),
             )
             .chain(self.inventory.iter().enumerate().flat_map(|(i, n)| {

@@ -96,19 +96,6 @@ pub struct Kubernetes {
     changed: Arc<tokio::sync::Notify>,
 }
 
-/// This replica's name: the pod's (the chart sets `POD_NAME`), else host and pid.
-fn identity() -> String {
-    if let Ok(pod) = std::env::var("POD_NAME")
-        && !pod.is_empty()
-    {
-        return pod;
-    }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "hale".into());
-    format!("{host}-{}", std::process::id())
-}
-
 impl Kubernetes {
     /// Connect (kubeconfig path and context, else in-cluster), start the watch on
     /// Nodes and the leader election, and wait for the first full list of Nodes.
@@ -185,7 +172,7 @@ impl Kubernetes {
             })
             .unwrap_or_else(|| "default".into());
         let lease: Api<Lease> = Api::namespaced(client.clone(), &namespace);
-        let leadership = Arc::new(Leadership::new(identity()));
+        let leadership = Arc::new(Leadership::new(crate::orchestrator::identity()));
         info!(lease = %cfg.lease.name, namespace, identity = %leadership.identity,
             "joining the leader election");
         let election = tokio::spawn({
@@ -502,6 +489,10 @@ impl Orchestrator for Kubernetes {
 
     fn leader(&self) -> Option<String> {
         self.leadership.holder()
+    }
+
+    fn elects(&self) -> bool {
+        true
     }
 
     fn restart_hint(&self) -> &'static str {

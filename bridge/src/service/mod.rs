@@ -26,6 +26,7 @@ use crate::core::settings::CoreSettings;
 use crate::core::{
     CoreError, EventKind, Fleet, Listed, Outcome, PollAnswer, TELEMETRY_STALE, Time,
 };
+use crate::election::{Elected, NatsLease};
 use crate::liveness::Liveness;
 use crate::metrics::{ActionLabel, Metrics, OperationLabel, PathLabel, ReasonLabel, ResultLabel};
 use crate::notify::Notifier;
@@ -53,6 +54,8 @@ const INVENTORY: Duration = Duration::from_secs(30);
 const ALERTS_WANTED: Duration = Duration::from_secs(600);
 /// How long a list fetched for `GET /api/v1/alerts` serves when no poll renews it.
 const ALERTS_FRESH: Duration = Duration::from_secs(10);
+/// How often a replica on a shared store looks for what the leader wrote.
+const FOLLOW_EVERY: Duration = Duration::from_millis(500);
 /// How often a loop with nothing to do still goes round, to show it is alive.
 const IDLE_BEAT: Duration = Duration::from_secs(60);
 
@@ -95,6 +98,14 @@ pub struct Hale {
     facts_read: AtomicBool,
     /// Read them again now (an operator asked for a reboot).
     facts_now: Notify,
+    /// Whether other replicas share the store: then only the leader writes, after
+    /// taking in what the previous one wrote, and the others follow the store.
+    shared: bool,
+    /// The leadership term whose state this replica took in from the shared store
+    /// (`u64::MAX`: none yet).
+    synced: AtomicU64,
+    /// Whether the shared store answered the last read or write.
+    store_ok: AtomicBool,
 }
 
 /// The last poll's alerts for `GET /api/v1/alerts`: built by a poll only while asked
@@ -133,7 +144,18 @@ impl Hale {
         let Opened {
             writer: store,
             upkeep: maintenance,
+            lease,
         } = loaded.config.store.open(&loaded.config.cluster)?;
+        // Replicas on a shared store elect their leader on it unless the
+        // orchestrator elects one (the Kubernetes Lease stays for Kubernetes).
+        let orchestrator: Arc<dyn Orchestrator> = match lease {
+            Some(lease) if !orchestrator.elects() => Arc::new(Elected {
+                inner: orchestrator,
+                lease: NatsLease::start(lease, crate::orchestrator::identity()),
+            }),
+            _ => orchestrator,
+        };
+        let shared = store.shared();
         let now = Utc::now();
         let fleet = store.load(now)?;
         info!(
@@ -186,6 +208,9 @@ impl Hale {
             facts: Mutex::new(Default::default()),
             facts_read: AtomicBool::new(false),
             facts_now: Notify::new(),
+            shared,
+            synced: AtomicU64::new(u64::MAX),
+            store_ok: AtomicBool::new(true),
         });
         let inventory: Vec<Listed> = hale
             .config()
@@ -213,6 +238,10 @@ impl Hale {
     where
         F: FnOnce(&mut Fleet, &CoreSettings, Time) -> Result<Outcome, CoreError>,
     {
+        // On a shared store only the leader that took in the store's state writes.
+        if !self.writes() {
+            return Ok(Outcome::default());
+        }
         let mut fleet = self.lock_fleet();
         // Read under the fleet lock, which a reload holds while it swaps them.
         let cfg = self.config();
@@ -268,6 +297,7 @@ impl Hale {
         drop(fleet);
         match writer.store.write(&batch) {
             Ok(stored) => {
+                self.store_ok.store(true, Ordering::Relaxed);
                 // Every replica keeps its own record; only the leader tells others.
                 if self.orchestrator.leads() {
                     self.notifier
@@ -293,9 +323,12 @@ impl Hale {
                     })
                     .inc();
                 writer.pending = Some(todo);
+                if self.shared {
+                    self.store_ok.store(false, Ordering::Relaxed);
+                }
             }
         }
-        self.check_size(writer.store.bytes_used());
+        self.check_size(writer.store.bytes_used(), writer.store.limit());
         Ok(outcome)
     }
 
@@ -329,15 +362,21 @@ impl Hale {
         }
     }
 
-    /// Export the store's size and warn once when it passes 90 % of `maxBytes`.
-    fn check_size(&self, used: u64) {
+    /// Export the store's size and warn once when it passes 90 % of `maxBytes` or
+    /// of the most its server will hold (JetStream's limit for the account).
+    fn check_size(&self, used: u64, limit: Option<u64>) {
         self.metrics.store_bytes_used.set(used as i64);
-        let Some(max) = self.config().config.store.max_bytes else {
-            return;
+        let configured = self.config().config.store.max_bytes;
+        let (max, which) = match (configured, limit) {
+            (Some(c), Some(l)) if l < c => (l, "the NATS account's storage limit"),
+            (Some(c), _) => (c, "store.maxBytes"),
+            (None, Some(l)) => (l, "the NATS account's storage limit"),
+            (None, None) => return,
         };
+        self.metrics.store_bytes_max.set(max as i64);
         let near = used.saturating_mul(10) >= max.saturating_mul(9);
         if near && !self.near_full.swap(true, Ordering::Relaxed) {
-            warn!(used, max, "the store is past 90% of store.maxBytes");
+            warn!(used, max, "the store is past 90% of {which}");
         } else if !near {
             self.near_full.store(false, Ordering::Relaxed);
         }
@@ -498,10 +537,118 @@ impl Hale {
         self.liveness.check(Instant::now())
     }
 
-    /// Ready once the first poll has been attempted (or at once when polling is off).
+    /// Ready once the first poll has been attempted (or at once when polling is
+    /// off). On a shared store: while the store answers, and a follower at once (it
+    /// serves what the leader wrote).
     pub fn ready(&self) -> bool {
-        self.config().config.alertmanager.poll_interval.is_zero()
-            || self.first_poll_done.load(Ordering::Acquire)
+        let polled = self.config().config.alertmanager.poll_interval.is_zero()
+            || self.first_poll_done.load(Ordering::Acquire);
+        if !self.shared {
+            return polled;
+        }
+        self.store_ok.load(Ordering::Relaxed) && (polled || !self.orchestrator.leads())
+    }
+
+    /// Whether this replica writes: always on a store of its own; on a shared
+    /// one, the leader once it has taken in what the previous one wrote.
+    fn writes(&self) -> bool {
+        !self.shared
+            || (self.orchestrator.leads()
+                && self.synced.load(Ordering::Acquire) == self.orchestrator.term())
+    }
+
+    /// Whether other replicas share the store (and only the leader writes).
+    pub fn shared(&self) -> bool {
+        self.shared
+    }
+
+    /// Keep this replica's view in step with a shared store: a follower reloads
+    /// what the leader wrote whenever the store changed; a replica just elected
+    /// takes the store's state in through its writer before it writes anything.
+    pub async fn follow_loop(self: Arc<Self>) {
+        if !self.shared {
+            return;
+        }
+        let mut seen = None;
+        loop {
+            let this = self.clone();
+            seen = tokio::task::spawn_blocking(move || this.follow(seen))
+                .await
+                .unwrap_or(None);
+            tokio::time::sleep(FOLLOW_EVERY).await;
+        }
+    }
+
+    /// One look at the shared store; the store revision now followed.
+    fn follow(&self, seen: Option<u64>) -> Option<u64> {
+        let now = Utc::now();
+        if self.orchestrator.leads() {
+            let term = self.orchestrator.term();
+            if self.synced.load(Ordering::Acquire) == term {
+                return seen;
+            }
+            let mut fleet = self.lock_fleet();
+            let mut writer = self.writer.lock().expect("writer lock");
+            match writer.store.load(now) {
+                Ok(loaded) => {
+                    *fleet = loaded;
+                    writer.pending = None;
+                    self.synced.store(term, Ordering::Release);
+                    self.store_ok.store(true, Ordering::Relaxed);
+                    info!(
+                        nodes = fleet.nodes.len(),
+                        "took over: the shared store's state is loaded; this replica writes and acts"
+                    );
+                    drop(writer);
+                    drop(fleet);
+                    self.poll_now.notify_one();
+                    self.act_now.notify_one();
+                }
+                Err(e) => {
+                    self.store_ok.store(false, Ordering::Relaxed);
+                    warn!(error = %e, "elected, but the shared store cannot be read: not acting until it can");
+                }
+            }
+            return None;
+        }
+        if self
+            .writer
+            .lock()
+            .expect("writer lock")
+            .pending
+            .take()
+            .is_some()
+        {
+            warn!(
+                "a change this replica could not write before it stopped leading is dropped: the leader's record stands"
+            );
+        }
+        let store = self.maintenance.lock().expect("maintenance lock");
+        let revision = match store.revision() {
+            Ok(r) => r,
+            Err(e) => {
+                if self.store_ok.swap(false, Ordering::Relaxed) {
+                    warn!(error = %e, "the shared store does not answer: serving the state last read");
+                }
+                return seen;
+            }
+        };
+        if seen == Some(revision) {
+            self.store_ok.store(true, Ordering::Relaxed);
+            return seen;
+        }
+        match store.load(now) {
+            Ok(loaded) => {
+                *self.lock_fleet() = loaded;
+                self.store_ok.store(true, Ordering::Relaxed);
+                Some(revision)
+            }
+            Err(e) => {
+                self.store_ok.store(false, Ordering::Relaxed);
+                warn!(error = %e, "could not read the shared store: serving the state last read");
+                seen
+            }
+        }
     }
 
     /// One page of `GET /api/v1/nodes`. Only the page is built under the fleet lock;
@@ -630,6 +777,10 @@ impl Hale {
                 }
             }
             first = false;
+            // A follower on a shared store leaves polling to the leader.
+            if !self.writes() {
+                continue;
+            }
             self.sync_inventory().await;
             self.poll_once().await;
         }
@@ -910,8 +1061,14 @@ impl Hale {
 
     /// Whether this replica may change the cluster; a follower names the leader.
     pub fn leading(&self) -> Result<(), String> {
-        if self.orchestrator.leads() {
+        if self.writes() {
             return Ok(());
+        }
+        if self.orchestrator.leads() {
+            return Err(
+                "this replica was just elected and is taking in the shared store's state; try again shortly"
+                    .into(),
+            );
         }
         Err(match self.orchestrator.leader() {
             Some(leader) => {

@@ -210,6 +210,9 @@ pub trait Store: Send {
 pub struct Opened {
     pub writer: Box<dyn Store>,
     pub upkeep: Box<dyn Store>,
+    /// A store shared by replicas offers a lease to elect their leader by, for an
+    /// orchestrator that elects none.
+    pub lease: Option<nats::Lease>,
 }
 
 /// What every store kind must do, run by each kind's tests against a real

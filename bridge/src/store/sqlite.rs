@@ -155,6 +155,7 @@ impl Sqlite {
         Ok(Opened {
             writer: Box::new(writer),
             upkeep: Box::new(Sqlite::open(dir)?),
+            lease: None,
         })
     }
 }

@@ -1,0 +1,244 @@
+//! Leader election where the orchestrator has none (`store.kind: nats` without
+//! Kubernetes): one key in the store's lease bucket, whose max age is the lease
+//! time. A replica takes the key with `create` (refused while it exists) and
+//! renews it every third of the lease with `update` against the revision it last
+//! wrote (refused once anyone else wrote it); a holder that stops renewing leaves
+//! the key to expire a lease time after its last write, and then another creates it.
+//!
+//! The rule is the Kubernetes Lease's: the holder counts itself leader only until
+//! two thirds of the lease after it *sent* the renewal that succeeded, while the key
+//! lives a whole lease after the server stored it. A holder cut off from NATS stops
+//! acting a third of a lease before anyone else can start.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::kv;
+use tracing::{info, warn};
+
+use crate::core::policy::Done;
+use crate::orchestrator::{Fut, Observed, Orchestrator, Report, Workload};
+use crate::store::nats::Lease;
+
+/// The key the leader holds.
+const KEY: &str = "leader";
+
+/// One replica's standing in the election.
+pub struct NatsLease {
+    identity: String,
+    state: Mutex<State>,
+    lease: Lease,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Leader until then; `None`: not the leader.
+    until: Option<Instant>,
+    /// Counts the times this replica became leader.
+    term: u64,
+    /// The holder the key last named.
+    holder: Option<String>,
+    /// The key's revision as this replica last wrote it.
+    revision: Option<u64>,
+}
+
+impl NatsLease {
+    /// Start electing on `lease`'s runtime.
+    pub fn start(lease: Lease, identity: String) -> Arc<NatsLease> {
+        let me = Arc::new(NatsLease {
+            identity,
+            state: Mutex::default(),
+            lease,
+            task: Mutex::new(None),
+        });
+        info!(identity = %me.identity, bucket = %me.lease.bucket.name,
+            "electing a leader on the NATS store's lease");
+        let task = me.lease.runtime.spawn(run(me.clone()));
+        *me.task.lock().expect("task lock") = Some(task);
+        me
+    }
+
+    pub fn leads(&self) -> bool {
+        let s = self.state.lock().expect("lease lock");
+        s.until.is_some_and(|t| Instant::now() < t)
+    }
+
+    pub fn term(&self) -> u64 {
+        self.state.lock().expect("lease lock").term
+    }
+
+    pub fn holder(&self) -> Option<String> {
+        self.state.lock().expect("lease lock").holder.clone()
+    }
+
+    /// Stop electing and give the key up, so another replica leads at once.
+    pub async fn release(&self) {
+        let task = self.task.lock().expect("task lock").take();
+        if let Some(task) = task {
+            task.abort();
+            let _ = task.await;
+        }
+        let revision = {
+            let mut s = self.state.lock().expect("lease lock");
+            s.until = None;
+            s.revision.take()
+        };
+        if let Some(rev) = revision {
+            let bucket = self.lease.bucket.clone();
+            let gone = self
+                .lease
+                .runtime
+                .spawn(async move { bucket.delete_expect_revision(KEY, Some(rev)).await });
+            match tokio::time::timeout(Duration::from_secs(2), gone).await {
+                Ok(Ok(Ok(()))) => info!("gave the NATS lease up"),
+                _ => warn!("could not give the NATS lease up; it expires on its own"),
+            }
+        }
+    }
+}
+
+/// What one round found.
+enum Round {
+    Held(u64),
+    Other(Option<String>),
+}
+
+async fn attempt(me: &NatsLease) -> Result<Round, String> {
+    let bucket = &me.lease.bucket;
+    let mine = me.state.lock().expect("lease lock").revision;
+    if let Some(rev) = mine {
+        return match bucket.update(KEY, me.identity.clone().into(), rev).await {
+            Ok(rev) => Ok(Round::Held(rev)),
+            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(Round::Other(None)),
+            Err(e) => Err(e.to_string()),
+        };
+    }
+    match bucket.entry(KEY).await.map_err(|e| e.to_string())? {
+        Some(e) if e.operation == kv::Operation::Put => Ok(Round::Other(Some(
+            String::from_utf8_lossy(&e.value).into_owned(),
+        ))),
+        _ => match bucket.create(KEY, me.identity.clone().into()).await {
+            Ok(rev) => Ok(Round::Held(rev)),
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(Round::Other(None)),
+            Err(e) => Err(e.to_string()),
+        },
+    }
+}
+
+async fn run(me: Arc<NatsLease>) {
+    let duration = me.lease.duration;
+    loop {
+        let sent = Instant::now();
+        let round = tokio::time::timeout(duration / 3, attempt(&me)).await;
+        {
+            let mut s = me.state.lock().expect("lease lock");
+            match round {
+                Ok(Ok(Round::Held(rev))) => {
+                    if s.until.is_none_or(|t| t <= Instant::now()) {
+                        s.term += 1;
+                        info!(identity = %me.identity, "leading: this replica acts");
+                    }
+                    s.until = Some(sent + duration * 2 / 3);
+                    s.revision = Some(rev);
+                    s.holder = Some(me.identity.clone());
+                }
+                Ok(Ok(Round::Other(holder))) => {
+                    if s.until.take().is_some_and(|t| Instant::now() < t) {
+                        warn!("the NATS lease is held by another replica: stepping down");
+                    }
+                    s.revision = None;
+                    if holder.is_some() {
+                        s.holder = holder;
+                    }
+                }
+                // Leadership, if held, lapses at its deadline unless a renewal lands.
+                Ok(Err(e)) => warn!(error = %e, "could not read or renew the NATS lease"),
+                Err(_) => warn!("NATS did not answer about the lease in time"),
+            }
+        }
+        tokio::time::sleep(duration / 3).await;
+    }
+}
+
+/// An orchestrator whose leadership comes from the NATS lease.
+pub struct Elected {
+    pub inner: Arc<dyn Orchestrator>,
+    pub lease: Arc<NatsLease>,
+}
+
+impl Orchestrator for Elected {
+    fn leads(&self) -> bool {
+        self.lease.leads()
+    }
+    fn term(&self) -> u64 {
+        self.lease.term()
+    }
+    fn leader(&self) -> Option<String> {
+        self.lease.holder()
+    }
+    fn elects(&self) -> bool {
+        true
+    }
+    fn changes(&self) -> Option<Arc<tokio::sync::Notify>> {
+        self.inner.changes()
+    }
+    fn restart_hint(&self) -> &'static str {
+        self.inner.restart_hint()
+    }
+    fn publish<'a>(&'a self, reports: &'a [Report]) -> Fut<'a, ()> {
+        self.inner.publish(reports)
+    }
+    fn inventory(&self) -> Fut<'_, Option<Vec<Observed>>> {
+        self.inner.inventory()
+    }
+    fn cordon<'a>(&'a self, node: &'a str, by: &'a str, reason: &'a str) -> Fut<'a, ()> {
+        self.inner.cordon(node, by, reason)
+    }
+    fn uncordon<'a>(&'a self, node: &'a str) -> Fut<'a, ()> {
+        self.inner.uncordon(node)
+    }
+    fn gate<'a>(&'a self, node: &'a str, on: bool) -> Fut<'a, ()> {
+        self.inner.gate(node, on)
+    }
+    fn drain<'a>(&'a self, node: &'a str, active: bool) -> Fut<'a, Done> {
+        self.inner.drain(node, active)
+    }
+    fn workloads<'a>(&'a self, node: &'a str) -> Fut<'a, Vec<Workload>> {
+        self.inner.workloads(node)
+    }
+    fn evict<'a>(
+        &'a self,
+        node: &'a str,
+        fault: &'a str,
+        moved: &'a [&'a Workload],
+        failed: &'a [&'a Workload],
+        message: &'a str,
+    ) -> Fut<'a, Vec<String>> {
+        self.inner.evict(node, fault, moved, failed, message)
+    }
+    fn terminate<'a>(&'a self, node: &'a str) -> Fut<'a, ()> {
+        self.inner.terminate(node)
+    }
+    fn release_work<'a>(&'a self, node: &'a str, on: bool) -> Fut<'a, ()> {
+        self.inner.release_work(node, on)
+    }
+    fn fails_work(&self) -> bool {
+        self.inner.fails_work()
+    }
+    fn can_reboot(&self) -> bool {
+        self.inner.can_reboot()
+    }
+    fn reboot<'a>(&'a self, node: &'a str) -> Fut<'a, ()> {
+        self.inner.reboot(node)
+    }
+    fn bmc_address(&self, node: &str) -> Option<String> {
+        self.inner.bmc_address(node)
+    }
+    fn release(&self) -> Fut<'_, ()> {
+        Box::pin(async move {
+            self.lease.release().await;
+            self.inner.release().await
+        })
+    }
+}

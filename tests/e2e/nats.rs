@@ -1,0 +1,340 @@
+//! The NATS JetStream store against a real three-server JetStream cluster on
+//! loopback, with three `hale serve` replicas sharing it and a real Alertmanager
+//! they poll: one leader writes and the others follow; a leader killed with
+//! `kill -9` is replaced within the lease and its record stands, each event once;
+//! one NATS server lost interrupts nothing; every NATS server lost leaves reads
+//! answered, actions refused and readiness withdrawn until NATS is back.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::harness::*;
+
+fn nats_server() -> PathBuf {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/nats-server");
+    if venv.is_file() {
+        return venv;
+    }
+    require("nats-server")
+}
+
+/// One server of the cluster; its store directory survives a restart.
+struct Server {
+    port: u16,
+    cluster_port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+/// Three `nats-server`s routed to each other (`--cluster`, `--routes`), JetStream
+/// on each; stopped by PID when dropped.
+pub struct Cluster {
+    servers: Vec<Server>,
+}
+
+impl Cluster {
+    pub async fn start() -> Cluster {
+        let servers = (0..3)
+            .map(|_| Server {
+                port: free_port(),
+                cluster_port: free_port(),
+                dir: tempfile::tempdir().unwrap(),
+                child: None,
+            })
+            .collect();
+        let mut cluster = Cluster { servers };
+        for i in 0..3 {
+            cluster.spawn(i);
+        }
+        cluster.wait_ready().await;
+        cluster
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let routes: Vec<String> = self
+            .servers
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(_, s)| format!("nats://127.0.0.1:{}", s.cluster_port))
+            .collect();
+        let s = &mut self.servers[i];
+        let log = std::fs::File::create(s.dir.path().join("nats.log")).unwrap();
+        let child = Command::new(nats_server())
+            .args(["-js", "-a", "127.0.0.1", "-n", &format!("n{i}")])
+            .args(["-p", &s.port.to_string()])
+            .args(["--cluster", &format!("nats://127.0.0.1:{}", s.cluster_port)])
+            .args(["--routes", &routes.join(","), "--cluster_name", "hale"])
+            .arg("-sd")
+            .arg(s.dir.path().join("js"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        s.child = Some(child);
+    }
+
+    /// Wait until JetStream answers a request through the cluster (its meta
+    /// leader is elected).
+    async fn wait_ready(&self) {
+        let urls = self.urls();
+        eventually("JetStream ready", Duration::from_secs(30), || {
+            let urls = urls.clone();
+            async move {
+                let addrs: Vec<async_nats::ServerAddr> =
+                    urls.split(',').map(|u| u.parse().unwrap()).collect();
+                let client = async_nats::connect(addrs).await.ok()?;
+                async_nats::jetstream::new(client)
+                    .query_account()
+                    .await
+                    .ok()
+                    .map(|_| ())
+            }
+        })
+        .await;
+    }
+
+    pub fn urls(&self) -> String {
+        self.servers
+            .iter()
+            .map(|s| format!("nats://127.0.0.1:{}", s.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.servers[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub async fn restart_all(&mut self) {
+        for i in 0..3 {
+            if self.servers[i].child.is_none() {
+                self.spawn(i);
+            }
+        }
+        self.wait_ready().await;
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..3 {
+            self.kill(i);
+        }
+    }
+}
+
+/// A replica's configuration: the shared store on `urls`, a 3 s lease.
+fn replica_config(dir: &Path, port: u16, am_url: &str, urls: &str) -> String {
+    let urls: Vec<String> = urls.split(',').map(|u| format!("'{u}'")).collect();
+    let extra = format!(
+        "store: {{ kind: nats, nats: {{ urls: [{}], replicas: 3, leaseDuration: 3s }} }}\n",
+        urls.join(", ")
+    );
+    config(dir, port, am_url, "pollInterval: 1s", "").replace(
+        &format!("store: {{ path: {} }}\n", dir.join("data").display()),
+        "",
+    ) + &extra
+}
+
+async fn start_replicas(
+    n: usize,
+    am: &Alertmanager,
+    urls: &str,
+) -> (Vec<tempfile::TempDir>, Vec<Hale>) {
+    let mut dirs = Vec::new();
+    let mut replicas = Vec::new();
+    for _ in 0..n {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let cfg = replica_config(dir.path(), port, &am.url, urls);
+        replicas.push(Hale::start_with(dir.path(), port, &cfg).await);
+        dirs.push(dir);
+    }
+    (dirs, replicas)
+}
+
+/// `hale_leader` of a replica, `None` when it does not answer.
+async fn leads(h: &Hale) -> Option<bool> {
+    let text = reqwest::get(format!("{}/metrics", h.url))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    metric(&text, "hale_leader", &[]).map(|v| v == 1.0)
+}
+
+/// Wait until exactly one of `alive` leads; its index.
+async fn one_leader(replicas: &[Hale], alive: &[usize], limit: Duration) -> usize {
+    eventually("one leader", limit, || async {
+        let mut leading = Vec::new();
+        for &i in alive {
+            if leads(&replicas[i]).await? {
+                leading.push(i);
+            }
+        }
+        (leading.len() == 1).then(|| leading[0])
+    })
+    .await
+}
+
+async fn event_types(h: &Hale, node: &str) -> Vec<String> {
+    let page = h.events(node, "pageSize=500").await;
+    page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_string())
+        .collect()
+}
+
+async fn status(url: &str) -> Option<u16> {
+    Some(reqwest::get(url).await.ok()?.status().as_u16())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replicas_share_one_history_and_fail_over_without_loss_or_repeats() {
+    let mut cluster = Cluster::start().await;
+    let am = Alertmanager::start(None).await;
+    let mut steady = vec![watchdog(), heartbeat("n1"), smart_failing("n1")];
+    am.fire(&steady).await;
+    let (_dirs, mut replicas) = start_replicas(3, &am, &cluster.urls()).await;
+    let all = [0, 1, 2];
+    let leader = one_leader(&replicas, &all, Duration::from_secs(20)).await;
+
+    // Followers serve what the leader wrote.
+    for h in &replicas {
+        h.wait_node("n1's fault, through the shared store", "n1", |n| {
+            has_condition(n, "disk_degraded")
+        })
+        .await;
+    }
+    let follower = all.iter().copied().find(|&i| i != leader).unwrap();
+    let refused = reqwest::Client::new()
+        .post(format!("{}/cordon", replicas[follower].node_url("n1")))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({"reason": "test"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 503, "a follower does not act");
+    let delivered = replicas[follower]
+        .deliver(&delivery(&[(&smart_failing("n9"), "firing")]))
+        .await;
+    assert_eq!(delivered, 503, "a follower leaves ingest to the leader");
+
+    // A burst of new faults; the leader is killed in the middle of it.
+    let burst: Vec<String> = (0..12).map(|i| format!("b{i}")).collect();
+    for (i, node) in burst.iter().enumerate() {
+        steady.push(smart_failing(node));
+        am.fire(&steady).await;
+        if i == 5 {
+            replicas[leader].kill9();
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let killed = Instant::now();
+    let alive: Vec<usize> = all.iter().copied().filter(|&i| i != leader).collect();
+    let next = one_leader(&replicas, &alive, Duration::from_secs(15)).await;
+    let failover = killed.elapsed();
+    assert!(
+        failover < Duration::from_secs(8),
+        "a new leader within the lease (3 s) and a renewal round: {failover:?}"
+    );
+    let new = &replicas[next];
+    for node in &burst {
+        new.wait_node(
+            "every fault Alertmanager took, after the failover",
+            node,
+            |n| has_condition(n, "disk_degraded"),
+        )
+        .await;
+    }
+    // Each raise recorded once, whichever leader saw it first.
+    for node in burst.iter().chain(std::iter::once(&"n1".to_string())) {
+        let types = event_types(new, node).await;
+        let raised = types.iter().filter(|t| *t == "CONDITION_RAISED").count();
+        assert_eq!(raised, 1, "{node}: {types:?}");
+    }
+    let other = alive.iter().copied().find(|&i| i != next).unwrap();
+    for node in &burst {
+        replicas[other]
+            .wait_node("the remaining follower follows the new leader", node, |n| {
+                has_condition(n, "disk_degraded")
+            })
+            .await;
+    }
+
+    // One NATS server lost: nothing stops.
+    cluster.kill(0);
+    steady.push(smart_failing("c1"));
+    am.fire(&steady).await;
+    for &i in &alive {
+        replicas[i]
+            .wait_node_within(
+                "a fault taken in with a server down",
+                "c1",
+                Duration::from_secs(30),
+                |n| has_condition(n, "disk_degraded"),
+            )
+            .await;
+    }
+    assert_eq!(
+        one_leader(&replicas, &alive, Duration::from_secs(5)).await,
+        next
+    );
+
+    // Every server lost: reads answered, readiness withdrawn, no leader.
+    cluster.kill(1);
+    cluster.kill(2);
+    eventually(
+        "no replica leads without NATS",
+        Duration::from_secs(15),
+        || async {
+            let mut any = false;
+            for &i in &alive {
+                any |= leads(&replicas[i]).await?;
+            }
+            (!any).then_some(())
+        },
+    )
+    .await;
+    for &i in &alive {
+        let h = &replicas[i];
+        eventually(
+            "not ready without NATS",
+            Duration::from_secs(15),
+            || async { (status(&format!("{}/readyz", h.url)).await? == 503).then_some(()) },
+        )
+        .await;
+        let node: Option<Value> = h.node("c1").await;
+        assert!(
+            node.is_some_and(|n| has_condition(&n, "disk_degraded")),
+            "reads still answered"
+        );
+    }
+
+    // NATS back: a leader again, ready, the record whole.
+    cluster.restart_all().await;
+    let back = one_leader(&replicas, &alive, Duration::from_secs(30)).await;
+    let h = &replicas[back];
+    eventually("ready again", Duration::from_secs(30), || async {
+        (status(&format!("{}/readyz", h.url)).await? == 200).then_some(())
+    })
+    .await;
+    for node in burst
+        .iter()
+        .chain(["n1".to_string(), "c1".to_string()].iter())
+    {
+        let types = event_types(h, node).await;
+        let raised = types.iter().filter(|t| *t == "CONDITION_RAISED").count();
+        assert_eq!(raised, 1, "{node} after the outage: {types:?}");
+    }
+}
