@@ -181,6 +181,14 @@ CASES = [
     Case("full-config", FULL),
     Case("remediation", REMEDIATION),
     Case("dcgm-counters", {"dcgmExporter": {"counters": {"enabled": True, "namespace": "gpu-operator"}}}),
+    # Three replicas on an existing NATS (the official chart's Service): one
+    # history, a leader elected on NATS, so webhooks are allowed.
+    Case("nats-store", {
+        "replicaCount": 3,
+        "webhookSecrets": [{"name": "oncall", "existingSecret": "hale-oncall", "key": "secret"}],
+        "config": {"store": {"kind": "nats", "nats": {"urls": ["nats://nats.nats.svc:4222"], "replicas": 3}},
+                   "nodeEventWebhooks": [{"url": "https://oncall.example.com/hale",
+                                          "secretFile": "/etc/hale/secrets/webhooks/oncall"}]}}),
 ]
 
 # (name, values, what the error must say, whether lint reports it too). Lint
@@ -199,6 +207,8 @@ REFUSED = [
       "config": {"nodeEventWebhooks": [{"url": "https://x.example/h",
                                         "secretFile": "/etc/hale/secrets/webhooks/oncall"}]}},
      "without a leader election every replica delivers", False),
+    ("NATS store without servers", {"config": {"store": {"kind": "nats", "nats": {"urls": []}}}},
+     "/config/store/nats/urls", True),
     ("a key of another orchestrator kind", {"config": {"orchestrator": {"kind": "none", "conditionPrefix": "Hale"}}},
      "invalid propertyName 'conditionPrefix'", True),
     ("condition prefix with a space", {"config": {"orchestrator": {"kind": "kubernetes", "conditionPrefix": "Alert Manager"}}},

@@ -1460,6 +1460,32 @@ mod tests {
                 "store.eventRetentionDays",
             ),
             ("store: { path: '' }", "store.path"),
+            ("store: { kind: nats }", "store.nats"),
+            (
+                "store: { kind: nats, nats: { urls: [] } }",
+                "store.nats.urls",
+            ),
+            (
+                "store: { kind: nats, nats: { urls: ['nats://a:4222', 'http://b'] } }",
+                "store.nats.urls[1]",
+            ),
+            (
+                "store: { kind: nats, nats: { urls: ['nats://a:4222'], replicas: 2 } }",
+                "store.nats.replicas",
+            ),
+            (
+                "store: { kind: nats, nats: { urls: ['nats://a:4222'], leaseDuration: 2s } }",
+                "store.nats.leaseDuration",
+            ),
+            (
+                "store: { kind: nats, nats: { urls: ['tls://a:4222'], tls: { certFile: /dev/null } } }",
+                "store.nats.tls",
+            ),
+            (
+                "store: { kind: nats, nats: { urls: ['nats://a:4222'], credsFile: '' } }",
+                "store.nats.credsFile",
+            ),
+            ("store: { nats: { urls: ['nats://a:4222'] } }", "store.nats"),
             ("apiTokenFile: ''", "apiTokenFile"),
             ("bmc: { credentialsFile: '' }", "bmc.credentialsFile"),
             (
@@ -1537,6 +1563,20 @@ mod tests {
         let e = load(&bad).unwrap_err();
         assert_eq!(e.key, "nodeEventWebhooks[0].events");
         assert_eq!(e.line, Some(4), "{e}");
+    }
+
+    #[test]
+    fn a_nats_store_takes_its_servers_and_defaults() {
+        let l = load(
+            "store: { kind: nats, nats: { urls: ['nats://a:4222', 'tls://b:4222'] }, eventRetentionDays: 7 }",
+        )
+        .unwrap();
+        let nats = l.config.store.nats.as_ref().unwrap();
+        assert_eq!(l.config.store.kind, StoreKind::Nats);
+        assert_eq!(nats.urls, ["nats://a:4222", "tls://b:4222"]);
+        assert_eq!(nats.replicas, 3);
+        assert_eq!(nats.lease_duration, Duration::from_secs(15));
+        assert_eq!(l.config.store.event_retention_days, 7);
     }
 
     #[test]

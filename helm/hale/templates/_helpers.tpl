@@ -140,8 +140,9 @@ values.config that must agree with how the pod is built. Renders nothing.
 {{- end }}
 {{- end }}
 {{- $kind := (($c.orchestrator | default dict).kind | default "none") }}
-{{- if and (gt (int .Values.replicaCount) 1) (eq $kind "none") ($c.nodeEventWebhooks | default list) }}
-{{- fail "config.nodeEventWebhooks with more than one replica and orchestrator none: without a leader election every replica delivers every event under its own id; set replicaCount to 1 or use orchestrator kubernetes" }}
+{{- $storeKind := (($c.store | default dict).kind | default "sqlite") }}
+{{- if and (gt (int .Values.replicaCount) 1) (eq $kind "none") (ne $storeKind "nats") ($c.nodeEventWebhooks | default list) }}
+{{- fail "config.nodeEventWebhooks with more than one replica, orchestrator none and store sqlite: without a leader election every replica delivers every event under its own id; set replicaCount to 1, use orchestrator kubernetes, or the shared store (store.kind: nats), whose replicas elect a leader on NATS" }}
 {{- end }}
 {{- $_ := required "config.store.path must be set: the store volume is mounted there" ($c.store | default dict).path }}
 {{- end }}
