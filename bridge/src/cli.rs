@@ -74,6 +74,115 @@ pub enum Command {
         #[command(subcommand)]
         what: Collect,
     },
+    /// Move an installation between store kinds.
+    Store {
+        #[command(subcommand)]
+        verb: StoreVerb,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum StoreVerb {
+    /// Copy node state, the trust record, the policy ledger and every event from
+    /// one store into another, empty one (stop hale first).
+    Copy {
+        /// `sqlite:PATH` (the directory of `store.path`) or `nats://HOST:PORT`
+        /// (several servers separated by commas).
+        #[arg(long)]
+        from: String,
+        #[arg(long)]
+        to: String,
+        /// The `cluster` whose records a NATS store holds.
+        #[arg(long, default_value = "default")]
+        cluster: String,
+        /// Copies JetStream keeps of a NATS store it creates.
+        #[arg(long, default_value_t = 3)]
+        replicas: usize,
+        /// A NATS store's event retention (its stream's max age), as
+        /// `store.eventRetentionDays` says.
+        #[arg(long, default_value_t = 90)]
+        event_retention_days: u32,
+    },
+}
+
+/// Open a store named `sqlite:PATH` or `nats://…`; `create`: a SQLite store may
+/// be made.
+fn open_store(
+    spec: &str,
+    (cluster, replicas, retention): (&str, usize, u32),
+    create: bool,
+) -> anyhow::Result<Box<dyn hale::store::Store>> {
+    if let Some(path) = spec.strip_prefix("sqlite:") {
+        let path = PathBuf::from(path);
+        if !create && !path.join(hale::store::sqlite::FILE).is_file() {
+            bail!("no hale store at {}", path.display());
+        }
+        return Ok(Box::new(hale::store::Sqlite::open(&path)?));
+    }
+    if spec.starts_with("nats://") || spec.starts_with("tls://") {
+        let cfg = hale::store::nats::NatsConfig {
+            urls: spec.split(',').map(str::to_string).collect(),
+            creds_file: None,
+            tls: None,
+            replicas,
+            lease_duration: Duration::from_secs(15),
+        };
+        cfg.validate()
+            .map_err(|(key, why)| anyhow::anyhow!("{spec}: {key} {why}"))?;
+        return Ok(Box::new(hale::store::Nats::open(&cfg, cluster, retention)?));
+    }
+    bail!("{spec:?} names no store: sqlite:PATH or nats://HOST:PORT")
+}
+
+/// `hale store copy`: events first, oldest first, in slices; then the state.
+pub fn run_store_copy(verb: StoreVerb) -> anyhow::Result<()> {
+    let StoreVerb::Copy {
+        from,
+        to,
+        cluster,
+        replicas,
+        event_retention_days,
+    } = verb;
+    let nats = (cluster.as_str(), replicas, event_retention_days);
+    let source = open_store(&from, nats, false)?;
+    let mut target = open_store(&to, nats, true)?;
+    let now = chrono::Utc::now();
+    let fleet = source.load(now)?;
+    let history = source.history(0)?;
+    if !target.load(now)?.nodes.is_empty() || !target.history(0)?.is_empty() {
+        bail!("{to} already holds nodes or events: copy into an empty store");
+    }
+    let trust = serde_json::to_string(&fleet.trust)?;
+    for slice in history.chunks(10_000) {
+        target.write(&hale::store::Batch {
+            events: slice.to_vec(),
+            trust: trust.clone(),
+            ..hale::store::Batch::default()
+        })?;
+    }
+    let nodes = fleet
+        .nodes
+        .values()
+        .map(|n| Ok((n.id.clone(), serde_json::to_string(n)?)))
+        .collect::<serde_json::Result<Vec<_>>>()?;
+    target.write(&hale::store::Batch {
+        nodes,
+        trust,
+        ledger: Some(serde_json::to_string(&fleet.ledger)?),
+        restarts: fleet
+            .ledger
+            .moves
+            .iter()
+            .map(|(owner, m)| (owner.clone(), Some(*m)))
+            .collect(),
+        ..hale::store::Batch::default()
+    })?;
+    println!(
+        "copied {} nodes and {} events from {from} to {to}",
+        fleet.nodes.len(),
+        history.len()
+    );
+    Ok(())
 }
 
 #[derive(Subcommand, Debug)]

@@ -54,6 +54,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Remediation { verb, client } => cli::run_remediation(verb, client).await,
         Command::Policy { verb } => cli::run_backtest(verb),
         Command::Collect { what } => cli::run_collect(what).await,
+        Command::Store { verb } => cli::run_store_copy(verb),
     }
 }
 

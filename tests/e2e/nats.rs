@@ -338,3 +338,79 @@ async fn replicas_share_one_history_and_fail_over_without_loss_or_repeats() {
         assert_eq!(raised, 1, "{node} after the outage: {types:?}");
     }
 }
+
+/// `hale store copy` moves an installation from SQLite to NATS and back: the
+/// nodes, their conditions and every event, under the same history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_copy_moves_an_installation_between_kinds() {
+    let cluster = Cluster::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Hale::webhook_only(dir.path(), "").await;
+    let fault = delivery(&[
+        (&smart_failing("n1"), "firing"),
+        (&smart_failing("n2"), "firing"),
+    ]);
+    assert_eq!(h.deliver(&fault).await, 200);
+    h.wait_node("n1 raised", "n1", |n| has_condition(n, "disk_degraded"))
+        .await;
+    let before = event_types(&h, "n1").await;
+    h.kill9();
+
+    let sqlite = format!("sqlite:{}", dir.path().join("data").display());
+    let nats = cluster.urls();
+    let copy = |from: &str, to: &str| {
+        Command::new(env!("CARGO_BIN_EXE_hale"))
+            .args([
+                "store",
+                "copy",
+                "--from",
+                from,
+                "--to",
+                to,
+                "--replicas",
+                "3",
+            ])
+            .output()
+            .unwrap()
+    };
+    let out = copy(&sqlite, &nats);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("copied 2 nodes"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let again = copy(&sqlite, &nats);
+    assert!(
+        !again.status.success(),
+        "a store that holds records is not copied into"
+    );
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already holds"));
+
+    // Back into a new SQLite store, served by hale as it was.
+    let back = tempfile::tempdir().unwrap();
+    let out = copy(
+        &nats,
+        &format!("sqlite:{}", back.path().join("data").display()),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let port = free_port();
+    let h = Hale::start_with(
+        back.path(),
+        port,
+        &webhook_only_config(back.path(), port, ""),
+    )
+    .await;
+    let n1 = h.node("n1").await.expect("n1 copied");
+    assert!(has_condition(&n1, "disk_degraded"));
+    assert_eq!(event_types(&h, "n1").await, before, "the same history");
+    assert!(h.node("n2").await.is_some());
+}
