@@ -125,7 +125,7 @@ fn open_store(
             creds_file: None,
             tls: None,
             replicas,
-            lease_duration: Duration::from_secs(15),
+            lease_duration: Duration::from_secs(20),
         };
         cfg.validate()
             .map_err(|(key, why)| anyhow::anyhow!("{spec}: {key} {why}"))?;

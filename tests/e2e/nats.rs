@@ -130,11 +130,12 @@ impl Drop for Cluster {
     }
 }
 
-/// A replica's configuration: the shared store on `urls`, a 3 s lease.
+/// A replica's configuration: the shared store on `urls`, the default 20 s lease
+/// (longer than JetStream's own leader election after a server is lost).
 fn replica_config(dir: &Path, port: u16, am_url: &str, urls: &str) -> String {
     let urls: Vec<String> = urls.split(',').map(|u| format!("'{u}'")).collect();
     let extra = format!(
-        "store: {{ kind: nats, nats: {{ urls: [{}], replicas: 3, leaseDuration: 3s }} }}\n",
+        "store: {{ kind: nats, nats: {{ urls: [{}], replicas: 3 }} }}\n",
         urls.join(", ")
     );
     config(dir, port, am_url, "pollInterval: 1s", "").replace(
@@ -232,21 +233,22 @@ async fn replicas_share_one_history_and_fail_over_without_loss_or_repeats() {
 
     // A burst of new faults; the leader is killed in the middle of it.
     let burst: Vec<String> = (0..12).map(|i| format!("b{i}")).collect();
+    let mut killed = Instant::now();
     for (i, node) in burst.iter().enumerate() {
         steady.push(smart_failing(node));
         am.fire(&steady).await;
         if i == 5 {
             replicas[leader].kill9();
+            killed = Instant::now();
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let killed = Instant::now();
     let alive: Vec<usize> = all.iter().copied().filter(|&i| i != leader).collect();
-    let next = one_leader(&replicas, &alive, Duration::from_secs(15)).await;
+    let next = one_leader(&replicas, &alive, Duration::from_secs(40)).await;
     let failover = killed.elapsed();
     assert!(
-        failover < Duration::from_secs(8),
-        "a new leader within the lease (3 s) and a renewal round: {failover:?}"
+        failover < Duration::from_secs(30),
+        "a new leader within the lease (20 s) and a renewal round: {failover:?}"
     );
     let new = &replicas[next];
     for node in &burst {
@@ -272,31 +274,32 @@ async fn replicas_share_one_history_and_fail_over_without_loss_or_repeats() {
             .await;
     }
 
-    // One NATS server lost: nothing stops.
+    // One NATS server lost (JetStream re-elects the leaders of the streams it
+    // led, 4-9 s): the leader keeps its lease throughout and the new fault is
+    // taken in and followed.
     cluster.kill(0);
     steady.push(smart_failing("c1"));
     am.fire(&steady).await;
-    for &i in &alive {
-        replicas[i]
-            .wait_node_within(
-                "a fault taken in with a server down",
-                "c1",
-                Duration::from_secs(30),
-                |n| has_condition(n, "disk_degraded"),
-            )
-            .await;
-    }
-    assert_eq!(
-        one_leader(&replicas, &alive, Duration::from_secs(5)).await,
-        next
-    );
+    eventually(
+        "a fault taken in with a server down, by the same leader",
+        Duration::from_secs(40),
+        || async {
+            assert_eq!(leads(new).await, Some(true), "the leader kept leading");
+            for &i in &alive {
+                let n = replicas[i].node("c1").await?;
+                has_condition(&n, "disk_degraded").then_some(())?;
+            }
+            Some(())
+        },
+    )
+    .await;
 
     // Every server lost: reads answered, readiness withdrawn, no leader.
     cluster.kill(1);
     cluster.kill(2);
     eventually(
         "no replica leads without NATS",
-        Duration::from_secs(15),
+        Duration::from_secs(30),
         || async {
             let mut any = false;
             for &i in &alive {
@@ -310,7 +313,7 @@ async fn replicas_share_one_history_and_fail_over_without_loss_or_repeats() {
         let h = &replicas[i];
         eventually(
             "not ready without NATS",
-            Duration::from_secs(15),
+            Duration::from_secs(30),
             || async { (status(&format!("{}/readyz", h.url)).await? == 503).then_some(()) },
         )
         .await;

@@ -1575,7 +1575,7 @@ mod tests {
         assert_eq!(l.config.store.kind, StoreKind::Nats);
         assert_eq!(nats.urls, ["nats://a:4222", "tls://b:4222"]);
         assert_eq!(nats.replicas, 3);
-        assert_eq!(nats.lease_duration, Duration::from_secs(15));
+        assert_eq!(nats.lease_duration, Duration::from_secs(20));
         assert_eq!(l.config.store.event_retention_days, 7);
     }
 

@@ -1061,10 +1061,10 @@ impl Hale {
 
     /// Whether this replica may change the cluster; a follower names the leader.
     pub fn leading(&self) -> Result<(), String> {
-        if self.writes() {
-            return Ok(());
-        }
         if self.orchestrator.leads() {
+            if self.writes() {
+                return Ok(());
+            }
             return Err(
                 "this replica was just elected and is taking in the shared store's state; try again shortly"
                     .into(),

@@ -66,8 +66,11 @@ pub struct NatsConfig {
     pub lease_duration: Duration,
 }
 
+/// Longer than a JetStream stream's leader election after a server is lost (its
+/// Raft followers wait 4–9 s before they campaign), so a leader keeps renewing
+/// through it: two thirds of 20 s is 13 s.
 fn default_lease_duration() -> Duration {
-    Duration::from_secs(15)
+    Duration::from_secs(20)
 }
 
 fn default_nats_replicas() -> usize {
