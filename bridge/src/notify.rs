@@ -19,6 +19,7 @@ use tracing::warn;
 use crate::config::Webhook;
 use crate::liveness::Liveness;
 use crate::store::StoredEvent;
+use crate::store::nats::{ACK_WAIT, Outbox, Pending};
 
 pub const CONTENT_TYPE: &str = "application/cloudevents+json; charset=utf-8";
 
@@ -264,6 +265,8 @@ const IDLE_BEAT: Duration = Duration::from_secs(60);
 pub struct Notifier {
     cluster: String,
     queues: Vec<Queue>,
+    /// Dropped with the notifier (a reload): the durable delivery tasks end.
+    _stop: Option<tokio::sync::watch::Sender<()>>,
 }
 
 struct Queue {
@@ -273,58 +276,75 @@ struct Queue {
     metrics: WebhookMetrics,
 }
 
+/// Deliveries from a shared store's own record instead of in-memory queues, by
+/// whichever replica leads.
+pub struct Durable {
+    pub outbox: Outbox,
+    pub leads: Arc<dyn Fn() -> bool + Send + Sync>,
+}
+
 impl Notifier {
-    /// Start a delivery task per endpoint. Needs a Tokio runtime.
+    /// Start a delivery task per endpoint: fed by [`Notifier::publish`], or with
+    /// `durable` by the store's consumers. Needs a Tokio runtime.
     pub fn start(
         cluster: &str,
         hooks: &[Webhook],
         metrics: &WebhookMetrics,
         liveness: &Arc<Liveness>,
+        durable: Option<&Durable>,
     ) -> Notifier {
         crate::init_tls();
-        let queues = hooks
-            .iter()
-            .map(|hook| {
-                let (tx, mut rx) = mpsc::channel::<Arc<Outgoing>>(hook.queue_size);
-                let endpoint = Endpoint {
-                    shown: hook.shown(),
-                    http: reqwest::Client::builder()
-                        .timeout(hook.timeout)
-                        .user_agent(crate::USER_AGENT)
-                        .build()
-                        .expect("client builds"),
-                    hook: hook.clone(),
-                    metrics: metrics.clone(),
+        let (stop, stopped) = tokio::sync::watch::channel(());
+        let mut queues = Vec::new();
+        for hook in hooks {
+            let endpoint = Endpoint {
+                shown: hook.shown(),
+                http: reqwest::Client::builder()
+                    .timeout(hook.timeout)
+                    .user_agent(crate::USER_AGENT)
+                    .build()
+                    .expect("client builds"),
+                hook: hook.clone(),
+                metrics: metrics.clone(),
+            };
+            metrics.init(&endpoint.shown);
+            // One delivery takes at most every attempt and the backoff between.
+            let allowed = (hook.timeout + Duration::from_secs(60)) * hook.max_attempts
+                + Duration::from_secs(120);
+            let beat = liveness.watch(format!("webhook delivery to {}", endpoint.shown), allowed);
+            if let Some(d) = durable {
+                let task = DurableTask {
+                    endpoint,
+                    cluster: cluster.to_string(),
+                    outbox: d.outbox.clone(),
+                    leads: d.leads.clone(),
                 };
-                metrics.init(&endpoint.shown);
-                let queue = Queue {
-                    shown: endpoint.shown.clone(),
-                    filter: hook.events.clone(),
-                    tx,
-                    metrics: metrics.clone(),
-                };
-                // One delivery takes at most every attempt and the backoff between.
-                let allowed = (hook.timeout + Duration::from_secs(60)) * hook.max_attempts
-                    + Duration::from_secs(120);
-                let beat =
-                    liveness.watch(format!("webhook delivery to {}", endpoint.shown), allowed);
-                tokio::spawn(async move {
-                    loop {
-                        match tokio::time::timeout(IDLE_BEAT, rx.recv()).await {
-                            Ok(Some(event)) => endpoint.deliver(&event).await,
-                            // The configuration was reloaded: this endpoint's queue is done.
-                            Ok(None) => break,
-                            Err(_) => {}
-                        }
-                        beat.beat();
+                tokio::spawn(task.run(stopped.clone(), beat));
+                continue;
+            }
+            let (tx, mut rx) = mpsc::channel::<Arc<Outgoing>>(hook.queue_size);
+            queues.push(Queue {
+                shown: endpoint.shown.clone(),
+                filter: hook.events.clone(),
+                tx,
+                metrics: metrics.clone(),
+            });
+            tokio::spawn(async move {
+                loop {
+                    match tokio::time::timeout(IDLE_BEAT, rx.recv()).await {
+                        Ok(Some(event)) => endpoint.deliver(&event).await,
+                        // The configuration was reloaded: this endpoint's queue is done.
+                        Ok(None) => break,
+                        Err(_) => {}
                     }
-                });
-                queue
-            })
-            .collect();
+                    beat.beat();
+                }
+            });
+        }
         Notifier {
             cluster: cluster.to_string(),
             queues,
+            _stop: durable.map(|_| stop),
         }
     }
 
@@ -349,6 +369,100 @@ impl Notifier {
                         "webhook queue full; event dropped");
                     WebhookMetrics::count(&q.metrics.dropped, &q.shown, "reason", "overflow");
                 }
+            }
+        }
+    }
+}
+
+/// One endpoint's deliveries from its durable consumer, while this replica leads.
+struct DurableTask {
+    endpoint: Endpoint,
+    cluster: String,
+    outbox: Outbox,
+    leads: Arc<dyn Fn() -> bool + Send + Sync>,
+}
+
+/// How long a durable consumer waits for the next event per request.
+const FETCH_WAIT: Duration = Duration::from_secs(5);
+
+impl DurableTask {
+    async fn run(self, mut stop: tokio::sync::watch::Receiver<()>, beat: crate::liveness::Beat) {
+        let key = self.endpoint.hook.url.to_string();
+        let mut feed = None;
+        loop {
+            beat.beat();
+            // Dropped on reload: the next configuration's task takes over.
+            if stop.has_changed().is_err() {
+                break;
+            }
+            if !(self.leads)() {
+                feed = None;
+                let _ = tokio::time::timeout(Duration::from_secs(1), stop.changed()).await;
+                continue;
+            }
+            let opened = match feed.take() {
+                Some(f) => Ok(f),
+                None => self.outbox.feed(&key).await,
+            };
+            let f = match opened {
+                Ok(f) => feed.insert(f),
+                Err(e) => {
+                    warn!(endpoint = %self.endpoint.shown, error = %e,
+                        "cannot open the webhook consumer; retrying");
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    continue;
+                }
+            };
+            let batch = match f.next(FETCH_WAIT).await {
+                Ok(batch) => batch,
+                Err(e) => {
+                    warn!(endpoint = %self.endpoint.shown, error = %e,
+                        "cannot read webhook deliveries; retrying");
+                    feed = None;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            for pending in batch {
+                // Unacknowledged, it goes to the next leader.
+                if !(self.leads)() {
+                    break;
+                }
+                self.deliver(&pending).await;
+                if let Err(e) = pending.ack().await {
+                    warn!(endpoint = %self.endpoint.shown, error = %e,
+                        "could not acknowledge a delivery; it may be delivered again");
+                }
+                beat.beat();
+            }
+        }
+    }
+
+    /// Deliver one event the endpoint takes, telling the consumer it is still
+    /// under way so it is not handed to another meanwhile.
+    async fn deliver(&self, pending: &Pending) {
+        let Some(event) = &pending.event else {
+            return;
+        };
+        let kind = event.event.kind.name();
+        if self
+            .endpoint
+            .hook
+            .events
+            .as_ref()
+            .is_some_and(|f| !f.contains(kind))
+        {
+            return;
+        }
+        let out = envelope(&self.cluster, event);
+        let delivery = self.endpoint.deliver(&out);
+        tokio::pin!(delivery);
+        let mut progress = tokio::time::interval(ACK_WAIT / 3);
+        progress.tick().await;
+        loop {
+            tokio::select! {
+                () = &mut delivery => break,
+                _ = progress.tick() => pending.progress().await,
             }
         }
     }

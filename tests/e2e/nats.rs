@@ -132,29 +132,30 @@ impl Drop for Cluster {
 
 /// A replica's configuration: the shared store on `urls`, the default 20 s lease
 /// (longer than JetStream's own leader election after a server is lost).
-fn replica_config(dir: &Path, port: u16, am_url: &str, urls: &str) -> String {
+fn replica_config(dir: &Path, port: u16, am_url: &str, urls: &str, extra: &str) -> String {
     let urls: Vec<String> = urls.split(',').map(|u| format!("'{u}'")).collect();
-    let extra = format!(
+    let store = format!(
         "store: {{ kind: nats, nats: {{ urls: [{}], replicas: 3 }} }}\n",
         urls.join(", ")
     );
-    config(dir, port, am_url, "pollInterval: 1s", "").replace(
+    config(dir, port, am_url, "pollInterval: 1s", extra).replace(
         &format!("store: {{ path: {} }}\n", dir.join("data").display()),
-        "",
-    ) + &extra
+        &store,
+    )
 }
 
 async fn start_replicas(
     n: usize,
     am: &Alertmanager,
     urls: &str,
+    extra: &str,
 ) -> (Vec<tempfile::TempDir>, Vec<Hale>) {
     let mut dirs = Vec::new();
     let mut replicas = Vec::new();
     for _ in 0..n {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
-        let cfg = replica_config(dir.path(), port, &am.url, urls);
+        let cfg = replica_config(dir.path(), port, &am.url, urls, extra);
         replicas.push(Hale::start_with(dir.path(), port, &cfg).await);
         dirs.push(dir);
     }
@@ -206,7 +207,7 @@ async fn replicas_share_one_history_and_fail_over_without_loss_or_repeats() {
     let am = Alertmanager::start(None).await;
     let mut steady = vec![watchdog(), heartbeat("n1"), smart_failing("n1")];
     am.fire(&steady).await;
-    let (_dirs, mut replicas) = start_replicas(3, &am, &cluster.urls()).await;
+    let (_dirs, mut replicas) = start_replicas(3, &am, &cluster.urls(), "").await;
     let all = [0, 1, 2];
     let leader = one_leader(&replicas, &all, Duration::from_secs(20)).await;
 
@@ -416,4 +417,77 @@ async fn store_copy_moves_an_installation_between_kinds() {
     assert!(has_condition(&n1, "disk_degraded"));
     assert_eq!(event_types(&h, "n1").await, before, "the same history");
     assert!(h.node("n2").await.is_some());
+}
+
+/// Webhooks on the shared store go out from a durable consumer: the leader
+/// killed while retrying a delivery, the next one delivers it again (the same
+/// `X-Hale-Event-Id`) and everything after it; no stored event is skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn webhooks_resume_on_the_next_leader_with_nothing_skipped() {
+    let cluster = Cluster::start().await;
+    let am = Alertmanager::start(None).await;
+    let receiver = Receiver::start().await;
+    let secret = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret.path(), "s3cret\n").unwrap();
+    let hooks = format!(
+        "nodeEventWebhooks:\n  - url: {}/hook\n    secretFile: {}\n    events: [CONDITION_RAISED]\n    maxAttempts: 10\n",
+        receiver.url,
+        secret.path().display()
+    );
+    let mut steady = vec![watchdog()];
+    am.fire(&steady).await;
+    let (_dirs, mut replicas) = start_replicas(2, &am, &cluster.urls(), &hooks).await;
+    let leader = one_leader(&replicas, &[0, 1], Duration::from_secs(20)).await;
+    let ids = |r: &Receiver| -> std::collections::BTreeSet<String> {
+        r.got("/hook")
+            .iter()
+            .map(|g| g.header("X-Hale-Event-Id").to_string())
+            .collect()
+    };
+    for i in 0..3 {
+        steady.push(smart_failing(&format!("f{i}")));
+    }
+    am.fire(&steady).await;
+    eventually(
+        "the first three delivered",
+        Duration::from_secs(30),
+        || async { (ids(&receiver).len() == 3).then_some(()) },
+    )
+    .await;
+
+    // The next delivery fails at first; the leader dies while retrying it.
+    receiver.fail_first("/hook", 3);
+    steady.push(smart_failing("f3"));
+    am.fire(&steady).await;
+    eventually("f3 being retried", Duration::from_secs(30), || async {
+        (receiver.got("/hook").len() >= 5).then_some(())
+    })
+    .await;
+    replicas[leader].kill9();
+    for i in 4..7 {
+        steady.push(smart_failing(&format!("f{i}")));
+    }
+    am.fire(&steady).await;
+
+    let next = 1 - leader;
+    one_leader(&replicas, &[next], Duration::from_secs(40)).await;
+    let h = &replicas[next];
+    let mut stored = std::collections::BTreeSet::new();
+    for i in 0..7 {
+        let node = format!("f{i}");
+        h.wait_node("raised", &node, |n| has_condition(n, "disk_degraded"))
+            .await;
+        let page = h.events(&node, "pageSize=100&type=CONDITION_RAISED").await;
+        for e in page["events"].as_array().unwrap() {
+            stored.insert(e["id"].as_str().unwrap().to_string());
+        }
+    }
+    assert_eq!(stored.len(), 7, "one raise per node: {stored:?}");
+    eventually(
+        "every stored event delivered",
+        Duration::from_secs(60),
+        || async { ids(&receiver).is_superset(&stored).then_some(()) },
+    )
+    .await;
+    assert_eq!(ids(&receiver), stored, "no id that the store does not hold");
 }

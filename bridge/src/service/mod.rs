@@ -29,7 +29,7 @@ use crate::core::{
 use crate::election::{Elected, NatsLease};
 use crate::liveness::Liveness;
 use crate::metrics::{ActionLabel, Metrics, OperationLabel, PathLabel, ReasonLabel, ResultLabel};
-use crate::notify::Notifier;
+use crate::notify::{Durable, Notifier};
 use crate::orchestrator::{self, Orchestrator, OrchestratorError, Report, most_urgent};
 use crate::store::{Batch, EventPage, EventQuery, Opened, Store, StoreError};
 use crate::view::{NodeList, NodeQuery, NodeSummary, NodeView, SeenAlert, SourceView, page_token};
@@ -106,6 +106,9 @@ pub struct Hale {
     synced: AtomicU64,
     /// Whether the shared store answered the last read or write.
     store_ok: AtomicBool,
+    /// Webhooks delivered from the shared store's record (`None`: from queues fed
+    /// by each write).
+    durable: Option<Durable>,
 }
 
 /// The last poll's alerts for `GET /api/v1/alerts`: built by a poll only while asked
@@ -145,6 +148,7 @@ impl Hale {
             writer: store,
             upkeep: maintenance,
             lease,
+            outbox,
         } = loaded.config.store.open(&loaded.config.cluster)?;
         // Replicas on a shared store elect their leader on it unless the
         // orchestrator elects one (the Kubernetes Lease stays for Kubernetes).
@@ -156,6 +160,13 @@ impl Hale {
             _ => orchestrator,
         };
         let shared = store.shared();
+        let durable = outbox.map(|outbox| {
+            let o = orchestrator.clone();
+            Durable {
+                outbox,
+                leads: Arc::new(move || o.leads()),
+            }
+        });
         let now = Utc::now();
         let fleet = store.load(now)?;
         info!(
@@ -175,6 +186,7 @@ impl Hale {
             &loaded.webhooks,
             &metrics.webhooks,
             &liveness,
+            durable.as_ref(),
         );
         if let Some(max) = loaded.config.store.max_bytes {
             metrics.store_bytes_max.set(max as i64);
@@ -211,6 +223,7 @@ impl Hale {
             shared,
             synced: AtomicU64::new(u64::MAX),
             store_ok: AtomicBool::new(true),
+            durable,
         });
         let inventory: Vec<Listed> = hale
             .config()
@@ -915,6 +928,7 @@ impl Hale {
             &next.webhooks,
             &self.metrics.webhooks,
             &self.liveness,
+            self.durable.as_ref(),
         );
         self.metrics
             .store_bytes_max

@@ -213,6 +213,9 @@ pub struct Opened {
     /// A store shared by replicas offers a lease to elect their leader by, for an
     /// orchestrator that elects none.
     pub lease: Option<nats::Lease>,
+    /// A store shared by replicas delivers webhooks from its own record, so the
+    /// next leader resumes the deliveries.
+    pub outbox: Option<nats::Outbox>,
 }
 
 /// What every store kind must do, run by each kind's tests against a real

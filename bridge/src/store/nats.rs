@@ -272,6 +272,109 @@ pub struct Lease {
     pub runtime: tokio::runtime::Handle,
 }
 
+/// How long a webhook consumer waits for an event handed out to be acknowledged
+/// before it hands it out again: to the next leader, when the one delivering it
+/// died. A delivery still under way says so every third of it.
+pub const ACK_WAIT: Duration = Duration::from_secs(10);
+
+/// Outbound webhooks delivered from the event stream: one durable consumer per
+/// endpoint, so the next leader resumes where the last one stopped (an event it
+/// delivered but did not acknowledge goes again, with the same id).
+#[derive(Clone)]
+pub struct Outbox {
+    events: stream::Stream,
+    subjects: String,
+    instance: String,
+}
+
+/// An endpoint's consumer.
+pub struct Feed {
+    consumer: consumer::Consumer<consumer::pull::Config>,
+    instance: String,
+}
+
+/// An event handed out for delivery, acknowledged once delivered (or given up).
+pub struct Pending {
+    pub event: Option<StoredEvent>,
+    message: jetstream::Message,
+}
+
+impl Outbox {
+    /// The consumer for the endpoint `key` names, created when missing (it
+    /// starts with the events that come after).
+    pub async fn feed(&self, key: &str) -> Result<Feed> {
+        let name = format!("hale-webhook-{}", hex(&Sha256::digest(key)[..8]));
+        let consumer = self
+            .events
+            .get_or_create_consumer(
+                &name,
+                consumer::pull::Config {
+                    durable_name: Some(name.clone()),
+                    description: Some("hale: webhook deliveries to one endpoint".into()),
+                    filter_subject: format!("{}.>", self.subjects),
+                    deliver_policy: consumer::DeliverPolicy::New,
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    ack_wait: ACK_WAIT,
+                    // One at a time, in order.
+                    max_ack_pending: 1,
+                    ..Default::default()
+                },
+            )
+            .await
+            .op("open a webhook consumer")?;
+        Ok(Feed {
+            consumer,
+            instance: self.instance.clone(),
+        })
+    }
+}
+
+impl Feed {
+    /// The next events to deliver, waiting up to `wait` for one.
+    pub async fn next(&self, wait: Duration) -> Result<Vec<Pending>> {
+        let mut batch = self
+            .consumer
+            .fetch()
+            .max_messages(8)
+            .expires(wait)
+            .messages()
+            .await
+            .op("read webhook deliveries")?;
+        let mut out = Vec::new();
+        while let Some(m) = batch.next().await {
+            let message = m.map_err(nats("read a webhook delivery"))?;
+            let seq = message.info().map(|i| i.stream_sequence).unwrap_or(0);
+            // An unreadable record cannot be delivered: it is acknowledged unsent.
+            let event = serde_json::from_slice::<Event>(&message.payload)
+                .ok()
+                .map(|event| StoredEvent {
+                    id: format!("{}-{seq}", self.instance),
+                    event,
+                });
+            out.push(Pending { event, message });
+        }
+        Ok(out)
+    }
+}
+
+impl Pending {
+    /// Done with it: confirmed by the server, so it is not handed out again.
+    pub async fn ack(&self) -> Result<()> {
+        self.message
+            .double_ack()
+            .await
+            .map_err(|e| StoreError::Nats {
+                op: "acknowledge a webhook delivery",
+                cause: e.to_string(),
+            })
+    }
+
+    /// Still delivering: not to be handed out again yet.
+    pub async fn progress(&self) {
+        let _ = self.message.ack_with(jetstream::AckKind::Progress).await;
+    }
+}
+
 /// The runtime the client lives on; shut down without waiting when the last
 /// handle goes (a handle may be dropped inside another runtime).
 struct Runtime(Option<tokio::runtime::Runtime>);
@@ -420,6 +523,7 @@ impl Nats {
     pub fn open_pair(cfg: &NatsConfig, cluster: &str, retention_days: u32) -> Result<Opened> {
         let writer = Nats::open(cfg, cluster, retention_days)?;
         let lease = writer.lease();
+        let outbox = writer.outbox();
         let upkeep = Nats {
             shared: writer.shared.clone(),
             marks: Mutex::default(),
@@ -429,6 +533,7 @@ impl Nats {
             writer: Box::new(writer),
             upkeep: Box::new(upkeep),
             lease: Some(lease),
+            outbox: Some(outbox),
         })
     }
 
@@ -440,6 +545,15 @@ impl Nats {
 
     pub fn names(&self) -> &Names {
         &self.shared.names
+    }
+
+    /// Durable webhook delivery from the event stream.
+    pub fn outbox(&self) -> Outbox {
+        Outbox {
+            events: self.shared.events.clone(),
+            subjects: self.shared.names.subjects.clone(),
+            instance: self.shared.instance.clone(),
+        }
     }
 
     /// The lease bucket, for a leader election on it.

@@ -156,6 +156,7 @@ impl Sqlite {
             writer: Box::new(writer),
             upkeep: Box::new(Sqlite::open(dir)?),
             lease: None,
+            outbox: None,
         })
     }
 }
