@@ -223,9 +223,8 @@ fn run(nodes: usize, work: &Path, report: &mut Report) -> anyhow::Result<()> {
         rss_start as f64 / 1024.0,
         rss_fleet as f64 / 1024.0
     );
+    stores(work, &fleet, report)?;
     drop(fleet);
-
-    events(work, report)?;
 
     let Some(am_bin) = which("prometheus-alertmanager") else {
         println!("prometheus-alertmanager is not installed: skipping the live measures");
@@ -630,11 +629,21 @@ fn am_version(bin: &Path) -> String {
 }
 
 /// Event appends per second, and paged reads on a node holding 100,000 events.
-fn events(work: &Path, report: &mut Report) -> anyhow::Result<()> {
+/// What one store kind measured, for the ratios against SQLite.
+struct StoreFigures {
+    appends: f64,
+    page_p99: Duration,
+}
+
+fn events(
+    store: &mut dyn Store,
+    kind: &str,
+    baseline: Option<&StoreFigures>,
+    report: &mut Report,
+) -> anyhow::Result<StoreFigures> {
     use hale::core::{Event, EventKind};
     use hale::store::EventQuery;
 
-    let mut store = Sqlite::open(&work.join("events"))?;
     let trust = serde_json::to_string(&Fleet::new(Utc::now()).trust)?;
     let start = Utc::now() - TimeDelta::days(30);
     let event = |node: &str, i: usize| Event {
@@ -725,23 +734,197 @@ fn events(work: &Path, report: &mut Report) -> anyhow::Result<()> {
     )?;
     let latest_t = t.elapsed();
     assert_eq!(latest.events.len(), 100);
-    let appends_ok = report.target("appends >= 50,000 events/s", batched >= 50_000.0);
+    let appends_ok = report.target(
+        &format!("{kind}: appends >= 50,000 events/s"),
+        batched >= 50_000.0,
+    );
     let page_ok = report.target(
-        "event page p99 <= 10 ms",
+        &format!("{kind}: event page p99 <= 10 ms"),
         p(0.99) <= Duration::from_millis(10),
     );
-    println!("event store (embedded SQLite)");
+    let against = |f: &dyn Fn(&StoreFigures) -> String| baseline.map(f).unwrap_or_default();
+    println!("event store ({kind})");
     println!(
-        "  appends, 1,000 per transaction  {batched:>10.0} events/s (target >= 50,000/s: {appends_ok})"
+        "  appends, 1,000 per write  {batched:>10.0} events/s (target >= 50,000/s: {appends_ok}){}",
+        against(&|b| format!("; {:.2}x SQLite's", batched / b.appends))
     );
-    println!("  appends, one per transaction    {single:>10.0} events/s");
+    println!("  appends, one per write    {single:>10.0} events/s");
     println!(
-        "  page of 100 on a node holding 100,000 events: p50 {:.2} ms, p99 {:.2} ms (target p99 <= 10 ms: {page_ok}); latest page {:.2} ms\n",
+        "  page of 100 on a node holding 100,000 events: p50 {:.2} ms, p99 {:.2} ms (target p99 <= 10 ms: {page_ok}){}; latest page {:.2} ms\n",
         ms(p(0.5)),
         ms(p(0.99)),
+        against(&|b| format!(", {:.1}x SQLite's p99", ratio(p(0.99), b.page_p99))),
         ms(latest_t)
     );
+    Ok(StoreFigures {
+        appends: batched,
+        page_p99: p(0.99),
+    })
+}
+
+/// A replica's restart on each kind: open the store and load a fleet of
+/// `fleet`'s nodes, as `hale serve` does before it serves.
+fn restart(
+    fleet: &Fleet,
+    open: &dyn Fn() -> anyhow::Result<Box<dyn Store>>,
+    kind: &str,
+    baseline: Option<Duration>,
+    report: &mut Report,
+) -> anyhow::Result<Duration> {
+    let mut store = open()?;
+    let nodes = fleet
+        .nodes
+        .values()
+        .map(|n| Ok((n.id.clone(), serde_json::to_string(n)?)))
+        .collect::<serde_json::Result<Vec<_>>>()?;
+    store.write(&Batch {
+        nodes,
+        trust: serde_json::to_string(&fleet.trust)?,
+        ..Batch::default()
+    })?;
+    drop(store);
+    let took = median(3, || {
+        let t = Instant::now();
+        let store = open().expect("the store opens");
+        let loaded = store.load(Utc::now()).expect("the store loads");
+        assert_eq!(loaded.nodes.len(), fleet.nodes.len());
+        t.elapsed()
+    });
+    let ok = report.target(
+        &format!("{kind}: restart with {} nodes <= 2 s", fleet.nodes.len()),
+        took <= Duration::from_secs(2),
+    );
+    println!(
+        "  restart: open the store and load {} nodes  {:>8.1} ms (target <= 2 s: {ok}){}",
+        fleet.nodes.len(),
+        ms(took),
+        baseline
+            .map(|b| format!("; {:.1}x SQLite's", ratio(took, b)))
+            .unwrap_or_default()
+    );
+    Ok(took)
+}
+
+/// The event store and a restart on SQLite, then on NATS JetStream (a
+/// three-server cluster on loopback, three copies of everything) where a
+/// `nats-server` is found.
+fn stores(work: &Path, fleet: &Fleet, report: &mut Report) -> anyhow::Result<()> {
+    let mut sqlite = Sqlite::open(&work.join("events"))?;
+    let base = events(&mut sqlite, "embedded SQLite", None, report)?;
+    let dir = work.join("restart");
+    let base_restart = restart(
+        fleet,
+        &|| Ok(Box::new(Sqlite::open(&dir)?) as Box<dyn Store>),
+        "SQLite",
+        None,
+        report,
+    )?;
+    println!();
+    let Some(server) = nats_server() else {
+        println!(
+            "nats-server is not installed: skipping the NATS store (tests/run.sh installs it)"
+        );
+        return Ok(());
+    };
+    // The deployment the issue names (three servers, three copies), then one
+    // server with one copy: what replication costs on this machine.
+    for servers in [3, 1] {
+        let cluster = NatsCluster::start(&server, &work.join(format!("nats{servers}")), servers)?;
+        let cfg = hale::store::nats::NatsConfig {
+            urls: cluster.urls.clone(),
+            creds_file: None,
+            tls: None,
+            replicas: servers,
+            lease_duration: Duration::from_secs(20),
+        };
+        let mut nats = hale::store::Nats::open(&cfg, "bench-events", 90)?;
+        let kind = format!("NATS JetStream, {servers} server(s), {servers} cop(ies)");
+        events(&mut nats, &kind, Some(&base), report)?;
+        restart(
+            fleet,
+            &|| Ok(Box::new(hale::store::Nats::open(&cfg, "bench-restart", 90)?) as Box<dyn Store>),
+            &kind,
+            Some(base_restart),
+            report,
+        )?;
+        println!();
+    }
     Ok(())
+}
+
+/// The repository's `.venv` nats-server (what tests/run.sh installs), else one
+/// on `PATH`.
+fn nats_server() -> Option<PathBuf> {
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/nats-server");
+    venv.is_file()
+        .then_some(venv)
+        .or_else(|| which("nats-server"))
+}
+
+/// `nats-server`s routed to each other, JetStream on each; killed on drop.
+struct NatsCluster {
+    urls: Vec<String>,
+    children: Vec<Child>,
+}
+
+impl NatsCluster {
+    fn start(bin: &Path, dir: &Path, servers: usize) -> anyhow::Result<NatsCluster> {
+        let ports: Vec<(u16, u16)> = (0..servers).map(|_| (free_port(), free_port())).collect();
+        let mut children = Vec::new();
+        for (i, (port, cport)) in ports.iter().enumerate() {
+            let routes: Vec<String> = ports
+                .iter()
+                .filter(|(p, _)| p != port)
+                .map(|(_, c)| format!("nats://127.0.0.1:{c}"))
+                .collect();
+            let mut server = Command::new(bin);
+            server
+                .args(["-js", "-a", "127.0.0.1", "-n", &format!("n{i}")])
+                .args(["-p", &port.to_string()])
+                .arg("-sd")
+                .arg(dir.join(format!("n{i}")))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            if servers > 1 {
+                server
+                    .args(["--cluster", &format!("nats://127.0.0.1:{cport}")])
+                    .args(["--routes", &routes.join(","), "--cluster_name", "bench"]);
+            }
+            children.push(server.spawn().context("start nats-server")?);
+        }
+        let cluster = NatsCluster {
+            urls: ports
+                .iter()
+                .map(|(p, _)| format!("nats://127.0.0.1:{p}"))
+                .collect(),
+            children,
+        };
+        // Ready once JetStream takes a stream: its meta leader is elected.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let cfg = hale::store::nats::NatsConfig {
+            urls: cluster.urls.clone(),
+            creds_file: None,
+            tls: None,
+            replicas: servers,
+            lease_duration: Duration::from_secs(20),
+        };
+        while hale::store::Nats::open(&cfg, "bench-ready", 1).is_err() {
+            if Instant::now() > deadline {
+                bail!("the NATS cluster did not become ready");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(cluster)
+    }
+}
+
+impl Drop for NatsCluster {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
 
 /// One synthetic alert.

