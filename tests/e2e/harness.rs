@@ -301,6 +301,8 @@ pub struct Hale {
     pub url: String,
     pub dir: PathBuf,
     child: Option<Child>,
+    /// A command hale runs under (`ip netns exec NS`), if any.
+    prefix: Vec<String>,
 }
 
 pub const TOKEN: &str = "e2e-secret-token";
@@ -321,11 +323,18 @@ impl Hale {
     }
 
     pub async fn start_with(dir: &Path, port: u16, config: &str) -> Hale {
+        Self::start_under(dir, &format!("http://127.0.0.1:{port}"), config, &[]).await
+    }
+
+    /// Start hale on `config`, answering at `url`, run under `prefix` (e.g. `ip
+    /// netns exec NS`, for a hale in a network namespace of the test's).
+    pub async fn start_under(dir: &Path, url: &str, config: &str, prefix: &[&str]) -> Hale {
         std::fs::write(dir.join("hale.yaml"), config).unwrap();
         let mut hale = Hale {
-            url: format!("http://127.0.0.1:{port}"),
+            url: url.to_string(),
             dir: dir.to_path_buf(),
             child: None,
+            prefix: prefix.iter().map(|p| p.to_string()).collect(),
         };
         hale.spawn().await;
         hale
@@ -337,7 +346,13 @@ impl Hale {
             .append(true)
             .open(self.dir.join("hale.log"))
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_hale"))
+        let hale = env!("CARGO_BIN_EXE_hale").to_string();
+        let (program, args) = match self.prefix.split_first() {
+            Some((first, rest)) => (first.clone(), [rest, &[hale]].concat()),
+            None => (hale, Vec::new()),
+        };
+        let child = Command::new(program)
+            .args(args)
             .args(["serve", "--config"])
             .arg(self.dir.join("hale.yaml"))
             .env("HALE_LOG", "info")

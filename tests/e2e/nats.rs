@@ -33,10 +33,17 @@ struct Server {
 /// on each; stopped by PID when dropped.
 pub struct Cluster {
     servers: Vec<Server>,
+    /// The address clients connect on.
+    listen: String,
 }
 
 impl Cluster {
     pub async fn start() -> Cluster {
+        Self::start_on("127.0.0.1").await
+    }
+
+    /// Clients served on `listen` (routes stay on loopback).
+    pub async fn start_on(listen: &str) -> Cluster {
         let servers = (0..3)
             .map(|_| Server {
                 port: free_port(),
@@ -45,7 +52,10 @@ impl Cluster {
                 child: None,
             })
             .collect();
-        let mut cluster = Cluster { servers };
+        let mut cluster = Cluster {
+            servers,
+            listen: listen.to_string(),
+        };
         for i in 0..3 {
             cluster.spawn(i);
         }
@@ -61,13 +71,17 @@ impl Cluster {
             .filter(|(j, _)| *j != i)
             .map(|(_, s)| format!("nats://127.0.0.1:{}", s.cluster_port))
             .collect();
+        let listen = self.listen.clone();
         let s = &mut self.servers[i];
         let log = std::fs::File::create(s.dir.path().join("nats.log")).unwrap();
         let child = Command::new(nats_server())
-            .args(["-js", "-a", "127.0.0.1", "-n", &format!("n{i}")])
+            .args(["-js", "-a", &listen, "-n", &format!("n{i}")])
             .args(["-p", &s.port.to_string()])
             .args(["--cluster", &format!("nats://127.0.0.1:{}", s.cluster_port)])
             .args(["--routes", &routes.join(","), "--cluster_name", "hale"])
+            // Clients keep to the URLs they were given: a partition that cuts
+            // one address off is not healed by another the servers advertise.
+            .arg("--no_advertise=true")
             .arg("-sd")
             .arg(s.dir.path().join("js"))
             .stdout(Stdio::null())
@@ -98,9 +112,14 @@ impl Cluster {
     }
 
     pub fn urls(&self) -> String {
+        self.urls_at("127.0.0.1")
+    }
+
+    /// The servers' URLs at `host` (one of the addresses they listen on).
+    pub fn urls_at(&self, host: &str) -> String {
         self.servers
             .iter()
-            .map(|s| format!("nats://127.0.0.1:{}", s.port))
+            .map(|s| format!("nats://{host}:{}", s.port))
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -490,4 +509,226 @@ async fn webhooks_resume_on_the_next_leader_with_nothing_skipped() {
     )
     .await;
     assert_eq!(ids(&receiver), stored, "no id that the store does not hold");
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new(require("ip")).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A network namespace of the test's with a veth pair to the host: the host
+/// side holds `.1` (the way back for HTTP) and `.3` (where the NATS servers are
+/// reached from inside); the namespace `.2`. Cutting `.3` off inside the
+/// namespace partitions a hale there from NATS while the test still reads it.
+struct Netns {
+    name: String,
+    host_veth: String,
+    net: String,
+}
+
+impl Netns {
+    fn create() -> Netns {
+        let id = std::process::id() % 200;
+        let name = format!("hale-part-{}", std::process::id());
+        let host_veth = format!("hp{id}h");
+        let inner = format!("hp{id}n");
+        let net = format!("10.213.{id}");
+        ip(&["netns", "add", &name]);
+        let ns = Netns {
+            name,
+            host_veth,
+            net,
+        };
+        ip(&[
+            "link",
+            "add",
+            &ns.host_veth,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &inner,
+        ]);
+        ip(&["link", "set", &inner, "netns", &ns.name]);
+        ip(&[
+            "addr",
+            "add",
+            &format!("{}.1/24", ns.net),
+            "dev",
+            &ns.host_veth,
+        ]);
+        ip(&[
+            "addr",
+            "add",
+            &format!("{}.3/24", ns.net),
+            "dev",
+            &ns.host_veth,
+        ]);
+        ip(&["link", "set", &ns.host_veth, "up"]);
+        let exec = |args: &[&str]| ip(&[&["netns", "exec", &ns.name, "ip"], args].concat());
+        exec(&["addr", "add", &format!("{}.2/24", ns.net), "dev", &inner]);
+        exec(&["link", "set", &inner, "up"]);
+        exec(&["link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// Drop everything the namespace sends to the NATS address (`cut`) or stop.
+    fn partition(&self, cut: bool) {
+        let verb = if cut { "add" } else { "del" };
+        ip(&[
+            "netns",
+            "exec",
+            &self.name,
+            "ip",
+            "route",
+            verb,
+            "blackhole",
+            &format!("{}.3/32", self.net),
+        ]);
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+        // Usually gone with the namespace already.
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.host_veth])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// A leader cut off from NATS (its own network namespace, the route to the NATS
+/// servers blackholed) stops leading before its lease ends, while the other
+/// replica takes over only once it has; nothing the cut-off leader took in lands
+/// twice, before or after the partition heals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_cut_off_from_nats_stops_before_another_starts() {
+    let ns = Netns::create();
+    let cluster = Cluster::start_on("0.0.0.0").await;
+    let lease = "store: { kind: nats, nats: { urls: [URLS], replicas: 3, leaseDuration: 6s } }";
+    let replica = |dir: &Path, listen: &str, port: u16, host: &str| {
+        let urls: Vec<String> = cluster
+            .urls_at(host)
+            .split(',')
+            .map(|u| format!("'{u}'"))
+            .collect();
+        webhook_only_config(dir, port, "")
+            .replace(
+                &format!("store: {{ path: {} }}", dir.join("data").display()),
+                &lease.replace("URLS", &urls.join(", ")),
+            )
+            .replace("listen: 127.0.0.1:", &format!("listen: {listen}:"))
+    };
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let inside = format!("{}.2", ns.net);
+    let a_port = free_port();
+    let a_cfg = replica(a_dir.path(), &inside, a_port, &format!("{}.3", ns.net));
+    let a = Hale::start_under(
+        a_dir.path(),
+        &format!("http://{inside}:{a_port}"),
+        &a_cfg,
+        &["ip", "netns", "exec", &ns.name],
+    )
+    .await;
+    eventually(
+        "the replica in the namespace leads",
+        Duration::from_secs(20),
+        || async { leads(&a).await?.then_some(()) },
+    )
+    .await;
+    let b_port = free_port();
+    let b = Hale::start_with(
+        b_dir.path(),
+        b_port,
+        &replica(b_dir.path(), "127.0.0.1", b_port, "127.0.0.1"),
+    )
+    .await;
+    assert_eq!(
+        a.deliver(&delivery(&[(&smart_failing("f1"), "firing")]))
+            .await,
+        200
+    );
+    b.wait_node("the follower follows", "f1", |n| {
+        has_condition(n, "disk_degraded")
+    })
+    .await;
+
+    ns.partition(true);
+    let cut = Instant::now();
+    // Still leading for a moment: it takes the delivery in, and cannot write it.
+    let taken = a
+        .deliver(&delivery(&[(&smart_failing("lost"), "firing")]))
+        .await;
+    assert_eq!(taken, 200, "taken in by a leader that cannot write it");
+    let a_stopped = eventually(
+        "the cut-off leader stops",
+        Duration::from_secs(20),
+        || async { (!leads(&a).await?).then(|| cut.elapsed()) },
+    )
+    .await;
+    let b_started = eventually("the other takes over", Duration::from_secs(30), || async {
+        leads(&b).await?.then(|| cut.elapsed())
+    })
+    .await;
+    assert!(
+        a_stopped < b_started,
+        "stopped at {a_stopped:?}, the other led at {b_started:?}"
+    );
+    assert!(
+        a_stopped <= Duration::from_secs(6),
+        "within the lease: {a_stopped:?}"
+    );
+    // Once it has loaded the store, the new leader takes deliveries in.
+    eventually(
+        "the new leader ingests",
+        Duration::from_secs(10),
+        || async {
+            let fault = delivery(&[(&smart_failing("f2"), "firing")]);
+            (b.deliver(&fault).await == 200).then_some(())
+        },
+    )
+    .await;
+
+    ns.partition(false);
+    a.wait_node_within(
+        "the old leader follows the new one",
+        "f2",
+        Duration::from_secs(30),
+        |n| has_condition(n, "disk_degraded"),
+    )
+    .await;
+    assert_eq!(leads(&a).await, Some(false));
+    // What the cut-off leader took in may land once its buffered write goes
+    // through after the heal, or never (dropped when it stopped leading): never twice.
+    for h in [&a, &b] {
+        for node in ["f1", "f2", "lost"] {
+            let r = reqwest::get(format!("{}/events?pageSize=500", h.node_url(node)))
+                .await
+                .unwrap();
+            let raised = if r.status() == 404 {
+                0
+            } else {
+                let page: Value = r.json().await.unwrap();
+                page["events"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|e| e["type"] == "CONDITION_RAISED")
+                    .count()
+            };
+            assert!(raised <= 1, "{node} raised {raised} times");
+            if node != "lost" {
+                assert_eq!(raised, 1, "{node}");
+            }
+        }
+    }
 }
