@@ -286,6 +286,52 @@ pub(crate) mod suite {
         assert_eq!(page.events[0].event, event, "events outlive the node");
     }
 
+    /// The replacement budget and the restart counts a writer recorded are what
+    /// the next writer (a new leader, a restarted hale) loads: the budget spent
+    /// stays spent.
+    pub fn the_policy_ledger_outlives_its_writer(open: Open) {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Utc.with_ymd_and_hms(2026, 8, 5, 12, 0, 0).unwrap();
+        let mut fleet = Fleet::new(now);
+        let spent: Vec<crate::core::Time> = (0..3)
+            .map(|i| now - chrono::TimeDelta::minutes(10 * i))
+            .collect();
+        fleet
+            .ledger
+            .replacements
+            .insert("gpu".into(), spent.clone());
+        for (owner, count) in [("ml/trainer", 2), ("ml/old", 1)] {
+            fleet.ledger.moves.insert(
+                owner.into(),
+                Moves {
+                    count,
+                    last: Some(now),
+                },
+            );
+        }
+        let outcome = Outcome {
+            ledger: true,
+            moved: BTreeSet::from(["ml/trainer".to_string(), "ml/old".to_string()]),
+            ..Outcome::default()
+        };
+        let mut first = open(dir.path());
+        first.load(now).unwrap();
+        first.write(&Batch::of(&fleet, &outcome)).unwrap();
+        // An owner forgotten by a later step.
+        fleet.ledger.moves.remove("ml/old");
+        let forgot = Outcome {
+            moved: BTreeSet::from(["ml/old".to_string()]),
+            ..Outcome::default()
+        };
+        first.write(&Batch::of(&fleet, &forgot)).unwrap();
+        drop(first);
+
+        let next = open(dir.path()).load(now).unwrap();
+        assert_eq!(next.ledger.replacements["gpu"], spent);
+        assert_eq!(next.ledger.moves.len(), 1, "{:?}", next.ledger.moves);
+        assert_eq!(next.ledger.moves["ml/trainer"].count, 2);
+    }
+
     pub fn burst(store: &mut dyn Store, node: &str, n: usize, start: crate::core::Time) {
         let events: Vec<Event> = (0..n)
             .map(|i| Event {

@@ -1383,6 +1383,12 @@ mod tests {
         suite::pages_cover_every_event_exactly_once(&suite_on(&server));
     }
 
+    #[test]
+    fn the_policy_ledger_outlives_its_writer() {
+        let server = server::Server::start();
+        suite::the_policy_ledger_outlives_its_writer(&suite_on(&server));
+    }
+
     fn decommissioned(node: &str, at: Time, message: &str) -> Event {
         Event {
             node_id: node.into(),

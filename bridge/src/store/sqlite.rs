@@ -509,6 +509,11 @@ mod tests {
     }
 
     #[test]
+    fn the_policy_ledger_outlives_its_writer() {
+        suite::the_policy_ledger_outlives_its_writer(&open);
+    }
+
+    #[test]
     fn retention_sweep_deletes_only_what_is_old() {
         suite::retention_sweep_deletes_only_what_is_old(&open);
     }
