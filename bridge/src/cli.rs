@@ -128,10 +128,27 @@ fn open_store(
             lease_duration: Duration::from_secs(20),
         };
         cfg.validate()
-            .map_err(|(key, why)| anyhow::anyhow!("{spec}: {key} {why}"))?;
+            .map_err(|(key, why)| anyhow::anyhow!("{}: {key} {why}", shown_store(spec)))?;
         return Ok(Box::new(hale::store::Nats::open(&cfg, cluster, retention)?));
     }
-    bail!("{spec:?} names no store: sqlite:PATH or nats://HOST:PORT")
+    bail!(
+        "{:?} names no store: sqlite:PATH or nats://HOST:PORT",
+        shown_store(spec)
+    )
+}
+
+/// A store as it may be printed: a NATS URL's user and password left out.
+fn shown_store(spec: &str) -> String {
+    if spec.starts_with("sqlite:") {
+        return spec.to_string();
+    }
+    spec.split(',')
+        .map(|u| match reqwest::Url::parse(u) {
+            Ok(url) => hale::shown_url(&url).trim_end_matches('/').to_string(),
+            Err(_) => "<not a URL>".into(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// `hale store copy`: events first, oldest first, in slices; then the state.
@@ -150,7 +167,10 @@ pub fn run_store_copy(verb: StoreVerb) -> anyhow::Result<()> {
     let fleet = source.load(now)?;
     let history = source.history(0)?;
     if !target.load(now)?.nodes.is_empty() || !target.history(0)?.is_empty() {
-        bail!("{to} already holds nodes or events: copy into an empty store");
+        bail!(
+            "{} already holds nodes or events: copy into an empty store",
+            shown_store(&to)
+        );
     }
     let trust = serde_json::to_string(&fleet.trust)?;
     for slice in history.chunks(10_000) {
@@ -178,9 +198,11 @@ pub fn run_store_copy(verb: StoreVerb) -> anyhow::Result<()> {
         ..hale::store::Batch::default()
     })?;
     println!(
-        "copied {} nodes and {} events from {from} to {to}",
+        "copied {} nodes and {} events from {} to {}",
         fleet.nodes.len(),
-        history.len()
+        history.len(),
+        shown_store(&from),
+        shown_store(&to)
     );
     Ok(())
 }

@@ -108,13 +108,20 @@ async fn attempt(me: &NatsLease) -> Result<Round, String> {
     let bucket = &me.lease.bucket;
     let mine = me.state.lock().expect("lease lock").revision;
     if let Some(rev) = mine {
-        return match bucket.update(KEY, me.identity.clone().into(), rev).await {
-            Ok(rev) => Ok(Round::Held(rev)),
-            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(Round::Other(None)),
-            Err(e) => Err(e.to_string()),
-        };
+        match bucket.update(KEY, me.identity.clone().into(), rev).await {
+            Ok(rev) => return Ok(Round::Held(rev)),
+            // Someone wrote the key since, or this replica's own renewal landed
+            // and its answer was lost: the key says which.
+            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {}
+            Err(e) => return Err(e.to_string()),
+        }
     }
     match bucket.entry(KEY).await.map_err(|e| e.to_string())? {
+        // This process's own (the identity names the process): held, at the
+        // revision the key has now.
+        Some(e) if e.operation == kv::Operation::Put && e.value == me.identity.as_bytes() => {
+            Ok(Round::Held(e.revision))
+        }
         Some(e) if e.operation == kv::Operation::Put => Ok(Round::Other(Some(
             String::from_utf8_lossy(&e.value).into_owned(),
         ))),

@@ -667,7 +667,11 @@ async fn readyz(State(hale): State<Arc<Hale>>) -> ApiResult<&'static str> {
         Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "not_ready",
-            "the first Alertmanager poll has not completed yet",
+            if hale.shared() {
+                "the shared store does not answer, or this leader's first Alertmanager poll has not completed yet"
+            } else {
+                "the first Alertmanager poll has not completed yet"
+            },
         ))
     }
 }

@@ -296,7 +296,7 @@ impl Notifier {
         crate::init_tls();
         let (stop, stopped) = tokio::sync::watch::channel(());
         let mut queues = Vec::new();
-        for hook in hooks {
+        for (i, hook) in hooks.iter().enumerate() {
             let endpoint = Endpoint {
                 shown: hook.shown(),
                 http: reqwest::Client::builder()
@@ -313,11 +313,16 @@ impl Notifier {
                 + Duration::from_secs(120);
             let beat = liveness.watch(format!("webhook delivery to {}", endpoint.shown), allowed);
             if let Some(d) = durable {
+                // One consumer per endpoint as configured: its place in the list,
+                // its URL and the events it takes.
+                let key = format!("{i}\n{}\n{:?}", hook.url, hook.events);
                 let task = DurableTask {
                     endpoint,
                     cluster: cluster.to_string(),
                     outbox: d.outbox.clone(),
                     leads: d.leads.clone(),
+                    key,
+                    since: chrono::Utc::now(),
                 };
                 tokio::spawn(task.run(stopped.clone(), beat));
                 continue;
@@ -380,6 +385,10 @@ struct DurableTask {
     cluster: String,
     outbox: Outbox,
     leads: Arc<dyn Fn() -> bool + Send + Sync>,
+    /// Names the endpoint's consumer.
+    key: String,
+    /// A consumer made now starts with the events stored from then.
+    since: chrono::DateTime<chrono::Utc>,
 }
 
 /// How long a durable consumer waits for the next event per request.
@@ -387,7 +396,6 @@ const FETCH_WAIT: Duration = Duration::from_secs(5);
 
 impl DurableTask {
     async fn run(self, mut stop: tokio::sync::watch::Receiver<()>, beat: crate::liveness::Beat) {
-        let key = self.endpoint.hook.url.to_string();
         let mut feed = None;
         loop {
             beat.beat();
@@ -402,7 +410,7 @@ impl DurableTask {
             }
             let opened = match feed.take() {
                 Some(f) => Ok(f),
-                None => self.outbox.feed(&key).await,
+                None => self.outbox.feed(&self.key, self.since).await,
             };
             let f = match opened {
                 Ok(f) => feed.insert(f),

@@ -326,6 +326,20 @@ impl Hale {
                     self.act_now.notify_one();
                 }
             }
+            // Another writer changed the ledger since this one loaded it (a
+            // deposed leader's late write, or an acknowledgement lost on the way):
+            // load the store again before writing or acting.
+            Err(e @ StoreError::Conflict { .. }) => {
+                error!(error = %e, "the shared store changed under this writer: loading it again before writing");
+                self.metrics
+                    .store_write_failures
+                    .get_or_create(&ReasonLabel {
+                        reason: e.metric_label().into(),
+                    })
+                    .inc();
+                writer.pending = None;
+                self.synced.store(u64::MAX, Ordering::Release);
+            }
             Err(e) => {
                 error!(error = %e, nodes = batch.nodes.len(), events = batch.events.len(),
                     "store write failed; the change is kept in memory and retried with the next one");
@@ -614,6 +628,17 @@ impl Hale {
                     );
                     drop(writer);
                     drop(fleet);
+                    // The static inventory, as at start (a no-op where the store
+                    // holds it already).
+                    let inventory: Vec<Listed> = self
+                        .config()
+                        .config
+                        .inventory
+                        .iter()
+                        .map(InventoryNode::listed)
+                        .collect();
+                    self.apply(|fleet, cfg, now| Ok(fleet.register(cfg, now, &inventory)))
+                        .expect("registering cannot fail");
                     self.poll_now.notify_one();
                     self.act_now.notify_one();
                 }
@@ -963,7 +988,8 @@ impl Hale {
         let mut term = None;
         loop {
             beat.beat();
-            let leads = self.orchestrator.leads();
+            // On a shared store: once the store's state is loaded, not before.
+            let leads = self.orchestrator.leads() && self.writes();
             let now = self.orchestrator.term();
             if leads && term != Some(now) {
                 // Term 0: no election, a single replica that always led.

@@ -39,11 +39,11 @@ pub enum StoreError {
     #[error("store: {op}: {cause}")]
     Nats { op: &'static str, cause: String },
     #[error(
-        "store: {op}: JetStream has no room ({cause}); raise the server's max_file_store or the account's limit, or shorten store.eventRetentionDays"
+        "store: {op}: JetStream has no room or too few servers ({cause}): raise the server's max_file_store or the account's limit, shorten store.eventRetentionDays, or check that store.nats.replicas is no more than the servers in the cluster"
     )]
     Full { op: &'static str, cause: String },
     #[error(
-        "store: {what} was changed by another replica: this one no longer writes (it reloads what the other wrote)"
+        "store: {what} was changed by another writer since this one loaded it: nothing written over it; the store is loaded again before the next write"
     )]
     Conflict { what: String },
 }
@@ -326,10 +326,23 @@ pub(crate) mod suite {
         first.write(&Batch::of(&fleet, &forgot)).unwrap();
         drop(first);
 
-        let next = open(dir.path()).load(now).unwrap();
+        let mut second = open(dir.path());
+        let mut next = second.load(now).unwrap();
         assert_eq!(next.ledger.replacements["gpu"], spent);
         assert_eq!(next.ledger.moves.len(), 1, "{:?}", next.ledger.moves);
         assert_eq!(next.ledger.moves["ml/trainer"].count, 2);
+        // The forgotten owner moved again, by the next writer.
+        next.ledger.moves.insert(
+            "ml/old".into(),
+            Moves {
+                count: 1,
+                last: Some(now),
+            },
+        );
+        second.write(&Batch::of(&next, &forgot)).unwrap();
+        drop(second);
+        let last = open(dir.path()).load(now).unwrap();
+        assert_eq!(last.ledger.moves["ml/old"].count, 1);
     }
 
     pub fn burst(store: &mut dyn Store, node: &str, n: usize, start: crate::core::Time) {

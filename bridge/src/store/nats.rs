@@ -40,6 +40,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long JetStream remembers a message id: longer than any retry of a failed
 /// write or a failover, so a step taken again publishes nothing twice.
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(600);
+/// The most one call on the store may take, whatever it reads or writes.
+const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// Publishes in flight at once in a batch.
 const IN_FLIGHT: usize = 512;
 
@@ -300,9 +302,9 @@ pub struct Pending {
 }
 
 impl Outbox {
-    /// The consumer for the endpoint `key` names, created when missing (it
-    /// starts with the events that come after).
-    pub async fn feed(&self, key: &str) -> Result<Feed> {
+    /// The consumer for the endpoint `key` names, created when missing, starting
+    /// with the events stored from `since` (when this process began delivering).
+    pub async fn feed(&self, key: &str, since: Time) -> Result<Feed> {
         let name = format!("hale-webhook-{}", hex(&Sha256::digest(key)[..8]));
         let consumer = self
             .events
@@ -312,7 +314,7 @@ impl Outbox {
                     durable_name: Some(name.clone()),
                     description: Some("hale: webhook deliveries to one endpoint".into()),
                     filter_subject: format!("{}.>", self.subjects),
-                    deliver_policy: consumer::DeliverPolicy::New,
+                    deliver_policy: consumer::DeliverPolicy::ByStartTime { start_time: since },
                     ack_policy: consumer::AckPolicy::Explicit,
                     ack_wait: ACK_WAIT,
                     // One at a time, in order.
@@ -332,9 +334,10 @@ impl Outbox {
 impl Feed {
     /// The next events to deliver, waiting up to `wait` for one.
     pub async fn next(&self, wait: Duration) -> Result<Vec<Pending>> {
+        // A batch waits up to `wait` for an event (a fetch would answer at once).
         let mut batch = self
             .consumer
-            .fetch()
+            .batch()
             .max_messages(8)
             .expires(wait)
             .messages()
@@ -343,14 +346,15 @@ impl Feed {
         let mut out = Vec::new();
         while let Some(m) = batch.next().await {
             let message = m.map_err(nats("read a webhook delivery"))?;
-            let seq = message.info().map(|i| i.stream_sequence).unwrap_or(0);
+            let seq = message.info().ok().map(|i| i.stream_sequence);
             // An unreadable record cannot be delivered: it is acknowledged unsent.
-            let event = serde_json::from_slice::<Event>(&message.payload)
-                .ok()
-                .map(|event| StoredEvent {
+            let event = seq.and_then(|seq| {
+                let event = serde_json::from_slice::<Event>(&message.payload).ok()?;
+                Some(StoredEvent {
                     id: format!("{}-{seq}", self.instance),
                     event,
-                });
+                })
+            });
             out.push(Pending { event, message });
         }
         Ok(out)
@@ -537,16 +541,6 @@ impl Nats {
         })
     }
 
-    /// The JetStream context, for the lease and the webhook consumers that share
-    /// this connection.
-    pub fn jetstream(&self) -> jetstream::Context {
-        self.shared.js.clone()
-    }
-
-    pub fn names(&self) -> &Names {
-        &self.shared.names
-    }
-
     /// Durable webhook delivery from the event stream.
     pub fn outbox(&self) -> Outbox {
         Outbox {
@@ -580,9 +574,15 @@ fn run<T: Send + 'static>(
     handle.spawn(async move {
         let _ = tx.send(f.await);
     });
-    rx.recv().map_err(|_| StoreError::Nats {
+    // Every request has its own timeout; this bounds a read of many (a load).
+    rx.recv_timeout(CALL_TIMEOUT).map_err(|e| StoreError::Nats {
         op: "wait for the client",
-        cause: "its runtime stopped".into(),
+        cause: match e {
+            std::sync::mpsc::RecvTimeoutError::Timeout => {
+                format!("no answer within {}s", CALL_TIMEOUT.as_secs())
+            }
+            std::sync::mpsc::RecvTimeoutError::Disconnected => "its runtime stopped".into(),
+        },
     })
 }
 
@@ -614,15 +614,18 @@ fn corrupt(what: impl Into<String>) -> impl FnOnce(serde_json::Error) -> StoreEr
     move |cause| StoreError::Corrupt { what, cause }
 }
 
-/// A live key of a bucket as last written.
+/// A key of a bucket as last written.
 struct Entry {
     key: String,
     value: Bytes,
     revision: u64,
+    /// Its last write deleted it (the marker's revision is the one to write
+    /// against).
+    deleted: bool,
 }
 
-/// Every live key of a bucket with its value and revision, read through an
-/// ordered consumer on the bucket's stream (last message per key).
+/// Every key of a bucket with its value and revision, read through an ordered
+/// consumer on the bucket's stream (last message per key).
 async fn entries(bucket: &kv::Store) -> Result<Vec<Entry>> {
     let info = bucket.stream.get_info().await.op("read a bucket")?;
     if info.state.messages == 0 {
@@ -661,11 +664,12 @@ async fn read_entries(
             .as_ref()
             .and_then(|h| h.get("KV-Operation"))
             .is_some_and(|op| op.as_str() != "PUT");
-        if !deleted && let Some(key) = m.subject.strip_prefix(prefix) {
+        if let Some(key) = m.subject.strip_prefix(prefix) {
             out.push(Entry {
                 key: key.to_string(),
                 value: m.payload.clone(),
                 revision,
+                deleted,
             });
         }
         if pending == 0 {
@@ -676,16 +680,21 @@ async fn read_entries(
 }
 
 /// Publish `value` to `key` of `bucket` (a put, or with `expect` a compare-and-set
-/// against that revision, 0 meaning "absent"); the ack future.
+/// against that revision, 0 meaning "absent"; `None` value: a delete marker); the
+/// ack future.
 async fn publish_kv(
     js: &jetstream::Context,
     bucket: &kv::Store,
     key: &str,
-    value: Bytes,
+    value: Option<Bytes>,
     expect: Option<u64>,
 ) -> Result<jetstream::context::PublishAckFuture> {
     let subject = format!("{}{key}", bucket.prefix);
     let mut headers = HeaderMap::new();
+    if value.is_none() {
+        headers.insert("KV-Operation", "DEL");
+    }
+    let value = value.unwrap_or_default();
     if let Some(rev) = expect {
         headers.insert(
             header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
@@ -709,7 +718,7 @@ impl Store for Nats {
         let mut fleet = Fleet::new(now);
         let mut live = Vec::new();
         let mut marks = HashMap::new();
-        for e in &state {
+        for e in state.iter().filter(|e| !e.deleted) {
             if let Some(id) = e.key.strip_prefix("node.") {
                 let id = unkey(id).unwrap_or_else(|| id.to_string());
                 let node: Node =
@@ -747,13 +756,13 @@ impl Store for Nats {
         *self.marks.lock().expect("marks lock") = marks;
         *self.revisions.lock().expect("revisions lock") =
             ledger.iter().map(|e| (e.key.clone(), e.revision)).collect();
-        for e in &ledger {
+        for e in ledger.iter().filter(|e| !e.deleted) {
             if e.key == "budget" {
                 fleet.ledger =
                     serde_json::from_slice(&e.value).map_err(corrupt("the policy ledger"))?;
             }
         }
-        for e in &ledger {
+        for e in ledger.iter().filter(|e| !e.deleted) {
             if let Some(owner) = e.key.strip_prefix("restart.").and_then(unkey) {
                 let (count, last): (u32, Option<i64>) = serde_json::from_slice(&e.value)
                     .map_err(corrupt(format!("the restart count of {owner}")))?;
@@ -836,7 +845,7 @@ impl Store for Nats {
             let state = &shared.state;
             let results: Vec<Result<()>> = futures::stream::iter(puts)
                 .map(|(k, v)| async move {
-                    publish_kv(js, state, &k, v, None)
+                    publish_kv(js, state, &k, Some(v), None)
                         .await?
                         .await
                         .op("write node state")
@@ -851,19 +860,17 @@ impl Store for Nats {
             let mut written = Vec::new();
             for ((k, v), rev) in cas.into_iter().zip(revisions) {
                 let expect = rev.unwrap_or(0);
-                let outcome = match v {
-                    Some(v) => match publish_kv(js, &shared.ledger, &k, v, Some(expect))
-                        .await?
-                        .await
-                    {
-                        Ok(ack) => Ok(Some(ack.sequence)),
-                        Err(e) => Err(e.to_string()),
-                    },
-                    None if rev.is_none() => Ok(None),
-                    None => match shared.ledger.delete_expect_revision(&k, Some(expect)).await {
-                        Ok(()) => Ok(None),
-                        Err(e) => Err(e.to_string()),
-                    },
+                // Forgetting a key never written is nothing to do; a delete is a
+                // marker whose revision the next write of the key compares with.
+                if v.is_none() && rev.is_none() {
+                    continue;
+                }
+                let outcome = match publish_kv(js, &shared.ledger, &k, v, Some(expect))
+                    .await?
+                    .await
+                {
+                    Ok(ack) => Ok(ack.sequence),
+                    Err(e) => Err(e.to_string()),
                 };
                 match outcome {
                     Ok(rev) => written.push((k, rev)),
@@ -897,12 +904,7 @@ impl Store for Nats {
         // Revisions written stand even when a later key failed: a retry compares
         // against them.
         let mut known = self.revisions.lock().expect("revisions lock");
-        for (k, rev) in written {
-            match rev {
-                Some(rev) => known.insert(k, rev),
-                None => known.remove(&k),
-            };
-        }
+        known.extend(written);
         drop(known);
         if let Some(k) = conflict {
             return Err(StoreError::Conflict {
@@ -915,17 +917,8 @@ impl Store for Nats {
 
     fn history(&self, since: i64) -> Result<Vec<Event>> {
         let shared = self.shared.clone();
-        let all = format!("{}.>", shared.names.subjects);
         let start = chrono::DateTime::from_timestamp_millis(since).unwrap_or_default();
-        let read = self.run(async move {
-            scan(
-                &shared,
-                &all,
-                consumer::DeliverPolicy::ByStartTime { start_time: start },
-                usize::MAX,
-            )
-            .await
-        })??;
+        let read = self.run(async move { history_from(&shared, start).await })??;
         read.into_iter()
             .map(|(_, body)| serde_json::from_slice(&body).map_err(corrupt("an event")))
             .collect()
@@ -1039,61 +1032,38 @@ async fn last_seq(events: &stream::Stream, subject: &str) -> Result<Option<(u64,
     }
 }
 
-/// Read `subject`'s messages from `from` up to the last one there now, at most
-/// `max`: (sequence, payload) in order.
-async fn scan(
-    shared: &Shared,
-    subject: &str,
-    from: consumer::DeliverPolicy,
-    max: usize,
-) -> Result<Vec<(u64, Bytes)>> {
-    let last = if subject.ends_with('>') {
-        let info = shared.events.get_info().await.op("read the event stream")?;
-        (info.state.messages > 0).then_some((info.state.last_sequence, info.state.last_timestamp))
-    } else {
-        last_seq(&shared.events, subject).await?
-    };
-    let Some((last, last_time)) = last else {
+/// Every event stored from `start` on, up to the last one there now:
+/// (sequence, payload) in order, through an ordered consumer (deleted once read).
+async fn history_from(shared: &Shared, start: Time) -> Result<Vec<(u64, Bytes)>> {
+    let info = shared.events.get_info().await.op("read the event stream")?;
+    let (last, last_time) = (info.state.last_sequence, info.state.last_timestamp);
+    // Nothing stored, or nothing since: a consumer would wait for a new one.
+    if info.state.messages == 0 || start > last_time {
         return Ok(Vec::new());
-    };
-    // A start past the last message would wait for a new one: nothing to read.
-    match from {
-        consumer::DeliverPolicy::ByStartSequence { start_sequence } if start_sequence > last => {
-            return Ok(Vec::new());
-        }
-        consumer::DeliverPolicy::ByStartTime { start_time } if start_time > last_time => {
-            return Ok(Vec::new());
-        }
-        _ => {}
     }
     let consumer = shared
         .events
         .create_consumer(consumer::pull::OrderedConfig {
-            filter_subject: subject.to_string(),
-            deliver_policy: from,
+            filter_subject: format!("{}.>", shared.names.subjects),
+            deliver_policy: consumer::DeliverPolicy::ByStartTime { start_time: start },
             ..Default::default()
         })
         .await
         .op("read events")?;
     let name = consumer.cached_info().name.clone();
-    let read = read_ordered(consumer, last, max).await;
-    // Gone at once rather than when it idles out: a page or a load is one read.
+    let read = read_ordered(consumer, last).await;
     let _ = shared.events.delete_consumer(&name).await;
     read
 }
 
-/// Read an ordered consumer's messages up to sequence `last`, at most `max`.
+/// Read an ordered consumer's messages up to sequence `last`.
 async fn read_ordered(
     consumer: consumer::Consumer<consumer::pull::OrderedConfig>,
     last: u64,
-    max: usize,
 ) -> Result<Vec<(u64, Bytes)>> {
     let mut messages = consumer.messages().await.op("read events")?;
     let mut out = Vec::new();
-    while out.len() < max {
-        let Some(m) = messages.next().await else {
-            break;
-        };
+    while let Some(m) = messages.next().await {
         let m = m.op("read an event")?;
         let (seq, pending) = {
             let info = m.info().map_err(|e| StoreError::Nats {
