@@ -830,13 +830,7 @@ fn stores(work: &Path, fleet: &Fleet, report: &mut Report) -> anyhow::Result<()>
     // server with one copy: what replication costs on this machine.
     for servers in [3, 1] {
         let cluster = NatsCluster::start(&server, &work.join(format!("nats{servers}")), servers)?;
-        let cfg = hale::store::nats::NatsConfig {
-            urls: cluster.urls.clone(),
-            creds_file: None,
-            tls: None,
-            replicas: servers,
-            lease_duration: Duration::from_secs(20),
-        };
+        let cfg = cluster.config();
         let mut nats = hale::store::Nats::open(&cfg, "bench-events", 90)?;
         let kind = format!("NATS JetStream, {servers} server(s), {servers} cop(ies)");
         events(&mut nats, &kind, Some(&base), report)?;
@@ -901,13 +895,7 @@ impl NatsCluster {
         };
         // Ready once JetStream takes a stream: its meta leader is elected.
         let deadline = Instant::now() + Duration::from_secs(30);
-        let cfg = hale::store::nats::NatsConfig {
-            urls: cluster.urls.clone(),
-            creds_file: None,
-            tls: None,
-            replicas: servers,
-            lease_duration: Duration::from_secs(20),
-        };
+        let cfg = cluster.config();
         while hale::store::Nats::open(&cfg, "bench-ready", 1).is_err() {
             if Instant::now() > deadline {
                 bail!("the NATS cluster did not become ready");
@@ -915,6 +903,19 @@ impl NatsCluster {
             std::thread::sleep(Duration::from_millis(200));
         }
         Ok(cluster)
+    }
+}
+
+impl NatsCluster {
+    /// The store's configuration on these servers, a copy on each.
+    fn config(&self) -> hale::store::nats::NatsConfig {
+        hale::store::nats::NatsConfig {
+            urls: self.urls.clone(),
+            creds_file: None,
+            tls: None,
+            replicas: self.urls.len(),
+            lease_duration: Duration::from_secs(20),
+        }
     }
 }
 

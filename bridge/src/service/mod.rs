@@ -225,16 +225,22 @@ impl Hale {
             store_ok: AtomicBool::new(true),
             durable,
         });
-        let inventory: Vec<Listed> = hale
+        hale.register_inventory();
+        Ok(hale)
+    }
+
+    /// Register the configuration's static inventory (nodes already known stay
+    /// as they are).
+    fn register_inventory(&self) {
+        let inventory: Vec<Listed> = self
             .config()
             .config
             .inventory
             .iter()
             .map(InventoryNode::listed)
             .collect();
-        hale.apply(|fleet, cfg, now| Ok(fleet.register(cfg, now, &inventory)))
+        self.apply(|fleet, cfg, now| Ok(fleet.register(cfg, now, &inventory)))
             .expect("registering cannot fail");
-        Ok(hale)
     }
 
     pub fn config(&self) -> Arc<Loaded> {
@@ -628,17 +634,8 @@ impl Hale {
                     );
                     drop(writer);
                     drop(fleet);
-                    // The static inventory, as at start (a no-op where the store
-                    // holds it already).
-                    let inventory: Vec<Listed> = self
-                        .config()
-                        .config
-                        .inventory
-                        .iter()
-                        .map(InventoryNode::listed)
-                        .collect();
-                    self.apply(|fleet, cfg, now| Ok(fleet.register(cfg, now, &inventory)))
-                        .expect("registering cannot fail");
+                    // As at start: registering before this point wrote nothing.
+                    self.register_inventory();
                     self.poll_now.notify_one();
                     self.act_now.notify_one();
                 }
