@@ -13,15 +13,6 @@ use crate::harness::*;
 
 const SECRET: &str = "webhook-shared-secret";
 
-fn types(page: &Value) -> Vec<String> {
-    page["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["type"].as_str().unwrap().to_string())
-        .collect()
-}
-
 #[tokio::test]
 async fn events_api_pages_filters_and_outlives_the_node() {
     let dir = tempfile::tempdir().unwrap();

@@ -542,6 +542,16 @@ pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
 }
 
 /// Condition types present on a node JSON.
+/// The `type`s of a page of events, oldest first.
+pub fn types(page: &Value) -> Vec<String> {
+    page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_string())
+        .collect()
+}
+
 pub fn conditions(node: &Value) -> Vec<String> {
     node["conditions"]
         .as_array()

@@ -144,16 +144,6 @@ async fn polled(hale: &Hale, n: u64) {
     .await;
 }
 
-/// The `type`s of a page of events, oldest first.
-fn kinds(page: &Value) -> Vec<String> {
-    page["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["type"].as_str().unwrap().to_string())
-        .collect()
-}
-
 async fn nodes_cordons_and_the_gate_go_through_the_api_server() -> Served {
     let mut nodes: Vec<Value> = (0..10)
         .map(|i| ready_node(&format!("g-{i}"), json!({"pool": "gpu"})))
@@ -259,7 +249,7 @@ async fn nodes_cordons_and_the_gate_go_through_the_api_server() -> Served {
     let events = hale
         .events("g-3", "type=NODE_UNCORDONED&type=POLICY_HALTED")
         .await;
-    assert_eq!(kinds(&events), ["NODE_UNCORDONED", "POLICY_HALTED"]);
+    assert_eq!(types(&events), ["NODE_UNCORDONED", "POLICY_HALTED"]);
     assert_eq!(events["events"][0]["by"], "operator");
 
     // kubectl cordon g-7: the operator's, counted against the ceiling.
@@ -885,7 +875,7 @@ async fn the_watch_survives_compaction_deletion_and_recreation() -> Served {
         !has_condition(&view, "gpu_ecc_errors"),
         "the old machine's sticky condition on the new one: {view}"
     );
-    let history = kinds(&hale.events("k-4", "").await);
+    let history = types(&hale.events("k-4", "").await);
     let raised = history.iter().position(|t| t == "CONDITION_RAISED");
     let retired = history.iter().position(|t| t == "NODE_DECOMMISSIONED");
     assert!(
@@ -1360,7 +1350,7 @@ async fn replacement_deletes_the_machine_or_nodeclaim_once_the_node_is_empty() -
     // replaced node not taken for one gone from the cluster.
     for node in ["r-1", "r-2"] {
         let history = hale.events(node, "").await;
-        let replaced = kinds(&history)
+        let replaced = types(&history)
             .iter()
             .filter(|t| *t == "NODE_REPLACED")
             .count();

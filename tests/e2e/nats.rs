@@ -207,13 +207,7 @@ async fn one_leader(replicas: &[Hale], alive: &[usize], limit: Duration) -> usiz
 }
 
 async fn event_types(h: &Hale, node: &str) -> Vec<String> {
-    let page = h.events(node, "pageSize=500").await;
-    page["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["type"].as_str().unwrap().to_string())
-        .collect()
+    types(&h.events(node, "pageSize=500").await)
 }
 
 async fn status(url: &str) -> Option<u16> {
