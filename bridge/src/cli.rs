@@ -387,6 +387,13 @@ pub enum NodeVerb {
         /// Only nodes priced by this pool (`cluster`: by no pool).
         #[arg(long)]
         pool: Option<String>,
+        /// The nodes of this cluster: this hale's, or a federation member's.
+        #[arg(long, conflicts_with = "all_clusters")]
+        cluster: Option<String>,
+        /// This hale's nodes, then every federation member's, each with the
+        /// state and score its own cluster holds.
+        #[arg(long)]
+        all_clusters: bool,
     },
     /// A node's conditions, score breakdown, failures and unavailable signals.
     Show { id: String },
@@ -618,19 +625,29 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
             health,
             status,
             pool,
+            cluster,
+            all_clusters,
         } => {
             let mut list = NodeList {
                 nodes: Vec::new(),
                 next_page_token: None,
+                total: None,
+                unreachable: Vec::new(),
             };
+            let all = all_clusters.then(|| "true".to_string());
             let mut token: Option<String> = None;
             loop {
                 let mut url = client.url(&["api", "v1", "nodes"]);
                 {
                     let mut q = url.query_pairs_mut();
                     q.append_pair("pageSize", "1000");
-                    for (key, value) in [("health", &health), ("status", &status), ("pool", &pool)]
-                    {
+                    for (key, value) in [
+                        ("health", &health),
+                        ("status", &status),
+                        ("pool", &pool),
+                        ("cluster", &cluster),
+                        ("allClusters", &all),
+                    ] {
                         if let Some(v) = value {
                             q.append_pair(key, v);
                         }
@@ -641,10 +658,17 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                 }
                 let page: NodeList = client.send(client.http.get(url)).await?;
                 list.nodes.extend(page.nodes);
+                list.unreachable.extend(page.unreachable);
                 token = page.next_page_token;
                 if token.is_none() {
                     break;
                 }
+            }
+            for u in &list.unreachable {
+                eprintln!(
+                    "hale: cluster {} has no health here (its nodes are not listed): {}",
+                    u.cluster, u.error
+                );
             }
             if json {
                 print_json(&list);
@@ -1290,6 +1314,8 @@ mod tests {
                 summary("node-03", None, Health::Unknown),
             ],
             next_page_token: None,
+            total: None,
+            unreachable: Vec::new(),
         };
         assert_eq!(
             node_table(&list),

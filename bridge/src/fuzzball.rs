@@ -89,7 +89,7 @@ impl Config {
             token(p).map_err(|e| ("tokenFile".to_string(), e))?;
         }
         if let Some(p) = &self.ca_file {
-            certificates(p).map_err(|e| ("caFile".to_string(), e))?;
+            crate::certificates(p).map_err(|e| ("caFile".to_string(), e))?;
         }
         if self.cli.as_os_str().is_empty() {
             return fail("cli", "must name the fuzzball CLI".into());
@@ -114,14 +114,6 @@ fn token(path: &std::path::Path) -> std::result::Result<String, String> {
     match text.trim() {
         "" => Err(format!("{} is empty", path.display())),
         t => Ok(t.to_string()),
-    }
-}
-
-fn certificates(path: &std::path::Path) -> std::result::Result<Vec<reqwest::Certificate>, String> {
-    let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    match reqwest::Certificate::from_pem_bundle(&pem) {
-        Ok(c) if !c.is_empty() => Ok(c),
-        _ => Err(format!("{} holds no PEM certificate", path.display())),
     }
 }
 
@@ -150,7 +142,7 @@ impl Fuzzball {
             .timeout(cfg.timeout)
             .connect_timeout(cfg.timeout.min(Duration::from_secs(5)));
         if let Some(ca) = &cfg.ca_file {
-            builder = builder.tls_certs_only(certificates(ca)?);
+            builder = builder.tls_certs_only(crate::certificates(ca)?);
         }
         let mut base = reqwest::Url::parse(&cfg.url).map_err(|e| e.to_string())?;
         if !base.path().ends_with('/') {

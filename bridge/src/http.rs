@@ -18,12 +18,13 @@ use crate::bmc::Verb;
 use crate::core::policy::Remediations;
 use crate::core::settings::parse_duration;
 use crate::core::{CoreError, EVENT_TYPES, Fleet, Health, Outcome, Status, Time};
+use crate::federation::MemberError;
 use crate::metrics::CodeLabel;
 use crate::service::{Hale, PowerError, PowerReport};
 use crate::store::EventQuery;
 use crate::view::{
-    ClearRequest, DrainRequest, ErrorBody, EventsView, FailureReport, NodeList, NodeQuery,
-    OperateRequest, PowerRequest, RebootRequest, page_after,
+    ClearRequest, ClusterList, DrainRequest, ErrorBody, EventsView, FailureReport, NodeList,
+    NodeQuery, OperateRequest, PowerRequest, RebootRequest, Sort, Unreachable, page_after,
 };
 
 /// An error answer.
@@ -35,7 +36,16 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, error: &'static str, detail: impl Into<String>) -> Self {
+    /// What went wrong, in words.
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    pub(crate) fn new(status: StatusCode, error: &'static str, detail: impl Into<String>) -> Self {
         ApiError {
             status,
             error,
@@ -104,6 +114,7 @@ pub fn router(hale: Arc<Hale>) -> Router {
         .route("/api/v1/nodes/{id}/power", post(power))
         .route("/api/v1/nodes/{id}/reboot", post(reboot))
         .route("/api/v1/remediations", get(remediations))
+        .route("/api/v1/clusters", get(clusters))
         .route(
             "/api/v1/nodes/{id}/conditions/{ctype}/clear",
             post(clear_condition),
@@ -128,8 +139,17 @@ pub fn router(hale: Arc<Hale>) -> Router {
         .with_state(hale)
 }
 
+/// With `ui.requireToken`, reads need the bearer token as mutations do.
+fn authorize_read(hale: &Hale, headers: &HeaderMap) -> ApiResult<()> {
+    if hale.config().config.ui.require_token {
+        authorize(hale, headers)
+    } else {
+        Ok(())
+    }
+}
+
 /// Check the bearer token in constant time.
-fn authorize(hale: &Hale, headers: &HeaderMap) -> ApiResult<()> {
+pub(crate) fn authorize(hale: &Hale, headers: &HeaderMap) -> ApiResult<()> {
     let cfg = hale.config();
     let Some(want) = cfg.api_token.as_ref().map(|t| t.expose()) else {
         return Ok(());
@@ -150,7 +170,7 @@ fn authorize(hale: &Hale, headers: &HeaderMap) -> ApiResult<()> {
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }
@@ -159,37 +179,216 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 async fn list_nodes(
     State(hale): State<Arc<Hale>>,
+    headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<NodeList>> {
-    let query = node_query(raw.as_deref().unwrap_or(""))?;
-    if let Some(pool) = &query.pool {
-        let cfg = hale.config();
-        let names: Vec<&str> = std::iter::once("cluster")
-            .chain(cfg.config.pools.iter().map(|p| p.name.as_str()))
+    authorize_read(&hale, &headers)?;
+    listing(hale, &raw.unwrap_or_default()).await.map(Json)
+}
+
+/// The node listing a query asks for: this hale's nodes, a member's, or every
+/// cluster's.
+pub(crate) async fn listing(hale: Arc<Hale>, raw: &str) -> ApiResult<NodeList> {
+    let query = node_query(raw)?;
+    let local = hale.config().config.cluster.clone();
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(raw.as_bytes())
+        .into_owned()
+        .collect();
+    if query.all_clusters {
+        return all_clusters(hale, query, &pairs).await;
+    }
+    if let Some(cluster) = query.cluster.as_ref().filter(|c| **c != local) {
+        let fed = hale.federation();
+        if !fed.names().any(|n| n == cluster) {
+            // A cluster nobody here serves lists nothing.
+            return Ok(local_nodes(hale, query).await);
+        }
+        let pairs: Vec<(&str, &str)> = pairs
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        if !names.contains(&pool.as_str()) {
-            return Err(bad_request(format!(
-                "no pool is named {pool:?}: {} (`cluster`: nodes in no pool)",
-                names.join(", ")
-            )));
+        return fed.nodes(cluster, &pairs).await.map_err(member_error);
+    }
+    check_pool(&hale, &query)?;
+    Ok(local_nodes(hale, query).await)
+}
+
+/// A `pool` filter must name a pool of this hale's (or `cluster`).
+fn check_pool(hale: &Hale, query: &NodeQuery) -> ApiResult<()> {
+    let Some(pool) = &query.pool else {
+        return Ok(());
+    };
+    let cfg = hale.config();
+    let names: Vec<&str> = std::iter::once("cluster")
+        .chain(cfg.config.pools.iter().map(|p| p.name.as_str()))
+        .collect();
+    if names.contains(&pool.as_str()) {
+        Ok(())
+    } else {
+        Err(bad_request(format!(
+            "no pool is named {pool:?}: {} (`cluster`: nodes in no pool)",
+            names.join(", ")
+        )))
+    }
+}
+
+pub(crate) async fn local_nodes(hale: Arc<Hale>, query: NodeQuery) -> NodeList {
+    tokio::task::spawn_blocking(move || hale.nodes(&query))
+        .await
+        .expect("node listing panicked")
+}
+
+/// `allClusters=true`: this hale's nodes, then each member's in the order
+/// configured, a page at a time. The token says whose turn it is (`c<i>.`) and
+/// carries that cluster's own token. A member that cannot be asked is named in
+/// `unreachable` and skipped: its nodes are absent, never guessed.
+async fn all_clusters(
+    hale: Arc<Hale>,
+    query: NodeQuery,
+    pairs: &[(String, String)],
+) -> ApiResult<NodeList> {
+    if query.count {
+        return Err(bad_request(
+            "total is counted per cluster: ask each with cluster=NAME&total=true",
+        ));
+    }
+    let fed = hale.federation();
+    let clusters: Vec<String> = std::iter::once(hale.config().config.cluster.clone())
+        .chain(fed.names().map(str::to_string))
+        .collect();
+    let token = pairs
+        .iter()
+        .find(|(k, _)| k == "pageToken")
+        .map(|(_, v)| v.as_str());
+    let (mut at, mut inner) = match token {
+        None => (0, None),
+        Some(t) => {
+            let (i, rest) = t
+                .strip_prefix('c')
+                .and_then(|t| t.split_once('.'))
+                .and_then(|(i, rest)| Some((i.parse::<usize>().ok()?, rest)))
+                .filter(|(i, _)| *i < clusters.len())
+                .ok_or_else(|| bad_request("pageToken is not one this server issued"))?;
+            (i, Some(rest.to_string()).filter(|r| !r.is_empty()))
+        }
+    };
+    let mut out = NodeList {
+        nodes: Vec::new(),
+        next_page_token: None,
+        total: None,
+        unreachable: Vec::new(),
+    };
+    while at < clusters.len() {
+        let want = query.page_size - out.nodes.len();
+        if want == 0 {
+            out.next_page_token = Some(format!("c{at}."));
+            break;
+        }
+        let page = if at == 0 {
+            let mut q = query.clone();
+            q.page_size = want;
+            q.cluster = None;
+            q.after = match &inner {
+                Some(t) => Some(
+                    page_after(q.sort, t)
+                        .ok_or_else(|| bad_request("pageToken is not one this server issued"))?,
+                ),
+                None => None,
+            };
+            Ok(local_nodes(hale.clone(), q).await)
+        } else {
+            let size = want.to_string();
+            let mut passed: Vec<(&str, &str)> = pairs
+                .iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "pageToken" | "pageSize"))
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            passed.push(("pageSize", &size));
+            if let Some(t) = &inner {
+                passed.push(("pageToken", t));
+            }
+            fed.nodes(&clusters[at], &passed).await
+        };
+        match page {
+            Ok(page) => {
+                out.nodes.extend(page.nodes);
+                if let Some(next) = page.next_page_token {
+                    out.next_page_token = Some(format!("c{at}.{next}"));
+                    break;
+                }
+            }
+            Err(e) => out.unreachable.push(Unreachable {
+                cluster: clusters[at].clone(),
+                error: e.to_string(),
+            }),
+        }
+        at += 1;
+        inner = None;
+    }
+    Ok(out)
+}
+
+/// A member's refusal passes on with its own status; no answer is a 502.
+pub(crate) fn member_error(e: MemberError) -> ApiError {
+    match e {
+        MemberError::Refused {
+            status,
+            ref error,
+            ref detail,
+        } => ApiError {
+            status: StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+            error: match error.as_str() {
+                "not_found" => "not_found",
+                "bad_request" => "bad_request",
+                "unauthorized" => "member_unauthorized",
+                _ => "member_error",
+            },
+            detail: format!("member {detail}"),
+        },
+        MemberError::Unknown(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string()),
+        MemberError::Failed(_) => {
+            ApiError::new(StatusCode::BAD_GATEWAY, "member_unreachable", e.to_string())
         }
     }
-    Ok(Json(
-        tokio::task::spawn_blocking(move || hale.nodes(&query))
-            .await
-            .expect("node listing panicked"),
-    ))
+}
+
+/// `GET /api/v1/clusters`: this hale's cluster and, unless `local=true`, each
+/// federation member's (asked now, at once).
+async fn clusters(
+    State(hale): State<Arc<Hale>>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<ClusterList>> {
+    authorize_read(&hale, &headers)?;
+    let mut local = false;
+    for (key, value) in form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
+        match (key.as_ref(), value.as_ref()) {
+            ("local", "true" | "1" | "") => local = true,
+            ("local", "false" | "0") => local = false,
+            ("local", _) => return Err(bad_request("local must be true or false")),
+            (other, _) => return Err(bad_request(format!("unknown parameter {other:?}"))),
+        }
+    }
+    Ok(Json(ClusterList {
+        clusters: hale.clusters(local).await,
+    }))
 }
 
 /// Default and largest `pageSize` of `GET /api/v1/nodes`.
 const NODE_PAGE: usize = 500;
 
 /// Parse the node list's query: `pageSize`, `pageToken`, `health`, `status`, `pool`,
-/// `cluster`; anything else, or a value that is none of the states, is a 400.
+/// `cluster`, `q`, `sort`, `total`, `allClusters`; anything else, or a value that
+/// is none of the states, is a 400.
 pub fn node_query(raw: &str) -> ApiResult<NodeQuery> {
     let mut q = NodeQuery {
         page_size: NODE_PAGE,
         ..NodeQuery::default()
+    };
+    let flag = |key: &str, value: &str| match value {
+        "" | "true" | "1" => Ok(true),
+        "false" | "0" => Ok(false),
+        _ => Err(bad_request(format!("{key} must be true or false"))),
     };
     let one_of = |key: &str, value: &str, names: &[&str]| {
         names
@@ -197,15 +396,24 @@ pub fn node_query(raw: &str) -> ApiResult<NodeQuery> {
             .position(|n| n.eq_ignore_ascii_case(value))
             .ok_or_else(|| bad_request(format!("{key}={value:?} is none of {}", names.join(", "))))
     };
+    let mut token = None;
     for (key, value) in form_urlencoded::parse(raw.as_bytes()) {
         match key.as_ref() {
             "pageSize" => q.page_size = page_size(&value)?,
-            "pageToken" => {
-                q.after = Some(
-                    page_after(&value)
-                        .ok_or_else(|| bad_request("pageToken is not one this server issued"))?,
-                )
+            "pageToken" => token = Some(value.into_owned()),
+            "sort" => {
+                q.sort = Sort::parse(&value).ok_or_else(|| {
+                    bad_request(format!(
+                        "sort={value:?} is none of id, hostname, status, health, score (`-` before one reverses it)"
+                    ))
+                })?
             }
+            "q" => {
+                let text = value.trim().to_ascii_lowercase();
+                q.search = Some(text).filter(|t| !t.is_empty());
+            }
+            "total" => q.count = flag("total", &value)?,
+            "allClusters" => q.all_clusters = flag("allClusters", &value)?,
             "health" => {
                 q.health = Some(
                     Health::ALL[one_of("health", &value, &["Healthy", "Degraded", "Unknown"])?],
@@ -226,6 +434,14 @@ pub fn node_query(raw: &str) -> ApiResult<NodeQuery> {
             other => return Err(bad_request(format!("unknown parameter {other:?}"))),
         }
     }
+    // A token continues the order it was issued in; with allClusters it is the
+    // federated listing's own.
+    if let Some(token) = token.filter(|_| !q.all_clusters) {
+        q.after =
+            Some(page_after(q.sort, &token).ok_or_else(|| {
+                bad_request("pageToken is not one this server issued for this sort")
+            })?);
+    }
     Ok(q)
 }
 
@@ -244,8 +460,10 @@ fn unknown(id: &str) -> ApiError {
 
 async fn show_node(
     State(hale): State<Arc<Hale>>,
+    headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
+    authorize_read(&hale, &headers)?;
     view(hale, id).await.map(Json)
 }
 
@@ -429,12 +647,16 @@ async fn reboot(
 
 /// `GET /api/v1/remediations`: the reboot flow's queue, flows and fences under way,
 /// and what holds them.
-async fn remediations(State(hale): State<Arc<Hale>>) -> Json<Remediations> {
-    Json(
+async fn remediations(
+    State(hale): State<Arc<Hale>>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Remediations>> {
+    authorize_read(&hale, &headers)?;
+    Ok(Json(
         tokio::task::spawn_blocking(move || hale.remediations())
             .await
             .expect("remediation listing panicked"),
-    )
+    ))
 }
 
 /// Changes to nodes are the leader's: a follower would queue what it may not
@@ -540,9 +762,11 @@ pub fn event_query(raw: &str, now: Time) -> ApiResult<EventQuery> {
 
 async fn node_events(
     State(hale): State<Arc<Hale>>,
+    headers: HeaderMap,
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<EventsView>> {
+    authorize_read(&hale, &headers)?;
     let query = event_query(raw.as_deref().unwrap_or(""), chrono::Utc::now())?;
     let node = id.clone();
     let page = blocking(move || hale.events(&node, &query))
@@ -568,7 +792,8 @@ async fn reload(State(hale): State<Arc<Hale>>, headers: HeaderMap) -> ApiResult<
 }
 
 /// `{source, alerts}`: the list as rendered once per poll, spliced in without a copy.
-async fn alerts(State(hale): State<Arc<Hale>>) -> ApiResult<Response> {
+async fn alerts(State(hale): State<Arc<Hale>>, headers: HeaderMap) -> ApiResult<Response> {
+    authorize_read(&hale, &headers)?;
     let list = hale
         .alerts()
         .await

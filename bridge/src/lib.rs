@@ -8,6 +8,7 @@ pub mod collect;
 pub mod config;
 pub mod core;
 pub mod election;
+pub mod federation;
 pub mod fuzzball;
 pub mod http;
 pub mod kubernetes;
@@ -18,6 +19,7 @@ pub mod orchestrator;
 pub mod service;
 pub mod slurm;
 pub mod store;
+pub mod ui;
 pub mod view;
 
 /// Install the TLS crypto provider reqwest uses (ring: aws-lc-rs would add a long C
@@ -27,6 +29,16 @@ pub fn init_tls() {
     ONCE.call_once(|| {
         let _ = rustls::crypto::ring::default_provider().install_default();
     });
+}
+
+/// The certificates of a PEM bundle, to verify a server by instead of the system's
+/// roots; an error names the file.
+pub fn certificates(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    match reqwest::Certificate::from_pem_bundle(&pem) {
+        Ok(c) if !c.is_empty() => Ok(c),
+        _ => Err(format!("{} holds no PEM certificate", path.display())),
+    }
 }
 
 /// hale's `User-Agent` on every request it makes (Alertmanager, Kubernetes, webhooks,
@@ -77,10 +89,11 @@ mod layers {
             "election",
         ],
         &["config"],
-        &["alertmanager", "notify"],
+        &["alertmanager", "notify", "federation"],
         &["metrics"],
         &["service"],
         &["http"],
+        &["ui"],
     ];
 
     fn layer(module: &str) -> Option<usize> {

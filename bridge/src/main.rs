@@ -104,10 +104,13 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
     tokio::spawn(Arc::clone(&hale).retention_loop());
     tokio::spawn(Arc::clone(&hale).follow_loop());
     tokio::spawn(reload_on_hangup(Arc::clone(&hale)));
-    axum::serve(listener, hale::http::router(Arc::clone(&hale)))
-        .with_graceful_shutdown(shutdown())
-        .await
-        .context("serving HTTP")?;
+    axum::serve(
+        listener,
+        hale::http::router(Arc::clone(&hale)).merge(hale::ui::router(Arc::clone(&hale))),
+    )
+    .with_graceful_shutdown(shutdown())
+    .await
+    .context("serving HTTP")?;
     // A last step writes anything a failed write left pending.
     hale.apply(|fleet, cfg, now| Ok(fleet.tick(cfg, now)))?;
     hale.step_down().await;

@@ -181,7 +181,7 @@ pub struct NodeSummary {
     pub jobs: u64,
 }
 
-/// `GET /api/v1/nodes`: one page, in id order.
+/// `GET /api/v1/nodes`: one page, in the order asked (id by default).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeList {
@@ -189,36 +189,300 @@ pub struct NodeList {
     /// Present while more nodes match; pass it back as `pageToken`.
     #[serde(default)]
     pub next_page_token: Option<String>,
+    /// How many nodes match the filters, on every page (only when `total=true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<u64>,
+    /// With `allClusters=true`: the federation members that could not be asked,
+    /// whose nodes the listing lacks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreachable: Vec<Unreachable>,
+}
+
+/// A cluster a listing could not include, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Unreachable {
+    pub cluster: String,
+    pub error: String,
+}
+
+/// What `GET /api/v1/nodes` orders by: `id`, `hostname`, `status`, `health`
+/// (Degraded, Unknown, Healthy) or `score` (unscored first, then lowest first);
+/// `-` before the name reverses it. Ties go by id.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sort {
+    pub key: SortKey,
+    pub descending: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SortKey {
+    #[default]
+    Id,
+    Hostname,
+    Status,
+    Health,
+    Score,
+}
+
+impl SortKey {
+    pub const ALL: [SortKey; 5] = [
+        SortKey::Id,
+        SortKey::Hostname,
+        SortKey::Status,
+        SortKey::Health,
+        SortKey::Score,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SortKey::Id => "id",
+            SortKey::Hostname => "hostname",
+            SortKey::Status => "status",
+            SortKey::Health => "health",
+            SortKey::Score => "score",
+        }
+    }
+}
+
+impl Sort {
+    /// `score`, `-score`, …; `None` for anything else.
+    pub fn parse(text: &str) -> Option<Sort> {
+        let (descending, name) = match text.strip_prefix('-') {
+            Some(name) => (true, name),
+            None => (false, text),
+        };
+        let key = SortKey::ALL
+            .into_iter()
+            .find(|k| k.as_str().eq_ignore_ascii_case(name))?;
+        Some(Sort { key, descending })
+    }
+
+    pub fn name(self) -> String {
+        format!(
+            "{}{}",
+            if self.descending { "-" } else { "" },
+            self.key.as_str()
+        )
+    }
+
+    /// Where a node falls in this order: a rank, then text, then its id.
+    pub fn key<'a>(
+        self,
+        id: &'a str,
+        hostname: &'a str,
+        status: Status,
+        health: Health,
+        score: Option<u8>,
+    ) -> Key<'a> {
+        let (rank, text) = match self.key {
+            SortKey::Id => (0, ""),
+            SortKey::Hostname => (0, hostname),
+            SortKey::Status => (status_rank(status), ""),
+            SortKey::Health => (health_rank(health), ""),
+            SortKey::Score => (score.map_or(0, |s| u16::from(s) + 1), ""),
+        };
+        (rank, text, id)
+    }
+}
+
+/// A node's position in a sort: (rank, text, id), compared in that order.
+pub type Key<'a> = (u16, &'a str, &'a str);
+
+/// Worst first: what needs a look leads an ascending sort.
+pub fn health_rank(h: Health) -> u16 {
+    match h {
+        Health::Degraded => 0,
+        Health::Unknown => 1,
+        Health::Healthy => 2,
+    }
+}
+
+/// Out of service first.
+pub fn status_rank(s: Status) -> u16 {
+    match s {
+        Status::Offline => 0,
+        Status::NotReady => 1,
+        Status::Cordoned => 2,
+        Status::Ready => 3,
+    }
+}
+
+/// A node's position in a sorted listing; a page token continues after one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Place {
+    pub rank: u16,
+    pub text: String,
+    pub id: String,
+}
+
+impl Place {
+    pub fn of(key: Key<'_>) -> Place {
+        Place {
+            rank: key.0,
+            text: key.1.to_string(),
+            id: key.2.to_string(),
+        }
+    }
+
+    pub fn key(&self) -> Key<'_> {
+        (self.rank, &self.text, &self.id)
+    }
 }
 
 /// Which nodes `GET /api/v1/nodes` lists.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeQuery {
     pub page_size: usize,
-    /// Continue after this node id (from a page's token).
-    pub after: Option<String>,
+    /// Continue after this place (from a page's token, in the same sort).
+    pub after: Option<Place>,
     pub health: Option<Health>,
     pub status: Option<Status>,
     /// The pool whose settings price the node (`cluster` for none).
     pub pool: Option<String>,
     pub cluster: Option<String>,
+    /// Only nodes whose id or hostname holds this, in any case.
+    pub search: Option<String>,
+    pub sort: Sort,
+    /// Count every match (`total`), which costs a look at every node.
+    pub count: bool,
+    /// This cluster's nodes, then every federation member's.
+    pub all_clusters: bool,
 }
 
-/// A page token: the last id of a page, hex-encoded (opaque to clients).
-pub fn page_token(last_id: &str) -> String {
-    last_id.bytes().map(|b| format!("{b:02x}")).collect()
+/// `text` holds `needle` (already lowercase), ASCII case ignored.
+pub fn holds(text: &str, needle: &str) -> bool {
+    let (hay, needle) = (text.as_bytes(), needle.as_bytes());
+    needle.is_empty()
+        || hay.windows(needle.len()).any(|w| {
+            w.iter()
+                .zip(needle)
+                .all(|(a, b)| a.to_ascii_lowercase() == *b)
+        })
 }
 
-/// The id a [`page_token`] continues after; `None` for one this server did not issue.
-pub fn page_after(token: &str) -> Option<String> {
-    if token.len() % 2 != 0 {
-        return None;
+/// A page token (opaque to clients): for the id order, the last id hex-encoded; for
+/// another order, `j` and the hex of `[sort, rank, text, id]` in JSON.
+pub fn page_token(sort: Sort, last: &Place) -> String {
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    if sort == Sort::default() {
+        return hex(last.id.as_bytes());
     }
-    let bytes: Option<Vec<u8>> = (0..token.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(token.get(i..i + 2)?, 16).ok())
-        .collect();
-    String::from_utf8(bytes?).ok()
+    let json = serde_json::json!([sort.name(), last.rank, last.text, last.id]);
+    format!("j{}", hex(json.to_string().as_bytes()))
+}
+
+/// The place a [`page_token`] continues after, in `sort`; `None` for a token this
+/// server did not issue, or issued for another order.
+pub fn page_after(sort: Sort, token: &str) -> Option<Place> {
+    let unhex = |text: &str| -> Option<Vec<u8>> {
+        if text.len() % 2 != 0 {
+            return None;
+        }
+        (0..text.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+            .collect()
+    };
+    match token.strip_prefix('j') {
+        None if sort == Sort::default() => Some(Place {
+            id: String::from_utf8(unhex(token)?).ok()?,
+            ..Place::default()
+        }),
+        Some(json) if sort != Sort::default() => {
+            let (name, rank, text, id): (String, u16, String, String) =
+                serde_json::from_slice(&unhex(json)?).ok()?;
+            (name == sort.name()).then_some(Place { rank, text, id })
+        }
+        _ => None,
+    }
+}
+
+/// `GET /api/v1/clusters`: this hale's cluster, then each federation member's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterList {
+    pub clusters: Vec<ClusterView>,
+}
+
+/// One cluster as the overview shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterView {
+    pub name: String,
+    /// The federation member that answers for it; absent for this hale's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
+    /// Where its own hale is (members only), for its UI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// `null` when the cluster could not be asked: no health at all, never the
+    /// last answer.
+    pub health: Option<ClusterHealth>,
+    /// Why there is no health.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A cluster's health as its own hale holds it now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterHealth {
+    /// The worst state present: "All healthy", "2 degraded, worst 40", "1 unknown".
+    pub state: String,
+    pub nodes: u64,
+    pub healthy: u64,
+    pub degraded: u64,
+    pub unknown: u64,
+    /// The lowest score of any node (`null`: none is scored).
+    pub lowest_score: Option<u8>,
+    /// Whether hale trusts its alert source.
+    pub source: SourceView,
+    /// Nodes whose standing conclusion is a halt: what a guardrail stopped.
+    pub halts: Vec<Halt>,
+    /// The reboot flow and fencing: queued, under way, and what holds admissions.
+    pub remediations: RemediationCounts,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Halt {
+    pub node: String,
+    pub action: crate::core::policy::Verdict,
+    pub guardrail: crate::core::policy::Guardrail,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RemediationCounts {
+    pub queued: u64,
+    pub in_flight: u64,
+    pub fencing: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocked: Vec<String>,
+}
+
+/// The worst state present, as the overview says it: "No nodes", "All healthy",
+/// "2 degraded, worst 40", "1 unknown", or both of the last two.
+pub fn worst_state(degraded: u64, worst_degraded: Option<u8>, unknown: u64, nodes: u64) -> String {
+    if nodes == 0 {
+        return "No nodes".into();
+    }
+    let mut parts = Vec::new();
+    if degraded > 0 {
+        parts.push(match worst_degraded {
+            Some(score) => format!("{degraded} degraded, worst {score}"),
+            None => format!("{degraded} degraded"),
+        });
+    }
+    if unknown > 0 {
+        parts.push(format!("{unknown} unknown"));
+    }
+    if parts.is_empty() {
+        "All healthy".into()
+    } else {
+        parts.join(", ")
+    }
 }
 
 /// One alert as hale last saw it (`GET /api/v1/alerts`).

@@ -428,3 +428,66 @@ fn check_config_names_file_line_and_key() {
         "{err}"
     );
 }
+
+/// The listing's order, search and count over HTTP, the overview's row, and each
+/// parameter that is not one of theirs refused as a 400 that says why.
+#[tokio::test]
+async fn the_listing_sorts_searches_counts_and_refuses_what_it_cannot_do() {
+    let (_am, _dir, hale) = running().await;
+    let get = |path: String| async move {
+        let r = reqwest::get(path).await.unwrap();
+        (r.status(), r.json::<Value>().await.unwrap())
+    };
+    let (status, list) = get(format!(
+        "{}/api/v1/nodes?sort=-score&total=true&pageSize=1",
+        hale.url
+    ))
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(list["total"], 2);
+    // Descending score: the spare (unscored) sorts last, the scored node first.
+    assert_eq!(list["nodes"][0]["id"], "rack1/n:3");
+    let token = list["nextPageToken"].as_str().unwrap().to_string();
+    let (_, next) = get(format!(
+        "{}/api/v1/nodes?sort=-score&pageSize=1&pageToken={token}",
+        hale.url
+    ))
+    .await;
+    assert_eq!(next["nodes"][0]["id"], "spare-1");
+    assert!(next["nextPageToken"].is_null());
+    assert!(next.get("total").is_none(), "counted only when asked");
+    let (_, found) = get(format!(
+        "{}/api/v1/nodes?q=SPARE1.EXAMPLE&total=true",
+        hale.url
+    ))
+    .await;
+    assert_eq!(
+        (found["total"].clone(), found["nodes"][0]["id"].clone()),
+        (json!(1), json!("spare-1"))
+    );
+
+    for (query, says) in [
+        ("sort=age", "sort=\"age\" is none of"),
+        (
+            &format!("sort=score&pageToken={token}") as &str,
+            "for this sort",
+        ),
+        ("total=maybe", "total must be true or false"),
+        ("allClusters=true&total=true", "counted per cluster"),
+    ] {
+        let (status, e) = get(format!("{}/api/v1/nodes?{query}", hale.url)).await;
+        assert_eq!(status, 400, "{query}");
+        assert!(e["detail"].as_str().unwrap().contains(says), "{query}: {e}");
+    }
+
+    let (status, overview) = get(format!("{}/api/v1/clusters", hale.url)).await;
+    assert_eq!(status, 200);
+    let row = &overview["clusters"][0];
+    assert_eq!(row["name"], "default");
+    assert_eq!(row["health"]["state"], "1 degraded, worst 60, 1 unknown");
+    assert_eq!(row["health"]["nodes"], 2);
+    assert_eq!(row["health"]["lowestScore"], 60);
+    assert_eq!(row["health"]["source"]["up"], true);
+    let (status, _) = get(format!("{}/api/v1/clusters?local=perhaps", hale.url)).await;
+    assert_eq!(status, 400);
+}

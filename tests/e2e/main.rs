@@ -2,6 +2,7 @@
 
 mod api;
 mod bmc_sim;
+mod browser;
 mod events;
 mod fuzzball;
 mod gpu;
@@ -15,3 +16,4 @@ mod pipeline;
 mod policy;
 mod remediation;
 mod slurm;
+mod ui;

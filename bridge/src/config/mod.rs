@@ -2,8 +2,10 @@
 //! `validate()`. `hale serve` and `hale check-config` both go through [`Config::load`],
 //! so a file that passes the check is a file the service accepts.
 
+mod federation;
 mod remediation;
 
+pub use federation::{FederationConfig, Member, MemberConfig, UiConfig};
 pub use remediation::{AlertMatch, Blocking, FencingConfig, RemediationConfig};
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -77,6 +79,10 @@ pub struct Config {
     pub remediation: RemediationConfig,
     /// Fencing silent nodes; off without this section.
     pub fencing: Option<FencingConfig>,
+    /// The web UI at `/`.
+    pub ui: UiConfig,
+    /// Other hales whose clusters this one shows beside its own.
+    pub federation: FederationConfig,
 }
 
 impl Default for Config {
@@ -96,6 +102,8 @@ impl Default for Config {
             bmc: crate::bmc::config::BmcConfig::default(),
             remediation: RemediationConfig::default(),
             fencing: None,
+            ui: UiConfig::default(),
+            federation: FederationConfig::default(),
         }
     }
 }
@@ -570,6 +578,8 @@ pub struct Loaded {
     pub bmc: crate::bmc::config::Directory,
     /// The alerts that hold the reboot flow back, asked of Alertmanager.
     pub blocking: remediation::Blocking,
+    /// `federation.members`, checked, tokens read.
+    pub members: Vec<Member>,
     /// The file this came from (`None`: built-in defaults), for reloads.
     pub source: Option<PathBuf>,
 }
@@ -824,6 +834,7 @@ impl Config {
                         (format!("nodeEventWebhooks[{i}].secretFile"), &w.secret_file)
                     }),
                 )
+                .chain(self.federation.token_files())
                 .map(|(key, path)| (key, read_secret(path)))
                 .collect();
         let files_read = self
@@ -844,6 +855,7 @@ impl Config {
                     .flat_map(crate::store::nats::NatsConfig::files)
                     .map(|(k, p)| (format!("store.nats.{k}"), p)),
             )
+            .chain(self.federation.ca_files())
             .chain(self.inventory.iter().enumerate().flat_map(|(i, n)| {
                 let bmc = n.bmc.as_ref();
                 let credentials = bmc.and_then(|b| b.credentials_file.as_ref());
@@ -906,6 +918,16 @@ impl Config {
                 .expect("checked above")
         };
         let api_token = self.api_token_file.as_ref().map(|_| secret("apiTokenFile"));
+        if self.ui.require_token && api_token.is_none() {
+            return Err(err(
+                "ui.requireToken",
+                "needs apiTokenFile: that token is what a reader signs in with".into(),
+            ));
+        }
+        self.federation
+            .validate(&self.cluster)
+            .map_err(|(key, message)| err(&format!("federation.{key}"), message))?;
+        let members = self.federation.members(&mut secret);
         if self.store.path.as_os_str().is_empty() {
             return Err(err(
                 "store.path",
@@ -1014,6 +1036,7 @@ impl Config {
             webhooks,
             bmc,
             blocking,
+            members,
             source: None,
         })
     }
@@ -1613,6 +1636,104 @@ mod tests {
             std::fs::write(dir.path().join("token"), token).unwrap();
             let l = load(&format!("apiTokenFile: {}/token\n", dir.path().display())).unwrap();
             assert_eq!(l.api_token.as_ref().unwrap().expose(), "t0k3n");
+        }
+    }
+
+    #[test]
+    fn ui_and_federation_keys_are_checked_and_name_the_key_at_fault() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "west-t0k3n\n").unwrap();
+        let pem = dir.path().join("not-a-ca.pem");
+        std::fs::write(&pem, "hello\n").unwrap();
+        let l = load(&format!(
+            "cluster: east\nfederation:\n  timeout: 2s\n  members:\n    - {{ name: west, url: 'https://west:9470', tokenFile: {} }}\n    - {{ name: north, url: 'http://north:9470/' }}\n",
+            token.display()
+        ))
+        .unwrap();
+        assert_eq!(l.config.federation.timeout, Duration::from_secs(2));
+        let names: Vec<&str> = l.members.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["west", "north"]);
+        assert_eq!(l.members[0].token.as_ref().unwrap().expose(), "west-t0k3n");
+        assert!(l.members[1].token.is_none());
+        assert!(!load("").unwrap().config.ui.require_token);
+        for (text, line, key, says) in [
+            (
+                "ui:\n  requireToken: true\n".to_string(),
+                2,
+                "ui.requireToken",
+                "needs apiTokenFile",
+            ),
+            (
+                "cluster: east\nfederation:\n  members:\n    - { name: east, url: 'http://e:1' }\n".into(),
+                4,
+                "federation.members[0].name",
+                "this hale's own cluster",
+            ),
+            (
+                "federation:\n  members:\n    - { name: a, url: 'http://a:1' }\n    - { name: a, url: 'http://b:1' }\n".into(),
+                4,
+                "federation.members[1].name",
+                "listed twice",
+            ),
+            (
+                "federation:\n  members:\n    - { name: ' a', url: 'http://a:1' }\n".into(),
+                3,
+                "federation.members[0].name",
+                "without spaces",
+            ),
+            (
+                "federation:\n  members:\n    - { name: a, url: 'http://user:pw@a:1' }\n".into(),
+                3,
+                "federation.members[0].url",
+                "without credentials",
+            ),
+            (
+                "federation:\n  members:\n    - { name: a, url: 'ftp://a' }\n".into(),
+                3,
+                "federation.members[0].url",
+                "http(s) URL",
+            ),
+            (
+                format!(
+                    "federation:\n  members:\n    - {{ name: a, url: 'http://a:1', caFile: {} }}\n",
+                    pem.display()
+                ),
+                3,
+                "federation.members[0].caFile",
+                "https member",
+            ),
+            (
+                format!(
+                    "federation:\n  members:\n    - {{ name: a, url: 'https://a:1', caFile: {} }}\n",
+                    pem.display()
+                ),
+                3,
+                "federation.members[0].caFile",
+                "no PEM certificate",
+            ),
+            (
+                "federation:\n  members:\n    - { name: a, url: 'http://a:1', tokenFile: /nonexistent/t }\n".into(),
+                3,
+                "federation.members[0].tokenFile",
+                "cannot read",
+            ),
+            (
+                "federation:\n  timeout: 2m\n".into(),
+                2,
+                "federation.timeout",
+                "between 1ms and 60s",
+            ),
+            (
+                "federation:\n  members:\n    - { name: a }\n".into(),
+                3,
+                "federation.members[0]",
+                "missing field `url`",
+            ),
+        ] {
+            let e = load(&text).unwrap_err();
+            assert_eq!((e.key.as_str(), e.line), (key, Some(line)), "{text}: {e}");
+            assert!(e.message.contains(says), "{text}: {e}");
         }
     }
 

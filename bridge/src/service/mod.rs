@@ -22,17 +22,21 @@ use crate::alertmanager::{self, Answer, IngestError};
 use crate::config::{Config, ConfigError, InventoryNode, Loaded};
 use crate::core::labels::{Alert, AlertState, Signal};
 use crate::core::policy::{Action, Pending};
-use crate::core::settings::CoreSettings;
+use crate::core::settings::{CoreSettings, Settings};
 use crate::core::{
-    CoreError, EventKind, Fleet, Listed, Outcome, PollAnswer, TELEMETRY_STALE, Time,
+    CoreError, EventKind, Fleet, Health, Listed, Node, Outcome, PollAnswer, TELEMETRY_STALE, Time,
 };
 use crate::election::{Elected, NatsLease};
+use crate::federation::Federation;
 use crate::liveness::Liveness;
 use crate::metrics::{ActionLabel, Metrics, OperationLabel, PathLabel, ReasonLabel, ResultLabel};
 use crate::notify::{Durable, Notifier};
 use crate::orchestrator::{self, Orchestrator, OrchestratorError, Report, most_urgent};
 use crate::store::{Batch, EventPage, EventQuery, Opened, Store, StoreError};
-use crate::view::{NodeList, NodeQuery, NodeSummary, NodeView, SeenAlert, SourceView, page_token};
+use crate::view::{
+    ClusterHealth, ClusterView, Halt, Key, NodeList, NodeQuery, NodeSummary, NodeView, Place,
+    SeenAlert, Sort, SourceView, holds, page_token, worst_state,
+};
 
 /// How often time-driven rules (staleness, missed heartbeats, decay) are evaluated.
 const TICK: Duration = Duration::from_secs(1);
@@ -69,6 +73,8 @@ pub struct Hale {
     first_poll_done: AtomicBool,
     client: RwLock<alertmanager::Client>,
     notifier: RwLock<Notifier>,
+    /// The other hales whose clusters this one shows.
+    federation: RwLock<Arc<Federation>>,
     /// A second connection for event reads and the retention sweep, so neither waits
     /// behind ingest's writer.
     maintenance: Mutex<Box<dyn Store>>,
@@ -206,6 +212,7 @@ impl Hale {
             first_poll_done: AtomicBool::new(false),
             client: RwLock::new(client),
             notifier: RwLock::new(notifier),
+            federation: RwLock::new(Arc::new(Federation::new(&loaded))),
             maintenance: Mutex::new(maintenance),
             near_full: AtomicBool::new(false),
             delivered_during_poll: Mutex::new(None),
@@ -241,6 +248,11 @@ impl Hale {
             .collect();
         self.apply(|fleet, cfg, now| Ok(fleet.register(cfg, now, &inventory)))
             .expect("registering cannot fail");
+    }
+
+    /// The federation members as configured now.
+    pub fn federation(&self) -> Arc<Federation> {
+        self.federation.read().expect("federation lock").clone()
     }
 
     pub fn config(&self) -> Arc<Loaded> {
@@ -686,43 +698,98 @@ impl Hale {
         }
     }
 
-    /// One page of `GET /api/v1/nodes`. Only the page is built under the fleet lock;
-    /// a filter that matches few nodes looks at each node once.
+    /// One page of `GET /api/v1/nodes`. Only the page is built under the fleet lock.
+    /// In id order without a count, the listing walks on from the token and stops
+    /// at a full page; any other order, or a count, looks at each node once and
+    /// sorts only the page.
     pub fn nodes(&self, q: &NodeQuery) -> NodeList {
         let cfg = self.config();
         let cluster = &cfg.config.cluster;
-        if q.cluster.as_ref().is_some_and(|c| c != cluster) {
-            return NodeList {
-                nodes: Vec::new(),
-                next_page_token: None,
-            };
-        }
-        let from = match &q.after {
-            Some(id) => Bound::Excluded(id.clone()),
-            None => Bound::Unbounded,
+        let mut list = NodeList {
+            nodes: Vec::new(),
+            next_page_token: None,
+            total: q.count.then_some(0),
+            unreachable: Vec::new(),
         };
-        let fleet = self.lock_fleet();
-        let mut nodes: Vec<NodeSummary> = fleet
-            .nodes
-            .range((from, Bound::Unbounded))
-            .filter_map(|(_, n)| {
-                let settings = cfg.core.settings_for(&n.labels);
-                let wanted = q.status.is_none_or(|s| s == n.status)
-                    && q.pool.as_ref().is_none_or(|p| *p == settings.name)
-                    && q.health.is_none_or(|h| h == n.health(settings));
-                wanted.then(|| NodeSummary::of(n, cluster, settings))
-            })
-            .take(q.page_size + 1)
-            .collect();
-        drop(fleet);
-        let more = nodes.len() > q.page_size;
-        nodes.truncate(q.page_size);
-        NodeList {
-            next_page_token: more
-                .then(|| nodes.last().map(|n| page_token(&n.id)))
-                .flatten(),
-            nodes,
+        if q.cluster.as_ref().is_some_and(|c| c != cluster) {
+            return list;
         }
+        let fleet = self.lock_fleet();
+        fn matching<'a>(
+            n: &'a Node,
+            core: &'a CoreSettings,
+            q: &NodeQuery,
+        ) -> Option<(&'a Settings, Health, &'a str)> {
+            let settings = core.settings_for(&n.labels);
+            let health = n.health(settings);
+            let hostname = n.hostname.as_deref().unwrap_or(&n.id);
+            let matched = q.status.is_none_or(|s| s == n.status)
+                && q.pool.as_ref().is_none_or(|p| *p == settings.name)
+                && q.health.is_none_or(|h| h == health)
+                && q.search
+                    .as_deref()
+                    .is_none_or(|text| holds(&n.id, text) || holds(hostname, text));
+            matched.then_some((settings, health, hostname))
+        }
+        let wanted = |n| matching(n, &cfg.core, q);
+        let mut page: Vec<(&Node, &Settings, Key<'_>)> = Vec::new();
+        if q.sort == Sort::default() && !q.count {
+            let from = match &q.after {
+                Some(place) => Bound::Excluded(place.id.clone()),
+                None => Bound::Unbounded,
+            };
+            page = fleet
+                .nodes
+                .range((from, Bound::Unbounded))
+                .filter_map(|(_, n)| Some((n, wanted(n)?.0, (0, "", n.id.as_str()))))
+                .take(q.page_size + 1)
+                .collect();
+        } else {
+            let after = q.after.as_ref().map(Place::key);
+            let mut total = 0;
+            for n in fleet.nodes.values() {
+                let Some((settings, health, hostname)) = wanted(n) else {
+                    continue;
+                };
+                total += 1;
+                let key = q.sort.key(
+                    &n.id,
+                    hostname,
+                    n.status,
+                    health,
+                    n.score.as_ref().map(|s| s.value),
+                );
+                let beyond =
+                    after.is_none_or(|a| if q.sort.descending { key < a } else { key > a });
+                if beyond {
+                    page.push((n, settings, key));
+                }
+            }
+            list.total = q.count.then_some(total);
+            let order = |a: &(&Node, &Settings, Key<'_>), b: &(&Node, &Settings, Key<'_>)| {
+                if q.sort.descending {
+                    b.2.cmp(&a.2)
+                } else {
+                    a.2.cmp(&b.2)
+                }
+            };
+            if page.len() > q.page_size + 1 {
+                page.select_nth_unstable_by(q.page_size, order);
+                page.truncate(q.page_size + 1);
+            }
+            page.sort_unstable_by(order);
+        }
+        let more = page.len() > q.page_size;
+        page.truncate(q.page_size);
+        list.next_page_token = page
+            .last()
+            .filter(|_| more)
+            .map(|(_, _, key)| page_token(q.sort, &Place::of(*key)));
+        list.nodes = page
+            .iter()
+            .map(|(n, settings, _)| NodeSummary::of(n, cluster, settings))
+            .collect();
+        list
     }
 
     pub fn node(&self, id: &str) -> Option<NodeView> {
@@ -735,6 +802,81 @@ impl Hale {
             cfg.core.settings_for(&n.labels),
             Utc::now(),
         ))
+    }
+
+    /// This hale's own row of the overview: counts by health, the lowest score,
+    /// the source's trust, halts and remediations, read in one pass.
+    pub fn cluster(&self) -> ClusterView {
+        let cfg = self.config();
+        let (mut healthy, mut degraded, mut unknown) = (0, 0, 0);
+        let (mut lowest, mut worst_degraded): (Option<u8>, Option<u8>) = (None, None);
+        let mut halts = Vec::new();
+        let nodes = {
+            let fleet = self.lock_fleet();
+            for n in fleet.nodes.values() {
+                let score = n.score.as_ref().map(|s| s.value);
+                let lower = |seen: Option<u8>| match (seen, score) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                lowest = lower(lowest);
+                match n.health(cfg.core.settings_for(&n.labels)) {
+                    Health::Healthy => healthy += 1,
+                    Health::Degraded => {
+                        degraded += 1;
+                        worst_degraded = lower(worst_degraded);
+                    }
+                    Health::Unknown => unknown += 1,
+                }
+                if let Some(crate::core::policy::Conclusion::Halted { action, guardrail }) =
+                    &n.policy.conclusion
+                {
+                    halts.push(Halt {
+                        node: n.id.clone(),
+                        action: *action,
+                        guardrail: *guardrail,
+                    });
+                }
+            }
+            fleet.nodes.len() as u64
+        };
+        let r = self.remediations();
+        ClusterView {
+            name: cfg.config.cluster.clone(),
+            member: None,
+            url: None,
+            health: Some(ClusterHealth {
+                state: worst_state(degraded, worst_degraded, unknown, nodes),
+                nodes,
+                healthy,
+                degraded,
+                unknown,
+                lowest_score: lowest,
+                source: self.source(),
+                halts,
+                remediations: crate::view::RemediationCounts {
+                    queued: r.queued.len() as u64,
+                    in_flight: r.in_flight.len() as u64,
+                    fencing: r.fencing.len() as u64,
+                    blocked: r.blocked,
+                },
+            }),
+            error: None,
+        }
+    }
+
+    /// The overview's rows: this cluster's, then (unless `local`) each federation
+    /// member's, asked now.
+    pub async fn clusters(self: &Arc<Self>, local: bool) -> Vec<ClusterView> {
+        let this = self.clone();
+        let own = tokio::task::spawn_blocking(move || this.cluster())
+            .await
+            .expect("cluster summary panicked");
+        let mut rows = vec![own];
+        if !local {
+            rows.extend(self.federation().clusters().await);
+        }
+        rows
     }
 
     /// What hale sees: the receiver's alerts, each read through the label contract,
@@ -952,6 +1094,7 @@ impl Hale {
             &self.liveness,
             self.durable.as_ref(),
         );
+        *self.federation.write().expect("federation lock") = Arc::new(Federation::new(&next));
         self.metrics
             .store_bytes_max
             .set(next.config.store.max_bytes.map_or(0, |m| m as i64));
@@ -1401,6 +1544,11 @@ fn changed_keys(was: &Loaded, is: &Loaded) -> Vec<&'static str> {
         ("bmc", a.bmc != b.bmc || was.bmc != is.bmc),
         ("remediation", a.remediation != b.remediation),
         ("fencing", a.fencing != b.fencing),
+        ("ui", a.ui != b.ui),
+        (
+            "federation",
+            a.federation != b.federation || was.members != is.members,
+        ),
     ]
     .into_iter()
     .filter_map(|(key, changed)| changed.then_some(key))
@@ -1411,6 +1559,105 @@ fn changed_keys(was: &Loaded, is: &Loaded) -> Vec<&'static str> {
 mod tests {
     use super::*;
     use crate::orchestrator::NoOrchestrator;
+
+    /// Every order pages through every match exactly once, in the order a plain
+    /// sort of the whole listing gives; the count and the search agree.
+    #[tokio::test]
+    async fn every_sort_pages_through_each_match_once_in_order() {
+        use crate::view::{Sort, SortKey, health_rank, page_after, status_rank};
+        let dir = tempfile::tempdir().unwrap();
+        let mut yaml = format!(
+            "alertmanager: {{ pollInterval: 0, requireWatchdog: false }}\nstore: {{ path: {} }}\ninventory:\n",
+            dir.path().display()
+        );
+        for i in 0..23 {
+            yaml.push_str(&format!(
+                "  - {{ id: n{i:02}, hostname: h{} }}\n",
+                (i * 7) % 23
+            ));
+        }
+        let loaded = Config::parse("hale.yaml", &yaml)
+            .unwrap()
+            .resolve("hale.yaml", &yaml)
+            .unwrap();
+        let hale = Hale::open(loaded, Arc::new(NoOrchestrator)).unwrap();
+        // Scores 100, 95, 75 and 60 among unscored nodes, with ties.
+        let alerts: Vec<String> = (0..16)
+            .map(|i| {
+                let severity = ["info", "warning", "critical"][i % 3];
+                format!(
+                    r#"{{"status":"firing","labels":{{"alertname":"A{i}","node":"n{:02}","severity":"{severity}"}},"annotations":{{}},"startsAt":"2026-12-01T00:00:00Z","fingerprint":"f{i}"}}"#,
+                    i + 3
+                )
+            })
+            .collect();
+        let body = format!(
+            r#"{{"version":"4","status":"firing","receiver":"hale","groupKey":"g","truncatedAlerts":0,"alerts":[{}]}}"#,
+            alerts.join(",")
+        );
+        hale.ingest_webhook(body.as_bytes()).unwrap();
+        let everything = hale.nodes(&NodeQuery {
+            page_size: 1000,
+            ..NodeQuery::default()
+        });
+        assert_eq!(everything.nodes.len(), 23);
+        assert!(everything.nodes.iter().any(|n| n.score == Some(75)));
+        for key in SortKey::ALL {
+            for descending in [false, true] {
+                let sort = Sort { key, descending };
+                let mut want = everything.nodes.clone();
+                want.sort_by(|a, b| {
+                    let rank = |n: &NodeSummary| match key {
+                        SortKey::Id => (0, String::new()),
+                        SortKey::Hostname => (0, n.hostname.clone()),
+                        SortKey::Status => (status_rank(n.status), String::new()),
+                        SortKey::Health => (health_rank(n.health), String::new()),
+                        SortKey::Score => (n.score.map_or(0, |s| u16::from(s) + 1), String::new()),
+                    };
+                    let order = (rank(a), &a.id).cmp(&(rank(b), &b.id));
+                    if descending { order.reverse() } else { order }
+                });
+                let mut got = Vec::new();
+                let mut after = None;
+                loop {
+                    let page = hale.nodes(&NodeQuery {
+                        page_size: 4,
+                        after: after.take(),
+                        sort,
+                        count: true,
+                        ..NodeQuery::default()
+                    });
+                    assert_eq!(page.total, Some(23), "{sort:?}");
+                    got.extend(page.nodes.into_iter().map(|n| n.id));
+                    let Some(token) = page.next_page_token else {
+                        break;
+                    };
+                    after = Some(page_after(sort, &token).expect("its own token"));
+                    let other = Sort {
+                        key,
+                        descending: !descending,
+                    };
+                    assert_eq!(
+                        page_after(other, &token),
+                        None,
+                        "a token belongs to its sort"
+                    );
+                }
+                let want: Vec<String> = want.into_iter().map(|n| n.id).collect();
+                assert_eq!(got, want, "{}", sort.name());
+            }
+        }
+        let found = hale.nodes(&NodeQuery {
+            page_size: 10,
+            search: Some("h1".into()),
+            count: true,
+            ..NodeQuery::default()
+        });
+        // Hostnames h1, h10…h19 (11) hold "h1"; no id does.
+        assert_eq!(found.total, Some(11));
+        assert!(found.nodes.iter().all(|n| n.hostname.starts_with("h1")));
+        assert!(found.next_page_token.is_some());
+    }
 
     #[tokio::test]
     async fn a_panic_under_the_fleet_lock_makes_hale_unhealthy() {
