@@ -372,7 +372,8 @@ async fn require_token_closes_reads_too() {
         .await;
 }
 
-/// A hub with two member hales on loopback and one that answers garbage: the
+/// A hub with two member hales on loopback, one that answers garbage and one that
+/// never answers: the
 /// overview has a row per cluster and counts every reachable node; the listing
 /// carries each member's own state and score. One member killed: its row says no
 /// health, its nodes leave the counts and the listings.
@@ -397,8 +398,8 @@ async fn federation_shows_members_and_never_a_dead_ones_last_answer() {
     let hub = Hale::webhook_only(
         hub_dir.path(),
         &format!(
-            "cluster: hub\nfederation:\n  timeout: 2s\n  members:\n    - {{ name: east, url: '{}' }}\n    - {{ name: west, url: '{}' }}\n    - {{ name: odd, url: '{}' }}\n",
-            east.url, west.url, garbage.url
+            "cluster: hub\nfederation:\n  timeout: 2s\n  members:\n    - {{ name: east, url: '{}' }}\n    - {{ name: west, url: '{}' }}\n    - {{ name: odd, url: '{}' }}\n    - {{ name: slow, url: '{}/hang' }}\n",
+            east.url, west.url, garbage.url, garbage.url
         ),
     )
     .await;
@@ -417,6 +418,14 @@ async fn federation_shows_members_and_never_a_dead_ones_last_answer() {
             .text("tr.cluster[data-cluster='odd'] td.error")
             .await
             .contains("not hale's API"),
+    );
+    // A member that never answers is cut off at the timeout, and says so.
+    assert_eq!(browser.text(&state("slow")).await, "No health");
+    assert!(
+        browser
+            .text("tr.cluster[data-cluster='slow'] td.error")
+            .await
+            .contains("did not answer in time"),
     );
     assert_eq!(browser.text("#fleet-nodes").await, "6");
     assert_eq!(browser.text("#fleet-healthy").await, "4");
@@ -440,6 +449,13 @@ async fn federation_shows_members_and_never_a_dead_ones_last_answer() {
         .collect();
     assert_eq!(ids, ["h1", "e1", "e2", "w1", "w2", "w3"]);
     assert!(String::from_utf8_lossy(&listed.stderr).contains("cluster odd has no health"));
+    let east_only = hub.cli_ok(&["node", "list", "--cluster", "east"]);
+    let table = String::from_utf8_lossy(&east_only.stdout);
+    assert_eq!(table.lines().count(), 3, "{table}");
+    assert!(
+        table.contains("e2  ") && table.contains("Degraded"),
+        "{table}"
+    );
     browser
         .goto(&format!("{}/ui/nodes/e2?cluster=east", hub.url))
         .await;
@@ -457,7 +473,7 @@ async fn federation_shows_members_and_never_a_dead_ones_last_answer() {
         browser
             .text("#fleet")
             .await
-            .contains("2 clusters without health")
+            .contains("3 clusters without health")
     );
     let all: Value = reqwest::get(format!("{}/api/v1/nodes?allClusters=true", hub.url))
         .await
@@ -478,7 +494,7 @@ async fn federation_shows_members_and_never_a_dead_ones_last_answer() {
         .iter()
         .map(|u| u["cluster"].as_str().unwrap())
         .collect();
-    assert_eq!(gone, ["west", "odd"]);
+    assert_eq!(gone, ["west", "odd", "slow"]);
     let r = reqwest::get(format!("{}/api/v1/nodes?cluster=west", hub.url))
         .await
         .unwrap();

@@ -726,9 +726,10 @@ async fn login(State(hale): State<Arc<Hale>>, headers: HeaderMap, body: Bytes) -
     let expiry = now.timestamp() + SESSION.as_secs() as i64;
     let mut r = redirect(&next);
     let cookie = format!(
-        "{COOKIE}={}; Path=/; Max-Age={}; HttpOnly; SameSite=Strict",
+        "{COOKIE}={}; Path=/; Max-Age={}; HttpOnly; SameSite=Strict{}",
         session_value(token, expiry),
-        SESSION.as_secs()
+        SESSION.as_secs(),
+        secure(&headers)
     );
     if let Ok(v) = HeaderValue::from_str(&cookie) {
         r.headers_mut().insert(header::SET_COOKIE, v);
@@ -741,11 +742,25 @@ async fn logout(State(hale): State<Arc<Hale>>, headers: HeaderMap, body: Bytes) 
         return *r;
     }
     let mut r = redirect("/");
-    r.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_static("hale_session=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict"),
+    let cookie = format!(
+        "{COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict{}",
+        secure(&headers)
     );
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
     r
+}
+
+/// `; Secure` where the browser reached hale over https (through a proxy that
+/// terminates TLS and says so in `X-Forwarded-Proto`), so the cookie never
+/// travels in the clear afterwards.
+fn secure(headers: &HeaderMap) -> &'static str {
+    let https = headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("https"));
+    if https { "; Secure" } else { "" }
 }
 
 #[cfg(test)]

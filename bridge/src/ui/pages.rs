@@ -175,7 +175,7 @@ pub fn overview(rows: &[ClusterView]) -> String {
                     )
                 } else if s.stale {
                     format!(
-                        r#"<span class="bad">stale</span><div class="muted">last trusted {}</div>"#,
+                        r#"<span class="bad">stale</span><div class="muted">no trusted input since {}</div>"#,
                         when(s.last_trusted)
                     )
                 } else {
