@@ -170,6 +170,40 @@ REMEDIATION = {
     },
 }
 
+# Federation, with reads closed (ui.requireToken, on the default API token): one
+# member over https with its token and CA from two Secrets, one over http with
+# neither.
+FEDERATION = {
+    "federationSecrets": [{"name": "west-token", "existingSecret": "hale-west-token", "key": "api-token"},
+                          {"name": "west-ca", "existingSecret": "hale-west-tls", "key": "ca.crt"}],
+    "config": {
+        "cluster": "east",
+        "ui": {"requireToken": True},
+        "federation": {"timeout": "10s", "members": [
+            {"name": "west", "url": "https://hale-west.example.com:9470",
+             "tokenFile": "/etc/hale/secrets/federation/west-token",
+             "caFile": "/etc/hale/secrets/federation/west-ca"},
+            {"name": "lab", "url": "http://hale.hale-lab.svc:9470"},
+        ]},
+    },
+}
+
+# A self-signed certificate (its key thrown away) for every caFile, which hale
+# reads as PEM at load.
+TEST_CA = """\
+-----BEGIN CERTIFICATE-----
+MIIBlDCCATmgAwIBAgIURWld2/Uym7uHOExvkreHgCXg3UYwCgYIKoZIzj0EAwIw
+HjEcMBoGA1UEAwwTaGFsZSBjaGFydCBjaGVjayBDQTAgFw0yNjEyMDExNzMwNDha
+GA8yMTI2MTEwNzE3MzA0OFowHjEcMBoGA1UEAwwTaGFsZSBjaGFydCBjaGVjayBD
+QTBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABH8GvtLoo2Y11hkI432IvGw4QZst
++X2x7wAZ3umhPKme8DiIBfosTr4Kvw3meu0sxM9T5+63Nv3+Az5b32j8WF2jUzBR
+MB0GA1UdDgQWBBQ8hygKC0TUU42YAinZ5SFK2h1IWDAfBgNVHSMEGDAWgBQ8hygK
+C0TUU42YAinZ5SFK2h1IWDAPBgNVHRMBAf8EBTADAQH/MAoGCCqGSM49BAMCA0kA
+MEYCIQCliunJjSqsRh6M87uCzf4ULpmKQFW5kpojM5eKMFJAdwIhANDMmZ0vzhAP
+uvm1BNQPrIainYi6Sl6gHP+w1H6/+dn/
+-----END CERTIFICATE-----
+"""
+
 CASES = [
     Case("defaults", {}),
     Case("monitoring", {"monitoring": {"enabled": True}}),
@@ -180,6 +214,7 @@ CASES = [
                         "dashboard": {"enabled": False}, "replicaCount": 1}),
     Case("full-config", FULL),
     Case("remediation", REMEDIATION),
+    Case("federation", FEDERATION),
     Case("dcgm-counters", {"dcgmExporter": {"counters": {"enabled": True, "namespace": "gpu-operator"}}}),
     # Three replicas on an existing NATS (the official chart's Service): one
     # history, a leader elected on NATS, so webhooks are allowed.
@@ -232,6 +267,37 @@ REFUSED = [
     ("a BMC Secret without a name", {"bmcSecrets": [{"existingSecret": "hale-bmc"}]},
      "missing property 'name'", True),
     ("fencing typo", {"config": {"fencing": {"maxPercents": 10}}}, "maxPercents", True),
+    ("reads closed without a token",
+     {"apiToken": {"existingSecret": ""}, "config": {"apiTokenFile": None, "ui": {"requireToken": True}}},
+     "config.ui.requireToken needs config.apiTokenFile", False),
+    ("ui typo", {"config": {"ui": {"requiresToken": True}}}, "requiresToken", True),
+    ("federation typo", {"config": {"federation": {"member": []}}}, "additional properties 'member' not allowed", True),
+    ("a federation member without a url", {"config": {"federation": {"members": [{"name": "west"}]}}},
+     "missing property 'url'", True),
+    ("a federation member's URL with credentials",
+     {"config": {"federation": {"members": [{"name": "west", "url": "https://hale:secret@west.example:9470"}]}}},
+     "/config/federation/members/0/url", True),
+    ("a CA for an http federation member",
+     {"federationSecrets": [{"name": "west-ca", "existingSecret": "hale-west-tls", "key": "ca.crt"}],
+      "config": {"federation": {"members": [{"name": "west", "url": "http://west.example:9470",
+                                             "caFile": "/etc/hale/secrets/federation/west-ca"}]}}},
+     "/config/federation/members/0/url", True),
+    ("a federation timeout over 60s", {"config": {"federation": {"timeout": "61s"}}},
+     "/config/federation/timeout", True),
+    ("an unmounted federation token",
+     {"config": {"federation": {"members": [{"name": "west", "url": "https://west.example:9470",
+                                             "tokenFile": "/etc/hale/west-token"}]}}},
+     "config.federation.members[0].tokenFile /etc/hale/west-token is not a mounted secret", False),
+    ("an unmounted federation CA",
+     {"federationSecrets": [{"name": "west-token", "existingSecret": "hale-west-token", "key": "api-token"}],
+      "config": {"federation": {"members": [{"name": "west", "url": "https://west.example:9470",
+                                             "tokenFile": "/etc/hale/secrets/federation/west-token",
+                                             "caFile": "/etc/ssl/west-ca.pem"}]}}},
+     "config.federation.members[0].caFile /etc/ssl/west-ca.pem is not a mounted secret", False),
+    ("a federation Secret named twice",
+     {"federationSecrets": [{"name": "west", "existingSecret": "a", "key": "token"},
+                            {"name": "west", "existingSecret": "b", "key": "token"}]},
+     "federationSecrets: west is named twice", False),
     ("dcgm counters in a bad namespace", {"dcgmExporter": {"counters": {"enabled": True, "namespace": "GPU_Operator"}}},
      "/dcgmExporter/counters/namespace", True),
 ]
@@ -329,8 +395,9 @@ def check_hale_config(case, tmp):
     expect(config == values_config, f"{case.name}: hale.yaml is not values.config:\n{text}")
     expect(not re.match(r"(127\.|localhost|\[::1\])", config["listen"]), f"{case.name}: hale listens on loopback")
 
-    # The secret files only exist in the pod: point them at temporary files, and
-    # each BMC credentialsFile at a directory like the mounted Secret's.
+    # The secret files only exist in the pod: point them at temporary files, each
+    # BMC credentialsFile at a directory like the mounted Secret's, and each
+    # caFile at a PEM certificate.
     secrets = tmp / f"secrets-{case.name}"
     secrets.mkdir()
     def fake(m):
@@ -343,8 +410,13 @@ def check_hale_config(case, tmp):
         (path / "username").write_text("admin\n")
         (path / "password").write_text("not-a-real-password\n")
         return f"{m.group(1)}{path}"
-    local = re.sub(r"(?m)^(\s*(?:-\s+)?(?:apiTokenFile|secretFile):\s*)\S+", fake, text)
+    def fake_ca(m):
+        path = secrets / str(len(list(secrets.iterdir())))
+        path.write_text(TEST_CA)
+        return f"{m.group(1)}{path}"
+    local = re.sub(r"(?m)^(\s*(?:-\s+)?(?:apiTokenFile|secretFile|tokenFile):\s*)\S+", fake, text)
     local = re.sub(r"(?m)^(\s*(?:-\s+)?credentialsFile:\s*)\S+", fake_bmc, local)
+    local = re.sub(r"(?m)^(\s*(?:-\s+)?caFile:\s*)\S+", fake_ca, local)
     f = tmp / f"hale-{case.name}.yaml"
     f.write_text(local)
     r = run([HALE, "check-config", f], env={**os.environ, "RUST_BACKTRACE": "0"})
@@ -403,6 +475,8 @@ def check_deployment(case):
     for b in values["bmcSecrets"]:
         for key in ("username", "password"):
             wanted[f"/etc/hale/secrets/bmc/{b['name']}/{key}"] = (b["existingSecret"], key)
+    for s in values["federationSecrets"]:
+        wanted[f"/etc/hale/secrets/federation/{s['name']}"] = (s["existingSecret"], s["key"])
     expect(files == wanted, f"{case.name}: mounted secrets {files}, wanted {wanted}")
     for w in values["config"].get("nodeEventWebhooks", []):
         expect(w["secretFile"] in files, f"{case.name}: {w['secretFile']} is not mounted")
@@ -412,6 +486,10 @@ def check_deployment(case):
             for key in ("username", "password"):
                 expect(f"{b['credentialsFile']}/{key}" in files,
                        f"{case.name}: {b['credentialsFile']} holds no mounted {key}")
+    for m in values["config"].get("federation", {}).get("members", []):
+        for key in ("tokenFile", "caFile"):
+            if key in m:
+                expect(m[key] in files, f"{case.name}: federation member {m['name']}'s {key} {m[key]} is not mounted")
 
     term = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
     expect(term["topologyKey"] == "kubernetes.io/hostname"

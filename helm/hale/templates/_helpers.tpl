@@ -110,6 +110,9 @@ values.config that must agree with how the pod is built. Renders nothing.
 {{- if and .Values.apiToken.existingSecret (not $token) }}
 {{- fail "apiToken.existingSecret is set but config.apiTokenFile is not: hale would leave its API open; set config.apiTokenFile to /etc/hale/secrets/api-token" }}
 {{- end }}
+{{- if and (dig "ui" "requireToken" false $c) (not $token) }}
+{{- fail "config.ui.requireToken needs config.apiTokenFile: readers sign in with the API token, and hale refuses requireToken without one; mount the token (apiToken.existingSecret, config.apiTokenFile /etc/hale/secrets/api-token) or set config.ui.requireToken to false" }}
+{{- end }}
 {{- $mounted := list }}
 {{- range .Values.webhookSecrets }}
 {{- $mounted = append $mounted (printf "/etc/hale/secrets/webhooks/%s" .name) }}
@@ -136,6 +139,23 @@ values.config that must agree with how the pod is built. Renders nothing.
 {{- with ($n.bmc | default dict).credentialsFile }}
 {{- if not (has (toString . | trimSuffix "/") $bmcDirs) }}
 {{- fail (printf "config.inventory[%d].bmc.credentialsFile %s is not a mounted secret: add it to bmcSecrets and use /etc/hale/secrets/bmc/<name>" $i (toString .)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $federationFiles := list }}
+{{- range .Values.federationSecrets }}
+{{- $file := printf "/etc/hale/secrets/federation/%s" .name }}
+{{- if has $file $federationFiles }}
+{{- fail (printf "federationSecrets: %s is named twice; each name is a file of its own" .name) }}
+{{- end }}
+{{- $federationFiles = append $federationFiles $file }}
+{{- end }}
+{{- range $i, $m := ($c.federation | default dict).members | default list }}
+{{- range $key := list "tokenFile" "caFile" }}
+{{- with index $m $key }}
+{{- if not (has (toString .) $federationFiles) }}
+{{- fail (printf "config.federation.members[%d].%s %s is not a mounted secret: add it to federationSecrets and use /etc/hale/secrets/federation/<name>" $i $key (toString .)) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end }}
