@@ -666,7 +666,7 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
             }
             for u in &list.unreachable {
                 eprintln!(
-                    "hale: cluster {} has no health here (its nodes are not listed): {}",
+                    "hale: cluster {} could not be asked; its nodes (or the rest of them) are not listed: {}",
                     u.cluster, u.error
                 );
             }

@@ -9,6 +9,10 @@ use serde::de::DeserializeOwned;
 use crate::config::{Loaded, Member, Secret};
 use crate::view::{ClusterList, ClusterView, ErrorBody, EventsView, NodeList, NodeView};
 
+/// The header on every request to a member: a hale that receives it answers for
+/// its own cluster only, so two hales that name each other cannot loop.
+pub const FEDERATED: &str = "x-hale-federated";
+
 /// The largest answer read from a member (a page of 1,000 nodes is about 300 kB).
 const MAX_ANSWER: usize = 16 << 20;
 
@@ -134,7 +138,18 @@ impl Federation {
             .copied()
             .collect();
         pairs.push(("cluster", name));
+        let asked: usize = pairs
+            .iter()
+            .find(|(k, _)| *k == "pageSize")
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or(500);
         let list: NodeList = m.get(&["api", "v1", "nodes"], &pairs).await?;
+        if list.nodes.len() > asked {
+            return Err(MemberError::Failed(format!(
+                "answered {} nodes for a page of {asked}",
+                list.nodes.len()
+            )));
+        }
         match list.nodes.iter().find(|n| n.cluster != name) {
             Some(n) => Err(MemberError::Failed(format!(
                 "answered with a node of cluster `{}`, not `{name}`",
@@ -182,14 +197,17 @@ impl Remote {
             .as_ref()
             .map_err(|e| MemberError::Failed(e.clone()))?;
         let mut url = self.url.clone();
-        url.path_segments_mut()
-            .map_err(|()| MemberError::Failed("the member's url cannot take a path".into()))?
-            .pop_if_empty()
-            .extend(segments);
+        let path = segments
+            .iter()
+            .map(|s| crate::path_segment(s))
+            .collect::<Vec<_>>()
+            .join("/");
+        url.set_path(&format!("{}/{path}", self.url.path().trim_end_matches('/')));
         if !query.is_empty() {
             url.query_pairs_mut().extend_pairs(query);
         }
-        let mut request = http.get(url);
+        // A member never passes this request on to a cluster of its own members.
+        let mut request = http.get(url).header(FEDERATED, "1");
         if let Some(token) = &self.token {
             request = request.bearer_auth(token.expose());
         }

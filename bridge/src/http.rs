@@ -159,7 +159,7 @@ pub(crate) fn authorize(hale: &Hale, headers: &HeaderMap) -> ApiResult<()> {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    if constant_time_eq(got.as_bytes(), want.as_bytes()) {
+    if crate::secrets_equal(got.as_bytes(), want.as_bytes()) {
         Ok(())
     } else {
         Err(ApiError::new(
@@ -170,20 +170,30 @@ pub(crate) fn authorize(hale: &Hale, headers: &HeaderMap) -> ApiResult<()> {
     }
 }
 
-pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 async fn list_nodes(
     State(hale): State<Arc<Hale>>,
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<NodeList>> {
     authorize_read(&hale, &headers)?;
-    listing(hale, &raw.unwrap_or_default()).await.map(Json)
+    let raw = raw.unwrap_or_default();
+    // A hub's request is answered from this cluster alone: a member whose url
+    // names another hale, or two hales naming each other, must not loop.
+    if headers.contains_key(crate::federation::FEDERATED) {
+        let query = node_query(&raw)?;
+        let local = hale.config().config.cluster.clone();
+        if query.all_clusters || query.cluster.as_ref().is_some_and(|c| *c != local) {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "federation_loop",
+                format!(
+                    "this hale serves cluster {local:?} and passes no federated request on \
+                     (does a federation member's url name the wrong hale?)"
+                ),
+            ));
+        }
+    }
+    listing(hale, &raw).await.map(Json)
 }
 
 /// The node listing a query asks for: this hale's nodes, a member's, or every
@@ -239,9 +249,11 @@ pub(crate) async fn local_nodes(hale: Arc<Hale>, query: NodeQuery) -> NodeList {
 }
 
 /// `allClusters=true`: this hale's nodes, then each member's in the order
-/// configured, a page at a time. The token says whose turn it is (`c<i>.`) and
-/// carries that cluster's own token. A member that cannot be asked is named in
-/// `unreachable` and skipped: its nodes are absent, never guessed.
+/// configured, a page at a time. The clusters a page may need are asked at once,
+/// so dead members cost one timeout, not one each. The token names the cluster
+/// whose turn it is and carries that cluster's own token. A member that cannot be
+/// asked is named in `unreachable` and skipped: its nodes are absent, never
+/// guessed.
 async fn all_clusters(
     hale: Arc<Hale>,
     query: NodeQuery,
@@ -258,93 +270,162 @@ async fn all_clusters(
         .collect();
     let token = pairs
         .iter()
-        .find(|(k, _)| k == "pageToken")
+        .find(|(k, v)| k == "pageToken" && !v.is_empty())
         .map(|(_, v)| v.as_str());
-    let (mut at, mut inner) = match token {
+    let (at, inner) = match token {
         None => (0, None),
         Some(t) => {
-            let (i, rest) = t
-                .strip_prefix('c')
-                .and_then(|t| t.split_once('.'))
-                .and_then(|(i, rest)| Some((i.parse::<usize>().ok()?, rest)))
-                .filter(|(i, _)| *i < clusters.len())
+            let (cluster, inner) = cluster_token(t)
                 .ok_or_else(|| bad_request("pageToken is not one this server issued"))?;
-            (i, Some(rest.to_string()).filter(|r| !r.is_empty()))
+            let at = clusters.iter().position(|c| *c == cluster).ok_or_else(|| {
+                bad_request(format!(
+                    "pageToken continues in cluster {cluster:?}, which is no longer listed here"
+                ))
+            })?;
+            (at, inner)
         }
     };
+    let want = query.page_size;
+    let size = want.to_string();
+    let asked = clusters[at..].iter().enumerate().map(|(i, cluster)| {
+        let (hale, fed, query, size) = (hale.clone(), fed.clone(), query.clone(), &size);
+        let inner = if i == 0 { inner.clone() } else { None };
+        async move {
+            if at + i == 0 {
+                let mut q = query;
+                q.cluster = None;
+                q.after =
+                    match &inner {
+                        Some(t) => Some(page_after(q.sort, t).ok_or_else(|| {
+                            bad_request("pageToken is not one this server issued")
+                        })?),
+                        None => None,
+                    };
+                return ApiResult::Ok(Ok(local_nodes(hale, q).await));
+            }
+            let mut passed: Vec<(&str, &str)> = pairs
+                .iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "pageToken" | "pageSize"))
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            passed.push(("pageSize", size));
+            if let Some(t) = &inner {
+                passed.push(("pageToken", t));
+            }
+            ApiResult::Ok(fed.nodes(cluster, &passed).await)
+        }
+    });
     let mut out = NodeList {
         nodes: Vec::new(),
         next_page_token: None,
         total: None,
         unreachable: Vec::new(),
     };
-    while at < clusters.len() {
-        let want = query.page_size - out.nodes.len();
-        if want == 0 {
-            out.next_page_token = Some(format!("c{at}."));
-            break;
+    // The cluster the token names first; only if its answer leaves room are the
+    // rest asked, all at once, and read in order. Those not needed are dropped.
+    let mut asked = asked.into_iter();
+    let first = asked.next().expect("the token's cluster is listed");
+    let mut answers = futures::stream::FuturesOrdered::new();
+    answers.push_back(first);
+    let mut rest = Some(asked);
+    let mut i = 0;
+    while let Some(answer) = futures::StreamExt::next(&mut answers).await {
+        if let Some(rest) = rest.take() {
+            answers.extend(rest);
         }
-        let page = if at == 0 {
-            let mut q = query.clone();
-            q.page_size = want;
-            q.cluster = None;
-            q.after = match &inner {
-                Some(t) => Some(
-                    page_after(q.sort, t)
-                        .ok_or_else(|| bad_request("pageToken is not one this server issued"))?,
-                ),
-                None => None,
-            };
-            Ok(local_nodes(hale.clone(), q).await)
-        } else {
-            let size = want.to_string();
-            let mut passed: Vec<(&str, &str)> = pairs
-                .iter()
-                .filter(|(k, _)| !matches!(k.as_str(), "pageToken" | "pageSize"))
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
-            passed.push(("pageSize", &size));
-            if let Some(t) = &inner {
-                passed.push(("pageToken", t));
+        let cluster = &clusters[at + i];
+        i += 1;
+        let page = match answer? {
+            Ok(page) => page,
+            Err(e) => {
+                out.unreachable.push(Unreachable {
+                    cluster: cluster.clone(),
+                    error: e.to_string(),
+                });
+                continue;
             }
-            fed.nodes(&clusters[at], &passed).await
         };
-        match page {
-            Ok(page) => {
-                out.nodes.extend(page.nodes);
-                if let Some(next) = page.next_page_token {
-                    out.next_page_token = Some(format!("c{at}.{next}"));
-                    break;
-                }
-            }
-            Err(e) => out.unreachable.push(Unreachable {
-                cluster: clusters[at].clone(),
-                error: e.to_string(),
-            }),
+        let room = want - out.nodes.len();
+        if page.nodes.len() > room {
+            // The page is full inside this cluster: continue after its last node taken.
+            let last = &page.nodes[room - 1];
+            let key = query.sort.key(
+                &last.id,
+                &last.hostname,
+                last.status,
+                last.health,
+                last.score,
+            );
+            let inner = crate::view::page_token(query.sort, &crate::view::Place::of(key));
+            out.nodes.extend(page.nodes.into_iter().take(room));
+            out.next_page_token = Some(cluster_page_token(cluster, &inner));
+            return Ok(out);
         }
-        at += 1;
-        inner = None;
+        out.nodes.extend(page.nodes);
+        if let Some(next) = page.next_page_token {
+            out.next_page_token = Some(cluster_page_token(cluster, &next));
+            return Ok(out);
+        }
+        if out.nodes.len() == want {
+            // Full at a cluster's end: the next page starts with the next cluster.
+            if let Some(next) = clusters.get(at + i) {
+                out.next_page_token = Some(cluster_page_token(next, ""));
+            }
+            return Ok(out);
+        }
     }
     Ok(out)
 }
 
-/// A member's refusal passes on with its own status; no answer is a 502.
+/// A token of the federated listing: `f` and the hex of `[cluster, its token]`.
+fn cluster_page_token(cluster: &str, inner: &str) -> String {
+    let json = serde_json::json!([cluster, inner]).to_string();
+    let hex: String = json.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("f{hex}")
+}
+
+/// The cluster and its own token (`None`: from its start) a [`cluster_page_token`]
+/// names.
+fn cluster_token(token: &str) -> Option<(String, Option<String>)> {
+    let hex = token.strip_prefix('f')?;
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    let bytes: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect::<Option<_>>()?;
+    let (cluster, inner): (String, String) = serde_json::from_slice(&bytes).ok()?;
+    Some((cluster, Some(inner).filter(|t| !t.is_empty())))
+}
+
+/// A member's refusal of a request (400, 404) passes on as it said it; anything
+/// else — no answer, a refused token, its own failure — is a 502.
 pub(crate) fn member_error(e: MemberError) -> ApiError {
     match e {
         MemberError::Refused {
-            status,
-            ref error,
+            status: status @ (400 | 404),
             ref detail,
+            ..
         } => ApiError {
             status: StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
-            error: match error.as_str() {
-                "not_found" => "not_found",
-                "bad_request" => "bad_request",
-                "unauthorized" => "member_unauthorized",
-                _ => "member_error",
+            error: if status == 404 {
+                "not_found"
+            } else {
+                "bad_request"
             },
             detail: format!("member {detail}"),
         },
+        MemberError::Refused {
+            status: 401 | 403, ..
+        } => ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "member_unauthorized",
+            format!("{e} (the member's tokenFile in federation.members)"),
+        ),
+        MemberError::Refused { .. } => {
+            ApiError::new(StatusCode::BAD_GATEWAY, "member_error", e.to_string())
+        }
         MemberError::Unknown(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string()),
         MemberError::Failed(_) => {
             ApiError::new(StatusCode::BAD_GATEWAY, "member_unreachable", e.to_string())
@@ -400,7 +481,7 @@ pub fn node_query(raw: &str) -> ApiResult<NodeQuery> {
     for (key, value) in form_urlencoded::parse(raw.as_bytes()) {
         match key.as_ref() {
             "pageSize" => q.page_size = page_size(&value)?,
-            "pageToken" => token = Some(value.into_owned()),
+            "pageToken" => token = Some(value.into_owned()).filter(|t| !t.is_empty()),
             "sort" => {
                 q.sort = Sort::parse(&value).ok_or_else(|| {
                     bad_request(format!(

@@ -41,6 +41,34 @@ pub fn certificates(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>,
     }
 }
 
+/// One URL path segment, percent-encoded: a node id may hold `/`, `:`, `?`, `#` or
+/// spaces, and one that is all dots (`.`, `..`) is encoded whole, so no client or
+/// server takes it for a step in the path.
+pub fn path_segment(text: &str) -> String {
+    use std::fmt::Write as _;
+    let dots = !text.is_empty() && text.bytes().all(|b| b == b'.');
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || (b"-_~".contains(&b)) || (b == b'.' && !dots) {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+/// Whether two secrets are equal, in time that depends on neither (their digests
+/// are compared, so not even their lengths show).
+pub fn secrets_equal(a: &[u8], b: &[u8]) -> bool {
+    use sha2::{Digest, Sha256};
+    let (x, y) = (Sha256::digest(a), Sha256::digest(b));
+    x.iter()
+        .zip(y.iter())
+        .fold(0u8, |acc, (p, q)| acc | (p ^ q))
+        == 0
+}
+
 /// hale's `User-Agent` on every request it makes (Alertmanager, Kubernetes, webhooks,
 /// the CLI), so their logs can tell it apart.
 pub const USER_AGENT: &str = concat!("hale/", env!("CARGO_PKG_VERSION"));

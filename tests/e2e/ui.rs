@@ -354,6 +354,28 @@ async fn require_token_closes_reads_too() {
     assert_eq!(r.status(), 200);
     let list: Value = r.json().await.unwrap();
     assert_eq!(list["nodes"][0]["id"], "n1");
+    for path in [
+        "/api/v1/nodes/n1",
+        "/api/v1/nodes/n1/events",
+        "/api/v1/clusters",
+        "/api/v1/remediations",
+        "/api/v1/alerts",
+    ] {
+        let r = http
+            .get(format!("{}{path}", hale.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401, "{path}");
+    }
+    for page in ["/", "/ui/nodes/n1"] {
+        let r = http
+            .get(format!("{}{page}", hale.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 303, "{page}");
+    }
     let health = http
         .get(format!("{}/healthz", hale.url))
         .send()
@@ -395,12 +417,17 @@ async fn federation_shows_members_and_never_a_dead_ones_last_answer() {
     east.wait_node("scored", "e2", |n| n["score"] == 60).await;
     west.wait_node("scored", "w3", |n| n["score"] == 95).await;
     let garbage = Receiver::start().await;
-    let hub = Hale::webhook_only(
+    // `loop` names the hub itself: a member answering for another cluster, and
+    // a request that must not go round.
+    let port = free_port();
+    let members = format!(
+        "cluster: hub\nfederation:\n  timeout: 2s\n  members:\n    - {{ name: east, url: '{}' }}\n    - {{ name: west, url: '{}' }}\n    - {{ name: odd, url: '{}' }}\n    - {{ name: slow, url: '{}/hang' }}\n    - {{ name: loop, url: 'http://127.0.0.1:{port}' }}\n",
+        east.url, west.url, garbage.url, garbage.url
+    );
+    let hub = Hale::start_with(
         hub_dir.path(),
-        &format!(
-            "cluster: hub\nfederation:\n  timeout: 2s\n  members:\n    - {{ name: east, url: '{}' }}\n    - {{ name: west, url: '{}' }}\n    - {{ name: odd, url: '{}' }}\n    - {{ name: slow, url: '{}/hang' }}\n",
-            east.url, west.url, garbage.url, garbage.url
-        ),
+        port,
+        &webhook_only_config(hub_dir.path(), port, &members),
     )
     .await;
     fire(&hub, &[fine("h1")]).await;
@@ -427,6 +454,12 @@ async fn federation_shows_members_and_never_a_dead_ones_last_answer() {
             .await
             .contains("did not answer in time"),
     );
+    assert!(
+        browser
+            .text("tr.cluster[data-cluster='loop'] td.error")
+            .await
+            .contains("answers for cluster `hub`, not `loop`"),
+    );
     assert_eq!(browser.text("#fleet-nodes").await, "6");
     assert_eq!(browser.text("#fleet-healthy").await, "4");
     browser.screenshot("federation.png").await;
@@ -448,7 +481,42 @@ async fn federation_shows_members_and_never_a_dead_ones_last_answer() {
         .map(|n| n["id"].as_str().unwrap())
         .collect();
     assert_eq!(ids, ["h1", "e1", "e2", "w1", "w2", "w3"]);
-    assert!(String::from_utf8_lossy(&listed.stderr).contains("cluster odd has no health"));
+    assert!(String::from_utf8_lossy(&listed.stderr).contains("cluster odd could not be asked"));
+    // Small pages cross from cluster to cluster and list each node once.
+    let mut paged = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page: Value = reqwest::get(format!(
+            "{}/api/v1/nodes?allClusters=true&pageSize=2&pageToken={token}",
+            hub.url
+        ))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+        let nodes = page["nodes"].as_array().unwrap();
+        assert!(nodes.len() <= 2, "{page}");
+        paged.extend(nodes.iter().map(|n| n["id"].as_str().unwrap().to_string()));
+        match page["nextPageToken"].as_str() {
+            Some(t) => token = t.to_string(),
+            None => break,
+        }
+    }
+    assert_eq!(paged, ids);
+    // The member that names the hub: the hub does not ask itself round and round.
+    let r = reqwest::get(format!("{}/api/v1/nodes?cluster=loop", hub.url))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 502);
+    let e: Value = r.json().await.unwrap();
+    assert!(
+        e["detail"]
+            .as_str()
+            .unwrap()
+            .contains("passes no federated request on"),
+        "{e}"
+    );
     let east_only = hub.cli_ok(&["node", "list", "--cluster", "east"]);
     let table = String::from_utf8_lossy(&east_only.stdout);
     assert_eq!(table.lines().count(), 3, "{table}");
@@ -473,7 +541,7 @@ async fn federation_shows_members_and_never_a_dead_ones_last_answer() {
         browser
             .text("#fleet")
             .await
-            .contains("3 clusters without health")
+            .contains("4 clusters without health")
     );
     let all: Value = reqwest::get(format!("{}/api/v1/nodes?allClusters=true", hub.url))
         .await
@@ -494,7 +562,7 @@ async fn federation_shows_members_and_never_a_dead_ones_last_answer() {
         .iter()
         .map(|u| u["cluster"].as_str().unwrap())
         .collect();
-    assert_eq!(gone, ["west", "odd", "slow"]);
+    assert_eq!(gone, ["west", "odd", "slow", "loop"]);
     let r = reqwest::get(format!("{}/api/v1/nodes?cluster=west", hub.url))
         .await
         .unwrap();

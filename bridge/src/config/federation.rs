@@ -110,6 +110,12 @@ impl FederationConfig {
                     "must be the member's cluster name, without spaces around it".into(),
                 ));
             }
+            if m.name == "*" {
+                return Err((
+                    at("name"),
+                    "`*` means every cluster in a listing; name the member's cluster".into(),
+                ));
+            }
             if m.name == cluster {
                 return Err((
                     at("name"),

@@ -2,8 +2,6 @@
 //! and messages, node ids, a member's answers) goes through [`esc`] or one of the
 //! URL encoders, and the page is assembled from those.
 
-use std::fmt::Write;
-
 /// `text` made safe inside an element or a quoted attribute.
 pub fn esc(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -20,18 +18,9 @@ pub fn esc(text: &str) -> String {
     out
 }
 
-/// One path segment, percent-encoded (a node id may hold `/`, `:`, `?` or `#`).
+/// One path segment, percent-encoded (see [`crate::path_segment`]).
 pub fn segment(text: &str) -> String {
-    const KEEP: &[u8] = b"-._~";
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || KEEP.contains(&b) {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
+    crate::path_segment(text)
 }
 
 /// A query string from pairs, each encoded; pairs with an empty value are left out.
@@ -89,6 +78,11 @@ mod tests {
     fn node_ids_stay_one_segment() {
         assert_eq!(segment("10.0.0.42:9100/x"), "10.0.0.42%3A9100%2Fx");
         assert_eq!(segment("a b?#"), "a%20b%3F%23");
+        assert_eq!(
+            (segment("."), segment("..")),
+            ("%2E".into(), "%2E%2E".into())
+        );
+        assert_eq!(segment("a..b"), "a..b");
         assert_eq!(
             node_href("gpu/1", Some("east")),
             "/ui/nodes/gpu%2F1?cluster=east"

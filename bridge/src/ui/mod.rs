@@ -27,7 +27,8 @@ use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
 use crate::core::{CoreError, EventKind, Time};
-use crate::http::{constant_time_eq, listing};
+use crate::http::listing;
+use crate::secrets_equal;
 use crate::service::Hale;
 use crate::store::EventQuery;
 use chart::Change;
@@ -129,22 +130,25 @@ fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .map(|(_, v)| v)
 }
 
+/// Whether a session cookie's value is one hale issued under `token` and has not
+/// ended by `now`.
+fn session_holds(token: &str, value: &str, now: Time) -> bool {
+    value
+        .split_once('.')
+        .and_then(|(expiry, _)| expiry.parse::<i64>().ok())
+        .is_some_and(|expiry| {
+            expiry > now.timestamp()
+                && secrets_equal(value.as_bytes(), session_value(token, expiry).as_bytes())
+        })
+}
+
 /// Who is asking: no token configured, a reader, or a signed-in operator.
 fn auth(hale: &Hale, headers: &HeaderMap, now: Time) -> Auth {
     let cfg = hale.config();
     let Some(token) = cfg.api_token.as_ref().map(|t| t.expose()) else {
         return Auth::NoToken;
     };
-    let valid = cookie(headers, COOKIE).filter(|value| {
-        value
-            .split_once('.')
-            .and_then(|(expiry, _)| expiry.parse::<i64>().ok())
-            .is_some_and(|expiry| {
-                expiry > now.timestamp()
-                    && constant_time_eq(value.as_bytes(), session_value(token, expiry).as_bytes())
-            })
-    });
-    match valid {
+    match cookie(headers, COOKIE).filter(|value| session_holds(token, value, now)) {
         Some(value) => Auth::Operator {
             csrf: mac(token, &format!("hale-ui-csrf:{value}")),
         },
@@ -167,12 +171,35 @@ fn gate(hale: &Hale, auth: &Auth, here: &str) -> Option<Response> {
         .then(|| redirect(&format!("/ui/login{}", query(&[("next", here)]))))
 }
 
+/// A page that keeps itself current.
 fn page(
     title: &str,
     here: &str,
     auth: &Auth,
     flash: Option<(Flash, String)>,
     body: &str,
+) -> String {
+    framed(title, here, auth, flash, body, true)
+}
+
+/// A form to fill in, or a refusal to read: left as it is.
+fn still(
+    title: &str,
+    here: &str,
+    auth: &Auth,
+    flash: Option<(Flash, String)>,
+    body: &str,
+) -> String {
+    framed(title, here, auth, flash, body, false)
+}
+
+fn framed(
+    title: &str,
+    here: &str,
+    auth: &Auth,
+    flash: Option<(Flash, String)>,
+    body: &str,
+    refresh: bool,
 ) -> String {
     pages::layout(
         &Chrome {
@@ -181,6 +208,7 @@ fn page(
             auth,
             now: Utc::now(),
             flash,
+            refresh,
         },
         body,
     )
@@ -238,6 +266,11 @@ async fn nodes(
             _ => {}
         }
     }
+    // Pools are this hale's: a member's or every cluster's listing takes none.
+    let here_only = f.cluster == local;
+    if !here_only {
+        f.pool.clear();
+    }
     let size = pages::NODES_PER_PAGE.to_string();
     let sort = f.sort.name();
     let all = f.cluster == "*";
@@ -263,6 +296,7 @@ async fn nodes(
     };
     let pools: Vec<String> = std::iter::once("cluster".to_string())
         .chain(cfg.config.pools.iter().map(|p| p.name.clone()))
+        .filter(|_| here_only)
         .collect();
     let clusters: Vec<String> = std::iter::once(local)
         .chain(hale.federation().names().map(str::to_string))
@@ -295,7 +329,7 @@ fn refused(
 ) -> Response {
     html(
         status,
-        page(
+        still(
             title,
             here,
             hale_auth,
@@ -344,44 +378,70 @@ async fn node(
     let from = now - window(&win).expect("checked");
     let fed = hale.federation();
     let member_url = member.as_deref().and_then(|m| fed.url(m));
-    let view = match &member {
-        None => {
-            let h = hale.clone();
-            let node = id.clone();
-            tokio::task::spawn_blocking(move || h.node(&node))
-                .await
-                .expect("node view panicked")
-                .ok_or_else(|| (StatusCode::NOT_FOUND, format!("hale knows no node {id:?}")))
+    if let Some(m) = member.as_deref()
+        && !fed.names().any(|n| n == m)
+    {
+        return refused(
+            &auth,
+            &here,
+            StatusCode::NOT_FOUND,
+            "No such cluster",
+            format!("no federation member serves cluster {m:?}"),
+        );
+    }
+    let since = from.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let most = MAX_CHANGES.to_string();
+    let trend = [
+        ("type", "SCORE_CHANGED"),
+        ("since", since.as_str()),
+        ("pageSize", most.as_str()),
+        ("latest", "true"),
+    ];
+    let size = EVENTS_PER_PAGE.to_string();
+    let mut asked: Vec<(&str, &str)> = vec![("pageSize", &size)];
+    if order == "latest" {
+        asked.push(("latest", "true"));
+    } else {
+        asked.push(("since", &since));
+        if let Some(t) = &token {
+            asked.push(("pageToken", t));
         }
-        Some(m) => fed.node(m, &id).await.map_err(|e| match e {
-            crate::federation::MemberError::Refused { status: 404, .. } => (
-                StatusCode::NOT_FOUND,
-                format!("cluster {m} knows no node {id:?}"),
-            ),
-            e => (
-                StatusCode::BAD_GATEWAY,
-                format!("cluster {m} has no health here: {e}"),
-            ),
-        }),
+    }
+    asked.extend(types.iter().map(|t| ("type", t.as_str())));
+    // The node, its trend and its timeline are asked at once: from a member, three
+    // requests that wait together.
+    let view = async {
+        match &member {
+            None => {
+                let h = hale.clone();
+                let node = id.clone();
+                tokio::task::spawn_blocking(move || h.node(&node))
+                    .await
+                    .expect("node view panicked")
+                    .ok_or_else(|| (StatusCode::NOT_FOUND, format!("hale knows no node {id:?}")))
+            }
+            Some(m) => fed.node(m, &id).await.map_err(|e| match e {
+                crate::federation::MemberError::Refused { status: 404, .. } => (
+                    StatusCode::NOT_FOUND,
+                    format!("cluster {m} knows no node {id:?}"),
+                ),
+                e => (
+                    StatusCode::BAD_GATEWAY,
+                    format!("cluster {m} has no health here: {e}"),
+                ),
+            }),
+        }
     };
+    let (view, changes, events) = tokio::join!(
+        view,
+        read_events(&hale, member.as_deref(), &id, &trend),
+        read_events(&hale, member.as_deref(), &id, &asked),
+    );
     let view = match view {
         Ok(v) => v,
         Err((status, text)) => return refused(&auth, &here, status, "No such node", text),
     };
-    let since = from.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    let changes = read_events(
-        &hale,
-        member.as_deref(),
-        &id,
-        &[
-            ("type", "SCORE_CHANGED"),
-            ("since", &since),
-            ("pageSize", &MAX_CHANGES.to_string()),
-            ("latest", "true"),
-        ],
-    )
-    .await
-    .map(|(events, _)| {
+    let changes = changes.map(|(events, _)| {
         events
             .iter()
             .filter_map(|e| match e.event.kind {
@@ -399,18 +459,6 @@ async fn node(
             .collect::<Vec<_>>()
     });
     let changes_cut = changes.as_ref().is_ok_and(|c| c.len() >= MAX_CHANGES);
-    let size = EVENTS_PER_PAGE.to_string();
-    let mut asked: Vec<(&str, &str)> = vec![("pageSize", &size)];
-    if order == "latest" {
-        asked.push(("latest", "true"));
-    } else {
-        asked.push(("since", &since));
-        if let Some(t) = &token {
-            asked.push(("pageToken", t));
-        }
-    }
-    asked.extend(types.iter().map(|t| ("type", t.as_str())));
-    let events = read_events(&hale, member.as_deref(), &id, &asked).await;
     let flash = done.map(|verb| {
         (
             Flash::Done,
@@ -504,7 +552,7 @@ async fn confirm(
     let body = pages::confirm(&id, &verb, condition.as_deref(), &csrf);
     html(
         StatusCode::OK,
-        page(
+        still(
             &format!("{} {id}", pages::title(&verb)),
             &here,
             &auth,
@@ -531,19 +579,36 @@ impl Form {
     }
 }
 
-/// Whether a form post came from this site: its `Origin` (sent by every current
-/// browser on a POST), when present, names the host it was sent to.
+/// Whether a form post came from this site. `Sec-Fetch-Site`, which every current
+/// browser sends, says so outright; without it, an `Origin` must name the host
+/// the post was sent to (`X-Forwarded-Host` behind a proxy that rewrites `Host`).
+/// A client that sends neither is no browser another site could drive.
 fn same_origin(headers: &HeaderMap) -> bool {
-    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(site) = text("sec-fetch-site") {
+        return matches!(site, "same-origin" | "none");
+    }
+    let Some(origin) = text("origin") else {
         return true;
     };
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    origin
-        .split_once("://")
-        .is_some_and(|(_, rest)| !host.is_empty() && rest == host)
+    let Some((_, origin_host)) = origin.split_once("://") else {
+        return false;
+    };
+    [text("x-forwarded-host"), text("host")]
+        .into_iter()
+        .flatten()
+        .any(|host| !host.is_empty() && host == origin_host)
+}
+
+/// The answer to a form posted from another site.
+fn cross_site(auth: &Auth) -> Response {
+    refused(
+        auth,
+        "/",
+        StatusCode::FORBIDDEN,
+        "Refused",
+        "This form was not sent from this hale's own page (its Origin or Sec-Fetch-Site names another site). Behind a proxy, pass the Host through or set X-Forwarded-Host.".into(),
+    )
 }
 
 /// A form post that changes something: signed in, the CSRF token bound to the
@@ -565,13 +630,16 @@ fn checked_form(
             "Operating needs the API token: sign in with it.".into(),
         )));
     };
-    if !same_origin(headers) || !constant_time_eq(sent.as_bytes(), want.as_bytes()) {
+    if !same_origin(headers) {
+        return Err(Box::new(cross_site(&auth)));
+    }
+    if !secrets_equal(sent.as_bytes(), want.as_bytes()) {
         return Err(Box::new(refused(
             &auth,
             "/",
             StatusCode::FORBIDDEN,
             "Refused",
-            "This form did not come from this hale's own page (CSRF check failed). Reload the page and try again.".into(),
+            "This form's CSRF token is not this session's: it was not sent from this hale's own page, or the session changed. Reload the page and try again.".into(),
         )));
     }
     Ok((auth, form))
@@ -674,7 +742,7 @@ async fn login_page(
     }
     html(
         StatusCode::OK,
-        page(
+        still(
             "Sign in",
             "/ui/login",
             &auth,
@@ -686,7 +754,12 @@ async fn login_page(
 
 /// `next` if it is a path on this site, else `/` (never another site).
 fn local_path(next: &str) -> String {
-    if next.starts_with('/') && !next.starts_with("//") && !next.contains('\\') {
+    // Browsers drop tabs and newlines from a URL, and read `\` as `/`: `/\t/x`
+    // would be `//x`, another site.
+    let plain = next
+        .chars()
+        .all(|c| !c.is_control() && !c.is_whitespace() && c != '\\');
+    if plain && next.starts_with('/') && !next.starts_with("//") {
         next.to_string()
     } else {
         "/".into()
@@ -708,13 +781,14 @@ async fn login(State(hale): State<Arc<Hale>>, headers: HeaderMap, body: Bytes) -
             "This hale has no apiTokenFile: its UI is read-only.".into(),
         );
     };
-    if !same_origin(&headers)
-        || !constant_time_eq(form.field("token").trim().as_bytes(), token.as_bytes())
-    {
+    if !same_origin(&headers) {
+        return cross_site(&auth);
+    }
+    if !secrets_equal(form.field("token").trim().as_bytes(), token.as_bytes()) {
         tracing::warn!("a UI sign-in was refused: not the API token");
         return html(
             StatusCode::UNAUTHORIZED,
-            page(
+            still(
                 "Sign in",
                 "/ui/login",
                 &auth,
@@ -779,7 +853,15 @@ mod tests {
     #[test]
     fn sign_in_returns_only_to_this_site() {
         assert_eq!(local_path("/ui/nodes?q=a"), "/ui/nodes?q=a");
-        for away in ["//evil.example/", "https://evil.example/", "/\\evil", ""] {
+        for away in [
+            "//evil.example/",
+            "https://evil.example/",
+            "/\\evil",
+            "/\t/evil.example",
+            "/\n/evil.example",
+            "/ /evil.example",
+            "",
+        ] {
             assert_eq!(local_path(away), "/", "{away}");
         }
     }
@@ -801,5 +883,39 @@ mod tests {
         assert!(!same_origin(&h));
         h.insert(header::ORIGIN, HeaderValue::from_static("null"));
         assert!(!same_origin(&h));
+        // Behind a proxy that rewrites Host, the forwarded host is the one asked.
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("https://hale.example"),
+        );
+        assert!(!same_origin(&h));
+        h.insert("x-forwarded-host", HeaderValue::from_static("hale.example"));
+        assert!(same_origin(&h));
+        // The browser's own word wins.
+        h.insert("sec-fetch-site", HeaderValue::from_static("cross-site"));
+        assert!(!same_origin(&h));
+        h.insert("sec-fetch-site", HeaderValue::from_static("same-origin"));
+        assert!(same_origin(&h));
+    }
+
+    #[test]
+    fn a_session_holds_until_its_end_and_only_as_issued() {
+        let now = chrono::Utc::now();
+        let end = now.timestamp() + 60;
+        let value = session_value("s3cret", end);
+        assert!(session_holds("s3cret", &value, now));
+        assert!(!session_holds(
+            "s3cret",
+            &value,
+            now + chrono::TimeDelta::seconds(61)
+        ));
+        assert!(!session_holds("rotated", &value, now));
+        // A later end written over the signature does not verify.
+        let (_, signature) = value.split_once('.').unwrap();
+        let extended = format!("{}.{signature}", end + 3600);
+        assert!(!session_holds("s3cret", &extended, now));
+        for junk in ["", ".", "abc", &format!("{end}."), &format!("{end}.00")] {
+            assert!(!session_holds("s3cret", junk, now), "{junk:?}");
+        }
     }
 }

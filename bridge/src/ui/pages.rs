@@ -19,6 +19,8 @@ pub struct Chrome<'a> {
     pub now: Time,
     /// A message at the top: what a verb did, or why it was refused.
     pub flash: Option<(Flash, String)>,
+    /// Whether the page keeps itself current (not a form to fill in).
+    pub refresh: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -75,8 +77,18 @@ pub fn layout(c: &Chrome<'_>, body: &str) -> String {
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title} · hale</title><link rel="stylesheet" href="/ui/static/hale.css"><script src="/ui/static/hale.js" defer></script></head>
 <body><header><a class="brand" href="/">hale</a><nav><a href="/">Overview</a><a href="/ui/nodes">Nodes</a></nav><div class="who">{who}</div></header>
-<main id="live" data-refresh="5">{flash}{body}<p class="updated">Updated <time id="updated" datetime="{iso}">{shown}</time> · refreshes every 5 s</p></main></body></html>
+<main id="live"{refresh}>{flash}{body}<p class="updated">Updated <time id="updated" datetime="{iso}">{shown}</time>{every}</p></main></body></html>
 "#,
+        refresh = if c.refresh {
+            r#" data-refresh="5""#
+        } else {
+            ""
+        },
+        every = if c.refresh {
+            " · refreshes every 5 s"
+        } else {
+            ""
+        },
         title = esc(c.title),
         iso = c.now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         shown = c.now.format("%H:%M:%S UTC"),
@@ -313,10 +325,16 @@ pub fn nodes(
     for s in ["Ready", "NotReady", "Cordoned", "Offline"] {
         status_options.push_str(&option(s, s, &f.status));
     }
-    let mut pool_options = option("", "Any pool", &f.pool);
-    for p in pools {
-        pool_options.push_str(&option(p, p, &f.pool));
-    }
+    // Pools are offered for this hale's own cluster only.
+    let pool_select = if pools.is_empty() {
+        String::new()
+    } else {
+        let mut options = option("", "Any pool", &f.pool);
+        for p in pools {
+            options.push_str(&option(p, p, &f.pool));
+        }
+        format!(r#"<select name="pool" aria-label="Pool">{options}</select>"#)
+    };
     let sort_name = f.sort.name();
     let mut sort_options = String::new();
     for k in SortKey::ALL {
@@ -328,7 +346,7 @@ pub fn nodes(
     }
     let _ = write!(
         out,
-        r#"<form method="get" action="/ui/nodes" class="filters" id="filters"><input type="search" name="q" placeholder="id or hostname" value="{}" aria-label="Search"><select name="cluster" aria-label="Cluster">{cluster_options}</select><select name="health" aria-label="Health">{health_options}</select><select name="status" aria-label="Status">{status_options}</select><select name="pool" aria-label="Pool">{pool_options}</select><select name="sort" aria-label="Sort">{sort_options}</select><button type="submit">Filter</button></form>"#,
+        r#"<form method="get" action="/ui/nodes" class="filters" id="filters"><input type="search" name="q" placeholder="id or hostname" value="{}" aria-label="Search"><select name="cluster" aria-label="Cluster">{cluster_options}</select><select name="health" aria-label="Health">{health_options}</select><select name="status" aria-label="Status">{status_options}</select>{pool_select}<select name="sort" aria-label="Sort">{sort_options}</select><button type="submit">Filter</button></form>"#,
         esc(&f.q)
     );
     let list = match listing {
@@ -345,7 +363,7 @@ pub fn nodes(
     for u in &list.unreachable {
         let _ = write!(
             out,
-            r#"<p class="flash refused unreachable" role="alert">Cluster {} has no health: {}. Its nodes are not listed.</p>"#,
+            r#"<p class="flash refused unreachable" role="alert">Cluster {} could not be listed: {}. Its nodes are not shown.</p>"#,
             esc(&u.cluster),
             esc(&u.error)
         );

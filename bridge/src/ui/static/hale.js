@@ -1,18 +1,30 @@
 // hale's web UI: keep the page current without losing the reader's place.
 // Every few seconds the page is fetched again and its <main> swapped in, unless
-// the reader is using a control in it or the tab is hidden. Scroll position,
-// the URL (filters, page, window) and anything typed stay as they were.
+// the reader is using a control in it, has changed a field not yet submitted, or
+// the tab is hidden. Scroll position and the URL (filters, page, window) stay;
+// forms to fill in (confirmations, sign-in) are never refreshed.
 "use strict";
 (function () {
   const live = document.getElementById("live");
-  if (!live) return;
-  const every = 1000 * (Number(live.dataset.refresh) || 5);
+  const seconds = live ? Number(live.dataset.refresh) || 0 : 0;
+  if (seconds <= 0) return; // a form to fill in, or a refusal to read
   let busy = false;
+
+  // A field changed and not yet submitted: refreshing would throw it away.
+  function changed(e) {
+    if (e.type === "hidden") return false;
+    if (e.type === "checkbox" || e.type === "radio") return e.checked !== e.defaultChecked;
+    if (e.tagName === "SELECT") {
+      return Array.from(e.options).some((o) => o.selected !== o.defaultSelected);
+    }
+    return e.value !== e.defaultValue;
+  }
 
   function interacting() {
     const a = document.activeElement;
-    if (!a || !live.contains(a)) return false;
-    return ["INPUT", "SELECT", "TEXTAREA", "BUTTON"].includes(a.tagName);
+    const focused = a && live.contains(a) &&
+      ["INPUT", "SELECT", "TEXTAREA", "BUTTON"].includes(a.tagName);
+    return focused || Array.from(live.querySelectorAll("input, select, textarea")).some(changed);
   }
 
   async function refresh() {
@@ -38,5 +50,5 @@
     }
   }
 
-  setInterval(refresh, every);
+  setInterval(refresh, 1000 * seconds);
 })();
