@@ -117,6 +117,30 @@ async fn the_nodes_table_filters_and_pages_ten_thousand_nodes() {
         ("node-00000", "node-00049")
     );
 
+    // A search typed and not yet submitted outlives the refresh: it holds off.
+    browser.type_into("#filters input[name=q]", "node-0").await;
+    browser
+        .js("document.activeElement.blur(); return null;")
+        .await;
+    eventually(
+        "a refresh held off",
+        std::time::Duration::from_secs(20),
+        || async {
+            let held = browser
+                .js("return Number(document.getElementById('live').dataset.held || 0);")
+                .await;
+            (held.as_u64() >= Some(1)).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        browser
+            .js("return document.querySelector('#filters input[name=q]').value;")
+            .await,
+        "node-0"
+    );
+    browser.goto(&format!("{}/ui/nodes", hale.url)).await;
+
     // Degraded only, from the form.
     browser
         .choose("#filters select[name=health]", "Degraded")

@@ -1719,6 +1719,12 @@ mod tests {
                 "cannot read",
             ),
             (
+                "federation:\n  members:\n    - { name: '*', url: 'http://a:1' }\n".into(),
+                3,
+                "federation.members[0].name",
+                "every cluster",
+            ),
+            (
                 "federation:\n  timeout: 2m\n".into(),
                 2,
                 "federation.timeout",

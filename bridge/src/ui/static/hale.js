@@ -28,7 +28,12 @@
   }
 
   async function refresh() {
-    if (busy || document.hidden || interacting()) return;
+    if (busy || document.hidden) return;
+    if (interacting()) {
+      // Said on the page, so whoever watches (a test, a curious reader) can see it.
+      live.dataset.held = String((Number(live.dataset.held) || 0) + 1);
+      return;
+    }
     busy = true;
     try {
       const answer = await fetch(location.href, {
