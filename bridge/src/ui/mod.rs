@@ -171,29 +171,9 @@ fn gate(hale: &Hale, auth: &Auth, here: &str) -> Option<Response> {
         .then(|| redirect(&format!("/ui/login{}", query(&[("next", here)]))))
 }
 
-/// A page that keeps itself current.
+/// A page in hale's frame; `refresh`: whether it keeps itself current (not a
+/// form to fill in, nor a refusal to read).
 fn page(
-    title: &str,
-    here: &str,
-    auth: &Auth,
-    flash: Option<(Flash, String)>,
-    body: &str,
-) -> String {
-    framed(title, here, auth, flash, body, true)
-}
-
-/// A form to fill in, or a refusal to read: left as it is.
-fn still(
-    title: &str,
-    here: &str,
-    auth: &Auth,
-    flash: Option<(Flash, String)>,
-    body: &str,
-) -> String {
-    framed(title, here, auth, flash, body, false)
-}
-
-fn framed(
     title: &str,
     here: &str,
     auth: &Auth,
@@ -227,7 +207,14 @@ async fn overview(
     let rows = hale.clusters(false).await;
     html(
         StatusCode::OK,
-        page("Overview", &here, &auth, None, &pages::overview(&rows)),
+        page(
+            "Overview",
+            &here,
+            &auth,
+            None,
+            &pages::overview(&rows),
+            true,
+        ),
     )
 }
 
@@ -309,6 +296,7 @@ async fn nodes(
             &auth,
             None,
             &pages::nodes(&f, &listing, &pools, &clusters),
+            true,
         ),
     )
 }
@@ -329,7 +317,7 @@ fn refused(
 ) -> Response {
     html(
         status,
-        still(
+        page(
             title,
             here,
             hale_auth,
@@ -338,6 +326,7 @@ fn refused(
                 r#"<h1>{}</h1><p><a href="/">Back to the overview</a></p>"#,
                 html::esc(title)
             ),
+            false,
         ),
     )
 }
@@ -482,7 +471,10 @@ async fn node(
         order: &order,
         auth: &auth,
     });
-    html(StatusCode::OK, page(&view.id, &here, &auth, flash, &body))
+    html(
+        StatusCode::OK,
+        page(&view.id, &here, &auth, flash, &body, true),
+    )
 }
 
 /// A page of a node's events, from this hale's store or from its member; the
@@ -552,12 +544,13 @@ async fn confirm(
     let body = pages::confirm(&id, &verb, condition.as_deref(), &csrf);
     html(
         StatusCode::OK,
-        still(
+        page(
             &format!("{} {id}", pages::title(&verb)),
             &here,
             &auth,
             None,
             &body,
+            false,
         ),
     )
 }
@@ -742,12 +735,13 @@ async fn login_page(
     }
     html(
         StatusCode::OK,
-        still(
+        page(
             "Sign in",
             "/ui/login",
             &auth,
             None,
             &pages::login(&next, false),
+            false,
         ),
     )
 }
@@ -788,12 +782,13 @@ async fn login(State(hale): State<Arc<Hale>>, headers: HeaderMap, body: Bytes) -
         tracing::warn!("a UI sign-in was refused: not the API token");
         return html(
             StatusCode::UNAUTHORIZED,
-            still(
+            page(
                 "Sign in",
                 "/ui/login",
                 &auth,
                 None,
                 &pages::login(&next, true),
+                false,
             ),
         );
     }
