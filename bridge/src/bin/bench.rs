@@ -14,7 +14,10 @@
 //!    serve the same alerts, then a real `hale serve` polling it every 5 s on its
 //!    defaults — refused loudly unless it holds the whole fleet — its RSS, webhook →
 //!    API-visible latency while it polls and `/metrics` is scraped every second,
-//!    each scrape's time, and a restart back to serving its state.
+//!    each scrape's time, the node listing's hard cases (UI and API pages sorted,
+//!    filtered, searched and counted over the whole fleet) against the in-process
+//!    floor of a page that looks at every node, and a restart back to serving its
+//!    state.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -362,6 +365,8 @@ async fn live(
         rss.peak.saturating_sub(idle_rss) as f64 / budget_kib as f64
     );
 
+    listings(&http, &hale_url, nodes, report).await?;
+
     // Restart: stopped as an operator stops it, started again on its store.
     hale.proc.terminate()?;
     let started = Instant::now();
@@ -610,6 +615,217 @@ async fn trusted_polls(http: &reqwest::Client, url: &str) -> anyhow::Result<f64>
         .filter(|(l, _)| l == "trusted")
         .map(|(_, v)| v)
         .sum())
+}
+
+/// Requests of each listing timed, after one to warm.
+const LISTING_RUNS: usize = 7;
+/// The UI's page of nodes, and the API page asked for beside it.
+const PAGE: usize = 50;
+/// The `pageSize` of the walk to a token deep in the fleet.
+const WALK: usize = 1000;
+
+/// The node listing's hard cases on the live hale, each request timed whole (sent
+/// to body read): the UI's first page (which always counts every match), a UI page
+/// sorted by score and filtered by health, the API in score order with a count —
+/// its first page, the next one by that page's token, and one from the middle of
+/// the fleet — and a search with a count. Each must look at every node, so the
+/// baseline is that floor in this process ([`page_floor`]); `GET /healthz` says
+/// what a request costs by itself. The target: the UI's first page within 1 s.
+async fn listings(
+    http: &reqwest::Client,
+    url: &str,
+    nodes: usize,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let floor = page_floor(nodes);
+    let request = timed(http, &format!("{url}/healthz")).await?;
+    let api = |query: &str| format!("{url}/api/v1/nodes?{query}");
+    let search = "E-0042";
+    let degraded = total(http, &api("health=Degraded&total=true&pageSize=1")).await?;
+    let found = total(http, &api(&format!("q={search}&total=true&pageSize=1"))).await?;
+
+    let ui_first = timed(http, &format!("{url}/ui/nodes")).await?;
+    rows(&ui_first, PAGE.min(nodes))?;
+    let ui_sorted = timed(http, &format!("{url}/ui/nodes?sort=-score&health=Degraded")).await?;
+    rows(&ui_sorted, PAGE.min(degraded))?;
+    let by_score = format!("sort=score&total=true&pageSize={PAGE}");
+    let first = timed(http, &api(&by_score)).await?;
+    let token = counted_page(&first, nodes, PAGE)?.context("one page holds the whole fleet")?;
+    let next = timed(http, &api(&format!("{by_score}&pageToken={token}"))).await?;
+    counted_page(&next, nodes, PAGE.min(nodes - PAGE))?;
+    let middle = token_at(http, url, "score", nodes / 2).await?;
+    let deep = timed(http, &api(&format!("{by_score}&pageToken={middle}"))).await?;
+    counted_page(&deep, nodes, PAGE.min(nodes - nodes / 2))?;
+    let searched = timed(
+        http,
+        &api(&format!("q={search}&total=true&pageSize={PAGE}")),
+    )
+    .await?;
+    counted_page(&searched, found, PAGE.min(found))?;
+
+    println!(
+        "node listing on that hale, {nodes} nodes ({degraded} Degraded), each the median of {LISTING_RUNS} requests (slowest after it)"
+    );
+    println!(
+        "  baseline: the {} smallest of {nodes} (score, id) pairs, all counted, in process {:>8.2} ms",
+        PAGE + 1,
+        ms(floor)
+    );
+    println!(
+        "  GET /healthz (a request by itself)                               {:>8.2} ms",
+        ms(request.median)
+    );
+    let row = |name: &str, t: &Timed| {
+        println!(
+            "  {name:<64} {:>8.2} ms = {:>6.1}x the floor; slowest {:.2} ms",
+            ms(t.median),
+            ratio(t.median, floor),
+            ms(t.slowest)
+        )
+    };
+    row("GET /ui/nodes (first page, every match counted)", &ui_first);
+    row("GET /ui/nodes?sort=-score&health=Degraded", &ui_sorted);
+    row(&format!("GET /api/v1/nodes?{by_score}"), &first);
+    row("  its next page (pageToken from the first)", &next);
+    row(
+        &format!(
+            "  the page after node {} of {nodes} in that order",
+            nodes / 2
+        ),
+        &deep,
+    );
+    row(
+        &format!("GET /api/v1/nodes?q={search}&total=true&pageSize={PAGE} ({found} found)"),
+        &searched,
+    );
+    let slowest = ui_first.slowest.max(ui_sorted.slowest);
+    let ok = report.target(
+        &format!("nodes page first page < 1 s at {nodes} nodes"),
+        slowest < Duration::from_secs(1),
+    );
+    println!(
+        "  the slowest UI page: {:.1} ms (target first page < 1 s: {ok})\n",
+        ms(slowest)
+    );
+    Ok(())
+}
+
+/// The floor of a listing page that must look at every node: `nodes` (score, id)
+/// pairs in a vector, each looked at and counted, the [`PAGE`] + 1 smallest by
+/// (score, id) picked with `select_nth_unstable` and sorted — as a server holding
+/// nothing but those pairs, and no index, would. The median of seven, warmed.
+fn page_floor(nodes: usize) -> Duration {
+    let fleet: Vec<(Option<u8>, String)> = (0..nodes)
+        .map(|i| {
+            let score = (i % 23 != 0).then_some((i.wrapping_mul(2_654_435_761) % 101) as u8);
+            (score, format!("node-{i:06}"))
+        })
+        .collect();
+    let once = || {
+        let t = Instant::now();
+        let mut page: Vec<(Option<u8>, &str)> = fleet
+            .iter()
+            .map(|(score, id)| (*score, id.as_str()))
+            .collect();
+        let counted = page.len();
+        if page.len() > PAGE + 1 {
+            page.select_nth_unstable(PAGE);
+            page.truncate(PAGE + 1);
+        }
+        page.sort_unstable();
+        std::hint::black_box((counted, page));
+        t.elapsed()
+    };
+    once();
+    median(7, once)
+}
+
+/// One listing's requests: their median and slowest time, and the last body.
+struct Timed {
+    median: Duration,
+    slowest: Duration,
+    body: String,
+}
+
+/// `GET url` [`LISTING_RUNS`] times after one to warm; refused unless it succeeds.
+async fn timed(http: &reqwest::Client, url: &str) -> anyhow::Result<Timed> {
+    let mut runs = Vec::new();
+    let mut body = String::new();
+    for _ in 0..=LISTING_RUNS {
+        let t = Instant::now();
+        let r = http.get(url).send().await?;
+        let status = r.status();
+        body = r.text().await?;
+        runs.push(t.elapsed());
+        if !status.is_success() {
+            bail!("GET {url}: {status}: {body}");
+        }
+    }
+    runs.remove(0);
+    runs.sort();
+    Ok(Timed {
+        median: runs[runs.len() / 2],
+        slowest: runs[runs.len() - 1],
+        body,
+    })
+}
+
+/// A UI page must show `want` nodes: a blank page would measure nothing.
+fn rows(page: &Timed, want: usize) -> anyhow::Result<()> {
+    let shown = page.body.matches(r#"<tr class="node""#).count();
+    if shown != want {
+        bail!("a UI page of nodes shows {shown} rows, not {want}");
+    }
+    Ok(())
+}
+
+/// An API page must count `total` matches and hold `held` of them; its token.
+fn counted_page(page: &Timed, total: usize, held: usize) -> anyhow::Result<Option<String>> {
+    let list: Value = serde_json::from_str(&page.body)?;
+    let counted = list["total"].as_u64().unwrap_or(0) as usize;
+    let listed = list["nodes"].as_array().map_or(0, Vec::len);
+    if counted != total || listed != held {
+        bail!(
+            "a page of the listing counts {counted} nodes and holds {listed}, not {total} and {held}"
+        );
+    }
+    Ok(list["nextPageToken"].as_str().map(str::to_string))
+}
+
+/// The `total` an API listing counts.
+async fn total(http: &reqwest::Client, url: &str) -> anyhow::Result<usize> {
+    let list: Value = http.get(url).send().await?.json().await?;
+    let total = list["total"]
+        .as_u64()
+        .context("the listing counted nothing")?;
+    Ok(total as usize)
+}
+
+/// The token of the page after the first `skip` nodes in `sort`, walked to a
+/// [`WALK`] at a time.
+async fn token_at(
+    http: &reqwest::Client,
+    url: &str,
+    sort: &str,
+    skip: usize,
+) -> anyhow::Result<String> {
+    let mut token: Option<String> = None;
+    let mut walked = 0;
+    while walked < skip.max(1) {
+        let size = (skip - walked).clamp(1, WALK);
+        let mut page_url = format!("{url}/api/v1/nodes?sort={sort}&pageSize={size}");
+        if let Some(t) = &token {
+            page_url.push_str(&format!("&pageToken={t}"));
+        }
+        let page: Value = http.get(page_url).send().await?.json().await?;
+        walked += page["nodes"].as_array().map_or(0, Vec::len);
+        let next = page["nextPageToken"].as_str();
+        token = Some(
+            next.context("the listing ended before its middle")?
+                .to_string(),
+        );
+    }
+    token.context("no page walked")
 }
 
 fn am_version(bin: &Path) -> String {
