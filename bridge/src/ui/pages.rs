@@ -176,6 +176,8 @@ pub fn overview(rows: &[ClusterView]) -> String {
                     "degraded"
                 } else if h.unknown > 0 {
                     "unknown"
+                } else if h.nodes == 0 {
+                    "empty"
                 } else {
                     "healthy"
                 };
