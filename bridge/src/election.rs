@@ -3,7 +3,8 @@
 //! time. A replica takes the key with `create` (refused while it exists) and
 //! renews it every third of the lease with `update` against the revision it last
 //! wrote (refused once anyone else wrote it); a holder that stops renewing leaves
-//! the key to expire a lease time after its last write, and then another creates it.
+//! the key to expire a lease time after its last write, and another, looking every
+//! second, creates it: a dead leader is replaced within the lease and a second.
 //!
 //! The rule is the Kubernetes Lease's: the holder counts itself leader only until
 //! two thirds of the lease after it *sent* the renewal that succeeded, while the key
@@ -133,6 +134,11 @@ async fn attempt(me: &NatsLease) -> Result<Round, String> {
     }
 }
 
+/// How often a replica that does not hold the key looks for it gone: the key
+/// expires a lease after its last write, and whoever creates it next leads, so a
+/// look every second brings a new leader at most a second after the expiry.
+const WATCH: Duration = Duration::from_secs(1);
+
 async fn run(me: Arc<NatsLease>) {
     let duration = me.lease.duration;
     loop {
@@ -164,7 +170,14 @@ async fn run(me: Arc<NatsLease>) {
                 Err(_) => warn!("NATS did not answer about the lease in time"),
             }
         }
-        tokio::time::sleep(duration / 3).await;
+        // The holder renews every third of the lease; the others watch closer.
+        let holding = me.state.lock().expect("lease lock").revision.is_some();
+        tokio::time::sleep(if holding {
+            duration / 3
+        } else {
+            WATCH.min(duration / 3)
+        })
+        .await;
     }
 }
 
