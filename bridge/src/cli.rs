@@ -1342,6 +1342,7 @@ mod tests {
             source: hale::view::SourceView {
                 url: "http://am:9093/".into(),
                 receiver: "hale".into(),
+                polling: true,
                 up: true,
                 stale: false,
                 last_trusted: None,

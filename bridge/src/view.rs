@@ -507,6 +507,10 @@ pub struct SeenAlert {
 pub struct SourceView {
     pub url: String,
     pub receiver: String,
+    /// Whether hale polls Alertmanager (`false`: webhook only, where `up` says
+    /// nothing and trust comes from deliveries).
+    #[serde(default = "polls")]
+    pub polling: bool,
     pub up: bool,
     pub stale: bool,
     pub last_trusted: Option<Time>,
@@ -516,6 +520,10 @@ pub struct SourceView {
     pub hold_until: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_reason: Option<String>,
+}
+
+fn polls() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

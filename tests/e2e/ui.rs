@@ -58,6 +58,9 @@ async fn the_overview_shows_each_state_and_keeps_itself_current() {
     );
     assert_eq!(browser.text("#fleet-healthy").await, "2");
     assert_eq!(browser.text("#fleet-nodes").await, "4");
+    // This hale takes webhooks only: it polls no Alertmanager to call down.
+    let source = browser.text(&format!("{row} td:nth-child(8)")).await;
+    assert!(source.starts_with("webhook only"), "{source}");
     browser.screenshot("overview.png").await;
 
     // A second node degrades: the page shows it by itself, and is the same page.

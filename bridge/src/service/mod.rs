@@ -923,6 +923,7 @@ impl Hale {
                 &reqwest::Url::parse(&cfg.config.alertmanager.url).expect("validated"),
             ),
             receiver: cfg.config.alertmanager.receiver.clone(),
+            polling: !cfg.config.alertmanager.poll_interval.is_zero(),
             up: trust.source_up,
             stale: trust.stale,
             last_trusted: trust.last_trusted,

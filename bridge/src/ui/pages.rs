@@ -182,15 +182,20 @@ pub fn overview(rows: &[ClusterView]) -> String {
                     "healthy"
                 };
                 let s = &h.source;
-                let source = if !s.up {
-                    format!(
-                        r#"<span class="bad">Alertmanager down</span><div class="muted">{}</div>"#,
-                        esc(s.last_error.as_deref().unwrap_or(""))
-                    )
-                } else if s.stale {
+                let source = if s.stale {
                     format!(
                         r#"<span class="bad">stale</span><div class="muted">no trusted input since {}</div>"#,
                         when(s.last_trusted)
+                    )
+                } else if !s.polling {
+                    format!(
+                        r#"<span class="good">webhook only</span><div class="muted">last trusted input {}</div>"#,
+                        when(s.last_trusted)
+                    )
+                } else if !s.up {
+                    format!(
+                        r#"<span class="bad">Alertmanager down</span><div class="muted">{}</div>"#,
+                        esc(s.last_error.as_deref().unwrap_or(""))
                     )
                 } else {
                     format!(
@@ -873,6 +878,7 @@ mod tests {
         SourceView {
             url: "http://am:9093/".into(),
             receiver: "hale".into(),
+            polling: true,
             up: true,
             stale: false,
             last_trusted: None,
