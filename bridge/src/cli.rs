@@ -675,6 +675,12 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
             } else {
                 print!("{}", node_table(&list));
             }
+            if !list.unreachable.is_empty() {
+                anyhow::bail!(
+                    "{} cluster(s) could not be asked: the listing is not the whole fleet",
+                    list.unreachable.len()
+                );
+            }
         }
         NodeVerb::Show { id } => {
             let node: NodeView = client.get(&["api", "v1", "nodes", &id]).await?;

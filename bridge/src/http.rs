@@ -36,6 +36,12 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    /// The same error, said of federation member `cluster`.
+    fn about(mut self, cluster: &str) -> ApiError {
+        self.detail = format!("cluster {cluster}: {}", self.detail);
+        self
+    }
+
     /// What went wrong, in words.
     pub fn detail(&self) -> &str {
         &self.detail
@@ -148,8 +154,40 @@ fn authorize_read(hale: &Hale, headers: &HeaderMap) -> ApiResult<()> {
     }
 }
 
-/// Check the bearer token in constant time.
+/// Whether a request that changes something came from this site (or from no
+/// browser at all). `Sec-Fetch-Site`, which every current
+/// browser sends, says so outright; without it, an `Origin` must name the host
+/// the post was sent to (`X-Forwarded-Host` behind a proxy that rewrites `Host`).
+/// A client that sends neither is no browser another site could drive.
+pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(site) = text("sec-fetch-site") {
+        return matches!(site, "same-origin" | "none");
+    }
+    let Some(origin) = text("origin") else {
+        return true;
+    };
+    let Some((_, origin_host)) = origin.split_once("://") else {
+        return false;
+    };
+    [text("x-forwarded-host"), text("host")]
+        .into_iter()
+        .flatten()
+        .any(|host| !host.is_empty() && host == origin_host)
+}
+
+/// Check the bearer token in constant time, and refuse what a browser says
+/// another site sent: without a token (the default) any page an operator opened
+/// could otherwise post a verb, a webhook or a reload here.
 pub(crate) fn authorize(hale: &Hale, headers: &HeaderMap) -> ApiResult<()> {
+    if !same_origin(headers) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "cross_site",
+            "a browser says another site sent this request (Origin or Sec-Fetch-Site); \
+             hale takes changes from its own pages and from clients that are no browser",
+        ));
+    }
     let cfg = hale.config();
     let Some(want) = cfg.api_token.as_ref().map(|t| t.expose()) else {
         return Ok(());
@@ -157,7 +195,11 @@ pub(crate) fn authorize(hale: &Hale, headers: &HeaderMap) -> ApiResult<()> {
     let got = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| {
+            v.split_once(' ')
+                .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+                .map(|(_, token)| token.trim())
+        })
         .unwrap_or("");
     if crate::secrets_equal(got.as_bytes(), want.as_bytes()) {
         Ok(())
@@ -217,7 +259,10 @@ pub(crate) async fn listing(hale: Arc<Hale>, raw: &str) -> ApiResult<NodeList> {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        return fed.nodes(cluster, &pairs).await.map_err(member_error);
+        return fed
+            .nodes(cluster, &pairs)
+            .await
+            .map_err(|e| member_error(e).about(cluster));
     }
     check_pool(&hale, &query)?;
     Ok(local_nodes(hale, query).await)
@@ -262,6 +307,11 @@ async fn all_clusters(
     if query.count {
         return Err(bad_request(
             "total is counted per cluster: ask each with cluster=NAME&total=true",
+        ));
+    }
+    if query.pool.is_some() {
+        return Err(bad_request(
+            "pools are each cluster's own: filter by pool with cluster=NAME",
         ));
     }
     let fed = hale.federation();
@@ -414,8 +464,11 @@ pub(crate) fn member_error(e: MemberError) -> ApiError {
             } else {
                 "bad_request"
             },
-            detail: format!("member {detail}"),
+            detail: detail.clone(),
         },
+        MemberError::Refused { ref error, .. } if error == "federation_loop" => {
+            ApiError::new(StatusCode::BAD_GATEWAY, "federation_loop", e.to_string())
+        }
         MemberError::Refused {
             status: 401 | 403, ..
         } => ApiError::new(

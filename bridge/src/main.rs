@@ -33,6 +33,16 @@ fn main() -> std::process::ExitCode {
 
 async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve { .. }) {
+        // A client's output piped into `head` ends quietly when the reader has
+        // had enough, as other command-line tools do, instead of panicking on
+        // the broken pipe (Rust ignores SIGPIPE; the server keeps it so).
+        // SAFETY: setting a signal's disposition to the default, before any
+        // thread of ours writes, touches no memory of the program's.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     match cli.command {
         Command::Serve { config, log_format } => {
             log(log_format);

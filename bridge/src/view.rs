@@ -458,7 +458,7 @@ pub struct RemediationCounts {
     pub queued: u64,
     pub in_flight: u64,
     pub fencing: u64,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub blocked: Vec<String>,
 }
 

@@ -491,3 +491,66 @@ async fn the_listing_sorts_searches_counts_and_refuses_what_it_cannot_do() {
     let (status, _) = get(format!("{}/api/v1/clusters?local=perhaps", hale.url)).await;
     assert_eq!(status, 400);
 }
+
+/// A verb, a webhook or a reload that a browser says another site sent is refused
+/// and changes nothing, token or not; the same request from a client that is no
+/// browser (curl, the CLI, Alertmanager) goes through.
+#[tokio::test]
+async fn what_another_site_sends_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // No apiTokenFile: the quick start's hale, where this matters most.
+    let port = free_port();
+    let config = webhook_only_config(dir.path(), port, "")
+        .lines()
+        .filter(|l| !l.starts_with("apiTokenFile"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let hale = Hale::start_with(dir.path(), port, &config).await;
+    let client = reqwest::Client::new();
+    let fired = client
+        .post(format!("{}/api/v1/alertmanager", hale.url))
+        .body(delivery(&[(&smart_failing("n1"), "firing")]).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(fired.status(), 200);
+    let cordon = format!("{}/cordon", hale.node_url("n1"));
+    for (name, value) in [
+        ("Origin", "http://evil.example"),
+        ("Sec-Fetch-Site", "cross-site"),
+        ("Sec-Fetch-Site", "same-site"),
+    ] {
+        let r = client
+            .post(&cordon)
+            .header("Content-Type", "text/plain")
+            .header(name, value)
+            .body(r#"{"reason": "from another site"}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "{name}: {value}");
+        let e: Value = r.json().await.unwrap();
+        assert_eq!(e["error"], "cross_site");
+    }
+    let forged = client
+        .post(format!("{}/api/v1/alertmanager", hale.url))
+        .header("Origin", "http://evil.example")
+        .body(delivery(&[(&smart_failing("forged"), "firing")]).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 403);
+    assert!(hale.node("forged").await.is_none());
+    assert_eq!(hale.node("n1").await.unwrap()["status"], "Ready");
+    // The same verb from curl, and with the page's own origin.
+    let r = client
+        .post(&cordon)
+        .header("Origin", hale.url.clone())
+        .header("Host", hale.url.trim_start_matches("http://").to_string())
+        .body(r#"{"reason": "same site"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(hale.node("n1").await.unwrap()["status"], "Cordoned");
+}

@@ -499,7 +499,11 @@ async fn federation_shows_members_and_never_a_dead_ones_last_answer() {
         .await
         .unwrap();
     assert_eq!(via_hub["nodes"], west.nodes().await["nodes"]);
-    let listed = hub.cli_ok(&["node", "list", "--all-clusters", "-o", "json"]);
+    // Members that could not be asked: the listing is printed, and the exit
+    // status says it is not the whole fleet.
+    let listed = hub.cli(&["node", "list", "--all-clusters", "-o", "json"]);
+    assert_eq!(listed.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&listed.stderr).contains("not the whole fleet"));
     let all: Value = serde_json::from_slice(&listed.stdout).unwrap();
     let ids: Vec<&str> = all["nodes"]
         .as_array()
@@ -537,6 +541,7 @@ async fn federation_shows_members_and_never_a_dead_ones_last_answer() {
         .unwrap();
     assert_eq!(r.status(), 502);
     let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"], "federation_loop", "{e}");
     assert!(
         e["detail"]
             .as_str()

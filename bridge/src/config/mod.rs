@@ -682,8 +682,16 @@ impl Config {
             key: key.into(),
             message,
         };
-        if self.cluster.trim().is_empty() {
-            return Err(err("cluster", "must not be empty".into()));
+        if self.cluster.trim().is_empty()
+            || self.cluster.trim() != self.cluster
+            || self.cluster == "*"
+            || self.cluster.chars().any(char::is_control)
+        {
+            return Err(err(
+                "cluster",
+                "must be a name: not empty, no spaces around it, no control characters, not `*` (every cluster)"
+                    .into(),
+            ));
         }
         if self.listen.parse::<SocketAddr>().is_err() {
             return Err(err(
@@ -776,6 +784,15 @@ impl Config {
                 return Err(err(
                     &format!("inventory[{i}].id"),
                     "must not be empty, `.` or `..` (a URL path cannot name those)".into(),
+                ));
+            }
+            if node.id.chars().any(char::is_control) {
+                return Err(err(
+                    &format!("inventory[{i}].id"),
+                    format!(
+                        "{:?} holds a control character: no alert names a node so",
+                        node.id
+                    ),
                 ));
             }
             if node.id.trim() != node.id {
@@ -1723,6 +1740,18 @@ mod tests {
                 3,
                 "federation.members[0].name",
                 "every cluster",
+            ),
+            (
+                "cluster: '*'\n".into(),
+                1,
+                "cluster",
+                "not `*`",
+            ),
+            (
+                "cluster: ' east'\n".into(),
+                1,
+                "cluster",
+                "no spaces around it",
             ),
             (
                 "federation:\n  timeout: 2m\n".into(),

@@ -139,6 +139,15 @@ impl<'de: 'a, 'a> Deserialize<'de> for Labels<'a> {
 
 /// Empty or only whitespace: a value that counts as absent. Decided by its first
 /// byte for nearly every value.
+/// Whether `value` holds a control character or a bidirectional override.
+fn unprintable(value: &str) -> bool {
+    value.bytes().any(|b| b < 0x20 || b == 0x7f)
+        || (!value.is_ascii()
+            && value.chars().any(|c| {
+                c.is_control() || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+            }))
+}
+
 fn blank(value: &str) -> bool {
     match value.as_bytes().first() {
         None => true,
@@ -321,8 +330,11 @@ impl<'a> Alert<'a> {
                 value
             };
             // `.` and `..` cannot be named in a URL path (it resolves them away),
-            // so the API could never show such a node: no node either.
-            (!blank(value) && !matches!(value.trim(), "." | "..")).then_some(value)
+            // so the API could never show such a node: no node either. Nor can
+            // an id with control or direction-changing characters, which would
+            // forge log lines or show another id than it is.
+            (!blank(value) && !matches!(value.trim(), "." | "..") && !unprintable(value))
+                .then_some(value)
         })
     }
 
@@ -569,6 +581,12 @@ mod tests {
             (&[("node", " "), ("instance", "h:9100")], Some("h")),
             (&[("node", ".."), ("instance", "h:9100")], Some("h")),
             (&[("node", ".")], None),
+            (
+                &[("node", "a\nERROR forged"), ("instance", "h:9100")],
+                Some("h"),
+            ),
+            (&[("node", "a\u{0}b")], None),
+            (&[("node", "\u{202E}kcab")], None),
         ];
         for (labels, want) in cases {
             assert_eq!(alert(labels).node(&id), *want, "{labels:?}");

@@ -27,7 +27,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
 use crate::core::{CoreError, EventKind, Time};
-use crate::http::listing;
+use crate::http::{listing, same_origin};
 use crate::secrets_equal;
 use crate::service::Hale;
 use crate::store::EventQuery;
@@ -255,8 +255,19 @@ async fn nodes(
     }
     // Pools are this hale's: a member's or every cluster's listing takes none.
     let here_only = f.cluster == local;
-    if !here_only {
+    let fed = hale.federation();
+    let mut notes = Vec::new();
+    if !here_only && !f.pool.is_empty() {
+        notes.push(format!(
+            "Pools are each cluster's own: the pool filter applies to {local} only, and is left out here."
+        ));
         f.pool.clear();
+    }
+    if !here_only && f.cluster != "*" && !fed.names().any(|n| n == f.cluster) {
+        notes.push(format!(
+            "No cluster {:?} is served here or by a federation member.",
+            f.cluster
+        ));
     }
     let size = pages::NODES_PER_PAGE.to_string();
     let sort = f.sort.name();
@@ -286,7 +297,7 @@ async fn nodes(
         .filter(|_| here_only)
         .collect();
     let clusters: Vec<String> = std::iter::once(local)
-        .chain(hale.federation().names().map(str::to_string))
+        .chain(fed.names().map(str::to_string))
         .collect();
     html(
         StatusCode::OK,
@@ -295,7 +306,7 @@ async fn nodes(
             &here,
             &auth,
             None,
-            &pages::nodes(&f, &listing, &pools, &clusters),
+            &pages::nodes(&f, &listing, &pools, &clusters, &notes),
             true,
         ),
     )
@@ -428,7 +439,14 @@ async fn node(
     );
     let view = match view {
         Ok(v) => v,
-        Err((status, text)) => return refused(&auth, &here, status, "No such node", text),
+        Err((status, text)) => {
+            let title = if status == StatusCode::NOT_FOUND {
+                "No such node"
+            } else {
+                "No answer"
+            };
+            return refused(&auth, &here, status, title, text);
+        }
     };
     let changes = changes.map(|(events, _)| {
         events
@@ -541,6 +559,33 @@ async fn confirm(
             "verb must be cordon, uncordon, drain, or clear with a condition".into(),
         );
     };
+    let node = {
+        let (h, id) = (hale.clone(), id.clone());
+        tokio::task::spawn_blocking(move || h.node(&id))
+            .await
+            .expect("node view panicked")
+    };
+    let Some(node) = node else {
+        return refused(
+            &auth,
+            &here,
+            StatusCode::NOT_FOUND,
+            "No such node",
+            format!("hale knows no node {id:?}"),
+        );
+    };
+    if let Some(c) = condition.as_deref()
+        && verb == "clear"
+        && !node.conditions.iter().any(|k| k.ctype == c)
+    {
+        return refused(
+            &auth,
+            &here,
+            StatusCode::NOT_FOUND,
+            "No such condition",
+            format!("node {id:?} has no condition {c:?}"),
+        );
+    }
     let body = pages::confirm(&id, &verb, condition.as_deref(), &csrf);
     html(
         StatusCode::OK,
@@ -572,27 +617,6 @@ impl Form {
     }
 }
 
-/// Whether a form post came from this site. `Sec-Fetch-Site`, which every current
-/// browser sends, says so outright; without it, an `Origin` must name the host
-/// the post was sent to (`X-Forwarded-Host` behind a proxy that rewrites `Host`).
-/// A client that sends neither is no browser another site could drive.
-fn same_origin(headers: &HeaderMap) -> bool {
-    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    if let Some(site) = text("sec-fetch-site") {
-        return matches!(site, "same-origin" | "none");
-    }
-    let Some(origin) = text("origin") else {
-        return true;
-    };
-    let Some((_, origin_host)) = origin.split_once("://") else {
-        return false;
-    };
-    [text("x-forwarded-host"), text("host")]
-        .into_iter()
-        .flatten()
-        .any(|host| !host.is_empty() && host == origin_host)
-}
-
 /// The answer to a form posted from another site.
 fn cross_site(auth: &Auth) -> Response {
     refused(
@@ -615,12 +639,17 @@ fn checked_form(
     let form = Form::parse(body);
     let sent = form.field("csrf");
     let Some(want) = auth.csrf() else {
+        let text = if auth == Auth::NoToken {
+            "This hale has no apiTokenFile: its UI is read-only."
+        } else {
+            "Operating needs the API token: sign in with it."
+        };
         return Err(Box::new(refused(
             &auth,
             "/",
             StatusCode::UNAUTHORIZED,
             "Sign in first",
-            "Operating needs the API token: sign in with it.".into(),
+            text.into(),
         )));
     };
     if !same_origin(headers) {

@@ -199,7 +199,7 @@ pub fn overview(rows: &[ClusterView]) -> String {
                     )
                 } else {
                     format!(
-                        r#"<span class="good">up</span><div class="muted">watchdog seen {}</div>"#,
+                        r#"<span class="good">up</span><div class="muted">last trusted poll {}</div>"#,
                         when(s.last_trusted)
                     )
                 };
@@ -309,8 +309,12 @@ pub fn nodes(
     listing: &Result<NodeList, String>,
     pools: &[String],
     clusters: &[String],
+    notes: &[String],
 ) -> String {
     let mut out = String::from("<h1>Nodes</h1>");
+    for note in notes {
+        let _ = write!(out, r#"<p class="flash refused note">{}</p>"#, esc(note));
+    }
     let option = |value: &str, shown: &str, chosen: &str| {
         format!(
             r#"<option value="{}"{}>{}</option>"#,
@@ -801,7 +805,10 @@ fn verbs(p: &NodePage<'_>) -> String {
     }
     match p.auth {
         Auth::NoToken => r#"<p class="muted" id="verbs">Operator verbs need hale's apiTokenFile; this UI is read-only.</p>"#.into(),
-        Auth::Reader => r#"<p class="muted" id="verbs"><a href="/ui/login">Sign in</a> with the API token to cordon, uncordon, drain or clear.</p>"#.into(),
+        Auth::Reader => format!(
+            r#"<p class="muted" id="verbs"><a href="/ui/login{}">Sign in</a> with the API token to cordon, uncordon, drain or clear.</p>"#,
+            esc(&query(&[("next", &node_href(&p.node.id, None))]))
+        ),
         Auth::Operator { .. } => {
             let mut out = String::from(r#"<div class="verbs" id="verbs">"#);
             let cordoned = p.node.status == Status::Cordoned || p.node.cordon.is_some();

@@ -5,6 +5,14 @@
 // forms to fill in (confirmations, sign-in) are never refreshed.
 "use strict";
 (function () {
+  // What a verb did is said once: the address loses it, so neither a refresh
+  // nor a copied link says it again.
+  const here = new URL(location.href);
+  if (here.searchParams.has("done")) {
+    here.searchParams.delete("done");
+    history.replaceState(null, "", here.pathname + here.search);
+  }
+
   const live = document.getElementById("live");
   const seconds = live ? Number(live.dataset.refresh) || 0 : 0;
   if (seconds <= 0) return; // a form to fill in, or a refusal to read

@@ -1,0 +1,1 @@
+{"error":"not_found","detail":"no such endpoint"}
