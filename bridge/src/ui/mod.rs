@@ -164,11 +164,24 @@ fn here(path: &str, raw: &Option<String>) -> String {
     }
 }
 
-/// With `ui.requireToken`, a reader who has not signed in is sent to sign in.
-fn gate(hale: &Hale, auth: &Auth, here: &str) -> Option<Response> {
+/// Who reads the page at `path` (with its query), and the page's own address;
+/// with `ui.requireToken`, a reader who has not signed in is sent to sign in.
+fn reader(
+    hale: &Hale,
+    headers: &HeaderMap,
+    path: &str,
+    raw: &Option<String>,
+) -> Result<(Auth, String), Box<Response>> {
+    let auth = auth(hale, headers, Utc::now());
+    let here = here(path, raw);
     let required = hale.config().config.ui.require_token;
-    (required && !matches!(auth, Auth::Operator { .. }))
-        .then(|| redirect(&format!("/ui/login{}", query(&[("next", here)]))))
+    if required && !matches!(auth, Auth::Operator { .. }) {
+        return Err(Box::new(redirect(&format!(
+            "/ui/login{}",
+            query(&[("next", &here)])
+        ))));
+    }
+    Ok((auth, here))
 }
 
 /// A page in hale's frame; `refresh`: whether it keeps itself current (not a
@@ -199,11 +212,10 @@ async fn overview(
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    let auth = auth(&hale, &headers, Utc::now());
-    let here = here("/", &raw);
-    if let Some(r) = gate(&hale, &auth, &here) {
-        return r;
-    }
+    let (auth, here) = match reader(&hale, &headers, "/", &raw) {
+        Ok(read) => read,
+        Err(r) => return *r,
+    };
     let rows = hale.clusters(false).await;
     html(
         StatusCode::OK,
@@ -223,11 +235,10 @@ async fn nodes(
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    let auth = auth(&hale, &headers, Utc::now());
-    let here = here("/ui/nodes", &raw);
-    if let Some(r) = gate(&hale, &auth, &here) {
-        return r;
-    }
+    let (auth, here) = match reader(&hale, &headers, "/ui/nodes", &raw) {
+        Ok(read) => read,
+        Err(r) => return *r,
+    };
     let cfg = hale.config();
     let local = cfg.config.cluster.clone();
     let mut f = Filters {
@@ -349,11 +360,11 @@ async fn node(
     RawQuery(raw): RawQuery,
 ) -> Response {
     let now = Utc::now();
-    let auth = auth(&hale, &headers, now);
-    let here = here(&format!("/ui/nodes/{}", html::segment(&id)), &raw);
-    if let Some(r) = gate(&hale, &auth, &here) {
-        return r;
-    }
+    let path = format!("/ui/nodes/{}", html::segment(&id));
+    let (auth, here) = match reader(&hale, &headers, &path, &raw) {
+        Ok(read) => read,
+        Err(r) => return *r,
+    };
     let local = hale.config().config.cluster.clone();
     let (mut member, mut win, mut order, mut token, mut types, mut done) = (
         None,
