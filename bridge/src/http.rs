@@ -430,21 +430,13 @@ async fn all_clusters(
 /// A token of the federated listing: `f` and the hex of `[cluster, its token]`.
 fn cluster_page_token(cluster: &str, inner: &str) -> String {
     let json = serde_json::json!([cluster, inner]).to_string();
-    let hex: String = json.bytes().map(|b| format!("{b:02x}")).collect();
-    format!("f{hex}")
+    format!("f{}", crate::hex(json.as_bytes()))
 }
 
 /// The cluster and its own token (`None`: from its start) a [`cluster_page_token`]
 /// names.
 fn cluster_token(token: &str) -> Option<(String, Option<String>)> {
-    let hex = token.strip_prefix('f')?;
-    if hex.len() % 2 != 0 {
-        return None;
-    }
-    let bytes: Vec<u8> = (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect::<Option<_>>()?;
+    let bytes = crate::unhex(token.strip_prefix('f')?)?;
     let (cluster, inner): (String, String) = serde_json::from_slice(&bytes).ok()?;
     Some((cluster, Some(inner).filter(|t| !t.is_empty())))
 }

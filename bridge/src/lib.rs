@@ -58,6 +58,27 @@ pub fn path_segment(text: &str) -> String {
     out
 }
 
+/// `bytes` as lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+/// The bytes a [`hex`] text stands for; `None` for anything else.
+pub fn unhex(text: &str) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 /// Whether two secrets are equal, in time that depends on neither (their digests
 /// are compared, so not even their lengths show).
 pub fn secrets_equal(a: &[u8], b: &[u8]) -> bool {

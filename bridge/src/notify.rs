@@ -144,13 +144,7 @@ pub fn signature(secret: &[u8], timestamp: &str, body: &[u8]) -> String {
     mac.update(timestamp.as_bytes());
     mac.update(b".");
     mac.update(body);
-    let digest = mac.finalize().into_bytes();
-    let mut out = String::with_capacity(7 + 64);
-    out.push_str("sha256=");
-    for b in digest {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
+    format!("sha256={}", crate::hex(&mac.finalize().into_bytes()))
 }
 
 /// Why one attempt failed.

@@ -364,7 +364,7 @@ pub fn holds(text: &str, needle: &str) -> bool {
 /// A page token (opaque to clients): for the id order, the last id hex-encoded; for
 /// another order, `j` and the hex of `[sort, rank, text, id]` in JSON.
 pub fn page_token(sort: Sort, last: &Place) -> String {
-    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    use crate::hex;
     if sort == Sort::default() {
         return hex(last.id.as_bytes());
     }
@@ -375,15 +375,7 @@ pub fn page_token(sort: Sort, last: &Place) -> String {
 /// The place a [`page_token`] continues after, in `sort`; `None` for a token this
 /// server did not issue, or issued for another order.
 pub fn page_after(sort: Sort, token: &str) -> Option<Place> {
-    let unhex = |text: &str| -> Option<Vec<u8>> {
-        if text.len() % 2 != 0 {
-            return None;
-        }
-        (0..text.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-            .collect()
-    };
+    use crate::unhex;
     match token.strip_prefix('j') {
         None if sort == Sort::default() => Some(Place {
             id: String::from_utf8(unhex(token)?).ok()?,

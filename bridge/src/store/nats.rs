@@ -33,6 +33,7 @@ use sha2::{Digest, Sha256};
 use super::{Batch, EventPage, EventQuery, Opened, Result, Store, StoreError, StoredEvent};
 use crate::core::policy::Moves;
 use crate::core::{Event, Fleet, Node, Time, Trust};
+use crate::hex;
 
 /// How long one request to JetStream may take before the write fails (and is
 /// retried with the next one).
@@ -592,10 +593,6 @@ fn new_instance() -> String {
         .map_or(0, |d| d.as_nanos());
     let digest = Sha256::digest(format!("{nanos}-{}", std::process::id()));
     hex(&digest[..4])
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The message id of an event: the node's previous event id and the event's type,

@@ -101,14 +101,10 @@ fn redirect(to: &str) -> Response {
     r
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn mac(token: &str, what: &str) -> String {
     let mut m = Hmac::<Sha256>::new_from_slice(token.as_bytes()).expect("HMAC takes any key");
     m.update(what.as_bytes());
-    hex(&m.finalize().into_bytes())
+    crate::hex(&m.finalize().into_bytes())
 }
 
 /// A session cookie's value for a session ending at `expiry` (unix seconds).
