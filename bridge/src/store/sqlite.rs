@@ -5,9 +5,11 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{Batch, EventPage, EventQuery, Opened, Result, Store, StoreError, StoredEvent};
+use super::{
+    Batch, EventPage, EventQuery, Opened, Result, Store, StoreError, StoredEvent, decode_nodes,
+};
 use crate::core::policy::Moves;
-use crate::core::{Event, Fleet, Node, Time, Trust};
+use crate::core::{Event, Fleet, Time, Trust};
 
 trait Op<T> {
     fn op(self, op: &'static str) -> Result<T>;
@@ -172,14 +174,10 @@ impl Store for Sqlite {
         let rows = stmt
             .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
             .op("read nodes")?;
-        for row in rows {
-            let (id, body) = row.op("read nodes")?;
-            let node: Node = serde_json::from_str(&body).map_err(|cause| StoreError::Corrupt {
-                what: format!("node {id}"),
-                cause,
-            })?;
-            fleet.nodes.insert(id, node);
-        }
+        let records = rows
+            .collect::<rusqlite::Result<Vec<(String, String)>>>()
+            .op("read nodes")?;
+        fleet.nodes = decode_nodes(&records)?.into_iter().collect();
         let mut stmt = self
             .conn
             .prepare("SELECT id, last_report, last_heartbeat FROM liveness")
@@ -501,6 +499,11 @@ mod tests {
     #[test]
     fn a_batch_round_trips_and_removal_keeps_events() {
         suite::a_batch_round_trips_and_removal_keeps_events(&open);
+    }
+
+    #[test]
+    fn a_large_fleet_comes_back_whole() {
+        suite::a_large_fleet_comes_back_whole(&open);
     }
 
     #[test]
