@@ -58,6 +58,24 @@ pub fn path_segment(text: &str) -> String {
     out
 }
 
+/// A label value as the Prometheus text format writes it: `\\`, `"` and a newline
+/// escaped (borrowed when there is nothing to escape, as nearly always).
+pub fn label_value(value: &str) -> std::borrow::Cow<'_, str> {
+    if !value.bytes().any(|b| matches!(b, b'\\' | b'"' | b'\n')) {
+        return std::borrow::Cow::Borrowed(value);
+    }
+    let mut out = String::with_capacity(value.len() + 2);
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// `bytes` as lowercase hex.
 pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;

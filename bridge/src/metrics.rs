@@ -20,6 +20,7 @@ use crate::config::Loaded;
 use crate::core::policy::Action;
 use crate::core::settings::Settings;
 use crate::core::{Fleet, Health, KNOWN_CONDITIONS, Node};
+use crate::label_value;
 use crate::notify::WebhookMetrics;
 use crate::orchestrator::{Orchestrator, OrchestratorError};
 use crate::store::StoreError;
@@ -433,8 +434,8 @@ impl NodeSeries {
     fn write(&self, out: &mut String) {
         let config = self.config.read().expect("config lock").clone();
         let nodes = self.copy(&config);
-        let cluster = escaped(&config.config.cluster);
-        let ids: Vec<Cow<'_, str>> = nodes.iter().map(|n| escaped(&n.id)).collect();
+        let cluster = label_value(&config.config.cluster);
+        let ids: Vec<Cow<'_, str>> = nodes.iter().map(|n| label_value(&n.id)).collect();
         let score = "hale_node_reliability_score";
         family(
             out,
@@ -516,25 +517,9 @@ fn family(out: &mut String, name: &str, help: &str, kind: &str) {
     }
 }
 
-/// A label value as the text format needs it: `\`, `"` and a newline escaped.
-fn escaped(value: &str) -> Cow<'_, str> {
-    if !value.bytes().any(|b| matches!(b, b'\\' | b'"' | b'\n')) {
-        return Cow::Borrowed(value);
-    }
-    let mut out = String::with_capacity(value.len() + 2);
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    Cow::Owned(out)
-}
-
-/// One sample of a node: `name{node_id="…",cluster="…"[,label="…"]} value`, its
-/// label values already [`escaped`] (the extra label's are hale's own names).
+/// One sample of a node: `name{node_id="…",cluster="…"[,label="…"]} value`, `id`
+/// and `cluster` already escaped ([`label_value`]); the extra label's value is
+/// escaped here (a condition type comes from alerts).
 fn sample(
     out: &mut String,
     name: &str,
@@ -553,7 +538,7 @@ fn sample(
         out.push(',');
         out.push_str(key);
         out.push_str("=\"");
-        out.push_str(&escaped(v));
+        out.push_str(&label_value(v));
         out.push('"');
     }
     out.push_str("} ");
@@ -721,7 +706,7 @@ hale_node_attributed_job_failures_total{node_id="q\"uo\\te",cluster="default"} 0
             ("ü\\\"", r#"ü\\\""#),
         ];
         for (value, written) in cases {
-            assert_eq!(escaped(value), written, "{value:?}");
+            assert_eq!(label_value(value), written, "{value:?}");
         }
     }
 }

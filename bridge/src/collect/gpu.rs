@@ -16,7 +16,8 @@
 
 use std::fmt::Write as _;
 
-use super::{ToolFailure, escape};
+use super::ToolFailure;
+use crate::label_value;
 
 /// The arguments: the full report, as XML.
 pub const NVIDIA_SMI_ARGS: &[&str] = &["-q", "-x"];
@@ -454,7 +455,7 @@ fn render_gpus(out: &mut String, report: &Report) {
     };
     let count = |v: Option<u64>| v.map(|v| v.to_string());
     let flag = |v: bool| Some(u8::from(v).to_string());
-    let driver = escape(&report.driver_version);
+    let driver = label_value(&report.driver_version);
     family(
         out,
         "hale_gpu_info",
@@ -563,7 +564,7 @@ fn render_gpus(out: &mut String, report: &Report) {
             let action = g.recovery_action.as_ref()?;
             let asks = u8::from(action != "None");
             Some((
-                format!("{labels},action=\"{}\"", escape(action)),
+                format!("{labels},action=\"{}\"", label_value(action)),
                 asks.to_string(),
             ))
         })
@@ -588,10 +589,10 @@ fn gpu_labels(g: &Gpu) -> String {
     format!(
         "gpu=\"{}\",UUID=\"{}\",pci_bus_id=\"{}\",device=\"{}\",modelName=\"{}\"",
         g.index,
-        escape(&g.uuid),
-        escape(&g.pci_bus_id),
+        label_value(&g.uuid),
+        label_value(&g.pci_bus_id),
         g.minor.map(|m| format!("nvidia{m}")).unwrap_or_default(),
-        escape(&g.model)
+        label_value(&g.model)
     )
 }
 

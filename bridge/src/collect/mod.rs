@@ -293,21 +293,6 @@ impl Output {
     }
 }
 
-/// A label value in the exposition format: backslash, double quote and newline
-/// escaped.
-pub fn escape(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -466,11 +451,5 @@ mod tests {
         let nowhere = Output::parse("/nonexistent/dir/gpu.prom").unwrap_err();
         assert!(nowhere.contains("does not exist"), "{nowhere}");
         assert!(matches!(Output::parse("-"), Ok(Output::Stdout)));
-    }
-
-    #[test]
-    fn label_values_are_escaped() {
-        assert_eq!(escape(r#"a"b\c"#), r#"a\"b\\c"#);
-        assert_eq!(escape("x\ny"), "x\\ny");
     }
 }

@@ -1420,41 +1420,29 @@ impl Hale {
     }
 }
 
-/// A large poll leaves tens of MiB of freed buffers in the allocator's per-thread
-/// arenas; hand them back to the OS so the service's footprint is its live state.
 /// Set glibc's allocator up for a process that parses a large answer every poll:
 /// two arenas rather than eight per core, so memory one thread freed is not kept
 /// apart for it, and every block from 1 MiB up (an answer, its parse, a `/metrics`
 /// text) mapped on its own and unmapped when freed, rather than left in the heap.
 /// Call before the first thread starts.
 pub fn tune_allocator() {
+    // SAFETY: mallopt only changes allocator parameters; called before any other
+    // thread exists, it races with no allocation.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        const M_MMAP_THRESHOLD: i32 = -3;
-        const M_ARENA_MAX: i32 = -8;
-        unsafe extern "C" {
-            fn mallopt(param: i32, value: i32) -> i32;
-        }
-        // SAFETY: mallopt only changes allocator parameters; called before any other
-        // thread exists, it races with no allocation.
-        unsafe {
-            mallopt(M_ARENA_MAX, 2);
-            mallopt(M_MMAP_THRESHOLD, 1 << 20);
-        }
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
     }
 }
 
+/// A large poll leaves tens of MiB of freed buffers in the allocator's arenas;
+/// hand them back to the OS so the service's footprint is its live state.
 fn release_freed_memory() {
+    // SAFETY: glibc's malloc_trim only releases free heap pages; it has no
+    // preconditions and is safe to call from any thread at any time.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        unsafe extern "C" {
-            fn malloc_trim(pad: usize) -> i32;
-        }
-        // SAFETY: glibc's malloc_trim only releases free heap pages; it has no
-        // preconditions and is safe to call from any thread at any time.
-        unsafe {
-            malloc_trim(0);
-        }
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
