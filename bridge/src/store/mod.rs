@@ -10,7 +10,7 @@ pub mod sqlite;
 use std::path::PathBuf;
 
 use crate::core::policy::Moves;
-use crate::core::{Event, Fleet, Node, Outcome, Time};
+use crate::core::{Event, Fleet, Outcome, Time};
 
 pub use nats::Nats;
 pub use sqlite::Sqlite;
@@ -64,47 +64,6 @@ impl StoreError {
             StoreError::Conflict { .. } => "conflict",
         }
     }
-}
-
-/// Below this many records a second thread costs more than it saves.
-const DECODED_PER_THREAD: usize = 2_000;
-
-/// Node records, `(id, JSON)` as a store keeps them, decoded on every core at once:
-/// a restart of a large fleet is bound by decoding its records (100,000 nodes, over
-/// a second on one core). In the order given; the first unreadable record is the
-/// error.
-pub(crate) fn decode_nodes<B: AsRef<[u8]> + Sync>(
-    records: &[(String, B)],
-) -> Result<Vec<(String, Node)>> {
-    let decode = |part: &[(String, B)]| -> Result<Vec<(String, Node)>> {
-        part.iter()
-            .map(|(id, body)| match serde_json::from_slice(body.as_ref()) {
-                Ok(node) => Ok((id.clone(), node)),
-                Err(cause) => Err(StoreError::Corrupt {
-                    what: format!("node {id}"),
-                    cause,
-                }),
-            })
-            .collect()
-    };
-    let threads = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(records.len() / DECODED_PER_THREAD)
-        .max(1);
-    if threads == 1 {
-        return decode(records);
-    }
-    std::thread::scope(|scope| {
-        let parts: Vec<_> = records
-            .chunks(records.len().div_ceil(threads))
-            .map(|part| scope.spawn(move || decode(part)))
-            .collect();
-        let mut nodes = Vec::with_capacity(records.len());
-        for part in parts {
-            nodes.extend(part.join().expect("decoding a record does not panic")?);
-        }
-        Ok(nodes)
-    })
 }
 
 /// Everything one step asks the store to write, serialised while the fleet was locked.
@@ -330,8 +289,8 @@ pub(crate) mod suite {
     /// The replacement budget and the restart counts a writer recorded are what
     /// the next writer (a new leader, a restarted hale) loads: the budget spent
     /// stays spent.
-    /// Enough nodes that the store decodes them on every core: all come back, each
-    /// under its own id, as written.
+    /// A fleet of thousands comes back whole: each node under its own id, as
+    /// written.
     pub fn a_large_fleet_comes_back_whole(open: Open) {
         let dir = tempfile::tempdir().unwrap();
         let now = Utc.with_ymd_and_hms(2026, 8, 5, 12, 0, 0).unwrap();
@@ -555,46 +514,5 @@ pub(crate) mod suite {
             .unwrap();
         assert_eq!(page.events.len(), 70);
         assert_eq!(page.events[0].event.message, "event 50");
-    }
-}
-
-#[cfg(test)]
-mod decoding {
-    use super::*;
-
-    fn records(n: usize) -> Vec<(String, String)> {
-        (0..n)
-            .map(|i| {
-                let id = format!("n-{i:05}");
-                let body = serde_json::to_string(&Node::new(&id)).unwrap();
-                (id, body)
-            })
-            .collect()
-    }
-
-    #[test]
-    fn records_decode_in_order_on_one_thread_or_several() {
-        for n in [0, 1, DECODED_PER_THREAD - 1, 3 * DECODED_PER_THREAD + 17] {
-            let decoded = decode_nodes(&records(n)).unwrap();
-            assert_eq!(decoded.len(), n);
-            for (i, (id, node)) in decoded.iter().enumerate() {
-                assert_eq!(*id, format!("n-{i:05}"));
-                assert_eq!(node.id, *id);
-            }
-        }
-    }
-
-    #[test]
-    fn the_first_unreadable_record_is_named() {
-        let mut all = records(3 * DECODED_PER_THREAD + 17);
-        let last = all.len() - 1;
-        all[last].1 = "{".into();
-        all[DECODED_PER_THREAD + 5].1 = "[]".into();
-        match decode_nodes(&all) {
-            Err(StoreError::Corrupt { what, .. }) => {
-                assert_eq!(what, format!("node n-{:05}", DECODED_PER_THREAD + 5));
-            }
-            other => panic!("expected a corrupt record, got {other:?}"),
-        }
     }
 }

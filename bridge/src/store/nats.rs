@@ -30,11 +30,9 @@ use futures::StreamExt;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::{
-    Batch, EventPage, EventQuery, Opened, Result, Store, StoreError, StoredEvent, decode_nodes,
-};
+use super::{Batch, EventPage, EventQuery, Opened, Result, Store, StoreError, StoredEvent};
 use crate::core::policy::Moves;
-use crate::core::{Event, Fleet, Time, Trust};
+use crate::core::{Event, Fleet, Node, Time, Trust};
 use crate::hex;
 
 /// How long one request to JetStream may take before the write fails (and is
@@ -717,11 +715,12 @@ impl Store for Nats {
         let mut fleet = Fleet::new(now);
         let mut live = Vec::new();
         let mut marks = HashMap::new();
-        let mut records = Vec::new();
         for e in state.iter().filter(|e| !e.deleted) {
             if let Some(id) = e.key.strip_prefix("node.") {
                 let id = unkey(id).unwrap_or_else(|| id.to_string());
-                records.push((id, &e.value));
+                let node: Node =
+                    serde_json::from_slice(&e.value).map_err(corrupt(format!("node {id}")))?;
+                fleet.nodes.insert(node.id.clone(), node);
             } else if let Some(id) = e.key.strip_prefix("live.") {
                 live.push((unkey(id), e));
             } else if let Some(id) = e.key.strip_prefix("mark.").and_then(unkey) {
@@ -737,10 +736,6 @@ impl Store for Nats {
                 }
             }
         }
-        fleet.nodes = decode_nodes(&records)?
-            .into_iter()
-            .map(|(_, node)| (node.id.clone(), node))
-            .collect();
         for (id, e) in live {
             let Some(node) = id.and_then(|id| fleet.nodes.get_mut(&id)) else {
                 continue;

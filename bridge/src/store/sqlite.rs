@@ -5,11 +5,9 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{
-    Batch, EventPage, EventQuery, Opened, Result, Store, StoreError, StoredEvent, decode_nodes,
-};
+use super::{Batch, EventPage, EventQuery, Opened, Result, Store, StoreError, StoredEvent};
 use crate::core::policy::Moves;
-use crate::core::{Event, Fleet, Time, Trust};
+use crate::core::{Event, Fleet, Node, Time, Trust};
 
 trait Op<T> {
     fn op(self, op: &'static str) -> Result<T>;
@@ -174,10 +172,14 @@ impl Store for Sqlite {
         let rows = stmt
             .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
             .op("read nodes")?;
-        let records = rows
-            .collect::<rusqlite::Result<Vec<(String, String)>>>()
-            .op("read nodes")?;
-        fleet.nodes = decode_nodes(&records)?.into_iter().collect();
+        for row in rows {
+            let (id, body) = row.op("read nodes")?;
+            let node: Node = serde_json::from_str(&body).map_err(|cause| StoreError::Corrupt {
+                what: format!("node {id}"),
+                cause,
+            })?;
+            fleet.nodes.insert(id, node);
+        }
         let mut stmt = self
             .conn
             .prepare("SELECT id, last_report, last_heartbeat FROM liveness")
