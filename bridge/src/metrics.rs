@@ -386,9 +386,9 @@ impl Series {
 
 /// Node series, read from the fleet at scrape time; the leader's only, so two
 /// replicas never publish two series for one node. Written straight into the
-/// exposition: 100,000 nodes are 1.7 million samples, and a trait call per label
-/// through prometheus-client's encoder made a scrape cost a core for most of a
-/// second.
+/// exposition rather than through prometheus-client's encoder and its trait call
+/// per label: 100,000 nodes are 1.7 million samples, and a 10,000-node scrape took
+/// 38 ms instead of 62 (the bench).
 struct NodeSeries {
     fleet: Arc<Mutex<Fleet>>,
     config: Arc<RwLock<Arc<Loaded>>>,
@@ -565,9 +565,9 @@ mod tests {
     use crate::config::Config;
     use crate::orchestrator::NoOrchestrator;
 
-    /// The node families of a scrape, comments included, for a fleet of three: one
-    /// healthy, one with a critical and an extra condition type below both
-    /// thresholds, one whose id needs escaping, and one never reported.
+    /// The node families of a scrape, comments included, for a fleet of four: one
+    /// healthy, one with two critical conditions and a type outside the known ones
+    /// (below cordonBelow), one whose id needs escaping, and one never reported.
     fn node_families() -> String {
         let yaml = "alertmanager: { pollInterval: 0, requireWatchdog: false }\n";
         let loaded = Config::parse("hale.yaml", yaml)

@@ -233,9 +233,24 @@ async fn uptime_reboots_a_rack_at_a_time_through_redfish_each_node_checked() {
         .collect();
     let machines = Machines::start(am.clone(), sushy.clone(), &names, uptimes).await;
 
+    // Each wave takes about a minute alone; the bound leaves room for a machine
+    // busy with the other tests, and a failed flow ends the wait with its event.
     let mut done = BTreeMap::new();
     for n in names {
-        let e = wait_event(&hale, n, "REMEDIATION_SUCCEEDED", Duration::from_secs(300)).await;
+        let e = eventually(
+            &format!("REMEDIATION_SUCCEEDED on {n}"),
+            Duration::from_secs(600),
+            || async {
+                let events = history(&hale, n).await;
+                if let Some(failed) = of_type(&events, "REMEDIATION_FAILED").first() {
+                    panic!("the flow failed on {n}: {failed}");
+                }
+                of_type(&events, "REMEDIATION_SUCCEEDED")
+                    .first()
+                    .map(|e| (*e).clone())
+            },
+        )
+        .await;
         done.insert(n, time(&e));
     }
     let mut started = BTreeMap::new();
