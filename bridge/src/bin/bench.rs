@@ -1,6 +1,7 @@
 //! `bench`: how fast and how lean hale is, as ratios against baselines measured in
 //! the same run, on the hard cases. Build with `cargo build --release --bins`, run
-//! `target/release/bench [NODES]` (10,000 by default; 5 alerts per node).
+//! `target/release/bench [NODES]` (10,000 by default; 5 alerts per node), or
+//! `target/release/bench stores [NODES]` for the event stores and restarts alone.
 //!
 //! 1. A realistic Alertmanager v2 answer, and the same fleet's answers as they move:
 //!    each later round changes a tenth of the alerts (their summaries count up, their
@@ -18,6 +19,10 @@
 //!    filtered, searched and counted over the whole fleet) against the in-process
 //!    floor of a page that looks at every node, and a restart back to serving its
 //!    state.
+//! 5. (Run between 3 and 4.) The event stores side by side: appends, pages of a
+//!    long history and a restart on SQLite (the baseline), then on NATS JetStream
+//!    where `nats-server` is found, each NATS figure beside bare JetStream's doing
+//!    the same work on the same servers (its floor).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -40,16 +45,24 @@ const SCRAPE_EVERY: Duration = Duration::from_secs(1);
 
 fn main() -> anyhow::Result<()> {
     hale::init_tls();
-    let nodes = std::env::args()
-        .nth(1)
-        .map(|n| n.parse())
-        .transpose()
-        .context("usage: bench [NODES]")?
-        .unwrap_or(NODES);
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let only_stores = args.first().is_some_and(|a| a == "stores");
+    if only_stores {
+        args.remove(0);
+    }
+    let nodes = match args.as_slice() {
+        [] => NODES,
+        [n] => n.parse().context("usage: bench [stores] [NODES]")?,
+        _ => bail!("usage: bench [stores] [NODES]"),
+    };
     let work = std::env::temp_dir().join(format!("hale-bench-{}", std::process::id()));
     std::fs::create_dir_all(&work)?;
     let mut report = Report::default();
-    let result = run(nodes, &work, &mut report);
+    let result = if only_stores {
+        stores_alone(nodes, &work, &mut report)
+    } else {
+        run(nodes, &work, &mut report)
+    };
     let _ = std::fs::remove_dir_all(&work);
     result?;
     report.finish()
@@ -857,21 +870,11 @@ fn events(
     baseline: Option<&StoreFigures>,
     report: &mut Report,
 ) -> anyhow::Result<StoreFigures> {
-    use hale::core::{Event, EventKind};
     use hale::store::EventQuery;
 
     let trust = serde_json::to_string(&Fleet::new(Utc::now()).trust)?;
     let start = Utc::now() - TimeDelta::days(30);
-    let event = |node: &str, i: usize| Event {
-        node_id: node.to_string(),
-        kind: EventKind::ScoreChanged {
-            score: (i % 100) as u8,
-            previous_score: ((i + 1) % 100) as u8,
-            scored_by: "cluster".into(),
-        },
-        occurred_at: start + TimeDelta::milliseconds(i as i64 * 20),
-        message: format!("score {} -> {}", (i + 1) % 100, i % 100),
-    };
+    let event = |node: &str, i: usize| bench_event(start, node, i);
     // 100,000 events on one node, among 100,000 on 1,000 others, 1,000 per transaction.
     let total = 200_000;
     let t = Instant::now();
@@ -966,7 +969,7 @@ fn events(
     );
     println!("  appends, one per write    {single:>10.0} events/s");
     println!(
-        "  page of 100 on a node holding 100,000 events: p50 {:.2} ms, p99 {:.2} ms (target p99 <= 10 ms: {page_ok}){}; latest page {:.2} ms\n",
+        "  page of 100 on a node holding 100,000 events: p50 {:.2} ms, p99 {:.2} ms (target p99 <= 10 ms: {page_ok}){}; latest page {:.2} ms",
         ms(p(0.5)),
         ms(p(0.99)),
         against(&|b| format!(", {:.1}x SQLite's p99", ratio(p(0.99), b.page_p99))),
@@ -975,6 +978,110 @@ fn events(
     Ok(StoreFigures {
         appends: batched,
         page_p99: p(0.99),
+    })
+}
+
+/// The `i`th event the store benchmark writes.
+fn bench_event(start: chrono::DateTime<Utc>, node: &str, i: usize) -> hale::core::Event {
+    hale::core::Event {
+        node_id: node.to_string(),
+        kind: hale::core::EventKind::ScoreChanged {
+            score: (i % 100) as u8,
+            previous_score: ((i + 1) % 100) as u8,
+            scored_by: "cluster".into(),
+        },
+        occurred_at: start + TimeDelta::milliseconds(i as i64 * 20),
+        message: format!("score {} -> {}", (i + 1) % 100, i % 100),
+    }
+}
+
+/// The floor under the NATS store on the same servers: bare JetStream doing the
+/// same work with nothing of hale's around it. 200,000 messages of an event's
+/// size to a stream of `replicas` copies, every other one on one subject, 1,000
+/// in flight per write, each with a message id (as the store publishes an event,
+/// without its node records and marks); then 1,000 pages of 100 from random
+/// points of that subject, each one batched direct get on its own inbox.
+fn bare_jetstream(urls: &[String], replicas: usize) -> anyhow::Result<StoreFigures> {
+    use async_nats::jetstream::{self, stream};
+    use futures::StreamExt;
+    let body = bytes::Bytes::from(serde_json::to_vec(&bench_event(
+        Utc::now(),
+        "node-0001",
+        7,
+    ))?);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let addrs = urls
+            .iter()
+            .map(|u| u.parse())
+            .collect::<Result<Vec<async_nats::ServerAddr>, _>>()?;
+        let client = async_nats::connect(addrs).await?;
+        let js = jetstream::new(client.clone());
+        js.create_stream(stream::Config {
+            name: "BARE".into(),
+            subjects: vec!["bare.>".into()],
+            num_replicas: replicas,
+            allow_direct: true,
+            ..Default::default()
+        })
+        .await?;
+        let total = 200_000;
+        let t = Instant::now();
+        for chunk in 0..total / 1000 {
+            let mut acks = Vec::with_capacity(1000);
+            for k in 0..1000 {
+                let i = chunk * 1000 + k;
+                let subject = if i % 2 == 0 {
+                    "bare.big".to_string()
+                } else {
+                    format!("bare.node-{:04}", i % 1000)
+                };
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert(async_nats::header::NATS_MESSAGE_ID, i.to_string().as_str());
+                acks.push(
+                    js.publish_with_headers(subject, headers, body.clone())
+                        .await?,
+                );
+            }
+            for a in acks {
+                a.await?;
+            }
+        }
+        let appends = total as f64 / t.elapsed().as_secs_f64();
+        let mut reads = Vec::new();
+        let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..1000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let seq = 1 + rng % (total as u64 - 400);
+            let t = Instant::now();
+            let inbox = client.new_inbox();
+            let mut replies = client.subscribe(inbox.clone()).await?;
+            let request = json!({"next_by_subj": "bare.big", "seq": seq, "batch": 101});
+            client
+                .publish_with_reply("$JS.API.DIRECT.GET.BARE", inbox, request.to_string().into())
+                .await?;
+            let mut read = 0;
+            while let Some(m) = tokio::time::timeout(Duration::from_secs(5), replies.next()).await?
+            {
+                if m.status.is_some() {
+                    break;
+                }
+                read += 1;
+            }
+            reads.push(t.elapsed());
+            anyhow::ensure!(read == 101, "a bare page read {read} messages, not 101");
+        }
+        reads.sort();
+        js.delete_stream("BARE").await?;
+        Ok(StoreFigures {
+            appends,
+            page_p99: reads[((reads.len() - 1) as f64 * 0.99).round() as usize],
+        })
     })
 }
 
@@ -1021,6 +1128,16 @@ fn restart(
     Ok(took)
 }
 
+/// The stores' section alone, on the fleet of one first poll.
+fn stores_alone(nodes: usize, work: &Path, report: &mut Report) -> anyhow::Result<()> {
+    let cfg = Config::default().resolve("<bench>", "")?.core;
+    let body = answer(nodes, 0, false);
+    let parsed = hale::alertmanager::parse_v2(&body)?;
+    let mut fleet = Fleet::new(Utc::now());
+    fleet.poll(&cfg, Utc::now(), &parsed);
+    stores(work, &fleet, report)
+}
+
 /// The event store and a restart on SQLite, then on NATS JetStream (a
 /// three-server cluster on loopback, three copies of everything) where a
 /// `nats-server` is found.
@@ -1047,9 +1164,17 @@ fn stores(work: &Path, fleet: &Fleet, report: &mut Report) -> anyhow::Result<()>
     for servers in [3, 1] {
         let cluster = NatsCluster::start(&server, &work.join(format!("nats{servers}")), servers)?;
         let cfg = cluster.config();
+        let floor = bare_jetstream(&cluster.urls, servers)?;
         let mut nats = hale::store::Nats::open(&cfg, "bench-events", 90)?;
         let kind = format!("NATS JetStream, {servers} server(s), {servers} cop(ies)");
-        events(&mut nats, &kind, Some(&base), report)?;
+        let hale = events(&mut nats, &kind, Some(&base), report)?;
+        println!(
+            "  bare JetStream on the same servers (the floor): appends {:.0}/s, page p99 {:.2} ms; the store: {:.2}x its appends, {:.1}x its page p99",
+            floor.appends,
+            ms(floor.page_p99),
+            hale.appends / floor.appends,
+            ratio(hale.page_p99, floor.page_p99)
+        );
         restart(
             fleet,
             &|| Ok(Box::new(hale::store::Nats::open(&cfg, "bench-restart", 90)?) as Box<dyn Store>),
