@@ -7,11 +7,14 @@
 //! record, its pending actions with their ids) in `hale-<cluster>-ledger`, written
 //! by compare-and-set so a second writer is refused, never merged.
 //!
-//! A batch publishes its events first, then its state. Each event carries a
-//! JetStream message id drawn from the node's previous event id and the event's
-//! type: a batch retried after a failure, or a step taken again by the next leader
-//! after a crash between the two writes, publishes the same ids, which the
-//! stream's duplicate window drops, so an event is neither lost nor recorded twice.
+//! A batch publishes its events first, then its state, then its mark. Each event
+//! carries a JetStream message id drawn from the write's anchor (the one after
+//! the stored mark), its node and its type, and from the node's event before it
+//! in the write: a batch retried after a failure, or a step taken again by the
+//! next leader after a crash before the mark was written, publishes the same ids,
+//! which the stream's duplicate window drops, so an event is neither lost nor
+//! recorded twice. One mark per write, written once every record is: a mark per
+//! node (as kept before) was a second message for each node with events.
 //!
 //! The port is synchronous (a step writes under its locks); the client lives on a
 //! runtime of its own, which every call hands its work to and waits for.
@@ -416,9 +419,9 @@ struct Shared {
 
 pub struct Nats {
     shared: Arc<Shared>,
-    /// Each node's last event id as loaded or written: the next one's message id
-    /// is drawn from it.
-    marks: Mutex<HashMap<String, String>>,
+    /// The anchor of the last write with events, as loaded or written: the next
+    /// write's message ids are drawn from the one after it.
+    mark: Mutex<String>,
     /// Revisions of the ledger's keys as this writer last loaded or wrote them.
     revisions: Mutex<HashMap<String, u64>>,
 }
@@ -517,7 +520,7 @@ impl Nats {
                 bytes: AtomicU64::new(0),
                 limit: AtomicU64::new(0),
             }),
-            marks: Mutex::default(),
+            mark: Mutex::default(),
             revisions: Mutex::default(),
         };
         nats.upkeep()?;
@@ -531,7 +534,7 @@ impl Nats {
         let outbox = writer.outbox();
         let upkeep = Nats {
             shared: writer.shared.clone(),
-            marks: Mutex::default(),
+            mark: Mutex::default(),
             revisions: Mutex::default(),
         };
         Ok(Opened {
@@ -595,8 +598,15 @@ fn new_instance() -> String {
     hex(&digest[..4])
 }
 
-/// The message id of an event: the node's previous event id and the event's type,
-/// so a step taken again from the same state publishes the same id.
+/// The anchor of the write after the one `mark` anchored: a node's first event
+/// in a write is drawn from it, each later one from the one before.
+fn next_anchor(mark: &str) -> String {
+    hex(&Sha256::digest(format!("{mark}\nnext"))[..12])
+}
+
+/// The message id of an event: the node's previous event id in its write (or
+/// the write's anchor) and the event's type, so a step taken again from the same
+/// state publishes the same ids.
 fn message_id(previous: &str, event: &Event) -> String {
     let digest = Sha256::digest(format!(
         "{previous}\n{}\n{}",
@@ -714,7 +724,8 @@ impl Store for Nats {
         })??;
         let mut fleet = Fleet::new(now);
         let mut live = Vec::new();
-        let mut marks = HashMap::new();
+        let mut mark = String::new();
+        let mut per_node_marks = false;
         for e in state.iter().filter(|e| !e.deleted) {
             if let Some(id) = e.key.strip_prefix("node.") {
                 let id = unkey(id).unwrap_or_else(|| id.to_string());
@@ -723,8 +734,10 @@ impl Store for Nats {
                 fleet.nodes.insert(node.id.clone(), node);
             } else if let Some(id) = e.key.strip_prefix("live.") {
                 live.push((unkey(id), e));
-            } else if let Some(id) = e.key.strip_prefix("mark.").and_then(unkey) {
-                marks.insert(id, String::from_utf8_lossy(&e.value).into_owned());
+            } else if e.key == "mark" {
+                mark = String::from_utf8_lossy(&e.value).into_owned();
+            } else if e.key.starts_with("mark.") {
+                per_node_marks = true;
             } else if e.key == "trust" {
                 if let Ok(trust) = serde_json::from_slice::<Trust>(&e.value) {
                     // Whether the source is up is this process's to find out.
@@ -750,7 +763,16 @@ impl Store for Nats {
                 h.last = later(Some(h.last), heartbeat).unwrap_or(h.last);
             }
         }
-        *self.marks.lock().expect("marks lock") = marks;
+        *self.mark.lock().expect("mark lock") = mark;
+        // A mark per node, as earlier versions kept them: no longer read.
+        if per_node_marks {
+            let shared = self.shared.clone();
+            self.run(async move {
+                let filter = format!("{}mark.>", shared.state.prefix);
+                shared.state.stream.purge().filter(filter).await
+            })?
+            .op("remove the old marks")?;
+        }
         *self.revisions.lock().expect("revisions lock") =
             ledger.iter().map(|e| (e.key.clone(), e.revision)).collect();
         for e in ledger.iter().filter(|e| !e.deleted) {
@@ -771,21 +793,21 @@ impl Store for Nats {
     }
 
     fn write(&mut self, batch: &Batch) -> Result<Vec<StoredEvent>> {
-        // Ids first, from the marks as they stand: a retry draws the same ones.
-        let mut marks: HashMap<String, String> = HashMap::new();
+        // Ids first, from the mark as it stands: a retry draws the same ones.
+        let anchor =
+            (!batch.events.is_empty()).then(|| next_anchor(&self.mark.lock().expect("mark lock")));
+        let mut last: HashMap<&str, String> = HashMap::new();
         let mut events = Vec::with_capacity(batch.events.len());
-        let known = self.marks.lock().expect("marks lock");
         for e in &batch.events {
-            let previous = marks
-                .get(&e.node_id)
-                .or_else(|| known.get(&e.node_id))
+            let previous = last
+                .get(e.node_id.as_str())
+                .or(anchor.as_ref())
                 .map_or("", String::as_str);
             let id = message_id(previous, e);
-            marks.insert(e.node_id.clone(), id.clone());
+            last.insert(&e.node_id, id.clone());
             let body = serde_json::to_vec(e).expect("events serialise");
             events.push((e.node_id.clone(), id, Bytes::from(body)));
         }
-        drop(known);
         let mut puts: Vec<(String, Bytes)> = Vec::new();
         for (id, body) in &batch.nodes {
             puts.push((format!("node.{}", key(id)), Bytes::from(body.clone())));
@@ -793,9 +815,6 @@ impl Store for Nats {
         for l in &batch.liveness {
             let v = serde_json::to_vec(&(l.last_report, l.last_heartbeat)).expect("serialises");
             puts.push((format!("live.{}", key(&l.id)), Bytes::from(v)));
-        }
-        for (node, id) in &marks {
-            puts.push((format!("mark.{}", key(node)), Bytes::from(id.clone())));
         }
         puts.push(("trust".into(), Bytes::from(batch.trust.clone())));
         let mut cas: Vec<(String, Option<Bytes>)> = Vec::new();
@@ -815,6 +834,7 @@ impl Store for Nats {
             cas.iter().map(|(k, _)| known.get(k).copied()).collect()
         };
         let shared = self.shared.clone();
+        let mark = anchor.clone();
         let (acks, written) = self.run(async move {
             let js = &shared.js;
             // Events first: a crash after them repeats their ids, not their records.
@@ -852,6 +872,14 @@ impl Store for Nats {
                 .collect()
                 .await;
             results.into_iter().collect::<Result<Vec<()>>>()?;
+            // The mark once every record of the step is written: a step taken
+            // again from a state only partly written draws this write's ids again.
+            if let Some(mark) = mark {
+                publish_kv(js, state, "mark", Some(Bytes::from(mark)), None)
+                    .await?
+                    .await
+                    .op("write node state")?;
+            }
             // The ledger last, each key against the revision this writer knows: a
             // rival writer's change is a conflict, never overwritten.
             let mut written = Vec::new();
@@ -908,7 +936,9 @@ impl Store for Nats {
                 what: format!("the policy ledger's {k}"),
             });
         }
-        self.marks.lock().expect("marks lock").extend(marks);
+        if let Some(anchor) = anchor {
+            *self.mark.lock().expect("mark lock") = anchor;
+        }
         Ok(stored)
     }
 
@@ -1416,6 +1446,34 @@ mod tests {
             .map(|e| e.event.message.as_str())
             .collect();
         assert_eq!(messages, ["first", "next"]);
+    }
+
+    /// Earlier versions kept a mark per node: the first load removes them.
+    #[test]
+    fn marks_kept_per_node_are_removed() {
+        let server = server::Server::start();
+        let now = chrono::Utc::now();
+        let store = Nats::open(&server.config(), "c", 90).unwrap();
+        let shared = store.shared.clone();
+        let count = move |shared: Arc<Shared>| async move {
+            let info = shared.state.stream.get_info().await.unwrap();
+            info.state.messages
+        };
+        let before = store.run(count(shared.clone())).unwrap();
+        store
+            .run({
+                let shared = shared.clone();
+                async move {
+                    for node in ["n1", "n2"] {
+                        let k = format!("mark.{}", key(node));
+                        shared.state.put(k, "0123".into()).await.unwrap();
+                    }
+                }
+            })
+            .unwrap();
+        assert_eq!(store.run(count(shared.clone())).unwrap(), before + 2);
+        store.load(now).unwrap();
+        assert_eq!(store.run(count(shared)).unwrap(), before);
     }
 
     #[test]
