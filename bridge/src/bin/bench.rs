@@ -921,12 +921,8 @@ fn events(
         .unwrap_or("1")
         .parse()?;
     let mut reads = Vec::new();
-    let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;
-    for _ in 0..1000 {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        let after = first_seq + (rng % (total as u64 - 400)) as i64;
+    for point in page_points(total as u64 - 400) {
+        let after = first_seq + point as i64;
         let t = Instant::now();
         let page = store.events(
             "big",
@@ -978,6 +974,18 @@ fn events(
     Ok(StoreFigures {
         appends: batched,
         page_p99: p(0.99),
+    })
+}
+
+/// Where the 1,000 pages of a store's benchmark start, below `span`: the same
+/// points in every run and for every store (xorshift).
+fn page_points(span: u64) -> impl Iterator<Item = u64> {
+    let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..1000).map(move |_| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % span
     })
 }
 
@@ -1052,12 +1060,8 @@ fn bare_jetstream(urls: &[String], replicas: usize) -> anyhow::Result<StoreFigur
         }
         let appends = total as f64 / t.elapsed().as_secs_f64();
         let mut reads = Vec::new();
-        let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;
-        for _ in 0..1000 {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            let seq = 1 + rng % (total as u64 - 400);
+        for point in page_points(total as u64 - 400) {
+            let seq = 1 + point;
             let t = Instant::now();
             let inbox = client.new_inbox();
             let mut replies = client.subscribe(inbox.clone()).await?;
