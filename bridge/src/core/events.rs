@@ -12,6 +12,7 @@ pub struct Event {
     pub node_id: String,
     #[serde(flatten)]
     pub kind: EventKind,
+    #[serde(with = "crate::core::stamp")]
     pub occurred_at: Time,
     pub message: String,
 }

@@ -12,6 +12,7 @@ pub mod policy;
 pub mod replay;
 pub mod settings;
 mod small_map;
+mod stamp;
 mod step;
 mod sweep;
 #[cfg(test)]
@@ -132,7 +133,11 @@ pub struct Source {
     pub remediation: Option<String>,
     /// When Alertmanager would expire the alert unless Prometheus sent it again
     /// (its `endsAt` in the last poll that listed it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "stamp::option"
+    )]
     pub expires: Option<Time>,
     /// The alert left Alertmanager, possibly by expiring, when the watchdog had been
     /// refreshed this many times ([`Trust::watchdog_refreshes`]); the source ends
@@ -140,12 +145,20 @@ pub struct Source {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vanished: Option<u64>,
     /// When hale first saw the alert (a hold keeps only alerts older than it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "stamp::option"
+    )]
     pub since: Option<Time>,
     /// Webhook only: when a delivery last named the alert. With no full picture to
     /// reconcile against, a source no delivery confirmed for `forgetAfter` has lost
     /// its resolution and is dropped.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "stamp::option"
+    )]
     pub delivered: Option<Time>,
     /// How the alert shows as a Node condition (Sciuro's way); `None` for an alert
     /// Sciuro refuses, which is left off the Node.
@@ -169,7 +182,9 @@ pub struct Condition {
     /// alert ended so the message always explains the points.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub charged_message: String,
+    #[serde(with = "stamp")]
     pub first_seen: Time,
+    #[serde(with = "stamp")]
     pub last_seen: Time,
     pub observations: u64,
     /// Stays raised after its alerts end, until an operator clears it.
@@ -195,6 +210,7 @@ impl Condition {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Heartbeat {
+    #[serde(with = "stamp")]
     pub last: Time,
     #[serde(with = "secs")]
     pub interval: Duration,
@@ -204,6 +220,7 @@ pub struct Heartbeat {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Failures {
     pub total: u64,
+    #[serde(default, with = "stamp::option")]
     pub last: Option<Time>,
     /// Count per reason (the condition or cause the failure was attributed to).
     #[serde(default)]
@@ -252,7 +269,11 @@ pub struct Node {
     pub failures: Failures,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub score: Option<Score>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "stamp::option"
+    )]
     pub last_report: Option<Time>,
     /// When this process last had the report and heartbeat times saved (memory only):
     /// a poll that merely confirms a node saves them every [`REPORTS_SAVED_EVERY`].
@@ -271,7 +292,11 @@ pub struct Node {
     #[serde(default)]
     pub known_from: Origin,
     /// When this record began: a node never reported is retired counting from here.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "stamp::option"
+    )]
     pub known_since: Option<Time>,
     /// The orchestrator's id of the machine behind the name (a Kubernetes Node's
     /// uid): a new one under the same name is a new machine with a record of its own.

@@ -20,14 +20,22 @@ pub struct NodePolicy {
     /// Reports that carried a score (counted to 2): a first score never acts.
     #[serde(default)]
     pub scored_reports: u8,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::core::stamp::option"
+    )]
     pub counted_report: Option<Time>,
     /// Who took the node out of service, why and when.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cordon: Option<Cordon>,
     /// The last uncordon by an operator: automation leaves the node alone for
     /// `cordonSuppressionMinutes` after it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::core::stamp::option"
+    )]
     pub uncordoned_at: Option<Time>,
     /// New work kept off (the scheduling gate).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -53,21 +61,37 @@ pub struct NodePolicy {
     #[serde(default)]
     pub last_action: u64,
     /// Since when the score has been at or above `drainBelow` while gated.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::core::stamp::option"
+    )]
     pub ungate_since: Option<Time>,
     /// Since when the score has been at or above `cordonBelow` while a conclusion
     /// stood.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::core::stamp::option"
+    )]
     pub recovered_since: Option<Time>,
     /// A refused cordon or termination waits until then before it is tried again.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::core::stamp::option"
+    )]
     pub retry_after: Option<Time>,
     /// The reboot flow, queued or under way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flow: Option<super::Flow>,
     /// When the node's last reboot flow failed: no alert re-admits it for
     /// `remediation.retryAfter`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::core::stamp::option"
+    )]
     pub flow_failed_at: Option<Time>,
     /// The condition a reboot was recommended (observe) or refused for: said
     /// once per episode.
@@ -83,7 +107,11 @@ pub struct NodePolicy {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fence_held: bool,
     /// The last fence that never got the node off: tried again after `fencing.after`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::core::stamp::option"
+    )]
     pub fence_failed_at: Option<Time>,
     /// Reboots alerts asked for that succeeded in the last day: a fault a reboot
     /// does not cure is not rebooted without end.
