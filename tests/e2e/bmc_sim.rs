@@ -77,7 +77,18 @@ impl Sushy {
             Value::from(systems),
         );
         std::fs::write(dir.path().join("sushy.conf"), config).unwrap();
-        let child = Command::new(&emulator)
+        // On one thread: the fake driver reads a system, changes it and writes it
+        // back whole, so under Flask's default thread per request a read that
+        // applies a due power change can write back over a change another request
+        // made meanwhile — an On asked for is lost and the machine stays Off (seen
+        // on a busy machine). Its requests take milliseconds; one at a time is
+        // what a BMC does anyway.
+        let child = Command::new(venv.join("python"))
+            .args([
+                "-c",
+                "import sys; from sushy_tools.emulator import main as m; run = m.app.run; \
+                 m.app.run = lambda *a, **k: run(*a, threaded=False, **k); sys.exit(m.main())",
+            ])
             .arg("--config")
             .arg(dir.path().join("sushy.conf"))
             .stdin(Stdio::null())
