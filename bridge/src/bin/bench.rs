@@ -1009,7 +1009,10 @@ fn bench_event(start: chrono::DateTime<Utc>, node: &str, i: usize) -> hale::core
 /// in flight per write, each with a message id (as the store publishes an event,
 /// without its node records and marks); then 1,000 pages of 100 from random
 /// points of that subject, each one batched direct get on its own inbox.
-fn bare_jetstream(urls: &[String], replicas: usize) -> anyhow::Result<StoreFigures> {
+fn bare_jetstream(
+    cfg: &hale::store::nats::NatsConfig,
+    replicas: usize,
+) -> anyhow::Result<StoreFigures> {
     use async_nats::jetstream::{self, stream};
     use futures::StreamExt;
     let body = bytes::Bytes::from(serde_json::to_vec(&bench_event(
@@ -1022,11 +1025,7 @@ fn bare_jetstream(urls: &[String], replicas: usize) -> anyhow::Result<StoreFigur
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let addrs = urls
-            .iter()
-            .map(|u| u.parse())
-            .collect::<Result<Vec<async_nats::ServerAddr>, _>>()?;
-        let client = async_nats::connect(addrs).await?;
+        let client = hale::store::nats::connect(cfg).await?;
         let js = jetstream::new(client.clone());
         js.create_stream(stream::Config {
             name: "BARE".into(),
@@ -1168,7 +1167,7 @@ fn stores(work: &Path, fleet: &Fleet, report: &mut Report) -> anyhow::Result<()>
     for servers in [3, 1] {
         let cluster = NatsCluster::start(&server, &work.join(format!("nats{servers}")), servers)?;
         let cfg = cluster.config();
-        let floor = bare_jetstream(&cluster.urls, servers)?;
+        let floor = bare_jetstream(&cfg, servers)?;
         let mut nats = hale::store::Nats::open(&cfg, "bench-events", 90)?;
         let kind = format!("NATS JetStream, {servers} server(s), {servers} cop(ies)");
         let hale = events(&mut nats, &kind, Some(&base), report)?;
