@@ -33,7 +33,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use chrono::{TimeDelta, Utc};
 use hale::config::Config;
-use hale::core::Fleet;
+use hale::core::{Fleet, NodeGroups, Outcome, PollAnswer};
+use hale::service::POLL_SLICE;
 use hale::store::{Batch, Opened, Sqlite, Store};
 use serde_json::{Value, json};
 
@@ -46,22 +47,27 @@ const SCRAPE_EVERY: Duration = Duration::from_secs(1);
 fn main() -> anyhow::Result<()> {
     hale::init_tls();
     let mut args: Vec<String> = std::env::args().skip(1).collect();
-    let only_stores = args.first().is_some_and(|a| a == "stores");
-    if only_stores {
-        args.remove(0);
-    }
+    const USAGE: &str = "usage: bench [ingest|stores] [NODES]";
+    let section = match args.first().map(String::as_str) {
+        Some(s @ ("ingest" | "stores")) => {
+            let s = s.to_string();
+            args.remove(0);
+            Some(s)
+        }
+        _ => None,
+    };
     let nodes = match args.as_slice() {
         [] => NODES,
-        [n] => n.parse().context("usage: bench [stores] [NODES]")?,
-        _ => bail!("usage: bench [stores] [NODES]"),
+        [n] => n.parse().context(USAGE)?,
+        _ => bail!(USAGE),
     };
     let work = std::env::temp_dir().join(format!("hale-bench-{}", std::process::id()));
     std::fs::create_dir_all(&work)?;
     let mut report = Report::default();
-    let result = if only_stores {
-        stores_alone(nodes, &work, &mut report)
-    } else {
-        run(nodes, &work, &mut report)
+    let result = match section.as_deref() {
+        Some("stores") => stores_alone(nodes, &work, &mut report),
+        Some(_) => ingest(nodes, &work, &mut report).map(drop),
+        None => run(nodes, &work, &mut report),
     };
     let _ = std::fs::remove_dir_all(&work);
     result?;
@@ -101,6 +107,10 @@ struct Cycle {
     parse: Duration,
     apply: Duration,
     persist: Duration,
+    /// The poll's holds of the fleet lock, as `hale serve` takes them: the answer
+    /// judged, the longest slice of nodes, the last step. A delivery can wait for
+    /// the longest.
+    holds: [Duration; 3],
     nodes_written: usize,
     events: usize,
 }
@@ -118,6 +128,61 @@ fn median_cycle(mut cycles: Vec<Cycle>) -> Cycle {
 }
 
 fn run(nodes: usize, work: &Path, report: &mut Report) -> anyhow::Result<()> {
+    let Ingested {
+        fleet,
+        alerts,
+        cold,
+        churn,
+    } = ingest(nodes, work, report)?;
+    stores(work, &fleet, report)?;
+    drop(fleet);
+
+    let Some(am_bin) = which("prometheus-alertmanager") else {
+        println!("prometheus-alertmanager is not installed: skipping the live measures");
+        return Ok(());
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(live(&am_bin, work, nodes, alerts, [cold, churn], report))
+}
+
+/// A poll applied as `hale serve` applies it: its alerts grouped by node, then
+/// under the fleet lock the answer judged, [`POLL_SLICE`] nodes at a time, and
+/// the last step; with how long each held the lock (the longest slice's).
+fn sliced_poll(
+    fleet: &mut Fleet,
+    cfg: &hale::core::settings::CoreSettings,
+    now: chrono::DateTime<Utc>,
+    alerts: &[hale::core::labels::Alert<'_>],
+) -> (Outcome, [Duration; 3]) {
+    let none = std::collections::BTreeSet::new();
+    let groups = NodeGroups::of(alerts, &cfg.identity);
+    let t = Instant::now();
+    let (mut slices, mut out) = fleet.poll_begin(cfg, now, &PollAnswer::of(alerts, now), groups);
+    let judged = t.elapsed();
+    let mut slice = Duration::ZERO;
+    while !slices.done() {
+        let t = Instant::now();
+        out.absorb(fleet.poll_slice(cfg, now, &mut slices, alerts, &none, POLL_SLICE));
+        slice = slice.max(t.elapsed());
+    }
+    let t = Instant::now();
+    out.absorb(fleet.poll_end(cfg, now, &slices));
+    (out, [judged, slice, t.elapsed()])
+}
+
+/// What the in-process cycles leave for the rest of the run.
+struct Ingested {
+    fleet: Fleet,
+    alerts: usize,
+    cold: Cycle,
+    churn: Cycle,
+}
+
+/// hale's cycle in process against its own parse: cold, steady, churn.
+fn ingest(nodes: usize, work: &Path, report: &mut Report) -> anyhow::Result<Ingested> {
     let rss_start = rss_kib(std::process::id()).unwrap_or(0);
     let synthesized = Instant::now();
     let base = answer(nodes, 0, false);
@@ -160,7 +225,7 @@ fn run(nodes: usize, work: &Path, report: &mut Report) -> anyhow::Result<()> {
         let parsed_at = t.elapsed();
         let now = start + TimeDelta::seconds(30 * round);
         round += 1;
-        let out = fleet.poll(&cfg, now, &parsed);
+        let (out, holds) = sliced_poll(fleet, &cfg, now, &parsed);
         let applied_at = t.elapsed();
         let batch = Batch::of(fleet, &out);
         store.write(&batch).expect("store writes");
@@ -168,6 +233,7 @@ fn run(nodes: usize, work: &Path, report: &mut Report) -> anyhow::Result<()> {
             parse: parsed_at,
             apply: applied_at - parsed_at,
             persist: t.elapsed() - applied_at,
+            holds,
             nodes_written: batch.nodes.len(),
             events: batch.events.len(),
         };
@@ -217,6 +283,13 @@ fn run(nodes: usize, work: &Path, report: &mut Report) -> anyhow::Result<()> {
             c.nodes_written,
             c.events
         );
+        let [judged, slice, end] = c.holds;
+        println!(
+            "    holds of the fleet lock: the answer judged {:.1} ms, the longest slice of {POLL_SLICE} nodes {:.1} ms, the last step {:.1} ms",
+            ms(judged),
+            ms(slice),
+            ms(end)
+        );
     };
     row("cycle, first poll (cold)", &cold, "");
     row("cycle, steady", &steady, "");
@@ -239,18 +312,12 @@ fn run(nodes: usize, work: &Path, report: &mut Report) -> anyhow::Result<()> {
         rss_start as f64 / 1024.0,
         rss_fleet as f64 / 1024.0
     );
-    stores(work, &fleet, report)?;
-    drop(fleet);
-
-    let Some(am_bin) = which("prometheus-alertmanager") else {
-        println!("prometheus-alertmanager is not installed: skipping the live measures");
-        return Ok(());
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    rt.block_on(live(&am_bin, work, nodes, alerts, [cold, churn], report))
+    Ok(Ingested {
+        fleet,
+        alerts,
+        cold,
+        churn,
+    })
 }
 
 /// The live measures, on real processes.

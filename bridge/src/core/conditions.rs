@@ -361,6 +361,9 @@ pub(super) fn set_sources(
             cond.remediation.is_some(),
         )
     };
+    if content_changed {
+        rec.rescore();
+    }
     let previous = latched(cond);
     let recharged = refresh(ctype, cond, settings, now, keys_changed || content_changed);
     if latched(cond) != previous || recharged.is_some() {

@@ -39,13 +39,13 @@ impl<'f> Step<'f> {
         let mut missed = Vec::new();
         for (id, node) in &self.fleet.nodes {
             let Some(hb) = &node.heartbeat else { continue };
-            if node.conditions.contains_key(HEARTBEAT_MISSED) {
-                continue;
-            }
             let after = self.cfg.settings_for(&node.labels).miss_after(hb.interval);
             // Heartbeats that left with the pipeline get a full window to return.
             let since = trust.trusted_since.map_or(hb.last, |t| t.max(hb.last));
-            if (self.now - since).to_std().unwrap_or_default() >= after {
+            // The time first: a node's conditions are looked at only once it is late.
+            if (self.now - since).to_std().unwrap_or_default() >= after
+                && !node.conditions.contains_key(HEARTBEAT_MISSED)
+            {
                 missed.push((id.clone(), hb.last, after));
             }
         }

@@ -61,6 +61,47 @@ pub struct PollSlices {
     identity: Identity,
 }
 
+/// An answer's alerts grouped by the node each names, the watchdogs and the
+/// alerts that name no node set apart: the part of a poll that needs no fleet,
+/// worked out before the fleet is locked, so that deliveries do not wait for a
+/// pass over every alert of the answer.
+pub struct NodeGroups {
+    /// Each node's alerts (their indices), by node in the order of the nodes' ids:
+    /// each group a range of `items`.
+    groups: Vec<std::ops::Range<usize>>,
+    items: Vec<u32>,
+    watchdogs: Vec<u32>,
+    unmatched: Vec<u32>,
+    /// The labels that named the nodes.
+    identity: Identity,
+}
+
+impl NodeGroups {
+    pub fn of(alerts: &[Alert<'_>], identity: &Identity) -> NodeGroups {
+        let mut named = Vec::with_capacity(alerts.len());
+        let (mut watchdogs, mut unmatched) = (Vec::new(), Vec::new());
+        for (i, alert) in alerts.iter().enumerate() {
+            let i = i as u32;
+            if alert.signal() == Signal::Watchdog {
+                watchdogs.push(i);
+                continue;
+            }
+            match alert.node(identity) {
+                Some(node) => named.push((node, i)),
+                None => unmatched.push(i),
+            }
+        }
+        let (groups, items) = group_by_key(named).into_ranges();
+        NodeGroups {
+            groups,
+            items,
+            watchdogs,
+            unmatched,
+            identity: identity.clone(),
+        }
+    }
+}
+
 impl PollSlices {
     /// Whether every node was applied: [`Fleet::poll_end`] is next.
     pub fn done(&self) -> bool {
@@ -104,7 +145,8 @@ impl Fleet {
         now: Time,
         answer: &PollAnswer<'_, '_>,
     ) -> Outcome {
-        let (mut slices, mut out) = self.poll_begin(cfg, now, answer);
+        let groups = NodeGroups::of(answer.alerts, &cfg.identity);
+        let (mut slices, mut out) = self.poll_begin(cfg, now, answer, groups);
         while !slices.done() {
             out.absorb(self.poll_slice(
                 cfg,
@@ -119,45 +161,42 @@ impl Fleet {
         out
     }
 
-    /// The first step of a poll applied in slices ([`PollSlices`]): the answer is
-    /// judged (trust, holds) and its alerts grouped by node; no node changes yet.
+    /// The first step of a poll applied in slices ([`PollSlices`]): the answer,
+    /// its alerts grouped by node beforehand (`groups`, [`NodeGroups::of`] on its
+    /// alerts), is judged (trust, holds); no node changes yet. The alerts that
+    /// deliveries named meanwhile are left out as each slice meets them.
     pub fn poll_begin(
         &mut self,
         cfg: &CoreSettings,
         now: Time,
         answer: &PollAnswer<'_, '_>,
+        groups: NodeGroups,
     ) -> (PollSlices, Outcome) {
+        let at = |i: &u32| &answer.alerts[*i as usize];
+        let watchdogs: Vec<&Alert<'_>> = groups.watchdogs.iter().map(at).collect();
         let Judged {
             trusted,
             refreshes,
             held,
-        } = self.trust.judge(&cfg.source, now, answer);
+        } = self.trust.judge(&cfg.source, now, answer, &watchdogs);
         let mut step = Step::new(self, cfg, now);
         step.out.trusted = trusted;
         step.out.held = held;
         step.settle_trust();
-        let mut named = Vec::with_capacity(answer.alerts.len());
-        for (i, alert) in answer.alerts.iter().enumerate() {
-            if alert.signal() == Signal::Watchdog
-                || answer.delivered.contains(alert.fingerprint.as_ref())
-            {
-                continue;
-            }
-            match alert.node(&cfg.identity) {
-                Some(node) => named.push((node, i as u32)),
-                None => step.out.unmatched += 1,
-            }
-        }
-        let (groups, items) = group_by_key(named).into_ranges();
+        step.out.unmatched = groups
+            .unmatched
+            .iter()
+            .filter(|&i| !answer.delivered.contains(at(i).fingerprint.as_ref()))
+            .count() as u64;
         let slices = PollSlices {
-            groups,
-            items,
+            groups: groups.groups,
+            items: groups.items,
             next: 0,
             silent: None,
             answered: answer.answered,
             refreshes,
             trusted,
-            identity: cfg.identity.clone(),
+            identity: groups.identity,
         };
         (slices, step.out)
     }

@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use settings::Settings;
 
 pub use events::{EVENT_TYPES, Event, EventKind};
-pub use ingest::{Listed, PollAnswer};
+pub use ingest::{Listed, NodeGroups, PollAnswer};
 pub use outcome::{CoreError, Outcome};
 pub use small_map::SmallMap;
 pub use trust::Trust;
@@ -553,6 +553,9 @@ pub struct Fleet {
     /// When the policy last passed over every node (a tick passes it at most every
     /// ten seconds; this process's memory only).
     pub whole_pass_at: Option<Time>,
+    /// Whether every score may be stale (a fleet just made or loaded, settings just
+    /// changed): the next poll rescores every node, not only what it changed.
+    pub rescore_all: bool,
 }
 
 impl Fleet {
@@ -565,12 +568,15 @@ impl Fleet {
             whole_pass_at: None,
             decaying: None,
             pools: None,
+            rescore_all: true,
         }
     }
 
-    /// The settings changed (a reload): pools are counted afresh by the next step.
+    /// The settings changed (a reload): pools are counted afresh by the next step,
+    /// and every node rescored by the next poll.
     pub fn reconfigured(&mut self) {
         self.pools = None;
+        self.rescore_all = true;
     }
 }
 

@@ -14,6 +14,10 @@ pub struct Outcome {
     pub dirty: BTreeSet<String>,
     /// Nodes that only reported (report and heartbeat times, observation counts).
     pub touched: BTreeSet<String>,
+    /// Nodes whose evidence changed in a way not worth a write of its own (a
+    /// source's message or silence): rescored at the step's end, which empties
+    /// it, and written if that changed the score.
+    pub rescore: BTreeSet<String>,
     pub removed: Vec<String>,
     /// Alerts that named no node (and were not the watchdog).
     pub unmatched: u64,
@@ -44,9 +48,11 @@ impl Outcome {
         self.events.extend(later.events);
         self.dirty.extend(later.dirty);
         self.touched.extend(later.touched);
+        self.rescore.extend(later.rescore);
         for id in later.removed {
             self.dirty.remove(&id);
             self.touched.remove(&id);
+            self.rescore.remove(&id);
             self.removed.push(id);
         }
     }

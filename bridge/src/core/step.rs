@@ -126,14 +126,35 @@ impl<'f> Step<'f> {
         });
         let mut due = BTreeSet::new();
         match scope {
-            Scope::All => {
+            // Each step scores what it changed, so only a change of settings (or a
+            // fleet just loaded, scored under settings that may since have changed)
+            // makes every score stale.
+            Scope::All if fleet.rescore_all => {
                 for node in fleet.nodes.values_mut() {
                     score(node, &mut out, now, cfg, decays);
                 }
+                fleet.rescore_all = false;
             }
-            Scope::Time | Scope::Tick | Scope::Touched | Scope::Slice => {
+            // A poll's nodes were scored by its slices: what is left is what this
+            // step changed (missed heartbeats, the sweep) and what time decays.
+            Scope::All => {
+                let decayed = decays.clone();
+                score_changed(&mut fleet.nodes, &mut out, now, cfg, decays, &decayed);
+            }
+            Scope::Slice => {
+                score_changed(
+                    &mut fleet.nodes,
+                    &mut out,
+                    now,
+                    cfg,
+                    decays,
+                    &BTreeSet::new(),
+                );
+            }
+            Scope::Time | Scope::Tick | Scope::Touched => {
                 // A node is rescored once whichever way it is due.
                 due.extend(out.dirty.iter().chain(&out.touched).cloned());
+                due.append(&mut out.rescore);
                 if matches!(scope, Scope::Time | Scope::Tick) {
                     due.extend(decays.iter().cloned());
                 }
@@ -169,6 +190,39 @@ impl<'f> Step<'f> {
         }
         out
     }
+}
+
+/// Rescore the nodes `out` says changed, and `more`, each at least once, without
+/// gathering their ids anew (a slice may touch thousands).
+fn score_changed(
+    nodes: &mut std::collections::BTreeMap<String, Node>,
+    out: &mut Outcome,
+    now: Time,
+    cfg: &CoreSettings,
+    decays: &mut BTreeSet<String>,
+    more: &BTreeSet<String>,
+) {
+    let dirty = std::mem::take(&mut out.dirty);
+    let touched = std::mem::take(&mut out.touched);
+    let rescore = std::mem::take(&mut out.rescore);
+    let due = dirty
+        .iter()
+        .chain(touched.iter().filter(|id| !dirty.contains(*id)))
+        .chain(
+            rescore
+                .iter()
+                .chain(more)
+                .filter(|id| !dirty.contains(*id) && !touched.contains(*id)),
+        );
+    for id in due {
+        if let Some(node) = nodes.get_mut(id) {
+            score(node, out, now, cfg, decays);
+        }
+    }
+    // What scoring made dirty joins what was.
+    let rescored = std::mem::replace(&mut out.dirty, dirty);
+    out.dirty.extend(rescored);
+    out.touched = touched;
 }
 
 /// Rescore one node and keep the set of nodes whose score decays with time.
@@ -305,6 +359,13 @@ impl Recorder<'_, '_> {
     pub(super) fn dirty(&mut self) {
         if !self.out.dirty.contains(self.id) {
             self.out.dirty.insert(self.id.to_string());
+        }
+    }
+
+    /// The node's score may have changed though nothing about it needs writing.
+    pub(super) fn rescore(&mut self) {
+        if !self.out.rescore.contains(self.id) {
+            self.out.rescore.insert(self.id.to_string());
         }
     }
 

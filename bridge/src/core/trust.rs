@@ -10,7 +10,7 @@ use chrono::TimeDelta;
 
 use super::conditions::stale_condition;
 use super::ingest::PollAnswer;
-use super::labels::{Alert, Signal};
+use super::labels::Alert;
 use super::settings;
 use super::step::Step;
 use super::{EventKind, Severity, Source, TELEMETRY_STALE, Time};
@@ -322,20 +322,19 @@ impl Trust {
     /// a watchdog whose expiry was not pushed forward within half the validity
     /// Prometheus gives it (Prometheus stopped sending for a while: a restarted
     /// Prometheus sends a `for:` alert again only once its `for` has elapsed).
+    /// `watchdogs`: the answer's watchdog alerts.
     pub(super) fn judge(
         &mut self,
         source: &settings::Source,
         now: Time,
         answer: &PollAnswer<'_, '_>,
+        watchdogs: &[&Alert<'_>],
     ) -> Judged {
         let am = source;
         let hold = TimeDelta::from_std(am.hold_after_restart).unwrap_or(TimeDelta::MAX);
         let require = am.require_watchdog;
-        let watchdog = answer
-            .alerts
-            .iter()
-            .filter(|a| a.signal() == Signal::Watchdog);
-        let trusted = !require || watchdog.clone().next().is_some();
+        let watchdog = watchdogs.iter().copied();
+        let trusted = !require || !watchdogs.is_empty();
         let mut held = None;
         let trust = self;
         if let Some(started) = answer.started {

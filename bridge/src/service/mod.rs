@@ -24,7 +24,8 @@ use crate::core::labels::{Alert, AlertState, Signal};
 use crate::core::policy::{Action, Pending};
 use crate::core::settings::{CoreSettings, Settings};
 use crate::core::{
-    CoreError, EventKind, Fleet, Health, Listed, Node, Outcome, PollAnswer, TELEMETRY_STALE, Time,
+    CoreError, EventKind, Fleet, Health, Listed, Node, NodeGroups, Outcome, PollAnswer,
+    TELEMETRY_STALE, Time,
 };
 use crate::election::{Elected, NatsLease};
 use crate::federation::Federation;
@@ -41,7 +42,7 @@ use crate::view::{
 /// How often time-driven rules (staleness, missed heartbeats, decay) are evaluated.
 const TICK: Duration = Duration::from_secs(1);
 /// Nodes a poll applies per hold of the fleet lock.
-const POLL_SLICE: usize = 1024;
+pub const POLL_SLICE: usize = 1024;
 /// How often events past their retention are deleted.
 const RETENTION_SWEEP: Duration = Duration::from_secs(3600);
 /// How often the store's write-ahead log is copied into the database.
@@ -459,6 +460,8 @@ impl Hale {
         // names its alerts in `delivered_during_poll` before it applies: the slices
         // after it treat them as newer than this answer.
         static NONE: BTreeSet<String> = BTreeSet::new();
+        // Grouped before the fleet is locked: the one pass over every alert.
+        let groups = NodeGroups::of(&alerts, &self.config().core.identity);
         let mut slices = None;
         let mut outcome = self
             .apply(|fleet, cfg, now| {
@@ -469,7 +472,7 @@ impl Hale {
                     started,
                     delivered: newer.as_ref().unwrap_or(&NONE),
                 };
-                let (begun, out) = fleet.poll_begin(cfg, now, &answer);
+                let (begun, out) = fleet.poll_begin(cfg, now, &answer, groups);
                 slices = Some(begun);
                 Ok(out)
             })

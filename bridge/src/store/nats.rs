@@ -805,7 +805,7 @@ impl Store for Nats {
                 .map_or("", String::as_str);
             let id = message_id(previous, e);
             last.insert(&e.node_id, id.clone());
-            let body = serde_json::to_vec(e).expect("events serialise");
+            let body = super::json(e);
             events.push((e.node_id.clone(), id, Bytes::from(body)));
         }
         let mut puts: Vec<(String, Bytes)> = Vec::new();

@@ -305,7 +305,7 @@ impl Store for Sqlite {
                 )
                 .op("prepare event write")?;
             for e in &batch.events {
-                let body = serde_json::to_string(e).expect("events serialise");
+                let body = super::json(e);
                 add.execute(params![
                     e.node_id,
                     e.kind.name(),

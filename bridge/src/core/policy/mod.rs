@@ -96,37 +96,45 @@ fn would_be_out(node: &Node, settings: &Settings) -> bool {
 }
 
 /// Each pool's occupancy now, and the nodes the policy has something to decide
-/// about, worst score first.
-pub(in crate::core) fn count(cfg: &CoreSettings, now: Time, fleet: &Fleet) -> (Pools, Vec<String>) {
+/// about, worst score first (in the order given where scores tie). One pass, by
+/// reference or mutable reference: the whole pass decides on the nodes it holds,
+/// without looking each up again by id.
+pub(in crate::core) fn count<N: std::ops::Deref<Target = Node>>(
+    cfg: &CoreSettings,
+    now: Time,
+    ledger: &Ledger,
+    nodes: impl Iterator<Item = N>,
+) -> (Pools, Vec<(u8, N)>) {
     let mut pools: Pools = BTreeMap::new();
-    let mut order: Vec<(u8, String)> = Vec::new();
-    for node in fleet.nodes.values() {
+    let mut order = Vec::new();
+    for node in nodes {
         let settings = cfg.settings_for(&node.labels);
         let pool = match pools.get_mut(settings.name.as_str()) {
             Some(pool) => pool,
             None => pools.entry(settings.name.clone()).or_default(),
         };
         pool.size += 1;
-        if counted_out(node, settings) {
+        if counted_out(&node, settings) {
             pool.out += 1;
         }
         if node.policy.has(&Action::Terminate) {
             pool.replaced += 1;
         }
         if let Some(score) = node.score.as_ref().map(|s| s.value)
-            && concerns(node, settings, score)
+            && concerns(&node, settings, score)
         {
-            order.push((score, node.id.clone()));
+            order.push((score, node));
         }
     }
     let hour_ago = now - chrono::TimeDelta::from_std(HOUR).expect("an hour");
-    for (name, spent) in &fleet.ledger.replacements {
+    for (name, spent) in &ledger.replacements {
         if let Some(pool) = pools.get_mut(name) {
             pool.replaced += spent.iter().filter(|t| **t > hour_ago).count() as u32;
         }
     }
-    order.sort();
-    (pools, order.into_iter().map(|(_, id)| id).collect())
+    // Stable: nodes of one score stay in the order given (by id, from the fleet).
+    order.sort_by_key(|(score, _)| *score);
+    (pools, order)
 }
 
 /// Whether the node counts as out of its pool's service.
@@ -187,18 +195,20 @@ impl Policy<'_, '_> {
             .replacements
             .retain(|_, spent| !spent.is_empty());
         self.out.ledger |= fleet.ledger.replacements.len() != before;
-        let (pools, ids) = count(self.cfg, self.now, fleet);
+        let (mut pools, order) = count(self.cfg, self.now, &fleet.ledger, fleet.nodes.values_mut());
+        for (_, node) in order {
+            self.decide(&mut pools, node);
+        }
         fleet.pools = Some(pools);
-        self.decide(fleet, &ids);
     }
 
     /// Evaluate only `ids` (a delivery's nodes, worst score first), against the pools
     /// as the last whole pass counted them — counting afresh when something else
     /// changed them since.
     pub fn evaluate_some(&mut self, fleet: &mut Fleet, ids: &BTreeSet<String>) {
-        if fleet.pools.is_none() {
+        let Some(mut pools) = fleet.pools.take() else {
             return self.evaluate(fleet);
-        }
+        };
         let mut order: Vec<(u8, String)> = ids
             .iter()
             .filter_map(|id| fleet.nodes.get(id))
@@ -208,29 +218,29 @@ impl Policy<'_, '_> {
             })
             .collect();
         order.sort();
-        let ids: Vec<String> = order.into_iter().map(|(_, id)| id).collect();
-        self.decide(fleet, &ids);
-    }
-
-    /// The policy for each of `ids`, in order, against the counted pools.
-    fn decide(&mut self, fleet: &mut Fleet, ids: &[String]) {
-        let mut pools = fleet.pools.take().unwrap_or_default();
-        for id in ids {
-            let Some(node) = fleet.nodes.get_mut(id) else {
-                continue;
-            };
-            let settings = self.cfg.settings_for(&node.labels);
-            let pool = pools.entry(settings.name.clone()).or_default();
-            // The node is counted as it stands after its decision, whatever changed
-            // it, so the counts stay true between whole passes.
-            let others = pool
-                .out
-                .saturating_sub(u32::from(counted_out(node, settings)));
-            pool.out = others;
-            self.node(node, settings, pool);
-            pool.out = others + u32::from(counted_out(node, settings));
+        for (_, id) in order {
+            if let Some(node) = fleet.nodes.get_mut(&id) {
+                self.decide(&mut pools, node);
+            }
         }
         fleet.pools = Some(pools);
+    }
+
+    /// The policy for one node against the counted pools, which it keeps true.
+    fn decide(&mut self, pools: &mut Pools, node: &mut Node) {
+        let settings = self.cfg.settings_for(&node.labels);
+        let pool = match pools.get_mut(settings.name.as_str()) {
+            Some(pool) => pool,
+            None => pools.entry(settings.name.clone()).or_default(),
+        };
+        // The node is counted as it stands after its decision, whatever changed
+        // it, so the counts stay true between whole passes.
+        let others = pool
+            .out
+            .saturating_sub(u32::from(counted_out(node, settings)));
+        pool.out = others;
+        self.node(node, settings, pool);
+        pool.out = others + u32::from(counted_out(node, settings));
     }
 
     fn node(&mut self, node: &mut Node, settings: &Settings, pool: &mut Pool) {

@@ -803,7 +803,7 @@ impl Fleet {
             return;
         }
         let mut active = Active::of(cfg, self);
-        let (mut pools, _) = count(cfg, now, self);
+        let (mut pools, _) = count(cfg, now, &self.ledger, self.nodes.values());
         for id in order {
             let node = &self.nodes[&id];
             if self
@@ -1203,7 +1203,7 @@ impl Fleet {
             ..Remediations::default()
         };
         let mut active = Active::of(cfg, self);
-        let (pools, _) = count(cfg, now, self);
+        let (pools, _) = count(cfg, now, &self.ledger, self.nodes.values());
         for id in self.queue_order() {
             let node = &self.nodes[&id];
             let flow = node.policy.flow.as_ref().expect("queued");

@@ -2356,7 +2356,8 @@ fn a_reload_between_two_slices_of_a_poll_renames_nothing() {
         .collect();
     let answer = crate::core::PollAnswer::of(&alerts, s.now);
     let none = BTreeSet::new();
-    let (mut slices, _) = s.fleet.poll_begin(&s.cfg, s.now, &answer);
+    let groups = crate::core::NodeGroups::of(&alerts, &s.cfg.identity);
+    let (mut slices, _) = s.fleet.poll_begin(&s.cfg, s.now, &answer, groups);
     s.fleet
         .poll_slice(&s.cfg, s.now, &mut slices, &alerts, &none, 1);
     // The alerts carry no `hostname`: the nodes stay as the answer was grouped.
@@ -2380,7 +2381,8 @@ fn a_node_decommissioned_between_two_slices_of_a_poll_stays_gone() {
     s.at(30);
     let answer = crate::core::PollAnswer::of(&alerts, s.now);
     let none = BTreeSet::new();
-    let (mut slices, _) = s.fleet.poll_begin(&s.cfg, s.now, &answer);
+    let groups = crate::core::NodeGroups::of(&alerts, &s.cfg.identity);
+    let (mut slices, _) = s.fleet.poll_begin(&s.cfg, s.now, &answer, groups);
     s.fleet
         .poll_slice(&s.cfg, s.now, &mut slices, &alerts, &none, 1);
     // n2, silent in this answer, is decommissioned before its slice.

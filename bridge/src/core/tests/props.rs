@@ -273,6 +273,20 @@ fn run(yaml: &str, history: &[(u16, Input)]) -> Result<Script, TestCaseError> {
             let settings = s.cfg.settings_for(&node.labels);
             let fresh = node.compute_score(settings, s.now);
             prop_assert!(node.score_is(&fresh, settings, s.now), "{}", node.id);
+            // Each step scores what it changed: a reported node's score is
+            // current, but for a failure deduction, which decays between ticks.
+            let decays = |b: &[Deduction]| b.iter().any(|d| d.reason == FAILURE_DEDUCTION);
+            if node.last_report.is_some()
+                && !decays(&fresh.breakdown)
+                && !node.score.as_ref().is_some_and(|k| decays(&k.breakdown))
+            {
+                prop_assert_eq!(
+                    node.score.as_ref(),
+                    Some(&fresh),
+                    "{}'s score is stale",
+                    node.id
+                );
+            }
             let mut other = fresh.clone();
             other.breakdown.reverse();
             prop_assert_eq!(
@@ -296,7 +310,8 @@ fn run(yaml: &str, history: &[(u16, Input)]) -> Result<Script, TestCaseError> {
         // date by each decision since) is what a whole pass would count now; only
         // replacements may still include some that aged out of the hour.
         if let Some(kept) = &s.fleet.pools {
-            let (counted, _) = crate::core::policy::count(&s.cfg, s.now, &s.fleet);
+            let (counted, _) =
+                crate::core::policy::count(&s.cfg, s.now, &s.fleet.ledger, s.fleet.nodes.values());
             for (name, pool) in &counted {
                 let held = kept.get(name);
                 prop_assert_eq!(
@@ -401,7 +416,12 @@ proptest! {
         let mut whole = s.fleet.clone();
         let in_one_go = whole.poll_answer(&s.cfg, now, &answer);
         let mut sliced = s.fleet.clone();
-        let (mut slices, mut in_slices) = sliced.poll_begin(&s.cfg, now, &answer);
+        let (mut slices, mut in_slices) = sliced.poll_begin(
+            &s.cfg,
+            now,
+            &answer,
+            crate::core::NodeGroups::of(&alerts, &s.cfg.identity),
+        );
         let none = std::collections::BTreeSet::new();
         while !slices.done() {
             in_slices.absorb(sliced.poll_slice(&s.cfg, now, &mut slices, &alerts, &none, size));
