@@ -3,6 +3,7 @@
 //! report or decommission. Each is one [`Step`] ending in `finish`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 
 use super::conditions::{apply_alerts, count_failure};
 use super::labels::{Alert, AlertState, Signal};
@@ -50,9 +51,13 @@ pub struct PollSlices {
     items: Vec<u32>,
     /// How many groups were applied.
     next: usize,
-    /// The known nodes the answer does not name, still to apply (last first), once
-    /// the groups are done; a trusted answer only.
-    silent: Option<Vec<String>>,
+    /// A trusted answer only: how many of the gaps around the groups (before the
+    /// first, between two, after the last) were looked into for known nodes the
+    /// answer does not name, and those found in the last, still to apply (last
+    /// first). Each gap is a range of the fleet's ids, read as the slices reach
+    /// it: no slice walks the whole fleet.
+    gaps: usize,
+    silent: Vec<String>,
     answered: Time,
     refreshes: Option<u64>,
     trusted: bool,
@@ -106,7 +111,7 @@ impl PollSlices {
     /// Whether every node was applied: [`Fleet::poll_end`] is next.
     pub fn done(&self) -> bool {
         self.next == self.groups.len()
-            && (!self.trusted || self.silent.as_ref().is_some_and(Vec::is_empty))
+            && (!self.trusted || (self.gaps > self.groups.len() && self.silent.is_empty()))
     }
 }
 
@@ -192,7 +197,8 @@ impl Fleet {
             groups: groups.groups,
             items: groups.items,
             next: 0,
-            silent: None,
+            gaps: 0,
+            silent: Vec::new(),
             answered: answer.answered,
             refreshes,
             trusted,
@@ -202,10 +208,10 @@ impl Fleet {
     }
 
     /// Apply the next `nodes` nodes of a poll begun by [`Fleet::poll_begin`] on
-    /// `alerts` (the answer's): each node's alerts but those `newer` names
-    /// (deliveries applied since the answer was fetched), then — a trusted answer
-    /// being the whole picture — the known nodes it does not name. The nodes are
-    /// rescored; the policy waits for [`Fleet::poll_end`].
+    /// `alerts` (the answer's), in the order of their ids: each node's alerts but
+    /// those `newer` names (deliveries applied since the answer was fetched), and —
+    /// a trusted answer being the whole picture — the known nodes it does not name.
+    /// The nodes are rescored; the policy waits for [`Fleet::poll_end`].
     pub fn poll_slice(
         &mut self,
         cfg: &CoreSettings,
@@ -235,8 +241,42 @@ impl Fleet {
             .saturating_sub(step.fleet.nodes.len());
         let mut budget = nodes;
         let mut fresh: Vec<&Alert<'_>> = Vec::new();
-        while budget > 0 && slices.next < slices.groups.len() {
-            let range = &slices.groups[slices.next];
+        while budget > 0 {
+            if let Some(id) = slices.silent.pop() {
+                budget -= 1;
+                // Retired or decommissioned between two slices: gone, not revived.
+                if step.fleet.nodes.contains_key(&id) {
+                    step.apply_node(&id, &[], true, trusted);
+                }
+                continue;
+            }
+            // The known nodes between the last group applied and the next.
+            if trusted && slices.gaps == slices.next && slices.gaps <= slices.groups.len() {
+                let after = slices
+                    .gaps
+                    .checked_sub(1)
+                    .map(|g| node_of(&slices.groups[g]));
+                let before = slices.groups.get(slices.gaps).map(node_of);
+                slices.gaps += 1;
+                if after.zip(before).is_some_and(|(a, b)| a >= b) {
+                    continue;
+                }
+                let bounds = (
+                    after.map_or(Bound::Unbounded, Bound::Excluded),
+                    before.map_or(Bound::Unbounded, Bound::Excluded),
+                );
+                slices.silent = step
+                    .fleet
+                    .nodes
+                    .range::<str, _>(bounds)
+                    .rev()
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                continue;
+            }
+            let Some(range) = slices.groups.get(slices.next) else {
+                break;
+            };
             slices.next += 1;
             budget -= 1;
             let id = node_of(range);
@@ -254,33 +294,6 @@ impl Fleet {
             // says of a node it does not name, or, untrusted, nothing.
             if !fresh.is_empty() || trusted {
                 step.apply_node(id, &fresh, trusted, trusted);
-            }
-        }
-        if slices.next == slices.groups.len() && trusted {
-            let silent = slices.silent.get_or_insert_with(|| {
-                // Both in order: one walk, not a search per node.
-                let mut named = slices.groups.iter().map(node_of).peekable();
-                let mut silent: Vec<String> = step
-                    .fleet
-                    .nodes
-                    .keys()
-                    .filter(|id| {
-                        while named.next_if(|k| *k < id.as_str()).is_some() {}
-                        named.peek() != Some(&id.as_str())
-                    })
-                    .cloned()
-                    .collect();
-                silent.reverse();
-                silent
-            });
-            while budget > 0
-                && let Some(id) = silent.pop()
-            {
-                budget -= 1;
-                // Retired or decommissioned between two slices: gone, not revived.
-                if step.fleet.nodes.contains_key(&id) {
-                    step.apply_node(&id, &[], true, trusted);
-                }
             }
         }
         step.finish(Scope::Slice)

@@ -2394,3 +2394,42 @@ fn a_node_decommissioned_between_two_slices_of_a_poll_stays_gone() {
     s.fleet.poll_end(&s.cfg, s.now, &slices);
     assert_eq!(s.fleet.nodes.keys().collect::<Vec<_>>(), ["n1"]);
 }
+
+#[test]
+fn a_poll_in_slices_of_one_ends_what_it_does_not_name_wherever_it_sorts() {
+    let mut s = script("");
+    let all = ["a", "b", "c", "d", "e"];
+    let mut first = vec![watchdog()];
+    first.extend(all.iter().map(|n| smart_failing(n)));
+    s.at(0).poll(&first);
+    // The answer names b and d: a, c and e sit before, between and after them.
+    let alerts: Vec<Alert> = [watchdog(), smart_failing("b"), smart_failing("d")]
+        .into_iter()
+        .map(|a| a.0)
+        .collect();
+    s.at(30);
+    let answer = crate::core::PollAnswer::of(&alerts, s.now);
+    let none = BTreeSet::new();
+    let groups = crate::core::NodeGroups::of(&alerts, &s.cfg.identity);
+    let (mut slices, _) = s.fleet.poll_begin(&s.cfg, s.now, &answer, groups);
+    let mut applied = Vec::new();
+    while !slices.done() {
+        let out = s
+            .fleet
+            .poll_slice(&s.cfg, s.now, &mut slices, &alerts, &none, 1);
+        let nodes: BTreeSet<&str> = out.events.iter().map(|e| e.node_id.as_str()).collect();
+        assert!(nodes.len() <= 1, "one node a slice: {nodes:?}");
+        applied.extend(nodes.into_iter().map(str::to_string));
+    }
+    s.fleet.poll_end(&s.cfg, s.now, &slices);
+    for id in ["a", "c", "e"] {
+        assert!(s.node(id).conditions.is_empty(), "{id} cleared");
+        assert!(applied.iter().any(|n| n == id), "{id} applied in a slice");
+    }
+    for id in ["b", "d"] {
+        assert!(
+            s.node(id).conditions.contains_key("disk_degraded"),
+            "{id} kept"
+        );
+    }
+}
