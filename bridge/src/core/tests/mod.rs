@@ -2346,18 +2346,25 @@ fn ticks_pass_the_whole_policy_at_most_every_ten_seconds() {
     assert_eq!(s.fleet.whole_pass_at, Some(s.now));
 }
 
+/// The alerts of an answer, as the core reads them.
+fn answer_of<const N: usize>(alerts: [A; N]) -> Vec<Alert<'static>> {
+    alerts.into_iter().map(|a| a.0).collect()
+}
+
+/// A poll of `alerts` begun at the script's time, to be applied in slices.
+fn begin_poll(s: &mut Script, alerts: &[Alert<'static>]) -> super::ingest::PollSlices {
+    let answer = crate::core::PollAnswer::of(alerts, s.now);
+    let groups = crate::core::NodeGroups::of(alerts, &s.cfg.identity);
+    s.fleet.poll_begin(&s.cfg, s.now, &answer, groups).0
+}
+
 #[test]
 fn a_reload_between_two_slices_of_a_poll_renames_nothing() {
     let mut s = script("");
     let reloaded = config("nodeIdentity: { labels: [hostname] }");
-    let alerts: Vec<Alert> = [watchdog(), smart_failing("n1"), smart_failing("n2")]
-        .into_iter()
-        .map(|a| a.0)
-        .collect();
-    let answer = crate::core::PollAnswer::of(&alerts, s.now);
+    let alerts = answer_of([watchdog(), smart_failing("n1"), smart_failing("n2")]);
     let none = BTreeSet::new();
-    let groups = crate::core::NodeGroups::of(&alerts, &s.cfg.identity);
-    let (mut slices, _) = s.fleet.poll_begin(&s.cfg, s.now, &answer, groups);
+    let mut slices = begin_poll(&mut s, &alerts);
     s.fleet
         .poll_slice(&s.cfg, s.now, &mut slices, &alerts, &none, 1);
     // The alerts carry no `hostname`: the nodes stay as the answer was grouped.
@@ -2374,15 +2381,10 @@ fn a_node_decommissioned_between_two_slices_of_a_poll_stays_gone() {
     let mut s = script("");
     s.at(0)
         .poll(&[watchdog(), smart_failing("n1"), heartbeat("n2")]);
-    let alerts: Vec<Alert> = [watchdog(), smart_failing("n1")]
-        .into_iter()
-        .map(|a| a.0)
-        .collect();
+    let alerts = answer_of([watchdog(), smart_failing("n1")]);
     s.at(30);
-    let answer = crate::core::PollAnswer::of(&alerts, s.now);
     let none = BTreeSet::new();
-    let groups = crate::core::NodeGroups::of(&alerts, &s.cfg.identity);
-    let (mut slices, _) = s.fleet.poll_begin(&s.cfg, s.now, &answer, groups);
+    let mut slices = begin_poll(&mut s, &alerts);
     s.fleet
         .poll_slice(&s.cfg, s.now, &mut slices, &alerts, &none, 1);
     // n2, silent in this answer, is decommissioned before its slice.
@@ -2403,15 +2405,10 @@ fn a_poll_in_slices_of_one_ends_what_it_does_not_name_wherever_it_sorts() {
     first.extend(all.iter().map(|n| smart_failing(n)));
     s.at(0).poll(&first);
     // The answer names b and d: a, c and e sit before, between and after them.
-    let alerts: Vec<Alert> = [watchdog(), smart_failing("b"), smart_failing("d")]
-        .into_iter()
-        .map(|a| a.0)
-        .collect();
+    let alerts = answer_of([watchdog(), smart_failing("b"), smart_failing("d")]);
     s.at(30);
-    let answer = crate::core::PollAnswer::of(&alerts, s.now);
     let none = BTreeSet::new();
-    let groups = crate::core::NodeGroups::of(&alerts, &s.cfg.identity);
-    let (mut slices, _) = s.fleet.poll_begin(&s.cfg, s.now, &answer, groups);
+    let mut slices = begin_poll(&mut s, &alerts);
     let mut applied = Vec::new();
     while !slices.done() {
         let out = s
