@@ -48,14 +48,13 @@ fn main() -> anyhow::Result<()> {
     hale::init_tls();
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     const USAGE: &str = "usage: bench [ingest|stores] [NODES]";
-    let section = match args.first().map(String::as_str) {
-        Some(s @ ("ingest" | "stores")) => {
-            let s = s.to_string();
-            args.remove(0);
-            Some(s)
-        }
-        _ => None,
-    };
+    let section = args
+        .first()
+        .filter(|a| matches!(a.as_str(), "ingest" | "stores"))
+        .cloned();
+    if section.is_some() {
+        args.remove(0);
+    }
     let nodes = match args.as_slice() {
         [] => NODES,
         [n] => n.parse().context(USAGE)?,
@@ -65,9 +64,9 @@ fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&work)?;
     let mut report = Report::default();
     let result = match section.as_deref() {
+        Some("ingest") => ingest(nodes, &work, &mut report).map(drop),
         Some("stores") => stores_alone(nodes, &work, &mut report),
-        Some(_) => ingest(nodes, &work, &mut report).map(drop),
-        None => run(nodes, &work, &mut report),
+        _ => run(nodes, &work, &mut report),
     };
     let _ = std::fs::remove_dir_all(&work);
     result?;
