@@ -45,7 +45,15 @@ impl Sushy {
             "{} is missing: run tests/run.sh, which installs the test components",
             emulator.display()
         );
-        let dir = tempfile::tempdir().unwrap();
+        // Its state is a SQLite file written on every request, each write synced:
+        // in memory (tmpfs, where there is one) a request costs milliseconds even
+        // while other tests keep the disk busy.
+        let shm = Path::new("/dev/shm");
+        let dir = if shm.is_dir() {
+            tempfile::tempdir_in(shm).unwrap()
+        } else {
+            tempfile::tempdir().unwrap()
+        };
         let port = free_port();
         let htpasswd = dir.path().join("htpasswd");
         write_htpasswd(&venv.join("python"), &htpasswd, "admin", password);

@@ -218,9 +218,13 @@ async fn uptime_reboots_a_rack_at_a_time_through_redfish_each_node_checked() {
             )
         })
         .collect();
+    // Four machines read four times a second and two flows at once, all through
+    // one emulator serving a request at a time: its requests may queue for
+    // seconds on a busy machine, which no BMC request here should count as a
+    // dead BMC.
     let extra = format!(
         "nodeHealth: {{ mode: cordon, maxUnavailablePercent: 100 }}\n\
-         bmc: {{ credentialsFile: {}, gracefulTimeout: 30s, timeout: 5s }}\n\
+         bmc: {{ credentialsFile: {}, gracefulTimeout: 30s, timeout: 15s }}\n\
          remediation: {{ failureDomainLabel: rack, maxPerDomain: 2, returnTimeout: 3m, verifyTimeout: 20s }}\n\
          inventory:\n{inventory}",
         creds.display()
