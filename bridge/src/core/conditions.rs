@@ -80,6 +80,12 @@ pub(super) fn apply_alerts(
 
     if named {
         if trusted {
+            // A node's first trusted report makes it scorable: its first score is due
+            // though nothing else about it may have changed (a node first seen while
+            // the source was stale).
+            if node.last_report.is_none() {
+                rec.rescore();
+            }
             node.last_report = Some(now);
         }
         // A delivery's nodes are rescored and decided; a poll looks at every node,

@@ -757,6 +757,20 @@ fn an_alert_that_may_have_expired_ends_once_the_watchdog_moved_twice() {
 }
 
 #[test]
+fn a_node_first_seen_while_stale_is_scored_by_the_first_trusted_poll() {
+    let mut s = script("alertmanager: { staleAfter: 90s }");
+    s.at(0).poll(&[watchdog_sent(0)]);
+    s.at(100).fail();
+    assert!(s.fleet.trust.stale);
+    // Kept, but unscored: nothing trusted has said anything of it yet.
+    s.at(110).webhook(&[edac("n1")]);
+    assert_eq!(s.score("n1"), None);
+    // The first trusted poll brings the same alert: nothing changed but the trust.
+    s.at(111).poll(&[watchdog_sent(60), edac("n1")]);
+    assert_eq!(s.score("n1"), Some(90));
+}
+
+#[test]
 fn prometheus_stopping_clears_nothing() {
     // Prometheus stops after its re-send at 60 s: every alert it sent expires in
     // Alertmanager at 300 s, the watchdog a little later (another rule group).
