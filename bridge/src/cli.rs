@@ -831,7 +831,7 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                 .find(|c| {
                     c.ctype == condition || title(&c.ctype).eq_ignore_ascii_case(condition.trim())
                 })
-                .map_or(condition, |c| c.ctype.clone());
+                .map_or(condition, |c| c.ctype.to_string());
             let url = client.url(&["api", "v1", "nodes", &id, "conditions", &condition, "clear"]);
             let node: NodeView = client
                 .send(client.http.post(url).json(&ClearRequest { reason }))

@@ -348,15 +348,20 @@ impl Series {
                     .iter()
                     .map(|t| (Cow::Borrowed(*t), value(t))),
             );
-            let mut extra: Vec<&String> = node
+            let mut extra: Vec<&str> = node
                 .seen_types
                 .keys()
-                .chain(node.conditions.keys())
-                .filter(|t| !KNOWN_CONDITIONS.contains(&t.as_str()))
+                .map(String::as_str)
+                .chain(node.conditions.keys().map(|t| t.as_str()))
+                .filter(|t| !KNOWN_CONDITIONS.contains(t))
                 .collect();
             extra.sort_unstable();
             extra.dedup();
-            conditions.extend(extra.into_iter().map(|t| (Cow::Owned(t.clone()), value(t))));
+            conditions.extend(
+                extra
+                    .into_iter()
+                    .map(|t| (Cow::Owned(t.to_string()), value(t))),
+            );
             conditions.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         }
         let below = node
@@ -614,7 +619,9 @@ mod tests {
         let alerts = crate::alertmanager::parse_v2(body.as_bytes()).unwrap();
         let mut fleet = Fleet::new(now);
         fleet.poll(&loaded.core, now, &alerts);
-        fleet.nodes.insert("never".into(), Node::new("never"));
+        fleet
+            .nodes
+            .insert("never".into(), Box::new(Node::new("never")));
         let metrics = Metrics::new(
             Arc::new(Mutex::new(fleet)),
             Arc::new(RwLock::new(Arc::new(loaded))),

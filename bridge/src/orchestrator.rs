@@ -131,12 +131,12 @@ pub struct Report {
     /// alertname, the most urgent ([`most_urgent`]).
     pub notices: Vec<Notice>,
     /// hale's raised condition types.
-    pub conditions: Vec<String>,
+    pub conditions: Vec<crate::core::Name>,
 }
 
 /// One notice per alertname: the most urgent (lowest priority), the first of equals.
 pub fn most_urgent(notices: impl IntoIterator<Item = Notice>) -> Vec<Notice> {
-    let mut by_name: BTreeMap<String, Notice> = BTreeMap::new();
+    let mut by_name: BTreeMap<crate::core::Name, Notice> = BTreeMap::new();
     for n in notices {
         match by_name.get(&n.alertname) {
             Some(kept) if kept.priority <= n.priority => {}

@@ -5,15 +5,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::policy::{Conclusion, Cordon, Fence, Flow, OrchestratorHealth, RECOVERY_HOLD};
 use crate::core::settings::Settings;
-use crate::core::{Deduction, Health, Node, Severity, Status, Time};
+use crate::core::{Deduction, Health, Name, Node, Severity, Status, Time};
 use crate::store::StoredEvent;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ConditionView {
     #[serde(rename = "type")]
-    pub ctype: String,
-    pub reason: String,
+    pub ctype: Name,
+    pub reason: Name,
     pub severity: Severity,
     pub message: String,
     pub first_seen: Time,
@@ -21,7 +21,7 @@ pub struct ConditionView {
     pub observations: u64,
     pub sticky: bool,
     pub suppressed: bool,
-    pub fault_class: String,
+    pub fault_class: Name,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<u8>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -49,7 +49,7 @@ pub struct NodeView {
     pub health: Health,
     /// `null` until the node's first report.
     pub score: Option<u8>,
-    pub scored_by: Option<String>,
+    pub scored_by: Option<Name>,
     pub breakdown: Vec<Deduction>,
     pub conditions: Vec<ConditionView>,
     pub failures: FailuresView,
@@ -175,8 +175,8 @@ pub struct NodeSummary {
     pub status: Status,
     pub health: Health,
     pub score: Option<u8>,
-    pub scored_by: Option<String>,
-    pub conditions: Vec<String>,
+    pub scored_by: Option<Name>,
+    pub conditions: Vec<Name>,
     pub last_report: Option<Time>,
     pub jobs: u64,
 }

@@ -11,8 +11,8 @@ use super::settings::{CoreSettings, Settings};
 use super::step::{Recorder, group_by_key};
 use super::trust::Keep;
 use super::{
-    COLLECTOR_FAILED, Condition, EventKind, HEARTBEAT_MISSED, Heartbeat, Node, REPORTS_SAVED_EVERY,
-    Severity, SmallMap, Source, TELEMETRY_STALE, Time,
+    COLLECTOR_FAILED, Condition, EventKind, HEARTBEAT_MISSED, Heartbeat, Name, Node,
+    REPORTS_SAVED_EVERY, Severity, SmallMap, Source, TELEMETRY_STALE, Time,
 };
 
 /// Failure reasons a node tells apart; beyond them, [`OTHER_REASONS`].
@@ -130,7 +130,7 @@ pub(super) fn apply_alerts(
     // Conditions: a full picture replaces each condition's sources; a partial one
     // adds to them and ends the ones it says resolved.
     if full {
-        let existing: Vec<String> = node
+        let existing: Vec<Name> = node
             .conditions
             .keys()
             .filter(|c| *c != HEARTBEAT_MISSED && *c != TELEMETRY_STALE && !fresh.has(c))
@@ -244,7 +244,7 @@ pub(super) fn set_sources(
                 let mut source = source_of(a, ctype);
                 source.delivered = delivered;
                 source.since = Some(now);
-                (a.fingerprint.to_string(), source)
+                (Name::from(a.fingerprint.as_ref()), source)
             })
             .collect();
         if let Some(cond) = raise(ctype, sources, settings, now) {
@@ -256,11 +256,11 @@ pub(super) fn set_sources(
             );
             let kind = EventKind::ConditionRaised {
                 condition: ctype.into(),
-                reason: cond.reason.clone(),
+                reason: cond.reason.to_string(),
                 severity: cond.severity,
-                fault_class: Some(cond.fault_class.clone()),
+                fault_class: Some(cond.fault_class.to_string()),
             };
-            node.conditions.insert(ctype.to_string(), cond);
+            node.conditions.insert(ctype.into(), cond);
             rec.event(kind, message);
         }
         return;
@@ -289,7 +289,7 @@ pub(super) fn set_sources(
                     keys_changed = true;
                     let mut source = source_of(a, ctype);
                     source.since = Some(now);
-                    (fp.to_string(), source)
+                    (fp.into(), source)
                 }
             };
             cond.sources.insert(key, source);
@@ -322,7 +322,7 @@ pub(super) fn set_sources(
                     let mut source = source_of(a, ctype);
                     source.delivered = delivered;
                     source.since = Some(now);
-                    cond.sources.insert(fp.to_string(), source);
+                    cond.sources.insert(fp.into(), source);
                     keys_changed = true;
                 }
             }
@@ -378,7 +378,7 @@ pub(super) fn set_sources(
     if cond.severity > previous.0 {
         let kind = EventKind::ConditionEscalated {
             condition: ctype.into(),
-            reason: cond.reason.clone(),
+            reason: cond.reason.to_string(),
             severity: cond.severity,
             previous_severity: previous.0,
         };
@@ -429,12 +429,16 @@ fn unchanged(cond: &mut Condition, alerts: &[&Alert<'_>], ctype: &str) -> bool {
 
 /// A `CONDITION_UPDATED` event for `cond` as it now stands.
 pub(super) fn updated(ctype: &str, cond: &Condition) -> EventKind {
-    let mut reasons: Vec<String> = cond.sources.values().map(|s| s.reason.clone()).collect();
+    let mut reasons: Vec<String> = cond
+        .sources
+        .values()
+        .map(|s| s.reason.to_string())
+        .collect();
     reasons.sort_unstable();
     reasons.dedup();
     EventKind::ConditionUpdated {
         condition: ctype.into(),
-        reason: cond.reason.clone(),
+        reason: cond.reason.to_string(),
         severity: cond.severity,
         reasons,
         alerts: cond.sources.len() as u32,
@@ -489,7 +493,7 @@ pub(super) fn source_of(alert: &Alert<'_>, ctype: &str) -> Source {
         reason: if failed_collector {
             COLLECTOR_FAILED.into()
         } else {
-            alert.reason().to_string()
+            alert.reason().into()
         },
         severity: alert.severity(),
         message: if failed_collector {
@@ -540,7 +544,7 @@ pub(super) fn stale_condition(now: Time) -> Condition {
         last_seen: now,
         observations: 1,
         sticky: false,
-        fault_class: TELEMETRY_STALE.to_uppercase(),
+        fault_class: TELEMETRY_STALE.to_ascii_uppercase().into(),
         priority: None,
         remediation: None,
         sources: SmallMap::new(),
@@ -564,7 +568,7 @@ pub(super) fn weight<'s>(
 /// A new episode from its first sources; `None` when there are none.
 pub(super) fn raise(
     ctype: &str,
-    sources: SmallMap<String, Source>,
+    sources: SmallMap<Name, Source>,
     settings: &Settings,
     now: Time,
 ) -> Option<Condition> {
@@ -601,7 +605,7 @@ pub(super) fn refresh(
     settings: &Settings,
     now: Time,
     changed: bool,
-) -> Option<String> {
+) -> Option<Name> {
     // The worst source, when it outweighs what is charged now: (severity, points).
     // A source of the charged reason and severity weighs the same, so the common
     // case — the same alerts again — looks no penalty up.

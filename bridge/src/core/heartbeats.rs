@@ -63,7 +63,7 @@ impl<'f> Step<'f> {
                     last_seen: now,
                     observations: 1,
                     sticky: false,
-                    fault_class: HEARTBEAT_MISSED.to_uppercase(),
+                    fault_class: HEARTBEAT_MISSED.to_ascii_uppercase().into(),
                     priority: None,
                     remediation: None,
                     sources: SmallMap::new(),

@@ -392,10 +392,15 @@ impl<'a> Alert<'a> {
     }
 
     /// Fault class for fault-triggered eviction; defaults to the upper-cased type.
-    pub fn fault_class(&self) -> String {
-        self.label(HALE_FAULT_CLASS)
-            .map(str::to_string)
-            .unwrap_or_else(|| self.condition_type().to_ascii_uppercase())
+    pub fn fault_class(&self) -> super::Name {
+        self.label(HALE_FAULT_CLASS).map_or_else(
+            || {
+                let mut class = super::Name::from(self.condition_type());
+                class.make_ascii_uppercase();
+                class
+            },
+            super::Name::from,
+        )
     }
 
     /// Whether `stored` is what [`Alert::fault_class`] would return, without allocating.
@@ -467,7 +472,7 @@ impl Alert<'_> {
             message.push_str(&summary.0);
         }
         Some(Notice {
-            alertname: alertname.to_string(),
+            alertname: alertname.into(),
             priority,
             message,
         })
@@ -518,7 +523,7 @@ pub const DEFAULT_NOTICE_PRIORITY: i64 = 9;
 /// How an alert shows as a Node condition (see [`Alert::notice`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Notice {
-    pub alertname: String,
+    pub alertname: super::Name,
     /// Lower is more urgent; the most urgent alert of a name is the one shown.
     pub priority: i64,
     pub message: String,

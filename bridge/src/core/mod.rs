@@ -116,17 +116,22 @@ pub enum Status {
     Offline,
 }
 
+/// A short name held inline, without an allocation of its own up to 24 bytes: a
+/// reason, a fault class, a fingerprint, a condition type, an alertname. A fleet
+/// carries several per alert, and most are that short.
+pub type Name = compact_str::CompactString;
+
 /// One alert feeding a condition, keyed by its fingerprint in [`Condition::sources`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Source {
-    pub reason: String,
+    pub reason: Name,
     pub severity: Severity,
     pub message: String,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suppressed: bool,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sticky: bool,
-    pub fault_class: String,
+    pub fault_class: Name,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<u8>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -173,7 +178,7 @@ pub struct Condition {
     /// condition during its episode, the one of the worst severity, and among those
     /// the one with the most points; it only ever moves up while the condition is
     /// raised.
-    pub reason: String,
+    pub reason: Name,
     /// Worst severity seen during the episode; never downgrades while raised.
     pub severity: Severity,
     /// The charged reason's latest message first, then each other source's.
@@ -189,7 +194,7 @@ pub struct Condition {
     pub observations: u64,
     /// Stays raised after its alerts end, until an operator clears it.
     pub sticky: bool,
-    pub fault_class: String,
+    pub fault_class: Name,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<u8>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -197,7 +202,7 @@ pub struct Condition {
     /// Alerts currently feeding it, by fingerprint. Empty for a sticky condition whose
     /// alerts ended and for the conditions hale raises itself.
     #[serde(default)]
-    pub sources: SmallMap<String, Source>,
+    pub sources: SmallMap<Name, Source>,
 }
 
 impl Condition {
@@ -232,7 +237,7 @@ pub struct Failures {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Deduction {
-    pub reason: String,
+    pub reason: Name,
     pub points: u32,
 }
 
@@ -244,7 +249,7 @@ pub struct Score {
     pub value: u8,
     pub breakdown: Vec<Deduction>,
     /// `cluster` or the pool whose settings priced it.
-    pub scored_by: String,
+    pub scored_by: Name,
 }
 
 /// Everything hale knows about one node.
@@ -259,7 +264,7 @@ pub struct Node {
     #[serde(default)]
     pub status: Status,
     #[serde(default)]
-    pub conditions: SmallMap<String, Condition>,
+    pub conditions: SmallMap<Name, Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heartbeat: Option<Heartbeat>,
     /// Signals not checked on this node, by the fingerprint of the alert saying so.
@@ -452,11 +457,11 @@ impl Node {
             breakdown: parts
                 .into_iter()
                 .map(|(reason, points)| Deduction {
-                    reason: reason.to_string(),
+                    reason: reason.into(),
                     points,
                 })
                 .collect(),
-            scored_by: settings.name.clone(),
+            scored_by: settings.name.as_str().into(),
         }
     }
 
@@ -537,7 +542,9 @@ pub(super) fn epoch() -> Time {
 /// The whole fleet as the core sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Fleet {
-    pub nodes: BTreeMap<String, Node>,
+    /// Each record boxed: a B-tree built in order keeps about half its slots free,
+    /// and a free slot then costs a pointer, not a whole record.
+    pub nodes: BTreeMap<String, Box<Node>>,
     pub trust: Trust,
     /// What the policy's guardrails count across nodes.
     pub ledger: policy::Ledger,

@@ -12,7 +12,8 @@ use serde::Serialize;
 use super::policy::{Done, RECOVERY_HOLD};
 use super::settings::CoreSettings;
 use super::{
-    Condition, Event, EventKind, Fleet, HEARTBEAT_MISSED, Node, Score, Severity, SmallMap, Time,
+    Condition, Event, EventKind, Fleet, HEARTBEAT_MISSED, Name, Node, Score, Severity, SmallMap,
+    Time,
 };
 
 /// What one configuration did, or would have done, to one node.
@@ -82,7 +83,7 @@ pub struct Side {
 /// came before only rebuilds the state the window starts in.
 pub fn backtest(
     cfg: &CoreSettings,
-    known: &BTreeMap<String, Node>,
+    known: &BTreeMap<String, Box<Node>>,
     history: &[Event],
     since: Option<Time>,
 ) -> Backtest {
@@ -110,9 +111,9 @@ pub fn backtest(
         n.score = Some(Score {
             value: 100,
             breakdown: Vec::new(),
-            scored_by: String::new(),
+            scored_by: Name::default(),
         });
-        fleet.nodes.insert(id.clone(), n);
+        fleet.nodes.insert(id.clone(), Box::new(n));
     }
     let mut steps: BTreeMap<Time, BTreeSet<String>> = BTreeMap::new();
     let mut by_time: BTreeMap<Time, Vec<&Event>> = BTreeMap::new();
@@ -145,7 +146,7 @@ pub fn backtest(
             let node = fleet
                 .nodes
                 .entry(e.node_id.clone())
-                .or_insert_with(|| Node::new(&e.node_id));
+                .or_insert_with(|| Box::new(Node::new(&e.node_id)));
             put_back(node, e);
             // What operators did, they do again: their cordons fill the pool, their
             // uncordons start the suppression window.
@@ -216,7 +217,7 @@ fn put_back(node: &mut Node, e: &Event) {
         } => {
             let class = node
                 .conditions
-                .get(condition)
+                .get(condition.as_str())
                 .map(|c| c.fault_class.clone());
             raise(
                 node,
@@ -228,7 +229,7 @@ fn put_back(node: &mut Node, e: &Event) {
             );
         }
         EventKind::ConditionCleared { condition, .. } => {
-            node.conditions.remove(condition);
+            node.conditions.remove(condition.as_str());
         }
         EventKind::HeartbeatMissed { .. } => raise(
             node,
@@ -263,9 +264,9 @@ fn raise(
     at: Time,
 ) {
     node.conditions.insert(
-        ctype.to_string(),
+        ctype.into(),
         Condition {
-            reason: reason.to_string(),
+            reason: reason.into(),
             severity,
             message: String::new(),
             charged_message: String::new(),
@@ -273,7 +274,7 @@ fn raise(
             last_seen: at,
             observations: 1,
             sticky: false,
-            fault_class: fault_class.map_or_else(|| ctype.to_ascii_uppercase(), str::to_string),
+            fault_class: fault_class.map_or_else(|| ctype.to_ascii_uppercase().into(), Name::from),
             priority: None,
             remediation: None,
             sources: SmallMap::new(),

@@ -84,7 +84,7 @@ impl<'f> Step<'f> {
                 node.conditions
                     .insert(TELEMETRY_STALE.into(), stale_condition(self.now));
             }
-            self.fleet.nodes.insert(id.to_string(), node);
+            self.fleet.nodes.insert(id.to_string(), Box::new(node));
             // A new member of its pool: the occupancy is counted afresh.
             self.fleet.pools = None;
             self.out.dirty.insert(id.to_string());
@@ -195,7 +195,7 @@ impl<'f> Step<'f> {
 /// Rescore the nodes `out` says changed, and `more`, each at least once, without
 /// gathering their ids anew (a slice may touch thousands).
 fn score_changed(
-    nodes: &mut std::collections::BTreeMap<String, Node>,
+    nodes: &mut std::collections::BTreeMap<String, Box<Node>>,
     out: &mut Outcome,
     now: Time,
     cfg: &CoreSettings,
@@ -283,7 +283,7 @@ pub(super) fn rescore(node: &mut Node, rec: &mut Recorder<'_, '_>, cfg: &CoreSet
             EventKind::ScoreChanged {
                 score: value,
                 previous_score: previous,
-                scored_by,
+                scored_by: scored_by.into_string(),
             },
             format!("score {previous} -> {value}"),
         );

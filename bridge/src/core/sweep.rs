@@ -11,7 +11,7 @@ use chrono::{DateTime, TimeDelta};
 use super::conditions::set_sources;
 use super::step::{Recorder, Step};
 use super::trust::Keep;
-use super::{EventKind, Node, Origin, Source, Time};
+use super::{EventKind, Name, Node, Origin, Source, Time};
 
 /// How often the sweep looks over the fleet.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(60);
@@ -105,7 +105,7 @@ impl Step<'_> {
         let now = self.now;
         let cfg = self.cfg;
         for (id, node) in self.fleet.nodes.iter_mut() {
-            let ended: Vec<(String, usize)> = node
+            let ended: Vec<(Name, usize)> = node
                 .conditions
                 .iter_mut()
                 .filter_map(|(ctype, cond)| {

@@ -744,7 +744,7 @@ impl Hale {
             page = fleet
                 .nodes
                 .range((from, Bound::Unbounded))
-                .filter_map(|(_, n)| Some((n, wanted(n)?.0, (0, "", n.id.as_str()))))
+                .filter_map(|(_, n)| Some((&**n, wanted(n)?.0, (0, "", n.id.as_str()))))
                 .take(q.page_size + 1)
                 .collect();
         } else {

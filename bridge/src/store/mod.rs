@@ -241,7 +241,7 @@ pub(crate) mod suite {
         let mut fleet = Fleet::new(now);
         let mut node = Node::new("rack1/n:3");
         node.last_report = Some(now);
-        fleet.nodes.insert(node.id.clone(), node);
+        fleet.nodes.insert(node.id.clone(), Box::new(node));
         fleet.trust.last_trusted = Some(now);
         let event = Event {
             node_id: "rack1/n:3".into(),
@@ -300,7 +300,7 @@ pub(crate) mod suite {
             let mut node = Node::new(&format!("rack{}/n-{i:04}", i % 7));
             node.last_report = Some(now - chrono::TimeDelta::seconds(i));
             node.hostname = Some(format!("host-{i}"));
-            fleet.nodes.insert(node.id.clone(), node);
+            fleet.nodes.insert(node.id.clone(), Box::new(node));
         }
         let outcome = Outcome {
             dirty: fleet.nodes.keys().cloned().collect(),

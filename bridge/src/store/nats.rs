@@ -729,7 +729,7 @@ impl Store for Nats {
         for e in state.iter().filter(|e| !e.deleted) {
             if let Some(id) = e.key.strip_prefix("node.") {
                 let id = unkey(id).unwrap_or_else(|| id.to_string());
-                let node: Node =
+                let node: Box<Node> =
                     serde_json::from_slice(&e.value).map_err(corrupt(format!("node {id}")))?;
                 fleet.nodes.insert(node.id.clone(), node);
             } else if let Some(id) = e.key.strip_prefix("live.") {

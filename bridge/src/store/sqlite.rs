@@ -174,10 +174,11 @@ impl Store for Sqlite {
             .op("read nodes")?;
         for row in rows {
             let (id, body) = row.op("read nodes")?;
-            let node: Node = serde_json::from_str(&body).map_err(|cause| StoreError::Corrupt {
-                what: format!("node {id}"),
-                cause,
-            })?;
+            let node: Box<Node> =
+                serde_json::from_str(&body).map_err(|cause| StoreError::Corrupt {
+                    what: format!("node {id}"),
+                    cause,
+                })?;
             fleet.nodes.insert(id, node);
         }
         let mut stmt = self

@@ -108,7 +108,7 @@ impl Fleet {
             let node = self.nodes.entry(o.id.clone()).or_insert_with(|| {
                 let mut n = Node::new(&o.id);
                 n.known_since = Some(now);
-                n
+                Box::new(n)
             });
             if node.known_from != Origin::Orchestrator || node.uid != o.uid {
                 node.known_from = Origin::Orchestrator;

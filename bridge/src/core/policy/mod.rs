@@ -195,7 +195,12 @@ impl Policy<'_, '_> {
             .replacements
             .retain(|_, spent| !spent.is_empty());
         self.out.ledger |= fleet.ledger.replacements.len() != before;
-        let (mut pools, order) = count(self.cfg, self.now, &fleet.ledger, fleet.nodes.values_mut());
+        let (mut pools, order) = count(
+            self.cfg,
+            self.now,
+            &fleet.ledger,
+            fleet.nodes.values_mut().map(Box::as_mut),
+        );
         for (_, node) in order {
             self.decide(&mut pools, node);
         }
@@ -524,7 +529,7 @@ impl Policy<'_, '_> {
             .conditions
             .iter()
             .filter(|(ctype, _)| !BLIND_CONDITIONS.contains(&ctype.as_str()))
-            .map(|(_, c)| c.fault_class.clone())
+            .map(|(_, c)| c.fault_class.to_string())
             .collect();
         let before = node.policy.evicted.len();
         node.policy.evicted.retain(|class| raised.contains(class));

@@ -19,6 +19,7 @@ impl Fleet {
         self.pools = None;
         self.nodes
             .get_mut(id)
+            .map(Box::as_mut)
             .ok_or_else(|| CoreError::UnknownNode(id.into()))
     }
 

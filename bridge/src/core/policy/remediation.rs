@@ -159,7 +159,7 @@ fn reboot_trigger(node: &Node) -> Option<(String, u8, String)> {
         .map(|(ctype, c)| {
             let first = c.message.lines().next().unwrap_or_default();
             let why = if first.is_empty() {
-                c.reason.clone()
+                c.reason.to_string()
             } else {
                 format!("{}: {first}", c.reason)
             };
@@ -803,7 +803,7 @@ impl Fleet {
             return;
         }
         let mut active = Active::of(cfg, self);
-        let (mut pools, _) = count(cfg, now, &self.ledger, self.nodes.values());
+        let (mut pools, _) = count(cfg, now, &self.ledger, self.nodes.values().map(Box::as_ref));
         for id in order {
             let node = &self.nodes[&id];
             if self
@@ -1203,7 +1203,7 @@ impl Fleet {
             ..Remediations::default()
         };
         let mut active = Active::of(cfg, self);
-        let (pools, _) = count(cfg, now, &self.ledger, self.nodes.values());
+        let (pools, _) = count(cfg, now, &self.ledger, self.nodes.values().map(Box::as_ref));
         for id in self.queue_order() {
             let node = &self.nodes[&id];
             let flow = node.policy.flow.as_ref().expect("queued");

@@ -1659,7 +1659,7 @@ fn a_crash_between_deciding_and_acting_neither_loses_nor_repeats() {
     };
     let queued: Vec<&policy::Action> = node.policy.pending.iter().map(|p| &p.action).collect();
     assert_eq!(queued, [&cordon]);
-    s.fleet.nodes.insert("g-0".into(), node);
+    s.fleet.nodes.insert("g-0".into(), Box::new(node));
     s.policy_events();
     // The next report decides nothing new; the pending action is done once.
     s.at(60).report(&ids, &["g-0"], low);

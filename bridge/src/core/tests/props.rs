@@ -310,8 +310,12 @@ fn run(yaml: &str, history: &[(u16, Input)]) -> Result<Script, TestCaseError> {
         // date by each decision since) is what a whole pass would count now; only
         // replacements may still include some that aged out of the hour.
         if let Some(kept) = &s.fleet.pools {
-            let (counted, _) =
-                crate::core::policy::count(&s.cfg, s.now, &s.fleet.ledger, s.fleet.nodes.values());
+            let (counted, _) = crate::core::policy::count(
+                &s.cfg,
+                s.now,
+                &s.fleet.ledger,
+                s.fleet.nodes.values().map(Box::as_ref),
+            );
             for (name, pool) in &counted {
                 let held = kept.get(name);
                 prop_assert_eq!(
@@ -379,7 +383,7 @@ proptest! {
             let held: BTreeMap<String, Severity> = node
                 .conditions
                 .iter()
-                .map(|(t, c)| (t.clone(), c.severity))
+                .map(|(t, c)| (t.to_string(), c.severity))
                 .collect();
             prop_assert_eq!(&folded.conditions, &held, "conditions of {} from its events", id);
             let score = node.score.as_ref().map(|s| s.value);
