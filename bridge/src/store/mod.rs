@@ -585,6 +585,11 @@ mod tests {
         let node: Node = serde_json::from_value(record).unwrap();
         assert_eq!(node.id, odd, "the record is read whole");
         assert_eq!(json(&node), serde_json::to_string(&node).unwrap());
+        // Names held inline (the condition type, the fingerprint) and on the heap
+        // (`odd`, past 24 bytes) read back as they were written.
+        let back: Node = serde_json::from_str(&json(&node)).unwrap();
+        assert_eq!(back, node);
+        assert_eq!(back.conditions["gpu_xid_errors"].reason, odd);
 
         let at = chrono::DateTime::parse_from_rfc3339("2026-12-02T02:10:13.5Z")
             .unwrap()
