@@ -175,7 +175,7 @@ pub fn run_store_copy(verb: StoreVerb) -> anyhow::Result<()> {
     let trust = serde_json::to_string(&fleet.trust)?;
     for slice in history.chunks(10_000) {
         target.write(&hale::store::Batch {
-            events: slice.to_vec(),
+            events: slice,
             trust: trust.clone(),
             ..hale::store::Batch::default()
         })?;

@@ -945,7 +945,7 @@ fn events(
     let total = 200_000;
     let t = Instant::now();
     for chunk in 0..total / 1000 {
-        let events = (0..1000)
+        let events: Vec<hale::core::Event> = (0..1000)
             .map(|k| {
                 let i = chunk * 1000 + k;
                 if i % 2 == 0 {
@@ -956,7 +956,7 @@ fn events(
             })
             .collect();
         store.write(&Batch {
-            events,
+            events: &events,
             trust: trust.clone(),
             ..Batch::default()
         })?;
@@ -966,7 +966,7 @@ fn events(
     let t = Instant::now();
     for i in 0..singles {
         store.write(&Batch {
-            events: vec![event("single", i)],
+            events: &[event("single", i)],
             trust: trust.clone(),
             ..Batch::default()
         })?;

@@ -56,6 +56,22 @@ impl Outcome {
             self.removed.push(id);
         }
     }
+
+    /// Take out what the store writes — the events, the nodes to write or remove,
+    /// the ledger's changes — leaving the step's verdicts (whether it was trusted,
+    /// alerts unmatched, a hold begun, nodes refused).
+    pub fn take_writes(&mut self) -> Outcome {
+        Outcome {
+            events: std::mem::take(&mut self.events),
+            dirty: std::mem::take(&mut self.dirty),
+            touched: std::mem::take(&mut self.touched),
+            rescore: std::mem::take(&mut self.rescore),
+            removed: std::mem::take(&mut self.removed),
+            ledger: std::mem::take(&mut self.ledger),
+            moved: std::mem::take(&mut self.moved),
+            ..Outcome::default()
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]

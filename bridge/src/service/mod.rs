@@ -33,7 +33,7 @@ use crate::liveness::Liveness;
 use crate::metrics::{ActionLabel, Metrics, OperationLabel, PathLabel, ReasonLabel, ResultLabel};
 use crate::notify::{Durable, Notifier};
 use crate::orchestrator::{self, Orchestrator, OrchestratorError, Report, most_urgent};
-use crate::store::{Batch, EventPage, EventQuery, Opened, Store, StoreError};
+use crate::store::{Batch, EventPage, EventQuery, Opened, Store, StoreError, StoredEvent};
 use crate::view::{
     ClusterHealth, ClusterView, Halt, Key, NodeList, NodeQuery, NodeSummary, NodeView, Place,
     SeenAlert, Sort, SourceView, holds, page_token, worst_state,
@@ -265,7 +265,9 @@ impl Hale {
     }
 
     /// Run one step of the core and persist its outcome. The fleet lock is held until
-    /// the writer lock is taken, so writes land in the order steps happened.
+    /// the writer lock is taken, so writes land in the order steps happened. What the
+    /// step wrote (its events, the nodes it changed) moves to the store; the outcome
+    /// returned keeps the step's verdicts.
     pub fn apply<F>(&self, step: F) -> Result<Outcome, CoreError>
     where
         F: FnOnce(&mut Fleet, &CoreSettings, Time) -> Result<Outcome, CoreError>,
@@ -278,7 +280,7 @@ impl Hale {
         // Read under the fleet lock, which a reload holds while it swaps them.
         let cfg = self.config();
         let now = Utc::now();
-        let outcome = step(&mut fleet, &cfg.core, now)?;
+        let mut outcome = step(&mut fleet, &cfg.core, now)?;
         self.metrics.source_up.set(i64::from(fleet.trust.source_up));
         self.metrics
             .holding
@@ -324,20 +326,26 @@ impl Hale {
         }
         log_events(&outcome);
         let mut todo = writer.pending.take().unwrap_or_default();
-        todo.absorb(outcome.clone());
+        todo.absorb(outcome.take_writes());
         let batch = Batch::of(&fleet, &todo);
         drop(fleet);
+        let (nodes, events) = (batch.nodes.len(), batch.events.len());
         match writer.store.write(&batch) {
-            Ok(stored) => {
+            Ok(ids) => {
                 self.store_ok.store(true, Ordering::Relaxed);
                 // Every replica keeps its own record; only the leader tells others.
                 if self.orchestrator.leads() {
+                    let stored: Vec<StoredEvent> = ids
+                        .into_iter()
+                        .zip(todo.events)
+                        .map(|(id, event)| StoredEvent { id, event })
+                        .collect();
                     self.notifier
                         .read()
                         .expect("notifier lock")
                         .publish(&stored);
                 }
-                if !batch.nodes.is_empty() {
+                if nodes > 0 {
                     self.publish_now.notify_one();
                 }
                 // Only a decision on disk is acted upon.
@@ -360,7 +368,7 @@ impl Hale {
                 self.synced.store(u64::MAX, Ordering::Release);
             }
             Err(e) => {
-                error!(error = %e, nodes = batch.nodes.len(), events = batch.events.len(),
+                error!(error = %e, nodes, events,
                     "store write failed; the change is kept in memory and retried with the next one");
                 self.metrics
                     .store_write_failures

@@ -66,16 +66,17 @@ impl StoreError {
     }
 }
 
-/// Everything one step asks the store to write, serialised while the fleet was locked.
+/// Everything one step asks the store to write, serialised while the fleet was locked;
+/// its events borrowed from the step's outcome, never copied.
 #[derive(Debug, Default)]
-pub struct Batch {
+pub struct Batch<'e> {
     /// (node id, JSON record) for every node whose evidence changed.
     pub nodes: Vec<(String, String)>,
     /// Report and heartbeat times of nodes that only reported: a small row each, so a
     /// steady poll of a large fleet does not rewrite every node record.
     pub liveness: Vec<Liveness>,
     pub removed: Vec<String>,
-    pub events: Vec<Event>,
+    pub events: &'e [Event],
     /// JSON of the trust record.
     pub trust: String,
     /// JSON of the replacement budget, when it changed.
@@ -84,9 +85,9 @@ pub struct Batch {
     pub restarts: Vec<(String, Option<Moves>)>,
 }
 
-impl Batch {
+impl<'e> Batch<'e> {
     /// The writes `outcome` calls for, read from `fleet` after the step.
-    pub fn of(fleet: &Fleet, outcome: &Outcome) -> Batch {
+    pub fn of(fleet: &Fleet, outcome: &'e Outcome) -> Batch<'e> {
         let nodes = outcome
             .dirty
             .iter()
@@ -108,7 +109,7 @@ impl Batch {
             nodes,
             liveness,
             removed: outcome.removed.clone(),
-            events: outcome.events.clone(),
+            events: &outcome.events,
             trust: json(&fleet.trust),
             ledger: outcome.ledger.then(|| json(&fleet.ledger)),
             restarts: outcome
@@ -174,9 +175,9 @@ pub struct EventPage {
 pub trait Store: Send {
     /// The fleet as last written, watching from `now`.
     fn load(&self, now: Time) -> Result<Fleet>;
-    /// Write one step's changes and events together; the events as stored (with
-    /// their ids).
-    fn write(&mut self, batch: &Batch) -> Result<Vec<StoredEvent>>;
+    /// Write one step's changes and events together; the ids the events were
+    /// stored under, in their order.
+    fn write(&mut self, batch: &Batch<'_>) -> Result<Vec<String>>;
     /// Every event since `since` (unix ms), oldest first: the backtest's input.
     fn history(&self, since: i64) -> Result<Vec<Event>>;
     /// One page of a node's events.
@@ -396,7 +397,7 @@ pub(crate) mod suite {
             .collect();
         let fleet = Fleet::new(start);
         let batch = Batch {
-            events,
+            events: &events,
             trust: serde_json::to_string(&fleet.trust).unwrap(),
             ..Batch::default()
         };

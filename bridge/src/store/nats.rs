@@ -792,13 +792,13 @@ impl Store for Nats {
         Ok(fleet)
     }
 
-    fn write(&mut self, batch: &Batch) -> Result<Vec<StoredEvent>> {
+    fn write(&mut self, batch: &Batch<'_>) -> Result<Vec<String>> {
         // Ids first, from the mark as it stands: a retry draws the same ones.
         let anchor =
             (!batch.events.is_empty()).then(|| next_anchor(&self.mark.lock().expect("mark lock")));
         let mut last: HashMap<&str, String> = HashMap::new();
         let mut events = Vec::with_capacity(batch.events.len());
-        for e in &batch.events {
+        for e in batch.events {
             let previous = last
                 .get(e.node_id.as_str())
                 .or(anchor.as_ref())
@@ -913,14 +913,9 @@ impl Store for Nats {
             Ok::<_, StoreError>((acks, Ok(written)))
         })??;
         let instance = &self.shared.instance;
-        let stored = batch
-            .events
-            .iter()
-            .zip(acks)
-            .map(|(e, seq)| StoredEvent {
-                id: format!("{instance}-{seq}"),
-                event: e.clone(),
-            })
+        let ids = acks
+            .into_iter()
+            .map(|seq| format!("{instance}-{seq}"))
             .collect();
         let (written, conflict) = match written {
             Ok(w) => (w, None),
@@ -939,7 +934,7 @@ impl Store for Nats {
         if let Some(anchor) = anchor {
             *self.mark.lock().expect("mark lock") = anchor;
         }
-        Ok(stored)
+        Ok(ids)
     }
 
     fn history(&self, since: i64) -> Result<Vec<Event>> {
@@ -1403,7 +1398,7 @@ mod tests {
         }
     }
 
-    fn batch_of(events: Vec<Event>, ledger: Option<&str>) -> Batch {
+    fn batch_of<'e>(events: &'e [Event], ledger: Option<&str>) -> Batch<'e> {
         Batch {
             events,
             trust: serde_json::to_string(&Fleet::new(chrono::Utc::now()).trust).unwrap(),
@@ -1424,17 +1419,17 @@ mod tests {
         let mut second = Nats::open(&server.config(), "c", 90).unwrap();
         second.load(now).unwrap();
         let a = first
-            .write(&batch_of(vec![decommissioned("n1", now, "first")], None))
+            .write(&batch_of(&[decommissioned("n1", now, "first")], None))
             .unwrap();
         let later = now + chrono::TimeDelta::seconds(2);
         let b = second
-            .write(&batch_of(vec![decommissioned("n1", later, "again")], None))
+            .write(&batch_of(&[decommissioned("n1", later, "again")], None))
             .unwrap();
-        assert_eq!(a[0].id, b[0].id, "the same record, by the same id");
+        assert_eq!(a[0], b[0], "the same record, by the same id");
         let c = second
-            .write(&batch_of(vec![decommissioned("n1", later, "next")], None))
+            .write(&batch_of(&[decommissioned("n1", later, "next")], None))
             .unwrap();
-        assert_ne!(c[0].id, a[0].id);
+        assert_ne!(c[0], a[0]);
         let all = EventQuery {
             page_size: 10,
             ..EventQuery::default()
@@ -1485,14 +1480,14 @@ mod tests {
         let mut b = Nats::open(&server.config(), "c", 90).unwrap();
         b.load(now).unwrap();
         let ledger = serde_json::to_string(&Fleet::new(now).ledger).unwrap();
-        a.write(&batch_of(vec![], Some(&ledger))).unwrap();
-        a.write(&batch_of(vec![], Some(&ledger))).unwrap();
-        let refused = b.write(&batch_of(vec![], Some(&ledger))).unwrap_err();
+        a.write(&batch_of(&[], Some(&ledger))).unwrap();
+        a.write(&batch_of(&[], Some(&ledger))).unwrap();
+        let refused = b.write(&batch_of(&[], Some(&ledger))).unwrap_err();
         assert!(matches!(refused, StoreError::Conflict { .. }), "{refused}");
         // Having loaded what the other wrote, it may write.
         b.load(now).unwrap();
-        b.write(&batch_of(vec![], Some(&ledger))).unwrap();
-        let refused = a.write(&batch_of(vec![], Some(&ledger))).unwrap_err();
+        b.write(&batch_of(&[], Some(&ledger))).unwrap();
+        let refused = a.write(&batch_of(&[], Some(&ledger))).unwrap_err();
         assert!(matches!(refused, StoreError::Conflict { .. }), "{refused}");
     }
 

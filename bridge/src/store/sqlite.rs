@@ -268,10 +268,10 @@ impl Store for Sqlite {
     }
 
     /// Write one batch atomically; returns its events with the ids they were given.
-    fn write(&mut self, batch: &Batch) -> Result<Vec<StoredEvent>> {
+    fn write(&mut self, batch: &Batch<'_>) -> Result<Vec<String>> {
         let instance = self.instance.clone();
         let tx = self.conn.transaction().op("begin")?;
-        let mut stored = Vec::with_capacity(batch.events.len());
+        let mut ids = Vec::with_capacity(batch.events.len());
         {
             // Deletes first: a node removed and then re-created (by a retried batch)
             // must end up present.
@@ -305,7 +305,7 @@ impl Store for Sqlite {
                     "INSERT INTO events (node_id, type, occurred_at, body) VALUES (?1, ?2, ?3, ?4)",
                 )
                 .op("prepare event write")?;
-            for e in &batch.events {
+            for e in batch.events {
                 let body = super::json(e);
                 add.execute(params![
                     e.node_id,
@@ -314,10 +314,7 @@ impl Store for Sqlite {
                     body
                 ])
                 .op("write event")?;
-                stored.push(StoredEvent {
-                    id: event_id(&instance, tx.last_insert_rowid()),
-                    event: e.clone(),
-                });
+                ids.push(event_id(&instance, tx.last_insert_rowid()));
             }
             tx.execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES ('trust', ?1)",
@@ -353,7 +350,7 @@ impl Store for Sqlite {
             }
         }
         tx.commit().op("commit")?;
-        Ok(stored)
+        Ok(ids)
     }
 
     /// Every node's events from `since` (Unix ms) on, in the order they were recorded.
