@@ -27,7 +27,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -545,6 +545,15 @@ async fn metric(
         .collect())
 }
 
+/// The polls of `result` a `/metrics` text counts, found without reading its
+/// every line: at 100,000 nodes the text is over 100 MiB.
+fn polls_in(text: &str, result: &str) -> Option<f64> {
+    let series = format!("\nhale_alertmanager_polls_total{{result=\"{result}\"}} ");
+    let at = text.find(&series)? + series.len();
+    let value = text[at..].split('\n').next()?;
+    value.trim().parse().ok()
+}
+
 /// The RSS of a process over a while, in KiB.
 struct Rss {
     /// The least sampled: what it holds between polls.
@@ -574,34 +583,43 @@ async fn latency(
             samples
         })
     };
+    // The trusted polls each scrape counted: the deliveries go on until two landed.
+    let polls_seen = Arc::new(AtomicU64::new(polls_before as u64));
     let scraper = {
         let (http, url, stop) = (http.clone(), url.to_string(), stop.clone());
+        let polls_seen = polls_seen.clone();
         tokio::spawn(async move {
             let mut scrapes = Vec::new();
             let mut bytes = 0;
             while !stop.load(Ordering::Relaxed) {
                 let t = Instant::now();
                 if let Ok(r) = http.get(format!("{url}/metrics")).send().await
-                    && let Ok(body) = r.bytes().await
+                    && let Ok(body) = r.text().await
                 {
                     bytes = body.len();
                     scrapes.push(t.elapsed());
+                    if let Some(polls) = polls_in(&body, "trusted") {
+                        polls_seen.store(polls as u64, Ordering::Relaxed);
+                    }
                 }
                 tokio::time::sleep(SCRAPE_EVERY.saturating_sub(t.elapsed())).await;
             }
             (scrapes, bytes)
         })
     };
-    // Long enough for several polls to land among the deliveries.
-    let window = if nodes <= 20_000 {
-        Duration::from_secs(40)
+    // At least this long, and on until two polls landed among the deliveries (a
+    // poll of 100,000 nodes can take Alertmanager a minute to serve beside them),
+    // but no longer than `most`.
+    let (window, most) = if nodes <= 20_000 {
+        (Duration::from_secs(40), Duration::from_secs(240))
     } else {
-        Duration::from_secs(90)
+        (Duration::from_secs(90), Duration::from_secs(480))
     };
+    let polled = || polls_seen.load(Ordering::Relaxed) as f64 - polls_before >= 2.0;
     let began = Instant::now();
     let mut samples = Vec::new();
     let mut i = 0usize;
-    while began.elapsed() < window {
+    while began.elapsed() < window || (!polled() && began.elapsed() < most) {
         let node = format!("node-{:06}", (i * 7919) % nodes);
         let want = format!("BenchProbe{i}");
         let body = json!({
@@ -646,10 +664,11 @@ async fn latency(
     let (mut scrapes, scrape_bytes) = scraper.await?;
     let rss = sampler.join().expect("the sampler does not panic");
     let polls = trusted_polls(http, url).await? - polls_before;
+    let took = began.elapsed();
     if polls < 2.0 {
         bail!(
             "only {polls} trusted polls landed in the {} s of deliveries: the latency was not measured under polling",
-            window.as_secs()
+            took.as_secs()
         );
     }
     if scrapes.is_empty() {
@@ -666,7 +685,7 @@ async fn latency(
     println!(
         "webhook -> visible in GET /api/v1/nodes/{{id}}: {} deliveries over {} s, {polls} polls and {} scrapes among them",
         samples.len(),
-        window.as_secs(),
+        took.as_secs(),
         scrapes.len()
     );
     println!(
