@@ -429,16 +429,19 @@ pub struct Nats {
 impl Nats {
     /// Connect and open (creating when missing) `cluster`'s stream and buckets.
     pub fn open(cfg: &NatsConfig, cluster: &str, retention_days: u32) -> Result<Nats> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("hale-nats")
-            .enable_all()
-            .build()
-            .map_err(|e| StoreError::Nats {
-                op: "start the client",
-                cause: e.to_string(),
-            })?;
-        let handle = runtime.handle().clone();
+        // Wrapped at once: an error below drops it, maybe inside another runtime.
+        let runtime = Runtime(Some(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("hale-nats")
+                .enable_all()
+                .build()
+                .map_err(|e| StoreError::Nats {
+                    op: "start the client",
+                    cause: e.to_string(),
+                })?,
+        ));
+        let handle = runtime.0.as_ref().expect("just built").handle().clone();
         let lease_duration = cfg.lease_duration;
         let cfg = cfg.clone();
         let names = Names::of(cluster);
@@ -507,7 +510,7 @@ impl Nats {
         let (js, events, state, ledger, lease, names, instance) = opened;
         let nats = Nats {
             shared: Arc::new(Shared {
-                _runtime: Runtime(Some(runtime)),
+                _runtime: runtime,
                 handle,
                 js,
                 events,
@@ -1361,6 +1364,32 @@ mod tests {
             let cluster = dir.file_name().unwrap().to_string_lossy().into_owned();
             Box::new(Nats::open(&server.config(), &cluster, 90).unwrap()) as Box<dyn Store>
         }
+    }
+
+    /// `hale serve` and the CLI open the store inside their own runtime: a NATS
+    /// nobody answers on is an error that says so, not a panic as the client's
+    /// runtime is dropped there.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn an_unreachable_nats_is_an_error_inside_a_runtime() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let cfg = NatsConfig {
+            urls: vec![format!("nats://127.0.0.1:{port}")],
+            creds_file: None,
+            tls: None,
+            replicas: 1,
+            lease_duration: Duration::from_secs(20),
+        };
+        let err = Nats::open(&cfg, "c", 1)
+            .err()
+            .expect("nothing listens there");
+        assert!(
+            matches!(err, StoreError::Nats { op: "connect", .. }),
+            "{err}"
+        );
     }
 
     #[test]
