@@ -70,6 +70,13 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The files this kind reads, by key.
+    pub fn files(&self) -> Vec<(&'static str, &PathBuf)> {
+        let token = self.token_file.iter().map(|p| ("tokenFile", p));
+        let ca = self.ca_file.iter().map(|p| ("caFile", p));
+        token.chain(ca).collect()
+    }
+
     /// What serde cannot check; the error is (key under `orchestrator`, message).
     pub fn validate(&self) -> std::result::Result<(), (String, String)> {
         let fail = |key: &str, message: String| Err((key.to_string(), message));

@@ -51,6 +51,11 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The files this kind reads, by key.
+    pub fn files(&self) -> Vec<(&'static str, &PathBuf)> {
+        self.slurm_conf.iter().map(|p| ("slurmConf", p)).collect()
+    }
+
     /// What serde cannot check; the error is (key under `orchestrator`, message).
     pub fn validate(&self) -> std::result::Result<(), (String, String)> {
         if let Some(p) = &self.slurm_conf

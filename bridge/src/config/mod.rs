@@ -486,6 +486,14 @@ macro_rules! orchestrator_kinds {
                 }
             }
 
+            /// The files the kind reads, by key under `orchestrator`.
+            fn files(&self) -> Vec<(&'static str, &std::path::PathBuf)> {
+                match self {
+                    OrchestratorConfig::None => Vec::new(),
+                    $(OrchestratorConfig::$variant(c) => c.files(),)*
+                }
+            }
+
             /// The orchestrator this section describes, connected.
             pub async fn connect(
                 &self,
@@ -633,16 +641,39 @@ impl Config {
                 .unwrap_or_else(|| "-".into());
             let message = e.to_string();
             // Some errors point at the mapping rather than the key they name.
-            if let Some(field) = message
-                .split_once("unknown field `")
-                .and_then(|(_, rest)| rest.split_once('`'))
-                .map(|(field, _)| field)
-                && !key.ends_with(field)
+            let named = |what: &str| {
+                message
+                    .split_once(what)
+                    .and_then(|(_, rest)| rest.split_once('`'))
+                    .map(|(field, _)| field.to_string())
+            };
+            if let Some(field) = named("unknown field `")
+                && !key.ends_with(field.as_str())
             {
                 key = if key == "-" {
-                    field.to_string()
+                    field
                 } else {
                     format!("{key}.{field}")
+                };
+            } else if let Some(field) = named("missing field `") {
+                // Said at a key inside a flow mapping (the path read there is the
+                // mapping's), or at a block mapping's last key, whose sibling the
+                // missing one is.
+                let at_mapping = at
+                    .and_then(|l| {
+                        let text = source.lines().nth(l.line().checked_sub(1)? as usize)?;
+                        let before: String = text
+                            .chars()
+                            .take(l.column().checked_sub(1)? as usize)
+                            .collect();
+                        before.trim_end().chars().last()
+                    })
+                    .is_some_and(|c| matches!(c, '{' | ','));
+                key = match key.rsplit_once('.') {
+                    _ if key == "-" => field,
+                    _ if at_mapping || key.ends_with(']') => format!("{key}.{field}"),
+                    Some((mapping, _)) => format!("{mapping}.{field}"),
+                    None => field,
                 };
             }
             // The parser says where again ("error: line 2 column 9: …"); the
@@ -658,6 +689,13 @@ impl Config {
                 .and_then(|rest| rest.split_once(": "))
                 .filter(|(at, _)| at.contains("column"))
                 .map_or(said, |(_, what)| what);
+            let said = if said.contains("multiple YAML documents") {
+                // Said of the file, where its second document begins.
+                key = "-".into();
+                "a configuration is one YAML document; this file holds more (`---`)"
+            } else {
+                said
+            };
             ConfigError {
                 file: file.into(),
                 line,
@@ -811,9 +849,6 @@ impl Config {
                 ));
             }
         }
-        self.orchestrator
-            .validate()
-            .map_err(|(key, message)| err(&format!("orchestrator.{key}"), message))?;
         let (remediation, blocking) = self
             .remediation
             .resolve()
@@ -873,6 +908,12 @@ impl Config {
                     .map(|(k, p)| (format!("store.nats.{k}"), p)),
             )
             .chain(self.federation.ca_files())
+            .chain(
+                self.orchestrator
+                    .files()
+                    .into_iter()
+                    .map(|(k, p)| (format!("orchestrator.{k}"), p)),
+            )
             .chain(self.inventory.iter().enumerate().flat_map(|(i, n)| {
                 let bmc = n.bmc.as_ref();
                 let credentials = bmc.and_then(|b| b.credentials_file.as_ref());
@@ -904,6 +945,9 @@ impl Config {
             }
             return Err(first);
         }
+        self.orchestrator
+            .validate()
+            .map_err(|(key, message)| err(&format!("orchestrator.{key}"), message))?;
         let listed: Vec<(String, &crate::bmc::config::NodeBmc)> = self
             .inventory
             .iter()
@@ -1308,44 +1352,68 @@ fn list_index(lines: &[&str], at: usize) -> usize {
     n
 }
 
-/// Best-effort line of a dotted key path (`pools[1].nodeHealth.drainBelow`) in block or
-/// flow YAML: each segment is searched after the previous one was found.
+/// The line of a dotted key path (`pools[1].nodeHealth.drainBelow`) in block or
+/// flow YAML. Each segment is looked for inside the block of the one before — a
+/// block key indented deeper than it (at the top level, not indented at all), or
+/// a flow mapping's key on one of its lines — so a key of the same name in another
+/// block is never taken for it; when a segment is not written (a key the check
+/// found missing), the line of the deepest one that is.
 fn locate(source: &str, path: &str) -> Option<u64> {
     let lines: Vec<&str> = source.lines().collect();
-    let mut from = 0usize;
+    // The block to search (its lines), and the column its keys must be deeper than.
+    let (mut from, mut end, mut parent): (usize, usize, Option<usize>) = (0, lines.len(), None);
     let mut found = None;
     for segment in path.split('.') {
         let (name, index) = match segment.split_once('[') {
             Some((n, rest)) => (n, rest.trim_end_matches(']').parse::<usize>().ok()),
             None => (segment, None),
         };
-        let hit = (from..lines.len()).find(|&i| {
-            let l = lines[i];
-            l.trim_start()
-                .trim_start_matches("- ")
-                .starts_with(&format!("{name}:"))
-                || l.contains(&format!("{{ {name}:"))
-                || l.contains(&format!(", {name}:"))
-                || l.contains(&format!("{{{name}:"))
-        })?;
-        from = hit;
+        let flow = [
+            format!("{{ {name}:"),
+            format!(", {name}:"),
+            format!("{{{name}:"),
+        ];
+        let hit = (from..end).find(|&i| {
+            let block = block_line(lines[i]).is_some_and(|b| {
+                b.key == Some(name)
+                    && parent.map_or(b.indent == 0 && b.dash.is_none(), |p| b.indent > p)
+            });
+            block || (parent.is_some() && flow.iter().any(|f| lines[i].contains(f.as_str())))
+        });
+        let Some(hit) = hit else { break };
         found = Some(hit);
+        let indent = block_line(lines[hit]).map_or(0, |b| b.indent);
+        (from, end, parent) = (hit, block_end(&lines, hit, indent), Some(indent));
         if let Some(index) = index {
-            // Advance to the index-th list item after the key.
-            let mut seen = 0usize;
-            for (i, line) in lines.iter().enumerate().skip(hit + 1) {
-                if line.trim_start().starts_with("- ") {
-                    if seen == index {
-                        from = i;
-                        found = Some(i);
-                        break;
-                    }
-                    seen += 1;
-                }
-            }
+            // The index-th item of the block sequence under the key; each item's
+            // block ends at the next item.
+            let first = (hit + 1..end).find_map(|i| block_line(lines[i])?.dash);
+            let item = first.and_then(|dash| {
+                (hit + 1..end)
+                    .filter(|&i| block_line(lines[i]).is_some_and(|b| b.dash == Some(dash)))
+                    .nth(index)
+                    .map(|i| (i, dash))
+            });
+            let Some((i, dash)) = item else { break };
+            found = Some(i);
+            (from, end, parent) = (i, block_end(&lines, i, dash + 1), Some(dash));
         }
     }
     found.map(|i| i as u64 + 1)
+}
+
+/// Where the block of the key on line `at`, at `column`, ends: the first line after
+/// it no deeper (a sequence's dash at the key's own column belongs to the key). For
+/// a sequence item pass its dash's column + 1: the next item ends it.
+fn block_end(lines: &[&str], at: usize, column: usize) -> usize {
+    (at + 1..lines.len())
+        .find(|&i| {
+            block_line(lines[i]).is_some_and(|b| match b.dash {
+                Some(d) => d < column,
+                None => b.indent <= column,
+            })
+        })
+        .unwrap_or(lines.len())
 }
 
 #[cfg(test)]
@@ -1435,6 +1503,59 @@ mod tests {
         }
         let e = load("inventory: [{ id: ' gpu-1' }]").unwrap_err();
         assert_eq!(e.key, "inventory[0].id");
+    }
+
+    /// A key named in two places is found where it is the key at fault: the
+    /// top-level block after a pool's of the same name, a missing key as the
+    /// sibling of the mapping's last, a section that lacks a key at its own line.
+    #[test]
+    fn errors_name_the_key_at_fault_among_keys_of_the_same_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        for (text, line, key) in [
+            (
+                "pools:\n  - name: gpu\n    selector: { pool: gpu }\n    nodeHealth:\n      cordonBelow: 70\nnodeHealth:\n  cordonBelow: 150\n".to_string(),
+                Some(7),
+                "nodeHealth.cordonBelow",
+            ),
+            (
+                format!("inventory:\n  - id: n1\n    bmc: {{ address: 10.0.0.1, credentialsFile: {d}/a }}\nbmc:\n  credentialsFile: {d}/b\n"),
+                Some(5),
+                "bmc.credentialsFile",
+            ),
+            (
+                "inventory:\n  - id: n1\n    bmc: { insecure: true }\n".into(),
+                Some(3),
+                "inventory[0].bmc.address",
+            ),
+            (
+                "inventory:\n  - id: n1\n    bmc:\n      insecure: true\n".into(),
+                Some(4),
+                "inventory[0].bmc.address",
+            ),
+            (
+                "inventory:\n  - hostname: h\n    labels:\n      a: b\n".into(),
+                Some(3),
+                "inventory[0].id",
+            ),
+            (
+                "inventory: [{hostname: h, labels: {a: b}}]\n".into(),
+                Some(1),
+                "inventory[0].id",
+            ),
+            (
+                "nodeEventWebhooks:\n  - url: http://127.0.0.1:1/a\n    queueSize: 10\n".into(),
+                Some(3),
+                "nodeEventWebhooks[0].secretFile",
+            ),
+            ("cluster: a\nstore: { kind: nats }\n".into(), Some(2), "store.nats"),
+            ("cluster: a\n---\ncluster: b\n".into(), Some(3), "-"),
+        ] {
+            let e = load(&text).expect_err(&text);
+            assert_eq!((e.line, e.key.as_str()), (line, key), "{text}: {e}");
+        }
+        let e = load("cluster: a\n---\ncluster: b\n").unwrap_err();
+        assert!(e.message.contains("one YAML document"), "{e}");
     }
 
     #[test]
@@ -1654,6 +1775,34 @@ mod tests {
             let l = load(&format!("apiTokenFile: {}/token\n", dir.path().display())).unwrap();
             assert_eq!(l.api_token.as_ref().unwrap().expose(), "t0k3n");
         }
+        // The orchestrator's files are among them, whatever its kind.
+        let d = dir.path().join("missing");
+        let d = d.display();
+        for (orchestrator, keys) in [
+            (
+                format!("  kind: kubernetes\n  kubeconfig: {d}/kubeconfig\n"),
+                vec!["orchestrator.kubeconfig"],
+            ),
+            (
+                format!(
+                    "  kind: fuzzball\n  url: https://f.example/v4\n  tokenFile: {d}/t\n  caFile: {d}/ca.pem\n"
+                ),
+                vec!["orchestrator.tokenFile", "orchestrator.caFile"],
+            ),
+            (
+                format!("  kind: slurm\n  slurmConf: {d}/slurm.conf\n"),
+                vec!["orchestrator.slurmConf"],
+            ),
+        ] {
+            let text = format!("apiTokenFile: {d}/token\norchestrator:\n{orchestrator}");
+            let shown = load(&text).unwrap_err().to_string();
+            let lines: Vec<&str> = shown.lines().collect();
+            assert_eq!(lines.len(), 1 + keys.len(), "{shown}");
+            assert!(lines[0].contains("apiTokenFile: cannot read"), "{shown}");
+            for (line, key) in lines[1..].iter().zip(keys) {
+                assert!(line.contains(&format!("{key}: cannot read")), "{shown}");
+            }
+        }
     }
 
     #[test]
@@ -1762,7 +1911,7 @@ mod tests {
             (
                 "federation:\n  members:\n    - { name: a }\n".into(),
                 3,
-                "federation.members[0]",
+                "federation.members[0].url",
                 "missing field `url`",
             ),
         ] {

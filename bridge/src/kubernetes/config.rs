@@ -72,6 +72,11 @@ impl Default for LeaseConfig {
 }
 
 impl Config {
+    /// The files this kind reads, by key.
+    pub fn files(&self) -> Vec<(&'static str, &PathBuf)> {
+        self.kubeconfig.iter().map(|p| ("kubeconfig", p)).collect()
+    }
+
     /// What serde cannot check; the error is (key under `orchestrator`, message).
     pub fn validate(&self) -> Result<(), (String, String)> {
         let fail = |key: &str, message: String| Err((key.to_string(), message));
