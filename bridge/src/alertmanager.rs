@@ -99,6 +99,8 @@ pub fn parse_v2(body: &[u8]) -> Result<Vec<Alert<'_>>> {
 struct WebhookMessage<'a> {
     #[serde(borrow)]
     version: Cow<'a, str>,
+    #[serde(borrow, default)]
+    receiver: Option<Cow<'a, str>>,
     #[serde(default)]
     truncated_alerts: u64,
     #[serde(borrow)]
@@ -124,6 +126,8 @@ struct WebhookAlert<'a> {
 
 /// One webhook delivery.
 pub struct Delivery<'a> {
+    /// The receiver Alertmanager sent it for.
+    pub receiver: Option<Cow<'a, str>>,
     pub alerts: Vec<Alert<'a>>,
     /// Alerts Alertmanager left out of this delivery (`max_alerts`): poll at once.
     pub truncated: u64,
@@ -184,6 +188,7 @@ pub fn parse_webhook(body: &[u8]) -> Result<Delivery<'_>> {
         });
     }
     Ok(Delivery {
+        receiver: msg.receiver,
         alerts,
         truncated: msg.truncated_alerts,
     })

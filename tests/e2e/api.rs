@@ -104,11 +104,16 @@ async fn bad_webhook_input_changes_nothing() {
         {"status": "firing", "labels": {"node": "rack1/n:3", "alertname": "X"},
          "fingerprint": "t", "startsAt": "yesterday", "endsAt": "0001-01-01T00:00:00Z"}
     ]});
+    // A route for another receiver pointed at hale by mistake: hale reads its own.
+    let other_receiver = json!({"version": "4", "receiver": "pagerduty", "alerts": [
+        {"status": "firing", "labels": {"node": "elsewhere", "alertname": "X"}, "fingerprint": "r"}
+    ]});
     for body in [
         "{not json".to_string(),
         r#"{"version":"3","alerts":[]}"#.to_string(),
         resolved_all.to_string(),
         bad_time.to_string(),
+        other_receiver.to_string(),
     ] {
         let r = client
             .post(&url)

@@ -92,8 +92,8 @@ impl NodeGroups {
                 continue;
             }
             match alert.node(identity) {
-                Some(node) => named.push((node, i)),
-                None => unmatched.push(i),
+                Some(node) if !alert.claims_own_condition() => named.push((node, i)),
+                _ => unmatched.push(i),
             }
         }
         let (groups, items) = group_by_key(named).into_ranges();
@@ -503,8 +503,8 @@ impl<'f> Step<'f> {
                 continue;
             }
             match alert.node(identity) {
-                Some(node) => named.push((node, alert)),
-                None => self.out.unmatched += 1,
+                Some(node) if !alert.claims_own_condition() => named.push((node, alert)),
+                _ => self.out.unmatched += 1,
             }
         }
         let mut groups = group_by_key(named);

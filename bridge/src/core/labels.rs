@@ -374,6 +374,16 @@ impl<'a> Alert<'a> {
             .unwrap_or_else(|| self.alertname())
     }
 
+    /// Whether an ordinary alert names one of the conditions hale raises itself
+    /// from what it cannot see (`heartbeat_missed`, `telemetry_stale`,
+    /// `collector_failed`) as its type. No alert may raise or hold one — a sticky
+    /// one could never be cleared — so it is counted as unmatched and ignored;
+    /// `collector_failed` comes from `hale_signal: collector_failed` alone.
+    pub fn claims_own_condition(&self) -> bool {
+        matches!(self.signal(), Signal::Condition)
+            && super::BLIND_CONDITIONS.contains(&self.condition_type())
+    }
+
     /// Penalty-table reason: `hale_reason`, else the alertname.
     pub fn reason(&self) -> &str {
         self.label(HALE_REASON).unwrap_or_else(|| self.alertname())

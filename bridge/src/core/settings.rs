@@ -120,6 +120,10 @@ impl Default for Settings {
 impl Settings {
     /// Points for a condition with this reason and severity.
     pub fn penalty(&self, reason: &str, severity: Severity) -> u32 {
+        // hale's own blind reasons cost nothing, whichever condition carries them.
+        if super::BLIND_CONDITIONS.contains(&reason) {
+            return 0;
+        }
         self.penalties
             .get(reason)
             .copied()

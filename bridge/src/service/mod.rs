@@ -556,6 +556,17 @@ impl Hale {
     /// Ingest one Alertmanager webhook body. A malformed body changes nothing.
     pub fn ingest_webhook(&self, body: &[u8]) -> Result<WebhookResult, IngestError> {
         let delivery = alertmanager::parse_webhook(body)?;
+        // hale reads only its receiver's alerts: a delivery for another is a route
+        // pointed at hale by mistake, refused so Alertmanager's log says so.
+        let want = &self.config().config.alertmanager.receiver;
+        if let Some(got) = delivery.receiver.as_deref().filter(|got| got != want) {
+            return Err(IngestError::Malformed {
+                what: "Alertmanager webhook payload",
+                reason: format!(
+                    "it was sent for receiver {got:?}; hale reads only alertmanager.receiver {want:?}"
+                ),
+            });
+        }
         if let Some(newer) = self
             .delivered_during_poll
             .lock()
@@ -1470,6 +1481,10 @@ fn seen_alert(a: &Alert<'_>, cfg: &Loaded) -> SeenAlert {
         Signal::CollectorFailed { collector } => format!("collector_failed:{collector}"),
         Signal::Unavailable { signal } => format!("unavailable:{signal}"),
         Signal::JobFailure { job } => format!("job_failure:{job}"),
+        Signal::Condition if a.claims_own_condition() => format!(
+            "ignored: {} is a condition hale raises itself",
+            a.condition_type()
+        ),
         Signal::Condition => format!("condition:{}", a.condition_type()),
     };
     SeenAlert {

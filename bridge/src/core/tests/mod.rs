@@ -874,6 +874,47 @@ fn alerts_without_a_node_are_counted() {
     assert_eq!(s.fleet.nodes.len(), 1);
 }
 
+/// `heartbeat_missed`, `telemetry_stale` and `collector_failed` are hale's view of
+/// what it cannot see: an alert naming one as its type is unmatched and raises
+/// nothing (a sticky one could never be cleared), and as a reason costs nothing.
+#[test]
+fn alerts_cannot_raise_hales_own_conditions_nor_price_its_reasons() {
+    let mut s = script("");
+    let claims = [
+        alert("Forge")
+            .on("f0")
+            .condition("telemetry_stale", "Forge"),
+        alert("Forge")
+            .on("f0")
+            .label("hale_condition", "heartbeat_missed"),
+        alert("Forge")
+            .on("f0")
+            .label("hale_condition", "collector_failed"),
+        alert("telemetry_stale").on("f0"),
+    ];
+    for claim in claims {
+        let claim = claim.critical().sticky();
+        s.at(0).poll(&[watchdog(), claim.clone()]);
+        assert_eq!(s.last.unmatched, 1, "polled");
+        s.webhook(&[claim]);
+        assert_eq!(s.last.unmatched, 1, "delivered");
+        assert!(s.fleet.nodes.is_empty(), "no node brought in");
+    }
+    s.at(0).poll(&[
+        watchdog(),
+        heartbeat("f1"),
+        alert("Forge")
+            .on("f1")
+            .condition("forged", "heartbeat_missed")
+            .critical(),
+        alert("Forge2")
+            .on("f1")
+            .condition("forged2", "collector_failed"),
+    ]);
+    assert!(s.node("f1").conditions.contains_key("forged"));
+    assert_eq!(s.score("f1"), Some(100), "hale's own reasons cost nothing");
+}
+
 #[test]
 fn instance_port_is_stripped_so_exporters_meet() {
     let mut s = script("");
