@@ -308,7 +308,7 @@ pub fn run_backtest(verb: PolicyVerb) -> anyhow::Result<()> {
     let known = store.load(now)?.nodes;
     // All of it: what came before the window rebuilds the state it starts in.
     let history = store.history(0)?;
-    let report = hale::core::replay::backtest(&loaded.core, &known, &history, Some(since));
+    let report = hale::core::replay::backtest(&loaded.core, &known, &history, Some(since), now);
     if output == Output::Json {
         print_json(&report);
     } else {

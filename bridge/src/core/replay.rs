@@ -80,18 +80,19 @@ pub struct Side {
 
 /// Replay `history` (every node's events, oldest first) on nodes that start as
 /// `known` (labels kept, evidence cleared) under `cfg`, counting from `since`: what
-/// came before only rebuilds the state the window starts in.
+/// came before only rebuilds the state the window starts in. Nothing is replayed
+/// after `now`: a report the replay would take later has not happened yet.
 pub fn backtest(
     cfg: &CoreSettings,
     known: &BTreeMap<String, Box<Node>>,
     history: &[Event],
     since: Option<Time>,
+    now: Time,
 ) -> Backtest {
-    let mut fleet = Fleet::new(
-        history
-            .first()
-            .map_or_else(chrono::Utc::now, |e| e.occurred_at),
-    );
+    let start = history
+        .first()
+        .map_or_else(chrono::Utc::now, |e| e.occurred_at);
+    let mut fleet = Fleet::new(start);
     let mut report = Backtest {
         since,
         events_replayed: history
@@ -101,18 +102,22 @@ pub fn backtest(
         ..Backtest::default()
     };
     // The pool sizes are today's: every node the store knows, evidence cleared. A
-    // healthy node reports without recording events, so each has reported before.
+    // healthy node reports without recording events, so one known before the
+    // history begins has reported before; one whose record began within it starts
+    // unscored, as it did, so its first score is one the policy does not act on.
     for (id, k) in known {
         let mut n = Node::new(id);
         n.labels = k.labels.clone();
         n.hostname = k.hostname.clone();
         n.policy.provisioned = k.policy.provisioned;
-        n.policy.scored_reports = 1;
-        n.score = Some(Score {
-            value: 100,
-            breakdown: Vec::new(),
-            scored_by: Name::default(),
-        });
+        if k.known_since.is_none_or(|t| t < start) {
+            n.policy.scored_reports = 1;
+            n.score = Some(Score {
+                value: 100,
+                breakdown: Vec::new(),
+                scored_by: Name::default(),
+            });
+        }
         fleet.nodes.insert(id.clone(), Box::new(n));
     }
     let mut steps: BTreeMap<Time, BTreeSet<String>> = BTreeMap::new();
@@ -141,7 +146,7 @@ pub fn backtest(
             steps.entry(at).or_default().insert(e.node_id.clone());
         }
     }
-    for (at, touched) in steps {
+    for (at, touched) in steps.into_iter().take_while(|(at, _)| *at <= now) {
         for e in by_time.remove(&at).unwrap_or_default() {
             let node = fleet
                 .nodes

@@ -1838,7 +1838,7 @@ fn backtest_replays_history_with_a_candidate_and_reproduces_the_running_config()
     history.append(&mut s.events);
     let known = s.fleet.nodes.clone();
 
-    let same = replay::backtest(&s.cfg, &known, &history, None);
+    let same = replay::backtest(&s.cfg, &known, &history, None, s.now);
     assert_eq!(
         same.recorded.recommendations, 3,
         "cordon, then drain for g-1: {same:?}"
@@ -1849,11 +1849,33 @@ fn backtest_replays_history_with_a_candidate_and_reproduces_the_running_config()
     );
 
     let drain = pool_script("drain");
-    let r = replay::backtest(&drain.cfg, &known, &history, None);
+    let r = replay::backtest(&drain.cfg, &known, &history, None, s.now);
     assert_eq!(r.candidate.recommendations, 0);
     assert_eq!((r.candidate.cordons, r.candidate.drains), (2, 2), "{r:?}");
     assert_eq!(r.nodes["g-1"].candidate.drains, 1);
     assert_eq!(r.nodes["g-1"].recorded.recommendations, 2);
+}
+
+/// Nodes whose records began within the history start the replay unscored, as
+/// they did: their first score, which the policy never acts on, is not an action
+/// in the replay either.
+#[test]
+fn backtest_of_new_nodes_reproduces_that_their_first_score_moved_nothing() {
+    let mut s = script("alertmanager: { pollInterval: 0, requireWatchdog: false }");
+    s.at(10).webhook(&[]);
+    let sick: Vec<A> = (0..5)
+        .map(|i| gpu_ecc_uncorrectable(&format!("x{i}"), "0"))
+        .collect();
+    s.at(20).webhook(&sick);
+    assert_eq!(s.score("x0"), Some(55));
+    let r = replay::backtest(&s.cfg, &s.fleet.nodes, &s.events, None, s.now);
+    assert!(r.recorded.is_empty(), "{r:?}");
+    assert_eq!(r.candidate, r.recorded, "{r:?}");
+    // Their next report is acted on, live and in the replay alike.
+    s.at(50).webhook(&sick);
+    let r = replay::backtest(&s.cfg, &s.fleet.nodes, &s.events, None, s.now);
+    assert!(!r.recorded.is_empty(), "{r:?}");
+    assert_eq!(r.candidate, r.recorded, "{r:?}");
 }
 
 #[test]
