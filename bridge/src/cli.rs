@@ -172,31 +172,53 @@ pub fn run_store_copy(verb: StoreVerb) -> anyhow::Result<()> {
             shown_store(&to)
         );
     }
+    // A copy that stops part-way leaves the target holding part of it, which the
+    // next try would refuse: say what to empty.
+    let partly = |e: hale::store::StoreError| {
+        let empty = match to.strip_prefix("sqlite:") {
+            Some(path) => format!("remove {path}"),
+            None => {
+                let n = hale::store::nats::Names::of(&cluster);
+                format!(
+                    "delete the stream {} and the key-value buckets {}, {} and {}",
+                    n.stream, n.state, n.ledger, n.lease
+                )
+            }
+        };
+        anyhow::anyhow!(
+            "{e}\nthe copy stopped part-way: {} holds part of it; {empty} before copying again",
+            shown_store(&to)
+        )
+    };
     let trust = serde_json::to_string(&fleet.trust)?;
     for slice in history.chunks(10_000) {
-        target.write(&hale::store::Batch {
-            events: slice,
-            trust: trust.clone(),
-            ..hale::store::Batch::default()
-        })?;
+        target
+            .write(&hale::store::Batch {
+                events: slice,
+                trust: trust.clone(),
+                ..hale::store::Batch::default()
+            })
+            .map_err(partly)?;
     }
     let nodes = fleet
         .nodes
         .values()
         .map(|n| Ok((n.id.clone(), serde_json::to_string(n)?)))
         .collect::<serde_json::Result<Vec<_>>>()?;
-    target.write(&hale::store::Batch {
-        nodes,
-        trust,
-        ledger: Some(serde_json::to_string(&fleet.ledger)?),
-        restarts: fleet
-            .ledger
-            .moves
-            .iter()
-            .map(|(owner, m)| (owner.clone(), Some(*m)))
-            .collect(),
-        ..hale::store::Batch::default()
-    })?;
+    target
+        .write(&hale::store::Batch {
+            nodes,
+            trust,
+            ledger: Some(serde_json::to_string(&fleet.ledger)?),
+            restarts: fleet
+                .ledger
+                .moves
+                .iter()
+                .map(|(owner, m)| (owner.clone(), Some(*m)))
+                .collect(),
+            ..hale::store::Batch::default()
+        })
+        .map_err(partly)?;
     println!(
         "copied {} nodes and {} events from {} to {}",
         fleet.nodes.len(),

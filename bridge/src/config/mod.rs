@@ -824,6 +824,16 @@ impl Config {
                     "must not be empty, `.` or `..` (a URL path cannot name those)".into(),
                 ));
             }
+            if node.id.len() > crate::core::labels::MAX_NODE_ID {
+                return Err(err(
+                    &format!("inventory[{i}].id"),
+                    format!(
+                        "is {} bytes long; a node id is at most {}: no alert names a node so",
+                        node.id.len(),
+                        crate::core::labels::MAX_NODE_ID
+                    ),
+                ));
+            }
             if node.id.chars().any(char::is_control) {
                 return Err(err(
                     &format!("inventory[{i}].id"),
@@ -1503,6 +1513,10 @@ mod tests {
         }
         let e = load("inventory: [{ id: ' gpu-1' }]").unwrap_err();
         assert_eq!(e.key, "inventory[0].id");
+        let e = load(&format!("inventory: [{{ id: {} }}]", "n".repeat(254))).unwrap_err();
+        assert_eq!(e.key, "inventory[0].id");
+        assert!(e.message.contains("at most 253"), "{e}");
+        load(&format!("inventory: [{{ id: {} }}]", "n".repeat(253))).unwrap();
     }
 
     /// A key named in two places is found where it is the key at fault: the

@@ -139,6 +139,11 @@ impl<'de: 'a, 'a> Deserialize<'de> for Labels<'a> {
 
 /// Empty or only whitespace: a value that counts as absent. Decided by its first
 /// byte for nearly every value.
+/// The longest node id, in bytes: a DNS name's limit, which Kubernetes node names
+/// keep. A longer label value is no node's name (and would outgrow the keys and
+/// subjects a shared store files it under).
+pub const MAX_NODE_ID: usize = 253;
+
 /// Whether `value` holds a control character or a bidirectional override.
 fn unprintable(value: &str) -> bool {
     value.bytes().any(|b| b < 0x20 || b == 0x7f)
@@ -333,8 +338,11 @@ impl<'a> Alert<'a> {
             // so the API could never show such a node: no node either. Nor can
             // an id with control or direction-changing characters, which would
             // forge log lines or show another id than it is.
-            (!blank(value) && !matches!(value.trim(), "." | "..") && !unprintable(value))
-                .then_some(value)
+            (!blank(value)
+                && !matches!(value.trim(), "." | "..")
+                && value.len() <= MAX_NODE_ID
+                && !unprintable(value))
+            .then_some(value)
         })
     }
 
@@ -606,6 +614,12 @@ mod tests {
         for (labels, want) in cases {
             assert_eq!(alert(labels).node(&id), *want, "{labels:?}");
         }
+        // As long as a DNS name may be, and not a byte longer.
+        let longest: &'static str = "n".repeat(MAX_NODE_ID).leak();
+        let longer: &'static str = "n".repeat(MAX_NODE_ID + 1).leak();
+        assert_eq!(alert(&[("node", longest)]).node(&id), Some(longest));
+        let named = alert(&[("node", longer), ("instance", "h:9100")]);
+        assert_eq!(named.node(&id), Some("h"));
         let keep = Identity {
             labels: vec!["instance".into()],
             strip_port: false,
