@@ -142,13 +142,7 @@ fn shown_store(spec: &str) -> String {
     if spec.starts_with("sqlite:") {
         return spec.to_string();
     }
-    spec.split(',')
-        .map(|u| match reqwest::Url::parse(u) {
-            Ok(url) => hale::shown_url(&url).trim_end_matches('/').to_string(),
-            Err(_) => "<not a URL>".into(),
-        })
-        .collect::<Vec<_>>()
-        .join(",")
+    hale::shown_urls(spec.split(','))
 }
 
 /// `hale store copy`: events first, oldest first, in slices; then the state.

@@ -122,6 +122,17 @@ pub fn shown_url(url: &reqwest::Url) -> String {
     u.to_string()
 }
 
+/// A list of server URLs as [`shown_url`] shows each, comma-separated.
+pub fn shown_urls<'u>(urls: impl IntoIterator<Item = &'u str>) -> String {
+    urls.into_iter()
+        .map(|u| match reqwest::Url::parse(u) {
+            Ok(url) => shown_url(&url).trim_end_matches('/').to_string(),
+            Err(_) => "<not a URL>".into(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// An error and its causes, `outer: inner: innermost` (reqwest hides the cause that
 /// says what actually went wrong, such as "Connection refused").
 pub fn error_chain(e: &dyn std::error::Error) -> String {

@@ -176,11 +176,13 @@ impl Hale {
         });
         let now = Utc::now();
         let fleet = store.load(now)?;
-        info!(
-            nodes = fleet.nodes.len(),
-            store = %loaded.config.store.path.display(),
-            "state loaded"
-        );
+        let store_named = match (&loaded.config.store.kind, &loaded.config.store.nats) {
+            (crate::config::StoreKind::Nats, Some(nats)) => {
+                crate::shown_urls(nats.urls.iter().map(String::as_str))
+            }
+            _ => loaded.config.store.path.display().to_string(),
+        };
+        info!(nodes = fleet.nodes.len(), store = %store_named, "state loaded");
         let client = alertmanager::Client::new(&loaded.config.alertmanager);
         let metrics_config = Arc::new(RwLock::new(Arc::new(loaded)));
         let fleet = Arc::new(Mutex::new(fleet));
