@@ -153,7 +153,7 @@ async fn bad_webhook_input_changes_nothing() {
             "hale_alertmanager_webhook_requests_total",
             &[("code", "400")]
         ),
-        Some(4.0),
+        Some(5.0),
         "{metrics}"
     );
     // The node-less alert arrives by its own webhook group or the next poll,

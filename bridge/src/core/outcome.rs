@@ -57,18 +57,18 @@ impl Outcome {
         }
     }
 
-    /// Take out what the store writes — the events, the nodes to write or remove,
-    /// the ledger's changes — leaving the step's verdicts (whether it was trusted,
-    /// alerts unmatched, a hold begun, nodes refused).
+    /// What the store writes for this outcome — the nodes to write or remove, the
+    /// ledger's changes — with its events moved out, not copied: this outcome
+    /// keeps the rest (which nodes changed, whether it was trusted, …).
     pub fn take_writes(&mut self) -> Outcome {
         Outcome {
             events: std::mem::take(&mut self.events),
-            dirty: std::mem::take(&mut self.dirty),
-            touched: std::mem::take(&mut self.touched),
-            rescore: std::mem::take(&mut self.rescore),
-            removed: std::mem::take(&mut self.removed),
-            ledger: std::mem::take(&mut self.ledger),
-            moved: std::mem::take(&mut self.moved),
+            dirty: self.dirty.clone(),
+            touched: self.touched.clone(),
+            rescore: self.rescore.clone(),
+            removed: self.removed.clone(),
+            ledger: self.ledger,
+            moved: self.moved.clone(),
             ..Outcome::default()
         }
     }

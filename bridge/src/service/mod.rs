@@ -267,9 +267,8 @@ impl Hale {
     }
 
     /// Run one step of the core and persist its outcome. The fleet lock is held until
-    /// the writer lock is taken, so writes land in the order steps happened. What the
-    /// step wrote (its events, the nodes it changed) moves to the store; the outcome
-    /// returned keeps the step's verdicts.
+    /// the writer lock is taken, so writes land in the order steps happened. The
+    /// step's events move to the store; the outcome returned keeps the rest.
     pub fn apply<F>(&self, step: F) -> Result<Outcome, CoreError>
     where
         F: FnOnce(&mut Fleet, &CoreSettings, Time) -> Result<Outcome, CoreError>,
