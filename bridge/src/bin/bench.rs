@@ -660,11 +660,11 @@ async fn latency(
         i += 1;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let took = began.elapsed();
     stop.store(true, Ordering::Relaxed);
     let (mut scrapes, scrape_bytes) = scraper.await?;
     let rss = sampler.join().expect("the sampler does not panic");
     let polls = trusted_polls(http, url).await? - polls_before;
-    let took = began.elapsed();
     if polls < 2.0 {
         bail!(
             "only {polls} trusted polls landed in the {} s of deliveries: the latency was not measured under polling",
@@ -707,12 +707,13 @@ async fn latency(
 }
 
 async fn trusted_polls(http: &reqwest::Client, url: &str) -> anyhow::Result<f64> {
-    Ok(metric(http, url, "hale_alertmanager_polls_total")
+    let text = http
+        .get(format!("{url}/metrics"))
+        .send()
         .await?
-        .into_iter()
-        .filter(|(l, _)| l == "trusted")
-        .map(|(_, v)| v)
-        .sum())
+        .text()
+        .await?;
+    Ok(polls_in(&text, "trusted").unwrap_or(0.0))
 }
 
 /// Requests of each listing timed, after one to warm.

@@ -87,12 +87,13 @@ impl NodeGroups {
         let (mut watchdogs, mut unmatched) = (Vec::new(), Vec::new());
         for (i, alert) in alerts.iter().enumerate() {
             let i = i as u32;
-            if alert.signal() == Signal::Watchdog {
+            let signal = alert.signal();
+            if signal == Signal::Watchdog {
                 watchdogs.push(i);
                 continue;
             }
             match alert.node(identity) {
-                Some(node) if !alert.claims_own_condition() => named.push((node, i)),
+                Some(node) if !alert.claims_own_condition(&signal) => named.push((node, i)),
                 _ => unmatched.push(i),
             }
         }
@@ -499,11 +500,12 @@ impl<'f> Step<'f> {
         let identity = &self.cfg.identity;
         let mut named: Vec<(&str, &Alert<'_>)> = Vec::with_capacity(alerts.len());
         for alert in alerts {
-            if alert.signal() == Signal::Watchdog {
+            let signal = alert.signal();
+            if signal == Signal::Watchdog {
                 continue;
             }
             match alert.node(identity) {
-                Some(node) if !alert.claims_own_condition() => named.push((node, alert)),
+                Some(node) if !alert.claims_own_condition(&signal) => named.push((node, alert)),
                 _ => self.out.unmatched += 1,
             }
         }

@@ -137,8 +137,6 @@ impl<'de: 'a, 'a> Deserialize<'de> for Labels<'a> {
     }
 }
 
-/// Empty or only whitespace: a value that counts as absent. Decided by its first
-/// byte for nearly every value.
 /// The longest node id, in bytes: a DNS name's limit, which Kubernetes node names
 /// keep. A longer label value is no node's name (and would outgrow the keys and
 /// subjects a shared store files it under).
@@ -153,6 +151,8 @@ fn unprintable(value: &str) -> bool {
             }))
 }
 
+/// Empty or only whitespace: a value that counts as absent. Decided by its first
+/// byte for nearly every value.
 fn blank(value: &str) -> bool {
     match value.as_bytes().first() {
         None => true,
@@ -382,14 +382,14 @@ impl<'a> Alert<'a> {
             .unwrap_or_else(|| self.alertname())
     }
 
-    /// Whether an ordinary alert names one of the conditions hale raises itself
-    /// from what it cannot see (`heartbeat_missed`, `telemetry_stale`,
-    /// `collector_failed`) as its type. No alert may raise or hold one — a sticky
-    /// one could never be cleared — so it is counted as unmatched and ignored;
-    /// `collector_failed` comes from `hale_signal: collector_failed` alone.
-    pub fn claims_own_condition(&self) -> bool {
-        matches!(self.signal(), Signal::Condition)
-            && super::BLIND_CONDITIONS.contains(&self.condition_type())
+    /// Whether an ordinary alert (`signal`, as [`Alert::signal`] read it) names
+    /// one of the conditions hale raises itself from what it cannot see
+    /// (`heartbeat_missed`, `telemetry_stale`, `collector_failed`) as its type. No
+    /// alert may raise or hold one — a sticky one could never be cleared — so it is
+    /// counted as unmatched and ignored; `collector_failed` comes from
+    /// `hale_signal: collector_failed` alone.
+    pub fn claims_own_condition(&self, signal: &Signal<'_>) -> bool {
+        *signal == Signal::Condition && super::BLIND_CONDITIONS.contains(&self.condition_type())
     }
 
     /// Penalty-table reason: `hale_reason`, else the alertname.

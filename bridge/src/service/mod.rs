@@ -1482,7 +1482,7 @@ fn seen_alert(a: &Alert<'_>, cfg: &Loaded) -> SeenAlert {
         Signal::CollectorFailed { collector } => format!("collector_failed:{collector}"),
         Signal::Unavailable { signal } => format!("unavailable:{signal}"),
         Signal::JobFailure { job } => format!("job_failure:{job}"),
-        Signal::Condition if a.claims_own_condition() => format!(
+        ref s @ Signal::Condition if a.claims_own_condition(s) => format!(
             "ignored: {} is a condition hale raises itself",
             a.condition_type()
         ),
