@@ -1,1 +1,0 @@
-{"error":"not_found","detail":"no such endpoint"}
