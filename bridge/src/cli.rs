@@ -1251,6 +1251,16 @@ pub fn alerts_table(v: &AlertsView) -> String {
         &["ALERT", "NODE", "MEANING", "SEVERITY", "STATE"],
         &rows,
     ));
+    for a in &v.alerts {
+        for note in &a.notes {
+            let on = a
+                .node
+                .as_deref()
+                .map(|n| format!(" on {n}"))
+                .unwrap_or_default();
+            let _ = writeln!(o, "Note: {}{on}: {note}", a.alertname);
+        }
+    }
     o
 }
 

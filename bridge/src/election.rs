@@ -206,6 +206,9 @@ impl Orchestrator for Elected {
     fn restart_hint(&self) -> &'static str {
         self.inner.restart_hint()
     }
+    fn publishes(&self) -> bool {
+        self.inner.publishes()
+    }
     fn publish<'a>(&'a self, reports: &'a [Report]) -> Fut<'a, ()> {
         self.inner.publish(reports)
     }

@@ -331,8 +331,12 @@ impl Orchestrator for Fuzzball {
         "Fuzzball requeues every job of a node it drains actively: make work safe to run again from the beginning"
     }
 
+    // Fuzzball computes its own health; its public API takes none from outside.
+    fn publishes(&self) -> bool {
+        false
+    }
+
     fn publish<'a>(&'a self, _: &'a [Report]) -> Fut<'a, ()> {
-        // Fuzzball computes its own health; its public API takes none from outside.
         Box::pin(async { Ok(()) })
     }
 

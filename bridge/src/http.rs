@@ -909,12 +909,16 @@ async fn node_events(
 /// running one stays.
 async fn reload(State(hale): State<Arc<Hale>>, headers: HeaderMap) -> ApiResult<&'static str> {
     authorize(&hale, &headers)?;
-    hale.reload().map(|()| "reloaded").map_err(|e| {
-        // Said in the log too, as a SIGHUP's refusal is: whoever reads the log
-        // sees every reload that did not happen.
-        tracing::error!(error = %e, "reload refused; the running configuration stays");
-        ApiError::new(StatusCode::BAD_REQUEST, "invalid_config", e.to_string())
-    })
+    let h = hale.clone();
+    blocking(move || h.reload())
+        .await
+        .map(|()| "reloaded")
+        .map_err(|e| {
+            // Said in the log too, as a SIGHUP's refusal is: whoever reads the log
+            // sees every reload that did not happen.
+            tracing::error!(error = %e, "reload refused; the running configuration stays");
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_config", e.to_string())
+        })
 }
 
 /// `{source, alerts}`: the list as rendered once per poll, spliced in without a copy.
@@ -924,7 +928,8 @@ async fn alerts(State(hale): State<Arc<Hale>>, headers: HeaderMap) -> ApiResult<
         .alerts()
         .await
         .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, "source_unavailable", e.to_string()))?;
-    let source = serde_json::to_vec(&hale.source()).expect("the source view serialises");
+    let source = hale.off_runtime(Hale::source).await;
+    let source = serde_json::to_vec(&source).expect("the source view serialises");
     let parts: [Result<Bytes, std::convert::Infallible>; 4] = [
         Ok(Bytes::from_static(b"{\"source\":")),
         Ok(source.into()),

@@ -11,7 +11,7 @@ use clap::Parser;
 use cli::{Cli, Command, LogFormat};
 use hale::config::{Config, Loaded, OrchestratorConfig};
 use hale::service::Hale;
-use tracing::info;
+use tracing::{info, warn};
 
 /// An error ends the process with status 1 and its chain of causes on one line —
 /// never a backtrace, whatever `RUST_BACKTRACE` says (a panic still prints one).
@@ -102,6 +102,12 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
         mode = ?cfg.core.cluster.mode,
         "hale serving"
     );
+    if cfg.api_token.is_none() && !listener.local_addr()?.ip().is_loopback() {
+        warn!(
+            listen = %listen,
+            "no apiTokenFile, and listening beyond loopback: whoever reaches this port can post alerts and cordon, drain or power nodes"
+        );
+    }
     tokio::spawn(Arc::clone(&hale).poll_loop());
     tokio::spawn(Arc::clone(&hale).tick_loop());
     tokio::spawn(Arc::clone(&hale).act_loop());
@@ -121,8 +127,9 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
     .with_graceful_shutdown(shutdown())
     .await
     .context("serving HTTP")?;
-    // A last step writes anything a failed write left pending.
-    hale.apply(|fleet, cfg, now| Ok(fleet.tick(cfg, now)))?;
+    // A last step writes what is held only in memory, and anything a failed write
+    // left pending.
+    hale.apply(|fleet, cfg, now| Ok(fleet.stop(cfg, now)))?;
     hale.step_down().await;
     Ok(())
 }
@@ -132,7 +139,7 @@ async fn reload_on_hangup(hale: Arc<Hale>) {
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .expect("SIGHUP handler");
     while hup.recv().await.is_some() {
-        if let Err(e) = hale.reload() {
+        if let Err(e) = hale.off_runtime(Hale::reload).await {
             tracing::error!(error = %e, "reload refused; the running configuration stays");
         }
     }

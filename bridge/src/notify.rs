@@ -1,7 +1,9 @@
 //! Outbound node-event webhooks (`nodeEventWebhooks`, DESIGN §10): each event as a
 //! CloudEvents 1.0 structured-mode JSON, signed with HMAC-SHA256, delivered off the
-//! ingest path through a bounded queue per endpoint, retried with backoff and jitter.
-//! A slow or dead receiver costs queue space and, past it, counted drops — never ingest.
+//! ingest path: each endpoint's task reads the store's events after its place, so a
+//! restart or the next leader resumes where it stopped; retried with backoff and
+//! jitter. A slow or dead receiver costs waiting events and, past `queueSize`,
+//! counted drops of the oldest — never ingest.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,13 +15,13 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 use sha2::Sha256;
-use tokio::sync::mpsc;
 use tracing::warn;
 
 use crate::config::Webhook;
 use crate::liveness::Liveness;
 use crate::store::StoredEvent;
-use crate::store::nats::{ACK_WAIT, Outbox, Pending};
+use crate::store::nats::ACK_WAIT;
+use crate::store::{Outbox, Pending};
 
 pub const CONTENT_TYPE: &str = "application/cloudevents+json; charset=utf-8";
 
@@ -251,45 +253,36 @@ impl Endpoint {
     }
 }
 
-/// The endpoints of one configuration, each with its queue and delivery task. Dropping
-/// a `Notifier` (on reload) lets its tasks finish what is queued, then end.
 /// How often an idle delivery task shows it is alive.
 const IDLE_BEAT: Duration = Duration::from_secs(60);
 
+/// The endpoints of one configuration, each with its delivery task reading the
+/// store's events. Dropping a `Notifier` (on reload) ends its tasks.
 pub struct Notifier {
-    cluster: String,
-    queues: Vec<Queue>,
-    /// Dropped with the notifier (a reload): the durable delivery tasks end.
-    _stop: Option<tokio::sync::watch::Sender<()>>,
+    outbox: Arc<dyn Outbox>,
+    /// Dropped with the notifier: its delivery tasks end.
+    _stop: tokio::sync::watch::Sender<()>,
 }
 
-struct Queue {
-    shown: String,
-    filter: Option<std::collections::BTreeSet<String>>,
-    tx: mpsc::Sender<Arc<Outgoing>>,
-    metrics: WebhookMetrics,
-}
-
-/// Deliveries from a shared store's own record instead of in-memory queues, by
-/// whichever replica leads.
+/// Deliveries from the store's own record of events, by this replica while it
+/// leads: a restart or the next leader resumes them.
+#[derive(Clone)]
 pub struct Durable {
-    pub outbox: Outbox,
+    pub outbox: Arc<dyn Outbox>,
     pub leads: Arc<dyn Fn() -> bool + Send + Sync>,
 }
 
 impl Notifier {
-    /// Start a delivery task per endpoint: fed by [`Notifier::publish`], or with
-    /// `durable` by the store's consumers. Needs a Tokio runtime.
+    /// Start a delivery task per endpoint, fed by the store. Needs a Tokio runtime.
     pub fn start(
         cluster: &str,
         hooks: &[Webhook],
         metrics: &WebhookMetrics,
         liveness: &Arc<Liveness>,
-        durable: Option<&Durable>,
+        durable: &Durable,
     ) -> Notifier {
         crate::init_tls();
         let (stop, stopped) = tokio::sync::watch::channel(());
-        let mut queues = Vec::new();
         for (i, hook) in hooks.iter().enumerate() {
             let endpoint = Endpoint {
                 shown: hook.shown(),
@@ -306,144 +299,123 @@ impl Notifier {
             let allowed = (hook.timeout + Duration::from_secs(60)) * hook.max_attempts
                 + Duration::from_secs(120);
             let beat = liveness.watch(format!("webhook delivery to {}", endpoint.shown), allowed);
-            if let Some(d) = durable {
-                // One consumer per endpoint as configured: its place in the list,
-                // its URL and the events it takes.
-                let key = format!("{i}\n{}\n{:?}", hook.url, hook.events);
-                let task = DurableTask {
-                    endpoint,
-                    cluster: cluster.to_string(),
-                    outbox: d.outbox.clone(),
-                    leads: d.leads.clone(),
-                    key,
-                    since: chrono::Utc::now(),
-                };
-                tokio::spawn(task.run(stopped.clone(), beat));
-                continue;
-            }
-            let (tx, mut rx) = mpsc::channel::<Arc<Outgoing>>(hook.queue_size);
-            queues.push(Queue {
-                shown: endpoint.shown.clone(),
-                filter: hook.events.clone(),
-                tx,
-                metrics: metrics.clone(),
-            });
-            tokio::spawn(async move {
-                loop {
-                    match tokio::time::timeout(IDLE_BEAT, rx.recv()).await {
-                        Ok(Some(event)) => endpoint.deliver(&event).await,
-                        // The configuration was reloaded: this endpoint's queue is done.
-                        Ok(None) => break,
-                        Err(_) => {}
-                    }
-                    beat.beat();
-                }
-            });
+            // One feed per endpoint as configured: its place in the list, its URL
+            // and the events it takes.
+            let key = format!("{i}\n{}\n{:?}", hook.url, hook.events);
+            let task = DurableTask {
+                endpoint,
+                cluster: cluster.to_string(),
+                durable: durable.clone(),
+                key,
+                since: chrono::Utc::now(),
+            };
+            tokio::spawn(task.run(stopped.clone(), beat));
         }
         Notifier {
-            cluster: cluster.to_string(),
-            queues,
-            _stop: durable.map(|_| stop),
+            outbox: durable.outbox.clone(),
+            _stop: stop,
         }
     }
 
-    /// Queue `events` for every endpoint whose filter takes them. Never waits: a full
-    /// queue drops the event, with a log line and a counter.
-    pub fn publish(&self, events: &[StoredEvent]) {
-        if self.queues.is_empty() {
-            return;
-        }
-        for event in events {
-            let kind = event.event.kind.name();
-            let mut outgoing: Option<Arc<Outgoing>> = None;
-            for q in &self.queues {
-                if q.filter.as_ref().is_some_and(|f| !f.contains(kind)) {
-                    continue;
-                }
-                let out = outgoing
-                    .get_or_insert_with(|| Arc::new(envelope(&self.cluster, event)))
-                    .clone();
-                if q.tx.try_send(out).is_err() {
-                    warn!(endpoint = %q.shown, event_id = %event.id, event = kind,
-                        "webhook queue full; event dropped");
-                    WebhookMetrics::count(&q.metrics.dropped, &q.shown, "reason", "overflow");
-                }
-            }
-        }
+    /// Events were written: the delivery tasks look at once.
+    pub fn written(&self) {
+        self.outbox.written();
     }
 }
 
-/// One endpoint's deliveries from its durable consumer, while this replica leads.
+/// One endpoint's deliveries from its feed, while this replica leads.
 struct DurableTask {
     endpoint: Endpoint,
     cluster: String,
-    outbox: Outbox,
-    leads: Arc<dyn Fn() -> bool + Send + Sync>,
-    /// Names the endpoint's consumer.
+    durable: Durable,
+    /// Names the endpoint's feed.
     key: String,
-    /// A consumer made now starts with the events stored from then.
+    /// A feed new to the store starts with the events stored from then.
     since: chrono::DateTime<chrono::Utc>,
 }
 
-/// How long a durable consumer waits for the next event per request.
+/// How long a feed waits for the next event per request.
 const FETCH_WAIT: Duration = Duration::from_secs(5);
 
 impl DurableTask {
     async fn run(self, mut stop: tokio::sync::watch::Receiver<()>, beat: crate::liveness::Beat) {
         let mut feed = None;
+        let mut idle = tokio::time::Instant::now();
         loop {
-            beat.beat();
             // Dropped on reload: the next configuration's task takes over.
             if stop.has_changed().is_err() {
                 break;
             }
-            if !(self.leads)() {
+            if !(self.durable.leads)() {
                 feed = None;
+                beat.beat();
                 let _ = tokio::time::timeout(Duration::from_secs(1), stop.changed()).await;
                 continue;
             }
             let opened = match feed.take() {
                 Some(f) => Ok(f),
-                None => self.outbox.feed(&self.key, self.since).await,
+                None => {
+                    let hook = &self.endpoint.hook;
+                    self.durable
+                        .outbox
+                        .feed(&self.key, self.since, hook.events.as_ref(), hook.queue_size)
+                        .await
+                }
             };
             let f = match opened {
                 Ok(f) => feed.insert(f),
                 Err(e) => {
                     warn!(endpoint = %self.endpoint.shown, error = %e,
-                        "cannot open the webhook consumer; retrying");
+                        "cannot open the webhook feed; retrying");
+                    beat.beat();
                     tokio::time::sleep(Duration::from_secs(2)).await;
                     continue;
                 }
             };
-            let batch = match f.next(FETCH_WAIT).await {
-                Ok(batch) => batch,
+            let fetched = match f.next(FETCH_WAIT).await {
+                Ok(fetched) => fetched,
                 Err(e) => {
                     warn!(endpoint = %self.endpoint.shown, error = %e,
                         "cannot read webhook deliveries; retrying");
                     feed = None;
+                    beat.beat();
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;
                 }
             };
-            for pending in batch {
-                // Unacknowledged, it goes to the next leader.
-                if !(self.leads)() {
+            if fetched.overflowed > 0 {
+                warn!(endpoint = %self.endpoint.shown, dropped = fetched.overflowed,
+                    queue_size = self.endpoint.hook.queue_size,
+                    "webhook queue full; the oldest events waiting dropped");
+                let m = &self.endpoint.metrics;
+                WebhookMetrics::touch(&m.dropped, &self.endpoint.shown, "reason", "overflow")
+                    .inc_by(fetched.overflowed);
+            }
+            if fetched.events.is_empty() && idle.elapsed() >= IDLE_BEAT {
+                beat.beat();
+                idle = tokio::time::Instant::now();
+            }
+            for pending in fetched.events {
+                // Unacknowledged, it goes to the next leader (or the next
+                // configuration's task).
+                if !(self.durable.leads)() || stop.has_changed().is_err() {
                     break;
                 }
-                self.deliver(&pending).await;
+                self.deliver(pending.as_ref()).await;
                 if let Err(e) = pending.ack().await {
                     warn!(endpoint = %self.endpoint.shown, error = %e,
                         "could not acknowledge a delivery; it may be delivered again");
                 }
                 beat.beat();
+                idle = tokio::time::Instant::now();
             }
         }
     }
 
-    /// Deliver one event the endpoint takes, telling the consumer it is still
-    /// under way so it is not handed to another meanwhile.
-    async fn deliver(&self, pending: &Pending) {
-        let Some(event) = &pending.event else {
+    /// Deliver one event the endpoint takes, telling the feed it is still under
+    /// way so it is not handed to another meanwhile.
+    async fn deliver(&self, pending: &dyn Pending) {
+        let Some(event) = pending.event() else {
             return;
         };
         let kind = event.event.kind.name();

@@ -179,6 +179,11 @@ pub trait Orchestrator: Send + Sync {
     fn elects(&self) -> bool {
         false
     }
+    /// Whether [`Orchestrator::publish`] shows anything: hale builds no reports
+    /// for one that does not.
+    fn publishes(&self) -> bool {
+        true
+    }
     /// Show each node's conditions, score and health on the node itself, writing
     /// only what changed.
     fn publish<'a>(&'a self, reports: &'a [Report]) -> Fut<'a, ()>;
@@ -379,6 +384,9 @@ pub async fn perform(
 pub struct NoOrchestrator;
 
 impl Orchestrator for NoOrchestrator {
+    fn publishes(&self) -> bool {
+        false
+    }
     fn inventory(&self) -> Fut<'_, Option<Vec<Observed>>> {
         Box::pin(async { Ok(None) })
     }

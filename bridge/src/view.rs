@@ -491,6 +491,9 @@ pub struct SeenAlert {
     /// `active` or `suppressed`.
     pub state: String,
     pub starts_at: Option<Time>,
+    /// Contract labels hale read otherwise than written, and how.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// Whether hale trusts its alert source right now.

@@ -298,6 +298,26 @@ async fn node_ids_with_slash_and_colon_and_operator_verbs() {
         text.contains("not yet scored: no alert has named this node yet"),
         "{text}"
     );
+    // A severity outside the contract is read as warning, and `hale alerts` says so.
+    am.fire(&[alert(
+        &[
+            ("alertname", "DiskPage"),
+            ("node", "typo-1"),
+            ("severity", "page"),
+        ],
+        "paged",
+    )])
+    .await;
+    hale.wait_node("the page read", "typo-1", |n| n["score"] == 95)
+        .await;
+    let out = hale.cli(&["alerts"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains(
+            "Note: DiskPage on typo-1: severity \"page\" is not info, warning or critical: read as warning"
+        ),
+        "{text}"
+    );
     let out = hale.cli(&["alerts", "-o", "json"]);
     let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(seen["source"]["up"], true);

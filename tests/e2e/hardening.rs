@@ -441,6 +441,24 @@ async fn logs_are_plain_off_a_terminal_and_json_when_asked() {
         !text.contains('\u{1b}'),
         "no colour codes in a file: {text}"
     );
+    assert!(!text.contains("no apiTokenFile"), "{text}");
+    drop(hale);
+
+    // Open to the network with no token: said at start.
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = format!(
+        "listen: 0.0.0.0:{port}\nstore: {{ path: {} }}\nalertmanager: {{ url: 'http://127.0.0.1:9', pollInterval: 0 }}\n",
+        dir.path().display()
+    );
+    let hale = Hale::start_with(dir.path(), port, &config).await;
+    let text = hale.log();
+    assert!(
+        text.contains("WARN")
+            && text.contains("no apiTokenFile, and listening beyond loopback")
+            && text.contains(&format!("listen=0.0.0.0:{port}")),
+        "{text}"
+    );
     drop(hale);
 
     let dir = tempfile::tempdir().unwrap();

@@ -377,6 +377,13 @@ impl Hale {
         self.spawn().await;
     }
 
+    /// SIGTERM, as an orchestrator stops a pod, and wait for hale to exit.
+    pub fn stop(&mut self) {
+        self.signal("TERM");
+        let status = self.child.take().expect("running").wait().unwrap();
+        assert!(status.success(), "hale stopped with {status}");
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
     }

@@ -272,6 +272,28 @@ async fn state_survives_kill_9() {
     assert_eq!(after["conditions"][0]["type"], "gpu_ecc_errors");
 }
 
+/// A clean stop writes what a crash may lose: the observation counts, last-seen
+/// and report times that reports keep in memory between saves.
+#[tokio::test]
+async fn a_clean_stop_keeps_every_observation() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut hale = Hale::webhook_only(dir.path(), "").await;
+    let body = delivery(&[(&watchdog(), "firing"), (&smart_failing("n1"), "firing")]);
+    for _ in 0..4 {
+        assert_eq!(hale.deliver(&body).await, 200);
+    }
+    let before = hale
+        .wait_node("observed four times", "n1", |n| {
+            n["conditions"][0]["observations"] == 4
+        })
+        .await;
+    hale.stop();
+    hale.restart().await;
+    let after = hale.node("n1").await.expect("node still known");
+    assert_eq!(after["conditions"], before["conditions"]);
+    assert_eq!(after["lastReport"], before["lastReport"]);
+}
+
 #[tokio::test]
 async fn a_truncated_webhook_triggers_an_immediate_poll() {
     let am = Alertmanager::start(None).await;

@@ -376,6 +376,23 @@ impl Fleet {
         Step::new(self, cfg, now).finish(Scope::Tick)
     }
 
+    /// A clean stop: a last tick, and every node that reported in this process
+    /// written out. Between saves a report that changes nothing else is held in
+    /// memory ([`super::REPORTS_SAVED_EVERY`]): its conditions' observation counts
+    /// and last-seen times, its report and heartbeat times. A crash loses those; a
+    /// stop does not.
+    pub fn stop(&mut self, cfg: &CoreSettings, now: Time) -> Outcome {
+        let mut out = self.tick(cfg, now);
+        for node in self.nodes.values().filter(|n| n.reports_saved.is_some()) {
+            if node.conditions.is_empty() {
+                out.touched.insert(node.id.clone());
+            } else {
+                out.dirty.insert(node.id.clone());
+            }
+        }
+        out
+    }
+
     /// Register nodes known before they report; refresh their labels and hostname.
     /// `inventory` is the whole list: a node it no longer holds is from now on known
     /// from alerts alone, and retired as such nodes are (its history kept).

@@ -405,6 +405,61 @@ impl<'a> Alert<'a> {
         }
     }
 
+    /// Contract labels whose value hale did not take as written, each with what it
+    /// read instead: a typo in an alert rule is shown (`hale alerts`), not silently
+    /// turned into a default.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if let Some(v) = self.label(SEVERITY)
+            && !matches!(v, "info" | "warning" | "critical")
+        {
+            notes.push(format!(
+                "severity {v:?} is not info, warning or critical: read as warning"
+            ));
+        }
+        let signal = self.label(HALE_SIGNAL);
+        if let Some(v) = signal
+            && !matches!(
+                v,
+                "watchdog" | "heartbeat" | "collector_failed" | "unavailable" | "job_failure"
+            )
+        {
+            notes.push(format!(
+                "hale_signal {v:?} is not a signal hale knows: read as an ordinary condition"
+            ));
+        }
+        if let Some(v) = self.label(HALE_REPORT_INTERVAL)
+            && signal == Some("heartbeat")
+            && parse_duration(v).map_or(true, |d| d.is_zero())
+        {
+            notes.push(format!(
+                "hale_report_interval {v:?} is not a duration above zero: nodeHealth.reportIntervalSeconds applies"
+            ));
+        }
+        if let Some(v) = self.label(HALE_STICKY)
+            && !matches!(v, "true" | "false")
+        {
+            notes.push(format!(
+                "hale_sticky {v:?} is not \"true\" or \"false\": not sticky"
+            ));
+        }
+        if let Some(v) = self.label(PRIORITY)
+            && self.priority().is_none()
+        {
+            notes.push(format!(
+                "priority {v:?} is not a number (\"6\" or \"P6\"): no priority"
+            ));
+        }
+        if let Some(v) = self.remediation()
+            && v != super::policy::REBOOT
+        {
+            notes.push(format!(
+                "hale_remediation {v:?} is not \"reboot\": starts no remediation"
+            ));
+        }
+        notes
+    }
+
     pub fn sticky(&self) -> bool {
         self.label(HALE_STICKY) == Some("true")
     }
@@ -577,6 +632,62 @@ mod tests {
             starts_at: None,
             ends_at: None,
             state: AlertState::Active,
+        }
+    }
+
+    /// Each contract label taken otherwise than written says so, and what it
+    /// read instead; the contract's own values say nothing.
+    #[test]
+    fn labels_read_otherwise_than_written_are_noted() {
+        type Case = (
+            &'static [(&'static str, &'static str)],
+            &'static [&'static str],
+        );
+        let cases: &[Case] = &[
+            (
+                &[
+                    ("severity", "critical"),
+                    ("hale_signal", "heartbeat"),
+                    ("hale_report_interval", "15s"),
+                    ("hale_sticky", "false"),
+                    ("priority", "P6"),
+                    ("hale_remediation", "reboot"),
+                ],
+                &[],
+            ),
+            (&[("severity", "info")], &[]),
+            (
+                &[("severity", "Critical")],
+                &["severity \"Critical\" is not info, warning or critical: read as warning"],
+            ),
+            (
+                &[("hale_signal", "heartbeats")],
+                &[
+                    "hale_signal \"heartbeats\" is not a signal hale knows: read as an ordinary condition",
+                ],
+            ),
+            (
+                &[("hale_signal", "heartbeat"), ("hale_report_interval", "0s")],
+                &[
+                    "hale_report_interval \"0s\" is not a duration above zero: nodeHealth.reportIntervalSeconds applies",
+                ],
+            ),
+            // Read only with a heartbeat.
+            (&[("hale_report_interval", "soon")], &[]),
+            (
+                &[("hale_sticky", "yes"), ("priority", "high")],
+                &[
+                    "hale_sticky \"yes\" is not \"true\" or \"false\": not sticky",
+                    "priority \"high\" is not a number (\"6\" or \"P6\"): no priority",
+                ],
+            ),
+            (
+                &[("hale_remediation", "reimage")],
+                &["hale_remediation \"reimage\" is not \"reboot\": starts no remediation"],
+            ),
+        ];
+        for (labels, want) in cases {
+            assert_eq!(alert(labels).notes(), *want, "{labels:?}");
         }
     }
 

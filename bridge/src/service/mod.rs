@@ -33,7 +33,7 @@ use crate::liveness::Liveness;
 use crate::metrics::{ActionLabel, Metrics, OperationLabel, PathLabel, ReasonLabel, ResultLabel};
 use crate::notify::{Durable, Notifier};
 use crate::orchestrator::{self, Orchestrator, OrchestratorError, Report, most_urgent};
-use crate::store::{Batch, EventPage, EventQuery, Opened, Store, StoreError, StoredEvent};
+use crate::store::{Batch, EventPage, EventQuery, Opened, Store, StoreError};
 use crate::view::{
     ClusterHealth, ClusterView, Halt, Key, NodeList, NodeQuery, NodeSummary, NodeView, Place,
     SeenAlert, Sort, SourceView, holds, page_token, worst_state,
@@ -113,9 +113,8 @@ pub struct Hale {
     synced: AtomicU64,
     /// Whether the shared store answered the last read or write.
     store_ok: AtomicBool,
-    /// Webhooks delivered from the shared store's record (`None`: from queues fed
-    /// by each write).
-    durable: Option<Durable>,
+    /// Webhooks delivered from the store's record of events.
+    durable: Durable,
 }
 
 /// The last poll's alerts for `GET /api/v1/alerts`: built by a poll only while asked
@@ -167,13 +166,13 @@ impl Hale {
             _ => orchestrator,
         };
         let shared = store.shared();
-        let durable = outbox.map(|outbox| {
+        let durable = {
             let o = orchestrator.clone();
             Durable {
                 outbox,
                 leads: Arc::new(move || o.leads()),
             }
-        });
+        };
         let now = Utc::now();
         let fleet = store.load(now)?;
         let store_named = match (&loaded.config.store.kind, &loaded.config.store.nats) {
@@ -195,7 +194,7 @@ impl Hale {
             &loaded.webhooks,
             &metrics.webhooks,
             &liveness,
-            durable.as_ref(),
+            &durable,
         );
         if let Some(max) = loaded.config.store.max_bytes {
             metrics.store_bytes_max.set(max as i64);
@@ -266,6 +265,22 @@ impl Hale {
         self.fleet.lock().expect("fleet lock")
     }
 
+    /// Run `work`, which waits on the fleet or the writer lock, from async code. A
+    /// poll's step holds the fleet lock and its write the writer lock for seconds
+    /// at 100,000 nodes, and a runtime worker waiting on either serves nothing
+    /// meanwhile — with one worker per core, two such waits stop every request and
+    /// webhook — so `work` runs on a blocking thread.
+    pub async fn off_runtime<T, F>(self: &Arc<Self>, work: F) -> T
+    where
+        F: FnOnce(&Self) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || work(&this))
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    }
+
     /// Run one step of the core and persist its outcome. The fleet lock is held until
     /// the writer lock is taken, so writes land in the order steps happened. The
     /// step's events move to the store; the outcome returned keeps the rest.
@@ -332,19 +347,11 @@ impl Hale {
         drop(fleet);
         let (nodes, events) = (batch.nodes.len(), batch.events.len());
         match writer.store.write(&batch) {
-            Ok(ids) => {
+            Ok(_) => {
                 self.store_ok.store(true, Ordering::Relaxed);
-                // Every replica keeps its own record; only the leader tells others.
-                if self.orchestrator.leads() {
-                    let stored: Vec<StoredEvent> = ids
-                        .into_iter()
-                        .zip(todo.events)
-                        .map(|(id, event)| StoredEvent { id, event })
-                        .collect();
-                    self.notifier
-                        .read()
-                        .expect("notifier lock")
-                        .publish(&stored);
+                // The delivery tasks read the events from the store.
+                if events > 0 {
+                    self.notifier.read().expect("notifier lock").written();
                 }
                 if nodes > 0 {
                     self.publish_now.notify_one();
@@ -931,7 +938,13 @@ impl Hale {
         }
         let client = self.client.read().expect("client lock").clone();
         let body = client.fetch().await?.body;
-        let list = render_alerts(&alertmanager::parse_v2(&body)?, &self.config());
+        // Parsed off the runtime: 500,000 alerts take a second.
+        let cfg = self.config();
+        let list = tokio::task::spawn_blocking(move || {
+            alertmanager::parse_v2(&body).map(|alerts| render_alerts(&alerts, &cfg))
+        })
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
         self.seen.lock().expect("seen lock").alerts = Some((Instant::now(), list.clone()));
         Ok(list)
     }
@@ -1116,7 +1129,7 @@ impl Hale {
             &next.webhooks,
             &self.metrics.webhooks,
             &self.liveness,
-            self.durable.as_ref(),
+            &self.durable,
         );
         *self.federation.write().expect("federation lock") = Arc::new(Federation::new(&next));
         self.metrics
@@ -1165,7 +1178,7 @@ impl Hale {
                 }
             }
             if leads && term == Some(now) {
-                self.act_pending();
+                self.act_pending().await;
             }
             tokio::select! {
                 () = self.act_now.notified() => {}
@@ -1207,10 +1220,10 @@ impl Hale {
                 () = self.publish_now.notified() => {}
                 () = tokio::time::sleep(PUBLISH) => {}
             }
-            if !self.orchestrator.leads() {
+            if !self.orchestrator.leads() || !self.orchestrator.publishes() {
                 continue;
             }
-            let reports = self.reports();
+            let reports = self.off_runtime(Self::reports).await;
             if let Err(e) = self.orchestrator.publish(&reports).await {
                 warn!(error = %e, "publishing node health to the orchestrator failed; retried shortly");
             }
@@ -1294,16 +1307,19 @@ impl Hale {
     /// One task per node with pending actions, doing them in the order decided (a
     /// cordon before the eviction that follows it). Nothing is performed while a
     /// decision is only in memory: a failed store write leaves it unacted upon.
-    fn act_pending(self: &Arc<Self>) {
-        if self.writer.lock().expect("writer lock").pending.is_some() {
-            return;
-        }
+    async fn act_pending(self: &Arc<Self>) {
         let nodes: BTreeSet<String> = self
-            .lock_fleet()
-            .pending()
-            .into_iter()
-            .map(|(node, _)| node)
-            .collect();
+            .off_runtime(|this| {
+                if this.writer.lock().expect("writer lock").pending.is_some() {
+                    return BTreeSet::new();
+                }
+                this.lock_fleet()
+                    .pending()
+                    .into_iter()
+                    .map(|(node, _)| node)
+                    .collect()
+            })
+            .await;
         for node in nodes {
             if !self
                 .acting
@@ -1321,12 +1337,15 @@ impl Hale {
                     if !this.orchestrator.leads() {
                         break;
                     }
-                    let next = {
-                        let fleet = this.lock_fleet();
-                        fleet
-                            .next_action(&node)
-                            .map(|p| (p, fleet.ledger.move_counts()))
-                    };
+                    let id = node.clone();
+                    let next = this
+                        .off_runtime(move |this| {
+                            let fleet = this.lock_fleet();
+                            fleet
+                                .next_action(&id)
+                                .map(|p| (p, fleet.ledger.move_counts()))
+                        })
+                        .await;
                     let Some((pending, moves)) = next else { break };
                     if !this.perform(&node, pending, &moves).await {
                         break;
@@ -1500,6 +1519,7 @@ fn seen_alert(a: &Alert<'_>, cfg: &Loaded) -> SeenAlert {
         }
         .into(),
         starts_at: a.started(),
+        notes: a.notes(),
     }
 }
 
@@ -1693,5 +1713,70 @@ mod tests {
         assert!(panicked.is_err());
         let e = hale.alive().unwrap_err();
         assert!(e.contains("poisoned"), "{e}");
+    }
+
+    /// A poll's step holds the fleet lock for seconds on a large fleet. The async
+    /// paths that wait on it must wait off the runtime: on a runtime of one worker,
+    /// another task still runs while each of them waits.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn waiting_on_the_fleet_lock_leaves_the_runtime_serving() {
+        use std::sync::mpsc::channel;
+        type Waiter = fn(Arc<Hale>) -> futures::future::BoxFuture<'static, ()>;
+        let waiters: [(&str, Waiter); 4] = [
+            ("act", |h| Box::pin(async move { h.act_pending().await })),
+            ("power status", |h| {
+                Box::pin(async move {
+                    let _ = h.power("n1", crate::bmc::Verb::Status, false).await;
+                })
+            }),
+            ("source", |h| {
+                Box::pin(async move {
+                    h.off_runtime(Hale::source).await;
+                })
+            }),
+            ("reload", |h| {
+                Box::pin(async move {
+                    let _ = h.off_runtime(Hale::reload).await;
+                })
+            }),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hale.yaml");
+        let yaml = format!(
+            "store: {{ path: {} }}\ninventory: [{{ id: n1 }}]\n",
+            dir.path().display()
+        );
+        std::fs::write(&path, &yaml).unwrap();
+        let loaded = Config::load(Some(&path)).unwrap();
+        let hale = Hale::open(loaded, Arc::new(NoOrchestrator)).unwrap();
+        for (name, waiter) in waiters {
+            let (release, released) = channel::<()>();
+            let (held, is_held) = channel::<()>();
+            let h = hale.clone();
+            let holder = std::thread::spawn(move || {
+                let _fleet = h.lock_fleet();
+                held.send(()).unwrap();
+                released.recv().unwrap();
+            });
+            is_held.recv().unwrap();
+            // The waiter runs on the only worker before the probe is spawned.
+            let (started, has_started) = channel::<()>();
+            let wait = waiter(hale.clone());
+            let waiting = tokio::spawn(async move {
+                started.send(()).unwrap();
+                wait.await
+            });
+            has_started.recv().unwrap();
+            let (ran, has_run) = channel::<()>();
+            tokio::spawn(async move { ran.send(()).unwrap() });
+            let served = has_run.recv_timeout(Duration::from_secs(10));
+            release.send(()).unwrap();
+            holder.join().unwrap();
+            waiting.await.unwrap();
+            assert!(
+                served.is_ok(),
+                "{name}: the runtime served nothing while it waited"
+            );
+        }
     }
 }

@@ -52,6 +52,32 @@ pub struct PowerReport {
 }
 
 impl Hale {
+    /// A power verb is refused while a reboot flow or a fence holds the node.
+    fn refuse_busy(&self, id: &str) -> Result<(), PowerError> {
+        let fleet = self.lock_fleet();
+        let node = fleet
+            .nodes
+            .get(id)
+            .ok_or_else(|| CoreError::UnknownNode(id.into()))?;
+        if let Some(f) = &node.policy.flow
+            && f.step != crate::core::policy::FlowStep::Queued
+        {
+            return Err(CoreError::Busy {
+                node: id.into(),
+                doing: format!("a reboot flow is at step {}", f.step.as_str()),
+            }
+            .into());
+        }
+        if let Some(f) = &node.policy.fence {
+            return Err(CoreError::Busy {
+                node: id.into(),
+                doing: format!("a fence is at step {}", f.step.as_str()),
+            }
+            .into());
+        }
+        Ok(())
+    }
+
     /// The node's BMC: its inventory entry, the orchestrator's word, the template.
     fn bmc_target(&self, cfg: &Loaded, id: &str) -> Result<Target, PowerError> {
         let (hostname, labels) = {
@@ -91,31 +117,16 @@ impl Hale {
         force: bool,
     ) -> Result<PowerReport, PowerError> {
         let cfg = self.config();
-        if verb != Verb::Status {
-            self.leading().map_err(PowerError::NotLeader)?;
-            let fleet = self.lock_fleet();
-            let node = fleet
-                .nodes
-                .get(id)
-                .ok_or_else(|| CoreError::UnknownNode(id.into()))?;
-            if let Some(f) = &node.policy.flow
-                && f.step != crate::core::policy::FlowStep::Queued
-            {
-                return Err(CoreError::Busy {
-                    node: id.into(),
-                    doing: format!("a reboot flow is at step {}", f.step.as_str()),
+        let (c, node) = (cfg.clone(), id.to_string());
+        let target = self
+            .off_runtime(move |this| {
+                if verb != Verb::Status {
+                    this.leading().map_err(PowerError::NotLeader)?;
+                    this.refuse_busy(&node)?;
                 }
-                .into());
-            }
-            if let Some(f) = &node.policy.fence {
-                return Err(CoreError::Busy {
-                    node: id.into(),
-                    doing: format!("a fence is at step {}", f.step.as_str()),
-                }
-                .into());
-            }
-        }
-        let target = self.bmc_target(&cfg, id)?;
+                this.bmc_target(&c, &node)
+            })
+            .await?;
         let result = match self.controller(&cfg, &target) {
             Ok(c) => c.run(verb, force).await,
             Err(e) => Err(e),
@@ -263,7 +274,8 @@ impl Hale {
     ) -> Result<Done, OrchestratorError> {
         let cfg = self.config();
         let action = Action::Power { op, force };
-        let target = match self.bmc_target(&cfg, node) {
+        let (c, id) = (cfg.clone(), node.to_string());
+        let target = match self.off_runtime(move |this| this.bmc_target(&c, &id)).await {
             Ok(t) => t,
             Err(PowerError::NoBmc { .. }) if op == PowerOp::Reboot => {
                 return orchestrator::perform(
@@ -363,8 +375,14 @@ impl Hale {
             beat.beat();
             let cfg = self.config();
             let client = self.client.read().expect("client lock").clone();
-            let mut facts = Facts::default();
-            self.bmc_facts(&cfg, &mut facts);
+            let c = cfg.clone();
+            let mut facts = self
+                .off_runtime(move |this| {
+                    let mut facts = Facts::default();
+                    this.bmc_facts(&c, &mut facts);
+                    facts
+                })
+                .await;
             for filters in &cfg.blocking.all {
                 match client.firing(filters).await {
                     Ok(names) if !names.is_empty() => {

@@ -7,7 +7,9 @@
 pub mod nats;
 pub mod sqlite;
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::core::policy::Moves;
 use crate::core::{Event, Fleet, Outcome, Time};
@@ -215,9 +217,57 @@ pub struct Opened {
     /// A store shared by replicas offers a lease to elect their leader by, for an
     /// orchestrator that elects none.
     pub lease: Option<nats::Lease>,
-    /// A store shared by replicas delivers webhooks from its own record, so the
-    /// next leader resumes the deliveries.
-    pub outbox: Option<nats::Outbox>,
+    /// Webhooks are delivered from the store's own record of events, so a restart
+    /// (or the next leader) resumes the deliveries where they stopped.
+    pub outbox: Arc<dyn Outbox>,
+}
+
+/// A boxed future, for the async parts of the outbox port.
+pub type Fut<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// Outbound webhook deliveries read from the store's events: one feed per endpoint
+/// that resumes after the last event it acknowledged.
+pub trait Outbox: Send + Sync {
+    /// The feed of the endpoint `key` names. One this store has never seen starts
+    /// with the events stored from `since` (when this process began delivering).
+    /// `types`: only events of these types (all when `None`); `backlog`: at most
+    /// this many wait, the oldest beyond them skipped and counted — `None` where
+    /// the store itself is the queue.
+    fn feed<'a>(
+        &'a self,
+        key: &'a str,
+        since: Time,
+        types: Option<&'a BTreeSet<String>>,
+        backlog: usize,
+    ) -> Fut<'a, Result<Box<dyn Feed>>>;
+    /// Events were written: feeds waiting for them look at once.
+    fn written(&self) {}
+}
+
+/// One endpoint's feed.
+pub trait Feed: Send + Sync {
+    /// The next events to deliver, in order, waiting up to `wait` for one.
+    fn next(&mut self, wait: std::time::Duration) -> Fut<'_, Result<Fetched>>;
+}
+
+/// What a feed handed out: events to deliver, each acknowledged once delivered or
+/// given up, and how many waiting events it skipped past its backlog.
+#[derive(Default)]
+pub struct Fetched {
+    pub events: Vec<Box<dyn Pending>>,
+    pub overflowed: u64,
+}
+
+/// An event handed out for delivery.
+pub trait Pending: Send + Sync {
+    /// `None`: its record cannot be read; it is acknowledged unsent.
+    fn event(&self) -> Option<&StoredEvent>;
+    /// Done with it: it is not handed out again.
+    fn ack(&self) -> Fut<'_, Result<()>>;
+    /// Still delivering: not to be handed to another deliverer yet.
+    fn progress(&self) -> Fut<'_, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// What every store kind must do, run by each kind's tests against a real

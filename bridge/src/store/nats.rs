@@ -19,7 +19,7 @@
 //! The port is synchronous (a step writes under its locks); the client lives on a
 //! runtime of its own, which every call hands its work to and waits for.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,7 +33,9 @@ use futures::StreamExt;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::{Batch, EventPage, EventQuery, Opened, Result, Store, StoreError, StoredEvent};
+use super::{
+    Batch, EventPage, EventQuery, Fetched, Fut, Opened, Result, Store, StoreError, StoredEvent,
+};
 use crate::core::policy::Moves;
 use crate::core::{Event, Fleet, Node, Time, Trust};
 use crate::hex;
@@ -285,7 +287,8 @@ pub const ACK_WAIT: Duration = Duration::from_secs(10);
 
 /// Outbound webhooks delivered from the event stream: one durable consumer per
 /// endpoint, so the next leader resumes where the last one stopped (an event it
-/// delivered but did not acknowledge goes again, with the same id).
+/// delivered but did not acknowledge goes again, with the same id). The stream is
+/// the queue: nothing is skipped for a backlog.
 #[derive(Clone)]
 pub struct Outbox {
     events: stream::Stream,
@@ -294,92 +297,106 @@ pub struct Outbox {
 }
 
 /// An endpoint's consumer.
-pub struct Feed {
+struct Feed {
     consumer: consumer::Consumer<consumer::pull::Config>,
     instance: String,
 }
 
 /// An event handed out for delivery, acknowledged once delivered (or given up).
-pub struct Pending {
-    pub event: Option<StoredEvent>,
+struct Pending {
+    event: Option<StoredEvent>,
     message: jetstream::Message,
 }
 
-impl Outbox {
-    /// The consumer for the endpoint `key` names, created when missing, starting
-    /// with the events stored from `since` (when this process began delivering).
-    pub async fn feed(&self, key: &str, since: Time) -> Result<Feed> {
-        let name = format!("hale-webhook-{}", hex(&Sha256::digest(key)[..8]));
-        let consumer = self
-            .events
-            .get_or_create_consumer(
-                &name,
-                consumer::pull::Config {
-                    durable_name: Some(name.clone()),
-                    description: Some("hale: webhook deliveries to one endpoint".into()),
-                    filter_subject: format!("{}.>", self.subjects),
-                    deliver_policy: consumer::DeliverPolicy::ByStartTime { start_time: since },
-                    ack_policy: consumer::AckPolicy::Explicit,
-                    ack_wait: ACK_WAIT,
-                    // One at a time, in order.
-                    max_ack_pending: 1,
-                    ..Default::default()
-                },
-            )
-            .await
-            .op("open a webhook consumer")?;
-        Ok(Feed {
-            consumer,
-            instance: self.instance.clone(),
+impl super::Outbox for Outbox {
+    fn feed<'a>(
+        &'a self,
+        key: &'a str,
+        since: Time,
+        _: Option<&'a BTreeSet<String>>,
+        _: usize,
+    ) -> Fut<'a, Result<Box<dyn super::Feed>>> {
+        Box::pin(async move {
+            let name = format!("hale-webhook-{}", hex(&Sha256::digest(key)[..8]));
+            let consumer = self
+                .events
+                .get_or_create_consumer(
+                    &name,
+                    consumer::pull::Config {
+                        durable_name: Some(name.clone()),
+                        description: Some("hale: webhook deliveries to one endpoint".into()),
+                        filter_subject: format!("{}.>", self.subjects),
+                        deliver_policy: consumer::DeliverPolicy::ByStartTime { start_time: since },
+                        ack_policy: consumer::AckPolicy::Explicit,
+                        ack_wait: ACK_WAIT,
+                        // One at a time, in order.
+                        max_ack_pending: 1,
+                        ..Default::default()
+                    },
+                )
+                .await
+                .op("open a webhook consumer")?;
+            Ok(Box::new(Feed {
+                consumer,
+                instance: self.instance.clone(),
+            }) as Box<dyn super::Feed>)
         })
     }
 }
 
-impl Feed {
-    /// The next events to deliver, waiting up to `wait` for one.
-    pub async fn next(&self, wait: Duration) -> Result<Vec<Pending>> {
-        // A batch waits up to `wait` for an event (a fetch would answer at once).
-        let mut batch = self
-            .consumer
-            .batch()
-            .max_messages(8)
-            .expires(wait)
-            .messages()
-            .await
-            .op("read webhook deliveries")?;
-        let mut out = Vec::new();
-        while let Some(m) = batch.next().await {
-            let message = m.map_err(nats("read a webhook delivery"))?;
-            let seq = message.info().ok().map(|i| i.stream_sequence);
-            // An unreadable record cannot be delivered: it is acknowledged unsent.
-            let event = seq.and_then(|seq| {
-                let event = serde_json::from_slice::<Event>(&message.payload).ok()?;
-                Some(StoredEvent {
-                    id: format!("{}-{seq}", self.instance),
-                    event,
-                })
-            });
-            out.push(Pending { event, message });
-        }
-        Ok(out)
+impl super::Feed for Feed {
+    fn next(&mut self, wait: Duration) -> Fut<'_, Result<Fetched>> {
+        Box::pin(async move {
+            // A batch waits up to `wait` for an event (a fetch would answer at once).
+            let mut batch = self
+                .consumer
+                .batch()
+                .max_messages(8)
+                .expires(wait)
+                .messages()
+                .await
+                .op("read webhook deliveries")?;
+            let mut out = Fetched::default();
+            while let Some(m) = batch.next().await {
+                let message = m.map_err(nats("read a webhook delivery"))?;
+                let seq = message.info().ok().map(|i| i.stream_sequence);
+                // An unreadable record cannot be delivered: it is acknowledged unsent.
+                let event = seq.and_then(|seq| {
+                    let event = serde_json::from_slice::<Event>(&message.payload).ok()?;
+                    Some(StoredEvent {
+                        id: format!("{}-{seq}", self.instance),
+                        event,
+                    })
+                });
+                out.events.push(Box::new(Pending { event, message }));
+            }
+            Ok(out)
+        })
     }
 }
 
-impl Pending {
-    /// Done with it: confirmed by the server, so it is not handed out again.
-    pub async fn ack(&self) -> Result<()> {
-        self.message
-            .double_ack()
-            .await
-            .map_err(|e| StoreError::Nats {
-                op: "acknowledge a webhook delivery",
-                cause: e.to_string(),
-            })
+impl super::Pending for Pending {
+    fn event(&self) -> Option<&StoredEvent> {
+        self.event.as_ref()
     }
 
-    /// Still delivering: not to be handed out again yet.
-    pub async fn progress(&self) {
-        let _ = self.message.ack_with(jetstream::AckKind::Progress).await;
+    /// Confirmed by the server, so it is not handed out again.
+    fn ack(&self) -> Fut<'_, Result<()>> {
+        Box::pin(async move {
+            self.message
+                .double_ack()
+                .await
+                .map_err(|e| StoreError::Nats {
+                    op: "acknowledge a webhook delivery",
+                    cause: e.to_string(),
+                })
+        })
+    }
+
+    fn progress(&self) -> Fut<'_, ()> {
+        Box::pin(async move {
+            let _ = self.message.ack_with(jetstream::AckKind::Progress).await;
+        })
     }
 }
 
@@ -544,7 +561,7 @@ impl Nats {
             writer: Box::new(writer),
             upkeep: Box::new(upkeep),
             lease: Some(lease),
-            outbox: Some(outbox),
+            outbox: Arc::new(outbox),
         })
     }
 

@@ -1,11 +1,17 @@
 //! The embedded store: one SQLite file (WAL) under `store.path`. A change and the
 //! events it caused are written in one transaction.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
+use tokio::sync::Notify;
 
-use super::{Batch, EventPage, EventQuery, Opened, Result, Store, StoreError, StoredEvent};
+use super::{
+    Batch, EventPage, EventQuery, Fetched, Fut, Opened, Result, Store, StoreError, StoredEvent,
+};
 use crate::core::policy::Moves;
 use crate::core::{Event, Fleet, Node, Time, Trust};
 
@@ -156,7 +162,7 @@ impl Sqlite {
             writer: Box::new(writer),
             upkeep: Box::new(Sqlite::open(dir)?),
             lease: None,
-            outbox: None,
+            outbox: Arc::new(Outbox::new(dir)),
         })
     }
 }
@@ -485,6 +491,290 @@ impl Store for Sqlite {
     }
 }
 
+/// The file beside the store's that holds each webhook endpoint's place in the
+/// events: a place is written after every delivery, and never waits for the
+/// store's writer (a first poll of 100,000 nodes holds it for seconds).
+pub const PLACES: &str = "webhooks.db";
+
+/// Outbound webhooks delivered from the events table. Each endpoint's place — the
+/// sequence number of the last event it is done with — is kept in [`PLACES`], so a
+/// restart, clean or not, resumes where the deliveries stopped.
+pub struct Outbox {
+    dir: PathBuf,
+    wake: Arc<Notify>,
+}
+
+impl Outbox {
+    pub fn new(dir: &Path) -> Outbox {
+        Outbox {
+            dir: dir.to_path_buf(),
+            wake: Arc::new(Notify::new()),
+        }
+    }
+}
+
+/// One endpoint's feed: events read on one connection, its place written on another.
+struct Feed {
+    db: Arc<Mutex<FeedDb>>,
+    wake: Arc<Notify>,
+}
+
+struct FeedDb {
+    events: Connection,
+    places: Connection,
+    instance: String,
+    key: String,
+    /// ` AND type IN (?2, …)`, or empty for every type.
+    types_sql: String,
+    types: Vec<String>,
+    backlog: usize,
+    /// The last event handed out; the place stored is the last one acknowledged.
+    handed: i64,
+}
+
+struct Pending {
+    event: Option<StoredEvent>,
+    seq: i64,
+    db: Arc<Mutex<FeedDb>>,
+}
+
+/// Run blocking store work from async code.
+async fn off_runtime<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+}
+
+impl super::Outbox for Outbox {
+    fn feed<'a>(
+        &'a self,
+        key: &'a str,
+        since: Time,
+        types: Option<&'a BTreeSet<String>>,
+        backlog: usize,
+    ) -> Fut<'a, Result<Box<dyn super::Feed>>> {
+        let (dir, key) = (self.dir.clone(), key.to_string());
+        let types: Vec<String> = types.into_iter().flatten().cloned().collect();
+        let since = since.timestamp_millis();
+        Box::pin(async move {
+            let db = off_runtime(move || FeedDb::open(&dir, key, types, since, backlog)).await?;
+            Ok(Box::new(Feed {
+                db: Arc::new(Mutex::new(db)),
+                wake: self.wake.clone(),
+            }) as Box<dyn super::Feed>)
+        })
+    }
+
+    fn written(&self) {
+        self.wake.notify_waiters();
+    }
+}
+
+impl FeedDb {
+    fn open(
+        dir: &Path,
+        key: String,
+        types: Vec<String>,
+        since: i64,
+        backlog: usize,
+    ) -> Result<FeedDb> {
+        let events = Connection::open(dir.join(FILE)).op("open the events for webhooks")?;
+        events
+            .pragma_update(None, "busy_timeout", 5000)
+            .op("set busy timeout")?;
+        let instance: String = events
+            .query_row("SELECT value FROM meta WHERE key = 'instance'", [], |r| {
+                r.get(0)
+            })
+            .op("read store instance")?;
+        let places = Connection::open(dir.join(PLACES)).op("open the webhook places")?;
+        places
+            .pragma_update(None, "journal_mode", "WAL")
+            .op("enable WAL")?;
+        places
+            .pragma_update(None, "synchronous", "NORMAL")
+            .op("set synchronous")?;
+        places
+            .execute_batch(
+                "CREATE TABLE IF NOT EXISTS places (key TEXT PRIMARY KEY, seq INTEGER NOT NULL) WITHOUT ROWID",
+            )
+            .op("create the webhook places")?;
+        let placed: Option<i64> = places
+            .query_row("SELECT seq FROM places WHERE key = ?1", params![key], |r| {
+                r.get(0)
+            })
+            .optional()
+            .op("read a webhook place")?;
+        let types_sql = if types.is_empty() {
+            String::new()
+        } else {
+            let marks: Vec<String> = (0..types.len()).map(|i| format!("?{}", i + 2)).collect();
+            format!(" AND type IN ({})", marks.join(", "))
+        };
+        let mut db = FeedDb {
+            events,
+            places,
+            instance,
+            key,
+            types_sql,
+            types,
+            backlog,
+            handed: 0,
+        };
+        db.handed = match placed {
+            Some(seq) => seq,
+            // New: from the first event stored at `since` or later.
+            None => {
+                let (first, last): (Option<i64>, Option<i64>) = db
+                    .events
+                    .query_row(
+                        "SELECT (SELECT MIN(seq) FROM events WHERE occurred_at >= ?1), (SELECT MAX(seq) FROM events)",
+                        params![since],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .op("find where webhooks start")?;
+                let start = first.map_or(last.unwrap_or(0), |s| s - 1);
+                db.place(start)?;
+                start
+            }
+        };
+        Ok(db)
+    }
+
+    /// Keep `seq` as the last event this endpoint is done with.
+    fn place(&self, seq: i64) -> Result<()> {
+        self.places
+            .execute(
+                "INSERT OR REPLACE INTO places (key, seq) VALUES (?1, ?2)",
+                params![self.key, seq],
+            )
+            .op("write a webhook place")
+            .map(drop)
+    }
+
+    /// The args of a query on events after `seq`, filtered by type.
+    fn after(&self, seq: i64) -> Vec<rusqlite::types::Value> {
+        std::iter::once(seq.into())
+            .chain(self.types.iter().map(|t| t.clone().into()))
+            .collect()
+    }
+
+    /// Skip what waits beyond the backlog, oldest first; then up to 8 events.
+    fn fetch(&mut self, db: &Arc<Mutex<FeedDb>>) -> Result<(Vec<Pending>, u64)> {
+        let n = self.types.len() + 2;
+        let beyond: Option<i64> = self
+            .events
+            .prepare_cached(&format!(
+                "SELECT seq FROM events WHERE seq > ?1{} ORDER BY seq DESC LIMIT 1 OFFSET ?{n}",
+                self.types_sql
+            ))
+            .and_then(|mut stmt| {
+                let mut args = self.after(self.handed);
+                args.push((self.backlog as i64).into());
+                stmt.query_row(rusqlite::params_from_iter(args), |r| r.get(0))
+                    .optional()
+            })
+            .op("read webhook deliveries")?;
+        let mut overflowed = 0;
+        if let Some(newest_skipped) = beyond {
+            let mut args = self.after(self.handed);
+            args.push(newest_skipped.into());
+            let skipped: i64 = self
+                .events
+                .query_row(
+                    &format!(
+                        "SELECT COUNT(*) FROM events WHERE seq > ?1{} AND seq <= ?{n}",
+                        self.types_sql
+                    ),
+                    rusqlite::params_from_iter(args),
+                    |r| r.get(0),
+                )
+                .op("read webhook deliveries")?;
+            self.place(newest_skipped)?;
+            self.handed = newest_skipped;
+            overflowed = skipped as u64;
+        }
+        let mut stmt = self
+            .events
+            .prepare_cached(&format!(
+                "SELECT seq, body FROM events WHERE seq > ?1{} ORDER BY seq LIMIT 8",
+                self.types_sql
+            ))
+            .op("read webhook deliveries")?;
+        let rows = stmt
+            .query_map(rusqlite::params_from_iter(self.after(self.handed)), |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+            })
+            .op("read webhook deliveries")?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, body) = row.op("read webhook deliveries")?;
+            // An unreadable record cannot be delivered: it is acknowledged unsent.
+            let event = serde_json::from_str::<Event>(&body)
+                .ok()
+                .map(|event| StoredEvent {
+                    id: event_id(&self.instance, seq),
+                    event,
+                });
+            out.push(Pending {
+                event,
+                seq,
+                db: db.clone(),
+            });
+        }
+        drop(stmt);
+        if let Some(last) = out.last() {
+            self.handed = last.seq;
+        }
+        Ok((out, overflowed))
+    }
+}
+
+impl super::Feed for Feed {
+    fn next(&mut self, wait: Duration) -> Fut<'_, Result<Fetched>> {
+        Box::pin(async move {
+            let until = tokio::time::Instant::now() + wait;
+            loop {
+                // Listening before looking: an event written meanwhile wakes it.
+                let woken = self.wake.notified();
+                tokio::pin!(woken);
+                woken.as_mut().enable();
+                let db = self.db.clone();
+                let (events, overflowed) = off_runtime(move || {
+                    let mut feed = db.lock().expect("webhook feed lock");
+                    feed.fetch(&db)
+                })
+                .await?;
+                if !events.is_empty() || overflowed > 0 {
+                    return Ok(Fetched {
+                        events: events
+                            .into_iter()
+                            .map(|p| Box::new(p) as Box<dyn super::Pending>)
+                            .collect(),
+                        overflowed,
+                    });
+                }
+                if tokio::time::timeout_at(until, woken).await.is_err() {
+                    return Ok(Fetched::default());
+                }
+            }
+        })
+    }
+}
+
+impl super::Pending for Pending {
+    fn event(&self) -> Option<&StoredEvent> {
+        self.event.as_ref()
+    }
+
+    fn ack(&self) -> Fut<'_, Result<()>> {
+        let (db, seq) = (self.db.clone(), self.seq);
+        Box::pin(off_runtime(move || {
+            db.lock().expect("webhook feed lock").place(seq)
+        }))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::{TimeZone, Utc};
@@ -499,6 +789,108 @@ mod tests {
     #[test]
     fn a_batch_round_trips_and_removal_keeps_events() {
         suite::a_batch_round_trips_and_removal_keeps_events(&open);
+    }
+
+    fn event(node: &str, missed: bool, at: Time) -> Event {
+        Event {
+            node_id: node.into(),
+            kind: if missed {
+                crate::core::EventKind::HeartbeatMissed { last_heartbeat: at }
+            } else {
+                crate::core::EventKind::NodeDecommissioned {
+                    by: "operator".into(),
+                }
+            },
+            occurred_at: at,
+            message: node.into(),
+        }
+    }
+
+    fn write(store: &mut Sqlite, events: &[Event]) {
+        let batch = Batch {
+            events,
+            trust: "{}".into(),
+            ..Batch::default()
+        };
+        store.write(&batch).unwrap();
+    }
+
+    async fn take(feed: &mut Box<dyn super::super::Feed>, wait: Duration) -> (Vec<String>, u64) {
+        let fetched = feed.next(wait).await.unwrap();
+        let mut messages = Vec::new();
+        for p in &fetched.events {
+            messages.push(p.event().unwrap().event.message.clone());
+            p.ack().await.unwrap();
+        }
+        (messages, fetched.overflowed)
+    }
+
+    /// A webhook feed hands out each event once, in order, and resumes after the
+    /// last one acknowledged when opened again (a restart); a feed new to the
+    /// store starts at its `since`; what waits beyond the backlog is skipped,
+    /// oldest first, and counted; a type filter hands out only its types; a write
+    /// wakes a feed waiting for one.
+    #[tokio::test]
+    async fn webhook_feeds_resume_after_their_place() {
+        use crate::store::Outbox as _;
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Sqlite::open(dir.path()).unwrap();
+        let t0 = Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap();
+        let events: Vec<Event> = (0..5)
+            .map(|i| event(&format!("n{i}"), i % 2 == 1, t0))
+            .collect();
+        write(&mut store, &events);
+        let outbox = Outbox::new(dir.path());
+        let quick = Duration::from_millis(10);
+
+        let mut feed = outbox.feed("a", t0, None, 100).await.unwrap();
+        let fetched = feed.next(quick).await.unwrap();
+        assert_eq!(fetched.events.len(), 5);
+        let ids: Vec<&str> = fetched
+            .events
+            .iter()
+            .map(|p| p.event().unwrap().id.as_str())
+            .collect();
+        assert!(ids[0].ends_with("-1") && ids[4].ends_with("-5"), "{ids:?}");
+        fetched.events[0].ack().await.unwrap();
+        fetched.events[1].ack().await.unwrap();
+        drop(fetched);
+        drop(feed);
+        // Opened again, as after a restart: from the last acknowledged on.
+        let mut feed = outbox.feed("a", t0, None, 100).await.unwrap();
+        assert_eq!(
+            take(&mut feed, quick).await,
+            (vec!["n2".into(), "n3".into(), "n4".into()], 0)
+        );
+        assert_eq!(take(&mut feed, quick).await, (vec![], 0));
+
+        // A new endpoint starts with what is stored from its start.
+        let later = t0 + chrono::TimeDelta::hours(1);
+        let mut new = outbox.feed("b", later, None, 100).await.unwrap();
+        assert_eq!(take(&mut new, quick).await, (vec![], 0));
+        write(&mut store, &[event("n5", false, later)]);
+        assert_eq!(take(&mut new, quick).await, (vec!["n5".into()], 0));
+
+        // A backlog of 2: the oldest four of six skipped and counted.
+        let mut small = outbox.feed("c", t0, None, 2).await.unwrap();
+        assert_eq!(
+            take(&mut small, quick).await,
+            (vec!["n4".into(), "n5".into()], 4)
+        );
+        // Only missed heartbeats.
+        let missed = BTreeSet::from(["HEARTBEAT_MISSED".to_string()]);
+        let mut only = outbox.feed("d", t0, Some(&missed), 100).await.unwrap();
+        assert_eq!(
+            take(&mut only, quick).await,
+            (vec!["n1".into(), "n3".into()], 0)
+        );
+
+        // Waiting for an event, woken by its write.
+        assert_eq!(take(&mut feed, quick).await, (vec!["n5".into()], 0));
+        let waiting = tokio::spawn(async move { take(&mut feed, Duration::from_secs(60)).await });
+        write(&mut store, &[event("n6", false, later)]);
+        outbox.written();
+        assert_eq!(waiting.await.unwrap(), (vec!["n6".into()], 0));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! `at(0).poll([...])`, `at(95).tick()`, then the events and state expected.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{TimeDelta, TimeZone};
 
@@ -1083,6 +1083,37 @@ fn a_steady_poll_rewrites_no_evidence() {
         s.node("n1").conditions["gpu_ecc_errors"].message,
         "correctable ECC errors on GPU 0; correctable ECC errors on GPU 1"
     );
+}
+
+/// What a steady poll holds in memory between saves is written by a clean stop:
+/// the reported nodes, with their records where conditions count observations,
+/// with their report times alone otherwise; a node never reported is not written.
+#[test]
+fn a_stop_writes_what_reports_held_in_memory() {
+    let mut s = script("");
+    let alerts = [
+        watchdog(),
+        heartbeat("n1"),
+        smart_failing("n1"),
+        heartbeat("n2"),
+    ];
+    let listed = Listed {
+        id: "n3".into(),
+        hostname: None,
+        labels: BTreeMap::new(),
+    };
+    s.fleet.register(&s.cfg, s.now, &[listed]);
+    s.at(0).poll(&alerts);
+    // The second report counts as the policy's second score: written.
+    s.at(30).poll(&alerts);
+    for t in [60, 90] {
+        s.at(t).poll(&alerts);
+        assert!(s.last.dirty.is_empty() && s.last.touched.is_empty());
+    }
+    assert_eq!(s.node("n1").conditions["disk_degraded"].observations, 4);
+    let out = s.fleet.stop(&s.cfg, s.now);
+    assert_eq!(out.dirty, BTreeSet::from(["n1".to_string()]));
+    assert_eq!(out.touched, BTreeSet::from(["n2".to_string()]));
 }
 
 #[test]
