@@ -571,7 +571,10 @@ impl Client {
             let again = req.try_clone();
             let resp = req.send().await.map_err(|e| {
                 let why = hale::error_chain(&e.without_url());
-                anyhow::anyhow!("cannot reach hale at {}: {why}", self.base)
+                anyhow::anyhow!(
+                    "cannot reach hale at {}: {why}",
+                    hale::shown_url(&self.base)
+                )
             })?;
             let status = resp.status();
             let text = resp.text().await.context("reading hale's answer")?;
@@ -599,7 +602,11 @@ impl Client {
             };
             match serde_json::from_str::<ErrorBody>(&text) {
                 Ok(e) => bail!("{} ({}): {}{hint}", e.error, status.as_u16(), e.detail),
-                Err(_) => bail!("hale answered {status}: {text}{hint}"),
+                Err(_) => bail!(
+                    "{} answered {status}, not as hale answers (is it hale?): {}{hint}",
+                    hale::shown_url(&self.base),
+                    text.chars().take(200).collect::<String>()
+                ),
             }
         }
         serde_json::from_str(&text).with_context(|| format!("unexpected answer from hale: {text}"))

@@ -87,7 +87,14 @@ impl From<CoreError> for ApiError {
 
 impl From<JsonRejection> for ApiError {
     fn from(e: JsonRejection) -> Self {
-        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", e.body_text())
+        match e {
+            JsonRejection::MissingJsonContentType(_) => ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                e.body_text(),
+            ),
+            _ => ApiError::new(StatusCode::BAD_REQUEST, "bad_request", e.body_text()),
+        }
     }
 }
 
@@ -97,8 +104,16 @@ type ApiResult<T> = Result<T, ApiError>;
 /// defaults; anything else must be that JSON, whatever its Content-Type says, or
 /// the answer is a 400 saying what is wrong with it.
 fn optional_body<T: serde::de::DeserializeOwned + Default>(body: &Bytes) -> ApiResult<T> {
-    if body.iter().all(u8::is_ascii_whitespace) {
+    let Some(first) = body.iter().find(|b| !b.is_ascii_whitespace()) else {
         return Ok(T::default());
+    };
+    // serde would read a request from an array, field by field.
+    if *first != b'{' {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "the request body must be a JSON object",
+        ));
     }
     serde_json::from_slice(body).map_err(|e| {
         ApiError::new(
@@ -252,8 +267,13 @@ pub(crate) async fn listing(hale: Arc<Hale>, raw: &str) -> ApiResult<NodeList> {
     if let Some(cluster) = query.cluster.as_ref().filter(|c| **c != local) {
         let fed = hale.federation();
         if !fed.names().any(|n| n == cluster) {
-            // A cluster nobody here serves lists nothing.
-            return Ok(local_nodes(hale, query).await);
+            // Refused, as a pool nobody configured is: an empty list would read as a
+            // cluster with no nodes.
+            let names: Vec<&str> = std::iter::once(local.as_str()).chain(fed.names()).collect();
+            return Err(bad_request(format!(
+                "no cluster is named {cluster:?} here: {}",
+                names.join(", ")
+            )));
         }
         let pairs: Vec<(&str, &str)> = pairs
             .iter()
@@ -523,7 +543,12 @@ pub fn node_query(raw: &str) -> ApiResult<NodeQuery> {
             .ok_or_else(|| bad_request(format!("{key}={value:?} is none of {}", names.join(", "))))
     };
     let mut token = None;
+    let mut given = std::collections::BTreeSet::new();
     for (key, value) in form_urlencoded::parse(raw.as_bytes()) {
+        // Each takes one value: a second would silently replace the first.
+        if !given.insert(key.clone()) {
+            return Err(bad_request(format!("{key} is given more than once")));
+        }
         match key.as_ref() {
             "pageSize" => q.page_size = page_size(&value)?,
             "pageToken" => token = Some(value.into_owned()).filter(|t| !t.is_empty()),
@@ -619,6 +644,15 @@ async fn attribute_failure(
             "bad_request",
             "job must name the failed job",
         ));
+    }
+    // A few minutes ahead is clock skew, taken as now; more is a wrong time.
+    if let Some(at) = report.occurred_at
+        && at > chrono::Utc::now() + chrono::TimeDelta::minutes(5)
+    {
+        return Err(bad_request(format!(
+            "occurredAt {} is in the future",
+            at.to_rfc3339()
+        )));
     }
     let h = hale.clone();
     let node = id.clone();
@@ -838,9 +872,33 @@ fn parse_time(key: &str, value: &str, now: Time) -> ApiResult<i64> {
         .ok_or_else(|| bad_request(format!("{key}={value:?} is too far back")))
 }
 
-/// Parse the events query: `since`, `until`, `type` (repeatable, any case), `pageSize`,
-/// `pageToken`, `latest`.
-pub fn event_query(raw: &str, now: Time) -> ApiResult<EventQuery> {
+/// The token of the page of `node`'s events after `seq`: the position, and a check
+/// that this server issued it for this node, so a token made up, mistyped or
+/// taken from another node is refused rather than read as the end of a history.
+pub fn events_token(node: &str, seq: i64) -> String {
+    format!("{seq:x}.{}", events_check(node, seq))
+}
+
+fn events_check(node: &str, seq: i64) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(format!("hale events\n{node}\n{seq}"));
+    crate::hex(&digest[..6])
+}
+
+/// Where a page token of `node`'s events says to continue.
+fn events_after(node: &str, token: &str) -> ApiResult<i64> {
+    let refused = || bad_request("pageToken is not one this server issued for this node's events");
+    let (seq, check) = token.split_once('.').ok_or_else(refused)?;
+    let seq = i64::from_str_radix(seq, 16).map_err(|_| refused())?;
+    if events_check(node, seq) != check {
+        return Err(refused());
+    }
+    Ok(seq)
+}
+
+/// Parse the events query of `node`: `since`, `until`, `type` (repeatable, any
+/// case), `pageSize`, `pageToken`, `latest`.
+pub fn event_query(node: &str, raw: &str, now: Time) -> ApiResult<EventQuery> {
     let mut q = EventQuery {
         page_size: 100,
         ..EventQuery::default()
@@ -862,12 +920,7 @@ pub fn event_query(raw: &str, now: Time) -> ApiResult<EventQuery> {
                 }
             }
             "pageSize" => q.page_size = page_size(&value)?,
-            "pageToken" => {
-                q.after = Some(
-                    i64::from_str_radix(&value, 16)
-                        .map_err(|_| bad_request("pageToken is not one this server issued"))?,
-                )
-            }
+            "pageToken" => q.after = Some(events_after(node, &value)?),
             "latest" => {
                 q.latest = match value.as_ref() {
                     "" | "true" | "1" => true,
@@ -893,7 +946,7 @@ async fn node_events(
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<EventsView>> {
     authorize_read(&hale, &headers)?;
-    let query = event_query(raw.as_deref().unwrap_or(""), chrono::Utc::now())?;
+    let query = event_query(&id, raw.as_deref().unwrap_or(""), chrono::Utc::now())?;
     let node = id.clone();
     let page = blocking(move || hale.events(&node, &query))
         .await
@@ -901,7 +954,7 @@ async fn node_events(
         .ok_or_else(|| unknown(&id))?;
     Ok(Json(EventsView {
         events: page.events,
-        next_page_token: page.next.map(|seq| format!("{seq:x}")),
+        next_page_token: page.next.map(|seq| events_token(&id, seq)),
     }))
 }
 
@@ -1057,13 +1110,13 @@ mod tests {
                 .unwrap()
                 .timestamp_millis()
         };
-        let q = event_query("", now).unwrap();
+        let q = event_query("n1", "", now).unwrap();
         assert_eq!((q.page_size, q.latest, q.types.len()), (100, false, 0));
-        let q = event_query(
-            "since=24h&until=2026-08-05T11%3A00%3A00Z&type=score_changed&type=CONDITION_RAISED,heartbeat_missed&pageSize=20&pageToken=ff",
-            now,
-        )
-        .unwrap();
+        let raw = format!(
+            "since=24h&until=2026-08-05T11%3A00%3A00Z&type=score_changed&type=CONDITION_RAISED,heartbeat_missed&pageSize=20&pageToken={}",
+            events_token("n1", 255)
+        );
+        let q = event_query("n1", &raw, now).unwrap();
         assert_eq!(q.since, Some(ms("2026-08-04T12:00:00Z")));
         assert_eq!(q.until, Some(ms("2026-08-05T11:00:00Z")));
         assert_eq!(
@@ -1071,19 +1124,25 @@ mod tests {
             ["SCORE_CHANGED", "CONDITION_RAISED", "HEARTBEAT_MISSED"]
         );
         assert_eq!((q.page_size, q.after), (20, Some(255)));
-        assert!(event_query("latest=true", now).unwrap().latest);
+        assert!(event_query("n1", "latest=true", now).unwrap().latest);
+        let other = format!("pageToken={}", events_token("n2", 255));
         for bad in [
             "type=SCORE_CHANGD",
             "pageSize=0",
             "pageSize=1001",
             "pageToken=zz",
+            // Hex, but not issued: once read as a position past the end.
+            "pageToken=abc",
+            "pageToken=ff.000000000000",
+            // Another node's.
+            &other,
             "since=yesterday",
             "since=100000000d",
             "latest=maybe",
             "latest=true&pageToken=1",
             "limit=5",
         ] {
-            let e = event_query(bad, now).unwrap_err();
+            let e = event_query("n1", bad, now).unwrap_err();
             assert_eq!(e.status, StatusCode::BAD_REQUEST, "{bad}");
         }
     }

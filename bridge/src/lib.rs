@@ -9,6 +9,7 @@ pub mod config;
 pub mod core;
 pub mod election;
 pub mod federation;
+pub mod fleet_lock;
 pub mod fuzzball;
 pub mod http;
 pub mod kubernetes;
@@ -156,7 +157,7 @@ mod layers {
     /// Bottom up.
     const LAYERS: &[&[&str]] = &[
         &["core"],
-        &["orchestrator", "store", "liveness"],
+        &["orchestrator", "store", "liveness", "fleet_lock"],
         &[
             "kubernetes",
             "fuzzball",

@@ -42,7 +42,8 @@ async fn bad_operator_bodies_are_json_errors_and_change_nothing() {
         ("cordon", r#"{"reason": 5}"#, "invalid type"),
         ("uncordon", r#"{"reasn": "typo"}"#, "unknown field"),
         ("drain", r#"{"active": "yes"}"#, "invalid type"),
-        ("reboot", r#""now""#, "invalid type"),
+        ("reboot", r#""now""#, "must be a JSON object"),
+        ("cordon", "[]", "must be a JSON object"),
         ("conditions/disk_degraded/clear", "{}", "needs a reason"),
         (
             "conditions/disk_degraded/clear",
@@ -64,6 +65,31 @@ async fn bad_operator_bodies_are_json_errors_and_change_nothing() {
         let detail = e["detail"].as_str().unwrap();
         assert!(detail.contains(says), "{verb} {body}: {detail}");
     }
+    // A failure must say it is JSON (curl's --data says it is a form).
+    let r = client
+        .post(format!("{node}/failures"))
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(r#"{"job": "j1"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 415);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"], "unsupported_media_type", "{e}");
+    let r = client
+        .post(format!("{node}/failures"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"job": "j1", "occurredAt": "2099-01-01T00:00:00Z"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert!(
+        e["detail"].as_str().unwrap().contains("in the future"),
+        "{e}"
+    );
     // A method an endpoint does not take is a 405 in JSON too.
     let r = client.put(&node).bearer_auth(TOKEN).send().await.unwrap();
     assert_eq!(r.status(), 405);
@@ -73,6 +99,7 @@ async fn bad_operator_bodies_are_json_errors_and_change_nothing() {
     assert_eq!(after["conditions"], before["conditions"]);
     assert_eq!(after["cordon"], before["cordon"]);
     assert_eq!(after["remediation"], before["remediation"]);
+    assert_eq!(after["failures"], before["failures"]);
 }
 
 #[tokio::test]
@@ -346,6 +373,23 @@ async fn node_ids_with_slash_and_colon_and_operator_verbs() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.starts_with("error: not_found (404)"), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    // A server URL's credentials are not repeated in an error.
+    let out = Command::new(env!("CARGO_BIN_EXE_hale"))
+        .args([
+            "node",
+            "list",
+            "--server",
+            "http://ops:pa55word@127.0.0.1:9",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("error: cannot reach hale at http://127.0.0.1:9/:")
+            && !stderr.contains("pa55word"),
+        "{stderr}"
+    );
     // Without a token, the 401 says how to give one.
     let out = Command::new(env!("CARGO_BIN_EXE_hale"))
         .args(["node", "clear", id, "disk_degraded", "--reason", "x"])

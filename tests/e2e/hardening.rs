@@ -286,8 +286,14 @@ async fn the_node_list_pages_and_filters() {
         .collect();
     assert_eq!(ids, ["n03", "n17"]);
     assert!(degraded["nextPageToken"].is_null());
-    let (_, none) = list("cluster=elsewhere".into()).await;
-    assert_eq!(none["nodes"], json!([]));
+    let (status, none) = list("cluster=elsewhere".into()).await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        none["detail"],
+        "no cluster is named \"elsewhere\" here: default"
+    );
+    let (_, own) = list("cluster=default&health=degraded".into()).await;
+    assert_eq!(own["nodes"].as_array().unwrap().len(), 2);
     let (_, unpooled) = list("pool=cluster&pageSize=500".into()).await;
     assert_eq!(
         unpooled["nodes"].as_array().unwrap().len(),
@@ -301,6 +307,7 @@ async fn the_node_list_pages_and_filters() {
         "status=up",
         "limit=3",
         "pool=nope",
+        "health=Healthy&health=Degraded",
     ] {
         let (status, body) = list(bad.into()).await;
         assert_eq!(status, 400, "{bad}");

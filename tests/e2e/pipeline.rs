@@ -156,6 +156,13 @@ async fn alertmanager_killed_clears_nothing() {
     am.fire(&[watchdog(), heartbeat("n1"), smart_failing("n1")])
         .await;
     hale.wait_node("scored", "n1", |n| n["score"] == 60).await;
+    // Asked once, the alerts are kept from each poll: the last one is not shown
+    // once Alertmanager stops answering.
+    let r = reqwest::get(format!("{}/api/v1/alerts", hale.url))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    hale.after_polls(1.0).await;
     am.kill();
     let n1 = hale
         .wait_node("stale after the source died", "n1", |n| {

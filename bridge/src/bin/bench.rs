@@ -1,7 +1,9 @@
 //! `bench`: how fast and how lean hale is, as ratios against baselines measured in
 //! the same run, on the hard cases. Build with `cargo build --release --bins`, run
 //! `target/release/bench [NODES]` (10,000 by default; 5 alerts per node), or
-//! `target/release/bench stores [NODES]` for the event stores and restarts alone.
+//! `target/release/bench stores [NODES]` for the event stores and restarts alone,
+//! `target/release/bench live [NODES]` for the real Alertmanager and `hale serve`
+//! alone.
 //!
 //! 1. A realistic Alertmanager v2 answer, and the same fleet's answers as they move:
 //!    each later round changes a tenth of the alerts (their summaries count up, their
@@ -47,10 +49,10 @@ const SCRAPE_EVERY: Duration = Duration::from_secs(1);
 fn main() -> anyhow::Result<()> {
     hale::init_tls();
     let mut args: Vec<String> = std::env::args().skip(1).collect();
-    const USAGE: &str = "usage: bench [ingest|stores] [NODES]";
+    const USAGE: &str = "usage: bench [ingest|stores|live] [NODES]";
     let section = args
         .first()
-        .filter(|a| matches!(a.as_str(), "ingest" | "stores"))
+        .filter(|a| matches!(a.as_str(), "ingest" | "stores" | "live"))
         .cloned();
     if section.is_some() {
         args.remove(0);
@@ -66,6 +68,7 @@ fn main() -> anyhow::Result<()> {
     let result = match section.as_deref() {
         Some("ingest") => ingest(nodes, &work, &mut report).map(drop),
         Some("stores") => stores_alone(nodes, &work, &mut report),
+        Some("live") => live_alone(nodes, &work, &mut report),
         _ => run(nodes, &work, &mut report),
     };
     let _ = std::fs::remove_dir_all(&work);
@@ -144,7 +147,26 @@ fn run(nodes: usize, work: &Path, report: &mut Report) -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(live(&am_bin, work, nodes, alerts, [cold, churn], report))
+    rt.block_on(live(
+        &am_bin,
+        work,
+        nodes,
+        alerts,
+        Some([cold, churn]),
+        report,
+    ))
+}
+
+/// `bench live`: the real Alertmanager and `hale serve` alone, without the cycles
+/// in process to compare Alertmanager's time with.
+fn live_alone(nodes: usize, work: &Path, report: &mut Report) -> anyhow::Result<()> {
+    let am_bin = which("prometheus-alertmanager")
+        .context("bench live needs prometheus-alertmanager installed")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(live(&am_bin, work, nodes, nodes * PER_NODE, None, report))
 }
 
 /// A poll applied as `hale serve` applies it: its alerts grouped by node, then
@@ -325,7 +347,7 @@ async fn live(
     work: &Path,
     nodes: usize,
     alerts: usize,
-    [cold, churn]: [Cycle; 2],
+    cycles: Option<[Cycle; 2]>,
     report: &mut Report,
 ) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
@@ -390,18 +412,21 @@ async fn live(
         "  GET /api/v2/alerts, {served} alerts {:>9.1} ms",
         ms(serve)
     );
-    let churn_share = ratio(churn.total(), serve);
-    let cold_share = ratio(cold.total(), serve);
-    let churn_ok = report.target("churn cycle <= 10% of Alertmanager", churn_share <= 0.10);
-    let cold_ok = report.target("cold cycle <= 25% of Alertmanager", cold_share <= 0.25);
-    println!(
-        "  hale churn cycle / serving    {:>8.1} %   (target <= 10%: {churn_ok})",
-        100.0 * churn_share
-    );
-    println!(
-        "  hale cold cycle / serving     {:>8.1} %   (target <= 25%: {cold_ok})\n",
-        100.0 * cold_share
-    );
+    if let Some([cold, churn]) = cycles {
+        let churn_share = ratio(churn.total(), serve);
+        let cold_share = ratio(cold.total(), serve);
+        let churn_ok = report.target("churn cycle <= 10% of Alertmanager", churn_share <= 0.10);
+        let cold_ok = report.target("cold cycle <= 25% of Alertmanager", cold_share <= 0.25);
+        println!(
+            "  hale churn cycle / serving    {:>8.1} %   (target <= 10%: {churn_ok})",
+            100.0 * churn_share
+        );
+        println!(
+            "  hale cold cycle / serving     {:>8.1} %   (target <= 25%: {cold_ok})",
+            100.0 * cold_share
+        );
+    }
+    println!();
 
     // A real hale polling that Alertmanager on its defaults, beside an idle one.
     let hale_bin = std::env::current_exe()?
@@ -426,8 +451,8 @@ async fn live(
         POLL_EVERY.as_secs(),
         took.elapsed().as_secs_f64()
     );
-    let pid = hale.proc.0.id();
-    let rss = latency(&http, &hale_url, nodes, pid, report).await?;
+    let pids = (hale.proc.0.id(), _am.0.id());
+    let rss = latency(&http, &hale_url, nodes, pids, report).await?;
     let budget_kib = 2 * nodes + served;
     let mib = |kib: usize| kib as f64 / 1024.0;
     let above = rss.settled.saturating_sub(idle_rss) as f64 / budget_kib as f64;
@@ -567,7 +592,7 @@ async fn latency(
     http: &reqwest::Client,
     url: &str,
     nodes: usize,
-    pid: u32,
+    (pid, am_pid): (u32, u32),
     report: &mut Report,
 ) -> anyhow::Result<Rss> {
     let polls_before = trusted_polls(http, url).await?;
@@ -577,7 +602,14 @@ async fn latency(
         std::thread::spawn(move || {
             let mut samples = Vec::new();
             while !stop.load(Ordering::Relaxed) {
-                samples.extend(rss_kib(pid));
+                if let Some(rss) = rss_kib(pid) {
+                    samples.push(Sample {
+                        at: Instant::now(),
+                        rss,
+                        hale_cpu: cpu_ticks(pid).unwrap_or(0),
+                        am_cpu: cpu_ticks(am_pid).unwrap_or(0),
+                    });
+                }
                 std::thread::sleep(Duration::from_millis(100));
             }
             samples
@@ -597,7 +629,7 @@ async fn latency(
                     && let Ok(body) = r.text().await
                 {
                     bytes = body.len();
-                    scrapes.push(t.elapsed());
+                    scrapes.push((t, t.elapsed()));
                     if let Some(polls) = polls_in(&body, "trusted") {
                         polls_seen.store(polls as u64, Ordering::Relaxed);
                     }
@@ -656,14 +688,14 @@ async fn latency(
                 break;
             }
         }
-        samples.push(t.elapsed());
+        samples.push((t, t.elapsed()));
         i += 1;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let took = began.elapsed();
     stop.store(true, Ordering::Relaxed);
-    let (mut scrapes, scrape_bytes) = scraper.await?;
-    let rss = sampler.join().expect("the sampler does not panic");
+    let (scrapes, scrape_bytes) = scraper.await?;
+    let sampled = sampler.join().expect("the sampler does not panic");
     let polls = trusted_polls(http, url).await? - polls_before;
     if polls < 2.0 {
         bail!(
@@ -674,6 +706,24 @@ async fn latency(
     if scrapes.is_empty() {
         bail!("no /metrics scrape completed while the deliveries were measured");
     }
+    // What the processes did while the slowest waited: busy (a core or two) or
+    // blocked (next to none).
+    let slowest = |v: &[(Instant, Duration)], what: &str| {
+        if let Some((at, took)) = v.iter().max_by_key(|(_, d)| *d) {
+            let (hale, am) = cpu_share(&sampled, *at, *at + *took);
+            println!(
+                "  the slowest {what}: {:.0} ms, {:.1} s into the window; meanwhile hale used {:.0} % of a core, Alertmanager {:.0} %",
+                ms(*took),
+                at.duration_since(began).as_secs_f64(),
+                100.0 * hale,
+                100.0 * am
+            );
+        }
+    };
+    let slow_delivery = samples.clone();
+    let slow_scrape = scrapes.clone();
+    let mut samples: Vec<Duration> = samples.into_iter().map(|(_, d)| d).collect();
+    let mut scrapes: Vec<Duration> = scrapes.into_iter().map(|(_, d)| d).collect();
     samples.sort();
     scrapes.sort();
     let p = |v: &[Duration], q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize];
@@ -694,16 +744,61 @@ async fn latency(
         ms(p(&samples, 0.99)),
         ms(p(&samples, 1.0))
     );
+    slowest(&slow_delivery, "delivery");
     println!(
-        "GET /metrics ({:.1} MiB): p50 {:.1} ms, max {:.1} ms\n",
+        "GET /metrics ({:.1} MiB): p50 {:.1} ms, max {:.1} ms",
         scrape_bytes as f64 / (1 << 20) as f64,
         ms(p(&scrapes, 0.5)),
         ms(p(&scrapes, 1.0))
     );
+    slowest(&slow_scrape, "scrape");
+    println!();
     Ok(Rss {
-        settled: rss.iter().copied().min().unwrap_or(0),
-        peak: rss.iter().copied().max().unwrap_or(0),
+        settled: sampled.iter().map(|s| s.rss).min().unwrap_or(0),
+        peak: sampled.iter().map(|s| s.rss).max().unwrap_or(0),
     })
+}
+
+/// One look at the live hale: its RSS (KiB), and the CPU time (clock ticks) it and
+/// Alertmanager had used by then.
+struct Sample {
+    at: Instant,
+    rss: usize,
+    hale_cpu: u64,
+    am_cpu: u64,
+}
+
+/// The share of a core hale and Alertmanager each used from `from` to `to`, by the
+/// samples around that span.
+fn cpu_share(samples: &[Sample], from: Instant, to: Instant) -> (f64, f64) {
+    let first = samples
+        .iter()
+        .rev()
+        .find(|s| s.at <= from)
+        .or(samples.first());
+    let last = samples.iter().find(|s| s.at >= to).or(samples.last());
+    let (Some(a), Some(b)) = (first, last) else {
+        return (0.0, 0.0);
+    };
+    let secs = b.at.duration_since(a.at).as_secs_f64();
+    if secs <= 0.0 {
+        return (0.0, 0.0);
+    }
+    // SAFETY: sysconf only reads a system constant.
+    let per_sec = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let share = |x: u64, y: u64| y.saturating_sub(x) as f64 / per_sec / secs;
+    (share(a.hale_cpu, b.hale_cpu), share(a.am_cpu, b.am_cpu))
+}
+
+/// User and system CPU time a process has used, in clock ticks.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command's closing parenthesis: utime and stime are the 12th
+    // and 13th of them.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    Some(user + system)
 }
 
 async fn trusted_polls(http: &reqwest::Client, url: &str) -> anyhow::Result<f64> {

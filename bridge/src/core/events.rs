@@ -189,6 +189,15 @@ pub struct Diagnostics {
 
 /// Every event type of the contract (DESIGN §9), including those later components
 /// emit, so filters can name them today.
+/// An event's message for `what` an operator did and the reason given, if any:
+/// `cordoned by operator: disk swap`, or `cordoned by operator` without one.
+pub(crate) fn with_reason(what: &str, reason: &str) -> String {
+    match reason.trim() {
+        "" => what.to_string(),
+        reason => format!("{what}: {reason}"),
+    }
+}
+
 pub const EVENT_TYPES: &[&str] = &[
     "CONDITION_RAISED",
     "CONDITION_ESCALATED",

@@ -33,6 +33,8 @@ pub struct PollAnswer<'p, 'a> {
     /// When the Alertmanager that answered started (`/api/v2/status` uptime), when
     /// it said.
     pub started: Option<Time>,
+    /// How long the answer took to arrive, from the request to its last byte.
+    pub took: std::time::Duration,
     /// Fingerprints webhook deliveries named while the answer was fetched: newer than
     /// it, so it neither ends nor revives them.
     pub delivered: &'p BTreeSet<String>,
@@ -123,6 +125,7 @@ impl<'p, 'a> PollAnswer<'p, 'a> {
             alerts,
             answered: now,
             started: None,
+            took: std::time::Duration::ZERO,
             delivered: &NONE_NEWER,
         }
     }
@@ -377,19 +380,18 @@ impl Fleet {
     }
 
     /// A clean stop: a last tick, and every node that reported in this process
-    /// written out. Between saves a report that changes nothing else is held in
-    /// memory ([`super::REPORTS_SAVED_EVERY`]): its conditions' observation counts
-    /// and last-seen times, its report and heartbeat times. A crash loses those; a
-    /// stop does not.
+    /// written out whole. Between saves a report that changes nothing else is held
+    /// in memory ([`super::REPORTS_SAVED_EVERY`]): its conditions' observation
+    /// counts and last-seen times, its report and heartbeat times, the policy's
+    /// count of its scored reports. A crash loses those; a stop does not.
     pub fn stop(&mut self, cfg: &CoreSettings, now: Time) -> Outcome {
         let mut out = self.tick(cfg, now);
-        for node in self.nodes.values().filter(|n| n.reports_saved.is_some()) {
-            if node.conditions.is_empty() {
-                out.touched.insert(node.id.clone());
-            } else {
-                out.dirty.insert(node.id.clone());
-            }
-        }
+        out.dirty.extend(
+            self.nodes
+                .values()
+                .filter(|n| n.reports_saved.is_some())
+                .map(|n| n.id.clone()),
+        );
         out
     }
 
@@ -481,6 +483,16 @@ impl Fleet {
         let mut step = Step::new(self, cfg, now);
         let at = occurred_at.map_or(now, |t| t.min(now));
         step.count_failure(node_id, job, reason.unwrap_or("unspecified"), at);
+        // A failure is evidence beyond a scored node's first report: the score it
+        // leaves is a second score, which the policy acts on without waiting for
+        // the node's next alert (hours away where Alertmanager repeats rarely).
+        if let Some(node) = step.fleet.nodes.get_mut(node_id)
+            && node.score.is_some()
+            && node.policy.scored_reports < 2
+        {
+            node.policy.scored_reports = 2;
+            step.out.dirty.insert(node_id.to_string());
+        }
         Ok(step.finish(Scope::Touched))
     }
 

@@ -397,10 +397,11 @@ impl<'a> Alert<'a> {
         self.label(HALE_REASON).unwrap_or_else(|| self.alertname())
     }
 
+    /// `info`, `warning` or `critical`, in any case; anything else is a warning.
     pub fn severity(&self) -> Severity {
         match self.label(SEVERITY) {
-            Some("info") => Severity::Info,
-            Some("critical") => Severity::Critical,
+            Some(s) if s.eq_ignore_ascii_case("info") => Severity::Info,
+            Some(s) if s.eq_ignore_ascii_case("critical") => Severity::Critical,
             _ => Severity::Warning,
         }
     }
@@ -411,7 +412,9 @@ impl<'a> Alert<'a> {
     pub fn notes(&self) -> Vec<String> {
         let mut notes = Vec::new();
         if let Some(v) = self.label(SEVERITY)
-            && !matches!(v, "info" | "warning" | "critical")
+            && !["info", "warning", "critical"]
+                .iter()
+                .any(|s| v.eq_ignore_ascii_case(s))
         {
             notes.push(format!(
                 "severity {v:?} is not info, warning or critical: read as warning"
@@ -656,9 +659,10 @@ mod tests {
                 &[],
             ),
             (&[("severity", "info")], &[]),
+            (&[("severity", "CRITICAL")], &[]),
             (
-                &[("severity", "Critical")],
-                &["severity \"Critical\" is not info, warning or critical: read as warning"],
+                &[("severity", "page")],
+                &["severity \"page\" is not info, warning or critical: read as warning"],
             ),
             (
                 &[("hale_signal", "heartbeats")],
@@ -754,6 +758,19 @@ mod tests {
         assert_eq!(a.condition_type(), "CalicoTooManyInterfacesEarly");
         assert_eq!(a.reason(), "CalicoTooManyInterfacesEarly");
         assert_eq!(a.severity(), Severity::Warning);
+        for (written, read) in [
+            ("info", Severity::Info),
+            ("Critical", Severity::Critical),
+            ("CRITICAL", Severity::Critical),
+            ("WARNING", Severity::Warning),
+            ("page", Severity::Warning),
+        ] {
+            assert_eq!(
+                alert(&[("severity", written)]).severity(),
+                read,
+                "{written}"
+            );
+        }
         assert!(!a.sticky());
         assert_eq!(a.fault_class(), "CALICOTOOMANYINTERFACESEARLY");
         assert!(a.fault_class_is("CALICOTOOMANYINTERFACESEARLY"));

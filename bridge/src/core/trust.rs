@@ -119,7 +119,17 @@ impl<'f> Step<'f> {
         let since = trust
             .last_trusted
             .map_or(trust.watching_since, |t| t.max(trust.watching_since));
-        let stale_after = self.cfg.source.stale_after;
+        // At 500,000 alerts Alertmanager takes half a minute to answer: polls then
+        // land that much further apart than the poll interval, and a pipeline that
+        // answers every time is not one that stopped. Three answers' time is allowed
+        // beyond `staleAfter`, as the three poll intervals of its default are.
+        let slow = self
+            .fleet
+            .trust
+            .answer_took
+            .and_then(|t| t.to_std().ok())
+            .unwrap_or_default();
+        let stale_after = self.cfg.source.stale_after + 3 * slow;
         let mut stale = (self.now - since).to_std().unwrap_or_default() >= stale_after;
         // The restart grace only delays becoming stale; leaving it takes trusted input
         // seen by this process, never just a restart.
@@ -244,6 +254,14 @@ pub struct Trust {
     /// Resolved notifications are held (webhook only): they end when the hold lapses.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub held_resolutions: bool,
+    /// How long the last trusted answer took to arrive: the next is due a poll
+    /// interval plus about that long after it, so staleness is counted beyond it.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "super::opt_millis"
+    )]
+    pub answer_took: Option<TimeDelta>,
 }
 
 impl Trust {
@@ -264,6 +282,7 @@ impl Trust {
             hold_reason: None,
             hold_since: None,
             held_resolutions: false,
+            answer_took: None,
         }
     }
 
@@ -359,6 +378,7 @@ impl Trust {
         let mut refreshes = None;
         if trusted {
             trust.trusted(now);
+            trust.answer_took = TimeDelta::from_std(answer.took).ok();
             if require && let Some(expires) = watchdog.filter_map(Alert::expires).max() {
                 if trust.watchdog_expires.is_none_or(|seen| expires > seen) {
                     if trust.watchdog_expires.is_some() {

@@ -29,6 +29,7 @@ use crate::core::{
 };
 use crate::election::{Elected, NatsLease};
 use crate::federation::Federation;
+use crate::fleet_lock::FleetLock;
 use crate::liveness::Liveness;
 use crate::metrics::{ActionLabel, Metrics, OperationLabel, PathLabel, ReasonLabel, ResultLabel};
 use crate::notify::{Durable, Notifier};
@@ -67,7 +68,7 @@ const IDLE_BEAT: Duration = Duration::from_secs(60);
 /// Shared state of one hale process.
 pub struct Hale {
     config: Arc<RwLock<Arc<Loaded>>>,
-    fleet: Arc<Mutex<Fleet>>,
+    fleet: Arc<FleetLock>,
     writer: Mutex<Writer>,
     pub metrics: Metrics,
     poll_now: Notify,
@@ -184,7 +185,7 @@ impl Hale {
         info!(nodes = fleet.nodes.len(), store = %store_named, "state loaded");
         let client = alertmanager::Client::new(&loaded.config.alertmanager);
         let metrics_config = Arc::new(RwLock::new(Arc::new(loaded)));
-        let fleet = Arc::new(Mutex::new(fleet));
+        let fleet = Arc::new(FleetLock::new(fleet));
         let metrics = Metrics::new(fleet.clone(), metrics_config.clone(), orchestrator.clone());
         let config = metrics_config;
         let loaded = config.read().expect("config lock").clone();
@@ -201,7 +202,7 @@ impl Hale {
         }
         metrics
             .remediation_in_flight
-            .set(fleet.lock().expect("fleet lock").remediations_in_flight() as i64);
+            .set(fleet.lock().remediations_in_flight() as i64);
         let hale = Arc::new(Hale {
             metrics,
             config,
@@ -262,7 +263,7 @@ impl Hale {
     }
 
     fn lock_fleet(&self) -> MutexGuard<'_, Fleet> {
-        self.fleet.lock().expect("fleet lock")
+        self.fleet.lock()
     }
 
     /// Run `work`, which waits on the fleet or the writer lock, from async code. A
@@ -451,8 +452,9 @@ impl Hale {
         let client = self.client.read().expect("client lock").clone();
         *self.delivered_during_poll.lock().expect("poll lock") = Some(BTreeSet::new());
         let fetched = client.fetch().await;
+        let took = start.elapsed();
         let this = self.clone();
-        let result = tokio::task::spawn_blocking(move || this.ingest_poll(fetched)).await;
+        let result = tokio::task::spawn_blocking(move || this.ingest_poll(fetched, took)).await;
         if let Err(e) = result {
             error!(error = %e, "poll ingest task failed");
         }
@@ -462,7 +464,8 @@ impl Hale {
         self.first_poll_done.store(true, Ordering::Release);
     }
 
-    fn ingest_poll(&self, fetched: Result<Answer, IngestError>) {
+    /// Apply one poll's answer, which took `took` to arrive.
+    fn ingest_poll(&self, fetched: Result<Answer, IngestError>, took: Duration) {
         let (body, answered, started) = match fetched {
             Ok(answer) => (answer.body, answer.date, answer.started),
             Err(e) => return self.poll_failed(e),
@@ -486,6 +489,7 @@ impl Hale {
                     alerts: &alerts,
                     answered: answered.unwrap_or(now),
                     started,
+                    took,
                     delivered: newer.as_ref().unwrap_or(&NONE),
                 };
                 let (begun, out) = fleet.poll_begin(cfg, now, &answer, groups);
@@ -495,6 +499,7 @@ impl Hale {
             .expect("a poll cannot fail");
         let mut slices = slices.expect("begun above");
         while !slices.done() {
+            self.fleet.let_waiters_in();
             let out = self
                 .apply(|fleet, cfg, now| {
                     let newer = self.delivered_during_poll.lock().expect("poll lock");
@@ -537,6 +542,9 @@ impl Hale {
 
     fn poll_failed(&self, e: IngestError) {
         self.delivered_during_poll.lock().expect("poll lock").take();
+        // The last answer is no longer what Alertmanager holds: `GET
+        // /api/v1/alerts` asks again (and says it cannot) rather than show it.
+        self.seen.lock().expect("seen lock").alerts = None;
         warn!(error = %e, "poll failed: nothing is cleared");
         self.count_poll(e.metric_label());
         let reason = e.to_string();

@@ -661,16 +661,25 @@ impl FeedDb {
 
     /// Skip what waits beyond the backlog, oldest first; then up to 8 events.
     fn fetch(&mut self, db: &Arc<Mutex<FeedDb>>) -> Result<(Vec<Pending>, u64)> {
+        // Everything up to the newest event now stored is looked at, and no further:
+        // with none the endpoint takes among them, its place moves past them all,
+        // so a rare type is not looked for again among the same events.
+        let last: i64 = self
+            .events
+            .query_row("SELECT COALESCE(MAX(seq), 0) FROM events", [], |r| r.get(0))
+            .op("read webhook deliveries")?;
         let n = self.types.len() + 2;
         let beyond: Option<i64> = self
             .events
             .prepare_cached(&format!(
-                "SELECT seq FROM events WHERE seq > ?1{} ORDER BY seq DESC LIMIT 1 OFFSET ?{n}",
-                self.types_sql
+                "SELECT seq FROM events WHERE seq > ?1{} AND seq <= ?{} ORDER BY seq DESC LIMIT 1 OFFSET ?{n}",
+                self.types_sql,
+                n + 1
             ))
             .and_then(|mut stmt| {
                 let mut args = self.after(self.handed);
                 args.push((self.backlog as i64).into());
+                args.push(last.into());
                 stmt.query_row(rusqlite::params_from_iter(args), |r| r.get(0))
                     .optional()
             })
@@ -697,12 +706,14 @@ impl FeedDb {
         let mut stmt = self
             .events
             .prepare_cached(&format!(
-                "SELECT seq, body FROM events WHERE seq > ?1{} ORDER BY seq LIMIT 8",
+                "SELECT seq, body FROM events WHERE seq > ?1{} AND seq <= ?{n} ORDER BY seq LIMIT 8",
                 self.types_sql
             ))
             .op("read webhook deliveries")?;
+        let mut args = self.after(self.handed);
+        args.push(last.into());
         let rows = stmt
-            .query_map(rusqlite::params_from_iter(self.after(self.handed)), |r| {
+            .query_map(rusqlite::params_from_iter(args), |r| {
                 Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
             })
             .op("read webhook deliveries")?;
@@ -723,8 +734,14 @@ impl FeedDb {
             });
         }
         drop(stmt);
-        if let Some(last) = out.last() {
-            self.handed = last.seq;
+        match out.last() {
+            Some(p) => self.handed = p.seq,
+            // Everything before was acknowledged when this was asked.
+            None if last > self.handed => {
+                self.place(last)?;
+                self.handed = last;
+            }
+            None => {}
         }
         Ok((out, overflowed))
     }
@@ -884,6 +901,14 @@ mod tests {
             take(&mut only, quick).await,
             (vec!["n1".into(), "n3".into()], 0)
         );
+        // Nothing more it takes: its place moves past the six stored, so they are
+        // not looked through again.
+        assert_eq!(take(&mut only, quick).await, (vec![], 0));
+        let place: i64 = Connection::open(dir.path().join(PLACES))
+            .unwrap()
+            .query_row("SELECT seq FROM places WHERE key = 'd'", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(place, 6);
 
         // Waiting for an event, woken by its write.
         assert_eq!(take(&mut feed, quick).await, (vec!["n5".into()], 0));

@@ -522,7 +522,7 @@ async fn read_events(
         .extend_pairs(asked)
         .finish();
     let q: EventQuery =
-        crate::http::event_query(&raw, Utc::now()).map_err(|e| e.detail().to_string())?;
+        crate::http::event_query(id, &raw, Utc::now()).map_err(|e| e.detail().to_string())?;
     let h = hale.clone();
     let node = id.to_string();
     tokio::task::spawn_blocking(move || h.events(&node, &q))
@@ -531,7 +531,10 @@ async fn read_events(
         .map_err(|e| format!("the store did not answer: {e}"))
         .map(|page| {
             page.map_or((Vec::new(), None), |p| {
-                (p.events, p.next.map(|seq| format!("{seq:x}")))
+                (
+                    p.events,
+                    p.next.map(|seq| crate::http::events_token(id, seq)),
+                )
             })
         })
 }

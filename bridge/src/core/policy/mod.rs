@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use super::events::with_reason;
 use super::outcome::Outcome;
 use super::settings::{CoreSettings, Mode, Settings};
 use super::{BLIND_CONDITIONS, Event, EventKind, Fleet, Node, Status, Time};
@@ -255,13 +256,15 @@ impl Policy<'_, '_> {
         let Some(score) = node.score.as_ref().map(|s| s.value) else {
             return;
         };
+        // Counted in memory, and saved with the node's next change (or a clean
+        // stop): a whole fleet's second report is not a write of every node. A crash
+        // loses at most a count, and the node then waits one report more.
         if node.policy.scored_reports < 2
             && node.last_report.is_some()
             && node.policy.counted_report != node.last_report
         {
             node.policy.counted_report = node.last_report;
             node.policy.scored_reports = node.policy.scored_reports.saturating_add(1).min(2);
-            self.out.dirty.insert(node.id.clone());
         }
         let first = node.policy.scored_reports < 2;
 
@@ -362,6 +365,14 @@ impl Policy<'_, '_> {
                 Some(standing @ Conclusion::Acted { action: was, .. }),
                 Conclusion::Acted { action, .. },
             ) if action < *was => standing.clone(),
+            // Still halted: by what stops it now, for the most it was to do.
+            (
+                Some(Conclusion::Halted { action: was, .. }),
+                Conclusion::Halted { action, guardrail },
+            ) if action < *was => Conclusion::Halted {
+                action: *was,
+                guardrail,
+            },
             (_, conclusion) => conclusion,
         };
         let replaced = pool.replaced;
@@ -761,7 +772,7 @@ fn put_back(node: &mut Node, reason: &str, now: Time) -> Vec<Event> {
             by: Actor::Operator.as_str().into(),
             reason: reason.into(),
         },
-        format!("uncordoned by operator: {reason}"),
+        with_reason("uncordoned by operator", reason),
     )];
     if let Some(flow) = node.policy.flow.take() {
         events.push(event(

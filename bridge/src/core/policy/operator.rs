@@ -2,6 +2,7 @@
 //! recorded as an event and queued for the orchestrator like the policy's own.
 
 use super::{Action, Actor, event, put_back, status_name, take_out};
+use crate::core::events::with_reason;
 use crate::core::outcome::{CoreError, Outcome};
 use crate::core::{Event, EventKind, Fleet, Node, Status, Time};
 
@@ -99,7 +100,7 @@ impl Fleet {
                     moved: 0,
                     blocked: 0,
                 },
-                format!("drained (passive) by operator: {reason}"),
+                with_reason("drained (passive) by operator", reason),
             ));
         }
         out.dirty.insert(id.into());
@@ -185,6 +186,6 @@ fn cordoned_by_operator(id: &str, now: Time, reason: &str) -> Event {
             by: Actor::Operator.as_str().into(),
             reason: reason.into(),
         },
-        format!("cordoned by operator: {reason}"),
+        with_reason("cordoned by operator", reason),
     )
 }

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Actor, Conclusion, Guardrail, Moves, Policy, TERMINATE_RETRY, Verdict, blind, event};
+use crate::core::events::with_reason;
 use crate::core::outcome::Outcome;
 use crate::core::settings::CoreSettings;
 use crate::core::{EventKind, Fleet, Status, Time};
@@ -217,8 +218,8 @@ impl Fleet {
                         blocked: done.blocked,
                     },
                     format!(
-                        "drained (active) by {}: {reason}; {} allocation(s) requeued{}",
-                        by.as_str(),
+                        "{}; {} allocation(s) requeued{}",
+                        with_reason(&format!("drained (active) by {}", by.as_str()), reason),
                         done.moved,
                         held(done.blocked)
                     ),

@@ -250,6 +250,40 @@ fn seed_worked_numbers_for_conditions() {
     );
 }
 
+/// Failures attributed after a node's first report are acted on at once: the
+/// score they leave is its second, not a first to wait behind. A node never
+/// reported stays unscored, whatever is attributed to it.
+#[test]
+fn failures_after_a_first_report_are_acted_on_without_another_report() {
+    let mut s = script("");
+    s.at(0).poll(&[watchdog(), heartbeat("n1")]);
+    let listed = Listed {
+        id: "n2".into(),
+        hostname: None,
+        labels: BTreeMap::new(),
+    };
+    s.fleet.register(&s.cfg, s.now, &[listed]);
+    s.took();
+    s.at(10);
+    for _ in 0..12 {
+        s.failure("n1").failure("n2");
+    }
+    assert_eq!(s.score("n1"), Some(40));
+    assert_eq!(s.score("n2"), None);
+    let took = s.took();
+    assert!(
+        took.contains(&"n1 POLICY_ACTED".to_string()),
+        "gated: {took:?}"
+    );
+    // Two nodes: taking one out would leave half the pool; the guardrail halts.
+    assert!(
+        took.contains(&"n1 POLICY_HALTED".to_string()),
+        "decided: {took:?}"
+    );
+    assert!(!took.iter().any(|e| e.starts_with("n2 POLICY")), "{took:?}");
+    assert!(s.node("n1").policy.gated);
+}
+
 #[test]
 fn seed_worked_numbers_for_failure_decay() {
     let mut s = script("");
@@ -1085,9 +1119,48 @@ fn a_steady_poll_rewrites_no_evidence() {
     );
 }
 
-/// What a steady poll holds in memory between saves is written by a clean stop:
-/// the reported nodes, with their records where conditions count observations,
-/// with their report times alone otherwise; a node never reported is not written.
+/// A large Alertmanager answers slowly (half a minute at 500,000 alerts): polls
+/// every 5 s then land 35 s apart, more than `staleAfter` (three poll intervals),
+/// and a pipeline that answers every time is not stale. Staleness is counted
+/// beyond three answers' time; a source that stops answering still goes stale.
+#[test]
+fn slow_answers_are_not_a_stale_source() {
+    let mut s = script("alertmanager: { pollInterval: 5s }");
+    let slow_poll = |s: &mut Script, at: i64| {
+        let now = t0() + TimeDelta::seconds(at);
+        s.now = now;
+        let alerts: Vec<Alert> = [watchdog(), heartbeat("n1")]
+            .iter()
+            .map(|a| a.0.clone())
+            .collect();
+        let answer = PollAnswer {
+            took: std::time::Duration::from_secs(30),
+            ..PollAnswer::of(&alerts, now)
+        };
+        let out = s.fleet.poll_answer(&s.cfg, now, &answer);
+        s.record(out);
+    };
+    for at in (0..600).step_by(35) {
+        slow_poll(&mut s, at);
+        s.at(at + 34).tick();
+        assert!(!s.fleet.trust.stale, "at {}", at + 34);
+    }
+    assert!(!s.took().iter().any(|e| e.contains("CONDITION_RAISED")));
+    // The last answer at 595: stale once 15 s + 3 × 30 s have passed without one.
+    s.at(595 + 104).tick();
+    assert!(!s.fleet.trust.stale);
+    s.at(595 + 105).tick();
+    assert!(s.fleet.trust.stale);
+    // Fast answers allow staleAfter alone.
+    let mut fast = script("alertmanager: { pollInterval: 5s }");
+    fast.at(0).poll(&[watchdog(), heartbeat("n1")]);
+    fast.at(15).tick();
+    assert!(fast.fleet.trust.stale);
+}
+
+/// What a steady poll holds in memory between saves — observation counts, the
+/// policy's count of scored reports — is written by a clean stop: every reported
+/// node whole; a node never reported is not written.
 #[test]
 fn a_stop_writes_what_reports_held_in_memory() {
     let mut s = script("");
@@ -1104,16 +1177,17 @@ fn a_stop_writes_what_reports_held_in_memory() {
     };
     s.fleet.register(&s.cfg, s.now, &[listed]);
     s.at(0).poll(&alerts);
-    // The second report counts as the policy's second score: written.
-    s.at(30).poll(&alerts);
-    for t in [60, 90] {
+    for t in [30, 60, 90] {
         s.at(t).poll(&alerts);
         assert!(s.last.dirty.is_empty() && s.last.touched.is_empty());
     }
     assert_eq!(s.node("n1").conditions["disk_degraded"].observations, 4);
+    assert_eq!(s.node("n2").policy.scored_reports, 2);
     let out = s.fleet.stop(&s.cfg, s.now);
-    assert_eq!(out.dirty, BTreeSet::from(["n1".to_string()]));
-    assert_eq!(out.touched, BTreeSet::from(["n2".to_string()]));
+    assert_eq!(
+        out.dirty,
+        BTreeSet::from(["n1".to_string(), "n2".to_string()])
+    );
 }
 
 #[test]
@@ -1411,6 +1485,71 @@ fn rack_power_loss_acts_on_at_most_the_ceiling() {
         s.policy_events(),
         Vec::<String>::new(),
         "the halt is recorded once"
+    );
+}
+
+/// A halted drain whose score rises between the thresholds is still halted for
+/// the drain: within an episode no conclusion steps down, a halt included.
+#[test]
+fn a_halted_drain_does_not_step_down_to_a_halted_cordon() {
+    let mut s = pool_script("drain");
+    let ids = s.pool("g", 10, "gpu");
+    let rack = ["g-3", "g-4", "g-5"];
+    s.at(0).report(&ids, &[], low);
+    s.at(30).report(&ids, &rack, very_low);
+    s.at(60).report(&ids, &rack, very_low);
+    let halted: Vec<String> = s
+        .policy_events()
+        .into_iter()
+        .filter(|e| e.starts_with("g-5"))
+        .collect();
+    assert_eq!(
+        halted,
+        [
+            "g-5 POLICY_ACTED gate",
+            "g-5 POLICY_HALTED drain maxUnavailablePercent"
+        ]
+    );
+    let mut all = vec![watchdog()];
+    for id in &ids {
+        match id.as_str() {
+            "g-3" | "g-4" => all.extend(very_low(id)),
+            "g-5" => all.extend(low(id)),
+            _ => all.push(heartbeat(id)),
+        }
+    }
+    s.at(90).poll(&all);
+    assert_eq!(s.policy_events(), Vec::<String>::new());
+    assert!(matches!(
+        s.node("g-5").policy.conclusion,
+        Some(policy::Conclusion::Halted {
+            action: policy::Verdict::Drain,
+            ..
+        })
+    ));
+}
+
+/// An operator's verb without a reason says so without a dangling colon.
+#[test]
+fn operator_verbs_name_their_reason_when_given() {
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &[], low);
+    let mut messages = Vec::new();
+    for (id, reason) in [("g-0", ""), ("g-1", "firmware update")] {
+        let out = s.fleet.cordon(s.now, id, reason).unwrap();
+        messages.extend(out.events.iter().map(|e| e.message.clone()));
+        let out = s.fleet.uncordon(s.now, id, reason).unwrap();
+        messages.extend(out.events.iter().map(|e| e.message.clone()));
+    }
+    assert_eq!(
+        messages,
+        [
+            "cordoned by operator",
+            "uncordoned by operator",
+            "cordoned by operator: firmware update",
+            "uncordoned by operator: firmware update"
+        ]
     );
 }
 
