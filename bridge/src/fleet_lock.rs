@@ -4,7 +4,7 @@
 //! delivery or a read waiting on it could wait out every slice of the loop. So
 //! waiters are counted, and such loops let them in between two slices.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -16,31 +16,35 @@ const MOST: Duration = Duration::from_millis(50);
 
 pub struct FleetLock {
     fleet: Mutex<Fleet>,
-    waiting: AtomicUsize,
+    /// Every lock asked for, and every one given: their difference waits.
+    asked: AtomicU64,
+    given: AtomicU64,
 }
 
 impl FleetLock {
     pub fn new(fleet: Fleet) -> FleetLock {
         FleetLock {
             fleet: Mutex::new(fleet),
-            waiting: AtomicUsize::new(0),
+            asked: AtomicU64::new(0),
+            given: AtomicU64::new(0),
         }
     }
 
-    /// Take the lock, counted as waiting until it is held. A panic under it
-    /// poisons it, and every later lock panics too (hale is then unhealthy).
+    /// Take the lock. A panic under it poisons it, and every later lock panics
+    /// too (hale is then unhealthy).
     pub fn lock(&self) -> MutexGuard<'_, Fleet> {
-        self.waiting.fetch_add(1, Ordering::AcqRel);
+        self.asked.fetch_add(1, Ordering::AcqRel);
         let fleet = self.fleet.lock();
-        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        self.given.fetch_add(1, Ordering::AcqRel);
         fleet.expect("fleet lock")
     }
 
-    /// Between two slices of a loop, the lock released: let those waiting take it
-    /// first, for at most [`MOST`].
+    /// Between two slices of a loop, the lock released: let those already waiting
+    /// have it first (not those who come meanwhile), for at most [`MOST`].
     pub fn let_waiters_in(&self) {
+        let waiting = self.asked.load(Ordering::Acquire);
         let until = Instant::now() + MOST;
-        while self.waiting.load(Ordering::Acquire) > 0 && Instant::now() < until {
+        while self.given.load(Ordering::Acquire) < waiting && Instant::now() < until {
             std::thread::yield_now();
         }
     }
@@ -67,12 +71,12 @@ mod tests {
         let waiter = {
             let (lock, got) = (lock.clone(), got.clone());
             std::thread::spawn(move || {
-                drop(lock.lock());
+                let _fleet = lock.lock();
                 got.store(true, Ordering::Release);
             })
         };
         // The waiter is counted once it waits.
-        while lock.waiting.load(Ordering::Acquire) == 0 {
+        while lock.asked.load(Ordering::Acquire) < 2 {
             std::thread::yield_now();
         }
         drop(held);

@@ -873,8 +873,9 @@ fn parse_time(key: &str, value: &str, now: Time) -> ApiResult<i64> {
 }
 
 /// The token of the page of `node`'s events after `seq`: the position, and a check
-/// that this server issued it for this node, so a token made up, mistyped or
-/// taken from another node is refused rather than read as the end of a history.
+/// that it was made for this node (a digest, not a secret), so a token made up,
+/// mistyped or taken from another node is refused rather than read as the end of
+/// a history.
 pub fn events_token(node: &str, seq: i64) -> String {
     format!("{seq:x}.{}", events_check(node, seq))
 }
@@ -1126,6 +1127,7 @@ mod tests {
         assert_eq!((q.page_size, q.after), (20, Some(255)));
         assert!(event_query("n1", "latest=true", now).unwrap().latest);
         let other = format!("pageToken={}", events_token("n2", 255));
+        let latest_and_token = format!("latest=true&pageToken={}", events_token("n1", 1));
         for bad in [
             "type=SCORE_CHANGD",
             "pageSize=0",
@@ -1139,7 +1141,7 @@ mod tests {
             "since=yesterday",
             "since=100000000d",
             "latest=maybe",
-            "latest=true&pageToken=1",
+            &latest_and_token,
             "limit=5",
         ] {
             let e = event_query("n1", bad, now).unwrap_err();

@@ -346,22 +346,29 @@ impl DurableTask {
             if stop.has_changed().is_err() {
                 break;
             }
-            if !(self.durable.leads)() {
-                feed = None;
-                beat.beat();
-                let _ = tokio::time::timeout(Duration::from_secs(1), stop.changed()).await;
-                continue;
-            }
+            let hook = &self.endpoint.hook;
             let opened = match feed.take() {
                 Some(f) => Ok(f),
                 None => {
-                    let hook = &self.endpoint.hook;
                     self.durable
                         .outbox
                         .feed(&self.key, self.since, hook.events.as_ref(), hook.queue_size)
                         .await
                 }
             };
+            if !(self.durable.leads)() {
+                // What this replica records meanwhile is not its to deliver.
+                if let Ok(mut f) = opened {
+                    if let Err(e) = f.pass().await {
+                        warn!(endpoint = %self.endpoint.shown, error = %e,
+                            "cannot move the webhook feed past what a follower recorded");
+                    }
+                    feed = Some(f);
+                }
+                beat.beat();
+                let _ = tokio::time::timeout(Duration::from_secs(1), stop.changed()).await;
+                continue;
+            }
             let f = match opened {
                 Ok(f) => feed.insert(f),
                 Err(e) => {
@@ -397,8 +404,9 @@ impl DurableTask {
             }
             for pending in fetched.events {
                 // Unacknowledged, it goes to the next leader (or the next
-                // configuration's task).
+                // configuration's task); this task reads again from the place kept.
                 if !(self.durable.leads)() || stop.has_changed().is_err() {
+                    feed = None;
                     break;
                 }
                 self.deliver(pending.as_ref()).await;

@@ -379,19 +379,22 @@ impl Fleet {
         Step::new(self, cfg, now).finish(Scope::Tick)
     }
 
-    /// A clean stop: a last tick, and every node that reported in this process
-    /// written out whole. Between saves a report that changes nothing else is held
-    /// in memory ([`super::REPORTS_SAVED_EVERY`]): its conditions' observation
-    /// counts and last-seen times, its report and heartbeat times, the policy's
-    /// count of its scored reports. A crash loses those; a stop does not.
+    /// A clean stop: a last tick, and what reports held in memory written out.
+    /// Between saves a report that changes nothing else is kept in memory
+    /// ([`super::REPORTS_SAVED_EVERY`]): its conditions' observation counts and
+    /// last-seen times, its report and heartbeat times, the policy's count of its
+    /// scored reports. A crash loses those; a stop does not: a node that reported
+    /// in this process is written whole where it has conditions or a count not yet
+    /// written, and its report times alone otherwise.
     pub fn stop(&mut self, cfg: &CoreSettings, now: Time) -> Outcome {
         let mut out = self.tick(cfg, now);
-        out.dirty.extend(
-            self.nodes
-                .values()
-                .filter(|n| n.reports_saved.is_some())
-                .map(|n| n.id.clone()),
-        );
+        for node in self.nodes.values().filter(|n| n.reports_saved.is_some()) {
+            if !node.conditions.is_empty() || node.policy.count_unsaved {
+                out.dirty.insert(node.id.clone());
+            } else {
+                out.touched.insert(node.id.clone());
+            }
+        }
         out
     }
 
@@ -489,6 +492,7 @@ impl Fleet {
         if let Some(node) = step.fleet.nodes.get_mut(node_id)
             && node.score.is_some()
             && node.policy.scored_reports < 2
+            && cfg.settings_for(&node.labels).failure_tally_penalty > 0.0
         {
             node.policy.scored_reports = 2;
             step.out.dirty.insert(node_id.to_string());

@@ -166,6 +166,7 @@ impl<'f> Step<'f> {
             }
         }
         if scope == Scope::Slice {
+            written_whole(fleet, &out);
             return out;
         }
         let mut policy = Policy {
@@ -188,7 +189,17 @@ impl<'f> Step<'f> {
         } else {
             policy.evaluate_some(fleet, &due);
         }
+        written_whole(fleet, &out);
         out
+    }
+}
+
+/// The nodes a step writes whole hold nothing more in memory alone.
+fn written_whole(fleet: &mut super::Fleet, out: &Outcome) {
+    for id in &out.dirty {
+        if let Some(node) = fleet.nodes.get_mut(id) {
+            node.policy.count_unsaved = false;
+        }
     }
 }
 

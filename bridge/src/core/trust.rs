@@ -127,6 +127,7 @@ impl<'f> Step<'f> {
             .fleet
             .trust
             .answer_took
+            .filter(|_| self.cfg.source.polling)
             .and_then(|t| t.to_std().ok())
             .unwrap_or_default();
         let stale_after = self.cfg.source.stale_after + 3 * slow;

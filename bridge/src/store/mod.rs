@@ -229,10 +229,10 @@ pub type Fut<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Se
 /// that resumes after the last event it acknowledged.
 pub trait Outbox: Send + Sync {
     /// The feed of the endpoint `key` names. One this store has never seen starts
-    /// with the events stored from `since` (when this process began delivering).
+    /// with the events stored from `since` (when its delivery task began).
     /// `types`: only events of these types (all when `None`); `backlog`: at most
-    /// this many wait, the oldest beyond them skipped and counted — `None` where
-    /// the store itself is the queue.
+    /// this many wait, the oldest beyond them skipped and counted, where the
+    /// store keeps a place of its own (a shared stream is the queue itself).
     fn feed<'a>(
         &'a self,
         key: &'a str,
@@ -248,6 +248,12 @@ pub trait Outbox: Send + Sync {
 pub trait Feed: Send + Sync {
     /// The next events to deliver, in order, waiting up to `wait` for one.
     fn next(&mut self, wait: std::time::Duration) -> Fut<'_, Result<Fetched>>;
+    /// This replica does not lead, and delivers none of it: on a store of its own,
+    /// the place moves to the newest event (the leader delivers them from its own
+    /// record); a shared feed is the leader's to move.
+    fn pass(&mut self) -> Fut<'_, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// What a feed handed out: events to deliver, each acknowledged once delivered or

@@ -554,7 +554,7 @@ impl super::Outbox for Outbox {
         backlog: usize,
     ) -> Fut<'a, Result<Box<dyn super::Feed>>> {
         let (dir, key) = (self.dir.clone(), key.to_string());
-        let types: Vec<String> = types.into_iter().flatten().cloned().collect();
+        let types: Option<Vec<String>> = types.map(|t| t.iter().cloned().collect());
         let since = since.timestamp_millis();
         Box::pin(async move {
             let db = off_runtime(move || FeedDb::open(&dir, key, types, since, backlog)).await?;
@@ -574,7 +574,7 @@ impl FeedDb {
     fn open(
         dir: &Path,
         key: String,
-        types: Vec<String>,
+        types: Option<Vec<String>>,
         since: i64,
         backlog: usize,
     ) -> Result<FeedDb> {
@@ -599,18 +599,29 @@ impl FeedDb {
                 "CREATE TABLE IF NOT EXISTS places (key TEXT PRIMARY KEY, seq INTEGER NOT NULL) WITHOUT ROWID",
             )
             .op("create the webhook places")?;
+        // A place belongs to this store (a store made anew numbers its events
+        // from 1 again) and names the endpoint by a digest: its URL may hold
+        // credentials.
+        let key = {
+            use sha2::Digest as _;
+            crate::hex(&sha2::Sha256::digest(format!("{instance}\n{key}")))
+        };
         let placed: Option<i64> = places
             .query_row("SELECT seq FROM places WHERE key = ?1", params![key], |r| {
                 r.get(0)
             })
             .optional()
             .op("read a webhook place")?;
-        let types_sql = if types.is_empty() {
-            String::new()
-        } else {
-            let marks: Vec<String> = (0..types.len()).map(|i| format!("?{}", i + 2)).collect();
-            format!(" AND type IN ({})", marks.join(", "))
+        let types_sql = match &types {
+            None => String::new(),
+            // `events: []` takes none.
+            Some(types) if types.is_empty() => " AND 0".into(),
+            Some(types) => {
+                let marks: Vec<String> = (0..types.len()).map(|i| format!("?{}", i + 2)).collect();
+                format!(" AND type IN ({})", marks.join(", "))
+            }
         };
+        let types = types.unwrap_or_default();
         let mut db = FeedDb {
             events,
             places,
@@ -621,19 +632,31 @@ impl FeedDb {
             backlog,
             handed: 0,
         };
+        let (first, last): (Option<i64>, Option<i64>) = db
+            .events
+            .query_row(
+                "SELECT (SELECT MIN(seq) FROM events WHERE occurred_at >= ?1), (SELECT MAX(seq) FROM events)",
+                params![since],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .op("find where webhooks start")?;
+        let last = last.unwrap_or(0);
         db.handed = match placed {
+            // A place past the newest event (a store restored from before it):
+            // from what is there now.
+            Some(seq) if seq > last => {
+                db.places
+                    .execute(
+                        "UPDATE places SET seq = ?2 WHERE key = ?1",
+                        params![db.key, last],
+                    )
+                    .op("write a webhook place")?;
+                last
+            }
             Some(seq) => seq,
             // New: from the first event stored at `since` or later.
             None => {
-                let (first, last): (Option<i64>, Option<i64>) = db
-                    .events
-                    .query_row(
-                        "SELECT (SELECT MIN(seq) FROM events WHERE occurred_at >= ?1), (SELECT MAX(seq) FROM events)",
-                        params![since],
-                        |r| Ok((r.get(0)?, r.get(1)?)),
-                    )
-                    .op("find where webhooks start")?;
-                let start = first.map_or(last.unwrap_or(0), |s| s - 1);
+                let start = first.map_or(last, |s| s - 1);
                 db.place(start)?;
                 start
             }
@@ -641,15 +664,30 @@ impl FeedDb {
         Ok(db)
     }
 
-    /// Keep `seq` as the last event this endpoint is done with.
+    /// Keep `seq` as the last event this endpoint is done with; a place only moves
+    /// forward (a task of the configuration before a reload may finish after the
+    /// next one moved on).
     fn place(&self, seq: i64) -> Result<()> {
         self.places
             .execute(
-                "INSERT OR REPLACE INTO places (key, seq) VALUES (?1, ?2)",
+                "INSERT INTO places (key, seq) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET seq = max(seq, excluded.seq)",
                 params![self.key, seq],
             )
             .op("write a webhook place")
             .map(drop)
+    }
+
+    /// Move past every event stored now, delivering none.
+    fn pass(&mut self) -> Result<()> {
+        let last: i64 = self
+            .events
+            .query_row("SELECT COALESCE(MAX(seq), 0) FROM events", [], |r| r.get(0))
+            .op("read webhook deliveries")?;
+        if last > self.handed {
+            self.place(last)?;
+            self.handed = last;
+        }
+        Ok(())
     }
 
     /// The args of a query on events after `seq`, filtered by type.
@@ -777,6 +815,13 @@ impl super::Feed for Feed {
             }
         })
     }
+
+    fn pass(&mut self) -> Fut<'_, Result<()>> {
+        let db = self.db.clone();
+        Box::pin(off_runtime(move || {
+            db.lock().expect("webhook feed lock").pass()
+        }))
+    }
 }
 
 impl super::Pending for Pending {
@@ -847,7 +892,7 @@ mod tests {
     /// store starts at its `since`; what waits beyond the backlog is skipped,
     /// oldest first, and counted; a type filter hands out only its types; a write
     /// wakes a feed waiting for one.
-    #[tokio::test]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn webhook_feeds_resume_after_their_place() {
         use crate::store::Outbox as _;
         let dir = tempfile::tempdir().unwrap();
@@ -904,18 +949,39 @@ mod tests {
         // Nothing more it takes: its place moves past the six stored, so they are
         // not looked through again.
         assert_eq!(take(&mut only, quick).await, (vec![], 0));
+        let instance: String = Connection::open(dir.path().join(FILE))
+            .unwrap()
+            .query_row("SELECT value FROM meta WHERE key = 'instance'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        let key = {
+            use sha2::Digest as _;
+            crate::hex(&sha2::Sha256::digest(format!("{instance}\nd")))
+        };
         let place: i64 = Connection::open(dir.path().join(PLACES))
             .unwrap()
-            .query_row("SELECT seq FROM places WHERE key = 'd'", [], |r| r.get(0))
+            .query_row("SELECT seq FROM places WHERE key = ?1", [key], |r| r.get(0))
             .unwrap();
         assert_eq!(place, 6);
+        // `events: []` takes none.
+        let none = BTreeSet::new();
+        let mut empty = outbox.feed("e", t0, Some(&none), 100).await.unwrap();
+        assert_eq!(take(&mut empty, quick).await, (vec![], 0));
 
-        // Waiting for an event, woken by its write.
+        // A follower moves past what it records, delivering none of it.
         assert_eq!(take(&mut feed, quick).await, (vec!["n5".into()], 0));
-        let waiting = tokio::spawn(async move { take(&mut feed, Duration::from_secs(60)).await });
         write(&mut store, &[event("n6", false, later)]);
+        feed.pass().await.unwrap();
+        assert_eq!(take(&mut feed, quick).await, (vec![], 0));
+        // Waiting for an event, woken by its write: the wait is far longer than
+        // the test may take.
+        let waiting = tokio::spawn(async move { take(&mut feed, Duration::from_secs(60)).await });
+        // Time to look and find nothing, and wait.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        write(&mut store, &[event("n7", false, later)]);
         outbox.written();
-        assert_eq!(waiting.await.unwrap(), (vec!["n6".into()], 0));
+        assert_eq!(waiting.await.unwrap(), (vec!["n7".into()], 0));
     }
 
     #[test]

@@ -265,6 +265,7 @@ impl Policy<'_, '_> {
         {
             node.policy.counted_report = node.last_report;
             node.policy.scored_reports = node.policy.scored_reports.saturating_add(1).min(2);
+            node.policy.count_unsaved = true;
         }
         let first = node.policy.scored_reports < 2;
 

@@ -168,7 +168,13 @@ impl Fleet {
         done: &Done,
     ) -> Outcome {
         let mut out = Outcome::default();
-        self.pools = None;
+        // The occupancy kept between whole passes is counted afresh after what
+        // can change it; a gate (new work kept off) leaves every node where it
+        // was — and a fleet gated at once must not make each delivery meanwhile
+        // a pass over every node.
+        if !matches!(done_action.action, Action::Gate { .. }) {
+            self.pools = None;
+        }
         let Some(node) = self.nodes.get_mut(id) else {
             return out;
         };

@@ -20,6 +20,10 @@ pub struct NodePolicy {
     /// Reports that carried a score (counted to 2): a first score never acts.
     #[serde(default)]
     pub scored_reports: u8,
+    /// The count above changed since the node was last written (memory only; a
+    /// clean stop writes it).
+    #[serde(skip)]
+    pub count_unsaved: bool,
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",

@@ -1159,8 +1159,9 @@ fn slow_answers_are_not_a_stale_source() {
 }
 
 /// What a steady poll holds in memory between saves — observation counts, the
-/// policy's count of scored reports — is written by a clean stop: every reported
-/// node whole; a node never reported is not written.
+/// policy's count of scored reports — is written by a clean stop: those nodes
+/// whole, a node that only reported its report times; a node never reported is
+/// not written.
 #[test]
 fn a_stop_writes_what_reports_held_in_memory() {
     let mut s = script("");
@@ -1188,6 +1189,12 @@ fn a_stop_writes_what_reports_held_in_memory() {
         out.dirty,
         BTreeSet::from(["n1".to_string(), "n2".to_string()])
     );
+    assert!(out.touched.is_empty());
+    // A node whose count was written with a change of its own: report times alone.
+    s.fleet.nodes.get_mut("n2").unwrap().policy.count_unsaved = false;
+    let out = s.fleet.stop(&s.cfg, s.now);
+    assert_eq!(out.dirty, BTreeSet::from(["n1".to_string()]));
+    assert_eq!(out.touched, BTreeSet::from(["n2".to_string()]));
 }
 
 #[test]
@@ -1623,6 +1630,34 @@ fn a_flapping_condition_records_one_conclusion() {
     s.at(4000 + 16 * 60).report(&ids, &[], flapping);
     s.at(6000).report(&ids, &["g-0"], flapping);
     assert_eq!(s.policy_events(), ["g-0 POLICY_RECOMMENDED cordon"]);
+}
+
+/// A gate done leaves the pools' counts standing: a fleet gated at once would
+/// otherwise make every delivery meanwhile a pass over every node. A cordon done
+/// has them counted afresh.
+#[test]
+fn a_gate_done_keeps_the_pools_counted() {
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &["g-0"], very_low);
+    s.at(30).report(&ids, &["g-0"], very_low);
+    let pending = s.fleet.pending();
+    assert!(
+        pending
+            .iter()
+            .any(|(_, p)| matches!(p.action, policy::Action::Gate { on: true })),
+        "{pending:?}"
+    );
+    for (id, p) in pending {
+        assert!(s.fleet.pools.is_some());
+        let gate = matches!(p.action, policy::Action::Gate { .. });
+        let out = s
+            .fleet
+            .action_done(&s.cfg, s.now, &id, &p, &policy::Done::default());
+        s.record(out);
+        assert_eq!(s.fleet.pools.is_some(), gate, "{p:?}");
+        s.at(31).tick();
+    }
 }
 
 #[test]
