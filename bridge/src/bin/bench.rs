@@ -708,20 +708,20 @@ async fn latency(
     }
     // What the processes did while the slowest waited: busy (a core or two) or
     // blocked (next to none).
-    let slowest = |v: &[(Instant, Duration)], what: &str| {
-        if let Some((at, took)) = v.iter().max_by_key(|(_, d)| *d) {
-            let (hale, am) = cpu_share(&sampled, *at, *at + *took);
+    let slowest = |v: &[(Instant, Duration)]| v.iter().max_by_key(|(_, d)| *d).copied();
+    let (slow_delivery, slow_scrape) = (slowest(&samples), slowest(&scrapes));
+    let say_slowest = |slow: Option<(Instant, Duration)>, what: &str| {
+        if let Some((at, took)) = slow {
+            let (hale, am) = cpu_share(&sampled, at, at + took);
             println!(
                 "  the slowest {what}: {:.0} ms, {:.1} s into the window; meanwhile hale used {:.0} % of a core, Alertmanager {:.0} %",
-                ms(*took),
+                ms(took),
                 at.duration_since(began).as_secs_f64(),
                 100.0 * hale,
                 100.0 * am
             );
         }
     };
-    let slow_delivery = samples.clone();
-    let slow_scrape = scrapes.clone();
     let mut samples: Vec<Duration> = samples.into_iter().map(|(_, d)| d).collect();
     let mut scrapes: Vec<Duration> = scrapes.into_iter().map(|(_, d)| d).collect();
     samples.sort();
@@ -744,14 +744,14 @@ async fn latency(
         ms(p(&samples, 0.99)),
         ms(p(&samples, 1.0))
     );
-    slowest(&slow_delivery, "delivery");
+    say_slowest(slow_delivery, "delivery");
     println!(
         "GET /metrics ({:.1} MiB): p50 {:.1} ms, max {:.1} ms",
         scrape_bytes as f64 / (1 << 20) as f64,
         ms(p(&scrapes, 0.5)),
         ms(p(&scrapes, 1.0))
     );
-    slowest(&slow_scrape, "scrape");
+    say_slowest(slow_scrape, "scrape");
     println!();
     Ok(Rss {
         settled: sampled.iter().map(|s| s.rss).min().unwrap_or(0),

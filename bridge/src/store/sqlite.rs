@@ -677,12 +677,16 @@ impl FeedDb {
             .map(drop)
     }
 
+    /// The sequence number of the newest event stored (0: none).
+    fn newest(&self) -> Result<i64> {
+        self.events
+            .query_row("SELECT COALESCE(MAX(seq), 0) FROM events", [], |r| r.get(0))
+            .op("read webhook deliveries")
+    }
+
     /// Move past every event stored now, delivering none.
     fn pass(&mut self) -> Result<()> {
-        let last: i64 = self
-            .events
-            .query_row("SELECT COALESCE(MAX(seq), 0) FROM events", [], |r| r.get(0))
-            .op("read webhook deliveries")?;
+        let last = self.newest()?;
         if last > self.handed {
             self.place(last)?;
             self.handed = last;
@@ -702,10 +706,7 @@ impl FeedDb {
         // Everything up to the newest event now stored is looked at, and no further:
         // with none the endpoint takes among them, its place moves past them all,
         // so a rare type is not looked for again among the same events.
-        let last: i64 = self
-            .events
-            .query_row("SELECT COALESCE(MAX(seq), 0) FROM events", [], |r| r.get(0))
-            .op("read webhook deliveries")?;
+        let last = self.newest()?;
         let n = self.types.len() + 2;
         let beyond: Option<i64> = self
             .events
