@@ -194,6 +194,41 @@ fn sliced_poll(
     (out, [judged, slice, t.elapsed()])
 }
 
+/// The tick `hale serve` runs every second under the fleet lock, its two parts
+/// timed apart, the clock a second on each time: the time-driven rules
+/// (heartbeats, the sweep, decay, the policy; the median and the slowest of eleven,
+/// the slowest passing the policy over every node as one tick in ten does) and
+/// remediation (the median of seven).
+fn tick_holds(
+    fleet: &mut Fleet,
+    cfg: &hale::core::settings::CoreSettings,
+    from: chrono::DateTime<Utc>,
+) -> [Duration; 3] {
+    let facts = hale::core::policy::Facts::default();
+    let mut second = 0;
+    let mut next = || {
+        second += 1;
+        from + TimeDelta::seconds(second)
+    };
+    let mut ticks: Vec<Duration> = (0..11)
+        .map(|_| {
+            let now = next();
+            let t = Instant::now();
+            std::hint::black_box(fleet.tick(cfg, now));
+            t.elapsed()
+        })
+        .collect();
+    ticks.sort();
+    let (tick, whole) = (ticks[5], ticks[10]);
+    let remediate = median(7, || {
+        let now = next();
+        let t = Instant::now();
+        std::hint::black_box(fleet.remediate(cfg, now, &facts));
+        t.elapsed()
+    });
+    [tick, whole, remediate]
+}
+
 /// What the in-process cycles leave for the rest of the run.
 struct Ingested {
     fleet: Fleet,
@@ -286,6 +321,7 @@ fn ingest(nodes: usize, work: &Path, report: &mut Report) -> anyhow::Result<Inge
     let resent = median_cycle(resends);
     let parse = parse_before.min(parse_time(&base));
     drop(base);
+    let ticked = tick_holds(&mut fleet, &cfg, start + TimeDelta::seconds(30 * round));
     let rss_fleet = rss_kib(std::process::id()).unwrap_or(0);
 
     println!("ingest (in process); baseline: hale's own parse of the answer");
@@ -324,6 +360,13 @@ fn ingest(nodes: usize, work: &Path, report: &mut Report) -> anyhow::Result<Inge
         &format!("(target <= 2x: {churn_ok})"),
     );
     row("cycle, churn, all re-sent", &resent, "");
+    let [tick, whole, remediate] = ticked;
+    println!(
+        "  the 1-second tick's hold of the fleet lock: the time-driven rules {:.1} ms ({:.1} ms with the policy over every node, one tick in ten), remediation {:.1} ms",
+        ms(tick),
+        ms(whole),
+        ms(remediate)
+    );
     println!(
         "  the longest checkpoint (after the first poll; off the ingest path, as in hale serve): {:.1} ms",
         ms(checkpoints)
@@ -617,26 +660,37 @@ async fn latency(
     };
     // The trusted polls each scrape counted: the deliveries go on until two landed.
     let polls_seen = Arc::new(AtomicU64::new(polls_before as u64));
+    // A scraper of its own, as Prometheus is: its thread, runtime and connections,
+    // so reading a 124 MiB text delays none of the deliveries' requests.
     let scraper = {
-        let (http, url, stop) = (http.clone(), url.to_string(), stop.clone());
+        let (url, stop) = (url.to_string(), stop.clone());
         let polls_seen = polls_seen.clone();
-        tokio::spawn(async move {
-            let mut scrapes = Vec::new();
-            let mut bytes = 0;
-            while !stop.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                if let Ok(r) = http.get(format!("{url}/metrics")).send().await
-                    && let Ok(body) = r.text().await
-                {
-                    bytes = body.len();
-                    scrapes.push((t, t.elapsed()));
-                    if let Some(polls) = polls_in(&body, "trusted") {
-                        polls_seen.store(polls as u64, Ordering::Relaxed);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        std::thread::spawn(move || {
+            rt.block_on(async move {
+                let http = reqwest::Client::new();
+                let mut scrapes = Vec::new();
+                let mut landed = Vec::new();
+                let mut bytes = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    if let Ok(r) = http.get(format!("{url}/metrics")).send().await
+                        && let Ok(body) = r.text().await
+                    {
+                        bytes = body.len();
+                        scrapes.push((t, t.elapsed()));
+                        if let Some(polls) = polls_in(&body, "trusted")
+                            && polls_seen.swap(polls as u64, Ordering::Relaxed) != polls as u64
+                        {
+                            landed.push(t);
+                        }
                     }
+                    tokio::time::sleep(SCRAPE_EVERY.saturating_sub(t.elapsed())).await;
                 }
-                tokio::time::sleep(SCRAPE_EVERY.saturating_sub(t.elapsed())).await;
-            }
-            (scrapes, bytes)
+                (scrapes, bytes, landed)
+            })
         })
     };
     // At least this long, and on until two polls landed among the deliveries (a
@@ -650,6 +704,7 @@ async fn latency(
     let polled = || polls_seen.load(Ordering::Relaxed) as f64 - polls_before >= 2.0;
     let began = Instant::now();
     let mut samples = Vec::new();
+    let mut posts = Vec::new();
     let mut i = 0usize;
     while began.elapsed() < window || (!polled() && began.elapsed() < most) {
         let node = format!("node-{:06}", (i * 7919) % nodes);
@@ -674,6 +729,7 @@ async fn latency(
         if !r.status().is_success() {
             bail!("webhook refused: {}", r.text().await?);
         }
+        let posted = t.elapsed();
         loop {
             let n: Value = http
                 .get(format!("{url}/api/v1/nodes/{node}"))
@@ -689,12 +745,13 @@ async fn latency(
             }
         }
         samples.push((t, t.elapsed()));
+        posts.push(posted);
         i += 1;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let took = began.elapsed();
     stop.store(true, Ordering::Relaxed);
-    let (scrapes, scrape_bytes) = scraper.await?;
+    let (scrapes, scrape_bytes, landed) = scraper.join().expect("the scraper does not panic");
     let sampled = sampler.join().expect("the sampler does not panic");
     let polls = trusted_polls(http, url).await? - polls_before;
     if polls < 2.0 {
@@ -722,12 +779,13 @@ async fn latency(
             );
         }
     };
+    slow_timeline(&samples, &posts, &landed, began, target_ms(nodes));
     let mut samples: Vec<Duration> = samples.into_iter().map(|(_, d)| d).collect();
     let mut scrapes: Vec<Duration> = scrapes.into_iter().map(|(_, d)| d).collect();
     samples.sort();
     scrapes.sort();
     let p = |v: &[Duration], q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize];
-    let target = if nodes <= 20_000 { 50.0 } else { 100.0 };
+    let target = target_ms(nodes);
     let ok = report.target(
         &format!("webhook p99 <= {target} ms"),
         ms(p(&samples, 0.99)) <= target,
@@ -757,6 +815,50 @@ async fn latency(
         settled: sampled.iter().map(|s| s.rss).min().unwrap_or(0),
         peak: sampled.iter().map(|s| s.rss).max().unwrap_or(0),
     })
+}
+
+/// The webhook p99's target at this size, in ms.
+fn target_ms(nodes: usize) -> f64 {
+    if nodes <= 20_000 { 50.0 } else { 100.0 }
+}
+
+/// Where the deliveries slower than `target` ms fell: each second of the window
+/// holding one, its count, the slowest and how much of that was the POST (the rest
+/// is the reads until the change showed), beside the polls landed (as the scrapes
+/// saw them).
+fn slow_timeline(
+    samples: &[(Instant, Duration)],
+    posts: &[Duration],
+    landed: &[Instant],
+    began: Instant,
+    target: f64,
+) {
+    let at = |t: Instant| t.duration_since(began).as_secs();
+    let mut seconds: std::collections::BTreeMap<u64, (usize, Duration, Duration)> =
+        Default::default();
+    for ((t, took), post) in samples.iter().zip(posts) {
+        if ms(*took) > target {
+            let s = seconds.entry(at(*t)).or_default();
+            s.0 += 1;
+            if *took > s.1 {
+                (s.1, s.2) = (*took, *post);
+            }
+        }
+    }
+    let polls: Vec<String> = landed.iter().map(|t| format!("{} s", at(*t))).collect();
+    println!(
+        "  deliveries over {target} ms by second of the window (polls seen landed at {}):",
+        polls.join(", ")
+    );
+    let line: Vec<String> = seconds
+        .iter()
+        .map(|(s, (n, worst, post))| {
+            format!("{s} s: {n} (max {:.0}, POST {:.0})", ms(*worst), ms(*post))
+        })
+        .collect();
+    for chunk in line.chunks(6) {
+        println!("    {}", chunk.join("; "));
+    }
 }
 
 /// One look at the live hale: its RSS (KiB), and the CPU time (clock ticks) it and

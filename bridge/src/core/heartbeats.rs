@@ -3,8 +3,11 @@
 
 use std::time::Duration;
 
+use chrono::DateTime;
+
+use super::settings::CoreSettings;
 use super::step::Step;
-use super::{Condition, EventKind, HEARTBEAT_MISSED, Severity, SmallMap};
+use super::{Condition, EventKind, HEARTBEAT_MISSED, Node, Severity, SmallMap, Time};
 
 /// Heartbeat intervals are capped here before multiplying by the threshold.
 const MAX_INTERVAL: Duration = Duration::from_secs(24 * 3600);
@@ -19,7 +22,55 @@ impl super::Settings {
     }
 }
 
+/// The earliest time a node not yet missed can be: none is late before it. A look
+/// over every node sets it; a step lowers it for each node it changed, so a tick
+/// between two polls looks over the fleet only once someone may be late. Memory
+/// only: `None` after a load or new settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeartbeatsDue {
+    pub at: Time,
+    /// The trust run it was found in: its start moves every window's start.
+    pub trusted_since: Option<Time>,
+}
+
+/// When the node's heartbeat is late, and the window that makes it so; `None`
+/// without a heartbeat.
+pub(super) fn deadline(
+    cfg: &CoreSettings,
+    trusted_since: Option<Time>,
+    node: &Node,
+) -> Option<(Time, Duration)> {
+    let hb = node.heartbeat.as_ref()?;
+    let after = cfg.settings_for(&node.labels).miss_after(hb.interval);
+    // Heartbeats that left with the pipeline get a full window to return.
+    let since = trusted_since.map_or(hb.last, |t| t.max(hb.last));
+    let at = chrono::TimeDelta::from_std(after)
+        .ok()
+        .and_then(|d| since.checked_add_signed(d))
+        .unwrap_or(DateTime::<chrono::Utc>::MAX_UTC);
+    Some((at, after))
+}
+
 impl<'f> Step<'f> {
+    /// What this step changed can be late sooner than the last look found: those
+    /// nodes' deadlines lower the kept one.
+    pub(super) fn lower_heartbeats_due(&mut self) {
+        let Some(due) = self.fleet.heartbeats_due.as_mut() else {
+            return;
+        };
+        let trusted_since = self.fleet.trust.trusted_since;
+        for id in self.out.dirty.iter().chain(&self.out.touched) {
+            if let Some((at, _)) = self
+                .fleet
+                .nodes
+                .get(id)
+                .and_then(|n| deadline(self.cfg, trusted_since, n))
+            {
+                due.at = due.at.min(at);
+            }
+        }
+    }
+
     /// A node whose heartbeat was seen and has gone quiet for `max(15 s, threshold ×
     /// min(interval, 24 h))` is no longer reporting. Never evaluated while stale: then
     /// hale, not the node, is the one who cannot see.
@@ -36,19 +87,32 @@ impl<'f> Step<'f> {
         if trust.stale || !trust.source_up || !seen_since_start {
             return;
         }
+        // Nobody can be late before the earliest deadline the last look found, as
+        // long as no step since made one earlier (see `HeartbeatsDue`).
+        if let Some(due) = &self.fleet.heartbeats_due
+            && due.trusted_since == trust.trusted_since
+            && self.now < due.at
+        {
+            return;
+        }
         let mut missed = Vec::new();
+        let mut next: Option<Time> = None;
         for (id, node) in &self.fleet.nodes {
-            let Some(hb) = &node.heartbeat else { continue };
-            let after = self.cfg.settings_for(&node.labels).miss_after(hb.interval);
-            // Heartbeats that left with the pipeline get a full window to return.
-            let since = trust.trusted_since.map_or(hb.last, |t| t.max(hb.last));
-            // The time first: a node's conditions are looked at only once it is late.
-            if (self.now - since).to_std().unwrap_or_default() >= after
-                && !node.conditions.contains_key(HEARTBEAT_MISSED)
-            {
-                missed.push((id.clone(), hb.last, after));
+            let Some((deadline, after)) = deadline(self.cfg, trust.trusted_since, node) else {
+                continue;
+            };
+            if self.now < deadline {
+                next = Some(next.map_or(deadline, |n| n.min(deadline)));
+            } else if !node.conditions.contains_key(HEARTBEAT_MISSED) {
+                // The time first: a node's conditions are looked at only once it is late.
+                let last = node.heartbeat.as_ref().expect("has a deadline").last;
+                missed.push((id.clone(), last, after));
             }
         }
+        self.fleet.heartbeats_due = Some(HeartbeatsDue {
+            at: next.unwrap_or(DateTime::<chrono::Utc>::MAX_UTC),
+            trusted_since: trust.trusted_since,
+        });
         for (id, last, after) in missed {
             let now = self.now;
             let node = self.node(&id);

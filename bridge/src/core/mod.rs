@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use settings::Settings;
 
 pub use events::{EVENT_TYPES, Event, EventKind};
+pub use heartbeats::HeartbeatsDue;
 pub use ingest::{Listed, NodeGroups, PollAnswer};
 pub use outcome::{CoreError, Outcome};
 pub use small_map::SmallMap;
@@ -553,6 +554,13 @@ pub struct Fleet {
     /// Nodes whose score carries a failure deduction, which decays with time: what a
     /// tick rescores (`None`: not counted yet).
     pub decaying: Option<std::collections::BTreeSet<String>>,
+    /// Nodes remediation looks at every tick: a condition asks for a reboot, or it
+    /// has a flow or a recommendation recorded (`None`: not gathered yet). A step
+    /// adds each node it changed that asks; remediation adds the flows it is asked
+    /// for and drops what it finds with nothing left to do.
+    pub asking_reboot: Option<std::collections::BTreeSet<String>>,
+    /// Before when no node's heartbeat can be late (`None`: look at every node).
+    pub heartbeats_due: Option<HeartbeatsDue>,
     /// The pools' occupancy as the last whole policy pass counted it, kept up to date
     /// by the policy's own decisions; `None` after anything else changed a node's
     /// service state, pool or presence, so the next step counts afresh.
@@ -574,6 +582,8 @@ impl Fleet {
             swept_at: None,
             whole_pass_at: None,
             decaying: None,
+            asking_reboot: None,
+            heartbeats_due: None,
             pools: None,
             rescore_all: true,
         }
@@ -584,6 +594,7 @@ impl Fleet {
     pub fn reconfigured(&mut self) {
         self.pools = None;
         self.rescore_all = true;
+        self.heartbeats_due = None;
     }
 }
 

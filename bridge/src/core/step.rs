@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use super::conditions::stale_condition;
 use super::outcome::Outcome;
-use super::policy::Policy;
+use super::policy::{Policy, asks_reboot};
 use super::settings::CoreSettings;
 use super::trust::Keep;
 use super::{Event, EventKind, FAILURE_DEDUCTION, Fleet, Node, Severity, TELEMETRY_STALE, Time};
@@ -105,6 +105,11 @@ impl<'f> Step<'f> {
 
     pub(super) fn finish(mut self, scope: Scope) -> Outcome {
         self.settle_trust();
+        match scope {
+            // A poll changes most nodes: its last step looks at every one anyway.
+            Scope::All | Scope::Slice => self.fleet.heartbeats_due = None,
+            Scope::Time | Scope::Tick | Scope::Touched => self.lower_heartbeats_due(),
+        }
         if matches!(scope, Scope::All | Scope::Time | Scope::Tick) {
             self.check_heartbeats();
             self.sweep();
@@ -124,6 +129,10 @@ impl<'f> Step<'f> {
                 .map(|n| n.id.clone())
                 .collect()
         });
+        let watch = &mut Watch {
+            decays,
+            reboots: fleet.asking_reboot.as_mut(),
+        };
         let mut due = BTreeSet::new();
         match scope {
             // Each step scores what it changed, so only a change of settings (or a
@@ -131,15 +140,15 @@ impl<'f> Step<'f> {
             // makes every score stale.
             Scope::All if fleet.rescore_all => {
                 for node in fleet.nodes.values_mut() {
-                    score(node, &mut out, now, cfg, decays);
+                    score(node, &mut out, now, cfg, watch);
                 }
                 fleet.rescore_all = false;
             }
             // A poll's nodes were scored by its slices: what is left is what this
             // step changed (missed heartbeats, the sweep) and what time decays.
             Scope::All => {
-                let decayed = decays.clone();
-                score_changed(&mut fleet.nodes, &mut out, now, cfg, decays, &decayed);
+                let decayed = watch.decays.clone();
+                score_changed(&mut fleet.nodes, &mut out, now, cfg, watch, &decayed);
             }
             Scope::Slice => {
                 score_changed(
@@ -147,7 +156,7 @@ impl<'f> Step<'f> {
                     &mut out,
                     now,
                     cfg,
-                    decays,
+                    watch,
                     &BTreeSet::new(),
                 );
             }
@@ -156,11 +165,11 @@ impl<'f> Step<'f> {
                 due.extend(out.dirty.iter().chain(&out.touched).cloned());
                 due.append(&mut out.rescore);
                 if matches!(scope, Scope::Time | Scope::Tick) {
-                    due.extend(decays.iter().cloned());
+                    due.extend(watch.decays.iter().cloned());
                 }
                 for id in &due {
                     if let Some(node) = fleet.nodes.get_mut(id) {
-                        score(node, &mut out, now, cfg, decays);
+                        score(node, &mut out, now, cfg, watch);
                     }
                 }
             }
@@ -210,7 +219,7 @@ fn score_changed(
     out: &mut Outcome,
     now: Time,
     cfg: &CoreSettings,
-    decays: &mut BTreeSet<String>,
+    watch: &mut Watch<'_>,
     more: &BTreeSet<String>,
 ) {
     let dirty = std::mem::take(&mut out.dirty);
@@ -227,7 +236,7 @@ fn score_changed(
         );
     for id in due {
         if let Some(node) = nodes.get_mut(id) {
-            score(node, out, now, cfg, decays);
+            score(node, out, now, cfg, watch);
         }
     }
     // What scoring made dirty joins what was.
@@ -236,14 +245,17 @@ fn score_changed(
     out.touched = touched;
 }
 
-/// Rescore one node and keep the set of nodes whose score decays with time.
-fn score(
-    node: &mut Node,
-    out: &mut Outcome,
-    now: Time,
-    cfg: &CoreSettings,
-    decays: &mut BTreeSet<String>,
-) {
+/// The sets of nodes time-driven work looks at, which every node a step changed
+/// passes through [`score`] to keep true.
+struct Watch<'f> {
+    /// Nodes whose score decays with time.
+    decays: &'f mut BTreeSet<String>,
+    /// Nodes a condition of which asks for a reboot ([`Fleet::asking_reboot`]).
+    reboots: Option<&'f mut BTreeSet<String>>,
+}
+
+/// Rescore one node and keep the [`Watch`] sets.
+fn score(node: &mut Node, out: &mut Outcome, now: Time, cfg: &CoreSettings, watch: &mut Watch<'_>) {
     let current = node.last_report.is_none()
         || node
             .score
@@ -253,12 +265,20 @@ fn score(
         let id = node.id.clone();
         rescore(node, &mut Recorder { out, now, id: &id }, cfg);
     }
+    let decays = &mut watch.decays;
     if decaying(node) != decays.contains(&node.id) {
         if decaying(node) {
             decays.insert(node.id.clone());
         } else {
             decays.remove(&node.id);
         }
+    }
+    // Only added here: remediation drops a node once nothing of it is left to do.
+    if let Some(reboots) = watch.reboots.as_deref_mut()
+        && !reboots.contains(&node.id)
+        && asks_reboot(node)
+    {
+        reboots.insert(node.id.clone());
     }
 }
 

@@ -23,6 +23,7 @@ pub use fencing::{Fence, FenceStep};
 pub use inventory::{Observed, OrchestratorHealth};
 pub use operator::{DrainAll, PowerDone};
 pub use queue::{Action, Done, Pending, PowerOp};
+pub(crate) use remediation::asks_reboot;
 pub use remediation::{Entry, Facts, Flow, FlowStep, REBOOT, Remediations};
 pub use state::{Actor, Conclusion, Cordon, Guardrail, Ledger, Moves, NodePolicy, Verdict};
 

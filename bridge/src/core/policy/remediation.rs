@@ -15,8 +15,8 @@ use super::{Action, Actor, HOUR, PowerOp, count, event, policy_verdict, status_n
 use crate::core::outcome::{CoreError, Outcome};
 use crate::core::settings::{CONTROL_PLANE_LABELS, CoreSettings, Mode};
 use crate::core::{
-    BLIND_CONDITIONS, COLLECTOR_FAILED, EventKind, Fleet, HEARTBEAT_MISSED, Node, Status,
-    TELEMETRY_STALE, Time, events::Diagnostics,
+    BLIND_CONDITIONS, COLLECTOR_FAILED, Condition, EventKind, Fleet, HEARTBEAT_MISSED, Name, Node,
+    SmallMap, Status, TELEMETRY_STALE, Time, events::Diagnostics,
 };
 
 /// The remediation an alert's `hale_remediation` label names for the reboot flow.
@@ -150,26 +150,161 @@ pub struct Entry {
     pub waiting: Option<String>,
 }
 
-/// The raised, unsuppressed condition asking for a reboot, most urgent first:
-/// (type, priority, why).
-fn reboot_trigger(node: &Node) -> Option<(String, u8, String)> {
-    node.conditions
+/// The raised, unsuppressed condition asking for a reboot, most urgent first: its
+/// type and the condition. Borrowed: a tick asks this of every node.
+fn reboot_trigger(conditions: &SmallMap<Name, Condition>) -> Option<(&str, &Condition)> {
+    conditions
         .iter()
         .filter(|(_, c)| c.remediation.as_deref() == Some(REBOOT) && !c.suppressed())
-        .map(|(ctype, c)| {
-            let first = c.message.lines().next().unwrap_or_default();
-            let why = if first.is_empty() {
-                c.reason.to_string()
+        .map(|(ctype, c)| (ctype.as_str(), c))
+        .min_by_key(|(ctype, c)| (c.priority.unwrap_or(DEFAULT_PRIORITY), *ctype))
+}
+
+/// Whether a condition of the node asks for a reboot.
+pub(crate) fn asks_reboot(node: &Node) -> bool {
+    reboot_trigger(&node.conditions).is_some()
+}
+
+/// Whether remediation has anything to look at on the node: a condition asking
+/// for a reboot, a flow, or a recommendation to take back.
+fn watched(node: &Node) -> bool {
+    node.policy.flow.is_some() || node.policy.recommended_reboot.is_some() || asks_reboot(node)
+}
+
+/// Why a condition asks for a reboot: its reason, and its message's first line.
+fn reboot_why(c: &Condition) -> String {
+    match c.message.lines().next().filter(|l| !l.is_empty()) {
+        Some(first) => format!("{}: {first}", c.reason),
+        None => c.reason.to_string(),
+    }
+}
+
+/// The flows a pass over the fleet found, for the steps after it.
+#[derive(Default)]
+struct Flows {
+    /// Admitted flows, by node id.
+    under_way: Vec<String>,
+    /// Queued flows: (priority, requested, node id).
+    queued: Vec<(u8, Time, String)>,
+}
+
+impl Flows {
+    fn note(&mut self, node: &Node) {
+        if let Some(f) = &node.policy.flow {
+            if f.step == FlowStep::Queued {
+                self.queued.push((f.priority, f.requested, node.id.clone()));
             } else {
-                format!("{}: {first}", c.reason)
-            };
-            (
-                ctype.to_string(),
-                c.priority.unwrap_or(DEFAULT_PRIORITY),
-                why,
-            )
-        })
-        .min_by_key(|(ctype, p, _)| (*p, ctype.clone()))
+                self.under_way.push(node.id.clone());
+            }
+        }
+    }
+}
+
+/// [`Fleet::enqueue`] for one node: string-free unless it records something, as
+/// nearly every node of a tick records nothing.
+fn enqueue_node(
+    cfg: &CoreSettings,
+    now: Time,
+    retry: chrono::TimeDelta,
+    node: &mut Node,
+    out: &mut Outcome,
+) {
+    let Some((ctype, c)) = reboot_trigger(&node.conditions) else {
+        let withdrawn = node
+            .policy
+            .flow
+            .as_ref()
+            .is_some_and(|f| f.step == FlowStep::Queued && f.trigger.is_some());
+        if withdrawn {
+            // The alert ended before the flow's turn came.
+            node.policy.flow = None;
+            out.dirty.insert(node.id.clone());
+        }
+        if node.policy.recommended_reboot.take().is_some() {
+            out.dirty.insert(node.id.clone());
+        }
+        return;
+    };
+    let settings = cfg.settings_for(&node.labels);
+    if let Some(f) = &node.policy.flow {
+        // A pool switched to observe stops what its alerts queued.
+        if f.step == FlowStep::Queued && f.by == Actor::Hale && settings.mode == Mode::Observe {
+            node.policy.flow = None;
+            out.dirty.insert(node.id.clone());
+        } else {
+            return;
+        }
+    }
+    let observe = settings.mode == Mode::Observe;
+    if !observe {
+        if node
+            .policy
+            .flow_failed_at
+            .is_some_and(|at| now - at < retry)
+        {
+            return;
+        }
+        let day_ago = now - chrono::TimeDelta::from_std(DAY).expect("a day");
+        let before = node.policy.reboots.len();
+        node.policy.reboots.retain(|t| *t > day_ago);
+        if node.policy.reboots.len() != before {
+            out.dirty.insert(node.id.clone());
+        }
+    }
+    // Cordoned by a flow this store has no record of (another replica's, or a
+    // store lost): what it did is unknown, so an operator decides.
+    let orphan = node.policy.flow_failed_at.is_none()
+        && node
+            .policy
+            .cordon
+            .as_ref()
+            .is_some_and(|c| c.by == Actor::Hale && c.reason.starts_with(CORDON_REASON));
+    // Recommended (observe) or refused: said once per episode, not queued.
+    let guardrail = if observe {
+        Some(None)
+    } else if node.policy.reboots.len() >= REBOOTS_PER_DAY {
+        Some(Some("remediation.rebootsPerDay"))
+    } else if orphan {
+        Some(Some("remediation.unknownFlow"))
+    } else {
+        None
+    };
+    if let Some(guardrail) = guardrail {
+        if node.policy.recommended_reboot.as_deref() == Some(ctype) {
+            return;
+        }
+        let message = match guardrail {
+            None => format!(
+                "would reboot: {} (observe mode changes nothing)",
+                reboot_why(c)
+            ),
+            Some("remediation.rebootsPerDay") => format!(
+                "not rebooted: {} reboots for its alerts in the last day did not cure it; left for an operator",
+                node.policy.reboots.len()
+            ),
+            Some(_) => "not rebooted: a reboot flow this hale has no record of left it cordoned (another replica's, or a lost store); an operator decides".to_string(),
+        };
+        node.policy.recommended_reboot = Some(ctype.to_string());
+        out.events.push(policy_verdict(
+            node, settings, now, REBOOT, guardrail, message,
+        ));
+        out.dirty.insert(node.id.clone());
+        return;
+    }
+    node.policy.flow = Some(Flow {
+        trigger: Some(ctype.to_string()),
+        reason: reboot_why(c),
+        by: Actor::Hale,
+        priority: c.priority.unwrap_or(DEFAULT_PRIORITY),
+        requested: now,
+        step: FlowStep::Queued,
+        since: now,
+        cordoned: false,
+        sent: None,
+        away: false,
+        force: false,
+    });
+    out.dirty.insert(node.id.clone());
 }
 
 /// The start of every cordon reason a reboot flow writes.
@@ -244,6 +379,9 @@ impl Fleet {
                 doing: format!("a reboot flow is at step {}", f.step.as_str()),
             });
         }
+        if let Some(watching) = self.asking_reboot.as_mut() {
+            watching.insert(id.into());
+        }
         node.policy.flow = Some(Flow {
             trigger: None,
             reason: reason.into(),
@@ -311,134 +449,56 @@ impl Fleet {
         let before = self.ledger.flow_failures.len();
         self.ledger.flow_failures.retain(|t| *t > hour_ago);
         out.ledger |= self.ledger.flow_failures.len() != before;
-        self.enqueue(cfg, now, &mut out);
-        self.advance(cfg, now, facts, &mut out);
-        self.admit(cfg, now, facts, &mut out);
+        let flows = self.enqueue(cfg, now, &mut out);
+        self.advance(cfg, now, facts, flows.under_way, &mut out);
+        self.admit(cfg, now, facts, flows.queued, &mut out);
         self.fence(cfg, now, facts, &mut out);
         out
     }
 
     /// Queue a flow for every node an alert asks to reboot; in `observe`, record the
-    /// recommendation once per episode instead.
-    fn enqueue(&mut self, cfg: &CoreSettings, now: Time, out: &mut Outcome) {
+    /// recommendation once per episode instead. It looks only at the nodes
+    /// [`Fleet::asking_reboot`] holds — at 100,000 nodes a pass over every node's
+    /// conditions held the fleet for tens of milliseconds every second — and notes
+    /// the flows it leaves for the steps after it.
+    fn enqueue(&mut self, cfg: &CoreSettings, now: Time, out: &mut Outcome) -> Flows {
         let retry = chrono::TimeDelta::from_std(cfg.remediation.retry_after).expect("bounded");
-        for node in self.nodes.values_mut() {
-            let Some((ctype, priority, why)) = reboot_trigger(node) else {
-                let withdrawn = node
-                    .policy
-                    .flow
-                    .as_ref()
-                    .is_some_and(|f| f.step == FlowStep::Queued && f.trigger.is_some());
-                if withdrawn {
-                    // The alert ended before the flow's turn came.
-                    node.policy.flow = None;
-                    out.dirty.insert(node.id.clone());
-                }
-                if node.policy.recommended_reboot.take().is_some() {
-                    out.dirty.insert(node.id.clone());
-                }
-                continue;
+        let Fleet {
+            nodes,
+            asking_reboot,
+            ..
+        } = self;
+        let watching = asking_reboot.get_or_insert_with(|| {
+            nodes
+                .values()
+                .filter(|n| watched(n))
+                .map(|n| n.id.clone())
+                .collect()
+        });
+        let mut flows = Flows::default();
+        // In id order, as a pass over the fleet would.
+        watching.retain(|id| {
+            let Some(node) = nodes.get_mut(id) else {
+                return false;
             };
-            let settings = cfg.settings_for(&node.labels);
-            if let Some(f) = &node.policy.flow {
-                // A pool switched to observe stops what its alerts queued.
-                if f.step == FlowStep::Queued
-                    && f.by == Actor::Hale
-                    && settings.mode == Mode::Observe
-                {
-                    node.policy.flow = None;
-                    out.dirty.insert(node.id.clone());
-                } else {
-                    continue;
-                }
-            }
-            let observe = settings.mode == Mode::Observe;
-            if !observe {
-                if node
-                    .policy
-                    .flow_failed_at
-                    .is_some_and(|at| now - at < retry)
-                {
-                    continue;
-                }
-                let day_ago = now - chrono::TimeDelta::from_std(DAY).expect("a day");
-                let before = node.policy.reboots.len();
-                node.policy.reboots.retain(|t| *t > day_ago);
-                if node.policy.reboots.len() != before {
-                    out.dirty.insert(node.id.clone());
-                }
-            }
-            // Cordoned by a flow this store has no record of (another replica's,
-            // or a store lost): what it did is unknown, so an operator decides.
-            let orphan =
-                node.policy.flow_failed_at.is_none()
-                    && node.policy.cordon.as_ref().is_some_and(|c| {
-                        c.by == Actor::Hale && c.reason.starts_with(CORDON_REASON)
-                    });
-            // Recommended (observe) or refused: said once per episode, not queued.
-            let verdict = if observe {
-                Some((
-                    None,
-                    format!("would reboot: {why} (observe mode changes nothing)"),
-                ))
-            } else if node.policy.reboots.len() >= REBOOTS_PER_DAY {
-                Some((
-                    Some("remediation.rebootsPerDay"),
-                    format!(
-                        "not rebooted: {} reboots for its alerts in the last day did not cure it; left for an operator",
-                        node.policy.reboots.len()
-                    ),
-                ))
-            } else if orphan {
-                Some((
-                    Some("remediation.unknownFlow"),
-                    "not rebooted: a reboot flow this hale has no record of left it cordoned (another replica's, or a lost store); an operator decides".to_string(),
-                ))
-            } else {
-                None
-            };
-            if let Some((guardrail, message)) = verdict {
-                if node.policy.recommended_reboot.as_deref() != Some(ctype.as_str()) {
-                    node.policy.recommended_reboot = Some(ctype.clone());
-                    out.events.push(policy_verdict(
-                        node, settings, now, REBOOT, guardrail, message,
-                    ));
-                    out.dirty.insert(node.id.clone());
-                }
-                continue;
-            }
-            node.policy.flow = Some(Flow {
-                trigger: Some(ctype),
-                reason: why,
-                by: Actor::Hale,
-                priority,
-                requested: now,
-                step: FlowStep::Queued,
-                since: now,
-                cordoned: false,
-                sent: None,
-                away: false,
-                force: false,
-            });
-            out.dirty.insert(node.id.clone());
-        }
+            enqueue_node(cfg, now, retry, node, out);
+            flows.note(node);
+            watched(node)
+        });
+        flows
     }
 
     /// Move each admitted flow on where time or the node's state decides: a reboot
     /// a stopped process sent, the node's departure and return, the verification,
     /// and every step's timeout.
-    fn advance(&mut self, cfg: &CoreSettings, now: Time, facts: &Facts, out: &mut Outcome) {
-        let ids: Vec<String> = self
-            .nodes
-            .values()
-            .filter(|n| {
-                n.policy
-                    .flow
-                    .as_ref()
-                    .is_some_and(|f| f.step != FlowStep::Queued)
-            })
-            .map(|n| n.id.clone())
-            .collect();
+    fn advance(
+        &mut self,
+        cfg: &CoreSettings,
+        now: Time,
+        facts: &Facts,
+        ids: Vec<String>,
+        out: &mut Outcome,
+    ) {
         for id in ids {
             // What would hold a reboot back now, checked again just before it is
             // sent (a blocking alert may have begun to fire during the drain).
@@ -797,14 +857,21 @@ impl Fleet {
     }
 
     /// Admit queued flows as far as the rules allow, best first.
-    fn admit(&mut self, cfg: &CoreSettings, now: Time, facts: &Facts, out: &mut Outcome) {
-        let order = self.queue_order();
-        if order.is_empty() || !self.blocked(cfg, now, facts).is_empty() {
+    fn admit(
+        &mut self,
+        cfg: &CoreSettings,
+        now: Time,
+        facts: &Facts,
+        mut queued: Vec<(u8, Time, String)>,
+        out: &mut Outcome,
+    ) {
+        if queued.is_empty() || !self.blocked(cfg, now, facts).is_empty() {
             return;
         }
         let mut active = Active::of(cfg, self);
         let (mut pools, _) = count(cfg, now, &self.ledger, self.nodes.values().map(Box::as_ref));
-        for id in order {
+        queued.sort();
+        for (_, _, id) in queued {
             let node = &self.nodes[&id];
             if self
                 .held_back(cfg, now, facts, node, &active, &pools)

@@ -3,7 +3,9 @@
 //! minus its breakdown; a node's events, folded in order, give back its conditions
 //! and score; no event is recorded without a change to the node's evidence; and
 //! what a delivery decides against (pool occupancy, decaying deductions), kept
-//! between whole passes, is what a whole pass would count.
+//! between whole passes, is what a whole pass would count; and remediation, which
+//! looks only at the nodes it keeps, keeps every node it has anything to do with;
+//! and no heartbeat can be late before the deadline a tick waits for.
 
 use std::collections::BTreeMap;
 
@@ -26,6 +28,7 @@ enum Kind {
     Unavailable,
     JobFailure,
     Custom(u8),
+    Reboot,
 }
 
 #[derive(Debug, Clone)]
@@ -48,6 +51,7 @@ fn kind() -> impl Strategy<Value = Kind> {
         1 => Just(Kind::Unavailable),
         1 => Just(Kind::JobFailure),
         1 => (0u8..3).prop_map(Kind::Custom),
+        1 => Just(Kind::Reboot),
     ]
 }
 
@@ -89,6 +93,10 @@ impl Gen {
                 .label("hale_signal", "job_failure")
                 .starts(t0()),
             Kind::Custom(i) => alert(&format!("Custom{i}")).on(n).critical(),
+            Kind::Reboot => alert("WorkerUptimeTooHigh")
+                .on(n)
+                .condition("uptime_too_high", "WorkerUptimeTooHigh")
+                .label("hale_remediation", "reboot"),
         };
         if let Some(p) = self.priority {
             a = a.label("priority", &p.to_string());
@@ -112,6 +120,7 @@ enum Input {
     Failure(usize),
     Cordon(usize),
     Uncordon(usize),
+    Reboot(usize),
 }
 
 fn input() -> impl Strategy<Value = Input> {
@@ -125,6 +134,7 @@ fn input() -> impl Strategy<Value = Input> {
         1 => (0..NODES.len()).prop_map(Input::Failure),
         1 => (0..NODES.len()).prop_map(Input::Cordon),
         1 => (0..NODES.len()).prop_map(Input::Uncordon),
+        1 => (0..NODES.len()).prop_map(Input::Reboot),
     ]
 }
 
@@ -234,7 +244,10 @@ fn run(yaml: &str, history: &[(u16, Input)]) -> Result<Script, TestCaseError> {
                 s.fail();
             }
             Input::Fail | Input::Tick => {
+                // As `hale serve` ticks: the time-driven rules, then remediation.
                 s.tick();
+                let out = s.fleet.remediate(&s.cfg, s.now, &Default::default());
+                s.record(out);
             }
             Input::Clear(i) => {
                 let id = NODES[*i];
@@ -264,6 +277,11 @@ fn run(yaml: &str, history: &[(u16, Input)]) -> Result<Script, TestCaseError> {
             }
             Input::Uncordon(i) => {
                 if let Ok(out) = s.fleet.uncordon(s.now, NODES[*i], "done") {
+                    s.record(out);
+                }
+            }
+            Input::Reboot(i) => {
+                if let Ok(out) = s.fleet.request_reboot(s.now, NODES[*i], "asked", false) {
                     s.record(out);
                 }
             }
@@ -337,6 +355,42 @@ fn run(yaml: &str, history: &[(u16, Input)]) -> Result<Script, TestCaseError> {
             .collect();
         if let Some(kept) = &s.fleet.decaying {
             prop_assert_eq!(kept, &decaying, "nodes with a decaying deduction");
+        }
+        // A tick skips the look at every heartbeat until the kept deadline: no node
+        // not yet missed may be late before it.
+        if let Some(due) = &s.fleet.heartbeats_due
+            && due.trusted_since == s.fleet.trust.trusted_since
+        {
+            for n in s.fleet.nodes.values() {
+                let deadline = crate::core::heartbeats::deadline(&s.cfg, due.trusted_since, n);
+                if let Some((at, _)) = deadline
+                    && !n.conditions.contains_key(HEARTBEAT_MISSED)
+                {
+                    prop_assert!(
+                        at >= due.at,
+                        "{} is late at {} but none is looked for before {} after {:?}",
+                        n.id,
+                        at,
+                        due.at,
+                        input
+                    );
+                }
+            }
+        }
+        // Remediation looks only at the nodes it keeps: every node it has anything
+        // to do with must be among them.
+        if let Some(kept) = &s.fleet.asking_reboot {
+            for n in s.fleet.nodes.values() {
+                let watched = crate::core::policy::asks_reboot(n)
+                    || n.policy.flow.is_some()
+                    || n.policy.recommended_reboot.is_some();
+                prop_assert!(
+                    !watched || kept.contains(&n.id),
+                    "{} asks remediation for something, but is not kept for it after {:?}",
+                    n.id,
+                    input
+                );
+            }
         }
         for e in &s.events[mark..] {
             let Some(after) = s.fleet.nodes.get(&e.node_id) else {
