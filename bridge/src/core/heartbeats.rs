@@ -22,10 +22,11 @@ impl super::Settings {
     }
 }
 
-/// The earliest time a node not yet missed can be: none is late before it. A look
+/// The earliest time a node not yet missed can be late: none is before it. A look
 /// over every node sets it; a step lowers it for each node it changed, so a tick
 /// between two polls looks over the fleet only once someone may be late. Memory
-/// only: `None` after a load or new settings.
+/// only: `None` after a load, new settings, or labels changed outside a step (the
+/// orchestrator's inventory).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HeartbeatsDue {
     pub at: Time,
@@ -60,10 +61,12 @@ impl<'f> Step<'f> {
         };
         let trusted_since = self.fleet.trust.trusted_since;
         for id in self.out.dirty.iter().chain(&self.out.touched) {
+            // One missed already is looked at again only when its heartbeat is back.
             if let Some((at, _)) = self
                 .fleet
                 .nodes
                 .get(id)
+                .filter(|n| !n.conditions.contains_key(HEARTBEAT_MISSED))
                 .and_then(|n| deadline(self.cfg, trusted_since, n))
             {
                 due.at = due.at.min(at);

@@ -556,9 +556,9 @@ pub struct Fleet {
     pub decaying: Option<std::collections::BTreeSet<String>>,
     /// Nodes remediation looks at every tick: a condition asks for a reboot, or it
     /// has a flow or a recommendation recorded (`None`: not gathered yet). A step
-    /// adds each node it changed that asks; remediation adds the flows it is asked
-    /// for and drops what it finds with nothing left to do.
-    pub asking_reboot: Option<std::collections::BTreeSet<String>>,
+    /// adds each node it changed that asks, an operator's reboot its node, and
+    /// remediation drops what it finds with nothing left to do.
+    pub remediation_watch: Option<std::collections::BTreeSet<String>>,
     /// Before when no node's heartbeat can be late (`None`: look at every node).
     pub heartbeats_due: Option<HeartbeatsDue>,
     /// The pools' occupancy as the last whole policy pass counted it, kept up to date
@@ -582,7 +582,7 @@ impl Fleet {
             swept_at: None,
             whole_pass_at: None,
             decaying: None,
-            asking_reboot: None,
+            remediation_watch: None,
             heartbeats_due: None,
             pools: None,
             rescore_all: true,

@@ -131,7 +131,7 @@ impl<'f> Step<'f> {
         });
         let watch = &mut Watch {
             decays,
-            reboots: fleet.asking_reboot.as_mut(),
+            reboots: fleet.remediation_watch.as_mut(),
         };
         let mut due = BTreeSet::new();
         match scope {
@@ -250,7 +250,7 @@ fn score_changed(
 struct Watch<'f> {
     /// Nodes whose score decays with time.
     decays: &'f mut BTreeSet<String>,
-    /// Nodes a condition of which asks for a reboot ([`Fleet::asking_reboot`]).
+    /// Nodes a condition of which asks for a reboot ([`Fleet::remediation_watch`]).
     reboots: Option<&'f mut BTreeSet<String>>,
 }
 

@@ -64,6 +64,9 @@ impl Fleet {
     /// queued actions go with it.
     pub fn observe(&mut self, now: Time, observed: &[Observed]) -> Outcome {
         self.pools = None;
+        // New labels may put a node in a pool with another miss window, and this is
+        // no step that would lower the kept deadline for it: the next tick looks.
+        self.heartbeats_due = None;
         let mut out = Outcome::default();
         // A cluster that lists no node at all while hale knows some of it is an
         // orchestrator answering badly (Slurm's controller away answers so), not

@@ -160,6 +160,32 @@ fn reboot_trigger(conditions: &SmallMap<Name, Condition>) -> Option<(&str, &Cond
         .min_by_key(|(ctype, c)| (c.priority.unwrap_or(DEFAULT_PRIORITY), *ctype))
 }
 
+impl Flow {
+    /// A flow waiting for its admission, asked for at `now`.
+    fn queued(
+        trigger: Option<String>,
+        reason: String,
+        by: Actor,
+        priority: u8,
+        now: Time,
+        force: bool,
+    ) -> Flow {
+        Flow {
+            trigger,
+            reason,
+            by,
+            priority,
+            requested: now,
+            step: FlowStep::Queued,
+            since: now,
+            cordoned: false,
+            sent: None,
+            away: false,
+            force,
+        }
+    }
+}
+
 /// Whether a condition of the node asks for a reboot.
 pub(crate) fn asks_reboot(node: &Node) -> bool {
     reboot_trigger(&node.conditions).is_some()
@@ -291,19 +317,14 @@ fn enqueue_node(
         out.dirty.insert(node.id.clone());
         return;
     }
-    node.policy.flow = Some(Flow {
-        trigger: Some(ctype.to_string()),
-        reason: reboot_why(c),
-        by: Actor::Hale,
-        priority: c.priority.unwrap_or(DEFAULT_PRIORITY),
-        requested: now,
-        step: FlowStep::Queued,
-        since: now,
-        cordoned: false,
-        sent: None,
-        away: false,
-        force: false,
-    });
+    node.policy.flow = Some(Flow::queued(
+        Some(ctype.to_string()),
+        reboot_why(c),
+        Actor::Hale,
+        c.priority.unwrap_or(DEFAULT_PRIORITY),
+        now,
+        false,
+    ));
     out.dirty.insert(node.id.clone());
 }
 
@@ -379,22 +400,17 @@ impl Fleet {
                 doing: format!("a reboot flow is at step {}", f.step.as_str()),
             });
         }
-        if let Some(watching) = self.asking_reboot.as_mut() {
+        if let Some(watching) = self.remediation_watch.as_mut() {
             watching.insert(id.into());
         }
-        node.policy.flow = Some(Flow {
-            trigger: None,
-            reason: reason.into(),
-            by: Actor::Operator,
-            priority: OPERATOR_PRIORITY,
-            requested: now,
-            step: FlowStep::Queued,
-            since: now,
-            cordoned: false,
-            sent: None,
-            away: false,
+        node.policy.flow = Some(Flow::queued(
+            None,
+            reason.into(),
+            Actor::Operator,
+            OPERATOR_PRIORITY,
+            now,
             force,
-        });
+        ));
         let mut out = Outcome::default();
         out.dirty.insert(id.into());
         Ok(out)
@@ -458,17 +474,17 @@ impl Fleet {
 
     /// Queue a flow for every node an alert asks to reboot; in `observe`, record the
     /// recommendation once per episode instead. It looks only at the nodes
-    /// [`Fleet::asking_reboot`] holds — at 100,000 nodes a pass over every node's
+    /// [`Fleet::remediation_watch`] holds — at 100,000 nodes a pass over every node's
     /// conditions held the fleet for tens of milliseconds every second — and notes
     /// the flows it leaves for the steps after it.
     fn enqueue(&mut self, cfg: &CoreSettings, now: Time, out: &mut Outcome) -> Flows {
         let retry = chrono::TimeDelta::from_std(cfg.remediation.retry_after).expect("bounded");
         let Fleet {
             nodes,
-            asking_reboot,
+            remediation_watch,
             ..
         } = self;
-        let watching = asking_reboot.get_or_insert_with(|| {
+        let watching = remediation_watch.get_or_insert_with(|| {
             nodes
                 .values()
                 .filter(|n| watched(n))

@@ -563,6 +563,35 @@ fn heartbeat_thresholds() {
     }
 }
 
+/// A tick waits for the earliest deadline the last look found; labels the
+/// orchestrator's inventory changes may bring a node's deadline forward, and the
+/// next tick looks again.
+#[test]
+fn new_labels_from_the_inventory_bring_a_miss_forward() {
+    let mut s = script(
+        "orchestrator: { kind: kubernetes }\n\
+         nodeHealth: { heartbeatMissThreshold: 10 }\n\
+         pools: [{ name: gpu, selector: { pool: gpu }, nodeHealth: { heartbeatMissThreshold: 2 } }]",
+    );
+    let mut cpu = shown("n1", Status::Ready);
+    cpu.labels = [("pool".to_string(), "cpu".to_string())].into();
+    let out = s.fleet.observe(s.now, &[cpu]);
+    s.record(out);
+    // Missed 100 s after its last heartbeat in the cluster, 20 s in the pool.
+    let every_10s = heartbeat("n1").label("hale_report_interval", "10s");
+    s.at(0).poll(&[watchdog(), every_10s, smart_failing("n1")]);
+    s.at(30).poll(&[watchdog(), smart_failing("n1")]);
+    s.at(60).poll(&[watchdog(), smart_failing("n1")]);
+    s.at(61).tick();
+    s.took();
+    // Now in the gpu pool, which misses a heartbeat after two intervals, not ten.
+    let now = s.at(62).now;
+    let out = s.fleet.observe(now, &[shown("n1", Status::Ready)]);
+    s.record(out);
+    s.at(63).tick();
+    assert_eq!(s.took(), ["n1 HEARTBEAT_MISSED"]);
+}
+
 #[test]
 fn heartbeat_missed_and_resumed() {
     let mut s = script("");

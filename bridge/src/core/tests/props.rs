@@ -379,7 +379,7 @@ fn run(yaml: &str, history: &[(u16, Input)]) -> Result<Script, TestCaseError> {
         }
         // Remediation looks only at the nodes it keeps: every node it has anything
         // to do with must be among them.
-        if let Some(kept) = &s.fleet.asking_reboot {
+        if let Some(kept) = &s.fleet.remediation_watch {
             for n in s.fleet.nodes.values() {
                 let watched = crate::core::policy::asks_reboot(n)
                     || n.policy.flow.is_some()
