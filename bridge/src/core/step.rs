@@ -131,7 +131,7 @@ impl<'f> Step<'f> {
         });
         let watch = &mut Watch {
             decays,
-            reboots: fleet.remediation_watch.as_mut(),
+            remediation: fleet.remediation_watch.as_mut(),
         };
         let mut due = BTreeSet::new();
         match scope {
@@ -250,8 +250,8 @@ fn score_changed(
 struct Watch<'f> {
     /// Nodes whose score decays with time.
     decays: &'f mut BTreeSet<String>,
-    /// Nodes a condition of which asks for a reboot ([`Fleet::remediation_watch`]).
-    reboots: Option<&'f mut BTreeSet<String>>,
+    /// Nodes remediation looks at ([`Fleet::remediation_watch`]).
+    remediation: Option<&'f mut BTreeSet<String>>,
 }
 
 /// Rescore one node and keep the [`Watch`] sets.
@@ -274,11 +274,11 @@ fn score(node: &mut Node, out: &mut Outcome, now: Time, cfg: &CoreSettings, watc
         }
     }
     // Only added here: remediation drops a node once nothing of it is left to do.
-    if let Some(reboots) = watch.reboots.as_deref_mut()
-        && !reboots.contains(&node.id)
+    if let Some(watched) = watch.remediation.as_deref_mut()
+        && !watched.contains(&node.id)
         && asks_reboot(node)
     {
-        reboots.insert(node.id.clone());
+        watched.insert(node.id.clone());
     }
 }
 

@@ -224,6 +224,12 @@ impl Flows {
             }
         }
     }
+
+    /// The queued flows' nodes in admission order: priority, then age.
+    fn queue(mut queued: Vec<(u8, Time, String)>) -> Vec<String> {
+        queued.sort();
+        queued.into_iter().map(|(_, _, id)| id).collect()
+    }
 }
 
 /// [`Fleet::enqueue`] for one node: string-free unless it records something, as
@@ -467,7 +473,7 @@ impl Fleet {
         out.ledger |= self.ledger.flow_failures.len() != before;
         let flows = self.enqueue(cfg, now, &mut out);
         self.advance(cfg, now, facts, flows.under_way, &mut out);
-        self.admit(cfg, now, facts, flows.queued, &mut out);
+        self.admit(cfg, now, facts, Flows::queue(flows.queued), &mut out);
         self.fence(cfg, now, facts, &mut out);
         out
     }
@@ -857,19 +863,11 @@ impl Fleet {
 
     /// Queued flows in admission order: priority, then age.
     fn queue_order(&self) -> Vec<String> {
-        let mut queued: Vec<(u8, Time, &str)> = self
-            .nodes
-            .values()
-            .filter_map(|n| {
-                let f = n.policy.flow.as_ref()?;
-                (f.step == FlowStep::Queued).then_some((f.priority, f.requested, n.id.as_str()))
-            })
-            .collect();
-        queued.sort();
-        queued
-            .into_iter()
-            .map(|(_, _, id)| id.to_string())
-            .collect()
+        let mut flows = Flows::default();
+        for node in self.nodes.values() {
+            flows.note(node);
+        }
+        Flows::queue(flows.queued)
     }
 
     /// Admit queued flows as far as the rules allow, best first.
@@ -878,16 +876,15 @@ impl Fleet {
         cfg: &CoreSettings,
         now: Time,
         facts: &Facts,
-        mut queued: Vec<(u8, Time, String)>,
+        queue: Vec<String>,
         out: &mut Outcome,
     ) {
-        if queued.is_empty() || !self.blocked(cfg, now, facts).is_empty() {
+        if queue.is_empty() || !self.blocked(cfg, now, facts).is_empty() {
             return;
         }
         let mut active = Active::of(cfg, self);
         let (mut pools, _) = count(cfg, now, &self.ledger, self.nodes.values().map(Box::as_ref));
-        queued.sort();
-        for (_, _, id) in queued {
+        for id in queue {
             let node = &self.nodes[&id];
             if self
                 .held_back(cfg, now, facts, node, &active, &pools)
