@@ -843,6 +843,7 @@ mod tests {
     use chrono::{TimeZone, Utc};
 
     use super::*;
+    use crate::core::Outcome;
     use crate::store::suite;
 
     fn open(dir: &Path) -> Box<dyn Store> {
@@ -988,6 +989,49 @@ mod tests {
     #[test]
     fn a_large_fleet_comes_back_whole() {
         suite::a_large_fleet_comes_back_whole(&open);
+    }
+
+    /// A record that does not read back stops the load with an error naming its
+    /// node, wherever it lies; one whose body is not text is a read error.
+    #[test]
+    fn a_bad_record_fails_the_load_and_names_its_node() {
+        let now = Utc.with_ymd_and_hms(2026, 8, 5, 12, 0, 0).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut fleet = Fleet::new(now);
+        for i in 0..768 {
+            let node = Node::new(&format!("n-{i:04}"));
+            fleet.nodes.insert(node.id.clone(), Box::new(node));
+        }
+        let outcome = Outcome {
+            dirty: fleet.nodes.keys().cloned().collect(),
+            ..Outcome::default()
+        };
+        Sqlite::open(dir.path())
+            .unwrap()
+            .write(&Batch::of(&fleet, &outcome))
+            .unwrap();
+        let conn = Connection::open(dir.path().join(FILE)).unwrap();
+        for bad in ["n-0000", "n-0700"] {
+            conn.execute("UPDATE nodes SET body = '{\"id\": 7' WHERE id = ?1", [bad])
+                .unwrap();
+            match Sqlite::open(dir.path()).unwrap().load(now) {
+                Err(StoreError::Corrupt { what, .. }) => assert_eq!(what, format!("node {bad}")),
+                other => panic!("{bad}: {:?}", other.map(|f| f.nodes.len())),
+            }
+            let good = serde_json::to_string(&fleet.nodes[bad]).unwrap();
+            conn.execute("UPDATE nodes SET body = ?1 WHERE id = ?2", [&good, bad])
+                .unwrap();
+        }
+        conn.execute("UPDATE nodes SET body = x'00ff' WHERE id = 'n-0300'", [])
+            .unwrap();
+        match Sqlite::open(dir.path()).unwrap().load(now) {
+            Err(StoreError::Sqlite { op, .. }) => assert_eq!(op, "read nodes"),
+            other => panic!("a blob body: {:?}", other.map(|f| f.nodes.len())),
+        }
+        conn.execute("DELETE FROM nodes WHERE id = 'n-0300'", [])
+            .unwrap();
+        let loaded = Sqlite::open(dir.path()).unwrap().load(now).unwrap();
+        assert_eq!(loaded.nodes.len(), 767);
     }
 
     #[test]
