@@ -1,5 +1,7 @@
 //! The ingest pipeline: poll path, webhook path, trust, restart.
 
+use std::time::Duration;
+
 use serde_json::Value;
 
 use crate::harness::*;
@@ -329,4 +331,59 @@ async fn a_truncated_webhook_triggers_an_immediate_poll() {
         })
         .await;
     assert_eq!(n1["score"], 60);
+}
+
+/// Alertmanager's webhook gives a job failure's `startsAt` to the nanosecond, its
+/// API to the millisecond: one failure, delivered and polled again and again, is
+/// one instance and counts once.
+#[tokio::test]
+async fn a_job_failure_delivered_and_polled_counts_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let hale_url = format!("http://127.0.0.1:{port}");
+    let am = Alertmanager::start(Some((&hale_url, TOKEN))).await;
+    let config = config(dir.path(), port, &am.url, "pollInterval: 1s", "");
+    let hale = Hale::start_with(dir.path(), port, &config).await;
+    let failed = alert(
+        &[
+            ("alertname", "JobFailed"),
+            ("hale_signal", "job_failure"),
+            ("hale_job", "sim-7"),
+            ("node", "n1"),
+        ],
+        "job sim-7 failed on n1",
+    );
+    am.fire(&[watchdog(), heartbeat("n1"), failed]).await;
+    let count = |text: &str, name: &str, label: (&str, &str)| {
+        metric(text, name, &[label]).unwrap_or(0.0) as u64
+    };
+    // The watchdog's group and n1's are two deliveries.
+    eventually("both groups delivered", Duration::from_secs(30), || async {
+        let text = hale.metrics().await;
+        let delivered = count(
+            &text,
+            "hale_alertmanager_webhook_requests_total",
+            ("code", "200"),
+        );
+        (delivered >= 2).then_some(())
+    })
+    .await;
+    let polls = |text: String| {
+        count(
+            &text,
+            "hale_alertmanager_polls_total",
+            ("result", "trusted"),
+        )
+    };
+    let from = polls(hale.metrics().await);
+    eventually(
+        "two trusted polls after them",
+        Duration::from_secs(30),
+        || async { (polls(hale.metrics().await) >= from + 2).then_some(()) },
+    )
+    .await;
+    let n1 = hale.node("n1").await.unwrap();
+    assert_eq!(n1["failures"]["total"], 1, "{n1}");
+    let events = hale.events("n1", "type=job_failure_attributed").await;
+    assert_eq!(events["events"].as_array().unwrap().len(), 1, "{events}");
 }

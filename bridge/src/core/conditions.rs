@@ -12,7 +12,7 @@ use super::step::{Recorder, group_by_key};
 use super::trust::Keep;
 use super::{
     COLLECTOR_FAILED, Condition, EventKind, HEARTBEAT_MISSED, Heartbeat, Name, Node,
-    REPORTS_SAVED_EVERY, Severity, SmallMap, Source, TELEMETRY_STALE, Time,
+    REPORTS_SAVED_EVERY, Severity, SmallMap, Source, TELEMETRY_STALE, Time, failure_instance,
 };
 
 /// Failure reasons a node tells apart; beyond them, [`OTHER_REASONS`].
@@ -61,14 +61,11 @@ pub(super) fn apply_alerts(
                 unavailable.insert(alert.fingerprint.as_ref(), signal);
             }
             Signal::JobFailure { job } => {
-                // The instance is the fingerprint and startsAt as sent; only the time
-                // used for decay is clamped to now (a source clock may run ahead).
+                // The instance is the fingerprint and startsAt; only the time used
+                // for decay is clamped to now (a source clock may run ahead).
                 let at = alert.started().map_or(now, |t| t.min(now));
-                let key = format!(
-                    "{}@{}",
-                    alert.fingerprint,
-                    alert.starts_at.as_deref().unwrap_or("")
-                );
+                let key =
+                    failure_instance(&alert.fingerprint, alert.starts_at.as_deref().unwrap_or(""));
                 failures.push((key, job, alert.reason(), at));
             }
             Signal::Condition => fresh.push((alert.condition_type(), alert)),

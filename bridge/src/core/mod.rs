@@ -22,7 +22,7 @@ mod trust;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, DurationRound, Utc};
 use serde::{Deserialize, Serialize};
 
 use settings::Settings;
@@ -231,9 +231,41 @@ pub struct Failures {
     /// Count per reason (the condition or cause the failure was attributed to).
     #[serde(default)]
     pub by_reason: SmallMap<String, u64>,
-    /// `job_failure` alert instances (fingerprint@startsAt) already counted.
-    #[serde(default)]
+    /// `job_failure` alert instances already counted ([`failure_instance`]).
+    #[serde(default, deserialize_with = "counted_instances")]
     pub counted_alerts: BTreeSet<String>,
+}
+
+/// A `job_failure` alert instance: `fingerprint@startsAt`, the time in UTC to the
+/// millisecond. Alertmanager's API gives `startsAt` to the millisecond and its
+/// webhook to the nanosecond; cut to the API's precision, an instance polled and the
+/// same instance delivered are one. A time that does not read stays as sent.
+pub fn failure_instance(fingerprint: &str, starts_at: &str) -> String {
+    match labels::rfc3339(starts_at) {
+        Some(t) => {
+            let t = t
+                .duration_trunc(chrono::TimeDelta::milliseconds(1))
+                .unwrap_or(t);
+            format!(
+                "{fingerprint}@{}",
+                t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+            )
+        }
+        None => format!("{fingerprint}@{starts_at}"),
+    }
+}
+
+/// Instances as stored; a record from before [`failure_instance`] kept `startsAt` as
+/// sent, and is read in its form, so an instance already counted is not counted again.
+fn counted_instances<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeSet<String>, D::Error> {
+    let stored = BTreeSet::<String>::deserialize(d)?;
+    Ok(stored
+        .into_iter()
+        .map(|key| match key.rsplit_once('@') {
+            Some((fingerprint, at)) => failure_instance(fingerprint, at),
+            None => key,
+        })
+        .collect())
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -78,6 +78,11 @@ impl A {
         self.0.starts_at = Some(Cow::Owned(t.to_rfc3339()));
         self
     }
+    /// `startsAt` written as given.
+    fn starts_text(mut self, text: &str) -> A {
+        self.0.starts_at = Some(Cow::Owned(text.to_string()));
+        self
+    }
     /// Alertmanager's `endsAt` for an active alert: `secs` after `t0()`.
     fn expires(mut self, secs: i64) -> A {
         self.0.ends_at = Some(Cow::Owned((t0() + TimeDelta::seconds(secs)).to_rfc3339()));
@@ -755,6 +760,49 @@ fn job_failure_alert_instances_count_once() {
         "a new instance of the alert counts again"
     );
     assert_eq!(s.score("n1"), Some(90));
+}
+
+/// Alertmanager's webhook gives `startsAt` to the nanosecond, its API to the
+/// millisecond: one instance delivered, polled, delivered again and polled counts
+/// once, whatever the form of its time; a record that kept the time as sent reads
+/// as the same instance.
+#[test]
+fn a_job_failure_delivered_and_polled_counts_once() {
+    let mut s = script("");
+    let fail = alert("JobFailed")
+        .on("n1")
+        .label("hale_signal", "job_failure")
+        .label("hale_job", "sim-7");
+    let delivered = fail.clone().starts_text("2026-08-05T11:59:58.829389123Z");
+    let polled = fail.clone().starts_text("2026-08-05T11:59:58.829Z");
+    let elsewhere = fail.clone().starts_text("2026-08-05T13:59:58.8293+02:00");
+    s.at(0).poll(&[watchdog(), heartbeat("n1")]);
+    s.at(5).webhook(std::slice::from_ref(&delivered));
+    assert_eq!(s.node("n1").failures.total, 1);
+    s.at(10)
+        .poll(&[watchdog(), heartbeat("n1"), polled.clone()]);
+    s.at(35).webhook(std::slice::from_ref(&delivered));
+    s.at(40).webhook(std::slice::from_ref(&elsewhere));
+    s.at(45)
+        .poll(&[watchdog(), heartbeat("n1"), polled.clone()]);
+    assert_eq!(s.node("n1").failures.total, 1);
+    let counted = &s.node("n1").failures.counted_alerts;
+    assert_eq!(counted.len(), 1, "{counted:?}");
+    let key = counted.first().unwrap().clone();
+    assert!(key.ends_with("@2026-08-05T11:59:58.829Z"), "{key}");
+
+    let old = Failures {
+        counted_alerts: [key.replace(".829Z", ".829389123Z")].into(),
+        ..Failures::default()
+    };
+    let back: Failures = serde_json::from_str(&serde_json::to_string(&old).unwrap()).unwrap();
+    assert_eq!(back.counted_alerts, [key].into());
+    let unread = Failures {
+        counted_alerts: ["abc@".to_string(), "abc@not a time".to_string()].into(),
+        ..Failures::default()
+    };
+    let back: Failures = serde_json::from_str(&serde_json::to_string(&unread).unwrap()).unwrap();
+    assert_eq!(back.counted_alerts, unread.counted_alerts, "kept as sent");
 }
 
 #[test]
