@@ -215,6 +215,9 @@ CASES = [
     Case("full-config", FULL),
     Case("remediation", REMEDIATION),
     Case("federation", FEDERATION),
+    # A persistent store: one writer, so the old pod stops before the new starts.
+    Case("persistent-store", {"replicaCount": 1, "strategy": {"type": "Recreate"},
+                              "storage": {"volume": {"persistentVolumeClaim": {"claimName": "hale-data"}}}}),
     Case("dcgm-counters", {"dcgmExporter": {"counters": {"enabled": True, "namespace": "gpu-operator"}}}),
     # Three replicas on an existing NATS (the official chart's Service): one
     # history, a leader elected on NATS, so webhooks are allowed.
@@ -231,6 +234,9 @@ CASES = [
 # so those are caught by rendering.
 REFUSED = [
     ("top-level typo", {"replicaCont": 3}, "additional properties 'replicaCont' not allowed", True),
+    ("two store volumes", {"storage": {"volume": {"persistentVolumeClaim": {"claimName": "a"},
+                                                  "hostPath": {"path": "/var/lib/hale"}}}},
+     "storage.volume: one volume source, not hostPath, persistentVolumeClaim", False),
     ("hale config typo", {"config": {"nodeHealth": {"cordnBelow": 50}}}, "cordnBelow", True),
     ("unknown orchestrator", {"config": {"orchestrator": {"kind": "nomad"}}}, "/config/orchestrator/kind", True),
     ("loopback listen", {"config": {"listen": "127.0.0.1:9470"}}, "is a loopback address", False),
@@ -458,7 +464,12 @@ def check_deployment(case):
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     store = mounts.get(values["config"]["store"]["path"])
-    expect(store and "emptyDir" in volumes[store["name"]], f"{case.name}: store path is not on the emptyDir")
+    source = {k: v for k, v in values["storage"]["volume"].items() if v is not None}
+    if len(source) > 1:
+        source.pop("emptyDir", None)
+    expect(store and volumes[store["name"]] == {"name": store["name"], **source},
+           f"{case.name}: store path is not on storage.volume")
+    expect(dep["spec"].get("strategy", {}) == values["strategy"], f"{case.name}: strategy {dep['spec'].get('strategy')}")
     expect(mounts["/etc/hale/hale.yaml"]["subPath"] == "hale.yaml", f"{case.name}: config mount")
     secrets = mounts.get("/etc/hale/secrets")
     files = {}

@@ -28,6 +28,10 @@ pub enum StoreError {
         path: PathBuf,
         cause: std::io::Error,
     },
+    #[error(
+        "store {path}: in use by another hale serve ({holder}): a store has one writer; stop that one first, or give this one a store.path of its own"
+    )]
+    InUse { path: PathBuf, holder: String },
     #[error("store: {op}: {cause}")]
     Sqlite {
         op: &'static str,
@@ -53,12 +57,14 @@ pub enum StoreError {
 impl StoreError {
     /// Low-cardinality label for failure counters.
     /// Every value [`StoreError::metric_label`] returns.
-    pub const METRIC_LABELS: [&'static str; 6] =
-        ["create", "sqlite", "corrupt", "nats", "full", "conflict"];
+    pub const METRIC_LABELS: [&'static str; 7] = [
+        "create", "in_use", "sqlite", "corrupt", "nats", "full", "conflict",
+    ];
 
     pub fn metric_label(&self) -> &'static str {
         match self {
             StoreError::Create { .. } => "create",
+            StoreError::InUse { .. } => "in_use",
             StoreError::Sqlite { .. } => "sqlite",
             StoreError::Corrupt { .. } => "corrupt",
             StoreError::Nats { .. } => "nats",

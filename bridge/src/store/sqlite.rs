@@ -2,6 +2,8 @@
 //! events it caused are written in one transaction.
 
 use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -53,7 +55,13 @@ pub struct Sqlite {
     file: PathBuf,
     /// Distinguishes this store's event ids from another's (a wiped or new store).
     instance: String,
+    /// The store directory's lock, held by `hale serve`'s writer while it lives
+    /// ([`Sqlite::open_pair`]); the OS lets it go when the process ends, however.
+    held: Option<File>,
 }
+
+/// The file `hale serve` locks in the store directory, holding its process id.
+pub const LOCK: &str = "hale.lock";
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS nodes (
@@ -132,6 +140,7 @@ impl Sqlite {
             conn,
             file,
             instance,
+            held: None,
         })
     }
 
@@ -155,8 +164,12 @@ impl Sqlite {
 
     /// A writer and a handle for reads and upkeep on `dir`'s store, for `hale
     /// serve`: the writer leaves checkpoints to the other's [`Store::upkeep`].
+    /// Only one may write a store: a second `hale serve` on the same directory
+    /// is refused, naming the first.
     pub fn open_pair(dir: &Path) -> Result<Opened> {
-        let writer = Sqlite::open(dir)?;
+        let held = lock(dir)?;
+        let mut writer = Sqlite::open(dir)?;
+        writer.held = Some(held);
         writer.defer_checkpoints()?;
         Ok(Opened {
             writer: Box::new(writer),
@@ -165,6 +178,44 @@ impl Sqlite {
             outbox: Arc::new(Outbox::new(dir)),
         })
     }
+}
+
+/// Take the store directory's lock, or say who holds it.
+fn lock(dir: &Path) -> Result<File> {
+    std::fs::create_dir_all(dir).map_err(|cause| StoreError::Create {
+        path: dir.to_path_buf(),
+        cause,
+    })?;
+    let path = dir.join(LOCK);
+    let create = |cause| StoreError::Create {
+        path: path.clone(),
+        cause,
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(create)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            return Err(StoreError::InUse {
+                path: dir.to_path_buf(),
+                holder: match holder.trim() {
+                    "" => "its process id unknown".to_string(),
+                    pid => format!("process {pid}"),
+                },
+            });
+        }
+        Err(std::fs::TryLockError::Error(cause)) => return Err(create(cause)),
+    }
+    file.set_len(0).map_err(create)?;
+    write!(file, "{}", std::process::id()).map_err(create)?;
+    Ok(file)
 }
 
 impl Store for Sqlite {
@@ -1032,6 +1083,29 @@ mod tests {
             .unwrap();
         let loaded = Sqlite::open(dir.path()).unwrap().load(now).unwrap();
         assert_eq!(loaded.nodes.len(), 767);
+    }
+
+    /// A store has one writer: a second `hale serve` on its directory is refused,
+    /// naming the process that holds it, and takes it once that one is gone.
+    #[test]
+    fn a_store_has_one_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = Sqlite::open_pair(dir.path()).unwrap();
+        match Sqlite::open_pair(dir.path()) {
+            Err(e @ StoreError::InUse { .. }) => {
+                let said = e.to_string();
+                assert!(
+                    said.contains(&format!("process {}", std::process::id())),
+                    "{said}"
+                );
+                assert_eq!(e.metric_label(), "in_use");
+            }
+            other => panic!("a second writer: {:?}", other.err()),
+        }
+        // Readers of the store are not writers.
+        Sqlite::open(dir.path()).unwrap().load(Utc::now()).unwrap();
+        drop(first);
+        Sqlite::open_pair(dir.path()).unwrap();
     }
 
     #[test]
