@@ -314,6 +314,7 @@ impl Fleet {
     /// Alertmanager could not be asked or answered garbage: nothing is cleared.
     pub fn poll_failed(&mut self, cfg: &CoreSettings, now: Time, error: String) -> Outcome {
         self.trust.source_up = false;
+        self.trust.asked_since_start = true;
         self.trust.last_error = Some(error);
         Step::new(self, cfg, now).finish(Scope::Time)
     }

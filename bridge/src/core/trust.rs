@@ -116,9 +116,16 @@ impl<'f> Step<'f> {
     /// node carries `telemetry_stale` and nothing is cleared.
     pub(super) fn settle_trust(&mut self) {
         let trust = &self.fleet.trust;
-        let since = trust
-            .last_trusted
-            .map_or(trust.watching_since, |t| t.max(trust.watching_since));
+        // A restart's grace lasts until the first poll is answered or fails. Without
+        // polling there is none: the watchdog is due by webhook once per `staleAfter`
+        // of the last one, across a restart as before it, so a hale restarted more
+        // often than that still goes stale.
+        let grace = self.cfg.source.polling && !trust.asked_since_start;
+        let since = match trust.last_trusted {
+            Some(t) if grace => t.max(trust.watching_since),
+            Some(t) => t,
+            None => trust.watching_since,
+        };
         // At 500,000 alerts Alertmanager takes half a minute to answer: polls then
         // land that much further apart than the poll interval, and a pipeline that
         // answers every time is not one that stopped. Three answers' time is allowed
@@ -208,10 +215,14 @@ pub struct Trust {
     /// Last time trusted input arrived (a poll holding the watchdog, or with polling off
     /// a webhook carrying it).
     pub last_trusted: Option<Time>,
-    /// When this process started watching; staleness is measured from the later of the
-    /// two so a restart gives the source `staleAfter` to answer.
+    /// When this process started watching. Polling, staleness is measured from the
+    /// later of the two until the source first answers (or fails to): a restart
+    /// gives the first poll `staleAfter` to land.
     #[serde(skip, default = "super::epoch")]
     pub watching_since: Time,
+    /// Whether a poll was answered, or failed, since this process started.
+    #[serde(skip)]
+    pub asked_since_start: bool,
     /// The last poll was answered and trusted.
     pub source_up: bool,
     /// Every node carries `telemetry_stale`.
@@ -270,6 +281,7 @@ impl Trust {
         Trust {
             last_trusted: None,
             watching_since,
+            asked_since_start: false,
             source_up: false,
             stale: false,
             last_error: None,
@@ -357,6 +369,7 @@ impl Trust {
         let trusted = !require || !watchdogs.is_empty();
         let mut held = None;
         let trust = self;
+        trust.asked_since_start = true;
         if let Some(started) = answer.started {
             if trust
                 .alertmanager_started

@@ -177,6 +177,17 @@ impl Script {
             .poll_failed(&self.cfg, self.now, "connection refused".into());
         self.record(out)
     }
+    /// hale stops and starts again now on what its store kept.
+    fn restart(&mut self) -> &mut Self {
+        let kept: Trust =
+            serde_json::from_str(&serde_json::to_string(&self.fleet.trust).unwrap()).unwrap();
+        self.fleet.trust = Trust {
+            watching_since: self.now,
+            source_up: false,
+            ..kept
+        };
+        self
+    }
     fn tick(&mut self) -> &mut Self {
         let out = self.fleet.tick(&self.cfg, self.now);
         self.record(out)
@@ -1138,15 +1149,20 @@ fn after_a_restart_only_a_trusted_poll_decides_who_is_missed() {
         .poll(&[watchdog(), heartbeat("n1"), heartbeat("n2")]);
     s.took();
     // hale was down for five minutes; its stored heartbeats are all old.
-    let restarted = t0() + TimeDelta::seconds(300);
-    s.fleet.trust.watching_since = restarted;
+    s.at(300).restart();
     s.at(301).tick();
     assert_eq!(
         s.took(),
         Vec::<String>::new(),
         "nobody is missed on stale memory"
     );
+    // Trust returns with the restart's first trusted poll: every heartbeat gets a
+    // whole window from it.
     s.at(302).poll(&[watchdog(), heartbeat("n2")]);
+    assert_eq!(s.took(), Vec::<String>::new());
+    s.at(391).poll(&[watchdog(), heartbeat("n2")]);
+    assert_eq!(s.took(), Vec::<String>::new());
+    s.at(392).poll(&[watchdog(), heartbeat("n2")]);
     assert_eq!(s.took(), ["n1 HEARTBEAT_MISSED"]);
 }
 
@@ -1282,7 +1298,7 @@ fn a_restart_does_not_end_staleness_without_trusted_input() {
     assert!(s.fleet.trust.stale);
     s.took();
     // hale restarts: the stored trust says stale; the restart grace must not clear it.
-    s.fleet.trust.watching_since = t0() + TimeDelta::seconds(300);
+    s.at(300).restart();
     s.at(301).tick();
     assert!(s.fleet.trust.stale);
     assert!(s.node("n1").conditions.contains_key(TELEMETRY_STALE));
@@ -1290,6 +1306,52 @@ fn a_restart_does_not_end_staleness_without_trusted_input() {
     s.at(302).poll(&[watchdog(), heartbeat("n1")]);
     assert!(!s.fleet.trust.stale);
     assert_eq!(s.took(), ["n1 CONDITION_CLEARED"]);
+}
+
+/// Polling, a restart gives the source until its first poll is answered or fails
+/// (at most `staleAfter`, 90 s here) before the time since the last trusted answer
+/// counts; without polling there is no grace: a hale restarted more often than
+/// `staleAfter` still goes stale when the watchdog stops coming.
+#[test]
+fn a_restart_waits_for_the_first_poll_and_not_for_a_delivery() {
+    let mut s = script("");
+    s.at(0).poll(&[watchdog(), heartbeat("n1")]);
+    s.at(100).restart();
+    s.at(150).tick();
+    assert!(!s.fleet.trust.stale, "the first poll is not in yet");
+    s.at(160).fail();
+    assert!(
+        s.fleet.trust.stale,
+        "asked and no answer, 160 s after the last"
+    );
+    assert!(s.node("n1").conditions.contains_key(TELEMETRY_STALE));
+
+    let mut s = script("");
+    s.at(0).poll(&[watchdog(), heartbeat("n1")]);
+    s.at(100).restart();
+    s.at(189).tick();
+    assert!(!s.fleet.trust.stale);
+    s.at(190).tick();
+    assert!(
+        s.fleet.trust.stale,
+        "staleAfter since the restart, no poll landed"
+    );
+
+    let mut s = script("alertmanager: { pollInterval: 0, staleAfter: 600s }");
+    s.at(0).webhook(&[watchdog(), heartbeat("n1")]);
+    assert!(s.fleet.trust.source_up);
+    for restart in [200, 400, 590] {
+        s.at(restart).restart();
+        s.at(restart + 1).tick();
+        assert!(!s.fleet.trust.stale, "{restart}");
+    }
+    s.at(600).tick();
+    assert!(
+        s.fleet.trust.stale,
+        "600 s since the last watchdog, restarts or not"
+    );
+    s.at(610).webhook(&[watchdog(), heartbeat("n1")]);
+    assert!(!s.fleet.trust.stale);
 }
 
 #[test]
