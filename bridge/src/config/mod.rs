@@ -1012,15 +1012,11 @@ impl Config {
                     "kind nats needs its servers: store.nats.urls".into(),
                 ));
             }
-            (StoreKind::Nats, Some(nats)) => nats
+            // Checked whatever the kind (DESIGN's own example keeps the servers
+            // beside `kind: sqlite`, ready for a switch); used only by kind nats.
+            (_, Some(nats)) => nats
                 .validate()
                 .map_err(|(key, message)| err(&format!("store.nats.{key}"), message))?,
-            (StoreKind::Sqlite, Some(_)) => {
-                return Err(err(
-                    "store.nats",
-                    "is for kind nats; the store is sqlite (set store.kind: nats to use it)".into(),
-                ));
-            }
             (StoreKind::Sqlite, None) => {}
         }
         if !(1..=36_500).contains(&self.store.event_retention_days) {
@@ -1660,7 +1656,6 @@ mod tests {
                 "store: { kind: nats, nats: { urls: ['nats://a:4222'], credsFile: '' } }",
                 "store.nats.credsFile",
             ),
-            ("store: { nats: { urls: ['nats://a:4222'] } }", "store.nats"),
             ("apiTokenFile: ''", "apiTokenFile"),
             ("bmc: { credentialsFile: '' }", "bmc.credentialsFile"),
             (
@@ -1738,6 +1733,17 @@ mod tests {
         let e = load(&bad).unwrap_err();
         assert_eq!(e.key, "nodeEventWebhooks[0].events");
         assert_eq!(e.line, Some(4), "{e}");
+    }
+
+    #[test]
+    fn servers_beside_an_sqlite_store_are_checked_and_left_unused() {
+        let l = load(
+            "store:\n  kind: sqlite\n  path: ./hale-data\n  nats: { urls: [nats://127.0.0.1:4222], replicas: 3 }\n  eventRetentionDays: 90\n",
+        )
+        .unwrap();
+        assert_eq!(l.config.store.kind, StoreKind::Sqlite);
+        let e = load("store: { kind: sqlite, nats: { urls: ['http://b'] } }").unwrap_err();
+        assert_eq!(e.key, "store.nats.urls[0]", "{e}");
     }
 
     #[test]
