@@ -636,7 +636,15 @@ impl Config {
         let located = |e: serde_saphyr::Error| {
             let at = e.location().filter(|l| l.line() > 0);
             let line = at.map(|l| l.line());
+            // Text that is not well-formed YAML has no keys to read a path from:
+            // the line is named, and what the parser found there.
+            let malformed = matches!(
+                e.without_snippet(),
+                serde_saphyr::Error::ExternalMessage { source, .. }
+                    if matches!(**source, serde_saphyr::ExternalMessageSource::Parser(_))
+            );
             let mut key = at
+                .filter(|_| !malformed)
                 .and_then(|l| path_at(source, l.line() as usize, l.column() as usize))
                 .unwrap_or_else(|| "-".into());
             let message = e.to_string();
@@ -1938,6 +1946,27 @@ mod tests {
             let e = load(&text).unwrap_err();
             assert_eq!((e.key.as_str(), e.line), (key, Some(line)), "{text}: {e}");
             assert!(e.message.contains(says), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn text_that_is_not_yaml_is_named_by_its_line_alone() {
+        for (text, line) in [
+            (
+                "inventory:\n  - id: a\nnodeHealth:\n  mode: observe\n  - id: b\n",
+                5,
+            ),
+            (
+                "alertmanager:\n  url: http://a:9093\n    pollInterval: 5s\n",
+                3,
+            ),
+        ] {
+            let e = load(text).unwrap_err();
+            assert_eq!((e.key.as_str(), e.line), ("-", Some(line)), "{text}: {e}");
+            assert!(
+                e.to_string().starts_with(&format!("hale.yaml:{line}: ")),
+                "{e}"
+            );
         }
     }
 
