@@ -140,6 +140,13 @@ pub fn parse_webhook(body: &[u8]) -> Result<Delivery<'_>> {
         reason,
     };
     let text = std::str::from_utf8(body).map_err(|e| malformed(e.to_string()))?;
+    // serde would take an array for the message's fields in order, and say so in
+    // its own terms.
+    if !text.trim_start().starts_with('{') {
+        return Err(malformed(
+            "not a JSON object: Alertmanager sends one message object per delivery".into(),
+        ));
+    }
     let msg: WebhookMessage = serde_json::from_str(text).map_err(|e| malformed(e.to_string()))?;
     if msg.version != "4" {
         return Err(IngestError::Version(msg.version.into_owned()));
@@ -474,6 +481,10 @@ mod tests {
         ] {
             let e = parse_webhook(body).err().expect("rejected");
             assert_eq!(e.metric_label(), label, "{e}");
+        }
+        for body in [&b"[]"[..], b" [\"4\", \"firing\", \"hale\", []]", b"4", b""] {
+            let e = parse_webhook(body).err().expect("rejected").to_string();
+            assert!(e.contains("not a JSON object"), "{e}");
         }
     }
 
