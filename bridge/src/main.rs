@@ -45,7 +45,7 @@ async fn run() -> anyhow::Result<()> {
     }
     match cli.command {
         Command::Serve { config, log_format } => {
-            log(log_format);
+            log(log_format)?;
             serve(Config::load(config.as_deref())?).await
         }
         Command::CheckConfig { file } => {
@@ -70,9 +70,17 @@ async fn run() -> anyhow::Result<()> {
 
 /// Start the log: `HALE_LOG` filters it; colours only on a terminal, so a file or
 /// `kubectl logs` reads clean; JSON lines for collectors.
-fn log(format: LogFormat) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_env("HALE_LOG").unwrap_or_else(|_| "info".into());
+/// A `HALE_LOG` that is not a filter stops the start, as a bad configuration does.
+fn log(format: LogFormat) -> anyhow::Result<()> {
+    let filter = match std::env::var("HALE_LOG") {
+        // The parser's error repeats its cause as its source: said once.
+        Ok(spec) => tracing_subscriber::EnvFilter::try_new(&spec).map_err(|e| {
+            anyhow::anyhow!(
+                "HALE_LOG={spec:?} is not a log filter (info, hale=debug, warn,hale=info, …): {e}"
+            )
+        })?,
+        Err(_) => "info".into(),
+    };
     let log = tracing_subscriber::fmt().with_env_filter(filter);
     match format {
         LogFormat::Json => log.json().with_current_span(false).init(),
@@ -80,6 +88,7 @@ fn log(format: LogFormat) {
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
             .init(),
     }
+    Ok(())
 }
 
 async fn serve(loaded: Loaded) -> anyhow::Result<()> {

@@ -495,4 +495,46 @@ async fn logs_are_plain_off_a_terminal_and_json_when_asked() {
             .any(|l| l["fields"]["message"] == "hale serving" && l["level"] == "INFO"),
         "{text}"
     );
+
+    // A log filter that is not one stops the start, naming it.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+        .args(["serve", "--config"])
+        .arg(dir.path().join("hale.yaml"))
+        .env("HALE_LOG", "garbage===")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.starts_with("error: HALE_LOG=\"garbage===\" is not a log filter"),
+        "{said}"
+    );
+}
+
+/// A store has one writer: a second `hale serve` on the same directory stops at
+/// once, naming the first, and the first serves on.
+#[tokio::test]
+async fn a_second_hale_on_one_store_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let first =
+        Hale::start_with(dir.path(), port, &webhook_only_config(dir.path(), port, "")).await;
+    let other = tempfile::tempdir().unwrap();
+    let config = webhook_only_config(dir.path(), free_port(), "");
+    std::fs::write(other.path().join("hale.yaml"), &config).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+        .args(["serve", "--config"])
+        .arg(other.path().join("hale.yaml"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("in use by another hale serve (process "),
+        "{said}"
+    );
+    let healthz = reqwest::get(format!("{}/healthz", first.url))
+        .await
+        .unwrap();
+    assert_eq!(healthz.status(), 200);
 }
