@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::{Read as _, Write as _};
+use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -198,20 +199,22 @@ fn lock(dir: &Path) -> Result<File> {
         .truncate(false)
         .open(&path)
         .map_err(create)?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            return Err(StoreError::InUse {
-                path: dir.to_path_buf(),
-                holder: match holder.trim() {
-                    "" => "its process id unknown".to_string(),
-                    pid => format!("process {pid}"),
-                },
-            });
+    // SAFETY: flock only asks the kernel for a lock on a descriptor this function
+    // owns for as long as the call lasts.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let cause = std::io::Error::last_os_error();
+        if cause.kind() != std::io::ErrorKind::WouldBlock {
+            return Err(create(cause));
         }
-        Err(std::fs::TryLockError::Error(cause)) => return Err(create(cause)),
+        let mut holder = String::new();
+        let _ = file.read_to_string(&mut holder);
+        return Err(StoreError::InUse {
+            path: dir.to_path_buf(),
+            holder: match holder.trim() {
+                "" => "its process id unknown".to_string(),
+                pid => format!("process {pid}"),
+            },
+        });
     }
     file.set_len(0).map_err(create)?;
     write!(file, "{}", std::process::id()).map_err(create)?;
