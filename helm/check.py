@@ -234,6 +234,12 @@ CASES = [
 # so those are caught by rendering.
 REFUSED = [
     ("top-level typo", {"replicaCont": 3}, "additional properties 'replicaCont' not allowed", True),
+    ("a claimed store on two replicas",
+     {"strategy": {"type": "Recreate"}, "storage": {"volume": {"persistentVolumeClaim": {"claimName": "a"}}}},
+     "a store has one writer: set replicaCount: 1 and strategy: {type: Recreate}", False),
+    ("a claimed store in a rolling update",
+     {"replicaCount": 1, "storage": {"volume": {"persistentVolumeClaim": {"claimName": "a"}}}},
+     "a store has one writer: set replicaCount: 1 and strategy: {type: Recreate}", False),
     ("two store volumes", {"storage": {"volume": {"persistentVolumeClaim": {"claimName": "a"},
                                                   "hostPath": {"path": "/var/lib/hale"}}}},
      "storage.volume: one volume source, not hostPath, persistentVolumeClaim", False),

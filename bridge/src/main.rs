@@ -79,7 +79,8 @@ fn log(format: LogFormat) -> anyhow::Result<()> {
                 "HALE_LOG={spec:?} is not a log filter (info, hale=debug, warn,hale=info, …): {e}"
             )
         })?,
-        Err(_) => "info".into(),
+        Err(std::env::VarError::NotPresent) => "info".into(),
+        Err(std::env::VarError::NotUnicode(_)) => anyhow::bail!("HALE_LOG is not UTF-8"),
     };
     let log = tracing_subscriber::fmt().with_env_filter(filter);
     match format {

@@ -497,12 +497,12 @@ async fn logs_are_plain_off_a_terminal_and_json_when_asked() {
     );
 
     // A log filter that is not one stops the start, naming it.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
-        .args(["serve", "--config"])
-        .arg(dir.path().join("hale.yaml"))
-        .env("HALE_LOG", "garbage===")
-        .output()
-        .unwrap();
+    let out = exits_within(
+        std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+            .args(["serve", "--config"])
+            .arg(dir.path().join("hale.yaml"))
+            .env("HALE_LOG", "garbage==="),
+    );
     let said = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(
@@ -522,11 +522,11 @@ async fn a_second_hale_on_one_store_is_refused() {
     let other = tempfile::tempdir().unwrap();
     let config = webhook_only_config(dir.path(), free_port(), "");
     std::fs::write(other.path().join("hale.yaml"), &config).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
-        .args(["serve", "--config"])
-        .arg(other.path().join("hale.yaml"))
-        .output()
-        .unwrap();
+    let out = exits_within(
+        std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+            .args(["serve", "--config"])
+            .arg(other.path().join("hale.yaml")),
+    );
     let said = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(
@@ -537,4 +537,27 @@ async fn a_second_hale_on_one_store_is_refused() {
         .await
         .unwrap();
     assert_eq!(healthz.status(), 200);
+}
+
+/// Run `cmd` to its end, which must come within 30 s: a `hale serve` that should
+/// have refused to start, and serves instead, fails the test rather than hangs it.
+fn exits_within(cmd: &mut std::process::Command) -> std::process::Output {
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "still running after 30 s: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
 }

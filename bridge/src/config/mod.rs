@@ -922,6 +922,7 @@ impl Config {
                 self.store
                     .nats
                     .iter()
+                    .filter(|_| self.store.kind == StoreKind::Nats)
                     .flat_map(crate::store::nats::NatsConfig::files)
                     .map(|(k, p)| (format!("store.nats.{k}"), p)),
             )
@@ -1752,6 +1753,14 @@ mod tests {
         assert_eq!(l.config.store.kind, StoreKind::Sqlite);
         let e = load("store: { kind: sqlite, nats: { urls: ['http://b'] } }").unwrap_err();
         assert_eq!(e.key, "store.nats.urls[0]", "{e}");
+        // Its files are read only by kind nats.
+        load("store: { kind: sqlite, nats: { urls: ['nats://a:4222'], credsFile: /nonexistent } }")
+            .unwrap();
+        let e = load(
+            "store: { kind: nats, nats: { urls: ['nats://a:4222'], credsFile: /nonexistent } }",
+        )
+        .unwrap_err();
+        assert_eq!(e.key, "store.nats.credsFile", "{e}");
     }
 
     #[test]

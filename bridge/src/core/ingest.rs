@@ -314,7 +314,8 @@ impl Fleet {
     /// Alertmanager could not be asked or answered garbage: nothing is cleared.
     pub fn poll_failed(&mut self, cfg: &CoreSettings, now: Time, error: String) -> Outcome {
         self.trust.source_up = false;
-        self.trust.asked_since_start = true;
+        self.trust.failed_since_start += 1;
+        self.trust.asked_since_start |= self.trust.failed_since_start >= 2;
         self.trust.last_error = Some(error);
         Step::new(self, cfg, now).finish(Scope::Time)
     }

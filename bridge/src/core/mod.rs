@@ -22,7 +22,7 @@ mod trust;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use chrono::{DateTime, DurationRound, Utc};
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use settings::Settings;
@@ -242,15 +242,11 @@ pub struct Failures {
 /// same instance delivered are one. A time that does not read stays as sent.
 pub fn failure_instance(fingerprint: &str, starts_at: &str) -> String {
     match labels::rfc3339(starts_at) {
-        Some(t) => {
-            let t = t
-                .duration_trunc(chrono::TimeDelta::milliseconds(1))
-                .unwrap_or(t);
-            format!(
-                "{fingerprint}@{}",
-                t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-            )
-        }
+        // Written to the millisecond, the rest cut off.
+        Some(t) => format!(
+            "{fingerprint}@{}",
+            t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        ),
         None => format!("{fingerprint}@{starts_at}"),
     }
 }

@@ -116,7 +116,7 @@ impl<'f> Step<'f> {
     /// node carries `telemetry_stale` and nothing is cleared.
     pub(super) fn settle_trust(&mut self) {
         let trust = &self.fleet.trust;
-        // A restart's grace lasts until the first poll is answered or fails. Without
+        // A restart's grace lasts until the first poll is answered, or two fail. Without
         // polling there is none: the watchdog is due by webhook once per `staleAfter`
         // of the last one, across a restart as before it, so a hale restarted more
         // often than that still goes stale.
@@ -216,13 +216,17 @@ pub struct Trust {
     /// a webhook carrying it).
     pub last_trusted: Option<Time>,
     /// When this process started watching. Polling, staleness is measured from the
-    /// later of the two until the source first answers (or fails to): a restart
+    /// later of the two until the source first answers (or fails twice): a restart
     /// gives the first poll `staleAfter` to land.
     #[serde(skip, default = "super::epoch")]
     pub watching_since: Time,
-    /// Whether a poll was answered, or failed, since this process started.
+    /// Whether a poll was answered since this process started, or failed twice in
+    /// a row (one failure may be Alertmanager starting alongside).
     #[serde(skip)]
     pub asked_since_start: bool,
+    /// Polls failed in a row since this process started, before any answer.
+    #[serde(skip)]
+    pub failed_since_start: u32,
     /// The last poll was answered and trusted.
     pub source_up: bool,
     /// Every node carries `telemetry_stale`.
@@ -282,6 +286,7 @@ impl Trust {
             last_trusted: None,
             watching_since,
             asked_since_start: false,
+            failed_since_start: 0,
             source_up: false,
             stale: false,
             last_error: None,

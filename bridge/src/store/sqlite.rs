@@ -203,6 +203,16 @@ fn lock(dir: &Path) -> Result<File> {
     // owns for as long as the call lasts.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         let cause = std::io::Error::last_os_error();
+        // Some network and FUSE volumes take no locks: the store runs there as it
+        // did before it had one, and says so.
+        if matches!(
+            cause.raw_os_error(),
+            Some(libc::ENOLCK | libc::EOPNOTSUPP | libc::ENOSYS)
+        ) {
+            tracing::warn!(store = %dir.display(), error = %cause,
+                "this volume takes no file locks: nothing stops a second hale serve writing this store");
+            return Ok(file);
+        }
         if cause.kind() != std::io::ErrorKind::WouldBlock {
             return Err(create(cause));
         }
@@ -212,12 +222,14 @@ fn lock(dir: &Path) -> Result<File> {
             path: dir.to_path_buf(),
             holder: match holder.trim() {
                 "" => "its process id unknown".to_string(),
-                pid => format!("process {pid}"),
+                held => format!("process {held}"),
             },
         });
     }
     file.set_len(0).map_err(create)?;
-    write!(file, "{}", std::process::id()).map_err(create)?;
+    // In a container every process is 1: the host (a pod's name) says which.
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    write!(file, "{} on {}", std::process::id(), host.trim()).map_err(create)?;
     Ok(file)
 }
 
