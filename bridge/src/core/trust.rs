@@ -304,6 +304,17 @@ impl Trust {
         }
     }
 
+    /// The trust record a store kept, taken up by a process watching from `now`:
+    /// whether the source is up is this process's to find out, and its first
+    /// trusted answer starts a new run of trust.
+    pub fn resumed(self, now: Time) -> Trust {
+        Trust {
+            watching_since: now,
+            source_up: false,
+            ..self
+        }
+    }
+
     /// Hold every absence until `until` (a later hold extends an earlier one, and
     /// its reason is then the hold's). Returns whether this starts a hold or gives it
     /// a new reason — what is worth a log line.

@@ -760,12 +760,7 @@ impl Store for Nats {
                 per_node_marks = true;
             } else if e.key == "trust" {
                 if let Ok(trust) = serde_json::from_slice::<Trust>(&e.value) {
-                    // Whether the source is up is this process's to find out.
-                    fleet.trust = Trust {
-                        watching_since: now,
-                        source_up: false,
-                        ..trust
-                    };
+                    fleet.trust = trust.resumed(now);
                 }
             }
         }

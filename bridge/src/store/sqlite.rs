@@ -288,13 +288,7 @@ impl Store for Sqlite {
             .optional()
             .op("read trust")?;
         if let Some(Ok(trust)) = trust.map(|t| serde_json::from_str::<Trust>(&t)) {
-            // Whether the source is up is this process's to find out: its first
-            // trusted answer starts a new run of trust.
-            fleet.trust = Trust {
-                watching_since: now,
-                source_up: false,
-                ..trust
-            };
+            fleet.trust = trust.resumed(now);
         }
         let ledger: Option<String> = self
             .conn

@@ -181,11 +181,7 @@ impl Script {
     fn restart(&mut self) -> &mut Self {
         let kept: Trust =
             serde_json::from_str(&serde_json::to_string(&self.fleet.trust).unwrap()).unwrap();
-        self.fleet.trust = Trust {
-            watching_since: self.now,
-            source_up: false,
-            ..kept
-        };
+        self.fleet.trust = kept.resumed(self.now);
         self
     }
     fn tick(&mut self) -> &mut Self {
