@@ -246,22 +246,26 @@ pub(super) fn set_sources(
             .collect();
         if let Some(cond) = raise(ctype, sources, settings, now) {
             node.saw(ctype, now);
+            let suppressed = cond.suppressed();
             let message = format!(
-                "{ctype} raised [{}]: {}",
+                "{ctype} raised [{}]: {}{}",
                 cond.severity.as_str(),
-                cond.message
+                cond.message,
+                if suppressed { SUPPRESSED } else { "" }
             );
             let kind = EventKind::ConditionRaised {
                 condition: ctype.into(),
                 reason: cond.reason.to_string(),
                 severity: cond.severity,
                 fault_class: Some(cond.fault_class.to_string()),
+                suppressed,
             };
             node.conditions.insert(ctype.into(), cond);
             rec.event(kind, message);
         }
         return;
     };
+    let was_suppressed = cond.suppressed();
     let mut keys_changed = left > 0;
     let mut content_changed = false;
     if full && unchanged(cond, alerts, ctype) {
@@ -401,8 +405,27 @@ pub(super) fn set_sources(
         };
         let kind = updated(ctype, cond);
         rec.event(kind, message);
+    } else if cond.suppressed() != was_suppressed {
+        // A silence or inhibition began or ended: the score moves, and this says why.
+        let message = if was_suppressed {
+            format!(
+                "{ctype} no longer suppressed: an alert feeding it is neither silenced nor inhibited now, and it costs points again: {}",
+                cond.message
+            )
+        } else {
+            format!(
+                "{ctype} suppressed: every alert feeding it is silenced or inhibited in Alertmanager, so it costs nothing and triggers nothing: {}",
+                cond.message
+            )
+        };
+        let kind = updated(ctype, cond);
+        rec.event(kind, message);
     }
 }
+
+/// What a raise fed only by silenced or inhibited alerts says of itself.
+const SUPPRESSED: &str =
+    " (suppressed: silenced or inhibited in Alertmanager, it costs nothing and triggers nothing)";
 
 /// Whether `alerts` are exactly the condition's sources, each as it was but for
 /// its expiry, which moves with every re-send and is kept here (as the rebuild
@@ -439,6 +462,7 @@ pub(super) fn updated(ctype: &str, cond: &Condition) -> EventKind {
         severity: cond.severity,
         reasons,
         alerts: cond.sources.len() as u32,
+        suppressed: cond.suppressed(),
     }
 }
 

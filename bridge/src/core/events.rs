@@ -31,6 +31,10 @@ pub enum EventKind {
         /// What fault-triggered eviction matches; absent from older records.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         fault_class: Option<String>,
+        /// Fed only by silenced or inhibited alerts: shown, costing nothing,
+        /// triggering nothing (absent when not).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        suppressed: bool,
     },
     ConditionEscalated {
         condition: String,
@@ -56,6 +60,9 @@ pub enum EventKind {
         reasons: Vec<String>,
         /// How many alerts feed it now.
         alerts: u32,
+        /// Every alert feeding it now is silenced or inhibited (absent when not).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        suppressed: bool,
     },
     ScoreChanged {
         score: u8,

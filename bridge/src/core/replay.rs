@@ -13,7 +13,7 @@ use super::policy::{Done, RECOVERY_HOLD};
 use super::settings::CoreSettings;
 use super::{
     Condition, Event, EventKind, Fleet, HEARTBEAT_MISSED, Name, Node, Score, Severity, SmallMap,
-    Time,
+    Source, Time,
 };
 
 /// What one configuration did, or would have done, to one node.
@@ -206,14 +206,23 @@ fn put_back(node: &mut Node, e: &Event) {
             reason,
             severity,
             fault_class,
-        } => raise(
-            node,
+            suppressed,
+        } => {
+            raise(
+                node,
+                condition,
+                reason,
+                *severity,
+                fault_class.as_deref(),
+                e.occurred_at,
+            );
+            suppress(node, condition, *suppressed);
+        }
+        EventKind::ConditionUpdated {
             condition,
-            reason,
-            *severity,
-            fault_class.as_deref(),
-            e.occurred_at,
-        ),
+            suppressed,
+            ..
+        } => suppress(node, condition, *suppressed),
         EventKind::ConditionEscalated {
             condition,
             reason,
@@ -255,6 +264,34 @@ fn put_back(node: &mut Node, e: &Event) {
             f.by_reason.insert(reason.clone(), count + 1);
         }
         _ => {}
+    }
+}
+
+/// A replayed condition fed, as recorded, only by silenced or inhibited alerts
+/// (one stand-in source saying so) or not (none: a replayed condition has no
+/// alerts of its own).
+fn suppress(node: &mut Node, ctype: &str, suppressed: bool) {
+    let Some(cond) = node.conditions.get_mut(ctype) else {
+        return;
+    };
+    cond.sources = SmallMap::new();
+    if suppressed {
+        let source = Source {
+            reason: cond.reason.clone(),
+            severity: cond.severity,
+            message: String::new(),
+            suppressed: true,
+            sticky: false,
+            fault_class: cond.fault_class.clone(),
+            priority: None,
+            remediation: None,
+            expires: None,
+            vanished: None,
+            since: None,
+            delivered: None,
+            notice: None,
+        };
+        cond.sources.insert("replayed".into(), source);
     }
 }
 

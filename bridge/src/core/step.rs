@@ -96,6 +96,7 @@ impl<'f> Step<'f> {
                         reason: TELEMETRY_STALE.into(),
                         severity: Severity::Warning,
                         fault_class: None,
+                        suppressed: false,
                     },
                     "telemetry stale: a new node, seen while hale has no trusted alert data".into(),
                 );

@@ -171,6 +171,7 @@ impl<'f> Step<'f> {
                         reason: TELEMETRY_STALE.into(),
                         severity: Severity::Warning,
                         fault_class: None,
+                        suppressed: false,
                     },
                     format!(
                         "telemetry stale: no trusted alert data since {} ({why})",

@@ -674,12 +674,14 @@ mod tests {
                 reason: odd.into(),
                 severity: crate::core::Severity::Critical,
                 fault_class: Some(odd.into()),
+                suppressed: true,
             },
             EventKind::ConditionRaised {
                 condition: "c".into(),
                 reason: "r".into(),
                 severity: crate::core::Severity::Info,
                 fault_class: None,
+                suppressed: false,
             },
             EventKind::ConditionUpdated {
                 condition: odd.into(),
@@ -687,6 +689,7 @@ mod tests {
                 severity: crate::core::Severity::Warning,
                 reasons: vec![odd.into(), String::new()],
                 alerts: 2,
+                suppressed: true,
             },
             EventKind::HeartbeatMissed { last_heartbeat: at },
             EventKind::PolicyActed {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::events::with_reason;
 use super::outcome::Outcome;
 use super::settings::{CoreSettings, Mode, Settings};
-use super::{BLIND_CONDITIONS, Event, EventKind, Fleet, Node, Status, Time};
+use super::{BLIND_CONDITIONS, Condition, Event, EventKind, Fleet, Name, Node, Status, Time};
 
 mod fencing;
 mod inventory;
@@ -54,11 +54,17 @@ pub fn eviction_message(node: &str, fault: &str) -> String {
 /// The fault named to the work on a node: the description of its worst raised
 /// condition in that class (never a blind condition, which names no fault).
 fn fault_name(node: &Node, class: &str) -> Option<String> {
-    node.conditions
-        .iter()
-        .filter(|(ctype, c)| c.fault_class == class && !BLIND_CONDITIONS.contains(&ctype.as_str()))
+    faults(node)
+        .filter(|(_, c)| c.fault_class == class && !c.suppressed())
         .max_by_key(|(_, c)| c.severity)
         .map(|(ctype, _)| describe_fault(ctype))
+}
+
+/// The node's raised conditions that name a fault (hale's blind ones name none).
+fn faults(node: &Node) -> impl Iterator<Item = (&Name, &Condition)> {
+    node.conditions
+        .iter()
+        .filter(|(ctype, _)| !BLIND_CONDITIONS.contains(&ctype.as_str()))
 }
 
 /// `gpu_ecc_errors` → `GPU ECC errors`.
@@ -538,10 +544,10 @@ impl Policy<'_, '_> {
         settings: &Settings,
         pool: &mut Pool,
     ) -> Option<Conclusion> {
-        let raised: BTreeSet<String> = node
-            .conditions
-            .iter()
-            .filter(|(ctype, _)| !BLIND_CONDITIONS.contains(&ctype.as_str()))
+        // A fault evicted once stays evicted while it is raised, silenced or not, so
+        // a silence that ends does not evict again; only a fault an unsilenced alert
+        // feeds evicts (DESIGN §3: a suppressed condition triggers nothing).
+        let raised: BTreeSet<String> = faults(node)
             .map(|(_, c)| c.fault_class.to_string())
             .collect();
         let before = node.policy.evicted.len();
@@ -550,7 +556,7 @@ impl Policy<'_, '_> {
             self.out.dirty.insert(node.id.clone());
         }
         for class in &settings.evict_on_fault_classes {
-            if !raised.contains(class) || node.policy.evicted.contains(class) {
+            if node.policy.evicted.contains(class) {
                 continue;
             }
             let Some(fault) = fault_name(node, class) else {

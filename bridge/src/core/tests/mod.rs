@@ -448,9 +448,64 @@ fn suppressed_conditions_cost_nothing() {
     assert!(c.suppressed());
     assert_eq!(s.score("n1"), Some(100));
     assert_eq!(s.health("n1"), Health::Healthy);
+    // Its raise says so, for whoever reads the history or receives the event.
+    let raised = s
+        .events
+        .drain(..)
+        .find(|e| e.kind.name() == "CONDITION_RAISED")
+        .unwrap();
+    assert!(
+        matches!(
+            raised.kind,
+            EventKind::ConditionRaised {
+                suppressed: true,
+                ..
+            }
+        ),
+        "{raised:?}"
+    );
+    assert!(
+        raised
+            .message
+            .contains("(suppressed: silenced or inhibited"),
+        "{}",
+        raised.message
+    );
+    let suppression = |s: &mut Script| -> Vec<(String, bool)> {
+        s.events
+            .drain(..)
+            .map(|e| match e.kind {
+                EventKind::ConditionUpdated { suppressed, .. } => (e.message, suppressed),
+                k => (k.name().to_string(), false),
+            })
+            .collect()
+    };
     s.at(30)
         .poll(&[watchdog(), heartbeat("n1"), smart_failing("n1")]);
     assert_eq!(s.score("n1"), Some(60), "the silence expired");
+    let got = suppression(&mut s);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(
+        got[0].0.starts_with("disk_degraded no longer suppressed") && !got[0].1,
+        "{got:?}"
+    );
+    assert_eq!(got[1].0, "SCORE_CHANGED");
+    // Silenced again while raised: the score moves back, and the history says why.
+    s.at(60).poll(&[
+        watchdog(),
+        heartbeat("n1"),
+        smart_failing("n1").suppressed(),
+    ]);
+    assert_eq!(s.score("n1"), Some(100));
+    let got = suppression(&mut s);
+    assert!(
+        got[0]
+            .0
+            .starts_with("disk_degraded suppressed: every alert")
+            && got[0].1,
+        "{got:?}"
+    );
+    assert_eq!(got[1].0, "SCORE_CHANGED");
 }
 
 #[test]
@@ -2121,6 +2176,35 @@ fn fault_eviction_acts_in_observe_mode_and_names_the_fault() {
 }
 
 #[test]
+fn a_silenced_or_inhibited_fault_evicts_nothing() {
+    let mut s = script("nodeHealth: { evictOnFaultClasses: [GPU_ECC_ERRORS] }");
+    let mut ids = s.pool("g", 9, "gpu");
+    ids.push("gpu-14".into());
+    let silenced = |n: &str| vec![heartbeat(n), ecc(n).suppressed()];
+    s.at(0).report(&ids, &[], low);
+    s.at(30).report(&ids, &["gpu-14"], silenced);
+    s.at(60).report(&ids, &["gpu-14"], silenced);
+    assert!(s.node("gpu-14").conditions["gpu_ecc_errors"].suppressed());
+    assert!(s.fleet.pending().is_empty(), "{:?}", s.fleet.pending());
+    assert_eq!(s.node("gpu-14").status, Status::Ready);
+    assert!(s.policy_events().is_empty());
+    // The silence ends: the fault now evicts, once.
+    s.at(90).report(&ids, &["gpu-14"], low);
+    assert_eq!(s.node("gpu-14").status, Status::Cordoned);
+    assert!(
+        s.fleet
+            .pending()
+            .iter()
+            .any(|(_, p)| matches!(p.action, policy::Action::Evict { .. }))
+    );
+    act(&mut s);
+    // Silenced again and let go while still raised: evicted already, not again.
+    s.at(120).report(&ids, &["gpu-14"], silenced);
+    s.at(150).report(&ids, &["gpu-14"], low);
+    assert!(s.fleet.pending().is_empty(), "{:?}", s.fleet.pending());
+}
+
+#[test]
 fn manual_operations_record_events_and_refuse_what_cannot_be() {
     let mut s = script("");
     s.at(0)
@@ -2199,6 +2283,35 @@ fn backtest_replays_history_with_a_candidate_and_reproduces_the_running_config()
     assert_eq!((r.candidate.cordons, r.candidate.drains), (2, 2), "{r:?}");
     assert_eq!(r.nodes["g-1"].candidate.drains, 1);
     assert_eq!(r.nodes["g-1"].recorded.recommendations, 2);
+}
+
+/// A fault silenced in Alertmanager moved nothing live, and moves nothing in the
+/// replay; once its silence ends it costs points in both.
+#[test]
+fn backtest_keeps_silenced_faults_silent() {
+    let mut s = pool_script("observe");
+    let ids = s.pool("g", 10, "gpu");
+    let silenced = |n: &str| {
+        vec![
+            heartbeat(n),
+            ecc(n).suppressed(),
+            smart_failing(n).suppressed(),
+        ]
+    };
+    s.at(0).report(&ids, &[], low);
+    for t in (30..600).step_by(30) {
+        s.at(t).report(&ids, &["g-1"], silenced);
+    }
+    let known = s.fleet.nodes.clone();
+    let r = replay::backtest(&s.cfg, &known, &s.events, None, s.now);
+    assert!(r.recorded.is_empty(), "{r:?}");
+    assert_eq!(r.candidate, r.recorded, "{r:?}");
+    for t in (600..1200).step_by(30) {
+        s.at(t).report(&ids, &["g-1"], very_low);
+    }
+    let r = replay::backtest(&s.cfg, &s.fleet.nodes, &s.events, None, s.now);
+    assert!(!r.recorded.is_empty(), "{r:?}");
+    assert_eq!(r.candidate, r.recorded, "{r:?}");
 }
 
 /// Nodes whose records began within the history start the replay unscored, as
