@@ -524,7 +524,12 @@ pub(super) fn source_of(alert: &Alert<'_>, ctype: &str) -> Source {
         },
         suppressed: alert.state == AlertState::Suppressed,
         sticky: alert.sticky(),
-        fault_class: alert.fault_class(),
+        // hale's own condition, not the alert's: its class is its type's.
+        fault_class: if failed_collector {
+            COLLECTOR_FAILED.to_ascii_uppercase().into()
+        } else {
+            alert.fault_class()
+        },
         priority: alert.priority(),
         remediation: alert.remediation().map(str::to_string),
         expires: alert.expires(),
@@ -541,7 +546,9 @@ impl Source {
         let described = if ctype == COLLECTOR_FAILED {
             self.reason == COLLECTOR_FAILED && self.message == collector(alert)
         } else {
-            self.reason == alert.reason() && alert.message_is(&self.message)
+            self.reason == alert.reason()
+                && alert.message_is(&self.message)
+                && alert.fault_class_is(&self.fault_class)
         };
         described
             && self.vanished.is_none()
@@ -550,7 +557,6 @@ impl Source {
             && self.sticky == alert.sticky()
             && self.priority == alert.priority()
             && self.remediation.as_deref() == alert.remediation()
-            && alert.fault_class_is(&self.fault_class)
             && alert.notice_is(self.notice.as_ref())
     }
 }

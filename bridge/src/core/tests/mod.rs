@@ -759,7 +759,17 @@ fn collector_failures_name_the_collectors() {
     ]);
     let c = &s.node("n1").conditions[COLLECTOR_FAILED];
     assert_eq!(c.message, "collectors failed: edac, smart");
+    // Its class is its type's (DESIGN §3), not the alertname's.
+    assert_eq!(c.fault_class, "COLLECTOR_FAILED");
     assert_eq!(s.node("n1").score.as_ref().unwrap().breakdown, vec![]);
+    // The same alerts again change nothing.
+    let events = s.events.len();
+    s.at(30).poll(&[
+        watchdog(),
+        collector_failed("n1", "smart"),
+        collector_failed("n1", "edac"),
+    ]);
+    assert_eq!(s.events.len(), events, "{:?}", &s.events[events..]);
 }
 
 #[test]
