@@ -531,9 +531,9 @@ impl Client {
             .with_context(|| format!("--server {:?} is not a URL", args.server))?;
         let token = match &args.token_file {
             Some(p) => Some(
-                std::fs::read_to_string(p)
-                    .with_context(|| format!("cannot read token file {}", p.display()))?
-                    .trim()
+                hale::config::read_token(p)
+                    .map_err(|e| anyhow::anyhow!("token file: {e}"))?
+                    .expose()
                     .to_string(),
             ),
             None => None,

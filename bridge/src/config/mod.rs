@@ -606,6 +606,20 @@ fn read_secret(path: &Path) -> Result<Secret, String> {
     }
 }
 
+/// A bearer token from its file, as [`read_secret`] reads a secret: one word, since
+/// it travels in an `Authorization` header (RFC 6750), so a file of two lines or a
+/// token with a space inside is refused here rather than never matching.
+pub fn read_token(path: &Path) -> Result<Secret, String> {
+    let token = read_secret(path)?;
+    if token.0.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "{} holds white space or a control character inside the token (more than one line?): a token is one word",
+            path.display()
+        ));
+    }
+    Ok(token)
+}
+
 impl Config {
     /// Read, parse and validate `path`; `None` means the built-in defaults.
     pub fn load(path: Option<&Path>) -> Result<Loaded, ConfigError> {
@@ -895,18 +909,22 @@ impl Config {
             .map_err(|(key, message)| err(&format!("fencing.{key}"), message))?;
         // Every file the configuration names is read before any is refused, so one run
         // names every file that is missing, unreadable or (a secret) empty.
-        let mut secrets: BTreeMap<String, Result<Secret, String>> =
-            self.api_token_file
-                .iter()
-                .map(|p| ("apiTokenFile".to_string(), p))
-                .chain(
-                    self.node_event_webhooks.iter().enumerate().map(|(i, w)| {
-                        (format!("nodeEventWebhooks[{i}].secretFile"), &w.secret_file)
-                    }),
-                )
-                .chain(self.federation.token_files())
-                .map(|(key, path)| (key, read_secret(path)))
-                .collect();
+        let tokens = self
+            .api_token_file
+            .iter()
+            .map(|p| ("apiTokenFile".to_string(), p))
+            .chain(self.federation.token_files())
+            .map(|(key, path)| (key, read_token(path)));
+        let mut secrets: BTreeMap<String, Result<Secret, String>> = self
+            .node_event_webhooks
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let key = format!("nodeEventWebhooks[{i}].secretFile");
+                (key, read_secret(&w.secret_file))
+            })
+            .chain(tokens)
+            .collect();
         let files_read = self
             .bmc
             .credentials_file
@@ -1811,6 +1829,13 @@ mod tests {
             std::fs::write(dir.path().join("token"), token).unwrap();
             let l = load(&format!("apiTokenFile: {}/token\n", dir.path().display())).unwrap();
             assert_eq!(l.api_token.as_ref().unwrap().expose(), "t0k3n");
+        }
+        // A token is one word: two lines, or a space inside, could never match.
+        for token in ["line1\nline2\n", "t0k 3n", "t0k\t3n"] {
+            std::fs::write(dir.path().join("token"), token).unwrap();
+            let e = load(&format!("apiTokenFile: {}/token\n", dir.path().display())).unwrap_err();
+            assert_eq!((e.key.as_str(), e.line), ("apiTokenFile", Some(1)), "{e}");
+            assert!(e.message.contains("a token is one word"), "{e}");
         }
         // The orchestrator's files are among them, whatever its kind.
         let d = dir.path().join("missing");
