@@ -78,7 +78,8 @@ impl From<CoreError> for ApiError {
             }
             CoreError::NotClearable { .. }
             | CoreError::NotDrainable { .. }
-            | CoreError::Busy { .. } => {
+            | CoreError::Busy { .. }
+            | CoreError::Listed(_) => {
                 ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string())
             }
         }

@@ -457,16 +457,28 @@ async fn metrics_pass_promtool_and_follow_the_node() {
         .await
         .unwrap();
     assert_eq!(r.status(), 401);
+    // The inventory lists it: it goes when the inventory lets it go.
     let r = client
         .delete(hale.node_url("spare-1"))
         .bearer_auth(TOKEN)
         .send()
         .await
         .unwrap();
+    assert_eq!(r.status(), 409);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"], "conflict", "{e}");
+    assert!(e["detail"].as_str().unwrap().contains("inventory"), "{e}");
+    assert!(hale.node("spare-1").await.is_some());
+    let r = client
+        .delete(hale.node_url("rack1/n:3"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 204);
-    assert!(hale.node("spare-1").await.is_none());
+    assert!(hale.node("rack1/n:3").await.is_none());
     assert!(
-        !hale.metrics().await.contains("spare-1"),
+        !hale.metrics().await.contains("rack1/n:3"),
         "series removed on decommission"
     );
 }

@@ -510,9 +510,15 @@ impl Fleet {
         now: Time,
         node_id: &str,
     ) -> Result<Outcome, CoreError> {
-        if self.nodes.remove(node_id).is_none() {
-            return Err(CoreError::UnknownNode(node_id.into()));
-        }
+        match self.nodes.get(node_id) {
+            None => return Err(CoreError::UnknownNode(node_id.into())),
+            // Alerts naming it again would bring it back without the inventory's
+            // hostname and labels (its pool), until a restart registered it again.
+            Some(node) if node.known_from == Origin::Inventory => {
+                return Err(CoreError::Listed(node_id.into()));
+            }
+            Some(_) => self.nodes.remove(node_id),
+        };
         self.pools = None;
         let mut step = Step::new(self, cfg, now);
         step.event(

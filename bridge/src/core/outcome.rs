@@ -90,4 +90,8 @@ pub enum CoreError {
     NotClearable { node: String, condition: String },
     #[error("node {node}: {doing}")]
     Busy { node: String, doing: String },
+    #[error(
+        "node {0} is listed in the configuration's inventory, which would bring it back: remove it there and reload first"
+    )]
+    Listed(String),
 }

@@ -1178,6 +1178,18 @@ fn decommission_forgets_the_node() {
         s.fleet.decommission(&s.cfg, s.now, "n1"),
         Err(CoreError::UnknownNode("n1".into()))
     );
+    // A node the inventory lists stays until the inventory lets it go: alerts
+    // naming it again would bring it back outside its pool.
+    let ids = s.pool("g", 2, "gpu");
+    assert_eq!(
+        s.fleet.decommission(&s.cfg, s.now, &ids[0]),
+        Err(CoreError::Listed(ids[0].clone()))
+    );
+    assert_eq!(s.node(&ids[0]).labels["pool"], "gpu");
+    let out = s.fleet.register(&s.cfg, s.now, &[]);
+    s.record(out);
+    let out = s.fleet.decommission(&s.cfg, s.now, &ids[0]).unwrap();
+    assert_eq!(out.removed, [ids[0].clone()]);
 }
 
 #[test]
