@@ -7,8 +7,8 @@ use std::sync::Arc;
 use axum::Json;
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::rejection::{BytesRejection, JsonRejection};
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -94,17 +94,47 @@ impl From<JsonRejection> for ApiError {
                 "unsupported_media_type",
                 e.body_text(),
             ),
+            JsonRejection::BytesRejection(e) => e.into(),
             _ => ApiError::new(StatusCode::BAD_REQUEST, "bad_request", e.body_text()),
         }
     }
 }
 
+/// A request body that could not be read: too large (axum's default limit), or
+/// cut off.
+impl From<BytesRejection> for ApiError {
+    fn from(e: BytesRejection) -> Self {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            return too_large();
+        }
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", e.body_text())
+    }
+}
+
+fn too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        format!("request bodies are limited to {BODY_LIMIT} bytes"),
+    )
+}
+
+/// Where Alertmanager delivers.
+const WEBHOOK_PATH: &str = "/api/v1/alertmanager";
+
+/// axum's limit on a request body (the webhook has `alertmanager.maxWebhookBytes`).
+const BODY_LIMIT: usize = 2 << 20;
+
 type ApiResult<T> = Result<T, ApiError>;
+
+/// A request body as sent, or why it could not be read.
+type Sent = Result<Bytes, BytesRejection>;
 
 /// An operator verb's optional JSON body: none (or an empty one) is the request's
 /// defaults; anything else must be that JSON, whatever its Content-Type says, or
 /// the answer is a 400 saying what is wrong with it.
-fn optional_body<T: serde::de::DeserializeOwned + Default>(body: &Bytes) -> ApiResult<T> {
+fn optional_body<T: serde::de::DeserializeOwned + Default>(body: Sent) -> ApiResult<T> {
+    let body = body?;
     let Some(first) = body.iter().find(|b| !b.is_ascii_whitespace()) else {
         return Ok(T::default());
     };
@@ -116,7 +146,7 @@ fn optional_body<T: serde::de::DeserializeOwned + Default>(body: &Bytes) -> ApiR
             "the request body must be a JSON object",
         ));
     }
-    serde_json::from_slice(body).map_err(|e| {
+    serde_json::from_slice(&body).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
             "bad_request",
@@ -144,7 +174,7 @@ pub fn router(hale: Arc<Hale>) -> Router {
         .route("/api/v1/nodes/{id}/events", get(node_events))
         .route("/api/v1/alerts", get(alerts))
         .route("/-/reload", post(reload))
-        .route("/api/v1/alertmanager", post(webhook))
+        .route(WEBHOOK_PATH, post(webhook))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -158,7 +188,27 @@ pub fn router(hale: Arc<Hale>) -> Router {
                 "this endpoint does not take that method",
             )
         })
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn(refuse_declared_too_large))
         .with_state(hale)
+}
+
+/// A request whose declared length passes [`BODY_LIMIT`] is answered before its
+/// body is read (the webhook has a limit of its own, checked the same way), so
+/// its sender reads the 413 rather than a connection closed under it.
+async fn refuse_declared_too_large(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > BODY_LIMIT) && request.uri().path() != WEBHOOK_PATH {
+        return too_large().into_response();
+    }
+    next.run(request).await
 }
 
 /// With `ui.requireToken`, reads need the bearer token as mutations do.
@@ -677,11 +727,11 @@ async fn clear_condition(
     State(hale): State<Arc<Hale>>,
     Path((id, ctype)): Path<(String, String)>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Sent,
 ) -> ApiResult<impl IntoResponse> {
     authorize(&hale, &headers)?;
     leader(&hale)?;
-    let ClearRequest { reason } = optional_body(&body)?;
+    let ClearRequest { reason } = optional_body(body)?;
     if reason.trim().is_empty() {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -702,18 +752,18 @@ async fn cordon(
     State(hale): State<Arc<Hale>>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Sent,
 ) -> ApiResult<impl IntoResponse> {
-    with_reason(hale, id, &headers, &body, Fleet::cordon).await
+    with_reason(hale, id, &headers, body, Fleet::cordon).await
 }
 
 async fn uncordon(
     State(hale): State<Arc<Hale>>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Sent,
 ) -> ApiResult<impl IntoResponse> {
-    with_reason(hale, id, &headers, &body, Fleet::uncordon).await
+    with_reason(hale, id, &headers, body, Fleet::uncordon).await
 }
 
 /// A verb whose only argument is the operator's reason.
@@ -721,7 +771,7 @@ async fn with_reason(
     hale: Arc<Hale>,
     id: String,
     headers: &HeaderMap,
-    body: &Bytes,
+    body: Sent,
     verb: fn(&mut Fleet, Time, &str, &str) -> Result<Outcome, CoreError>,
 ) -> ApiResult<Json<crate::view::NodeView>> {
     authorize(&hale, headers)?;
@@ -736,10 +786,10 @@ async fn drain(
     State(hale): State<Arc<Hale>>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Sent,
 ) -> ApiResult<impl IntoResponse> {
     authorize(&hale, &headers)?;
-    let req: DrainRequest = optional_body(&body)?;
+    let req: DrainRequest = optional_body(body)?;
     operate(hale, id, move |fleet, now, node| {
         fleet.drain(now, node, req.active, &req.reason)
     })
@@ -794,10 +844,10 @@ async fn reboot(
     State(hale): State<Arc<Hale>>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Sent,
 ) -> ApiResult<impl IntoResponse> {
     authorize(&hale, &headers)?;
-    let req: RebootRequest = optional_body(&body)?;
+    let req: RebootRequest = optional_body(body)?;
     let h = hale.clone();
     let node = id.clone();
     tokio::task::spawn_blocking(move || h.request_reboot(&node, &req.reason, req.force))
@@ -1103,6 +1153,28 @@ mod tests {
     use chrono::TimeZone;
 
     use super::*;
+
+    /// A body sent in chunks, with no length declared, is refused once it passes
+    /// the limit: a 413 in JSON, as one declaring its length is.
+    #[tokio::test]
+    async fn a_body_past_the_limit_is_a_413_however_it_is_sent() {
+        use axum::extract::FromRequest as _;
+        let chunks = futures::stream::iter(
+            (0..3).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b' '; 1 << 20]))),
+        );
+        let request = axum::extract::Request::new(Body::from_stream(chunks));
+        let sent = Bytes::from_request(request, &()).await;
+        let e = optional_body::<OperateRequest>(sent).unwrap_err();
+        assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(e.error, "payload_too_large");
+        assert_eq!(e.detail, "request bodies are limited to 2097152 bytes");
+        let small = axum::extract::Request::new(Body::from(r#"{"reason": "bios"}"#));
+        let sent = Bytes::from_request(small, &()).await;
+        assert_eq!(
+            optional_body::<OperateRequest>(sent).unwrap().reason,
+            "bios"
+        );
+    }
 
     #[test]
     fn event_queries() {
