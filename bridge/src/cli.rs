@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 
 use hale::core::Status;
 use hale::core::policy::{Conclusion, Entry, Remediations};
-use hale::store::Store as _;
+use hale::store::{Store as _, StoreError};
 use hale::view::{
     AlertsView, ClearRequest, DrainRequest, ErrorBody, EventsView, NodeList, NodeView,
     OperateRequest, PowerRequest, RebootRequest,
@@ -117,7 +117,12 @@ fn open_store(
         if !create && !path.join(hale::store::sqlite::FILE).is_file() {
             bail!("no hale store at {}", path.display());
         }
-        return Ok(Box::new(hale::store::Sqlite::open(&path)?));
+        // Locked as `hale serve` locks it: a store a hale is writing is not copied.
+        return match hale::store::Sqlite::open_locked(&path) {
+            Ok(store) => Ok(Box::new(store)),
+            Err(e @ (StoreError::InUse { .. } | StoreError::Create { .. })) => Err(e.into()),
+            Err(e) => Err(anyhow::anyhow!("{spec}: {e}")),
+        };
     }
     if spec.starts_with("nats://") || spec.starts_with("tls://") {
         let cfg = hale::store::nats::NatsConfig {
@@ -129,7 +134,10 @@ fn open_store(
         };
         cfg.validate()
             .map_err(|(key, why)| anyhow::anyhow!("{}: {key} {why}", shown_store(spec)))?;
-        return Ok(Box::new(hale::store::Nats::open(&cfg, cluster, retention)?));
+        return match hale::store::Nats::open(&cfg, cluster, retention) {
+            Ok(store) => Ok(Box::new(store)),
+            Err(e) => Err(anyhow::anyhow!("{}: {e}", shown_store(spec))),
+        };
     }
     bail!(
         "{:?} names no store: sqlite:PATH or nats://HOST:PORT",

@@ -533,10 +533,48 @@ async fn a_second_hale_on_one_store_is_refused() {
         said.contains("in use by another hale serve (process "),
         "{said}"
     );
+    // A copy neither reads nor writes a store a hale is writing.
+    let live = format!("sqlite:{}", dir.path().join("data").display());
+    let elsewhere = format!("sqlite:{}", other.path().join("copy").display());
+    hale::store::Sqlite::open(&other.path().join("copy")).unwrap();
+    for (from, to) in [(&live, &elsewhere), (&elsewhere, &live)] {
+        let out = exits_within(hale_cmd().args(["store", "copy", "--from", from, "--to", to]));
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{from} -> {to}: {said}");
+        assert!(
+            said.contains("in use by another hale serve (process "),
+            "{from} -> {to}: {said}"
+        );
+    }
+    // A target that is no store is named.
+    let junk = other.path().join("junk");
+    std::fs::create_dir_all(&junk).unwrap();
+    std::fs::write(
+        junk.join(hale::store::sqlite::FILE),
+        "not a database, not at all",
+    )
+    .unwrap();
+    let out = exits_within(hale_cmd().args([
+        "store",
+        "copy",
+        "--from",
+        &elsewhere,
+        "--to",
+        &format!("sqlite:{}", junk.display()),
+    ]));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.starts_with(&format!("error: sqlite:{}: store: ", junk.display())),
+        "{said}"
+    );
     let healthz = reqwest::get(format!("{}/healthz", first.url))
         .await
         .unwrap();
     assert_eq!(healthz.status(), 200);
+}
+
+fn hale_cmd() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
 }
 
 /// Run `cmd` to its end, which must come within 30 s: a `hale serve` that should

@@ -163,14 +163,21 @@ impl Sqlite {
             .op("checkpoint")
     }
 
+    /// `dir`'s store, held as `hale serve` holds it: refused while a hale (or
+    /// another copy) has it.
+    pub fn open_locked(dir: &Path) -> Result<Sqlite> {
+        let held = lock(dir)?;
+        let mut store = Sqlite::open(dir)?;
+        store.held = Some(held);
+        Ok(store)
+    }
+
     /// A writer and a handle for reads and upkeep on `dir`'s store, for `hale
     /// serve`: the writer leaves checkpoints to the other's [`Store::upkeep`].
     /// Only one may write a store: a second `hale serve` on the same directory
     /// is refused, naming the first.
     pub fn open_pair(dir: &Path) -> Result<Opened> {
-        let held = lock(dir)?;
-        let mut writer = Sqlite::open(dir)?;
-        writer.held = Some(held);
+        let writer = Sqlite::open_locked(dir)?;
         writer.defer_checkpoints()?;
         Ok(Opened {
             writer: Box::new(writer),
