@@ -495,6 +495,7 @@ pub(super) fn count_failure(
             job: job.into(),
             reason: reason.into(),
             total,
+            failed_at: Some(at),
         },
         format!("job {job} failure attributed ({reason}); {total} in total"),
     );

@@ -79,6 +79,10 @@ pub enum EventKind {
         job: String,
         reason: String,
         total: u64,
+        /// When the job failed (a report may come later than that, or an alert
+        /// start before it); absent from older records.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failed_at: Option<Time>,
     },
     NodeDecommissioned {
         /// `operator` (`DELETE /api/v1/nodes/{id}`), `retired` (known only from

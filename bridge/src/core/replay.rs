@@ -256,10 +256,13 @@ fn put_back(node: &mut Node, e: &Event) {
         EventKind::HeartbeatResumed { .. } => {
             node.conditions.remove(HEARTBEAT_MISSED);
         }
-        EventKind::JobFailureAttributed { reason, .. } => {
+        EventKind::JobFailureAttributed {
+            reason, failed_at, ..
+        } => {
             let f = &mut node.failures;
             f.total += 1;
-            f.last = Some(e.occurred_at);
+            let at = failed_at.unwrap_or(e.occurred_at);
+            f.last = Some(f.last.map_or(at, |l| l.max(at)));
             let count = f.by_reason.get(reason).copied().unwrap_or(0);
             f.by_reason.insert(reason.clone(), count + 1);
         }

@@ -667,6 +667,7 @@ mod tests {
                 job: odd.into(),
                 reason: odd.into(),
                 total: u64::MAX,
+                failed_at: Some(at),
             },
             EventKind::NodeDecommissioned { by: odd.into() },
             EventKind::ConditionRaised {

@@ -318,6 +318,33 @@ fn seed_worked_numbers_for_failure_decay() {
     assert_eq!(s.node("n1").failures.total, 4, "the count is never reset");
 }
 
+/// A failure reported after the fact keeps its own time: the deduction decays from
+/// it, and the event carries it (the backtest replays the failure at that time).
+#[test]
+fn a_late_failure_report_keeps_when_the_job_failed() {
+    let mut s = script("");
+    s.at(0).poll(&[watchdog(), heartbeat("n1")]);
+    s.at(2 * WEEK).poll(&[watchdog(), heartbeat("n1")]);
+    s.took();
+    let failed = t0() + chrono::TimeDelta::seconds(WEEK);
+    let out = s
+        .fleet
+        .attribute_failure(&s.cfg, s.now, "n1", "old-job", None, Some(failed))
+        .unwrap();
+    s.record(out);
+    assert_eq!(s.score("n1"), Some(97), "5 points a week old: 2.5 → 3 off");
+    let e = s
+        .events
+        .iter()
+        .find(|e| e.kind.name() == "JOB_FAILURE_ATTRIBUTED")
+        .unwrap();
+    assert!(
+        matches!(e.kind, EventKind::JobFailureAttributed { failed_at: Some(t), .. } if t == failed),
+        "{e:?}"
+    );
+    assert_eq!(e.occurred_at, s.now, "recorded when it was reported");
+}
+
 #[test]
 fn failure_deduction_table() {
     let settings = config("").cluster;
