@@ -30,8 +30,11 @@ pub struct Tally {
 }
 
 impl Tally {
-    /// Count `event` if it is one of the policy's.
+    /// Count `event` if it is one of the score policy's.
     pub fn count(&mut self, event: &Event) {
+        if super::policy::out_of_band(event) {
+            return;
+        }
         match &event.kind {
             EventKind::PolicyRecommended { .. } => self.recommendations += 1,
             EventKind::NodeCordoned { by, .. } if by == "hale" => self.cordons += 1,

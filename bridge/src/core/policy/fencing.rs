@@ -15,7 +15,7 @@ use crate::core::outcome::Outcome;
 use crate::core::settings::{CoreSettings, Mode};
 use crate::core::{EventKind, Fleet, HEARTBEAT_MISSED, Node, Status, Time};
 
-const FENCE: &str = "fence";
+pub(super) const FENCE: &str = "fence";
 const DAY: Duration = Duration::from_secs(86_400);
 
 /// A fence under way, persisted before each step.

@@ -802,6 +802,18 @@ fn put_back(node: &mut Node, reason: &str, now: Time) -> Vec<Event> {
 /// A policy event about `action` on `node` (a reboot, a fence, a gate the
 /// orchestrator refused), priced by its pool's `settings`: recommended (no
 /// guardrail: observe), or halted by `guardrail`.
+/// Whether `event` is the reboot flow's or fencing's, which the backtest does not
+/// replay: they follow alerts asking for a reboot and the BMC, not the score.
+pub(in crate::core) fn out_of_band(event: &Event) -> bool {
+    match &event.kind {
+        EventKind::PolicyRecommended { action, .. } | EventKind::PolicyHalted { action, .. } => {
+            action == remediation::REBOOT || action == fencing::FENCE
+        }
+        EventKind::NodeCordoned { reason, .. } => reason.starts_with(remediation::CORDON_REASON),
+        _ => false,
+    }
+}
+
 fn policy_verdict(
     node: &Node,
     settings: &Settings,

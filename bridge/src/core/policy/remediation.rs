@@ -335,7 +335,7 @@ fn enqueue_node(
 }
 
 /// The start of every cordon reason a reboot flow writes.
-const CORDON_REASON: &str = "hale reboot: ";
+pub(super) const CORDON_REASON: &str = "hale reboot: ";
 
 /// Whether hale cannot see the node now: silent, or not ready.
 fn gone(node: &Node) -> bool {

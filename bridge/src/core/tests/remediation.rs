@@ -226,6 +226,34 @@ fn a_rack_at_a_time_in_priority_order_each_node_through_every_step() {
     assert_eq!(s.step("n2"), Some(FlowStep::Return));
 }
 
+/// The backtest replays the score policy: the reboot flow's verdicts and cordons
+/// (which follow alerts asking for a reboot, not the score) are counted on neither
+/// side, so the running configuration still reproduces its record.
+#[test]
+fn the_backtest_leaves_the_reboot_flow_out() {
+    for (mode, flow_did) in [
+        ("observe", "POLICY_RECOMMENDED"),
+        ("cordon", "NODE_CORDONED"),
+    ] {
+        let mut s = fleet(&format!(
+            "nodeHealth: {{ mode: {mode}, maxUnavailablePercent: 100 }}\ninventory: [ {{ id: n1 }}, {{ id: n2 }} ]\n"
+        ));
+        s.at(0)
+            .poll(&[watchdog(), beat("n1"), beat("n2"), uptime("n1", "P3")]);
+        s.flows().flows();
+        let history = s.events.clone();
+        assert!(
+            history
+                .iter()
+                .any(|e| e.node_id == "n1" && e.kind.name() == flow_did),
+            "{mode}: {history:?}"
+        );
+        let r = crate::core::replay::backtest(&s.cfg, &s.fleet.nodes, &history, None, s.now);
+        assert!(r.recorded.is_empty(), "{mode}: {r:?}");
+        assert_eq!(r.candidate, r.recorded, "{mode}: {r:?}");
+    }
+}
+
 #[test]
 fn observe_only_recommends_and_an_operator_reboot_still_runs() {
     let mut s = fleet(
