@@ -66,7 +66,15 @@ impl IntoResponse for ApiError {
             error: self.error.into(),
             detail: self.detail,
         };
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        // RFC 6750: a 401 names the scheme that would be accepted.
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer realm=\"hale\""),
+            );
+        }
+        response
     }
 }
 
@@ -955,7 +963,12 @@ pub fn event_query(node: &str, raw: &str, now: Time) -> ApiResult<EventQuery> {
         page_size: 100,
         ..EventQuery::default()
     };
+    let mut given = std::collections::BTreeSet::new();
     for (key, value) in form_urlencoded::parse(raw.as_bytes()) {
+        // `type` may repeat; each other takes one value, which a second would replace.
+        if key != "type" && !given.insert(key.clone()) {
+            return Err(bad_request(format!("{key} is given more than once")));
+        }
         match key.as_ref() {
             "since" => q.since = Some(parse_time("since", &value, now)?),
             "until" => q.until = Some(parse_time("until", &value, now)?),
@@ -986,6 +999,13 @@ pub fn event_query(node: &str, raw: &str, now: Time) -> ApiResult<EventQuery> {
     if q.latest && q.after.is_some() {
         return Err(bad_request(
             "latest returns the newest page; it takes no pageToken",
+        ));
+    }
+    if let (Some(since), Some(until)) = (q.since, q.until)
+        && since >= until
+    {
+        return Err(bad_request(
+            "since must come before until: that window holds no time",
         ));
     }
     Ok(q)
@@ -1216,6 +1236,10 @@ mod tests {
             "latest=maybe",
             &latest_and_token,
             "limit=5",
+            "pageSize=1&pageSize=5",
+            "since=1h&since=2h",
+            "since=1h&until=2h",
+            "since=2026-08-05T11:00:00Z&until=2026-08-05T11:00:00Z",
         ] {
             let e = event_query("n1", bad, now).unwrap_err();
             assert_eq!(e.status, StatusCode::BAD_REQUEST, "{bad}");

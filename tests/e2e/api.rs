@@ -140,6 +140,7 @@ async fn bad_webhook_input_changes_nothing() {
         .await
         .unwrap();
     assert_eq!(r.status(), 401, "wrong token");
+    assert_eq!(r.headers()["www-authenticate"], r#"Bearer realm="hale""#);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"], "unauthorized");
 
@@ -375,6 +376,17 @@ async fn node_ids_with_slash_and_colon_and_operator_verbs() {
             .unwrap()
             .iter()
             .any(|a| a["meaning"] == "watchdog")
+    );
+    let cluster_wide = seen["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["alertname"] == "ClusterWide")
+        .unwrap();
+    assert_eq!(
+        cluster_wide["meaning"],
+        "ignored: names no node (none of node, instance holds a node's name)",
+        "{cluster_wide}"
     );
     let out = hale.cli(&["alerts"]);
     assert!(

@@ -516,7 +516,7 @@ async fn sighup_reloads_endpoints_and_penalties_and_a_bad_file_changes_nothing()
         e["detail"]
             .as_str()
             .unwrap()
-            .contains("listen: changes only with a restart; nothing was reloaded"),
+            .contains("hale.yaml:1: listen: changes only with a restart; nothing was reloaded"),
         "{e}"
     );
     assert!(

@@ -1064,6 +1064,12 @@ impl Config {
             let signing = secret(&format!("{at}.secretFile"));
             let events = match &w.events {
                 None => None,
+                Some(types) if types.is_empty() => {
+                    return Err(err(
+                        &format!("{at}.events"),
+                        "is empty, so this endpoint would receive nothing: leave the key out for every type, or name the types".into(),
+                    ));
+                }
                 Some(types) => {
                     let mut set = BTreeSet::new();
                     for t in types {
@@ -1391,7 +1397,7 @@ fn list_index(lines: &[&str], at: usize) -> usize {
 /// a flow mapping's key on one of its lines — so a key of the same name in another
 /// block is never taken for it; when a segment is not written (a key the check
 /// found missing), the line of the deepest one that is.
-fn locate(source: &str, path: &str) -> Option<u64> {
+pub(crate) fn locate(source: &str, path: &str) -> Option<u64> {
     let lines: Vec<&str> = source.lines().collect();
     // The block to search (its lines), and the column its keys must be deeper than.
     let (mut from, mut end, mut parent): (usize, usize, Option<usize>) = (0, lines.len(), None);
@@ -1760,6 +1766,13 @@ mod tests {
         let e = load(&bad).unwrap_err();
         assert_eq!(e.key, "nodeEventWebhooks[0].events");
         assert_eq!(e.line, Some(4), "{e}");
+        let none = text.replace("[score_changed, POLICY_ACTED]", "[]");
+        let e = load(&none).unwrap_err();
+        assert_eq!(
+            (e.key.as_str(), e.line),
+            ("nodeEventWebhooks[0].events", Some(4))
+        );
+        assert!(e.message.contains("would receive nothing"), "{e}");
     }
 
     #[test]

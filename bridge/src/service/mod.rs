@@ -1122,9 +1122,11 @@ impl Hale {
         .filter_map(|(key, changed)| changed.then_some(key))
         .collect();
         if !needs_restart.is_empty() {
+            // The file was just read whole; the line of the first key it changed.
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
             return Err(ConfigError {
                 file: path.display().to_string(),
-                line: None,
+                line: crate::config::locate(&text, needs_restart[0]),
                 key: needs_restart.join(", "),
                 message: "changes only with a restart; nothing was reloaded".into(),
             });
@@ -1503,8 +1505,14 @@ fn render_alerts(alerts: &[Alert<'_>], cfg: &Loaded) -> axum::body::Bytes {
 }
 
 fn seen_alert(a: &Alert<'_>, cfg: &Loaded) -> SeenAlert {
+    let node = a.node(&cfg.core.identity);
     let meaning = match a.signal() {
         Signal::Watchdog => "watchdog".to_string(),
+        // Everything but the watchdog is about a node.
+        _ if node.is_none() => format!(
+            "ignored: names no node (none of {} holds a node's name)",
+            cfg.core.identity.labels.join(", ")
+        ),
         Signal::Heartbeat { .. } => "heartbeat".to_string(),
         Signal::CollectorFailed { collector } => format!("collector_failed:{collector}"),
         Signal::Unavailable { signal } => format!("unavailable:{signal}"),
@@ -1518,7 +1526,7 @@ fn seen_alert(a: &Alert<'_>, cfg: &Loaded) -> SeenAlert {
     SeenAlert {
         fingerprint: a.fingerprint.to_string(),
         alertname: a.alertname().to_string(),
-        node: a.node(&cfg.core.identity).map(str::to_string),
+        node: node.map(str::to_string),
         meaning,
         severity: a.severity(),
         state: match a.state {
