@@ -328,7 +328,9 @@ impl<'a> Alert<'a> {
     pub fn node<'s>(&'s self, identity: &Identity) -> Option<&'s str> {
         // `instance=":9100"` is a port and no host: no node, try the next label.
         identity.labels.iter().find_map(|name| {
-            let value = self.labels.get(name)?;
+            // White space around a name is no part of it (no host or Kubernetes
+            // node name holds any): `node=" gpu-1 "` is gpu-1, not a node of its own.
+            let value = self.labels.get(name)?.trim();
             let value = if identity.strip_port && name == "instance" {
                 strip_port(value)
             } else {
@@ -339,7 +341,7 @@ impl<'a> Alert<'a> {
             // an id with control or direction-changing characters, which would
             // forge log lines or show another id than it is.
             (!blank(value)
-                && !matches!(value.trim(), "." | "..")
+                && !matches!(value, "." | "..")
                 && value.len() <= MAX_NODE_ID
                 && !unprintable(value))
             .then_some(value)
@@ -716,6 +718,8 @@ mod tests {
             // A port and no host names no node (found by fuzzing).
             (&[("instance", ":9100")], None),
             (&[("instance", " :9100")], None),
+            (&[("node", " gpu-14 ")], Some("gpu-14")),
+            (&[("instance", "\t10.0.0.14:9100 ")], Some("10.0.0.14")),
             (&[("node", " "), ("instance", "h:9100")], Some("h")),
             (&[("node", ".."), ("instance", "h:9100")], Some("h")),
             (&[("node", ".")], None),
