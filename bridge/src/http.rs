@@ -672,8 +672,13 @@ async fn show_node(
     State(hale): State<Arc<Hale>>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<impl IntoResponse> {
     authorize_read(&hale, &headers)?;
+    // It takes none: one given is a mistake to say, as the listing says it.
+    if let Some((key, _)) = form_urlencoded::parse(raw.unwrap_or_default().as_bytes()).next() {
+        return Err(bad_request(format!("unknown parameter {key:?}")));
+    }
     view(hale, id).await.map(Json)
 }
 

@@ -111,6 +111,15 @@ async fn bad_operator_bodies_are_json_errors_and_change_nothing() {
             "{verb}: {answer}"
         );
     }
+    // A node's page takes no parameter: one given is said, not ignored.
+    let r = client
+        .get(format!("{node}?pageSize=5"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["detail"], r#"unknown parameter "pageSize""#, "{e}");
     // A method an endpoint does not take is a 405 in JSON too.
     let r = client.put(&node).bearer_auth(TOKEN).send().await.unwrap();
     assert_eq!(r.status(), 405);
