@@ -347,10 +347,15 @@ pub(super) fn set_sources(
             );
         } else if keys_changed {
             let kind = updated(ctype, cond);
+            let still = if cond.suppressed() {
+                ", suppressed as they were,"
+            } else {
+                ""
+            };
             rec.event(
                 kind,
                 format!(
-                    "{ctype}: its alerts ended; sticky, it stays raised until an operator clears it ({})",
+                    "{ctype}: its alerts ended; sticky, it stays raised{still} until an operator clears it ({})",
                     cond.message
                 ),
             );
@@ -376,18 +381,21 @@ pub(super) fn set_sources(
     if latched(cond) != previous || recharged.is_some() {
         rec.dirty();
     }
+    let suppressed = cond.suppressed();
     if cond.severity > previous.0 {
         let kind = EventKind::ConditionEscalated {
             condition: ctype.into(),
             reason: cond.reason.to_string(),
             severity: cond.severity,
             previous_severity: previous.0,
+            suppressed,
         };
         let message = format!(
-            "{ctype} escalated {} -> {}: {}",
+            "{ctype} escalated {} -> {}: {}{}",
             previous.0.as_str(),
             cond.severity.as_str(),
-            cond.message
+            cond.message,
+            if suppressed { SUPPRESSED } else { "" }
         );
         rec.event(kind, message);
     } else if keys_changed || recharged.is_some() {
@@ -404,8 +412,13 @@ pub(super) fn set_sources(
             )
         };
         let kind = updated(ctype, cond);
-        rec.event(kind, message);
-    } else if cond.suppressed() != was_suppressed {
+        let now_suppressed = match (was_suppressed, suppressed) {
+            (false, true) => " (now suppressed: every alert feeding it is silenced or inhibited)",
+            (true, false) => " (no longer suppressed)",
+            _ => "",
+        };
+        rec.event(kind, format!("{message}{now_suppressed}"));
+    } else if suppressed != was_suppressed {
         // A silence or inhibition began or ended: the score moves, and this says why.
         let message = if was_suppressed {
             format!(
@@ -545,7 +558,10 @@ impl Source {
     /// Whether `alert` would produce exactly this source (checked without allocating).
     pub(super) fn matches(&self, alert: &Alert<'_>, ctype: &str) -> bool {
         let described = if ctype == COLLECTOR_FAILED {
-            self.reason == COLLECTOR_FAILED && self.message == collector(alert)
+            // A class stored before it was its type's is rewritten.
+            self.reason == COLLECTOR_FAILED
+                && self.message == collector(alert)
+                && self.fault_class.eq_ignore_ascii_case(COLLECTOR_FAILED)
         } else {
             self.reason == alert.reason()
                 && alert.message_is(&self.message)
@@ -576,6 +592,7 @@ pub(super) fn stale_condition(now: Time) -> Condition {
         priority: None,
         remediation: None,
         sources: SmallMap::new(),
+        silenced: false,
     }
 }
 
@@ -617,6 +634,7 @@ pub(super) fn raise(
         priority: None,
         remediation: None,
         sources,
+        silenced: false,
     };
     refresh(ctype, &mut cond, settings, now, true);
     Some(cond)
@@ -634,6 +652,8 @@ pub(super) fn refresh(
     now: Time,
     changed: bool,
 ) -> Option<Name> {
+    // Kept for when its alerts end (see `Condition::silenced`).
+    cond.silenced = cond.sources.values().all(|s| s.suppressed);
     // The worst source, when it outweighs what is charged now: (severity, points).
     // A source of the charged reason and severity weighs the same, so the common
     // case — the same alerts again — looks no penalty up.

@@ -41,6 +41,9 @@ pub enum EventKind {
         reason: String,
         severity: Severity,
         previous_severity: Severity,
+        /// As on [`EventKind::ConditionRaised`]: a silenced fault may escalate too.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        suppressed: bool,
     },
     ConditionCleared {
         condition: String,

@@ -134,6 +134,7 @@ impl<'f> Step<'f> {
                     priority: None,
                     remediation: None,
                     sources: SmallMap::new(),
+                    silenced: false,
                 },
             );
             self.event(

@@ -204,13 +204,22 @@ pub struct Condition {
     /// alerts ended and for the conditions hale raises itself.
     #[serde(default)]
     pub sources: SmallMap<Name, Source>,
+    /// Every alert that fed it, when it last had any, was silenced or inhibited: a
+    /// sticky condition those alerts left stays suppressed until a live alert feeds
+    /// it or an operator clears it (a silenced fault that ended is no live fault).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub silenced: bool,
 }
 
 impl Condition {
-    /// Fed only by silenced or inhibited alerts: shown, but costs nothing and triggers
-    /// nothing.
+    /// Fed only by silenced or inhibited alerts (or, sticky with its alerts ended,
+    /// last fed so): shown, but costs nothing and triggers nothing.
     pub fn suppressed(&self) -> bool {
-        !self.sources.is_empty() && self.sources.values().all(|s| s.suppressed)
+        if self.sources.is_empty() {
+            self.silenced
+        } else {
+            self.sources.values().all(|s| s.suppressed)
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use super::policy::{Done, RECOVERY_HOLD};
 use super::settings::CoreSettings;
 use super::{
     Condition, Event, EventKind, Fleet, HEARTBEAT_MISSED, Name, Node, Score, Severity, SmallMap,
-    Source, Time,
+    Time,
 };
 
 /// What one configuration did, or would have done, to one node.
@@ -223,13 +223,23 @@ fn put_back(node: &mut Node, e: &Event) {
         }
         EventKind::ConditionUpdated {
             condition,
+            reason,
+            severity,
             suppressed,
             ..
-        } => suppress(node, condition, *suppressed),
+        } => {
+            // What it is charged for now, as recorded.
+            if let Some(cond) = node.conditions.get_mut(condition.as_str()) {
+                cond.reason = reason.as_str().into();
+                cond.severity = *severity;
+            }
+            suppress(node, condition, *suppressed);
+        }
         EventKind::ConditionEscalated {
             condition,
             reason,
             severity,
+            suppressed,
             ..
         } => {
             let class = node
@@ -244,6 +254,7 @@ fn put_back(node: &mut Node, e: &Event) {
                 class.as_deref(),
                 e.occurred_at,
             );
+            suppress(node, condition, *suppressed);
         }
         EventKind::ConditionCleared { condition, .. } => {
             node.conditions.remove(condition.as_str());
@@ -273,31 +284,11 @@ fn put_back(node: &mut Node, e: &Event) {
     }
 }
 
-/// A replayed condition fed, as recorded, only by silenced or inhibited alerts
-/// (one stand-in source saying so) or not (none: a replayed condition has no
-/// alerts of its own).
+/// A replayed condition as recorded: fed only by silenced or inhibited alerts or
+/// not (a replayed condition has no alerts of its own, so its flag says it).
 fn suppress(node: &mut Node, ctype: &str, suppressed: bool) {
-    let Some(cond) = node.conditions.get_mut(ctype) else {
-        return;
-    };
-    cond.sources = SmallMap::new();
-    if suppressed {
-        let source = Source {
-            reason: cond.reason.clone(),
-            severity: cond.severity,
-            message: String::new(),
-            suppressed: true,
-            sticky: false,
-            fault_class: cond.fault_class.clone(),
-            priority: None,
-            remediation: None,
-            expires: None,
-            vanished: None,
-            since: None,
-            delivered: None,
-            notice: None,
-        };
-        cond.sources.insert("replayed".into(), source);
+    if let Some(cond) = node.conditions.get_mut(ctype) {
+        cond.silenced = suppressed;
     }
 }
 
@@ -326,6 +317,7 @@ fn raise(
             priority: None,
             remediation: None,
             sources: SmallMap::new(),
+            silenced: false,
         },
     );
 }

@@ -799,13 +799,22 @@ fn put_back(node: &mut Node, reason: &str, now: Time) -> Vec<Event> {
     events
 }
 
-/// A policy event about `action` on `node` (a reboot, a fence, a gate the
-/// orchestrator refused), priced by its pool's `settings`: recommended (no
-/// guardrail: observe), or halted by `guardrail`.
-/// Whether `event` is the reboot flow's or fencing's, which the backtest does not
-/// replay: they follow alerts asking for a reboot and the BMC, not the score.
+/// Whether the backtest leaves `event` out of both sides: the reboot flow's and
+/// fencing's (they follow alerts asking for a reboot and the BMC, not the score),
+/// and the halts an orchestrator's refusal made (the replay's orchestrator does
+/// what it is asked).
 pub(in crate::core) fn out_of_band(event: &Event) -> bool {
     match &event.kind {
+        EventKind::PolicyHalted { guardrail, .. }
+            if [
+                "orchestrator",
+                Guardrail::TerminationRejected.as_str(),
+                Guardrail::CordonRefused.as_str(),
+            ]
+            .contains(&guardrail.as_str()) =>
+        {
+            true
+        }
         EventKind::PolicyRecommended { action, .. } | EventKind::PolicyHalted { action, .. } => {
             action == remediation::REBOOT || action == fencing::FENCE
         }
@@ -814,6 +823,9 @@ pub(in crate::core) fn out_of_band(event: &Event) -> bool {
     }
 }
 
+/// A policy event about `action` on `node` (a reboot, a fence, a gate the
+/// orchestrator refused), priced by its pool's `settings`: recommended (no
+/// guardrail: observe), or halted by `guardrail`.
 fn policy_verdict(
     node: &Node,
     settings: &Settings,

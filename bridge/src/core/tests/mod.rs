@@ -343,6 +343,22 @@ fn a_late_failure_report_keeps_when_the_job_failed() {
         "{e:?}"
     );
     assert_eq!(e.occurred_at, s.now, "recorded when it was reported");
+    // Nine of them, reported a week late, decay as old ones (45 points, a little
+    // more than halved: score 78), nothing for the policy — live and in the
+    // replay, which puts each back at its own time, not the report's (55 there).
+    for _ in 0..8 {
+        let out = s
+            .fleet
+            .attribute_failure(&s.cfg, s.now, "n1", "old-job", None, Some(failed))
+            .unwrap();
+        s.record(out);
+    }
+    s.at(2 * WEEK + 30).poll(&[watchdog(), heartbeat("n1")]);
+    s.at(2 * WEEK + 60).poll(&[watchdog(), heartbeat("n1")]);
+    assert_eq!(s.score("n1"), Some(78));
+    let r = replay::backtest(&s.cfg, &s.fleet.nodes, &s.events, None, s.now);
+    assert!(r.recorded.is_empty(), "{r:?}");
+    assert_eq!(r.candidate, r.recorded, "{r:?}");
 }
 
 #[test]
@@ -2332,6 +2348,58 @@ fn backtest_replays_history_with_a_candidate_and_reproduces_the_running_config()
     assert_eq!((r.candidate.cordons, r.candidate.drains), (2, 2), "{r:?}");
     assert_eq!(r.nodes["g-1"].candidate.drains, 1);
     assert_eq!(r.nodes["g-1"].recorded.recommendations, 2);
+}
+
+/// A silenced fault stays suppressed through what it does while silenced: it
+/// escalates (the event says it is suppressed), and, sticky, it outlives its alerts
+/// still suppressed — costing nothing, evicting nothing — until a live alert feeds
+/// it. The backtest replays each of those the same.
+#[test]
+fn a_silenced_sticky_fault_stays_suppressed_through_escalation_and_its_end() {
+    let mut s = script("nodeHealth: { evictOnFaultClasses: [GPU_ECC_ERRORS] }");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &[], low);
+    let warn = |n: &str| vec![heartbeat(n), gpu_ecc_correctable(n, "0").suppressed()];
+    let both = |n: &str| {
+        vec![
+            heartbeat(n),
+            gpu_ecc_correctable(n, "0").suppressed(),
+            gpu_ecc_uncorrectable(n, "0").suppressed(),
+        ]
+    };
+    s.at(30).report(&ids, &["g-1"], warn);
+    s.at(60).report(&ids, &["g-1"], both);
+    let escalated = s
+        .events
+        .iter()
+        .find(|e| e.kind.name() == "CONDITION_ESCALATED")
+        .unwrap();
+    assert!(
+        matches!(
+            escalated.kind,
+            EventKind::ConditionEscalated {
+                suppressed: true,
+                ..
+            }
+        ),
+        "{escalated:?}"
+    );
+    // Its alerts end; sticky, it stays — suppressed, as they were.
+    for t in [90, 120, 150] {
+        s.at(t).report(&ids, &[], low);
+    }
+    let c = &s.node("g-1").conditions["gpu_ecc_errors"];
+    assert!(c.sources.is_empty() && c.sticky && c.suppressed(), "{c:?}");
+    assert_eq!(s.score("g-1"), Some(100));
+    assert!(s.fleet.pending().is_empty(), "{:?}", s.fleet.pending());
+    let r = replay::backtest(&s.cfg, &s.fleet.nodes, &s.events, None, s.now);
+    assert!(r.recorded.is_empty(), "{r:?}");
+    assert_eq!(r.candidate, r.recorded, "{r:?}");
+    // A live alert feeds it: it costs points, and evicts.
+    s.at(180).report(&ids, &["g-1"], low);
+    assert!(!s.node("g-1").conditions["gpu_ecc_errors"].suppressed());
+    assert_eq!(s.score("g-1"), Some(55));
+    assert!(!s.fleet.pending().is_empty());
 }
 
 /// A fault silenced in Alertmanager moved nothing live, and moves nothing in the
