@@ -87,7 +87,7 @@ impl From<CoreError> for ApiError {
             CoreError::NotClearable { .. }
             | CoreError::NotDrainable { .. }
             | CoreError::Busy { .. }
-            | CoreError::Listed(_) => {
+            | CoreError::Listed { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string())
             }
         }

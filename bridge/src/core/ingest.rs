@@ -513,9 +513,21 @@ impl Fleet {
         match self.nodes.get(node_id) {
             None => return Err(CoreError::UnknownNode(node_id.into())),
             // Alerts naming it again would bring it back without the inventory's
-            // hostname and labels (its pool), until a restart registered it again.
+            // hostname and labels (its pool), until a restart registered it again;
+            // the orchestrator's next listing, with a history saying it had gone.
             Some(node) if node.known_from == Origin::Inventory => {
-                return Err(CoreError::Listed(node_id.into()));
+                return Err(CoreError::Listed {
+                    node: node_id.into(),
+                    by: "in the configuration's inventory",
+                    leave: "remove it there and reload first",
+                });
+            }
+            Some(node) if node.known_from == Origin::Orchestrator => {
+                return Err(CoreError::Listed {
+                    node: node_id.into(),
+                    by: "by the orchestrator",
+                    leave: "it leaves hale when it leaves the cluster",
+                });
             }
             Some(_) => self.nodes.remove(node_id),
         };

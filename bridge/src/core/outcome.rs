@@ -90,8 +90,11 @@ pub enum CoreError {
     NotClearable { node: String, condition: String },
     #[error("node {node}: {doing}")]
     Busy { node: String, doing: String },
-    #[error(
-        "node {0} is listed in the configuration's inventory, which would bring it back: remove it there and reload first"
-    )]
-    Listed(String),
+    /// A node the inventory or the orchestrator lists: they would bring it back.
+    #[error("node {node} is listed {by}, which would bring it back: {leave}")]
+    Listed {
+        node: String,
+        by: &'static str,
+        leave: &'static str,
+    },
 }

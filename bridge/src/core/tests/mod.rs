@@ -1224,15 +1224,22 @@ fn decommission_forgets_the_node() {
     // A node the inventory lists stays until the inventory lets it go: alerts
     // naming it again would bring it back outside its pool.
     let ids = s.pool("g", 2, "gpu");
+    let e = s.fleet.decommission(&s.cfg, s.now, &ids[0]).unwrap_err();
     assert_eq!(
-        s.fleet.decommission(&s.cfg, s.now, &ids[0]),
-        Err(CoreError::Listed(ids[0].clone()))
+        e.to_string(),
+        "node g-0 is listed in the configuration's inventory, which would bring it back: remove it there and reload first"
     );
     assert_eq!(s.node(&ids[0]).labels["pool"], "gpu");
     let out = s.fleet.register(&s.cfg, s.now, &[]);
     s.record(out);
     let out = s.fleet.decommission(&s.cfg, s.now, &ids[0]).unwrap();
     assert_eq!(out.removed, [ids[0].clone()]);
+    // So does one the orchestrator lists: it goes when it leaves the cluster.
+    let out = s.fleet.observe(s.now, &[shown("k1", Status::Ready)]);
+    s.record(out);
+    let e = s.fleet.decommission(&s.cfg, s.now, "k1").unwrap_err();
+    assert!(e.to_string().contains("listed by the orchestrator"), "{e}");
+    assert!(s.fleet.nodes.contains_key("k1"));
 }
 
 #[test]
