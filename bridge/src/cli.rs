@@ -538,12 +538,7 @@ impl Client {
         let base = reqwest::Url::parse(&args.server)
             .with_context(|| format!("--server {:?} is not a URL", args.server))?;
         let token = match &args.token_file {
-            Some(p) => Some(
-                hale::config::read_token(p)
-                    .map_err(|e| anyhow::anyhow!("token file: {e}"))?
-                    .expose()
-                    .to_string(),
-            ),
+            Some(p) => Some(hale::token_text(p).map_err(|e| anyhow::anyhow!("token file: {e}"))?),
             None => None,
         };
         Ok(Client {

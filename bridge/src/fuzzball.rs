@@ -93,7 +93,7 @@ impl Config {
             }
         }
         if let Some(p) = &self.token_file {
-            token(p).map_err(|e| ("tokenFile".to_string(), e))?;
+            crate::token_text(p).map_err(|e| ("tokenFile".to_string(), e))?;
         }
         if let Some(p) = &self.ca_file {
             crate::certificates(p).map_err(|e| ("caFile".to_string(), e))?;
@@ -111,16 +111,6 @@ impl Config {
 
     pub async fn connect(&self) -> std::result::Result<Arc<dyn Orchestrator>, String> {
         Ok(Arc::new(Fuzzball::new(self)?))
-    }
-}
-
-/// The token in `path`; the error names the file, never the text.
-fn token(path: &std::path::Path) -> std::result::Result<String, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    match text.trim() {
-        "" => Err(format!("{} is empty", path.display())),
-        t => Ok(t.to_string()),
     }
 }
 
@@ -159,7 +149,11 @@ impl Fuzzball {
         Ok(Fuzzball {
             http: builder.build().map_err(|e| crate::error_chain(&e))?,
             base,
-            token: cfg.token_file.as_deref().map(token).transpose()?,
+            token: cfg
+                .token_file
+                .as_deref()
+                .map(crate::token_text)
+                .transpose()?,
             token_file: cfg.token_file.clone(),
             cli: cfg.cli.clone(),
             cli_timeout: cfg.cli_timeout,

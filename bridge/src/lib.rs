@@ -98,6 +98,35 @@ pub fn unhex(text: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// A secret's file read: its text without surrounding white space (a trailing
+/// newline or none); an empty file is refused. The error names the file, never
+/// the text.
+pub fn secret_text(path: &std::path::Path) -> Result<String, String> {
+    if path.as_os_str().is_empty() {
+        return Err("must name a file".into());
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    match text.trim() {
+        "" => Err(format!("{} is empty", path.display())),
+        token => Ok(token.to_string()),
+    }
+}
+
+/// A bearer token's file read as [`secret_text`] reads a secret, and one word:
+/// it travels in an `Authorization` header (RFC 6750), so a file of two lines or
+/// a token with a space inside is refused here rather than never matching.
+pub fn token_text(path: &std::path::Path) -> Result<String, String> {
+    let token = secret_text(path)?;
+    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "{} holds white space or a control character inside the token (more than one line?): a token is one word",
+            path.display()
+        ));
+    }
+    Ok(token)
+}
+
 /// Whether two secrets are equal, in time that depends on neither (their digests
 /// are compared, so not even their lengths show).
 pub fn secrets_equal(a: &[u8], b: &[u8]) -> bool {

@@ -595,29 +595,12 @@ pub struct Loaded {
 /// A token or signing secret: the file's text without surrounding white space (a
 /// trailing newline or none); an empty file is refused.
 fn read_secret(path: &Path) -> Result<Secret, String> {
-    if path.as_os_str().is_empty() {
-        return Err("must name a file".into());
-    }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    match text.trim() {
-        "" => Err(format!("{} is empty", path.display())),
-        token => Ok(Secret(token.to_string())),
-    }
+    crate::secret_text(path).map(Secret)
 }
 
-/// A bearer token from its file, as [`read_secret`] reads a secret: one word, since
-/// it travels in an `Authorization` header (RFC 6750), so a file of two lines or a
-/// token with a space inside is refused here rather than never matching.
-pub fn read_token(path: &Path) -> Result<Secret, String> {
-    let token = read_secret(path)?;
-    if token.0.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!(
-            "{} holds white space or a control character inside the token (more than one line?): a token is one word",
-            path.display()
-        ));
-    }
-    Ok(token)
+/// A bearer token from its file ([`crate::token_text`]).
+fn read_token(path: &Path) -> Result<Secret, String> {
+    crate::token_text(path).map(Secret)
 }
 
 impl Config {
@@ -1848,6 +1831,13 @@ mod tests {
             std::fs::write(dir.path().join("token"), token).unwrap();
             let e = load(&format!("apiTokenFile: {}/token\n", dir.path().display())).unwrap_err();
             assert_eq!((e.key.as_str(), e.line), ("apiTokenFile", Some(1)), "{e}");
+            assert!(e.message.contains("a token is one word"), "{e}");
+            let fuzzball = format!(
+                "orchestrator:\n  kind: fuzzball\n  url: https://f.example/v4\n  tokenFile: {}/token\n",
+                dir.path().display()
+            );
+            let e = load(&fuzzball).unwrap_err();
+            assert_eq!(e.key, "orchestrator.tokenFile", "{e}");
             assert!(e.message.contains("a token is one word"), "{e}");
         }
         // The orchestrator's files are among them, whatever its kind.
