@@ -118,7 +118,7 @@ fn open_store(
             bail!("no hale store at {}", path.display());
         }
         // Locked as `hale serve` locks it: a store a hale is writing is not copied.
-        return match hale::store::Sqlite::open_locked(&path) {
+        return match hale::store::Sqlite::open_locked(&path, "hale store copy") {
             Ok(store) => Ok(Box::new(store)),
             Err(e @ (StoreError::InUse { .. } | StoreError::Create { .. })) => Err(e.into()),
             Err(e) => Err(anyhow::anyhow!("{spec}: {e}")),
@@ -162,6 +162,9 @@ pub fn run_store_copy(verb: StoreVerb) -> anyhow::Result<()> {
         replicas,
         event_retention_days,
     } = verb;
+    if from == to {
+        bail!("--from and --to name the same store: copy into another, empty one");
+    }
     let nats = (cluster.as_str(), replicas, event_retention_days);
     let source = open_store(&from, nats, false)?;
     let mut target = open_store(&to, nats, true)?;

@@ -530,7 +530,8 @@ async fn a_second_hale_on_one_store_is_refused() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(
-        said.contains("in use by another hale serve (process "),
+        said.contains("in use by process ")
+            && said.contains(" (hale serve): a store has one writer"),
         "{said}"
     );
     // A copy neither reads nor writes a store a hale is writing.
@@ -542,7 +543,8 @@ async fn a_second_hale_on_one_store_is_refused() {
         let said = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{from} -> {to}: {said}");
         assert!(
-            said.contains("in use by another hale serve (process "),
+            said.contains("in use by process ")
+                && said.contains(" (hale serve): a store has one writer"),
             "{from} -> {to}: {said}"
         );
     }

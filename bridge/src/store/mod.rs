@@ -29,7 +29,7 @@ pub enum StoreError {
         cause: std::io::Error,
     },
     #[error(
-        "store {path}: in use by another hale serve ({holder}): a store has one writer; stop that one first, or give this one a store.path of its own"
+        "store {path}: in use by {holder}: a store has one writer; stop that one first, or give this one a store.path of its own"
     )]
     InUse { path: PathBuf, holder: String },
     #[error("store: {op}: {cause}")]

@@ -163,10 +163,10 @@ impl Sqlite {
             .op("checkpoint")
     }
 
-    /// `dir`'s store, held as `hale serve` holds it: refused while a hale (or
-    /// another copy) has it.
-    pub fn open_locked(dir: &Path) -> Result<Sqlite> {
-        let held = lock(dir)?;
+    /// `dir`'s store, held for `by` as `hale serve` holds it: refused while a hale
+    /// (or a copy) has it.
+    pub fn open_locked(dir: &Path, by: &str) -> Result<Sqlite> {
+        let held = lock(dir, by)?;
         let mut store = Sqlite::open(dir)?;
         store.held = Some(held);
         Ok(store)
@@ -177,7 +177,7 @@ impl Sqlite {
     /// Only one may write a store: a second `hale serve` on the same directory
     /// is refused, naming the first.
     pub fn open_pair(dir: &Path) -> Result<Opened> {
-        let writer = Sqlite::open_locked(dir)?;
+        let writer = Sqlite::open_locked(dir, "hale serve")?;
         writer.defer_checkpoints()?;
         Ok(Opened {
             writer: Box::new(writer),
@@ -188,8 +188,9 @@ impl Sqlite {
     }
 }
 
-/// Take the store directory's lock, or say who holds it.
-fn lock(dir: &Path) -> Result<File> {
+/// Take the store directory's lock for `by` (what holds it: `hale serve`), or say
+/// who holds it.
+fn lock(dir: &Path, by: &str) -> Result<File> {
     std::fs::create_dir_all(dir).map_err(|cause| StoreError::Create {
         path: dir.to_path_buf(),
         cause,
@@ -236,7 +237,7 @@ fn lock(dir: &Path) -> Result<File> {
     file.set_len(0).map_err(create)?;
     // In a container every process is 1: the host (a pod's name) says which.
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    write!(file, "{} on {}", std::process::id(), host.trim()).map_err(create)?;
+    write!(file, "{} on {} ({by})", std::process::id(), host.trim()).map_err(create)?;
     Ok(file)
 }
 
@@ -1111,7 +1112,8 @@ mod tests {
             Err(e @ StoreError::InUse { .. }) => {
                 let said = e.to_string();
                 assert!(
-                    said.contains(&format!("process {}", std::process::id())),
+                    said.contains(&format!("process {}", std::process::id()))
+                        && said.contains("(hale serve)"),
                     "{said}"
                 );
                 assert_eq!(e.metric_label(), "in_use");
