@@ -196,9 +196,14 @@ pub fn router(hale: Arc<Hale>) -> Router {
                 "this endpoint does not take that method",
             )
         })
-        .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .layer(axum::middleware::from_fn(refuse_declared_too_large))
         .with_state(hale)
+}
+
+/// `app` (the API's routes and the UI's) with one limit on what a request may
+/// send, the webhook's aside.
+pub fn limited(app: Router) -> Router {
+    app.layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn(refuse_declared_too_large))
 }
 
 /// A request whose declared length passes [`BODY_LIMIT`] is answered before its

@@ -132,7 +132,9 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
     tokio::spawn(reload_on_hangup(Arc::clone(&hale)));
     axum::serve(
         listener,
-        hale::http::router(Arc::clone(&hale)).merge(hale::ui::router(Arc::clone(&hale))),
+        hale::http::limited(
+            hale::http::router(Arc::clone(&hale)).merge(hale::ui::router(Arc::clone(&hale))),
+        ),
     )
     .with_graceful_shutdown(shutdown())
     .await

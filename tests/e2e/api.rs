@@ -94,10 +94,15 @@ async fn bad_operator_bodies_are_json_errors_and_change_nothing() {
     // refused from its declared length before it is read (one sent in chunks is
     // refused once it passes the limit: a unit test in http.rs).
     let addr = hale.url.trim_start_matches("http://").to_string();
-    for verb in ["cordon", "drain", "reboot", "failures", "power"] {
+    let verbs = ["cordon", "drain", "reboot", "failures", "power"];
+    let paths = verbs
+        .iter()
+        .map(|verb| format!("/api/v1/nodes/rack1%2Fn:3/{verb}"))
+        .chain(["/ui/login".to_string()]);
+    for verb in paths {
         let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
         let head = format!(
-            "POST /api/v1/nodes/rack1%2Fn:3/{verb} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            "POST {verb} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
             (2 << 20) + 1
         );
         conn.write_all(head.as_bytes()).await.unwrap();
