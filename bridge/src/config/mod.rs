@@ -609,12 +609,12 @@ impl Config {
         let Some(path) = path else {
             return Config::default().resolve("<defaults>", "");
         };
-        let mut loaded = Self::read(path)?;
-        loaded.source = Some(path.to_path_buf());
-        Ok(loaded)
+        Ok(Self::load_text(path)?.0)
     }
 
-    fn read(path: &Path) -> Result<Loaded, ConfigError> {
+    /// As [`Config::load`] reads `path`, with the text it read, to name a line in
+    /// it later (a reload refused for a key that needs a restart).
+    pub fn load_text(path: &Path) -> Result<(Loaded, String), ConfigError> {
         let file = path.display().to_string();
         let source = std::fs::read_to_string(path).map_err(|e| ConfigError {
             file: file.clone(),
@@ -622,7 +622,9 @@ impl Config {
             key: "-".into(),
             message: format!("cannot read: {e}"),
         })?;
-        Self::parse(&file, &source)?.resolve(&file, &source)
+        let mut loaded = Self::parse(&file, &source)?.resolve(&file, &source)?;
+        loaded.source = Some(path.to_path_buf());
+        Ok((loaded, source))
     }
 
     /// Parse YAML text; errors carry the file, line and offending key.

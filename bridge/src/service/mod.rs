@@ -1107,7 +1107,7 @@ impl Hale {
             info!("running on built-in defaults: nothing to reload");
             return Ok(());
         };
-        let next = Config::load(Some(&path))?;
+        let (next, text) = Config::load_text(&path)?;
         // What only a restart changes refuses the reload, so what runs is always one
         // file's configuration, never a mix of two.
         let needs_restart: Vec<&str> = [
@@ -1122,8 +1122,6 @@ impl Hale {
         .filter_map(|(key, changed)| changed.then_some(key))
         .collect();
         if !needs_restart.is_empty() {
-            // The file was just read whole; the line of the first key it changed.
-            let text = std::fs::read_to_string(&path).unwrap_or_default();
             return Err(ConfigError {
                 file: path.display().to_string(),
                 line: crate::config::locate(&text, needs_restart[0]),
