@@ -743,6 +743,14 @@ impl Fleet {
     ) -> Option<String> {
         let r = &cfg.remediation;
         let settings = cfg.settings_for(&node.labels);
+        // Observe is the stop: what an operator queued before the switch waits (what
+        // alerts queued is withdrawn), and runs if the pool acts again.
+        if settings.mode == Mode::Observe {
+            return Some(format!(
+                "pool {} is in observe: nothing is acted on",
+                settings.name
+            ));
+        }
         if node.policy.fence.is_some() {
             return Some("a fence holds the node".into());
         }

@@ -255,7 +255,7 @@ fn the_backtest_leaves_the_reboot_flow_out() {
 }
 
 #[test]
-fn observe_only_recommends_and_an_operator_reboot_still_runs() {
+fn observe_only_recommends_and_holds_an_operators_queued_reboot() {
     let mut s = fleet(
         "nodeHealth: { maxUnavailablePercent: 100 }\ninventory: [ { id: n1 }, { id: n2 } ]\nremediation: { verifyTimeout: 5m }\n",
     );
@@ -276,13 +276,13 @@ fn observe_only_recommends_and_an_operator_reboot_still_runs() {
         s.fleet.request_reboot(s.now, "n2", "again", false),
         Ok(_) | Err(CoreError::Busy { .. })
     ));
+    // (The API refuses one in observe; one queued before the switch is held.)
     s.flows();
-    assert_eq!(s.step("n2"), Some(FlowStep::Cordon));
-    let e = s
-        .fleet
-        .request_reboot(s.now, "n2", "again", false)
-        .unwrap_err();
-    assert!(matches!(e, CoreError::Busy { .. }), "{e}");
+    assert_eq!(
+        s.step("n2"),
+        Some(FlowStep::Queued),
+        "held: the pool observes"
+    );
     assert_eq!(
         s.fleet
             .request_reboot(s.now, "nope", "x", false)
@@ -719,6 +719,45 @@ fn a_pool_switched_to_observe_withdraws_what_its_alerts_queued() {
         s.took_of(&["POLICY_RECOMMENDED", "REMEDIATION_STARTED"]),
         ["n1 POLICY_RECOMMENDED"]
     );
+}
+
+/// Observe is the stop for an operator's queued reboot too: asked for before the
+/// switch, it waits, saying why, and runs once the pool acts again.
+#[test]
+fn an_operators_queued_reboot_waits_while_its_pool_observes() {
+    let yaml = "nodeHealth: { mode: cordon, maxUnavailablePercent: 100 }\ninventory: [ { id: n1 } ]\nremediation: { window: { start: '13:00', end: '14:00' } }\n";
+    let mut s = fleet(yaml);
+    s.at(0).poll(&[watchdog(), beat("n1")]);
+    let out = s
+        .fleet
+        .request_reboot(s.now, "n1", "kernel update", false)
+        .unwrap();
+    s.record(out);
+    s.flows();
+    assert_eq!(
+        s.step("n1"),
+        Some(FlowStep::Queued),
+        "waiting for the window"
+    );
+    s.cfg = config(&yaml.replace("mode: cordon", "mode: observe"));
+    s.at(3600).poll(&[watchdog(), beat("n1")]).flows();
+    assert_eq!(s.step("n1"), Some(FlowStep::Queued), "held in observe");
+    assert!(s.took_of(&["REMEDIATION_STARTED"]).is_empty());
+    let held = s.fleet.remediations(&s.cfg, s.now, &Facts::default());
+    let shown = format!("{held:?}");
+    assert!(shown.contains("pool cluster is in observe"), "{shown}");
+    s.cfg = config(yaml);
+    s.at(3630).poll(&[watchdog(), beat("n1")]).flows();
+    assert_eq!(
+        s.took_of(&["REMEDIATION_STARTED"]),
+        ["n1 REMEDIATION_STARTED"]
+    );
+    // Under way, it is not asked for twice.
+    let e = s
+        .fleet
+        .request_reboot(s.now, "n1", "again", false)
+        .unwrap_err();
+    assert!(matches!(e, CoreError::Busy { .. }), "{e}");
 }
 
 #[test]
