@@ -790,6 +790,16 @@ async fn dashboard_queries_return_series(prometheus: &Prometheus) {
         }
     }
     assert!(exprs.len() >= 10, "the dashboard has its panels");
+    // Every replica publishes the same node series: a panel over them takes one
+    // per node (the chart runs two replicas by default), never a count of both.
+    for (title, expr) in &exprs {
+        if expr.contains("hale_node_") && !expr.starts_with("min(") {
+            assert!(
+                expr.contains("max by (node_id"),
+                "panel {title:?} counts each replica's series: {expr}"
+            );
+        }
+    }
     for (title, expr) in exprs {
         let promql = expr
             .replace("$cluster", "default")
