@@ -419,6 +419,14 @@ impl Fleet {
         ));
         let mut out = Outcome::default();
         out.dirty.insert(id.into());
+        // A manual action is an event when asked for, not only once admitted: what
+        // holds it may hold it for long (`hale remediation list` says what).
+        out.events.push(step_event(
+            id,
+            now,
+            FlowStep::Queued,
+            format!("reboot queued by an operator: {reason}"),
+        ));
         Ok(out)
     }
 

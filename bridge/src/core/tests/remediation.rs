@@ -733,6 +733,11 @@ fn an_operators_queued_reboot_waits_while_its_pool_observes() {
         .request_reboot(s.now, "n1", "kernel update", false)
         .unwrap();
     s.record(out);
+    assert_eq!(
+        s.took_of(&["REMEDIATION_STEP"]),
+        ["n1 REMEDIATION_STEP"],
+        "recorded when asked for"
+    );
     s.flows();
     assert_eq!(
         s.step("n1"),
