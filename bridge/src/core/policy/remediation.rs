@@ -751,11 +751,11 @@ impl Fleet {
     ) -> Option<String> {
         let r = &cfg.remediation;
         let settings = cfg.settings_for(&node.labels);
-        // Observe is the stop: what an operator queued before the switch waits (what
-        // alerts queued is withdrawn), and runs if the pool acts again.
+        // Observe admits no reboot: what an operator queued before the switch waits
+        // (what alerts queued is withdrawn), and is admitted if the pool acts again.
         if settings.mode == Mode::Observe {
             return Some(format!(
-                "pool {} is in observe: nothing is acted on",
+                "pool {} is in observe: no reboot is admitted",
                 settings.name
             ));
         }
