@@ -79,6 +79,8 @@ impl<'f> Step<'f> {
         if !self.fleet.nodes.contains_key(id) {
             let mut node = Node::new(id);
             node.known_since = Some(self.now);
+            node.policy.replaced_at = self.fleet.ledger.replaced.remove(id);
+            self.out.ledger |= node.policy.replaced_at.is_some();
             let stale = self.fleet.trust.stale;
             if stale {
                 node.conditions

@@ -137,8 +137,10 @@ impl Fleet {
                     .is_none_or(|fl| fl.step == super::FlowStep::Queued)
             })
             .filter(|n| n.policy.fence_failed_at.is_none_or(|t| now - t >= retry))
-            // Switched off by an operator on purpose, or without a BMC to reach.
+            // Switched off by an operator on purpose, or without a BMC to reach; or
+            // a name hale just replaced, its machine gone on purpose.
             .filter(|n| !n.policy.powered_off && facts.missing_bmc(&n.id).is_none())
+            .filter(|n| !super::just_replaced(n, now))
             .filter_map(|n| {
                 Some((
                     silent_for(n, f.after, f.needs_not_ready, now)?,

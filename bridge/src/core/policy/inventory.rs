@@ -108,9 +108,12 @@ impl Fleet {
             if let Some(why) = renewed {
                 self.retire(&mut out, now, &o.id, why);
             }
+            let replaced = &mut self.ledger.replaced;
             let node = self.nodes.entry(o.id.clone()).or_insert_with(|| {
                 let mut n = Node::new(&o.id);
                 n.known_since = Some(now);
+                n.policy.replaced_at = replaced.remove(&o.id);
+                out.ledger |= n.policy.replaced_at.is_some();
                 Box::new(n)
             });
             if node.known_from != Origin::Orchestrator || node.uid != o.uid {
@@ -195,12 +198,16 @@ impl Fleet {
 
     /// Forget node `id` for the orchestrator's reason `why`; its events stay.
     fn retire(&mut self, out: &mut Outcome, now: Time, id: &str, why: String) {
-        if self.nodes.remove(id).is_none() {
+        let Some(node) = self.nodes.remove(id) else {
             return;
-        }
+        };
         out.dirty.remove(id);
         out.touched.remove(id);
         out.removed.push(id.into());
+        // The name's history ends with its replacement, not with a departure.
+        if node.policy.replaced_at.is_some() {
+            return;
+        }
         out.events.push(event(
             id,
             now,

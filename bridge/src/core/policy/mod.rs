@@ -37,6 +37,20 @@ const HOUR: Duration = Duration::from_secs(3600);
 /// flapping condition records one conclusion, not one per flap.
 pub const RECOVERY_HOLD: Duration = Duration::from_secs(15 * 60);
 
+/// How long after hale replaced a node a record under its name is left alone:
+/// the old machine's alerts take this long to leave (Alertmanager's default
+/// `resolve_timeout` of 5 minutes after Prometheus stops sending them, and the
+/// rules' own windows), and they are no evidence about the machine that follows.
+pub const REPLACED_HOLD: Duration = Duration::from_secs(15 * 60);
+
+/// Whether a record under the name of a node hale replaced is still within
+/// [`REPLACED_HOLD`]: shown, scored, and acted on by nothing.
+pub fn just_replaced(node: &Node, now: Time) -> bool {
+    node.policy
+        .replaced_at
+        .is_some_and(|t| (now - t).to_std().unwrap_or_default() < REPLACED_HOLD)
+}
+
 /// Whether a node's view is incomplete: no policy acts on it, and none speaks of it.
 pub fn blind(node: &Node) -> bool {
     BLIND_CONDITIONS
@@ -203,6 +217,10 @@ impl Policy<'_, '_> {
             .replacements
             .retain(|_, spent| !spent.is_empty());
         self.out.ledger |= fleet.ledger.replacements.len() != before;
+        let hold = chrono::TimeDelta::from_std(REPLACED_HOLD).expect("minutes");
+        let before = fleet.ledger.replaced.len();
+        fleet.ledger.replaced.retain(|_, at| *at + hold > self.now);
+        self.out.ledger |= fleet.ledger.replaced.len() != before;
         let (mut pools, order) = count(
             self.cfg,
             self.now,
@@ -257,7 +275,7 @@ impl Policy<'_, '_> {
     }
 
     fn node(&mut self, node: &mut Node, settings: &Settings, pool: &mut Pool) {
-        if blind(node) {
+        if blind(node) || just_replaced(node, self.now) {
             return;
         }
         let Some(score) = node.score.as_ref().map(|s| s.value) else {

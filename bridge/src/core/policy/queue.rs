@@ -261,6 +261,7 @@ impl Fleet {
             Action::Terminate => {
                 let pool = cfg.settings_for(&node.labels).name.clone();
                 self.ledger.replacements.entry(pool).or_default().push(now);
+                self.ledger.replaced.insert(id.into(), now);
                 out.ledger = true;
                 self.nodes.remove(id);
                 out.dirty.remove(id);

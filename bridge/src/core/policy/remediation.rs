@@ -241,6 +241,10 @@ fn enqueue_node(
     node: &mut Node,
     out: &mut Outcome,
 ) {
+    // What alerts say of a name hale just replaced is the old machine's.
+    if super::just_replaced(node, now) {
+        return;
+    }
     let Some((ctype, c)) = reboot_trigger(&node.conditions) else {
         let withdrawn = node
             .policy

@@ -41,6 +41,15 @@ pub struct NodePolicy {
         with = "crate::core::stamp::option"
     )]
     pub uncordoned_at: Option<Time>,
+    /// hale replaced the machine that had this name then: for [`super::REPLACED_HOLD`]
+    /// after, what alerts still say of the name is the old machine's, and nothing
+    /// acts on it (see [`Ledger::replaced`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::core::stamp::option"
+    )]
+    pub replaced_at: Option<Time>,
     /// New work kept off (the scheduling gate).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub gated: bool,
@@ -267,6 +276,11 @@ pub struct Ledger {
     /// Reboot flows that failed in the last hour (`remediation.maxFailuresPerHour`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flow_failures: Vec<Time>,
+    /// Names hale terminated, and when, for [`super::REPLACED_HOLD`]: a record made under
+    /// one meanwhile (the orchestrator still lists it, or its alerts still fire)
+    /// takes the time as its `replaced_at`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub replaced: BTreeMap<String, Time>,
 }
 
 /// The fault evictions that moved one workload owner.

@@ -2079,6 +2079,56 @@ fn replace_waits_for_the_node_to_empty_then_terminates() {
     );
 }
 
+/// The old machine's alerts outlive its replacement by minutes: a record they (or
+/// the orchestrator, still listing the name) make meanwhile is shown and scored,
+/// and nothing acts on it for `REPLACED_HOLD`; after it, what is said of the name
+/// counts afresh (a first score, then acted on).
+#[test]
+fn a_replaced_nodes_lingering_alerts_move_nothing() {
+    let mut s = pool_script("replace");
+    let ids = replace_pool(&mut s, 10);
+    s.at(0).report(&ids, &["c-0"], very_low);
+    s.at(30).report(&ids, &["c-0"], very_low);
+    act(&mut s);
+    counted(&mut s, &["c-0"]);
+    s.at(60).report(&ids, &["c-0"], very_low);
+    act(&mut s);
+    assert!(!s.fleet.nodes.contains_key("c-0"), "replaced");
+    let replaced_at = s.now;
+    s.policy_events();
+    for t in (90..60 + 15 * 60).step_by(30) {
+        s.at(t).report(&ids, &["c-0"], very_low);
+        act(&mut s);
+    }
+    let n = s.node("c-0");
+    assert_eq!(n.policy.replaced_at, Some(replaced_at));
+    assert_eq!(s.score("c-0"), Some(15), "scored, and shown");
+    assert!(!s.node("c-0").policy.gated);
+    assert!(actions(&s).is_empty(), "{:?}", actions(&s));
+    assert!(s.policy_events().is_empty());
+    assert!(
+        s.fleet.ledger.replaced.is_empty(),
+        "the mark went to the record"
+    );
+    // Past the hold: its first score there moves nothing, the next one acts.
+    s.at(60 + 15 * 60).report(&ids, &["c-0"], very_low);
+    assert!(s.policy_events().is_empty());
+    s.at(90 + 15 * 60).report(&ids, &["c-0"], very_low);
+    assert!(s.node("c-0").policy.gated, "{:?}", s.policy_events());
+    // The orchestrator's listing takes the mark as the alerts do, and a marked
+    // record that leaves the cluster leaves no departure in the history.
+    s.fleet.ledger.replaced.insert("k9".into(), s.now);
+    let out = s.fleet.observe(s.now, &[shown("k9", Status::Ready)]);
+    assert!(out.ledger);
+    s.record(out);
+    assert_eq!(s.node("k9").policy.replaced_at, Some(s.now));
+    s.took();
+    let out = s.fleet.observe(s.now, &[shown("k8", Status::Ready)]);
+    assert_eq!(out.removed, ["k9"]);
+    s.record(out);
+    assert!(!s.took().iter().any(|e| e.starts_with("k9")));
+}
+
 #[test]
 fn replace_spares_nodes_hale_did_not_take_out_or_did_not_provision() {
     let mut s = pool_script("replace");
