@@ -112,8 +112,8 @@ impl Fleet {
             let node = self.nodes.entry(o.id.clone()).or_insert_with(|| {
                 let mut n = Node::new(&o.id);
                 n.known_since = Some(now);
-                n.policy.replaced_at = replaced.remove(&o.id);
-                out.ledger |= n.policy.replaced_at.is_some();
+                out.ledger |= replaced.contains_key(&o.id);
+                n.policy.replaced_at = super::take_replaced(replaced, &o.id, now);
                 Box::new(n)
             });
             if node.known_from != Origin::Orchestrator || node.uid != o.uid {
@@ -204,8 +204,15 @@ impl Fleet {
         out.dirty.remove(id);
         out.touched.remove(id);
         out.removed.push(id.into());
-        // The name's history ends with its replacement, not with a departure.
-        if node.policy.replaced_at.is_some() {
+        // Within the hold the name's history ends with its replacement, not with a
+        // departure; and a new machine under the name (a new uid) takes the hold.
+        if let Some(at) = node
+            .policy
+            .replaced_at
+            .filter(|_| super::just_replaced(&node, now))
+        {
+            self.ledger.replaced.insert(id.into(), at);
+            out.ledger = true;
             return;
         }
         out.events.push(event(

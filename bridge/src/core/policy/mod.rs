@@ -46,9 +46,22 @@ pub const REPLACED_HOLD: Duration = Duration::from_secs(15 * 60);
 /// Whether a record under the name of a node hale replaced is still within
 /// [`REPLACED_HOLD`]: shown, scored, and acted on by nothing.
 pub fn just_replaced(node: &Node, now: Time) -> bool {
-    node.policy
-        .replaced_at
-        .is_some_and(|t| (now - t).to_std().unwrap_or_default() < REPLACED_HOLD)
+    node.policy.replaced_at.is_some_and(|t| within_hold(t, now))
+}
+
+/// Whether a replacement at `at` is still within [`REPLACED_HOLD`] at `now`.
+fn within_hold(at: Time, now: Time) -> bool {
+    (now - at).to_std().unwrap_or_default() < REPLACED_HOLD
+}
+
+/// The mark a record made under `id` now takes from the ledger's `replaced` (see
+/// [`state::Ledger::replaced`]): the replacement's time while its hold lasts.
+pub(in crate::core) fn take_replaced(
+    replaced: &mut BTreeMap<String, Time>,
+    id: &str,
+    now: Time,
+) -> Option<Time> {
+    replaced.remove(id).filter(|t| within_hold(*t, now))
 }
 
 /// Whether a node's view is incomplete: no policy acts on it, and none speaks of it.
@@ -217,9 +230,11 @@ impl Policy<'_, '_> {
             .replacements
             .retain(|_, spent| !spent.is_empty());
         self.out.ledger |= fleet.ledger.replacements.len() != before;
-        let hold = chrono::TimeDelta::from_std(REPLACED_HOLD).expect("minutes");
         let before = fleet.ledger.replaced.len();
-        fleet.ledger.replaced.retain(|_, at| *at + hold > self.now);
+        fleet
+            .ledger
+            .replaced
+            .retain(|_, at| within_hold(*at, self.now));
         self.out.ledger |= fleet.ledger.replaced.len() != before;
         let (mut pools, order) = count(
             self.cfg,
@@ -275,6 +290,11 @@ impl Policy<'_, '_> {
     }
 
     fn node(&mut self, node: &mut Node, settings: &Settings, pool: &mut Pool) {
+        // The hold is over: the mark goes, so nothing later reads it.
+        if node.policy.replaced_at.is_some() && !just_replaced(node, self.now) {
+            node.policy.replaced_at = None;
+            self.out.dirty.insert(node.id.clone());
+        }
         if blind(node) || just_replaced(node, self.now) {
             return;
         }

@@ -2129,6 +2129,60 @@ fn a_replaced_nodes_lingering_alerts_move_nothing() {
     assert!(!s.took().iter().any(|e| e.starts_with("k9")));
 }
 
+/// The hold follows the name, not the record: a new machine the orchestrator
+/// shows under it meanwhile (a new uid) is held too; once the hold is over the
+/// mark goes, and the name leaving the cluster is a departure as any other.
+#[test]
+fn the_replacement_hold_follows_the_name_and_then_ends() {
+    let mut s = script("");
+    let listed = |uid: &str| {
+        let mut o = shown("k7", Status::Ready);
+        o.uid = Some(uid.into());
+        vec![o, shown("k8", Status::Ready)]
+    };
+    s.fleet.ledger.replaced.insert("k7".into(), s.now);
+    let replaced_at = s.now;
+    let out = s.fleet.observe(s.now, &listed("u1"));
+    s.record(out);
+    assert_eq!(s.node("k7").policy.replaced_at, Some(replaced_at));
+    s.at(60);
+    let out = s.fleet.observe(s.now, &listed("u2"));
+    s.record(out);
+    assert_eq!(s.node("k7").uid.as_deref(), Some("u2"));
+    assert_eq!(
+        s.node("k7").policy.replaced_at,
+        Some(replaced_at),
+        "held still"
+    );
+    assert!(
+        !s.took()
+            .iter()
+            .any(|e| e.starts_with("k7 NODE_DECOMMISSIONED"))
+    );
+    // Past the hold a report clears the mark, and leaving is recorded.
+    s.at(16 * 60)
+        .poll(&[watchdog(), heartbeat("k7"), heartbeat("k8")]);
+    s.at(16 * 60 + 30)
+        .poll(&[watchdog(), heartbeat("k7"), heartbeat("k8")]);
+    assert_eq!(s.node("k7").policy.replaced_at, None);
+    s.took();
+    let out = s.fleet.observe(s.now, &[shown("k8", Status::Ready)]);
+    s.record(out);
+    assert!(s.took().contains(&"k7 NODE_DECOMMISSIONED".to_string()));
+    // An entry older than the hold marks no record made under the name.
+    s.fleet
+        .ledger
+        .replaced
+        .insert("k6".into(), s.now - chrono::TimeDelta::minutes(20));
+    let out = s.fleet.observe(
+        s.now,
+        &[shown("k8", Status::Ready), shown("k6", Status::Ready)],
+    );
+    assert!(out.ledger, "the stale entry is gone from the ledger");
+    s.record(out);
+    assert_eq!(s.node("k6").policy.replaced_at, None);
+}
+
 #[test]
 fn replace_spares_nodes_hale_did_not_take_out_or_did_not_provision() {
     let mut s = pool_script("replace");
