@@ -213,15 +213,20 @@ async fn refuse_declared_too_large(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > BODY_LIMIT) && request.uri().path() != WEBHOOK_PATH {
+    if declared_length(request.headers()).is_some_and(|n| n > BODY_LIMIT)
+        && request.uri().path() != WEBHOOK_PATH
+    {
         return too_large().into_response();
     }
     next.run(request).await
+}
+
+/// The body length a request declares (`Content-Length`), if it declares one.
+fn declared_length(headers: &HeaderMap) -> Option<usize> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
 }
 
 /// With `ui.requireToken`, reads need the bearer token as mutations do.
@@ -1113,11 +1118,7 @@ async fn receive(
             format!("webhook bodies are limited to {limit} bytes (alertmanager.maxWebhookBytes)"),
         )
     };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
+    if declared_length(&headers).is_some_and(|n| n > limit) {
         return Err(too_large());
     }
     let bytes = axum::body::to_bytes(body, limit)

@@ -79,9 +79,12 @@ impl<'f> Step<'f> {
         if !self.fleet.nodes.contains_key(id) {
             let mut node = Node::new(id);
             node.known_since = Some(self.now);
-            self.out.ledger |= self.fleet.ledger.replaced.contains_key(id);
-            node.policy.replaced_at =
-                super::policy::take_replaced(&mut self.fleet.ledger.replaced, id, self.now);
+            node.policy.replaced_at = super::policy::take_replaced(
+                &mut self.fleet.ledger.replaced,
+                id,
+                self.now,
+                &mut self.out.ledger,
+            );
             let stale = self.fleet.trust.stale;
             if stale {
                 node.conditions

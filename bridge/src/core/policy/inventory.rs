@@ -112,8 +112,7 @@ impl Fleet {
             let node = self.nodes.entry(o.id.clone()).or_insert_with(|| {
                 let mut n = Node::new(&o.id);
                 n.known_since = Some(now);
-                out.ledger |= replaced.contains_key(&o.id);
-                n.policy.replaced_at = super::take_replaced(replaced, &o.id, now);
+                n.policy.replaced_at = super::take_replaced(replaced, &o.id, now, &mut out.ledger);
                 Box::new(n)
             });
             if node.known_from != Origin::Orchestrator || node.uid != o.uid {

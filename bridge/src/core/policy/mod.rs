@@ -56,12 +56,16 @@ fn within_hold(at: Time, now: Time) -> bool {
 
 /// The mark a record made under `id` now takes from the ledger's `replaced` (see
 /// [`state::Ledger::replaced`]): the replacement's time while its hold lasts.
+/// `ledger_changed` is set when an entry left the ledger.
 pub(in crate::core) fn take_replaced(
     replaced: &mut BTreeMap<String, Time>,
     id: &str,
     now: Time,
+    ledger_changed: &mut bool,
 ) -> Option<Time> {
-    replaced.remove(id).filter(|t| within_hold(*t, now))
+    let at = replaced.remove(id)?;
+    *ledger_changed = true;
+    within_hold(at, now).then_some(at)
 }
 
 /// Whether a node's view is incomplete: no policy acts on it, and none speaks of it.
