@@ -598,6 +598,11 @@ struct FeedDb {
     backlog: usize,
     /// The last event handed out; the place stored is the last one acknowledged.
     handed: i64,
+    /// While this replica follows: the newest event when it began to.
+    following: Option<i64>,
+    /// Events recorded while it followed, behind some of its own still waiting:
+    /// `(after, to]`, oldest first, skipped once it leads and reaches them.
+    followed: Vec<(i64, i64)>,
 }
 
 struct Pending {
@@ -699,6 +704,8 @@ impl FeedDb {
             types,
             backlog,
             handed: 0,
+            following: None,
+            followed: Vec::new(),
         };
         let (first, last): (Option<i64>, Option<i64>) = db
             .events
@@ -752,12 +759,24 @@ impl FeedDb {
             .op("read webhook deliveries")
     }
 
-    /// Move past every event stored now, delivering none.
+    /// This replica follows: what it records from now on is not its to deliver.
+    /// What it recorded before, while it led (in this process or the one before a
+    /// restart), still waits for it to lead again; if none does, its place moves
+    /// past every event at once, else the ones recorded meanwhile are skipped
+    /// when it reaches them.
     fn pass(&mut self) -> Result<()> {
         let last = self.newest()?;
-        if last > self.handed {
-            self.place(last)?;
-            self.handed = last;
+        let from = *self.following.get_or_insert(last);
+        if self.handed >= from {
+            if last > self.handed {
+                self.place(last)?;
+                self.handed = last;
+            }
+        } else if last > from {
+            match self.followed.last_mut() {
+                Some((after, to)) if *after == from => *to = last,
+                _ => self.followed.push((from, last)),
+            }
         }
         Ok(())
     }
@@ -774,7 +793,24 @@ impl FeedDb {
         // Everything up to the newest event now stored is looked at, and no further:
         // with none the endpoint takes among them, its place moves past them all,
         // so a rare type is not looked for again among the same events.
-        let last = self.newest()?;
+        self.following = None;
+        // Everything before was acknowledged when this was asked: past a stretch
+        // recorded while following, the place moves to its end.
+        while let Some(&(after, to)) = self.followed.first() {
+            if self.handed < after {
+                break;
+            }
+            if to > self.handed {
+                self.place(to)?;
+                self.handed = to;
+            }
+            self.followed.remove(0);
+        }
+        let newest = self.newest()?;
+        let last = self
+            .followed
+            .first()
+            .map_or(newest, |&(after, _)| after.min(newest));
         let n = self.types.len() + 2;
         let beyond: Option<i64> = self
             .events
@@ -1041,6 +1077,7 @@ mod tests {
 
         // A follower moves past what it records, delivering none of it.
         assert_eq!(take(&mut feed, quick).await, (vec!["n5".into()], 0));
+        feed.pass().await.unwrap();
         write(&mut store, &[event("n6", false, later)]);
         feed.pass().await.unwrap();
         assert_eq!(take(&mut feed, quick).await, (vec![], 0));
@@ -1052,6 +1089,50 @@ mod tests {
         write(&mut store, &[event("n7", false, later)]);
         outbox.written();
         assert_eq!(waiting.await.unwrap(), (vec!["n7".into()], 0));
+    }
+
+    /// A replica that follows for a while — a restarted one before it wins the
+    /// lease back — keeps what it recorded while it led for when it leads again,
+    /// and skips only what it recorded while it followed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn webhook_feeds_keep_their_own_backlog_while_following() {
+        use crate::store::Outbox as _;
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Sqlite::open(dir.path()).unwrap();
+        let t0 = Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap();
+        let outbox = Outbox::new(dir.path());
+        let quick = Duration::from_millis(50);
+        let feed = outbox.feed("a", t0, None, 100).await.unwrap();
+        // Led: two recorded, the receiver down, none delivered; then a restart.
+        write(
+            &mut store,
+            &[event("led1", false, t0), event("led2", false, t0)],
+        );
+        drop(feed);
+        let mut feed = outbox.feed("a", t0, None, 100).await.unwrap();
+        feed.pass().await.unwrap();
+        write(&mut store, &[event("followed1", false, t0)]);
+        feed.pass().await.unwrap();
+        write(&mut store, &[event("followed2", false, t0)]);
+        feed.pass().await.unwrap();
+        // Leading: its own backlog, then past what it recorded following.
+        assert_eq!(
+            take(&mut feed, quick).await,
+            (vec!["led1".into(), "led2".into()], 0)
+        );
+        write(&mut store, &[event("led3", false, t0)]);
+        assert_eq!(take(&mut feed, quick).await, (vec!["led3".into()], 0));
+        // Following again with led4 waiting, then leading: the same.
+        write(&mut store, &[event("led4", false, t0)]);
+        feed.pass().await.unwrap();
+        write(&mut store, &[event("followed3", false, t0)]);
+        feed.pass().await.unwrap();
+        write(&mut store, &[event("followed4", false, t0)]);
+        feed.pass().await.unwrap();
+        assert_eq!(take(&mut feed, quick).await, (vec!["led4".into()], 0));
+        assert_eq!(take(&mut feed, quick).await, (vec![], 0));
+        write(&mut store, &[event("led5", false, t0)]);
+        assert_eq!(take(&mut feed, quick).await, (vec!["led5".into()], 0));
     }
 
     #[test]
