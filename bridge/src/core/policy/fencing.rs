@@ -367,11 +367,18 @@ impl Fleet {
             return false;
         }
         match step {
-            FenceStep::Off | FenceStep::On => {
-                // Never off, or left off: tried again after `fencing.after`, within
-                // the day's three.
+            FenceStep::Off => {
+                // Never off: tried again after `fencing.after`, within the day's
+                // three.
                 node.policy.fence = None;
                 node.policy.fence_failed_at = Some(now);
+            }
+            FenceStep::On => {
+                // Left off, its work released: fenced all the same — counted
+                // toward `fencing.maxPercent` and its release taken back when it
+                // reports again, powered on by an operator.
+                fence.step = FenceStep::Fenced;
+                fence.since = now;
             }
             FenceStep::Release => {
                 // Off, but its work not released: on again all the same, so the

@@ -611,6 +611,65 @@ fn a_rack_gone_silent_fences_no_more_than_max_percent() {
     );
 }
 
+/// A fence whose power-on fails leaves the machine off and its work released: it
+/// stays fenced — counted toward `maxPercent`, so the rest of a silent rack is not
+/// fenced in its place — and its release is taken back once it reports.
+#[test]
+fn a_fence_whose_power_on_fails_stays_counted_until_the_node_reports() {
+    let mut s = fleet(FENCED);
+    let rack = ["n0", "n1", "n2", "n3", "n4"];
+    s.at(0).poll(&beating(&[]));
+    s.at(5).poll(&beating(&rack)).at(30).tick();
+    s.at(100).poll(&beating(&rack)).flows();
+    let id = rack
+        .iter()
+        .find(|n| s.node(n).policy.fence.is_some())
+        .unwrap()
+        .to_string();
+    let mut done = Vec::new();
+    while let Some(p) = s.fleet.next_action(&id) {
+        done.push(p.action.name());
+        let out = if matches!(
+            p.action,
+            Action::Power {
+                op: PowerOp::On,
+                ..
+            }
+        ) {
+            s.fleet
+                .action_failed(&s.cfg, s.now, &id, p.id, "the BMC never showed On")
+        } else {
+            s.fleet
+                .action_done(&s.cfg, s.now, &id, &p, &Done::default())
+        };
+        s.record(out);
+        s.flows();
+    }
+    assert_eq!(done, ["power_off", "release", "power_on"]);
+    assert_eq!(
+        s.node(&id).policy.fence.as_ref().unwrap().step,
+        FenceStep::Fenced
+    );
+    assert_eq!(
+        s.took_of(&["REMEDIATION_FAILED"]),
+        [format!("{id} REMEDIATION_FAILED")]
+    );
+    // Well past `fencing.after`, the rack still silent: no other node fenced.
+    s.at(400).poll(&beating(&rack)).flows();
+    assert!(s.act().is_empty());
+    assert_eq!(
+        rack.iter()
+            .filter(|n| s.node(n).policy.fence.is_some())
+            .collect::<Vec<_>>(),
+        [&id.as_str()]
+    );
+    // Powered on by hand, it reports again: its release taken back.
+    let others: Vec<&str> = rack.iter().copied().filter(|n| **n != id).collect();
+    s.at(410).poll(&beating(&others)).flows();
+    assert_eq!(s.act()[0], format!("{id}:unrelease"));
+    assert!(s.node(&id).policy.fence.is_none());
+}
+
 #[test]
 fn no_fencing_while_stale_in_observe_or_past_three_a_day() {
     let mut s = fleet(FENCED);
