@@ -323,11 +323,10 @@ impl Trust {
         if until <= now || self.hold_until.is_some_and(|t| t >= until) {
             return false;
         }
-        let fresh = !self.holding(now);
-        let news = fresh || self.hold_reason.as_ref() != Some(&reason);
-        if fresh {
-            self.hold_since = Some(now);
-        }
+        let news = !self.holding(now) || self.hold_reason.as_ref() != Some(&reason);
+        // Held from now: a restart during a hold may have dropped what first fired
+        // since the hold began, too.
+        self.hold_since = Some(now);
         self.hold_until = Some(until);
         self.hold_reason = Some(reason);
         news

@@ -696,3 +696,53 @@ fn a_resent_alert_keeps_its_latest_expiry_so_its_end_reads_as_a_resolution() {
     assert!(!s.node("n1").conditions.contains_key("memory_errors"));
     assert_eq!(s.took(), ["n1 CONDITION_CLEARED", "n1 SCORE_CHANGED"]);
 }
+
+/// A restart of the pipeline while a hold runs holds what was seen before it —
+/// also what first fired after the running hold began.
+#[test]
+fn a_restart_during_a_hold_holds_what_was_seen_before_it() {
+    let mut s = script("alertmanager: { staleAfter: 1h }");
+    poll_from(&mut s, 0, -86_400, &[watchdog_sent(0), heartbeat("n1")]);
+    // The watchdog goes missing once: a hold begins at 30 s.
+    poll_from(&mut s, 30, -86_400, &[heartbeat("n1")]);
+    assert!(s.fleet.trust.holding(s.now));
+    // SMART first fires after that, and is re-sent with each evaluation.
+    for t in (60..=300).step_by(30) {
+        poll_from(
+            &mut s,
+            t,
+            -86_400,
+            &[
+                watchdog_sent(t),
+                heartbeat("n1"),
+                smart_failing("n1").expires(t + 120),
+            ],
+        );
+    }
+    s.took();
+    // Alertmanager restarts at 310; Prometheus has not re-sent SMART yet.
+    poll_from(&mut s, 315, 310, &[watchdog_sent(315), heartbeat("n1")]);
+    assert!(
+        s.last
+            .held
+            .as_deref()
+            .is_some_and(|h| h.contains("restarted"))
+    );
+    // Its expiry passes, and Alertmanager notifies it resolved at that expiry.
+    poll_from(&mut s, 450, 310, &[watchdog_sent(450), heartbeat("n1")]);
+    s.at(455)
+        .webhook(&[smart_failing("n1").resolved().expires(420)]);
+    assert!(
+        s.node("n1").conditions.contains_key("disk_degraded"),
+        "held: the restart may have dropped it"
+    );
+    assert_eq!(s.took(), Vec::<String>::new());
+    // The restart's hold runs out 20 minutes after Alertmanager started.
+    poll_from(
+        &mut s,
+        310 + 1200,
+        310,
+        &[watchdog_sent(1500), heartbeat("n1")],
+    );
+    assert!(!s.node("n1").conditions.contains_key("disk_degraded"));
+}
