@@ -82,12 +82,9 @@ impl<'f> Step<'f> {
     /// restart every stored heartbeat is old, and the first poll decides who is alive.
     pub(super) fn check_heartbeats(&mut self) {
         let trust = &self.fleet.trust;
-        let seen_since_start = trust
-            .last_trusted
-            .is_some_and(|t| t >= trust.watching_since);
         // A heartbeat gone along with the watchdog says the pipeline stopped, not the
         // node: only while the source is trusted is its absence the node's.
-        if trust.stale || !trust.source_up || !seen_since_start {
+        if trust.stale || !trust.source_up || !trust.trusted_since_start() {
             return;
         }
         // Nobody can be late before the earliest deadline the last look found, as

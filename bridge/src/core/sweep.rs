@@ -32,12 +32,8 @@ impl Step<'_> {
             return;
         }
         // Absence means something only while the input is trusted and complete.
-        let sure = !trust.stale
-            && trust.source_up
-            && !trust.holding(now)
-            && trust
-                .last_trusted
-                .is_some_and(|t| t >= trust.watching_since);
+        let sure =
+            !trust.stale && trust.source_up && !trust.holding(now) && trust.trusted_since_start();
         if lapsed {
             self.fleet.trust.held_resolutions = false;
             self.end_sources(|s| s.vanished.is_some());

@@ -141,10 +141,7 @@ impl<'f> Step<'f> {
         let mut stale = (self.now - since).to_std().unwrap_or_default() >= stale_after;
         // The restart grace only delays becoming stale; leaving it takes trusted input
         // seen by this process, never just a restart.
-        let trusted_since_start = trust
-            .last_trusted
-            .is_some_and(|t| t >= trust.watching_since);
-        if trust.stale && !trusted_since_start {
+        if trust.stale && !trust.trusted_since_start() {
             stale = true;
         }
         if stale == trust.stale {
@@ -340,6 +337,12 @@ impl Trust {
     /// When the hold running at `now` began, if one is.
     pub fn held_since(&self, now: Time) -> Option<Time> {
         self.hold_since.filter(|_| self.holding(now))
+    }
+
+    /// Whether trusted input arrived since this process started watching: until
+    /// then what the store kept is the only evidence, hours old after a long stop.
+    pub fn trusted_since_start(&self) -> bool {
+        self.last_trusted.is_some_and(|t| t >= self.watching_since)
     }
 
     /// Trusted input arrived now.

@@ -246,8 +246,9 @@ impl Policy<'_, '_> {
             &fleet.ledger,
             fleet.nodes.values_mut().map(Box::as_mut),
         );
+        let sighted = fleet.trust.trusted_since_start();
         for (_, node) in order {
-            self.decide(&mut pools, node);
+            self.decide(&mut pools, node, sighted);
         }
         fleet.pools = Some(pools);
     }
@@ -268,16 +269,22 @@ impl Policy<'_, '_> {
             })
             .collect();
         order.sort();
+        let sighted = fleet.trust.trusted_since_start();
         for (_, id) in order {
             if let Some(node) = fleet.nodes.get_mut(&id) {
-                self.decide(&mut pools, node);
+                self.decide(&mut pools, node, sighted);
             }
         }
         fleet.pools = Some(pools);
     }
 
     /// The policy for one node against the counted pools, which it keeps true.
-    fn decide(&mut self, pools: &mut Pools, node: &mut Node) {
+    /// Nothing is decided before trusted input arrived since this process started
+    /// (`sighted`): what a restart loaded may be hours old.
+    fn decide(&mut self, pools: &mut Pools, node: &mut Node, sighted: bool) {
+        if !sighted {
+            return;
+        }
         let settings = self.cfg.settings_for(&node.labels);
         let pool = match pools.get_mut(settings.name.as_str()) {
             Some(pool) => pool,

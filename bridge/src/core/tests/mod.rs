@@ -1874,6 +1874,39 @@ fn a_manual_uncordon_holds_automation_off_for_the_window() {
     );
 }
 
+/// A restarted hale decides nothing on what its store kept until trusted input
+/// arrives: the suppression window lapsed while it was down, and the stored
+/// conditions may have ended since.
+#[test]
+fn after_a_restart_nothing_is_decided_before_trusted_input() {
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &["g-0"], low);
+    s.at(30).report(&ids, &["g-0"], low);
+    let out = s.fleet.uncordon(s.now, "g-0", "checked the DIMM").unwrap();
+    s.record(out);
+    s.at(60).report(&ids, &["g-0"], low);
+    s.policy_events();
+    // Down from 90 s; back after the window, Alertmanager not answering yet.
+    s.at(2 * 3600).restart();
+    for t in (2 * 3600..2 * 3600 + 60).step_by(10) {
+        s.at(t).tick();
+    }
+    let out = s
+        .fleet
+        .poll_failed(&s.cfg, s.now, "connection refused".into());
+    s.record(out);
+    s.at(2 * 3600 + 70).tick();
+    assert_eq!(s.policy_events(), Vec::<String>::new());
+    assert_eq!(s.node("g-0").status, Status::Ready);
+    // The first trusted poll still shows it degraded: now the policy acts.
+    s.at(2 * 3600 + 80).report(&ids, &["g-0"], low);
+    assert_eq!(
+        s.policy_events(),
+        ["g-0 NODE_CORDONED hale", "g-0 POLICY_ACTED cordon"]
+    );
+}
+
 /// Conditions that clear when their alerts end, scoring 50.
 fn flapping(node: &str) -> Vec<A> {
     vec![
