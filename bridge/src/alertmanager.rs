@@ -226,6 +226,21 @@ struct Status {
     uptime: String,
 }
 
+/// Alertmanager reads `receiver` as a regular expression, anchored (`^(?:…)$`): a
+/// name is sent with Go's metacharacters escaped (`regexp.QuoteMeta`), so it
+/// matches that receiver only — `hale (gpu)` would otherwise match `hale gpu`, and
+/// `hale[x` be refused.
+fn regex_quoted(name: &str) -> String {
+    let mut quoted = String::with_capacity(name.len());
+    for c in name.chars() {
+        if r"\.+*?()|[]{}^$".contains(c) {
+            quoted.push('\\');
+        }
+        quoted.push(c);
+    }
+    quoted
+}
+
 impl Client {
     pub fn new(cfg: &AlertmanagerConfig) -> Client {
         crate::init_tls();
@@ -240,7 +255,7 @@ impl Client {
         };
         let mut url = under(&["api", "v2", "alerts"]);
         url.query_pairs_mut()
-            .append_pair("receiver", &cfg.receiver)
+            .append_pair("receiver", &regex_quoted(&cfg.receiver))
             .append_pair("active", "true")
             .append_pair("silenced", "true")
             .append_pair("inhibited", "true")
@@ -422,6 +437,25 @@ mod tests {
     const SAMPLE_V2: &str = include_str!("../tests/data/alertmanager-0.25-api-v2-alerts.json");
     const SAMPLE_WEBHOOKS: &str =
         include_str!("../tests/data/alertmanager-0.25-webhook-deliveries.json");
+
+    #[test]
+    fn the_receiver_is_asked_for_by_its_name_only() {
+        for (name, sent) in [
+            ("hale", "hale"),
+            ("hale (gpu)", r"hale \(gpu\)"),
+            ("hale[x", r"hale\[x"),
+            (r"a.b|c*d+e?f{2}^$\", r"a\.b\|c\*d\+e\?f\{2\}\^\$\\"),
+        ] {
+            assert_eq!(regex_quoted(name), sent, "{name}");
+        }
+        let url = Client::new(&AlertmanagerConfig {
+            receiver: "hale (gpu)".into(),
+            ..AlertmanagerConfig::default()
+        })
+        .alerts_url
+        .to_string();
+        assert!(url.contains("receiver=hale+%5C%28gpu%5C%29&"), "{url}");
+    }
 
     #[test]
     fn parses_a_real_v2_answer() {
