@@ -678,6 +678,73 @@ fn a_node_being_replaced_leaves_the_inventory_replaced_not_gone() {
     );
 }
 
+/// An orchestrator that shows a whole pool not ready for a moment (a Slurm
+/// controller restarting lists every node `unknown`) lets no node be taken out
+/// past `maxUnavailablePercent`: one cordoned now would stay out once ready.
+#[test]
+fn a_pool_shown_not_ready_for_a_moment_is_cordoned_no_further_than_the_limit() {
+    let mut s = script(
+        "orchestrator: { kind: kubernetes }\n\
+         pools: [{ name: gpu, selector: { pool: gpu }, nodeHealth: { mode: cordon, maxUnavailablePercent: 34 } }]",
+    );
+    let ids: Vec<String> = (0..3).map(|i| format!("s-{i}")).collect();
+    let listed = |status: Status| -> Vec<policy::Observed> {
+        ids.iter()
+            .map(|id| policy::Observed {
+                not_ready: status == Status::NotReady,
+                ..shown(id, status)
+            })
+            .collect()
+    };
+    let out = s.fleet.observe(s.now, &listed(Status::Ready));
+    s.record(out);
+    s.at(0).report(&ids, &["s-0", "s-1"], low);
+    s.at(30).report(&ids, &["s-0", "s-1"], low);
+    act(&mut s);
+    let out_of_service = |s: &Script| {
+        ids.iter()
+            .filter(|id| s.node(id).status == Status::Cordoned)
+            .count()
+    };
+    assert_eq!(out_of_service(&s), 1, "34% of 3: one");
+    let cordoned = ids
+        .iter()
+        .find(|id| s.node(id).status == Status::Cordoned)
+        .unwrap()
+        .clone();
+    // The controller restarts: every node listed not ready, the cordoned one
+    // still drained.
+    let mut restarting = listed(Status::NotReady);
+    for o in &mut restarting {
+        if o.id == cordoned {
+            o.status = Status::Cordoned;
+        }
+    }
+    let out = s.fleet.observe(s.now, &restarting);
+    s.record(out);
+    s.at(45).tick();
+    s.at(60).report(&ids, &["s-0", "s-1"], low);
+    act(&mut s);
+    // Back, each node as hale left it: still one of three out of service.
+    let back: Vec<policy::Observed> = ids
+        .iter()
+        .map(|id| shown(id, s.node(id).status))
+        .map(|o| policy::Observed {
+            status: if o.status == Status::Cordoned {
+                Status::Cordoned
+            } else {
+                Status::Ready
+            },
+            ..o
+        })
+        .collect();
+    let out = s.fleet.observe(s.now, &back);
+    s.record(out);
+    s.at(90).report(&ids, &["s-0", "s-1"], low);
+    act(&mut s);
+    assert_eq!(out_of_service(&s), 1);
+}
+
 #[test]
 fn a_resent_alert_keeps_its_latest_expiry_so_its_end_reads_as_a_resolution() {
     let mut s = script("");
