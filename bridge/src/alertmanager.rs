@@ -12,7 +12,7 @@ use crate::core::labels::{Alert, AlertState, Annotations, Labels, Text, rfc3339}
 
 pub type Result<T, E = IngestError> = std::result::Result<T, E>;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum IngestError {
     #[error("cannot reach Alertmanager at {url}: {reason}")]
     Unreachable { url: String, reason: String },

@@ -140,7 +140,12 @@ impl Proxy {
                         .unwrap_or("")
                         .to_string();
                     log.lock().unwrap().push((uri.path().to_string(), agent));
-                    let resp = reqwest::get(format!("{upstream}{uri}")).await.unwrap();
+                    // Alertmanager gone: a gateway's answer.
+                    let Ok(resp) = reqwest::get(format!("{upstream}{uri}")).await else {
+                        let mut out = axum::response::Response::new(axum::body::Body::empty());
+                        *out.status_mut() = axum::http::StatusCode::BAD_GATEWAY;
+                        return out;
+                    };
                     let status = resp.status().as_u16();
                     let date = resp.headers().get("date").cloned();
                     let body = resp.bytes().await.unwrap();
@@ -169,7 +174,7 @@ impl Proxy {
 
 #[tokio::test]
 async fn reading_the_alerts_costs_no_fetch_and_every_request_says_who_asks() {
-    let am = Alertmanager::start(None).await;
+    let mut am = Alertmanager::start(None).await;
     let proxy = Proxy::start(&am.url).await;
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -229,6 +234,26 @@ async fn reading_the_alerts_costs_no_fetch_and_every_request_says_who_asks() {
         .collect();
     let want = format!("hale/{}", env!("CARGO_PKG_VERSION"));
     assert!(agents.iter().all(|a| *a == want), "{agents:?}");
+    // Alertmanager down: reads say so (502) from the failed poll, and ask it
+    // nothing themselves.
+    am.kill();
+    eventually("a failed poll", Duration::from_secs(20), || async {
+        let r = reqwest::get(&url).await.ok()?;
+        (r.status() == 502).then_some(())
+    })
+    .await;
+    let before = proxy.asked("/api/v2/alerts");
+    for _ in 0..20 {
+        let r = reqwest::get(&url).await.unwrap();
+        assert_eq!(r.status(), 502);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"], "source_unavailable", "{body}");
+    }
+    assert!(
+        proxy.asked("/api/v2/alerts") <= before + 1,
+        "{} fetches for 20 reads of a failing Alertmanager",
+        proxy.asked("/api/v2/alerts") - before
+    );
 }
 
 #[tokio::test]

@@ -122,8 +122,10 @@ pub struct Hale {
 /// for within [`ALERTS_WANTED`], so an unread list costs nothing.
 #[derive(Default)]
 struct SeenAlerts {
-    /// When it was read, and the JSON array of [`SeenAlert`]s.
-    alerts: Option<(Instant, axum::body::Bytes)>,
+    /// When it was read, and the JSON array of [`SeenAlert`]s — or why Alertmanager
+    /// could not be read, answered as it is until the next poll: a request never
+    /// asks a failing Alertmanager itself.
+    alerts: Option<(Instant, Result<axum::body::Bytes, IngestError>)>,
     wanted_until: Option<Instant>,
 }
 
@@ -534,7 +536,7 @@ impl Hale {
             .wanted_until
             .is_some_and(|t| Instant::now() < t);
         let list = wanted.then(|| render_alerts(&alerts, &self.config()));
-        self.seen.lock().expect("seen lock").alerts = list.map(|l| (Instant::now(), l));
+        self.seen.lock().expect("seen lock").alerts = list.map(|l| (Instant::now(), Ok(l)));
         drop(alerts);
         drop(body);
         release_freed_memory();
@@ -543,8 +545,8 @@ impl Hale {
     fn poll_failed(&self, e: IngestError) {
         self.delivered_during_poll.lock().expect("poll lock").take();
         // The last answer is no longer what Alertmanager holds: `GET
-        // /api/v1/alerts` asks again (and says it cannot) rather than show it.
-        self.seen.lock().expect("seen lock").alerts = None;
+        // /api/v1/alerts` says it cannot be read rather than show it.
+        self.seen.lock().expect("seen lock").alerts = Some((Instant::now(), Err(e.clone())));
         warn!(error = %e, "poll failed: nothing is cleared");
         self.count_poll(e.metric_label());
         let reason = e.to_string();
@@ -920,7 +922,7 @@ impl Hale {
     /// What hale sees: the receiver's alerts, each read through the label contract,
     /// rendered as the JSON array of `GET /api/v1/alerts` — from the last poll while
     /// polling (a request costs a copy, never a fetch), else fetched at most once
-    /// every [`ALERTS_FRESH`] however many ask.
+    /// every [`ALERTS_FRESH`] however many ask; a failure to read it likewise.
     pub async fn alerts(&self) -> Result<axum::body::Bytes, IngestError> {
         let am = self.config().config.alertmanager.clone();
         // A poll's list serves until the next poll is overdue.
@@ -938,23 +940,27 @@ impl Hale {
                 .map(|(_, list)| list.clone())
         };
         if let Some(list) = cached() {
-            return Ok(list);
+            return list;
         }
         let _one = self.fetching.lock().await;
         if let Some(list) = cached() {
-            return Ok(list);
+            return list;
         }
         let client = self.client.read().expect("client lock").clone();
-        let body = client.fetch().await?.body;
-        // Parsed off the runtime: 500,000 alerts take a second.
-        let cfg = self.config();
-        let list = tokio::task::spawn_blocking(move || {
-            alertmanager::parse_v2(&body).map(|alerts| render_alerts(&alerts, &cfg))
-        })
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+        let list = match client.fetch().await {
+            Ok(answer) => {
+                // Parsed off the runtime: 500,000 alerts take a second.
+                let cfg = self.config();
+                tokio::task::spawn_blocking(move || {
+                    alertmanager::parse_v2(&answer.body).map(|alerts| render_alerts(&alerts, &cfg))
+                })
+                .await
+                .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+            }
+            Err(e) => Err(e),
+        };
         self.seen.lock().expect("seen lock").alerts = Some((Instant::now(), list.clone()));
-        Ok(list)
+        list
     }
 
     /// Whether hale trusts its alert source right now, for `GET /api/v1/alerts`.
