@@ -657,42 +657,18 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
             cluster,
             all_clusters,
         } => {
-            let mut list = NodeList {
-                nodes: Vec::new(),
-                next_page_token: None,
-                total: None,
-                unreachable: Vec::new(),
-            };
             let all = all_clusters.then(|| "true".to_string());
-            let mut token: Option<String> = None;
-            loop {
-                let mut url = client.url(&["api", "v1", "nodes"]);
-                {
-                    let mut q = url.query_pairs_mut();
-                    q.append_pair("pageSize", "1000");
-                    for (key, value) in [
-                        ("health", &health),
-                        ("status", &status),
-                        ("pool", &pool),
-                        ("cluster", &cluster),
-                        ("allClusters", &all),
-                    ] {
-                        if let Some(v) = value {
-                            q.append_pair(key, v);
-                        }
-                    }
-                    if let Some(t) = &token {
-                        q.append_pair("pageToken", t);
-                    }
-                }
-                let page: NodeList = client.send(client.http.get(url)).await?;
-                list.nodes.extend(page.nodes);
-                list.unreachable.extend(page.unreachable);
-                token = page.next_page_token;
-                if token.is_none() {
-                    break;
-                }
-            }
+            let filters: Vec<(&str, &str)> = [
+                ("health", &health),
+                ("status", &status),
+                ("pool", &pool),
+                ("cluster", &cluster),
+                ("allClusters", &all),
+            ]
+            .into_iter()
+            .filter_map(|(key, value)| Some((key, value.as_deref()?)))
+            .collect();
+            let list = every_node(&client, &filters).await?;
             for u in &list.unreachable {
                 eprintln!(
                     "hale: cluster {} could not be asked; its nodes (or the rest of them) are not listed: {}",
@@ -789,7 +765,7 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
             ..
         } => {
             // Only ready nodes are drained, so the count is what this took out.
-            let list: NodeList = client.get(&["api", "v1", "nodes"]).await?;
+            let list = every_node(&client, &[("status", "Ready")]).await?;
             let mut drained = Vec::new();
             for n in list.nodes.iter().filter(|n| n.status == Status::Ready) {
                 let req = DrainRequest {
@@ -1326,6 +1302,37 @@ pub async fn run_collect(what: Collect) -> anyhow::Result<()> {
             .flatten()
         {
             eprintln!("hale collect gpu: {problem}");
+        }
+    }
+}
+
+/// Every node the filters take, page by page (a page holds at most 1,000).
+async fn every_node(client: &Client, filters: &[(&str, &str)]) -> anyhow::Result<NodeList> {
+    let mut list = NodeList {
+        nodes: Vec::new(),
+        next_page_token: None,
+        total: None,
+        unreachable: Vec::new(),
+    };
+    let mut token: Option<String> = None;
+    loop {
+        let mut url = client.url(&["api", "v1", "nodes"]);
+        {
+            let mut q = url.query_pairs_mut();
+            q.append_pair("pageSize", "1000");
+            for (key, value) in filters {
+                q.append_pair(key, value);
+            }
+            if let Some(t) = &token {
+                q.append_pair("pageToken", t);
+            }
+        }
+        let page: NodeList = client.send(client.http.get(url)).await?;
+        list.nodes.extend(page.nodes);
+        list.unreachable.extend(page.unreachable);
+        token = page.next_page_token;
+        if token.is_none() {
+            return Ok(list);
         }
     }
 }

@@ -192,3 +192,25 @@ async fn operator_verbs_are_events_and_drain_all_counts_what_it_took_out() {
     assert_eq!(r.status(), 401);
     assert_eq!(hale.node("c").await.unwrap()["status"], "Cordoned");
 }
+
+/// `drain --all` takes out every ready node, past the API's first page (500).
+#[tokio::test]
+async fn drain_all_takes_out_every_ready_node_of_a_large_fleet() {
+    let dir = tempfile::tempdir().unwrap();
+    let hale = Hale::webhook_only(dir.path(), "").await;
+    let mut alerts = vec![watchdog()];
+    alerts.extend((0..600).map(|i| heartbeat(&format!("n{i:03}"))));
+    let pairs: Vec<(&Value, &str)> = alerts.iter().map(|a| (a, "firing")).collect();
+    assert_eq!(hale.deliver(&delivery(&pairs)).await, 200);
+    succeed(hale.cli(&["node", "cordon", "n599", "--reason", "BIOS update"]));
+    let out = hale.cli(&["node", "drain", "--all", "-o", "json"]);
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["drained"], 599, "every ready node: {}", r["drained"]);
+    let list: Value = reqwest::get(format!("{}/api/v1/nodes?status=Ready&total=true", hale.url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["total"], 0, "{}", list["total"]);
+}
