@@ -118,6 +118,23 @@ pub struct Hale {
     durable: Durable,
 }
 
+/// The keys a reload from `current` to `next` changes that only a restart may.
+fn restart_only(current: &Config, next: &Config) -> Vec<&'static str> {
+    [
+        ("listen", next.listen != current.listen),
+        ("store", next.store != current.store),
+        // The NATS store's stream, buckets and consumers are named by it.
+        (
+            "cluster",
+            next.cluster != current.cluster && next.store.kind == crate::config::StoreKind::Nats,
+        ),
+        ("orchestrator", next.orchestrator != current.orchestrator),
+    ]
+    .into_iter()
+    .filter_map(|(key, changed)| changed.then_some(key))
+    .collect()
+}
+
 /// The last poll's alerts for `GET /api/v1/alerts`: built by a poll only while asked
 /// for within [`ALERTS_WANTED`], so an unread list costs nothing.
 #[derive(Default)]
@@ -1116,17 +1133,7 @@ impl Hale {
         let (next, text) = Config::load_text(&path)?;
         // What only a restart changes refuses the reload, so what runs is always one
         // file's configuration, never a mix of two.
-        let needs_restart: Vec<&str> = [
-            ("listen", next.config.listen != current.config.listen),
-            ("store", next.config.store != current.config.store),
-            (
-                "orchestrator",
-                next.config.orchestrator != current.config.orchestrator,
-            ),
-        ]
-        .into_iter()
-        .filter_map(|(key, changed)| changed.then_some(key))
-        .collect();
+        let needs_restart = restart_only(&current.config, &next.config);
         if !needs_restart.is_empty() {
             return Err(ConfigError {
                 file: path.display().to_string(),
@@ -1615,6 +1622,41 @@ fn changed_keys(was: &Loaded, is: &Loaded) -> Vec<&'static str> {
 mod tests {
     use super::*;
     use crate::orchestrator::NoOrchestrator;
+
+    /// What only a restart changes: the cluster's name too where it names the
+    /// NATS store's stream, buckets and consumers.
+    #[test]
+    fn a_reload_refuses_what_only_a_restart_changes() {
+        let nats = "store: { kind: nats, nats: { urls: [nats://127.0.0.1:4222] } }\n";
+        let table: &[(&str, &str, &[&str])] = &[
+            ("cluster: a\n", "cluster: b\n", &[]),
+            (
+                "cluster: a\n",
+                "cluster: a\nlisten: 127.0.0.1:1\n",
+                &["listen"],
+            ),
+            (
+                &format!("cluster: a\n{nats}"),
+                &format!("cluster: b\n{nats}"),
+                &["cluster"],
+            ),
+            (
+                &format!("cluster: a\n{nats}"),
+                &format!("cluster: a\n{nats}"),
+                &[],
+            ),
+            (
+                "cluster: a\n",
+                "cluster: a\norchestrator: { kind: slurm }\n",
+                &["orchestrator"],
+            ),
+        ];
+        for (before, after, refused) in table {
+            let before = Config::parse("before.yaml", before).unwrap();
+            let after = Config::parse("after.yaml", after).unwrap();
+            assert_eq!(restart_only(&before, &after), *refused, "{after:?}");
+        }
+    }
 
     /// Every order pages through every match exactly once, in the order a plain
     /// sort of the whole listing gives; the count and the search agree.
