@@ -42,6 +42,13 @@ pub enum StoreError {
         what: String,
         cause: serde_json::Error,
     },
+    #[error(
+        "store: {op}: the disk under the store is full ({cause}): free space there, or shorten store.eventRetentionDays"
+    )]
+    DiskFull {
+        op: &'static str,
+        cause: rusqlite::Error,
+    },
     #[error("store: {op}: {cause}")]
     Nats { op: &'static str, cause: String },
     #[error(
@@ -68,7 +75,7 @@ impl StoreError {
             StoreError::Sqlite { .. } => "sqlite",
             StoreError::Corrupt { .. } => "corrupt",
             StoreError::Nats { .. } => "nats",
-            StoreError::Full { .. } => "full",
+            StoreError::Full { .. } | StoreError::DiskFull { .. } => "full",
             StoreError::Conflict { .. } => "conflict",
         }
     }

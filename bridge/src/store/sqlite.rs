@@ -24,7 +24,10 @@ trait Op<T> {
 
 impl<T> Op<T> for rusqlite::Result<T> {
     fn op(self, op: &'static str) -> Result<T> {
-        self.map_err(|cause| StoreError::Sqlite { op, cause })
+        self.map_err(|cause| match cause.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::DiskFull) => StoreError::DiskFull { op, cause },
+            _ => StoreError::Sqlite { op, cause },
+        })
     }
 }
 
@@ -991,6 +994,34 @@ mod tests {
             p.ack().await.unwrap();
         }
         (messages, fetched.overflowed)
+    }
+
+    /// A store that cannot grow (its disk full; here its page limit) fails its
+    /// writes as full, so `reason="full"` counts them.
+    #[test]
+    fn a_full_store_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Sqlite::open(dir.path()).unwrap();
+        let pages: i64 = store
+            .conn
+            .query_row("PRAGMA page_count", [], |r| r.get(0))
+            .unwrap();
+        store
+            .conn
+            .pragma_update(None, "max_page_count", pages + 2)
+            .unwrap();
+        let t0 = Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap();
+        let events: Vec<Event> = (0..2_000)
+            .map(|i| event(&format!("n{i}"), false, t0))
+            .collect();
+        let e = store
+            .write(&Batch {
+                events: &events,
+                ..Batch::default()
+            })
+            .unwrap_err();
+        assert_eq!(e.metric_label(), "full", "{e}");
+        assert!(e.to_string().contains("full"), "{e}");
     }
 
     /// A webhook feed hands out each event once, in order, and resumes after the
