@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 
 use hale::core::Status;
 use hale::core::policy::{Conclusion, Entry, Remediations};
-use hale::store::{Store as _, StoreError};
+use hale::store::StoreError;
 use hale::view::{
     AlertsView, ClearRequest, DrainRequest, ErrorBody, EventsView, NodeList, NodeView,
     OperateRequest, PowerRequest, RebootRequest,
@@ -294,7 +294,8 @@ pub enum PolicyVerb {
         /// How far back: a duration (30d, 12h) or an RFC 3339 time.
         #[arg(long, default_value = "30d")]
         since: String,
-        /// The store to read; default: the candidate's `store.path`.
+        /// A SQLite store to read (its directory); default: the candidate's
+        /// store, of its `store.kind`.
         #[arg(long)]
         store: Option<PathBuf>,
         #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
@@ -312,10 +313,26 @@ pub fn run_backtest(verb: PolicyVerb) -> anyhow::Result<()> {
         output,
     } = verb;
     let loaded = hale::config::Config::load(Some(&config))?;
-    let path = store.unwrap_or_else(|| loaded.config.store.path.clone());
-    if !path.join(hale::store::sqlite::FILE).is_file() {
-        bail!("no hale store at {}", path.display());
-    }
+    let kept = &loaded.config.store;
+    // The candidate's own store, of its kind, unless `--store` names a SQLite one.
+    let store: Box<dyn hale::store::Store> = match (store, &kept.nats) {
+        (None, Some(nats)) if kept.kind == hale::config::StoreKind::Nats => Box::new(
+            hale::store::Nats::open(nats, &loaded.config.cluster, kept.event_retention_days)
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "{}: {e}",
+                        hale::shown_urls(nats.urls.iter().map(String::as_str))
+                    )
+                })?,
+        ),
+        (path, _) => {
+            let path = path.unwrap_or_else(|| kept.path.clone());
+            if !path.join(hale::store::sqlite::FILE).is_file() {
+                bail!("no hale store at {}", path.display());
+            }
+            Box::new(hale::store::Sqlite::open(&path)?)
+        }
+    };
     let now = chrono::Utc::now();
     let since = match chrono::DateTime::parse_from_rfc3339(&since) {
         Ok(t) => t.with_timezone(&chrono::Utc),
@@ -331,7 +348,6 @@ pub fn run_backtest(verb: PolicyVerb) -> anyhow::Result<()> {
                 .ok_or_else(|| anyhow::anyhow!("--since {since:?} is too far back"))?
         }
     };
-    let store = hale::store::Sqlite::open(&path)?;
     let known = store.load(now)?.nodes;
     // All of it: what came before the window rebuilds the state it starts in.
     let history = store.history(0)?;
