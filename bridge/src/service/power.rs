@@ -59,23 +59,14 @@ impl Hale {
             .nodes
             .get(id)
             .ok_or_else(|| CoreError::UnknownNode(id.into()))?;
-        if let Some(f) = &node.policy.flow
-            && f.step != crate::core::policy::FlowStep::Queued
-        {
-            return Err(CoreError::Busy {
+        match crate::core::policy::power_busy(node) {
+            Some(doing) => Err(CoreError::Busy {
                 node: id.into(),
-                doing: format!("a reboot flow is at step {}", f.step.as_str()),
+                doing,
             }
-            .into());
+            .into()),
+            None => Ok(()),
         }
-        if let Some(f) = &node.policy.fence {
-            return Err(CoreError::Busy {
-                node: id.into(),
-                doing: format!("a fence is at step {}", f.step.as_str()),
-            }
-            .into());
-        }
-        Ok(())
     }
 
     /// The node's BMC: its inventory entry, the orchestrator's word, the template.

@@ -53,6 +53,22 @@ impl FenceStep {
     }
 }
 
+/// What keeps an operator's power verb off `node`: a reboot flow under way, or a
+/// fence short of its end — fenced, hale only waits for the node to report, and an
+/// operator may power on a machine whose power-on failed.
+pub fn power_busy(node: &Node) -> Option<String> {
+    if let Some(f) = &node.policy.flow
+        && f.step != super::FlowStep::Queued
+    {
+        return Some(format!("a reboot flow is at step {}", f.step.as_str()));
+    }
+    node.policy
+        .fence
+        .as_ref()
+        .filter(|f| f.step != FenceStep::Fenced)
+        .map(|f| format!("a fence is at step {}", f.step.as_str()))
+}
+
 /// Whether the node is a fencing candidate by its own state: silent for `after`
 /// and, where the orchestrator has a readiness of its own, not ready.
 fn silent_for(node: &Node, after: Duration, needs_not_ready: bool, now: Time) -> Option<Time> {
@@ -401,7 +417,12 @@ impl Fleet {
                 action: FENCE.into(),
                 step: step.as_str().into(),
             },
-            format!("fence failed at {}: {why}", step.as_str()),
+            match step {
+                FenceStep::On => format!(
+                    "fence failed at on: {why}; left off and fenced until it reports: power it on (hale node power {id} on)"
+                ),
+                _ => format!("fence failed at {}: {why}", step.as_str()),
+            },
         ));
         true
     }

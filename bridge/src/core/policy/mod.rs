@@ -19,7 +19,7 @@ mod queue;
 mod remediation;
 mod state;
 
-pub use fencing::{Fence, FenceStep};
+pub use fencing::{Fence, FenceStep, power_busy};
 pub use inventory::{Observed, OrchestratorHealth};
 pub use operator::{DrainAll, PowerDone};
 pub use queue::{Action, Done, Pending, PowerOp};

@@ -650,10 +650,18 @@ fn a_fence_whose_power_on_fails_stays_counted_until_the_node_reports() {
         s.node(&id).policy.fence.as_ref().unwrap().step,
         FenceStep::Fenced
     );
+    assert!(
+        s.events.iter().any(|e| e
+            .message
+            .contains(&format!("power it on (hale node power {id} on)"))),
+        "the event says what is left to do"
+    );
     assert_eq!(
         s.took_of(&["REMEDIATION_FAILED"]),
         [format!("{id} REMEDIATION_FAILED")]
     );
+    // An operator may power it on through hale: the fence only waits now.
+    assert_eq!(crate::core::policy::power_busy(s.node(&id)), None);
     // Well past `fencing.after`, the rack still silent: no other node fenced.
     s.at(400).poll(&beating(&rack)).flows();
     assert!(s.act().is_empty());
