@@ -464,11 +464,14 @@ impl Policy<'_, '_> {
         if suppressed(node, settings, self.now) {
             return Some(Guardrail::Suppressed);
         }
-        // A node not ready is out already, but back by itself: taken out now, it
+        // A node not ready (or offline) is out already, but back by itself: taken out now, it
         // would stay out once ready, so it needs room as a ready one does (a
         // controller restart that shows a pool not ready must not let the worst
         // of it be cordoned past the limit).
-        if matches!(node.status, Status::Ready | Status::NotReady) {
+        if matches!(
+            node.status,
+            Status::Ready | Status::NotReady | Status::Offline
+        ) {
             if !pool.admits(settings.max_unavailable_percent) {
                 return Some(Guardrail::MaxUnavailable);
             }
