@@ -68,6 +68,23 @@ async fn run() -> anyhow::Result<()> {
     }
 }
 
+/// Standard output for the log, whose reader may go away (a `| head`, a log
+/// shipper restarting): a line it cannot take is dropped and hale goes on — it
+/// neither stops nor complains on a standard error that may be the same pipe.
+struct LogOut;
+
+impl std::io::Write for LogOut {
+    fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stdout().lock().write_all(line);
+        Ok(line.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stdout().flush();
+        Ok(())
+    }
+}
+
 /// Start the log: `HALE_LOG` filters it; colours only on a terminal, so a file or
 /// `kubectl logs` reads clean; JSON lines for collectors.
 /// A `HALE_LOG` that is not a filter stops the start, as a bad configuration does.
@@ -82,7 +99,9 @@ fn log(format: LogFormat) -> anyhow::Result<()> {
         Err(std::env::VarError::NotPresent) => "info".into(),
         Err(std::env::VarError::NotUnicode(_)) => anyhow::bail!("HALE_LOG is not UTF-8"),
     };
-    let log = tracing_subscriber::fmt().with_env_filter(filter);
+    let log = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(|| LogOut);
     match format {
         LogFormat::Json => log.json().with_current_span(false).init(),
         LogFormat::Text => log

@@ -626,3 +626,50 @@ fn exits_within(cmd: &mut std::process::Command) -> std::process::Output {
     }
     child.wait_with_output().unwrap()
 }
+
+/// hale's log read through a pipe whose reader goes away (`| head`, a log shipper
+/// restarting): hale goes on serving, the lines it cannot write dropped.
+#[tokio::test]
+async fn a_log_reader_that_goes_away_does_not_stop_hale() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let cfg = dir.path().join("hale.yaml");
+    std::fs::write(
+        &cfg,
+        config(
+            dir.path(),
+            port,
+            "http://127.0.0.1:9",
+            "pollInterval: 1s",
+            "",
+        ),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&cfg)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Both read ends closed: every line from now on meets a broken pipe.
+    drop(child.stdout.take());
+    drop(child.stderr.take());
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    // Each failed poll logs a warning; three of them written into the broken pipe.
+    eventually("three failed polls", Duration::from_secs(30), || async {
+        let text = reqwest::get(&url).await.ok()?.text().await.ok()?;
+        let failed = metric(
+            &text,
+            "hale_alertmanager_polls_total",
+            &[("result", "unreachable")],
+        )?;
+        (failed >= 3.0).then_some(())
+    })
+    .await;
+    let alive = child.try_wait().unwrap().is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(alive, "hale stopped when its log's reader went away");
+}
