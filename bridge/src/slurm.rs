@@ -528,7 +528,13 @@ impl Orchestrator for Slurm {
             )
             .await
             .map(|_| ())
-            .map_err(|e| e.during(node, "reboot"))
+            .map_err(|mut e| {
+                // Refused for good, not a reboot that may have gone.
+                if e.detail.contains("RebootProgram isn't defined") {
+                    e.class = crate::orchestrator::Class::Refused;
+                }
+                e.during(node, "reboot")
+            })
         })
     }
 }

@@ -375,3 +375,53 @@ async fn slurmctld_stopped_is_a_clear_error_and_nothing_is_done_until_it_is_back
     )
     .await;
 }
+
+/// A reboot through Slurm (`orchestrator.reboot`, no BMC) is recorded as sent
+/// before `scontrol reboot` runs, and a controller that cannot reboot (no
+/// `RebootProgram` here) fails the flow at once, naming why — never sent again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slurm_reboot_slurm_cannot_do_fails_the_flow_once() {
+    let slurm = SlurmCluster::start().await;
+    let am = Alertmanager::start(None).await;
+    am.fire(&[
+        watchdog(),
+        heartbeat("n1"),
+        heartbeat("n2"),
+        heartbeat("n3"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!(
+        "nodeHealth: {{ mode: cordon, maxUnavailablePercent: 100 }}\n\
+         orchestrator: {{ kind: slurm, slurmConf: {}, timeout: 20s, reboot: true }}\n",
+        slurm.conf.display()
+    );
+    let hale = Hale::start(dir.path(), &am.url, &extra).await;
+    hale.wait_node("n1 listed", "n1", |n| n["score"] == 100)
+        .await;
+    let out = hale.cli(&["node", "reboot", "n1", "--reason", "test"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let failed = eventually("the flow ended", Duration::from_secs(60), || async {
+        let e = hale.events("n1", "type=REMEDIATION_FAILED").await;
+        e["events"].as_array().unwrap().first().cloned()
+    })
+    .await;
+    assert_eq!(failed["step"], "reboot", "{failed}");
+    assert!(
+        failed["message"]
+            .as_str()
+            .unwrap()
+            .contains("RebootProgram"),
+        "{failed}"
+    );
+    let log = hale.log();
+    let tried = log
+        .lines()
+        .filter(|l| l.contains("action=\"reboot\" error="))
+        .count();
+    assert_eq!(tried, 1, "scontrol reboot tried {tried} times:\n{log}");
+}

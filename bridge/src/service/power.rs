@@ -255,7 +255,7 @@ impl Hale {
 
     /// A flow's or a fence's power action. A reboot is recorded as sent before it
     /// leaves, so it is never sent twice; without a BMC a reboot is the
-    /// orchestrator's own (if it has one). Every BMC failure is final for the step:
+    /// orchestrator's own (if it has one), recorded the same way. Every BMC failure is final for the step:
     /// the flow fails there, rather than retrying a power change blindly.
     pub(super) async fn perform_power(
         self: &Arc<Self>,
@@ -267,26 +267,40 @@ impl Hale {
         let action = Action::Power { op, force };
         let (c, id) = (cfg.clone(), node.to_string());
         let target = match self.off_runtime(move |this| this.bmc_target(&c, &id)).await {
-            Ok(t) => t,
-            Err(PowerError::NoBmc { .. }) if op == PowerOp::Reboot => {
-                return orchestrator::perform(
-                    self.orchestrator.as_ref(),
-                    node,
-                    &action,
-                    &Default::default(),
-                )
-                .await;
-            }
+            Ok(t) => Some(t),
+            Err(PowerError::NoBmc { .. }) if op == PowerOp::Reboot => None,
             Err(e) => {
                 return Err(OrchestratorError::refused(e.to_string()).during(node, action.name()));
             }
         };
+        // Through the BMC or the orchestrator's own (Slurm's `scontrol reboot`), a
+        // reboot is on disk as sent before it leaves: one whose answer was lost —
+        // a timeout, a crash — is waited out (`returnTimeout`), never sent again.
         if op == PowerOp::Reboot && !self.mark_sending(node).await {
             return Err(OrchestratorError::transient(
                 "the store could not record the reboot before sending it; not sent",
             )
             .during(node, action.name()));
         }
+        let Some(target) = target else {
+            return match orchestrator::perform(
+                self.orchestrator.as_ref(),
+                node,
+                &action,
+                &Default::default(),
+            )
+            .await
+            {
+                // It may have gone (a timeout, a controller that took it and then
+                // failed): waited out as sent, the node's return or `returnTimeout`
+                // ending the flow.
+                Err(e) if e.class == orchestrator::Class::Transient => {
+                    warn!(node, error = %e, "the orchestrator's reboot went unconfirmed: not sent again; waiting for the node to return");
+                    Ok(Done::default())
+                }
+                done => done,
+            };
+        };
         let verb = match op {
             PowerOp::Reboot => Verb::Reboot,
             PowerOp::Off => Verb::Off,
