@@ -8,7 +8,7 @@ use axum::Json;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{BytesRejection, JsonRejection};
-use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -26,6 +26,28 @@ use crate::view::{
     ClearRequest, ClusterList, DrainRequest, ErrorBody, EventsView, FailureReport, NodeList,
     NodeQuery, OperateRequest, PowerRequest, RebootRequest, Sort, Unreachable, page_after,
 };
+
+/// A path's segments, as `Path` reads them, refused as the API refuses anything
+/// else (a JSON `400 bad_request`), not in axum's plain text: `%FF` is no node id.
+pub struct Segments<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for Segments<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Path(t)| Segments(t))
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_request", e.body_text()))
+    }
+}
 
 /// An error answer.
 #[derive(Debug)]
@@ -681,7 +703,7 @@ fn unknown(id: &str) -> ApiError {
 async fn show_node(
     State(hale): State<Arc<Hale>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    Segments(id): Segments<String>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<impl IntoResponse> {
     authorize_read(&hale, &headers)?;
@@ -694,7 +716,7 @@ async fn show_node(
 
 async fn decommission(
     State(hale): State<Arc<Hale>>,
-    Path(id): Path<String>,
+    Segments(id): Segments<String>,
     headers: HeaderMap,
 ) -> ApiResult<StatusCode> {
     authorize(&hale, &headers)?;
@@ -705,7 +727,7 @@ async fn decommission(
 
 async fn attribute_failure(
     State(hale): State<Arc<Hale>>,
-    Path(id): Path<String>,
+    Segments(id): Segments<String>,
     headers: HeaderMap,
     body: Result<Json<FailureReport>, JsonRejection>,
 ) -> ApiResult<impl IntoResponse> {
@@ -748,7 +770,7 @@ async fn attribute_failure(
 
 async fn clear_condition(
     State(hale): State<Arc<Hale>>,
-    Path((id, ctype)): Path<(String, String)>,
+    Segments((id, ctype)): Segments<(String, String)>,
     headers: HeaderMap,
     body: Sent,
 ) -> ApiResult<impl IntoResponse> {
@@ -773,7 +795,7 @@ async fn clear_condition(
 
 async fn cordon(
     State(hale): State<Arc<Hale>>,
-    Path(id): Path<String>,
+    Segments(id): Segments<String>,
     headers: HeaderMap,
     body: Sent,
 ) -> ApiResult<impl IntoResponse> {
@@ -782,7 +804,7 @@ async fn cordon(
 
 async fn uncordon(
     State(hale): State<Arc<Hale>>,
-    Path(id): Path<String>,
+    Segments(id): Segments<String>,
     headers: HeaderMap,
     body: Sent,
 ) -> ApiResult<impl IntoResponse> {
@@ -807,7 +829,7 @@ async fn with_reason(
 
 async fn drain(
     State(hale): State<Arc<Hale>>,
-    Path(id): Path<String>,
+    Segments(id): Segments<String>,
     headers: HeaderMap,
     body: Sent,
 ) -> ApiResult<impl IntoResponse> {
@@ -844,7 +866,7 @@ impl From<PowerError> for ApiError {
 /// confirmed by reading the power state back.
 async fn power(
     State(hale): State<Arc<Hale>>,
-    Path(id): Path<String>,
+    Segments(id): Segments<String>,
     headers: HeaderMap,
     body: Result<Json<PowerRequest>, JsonRejection>,
 ) -> ApiResult<Json<PowerReport>> {
@@ -865,7 +887,7 @@ async fn power(
 /// the node as it now is.
 async fn reboot(
     State(hale): State<Arc<Hale>>,
-    Path(id): Path<String>,
+    Segments(id): Segments<String>,
     headers: HeaderMap,
     body: Sent,
 ) -> ApiResult<impl IntoResponse> {
@@ -1029,7 +1051,7 @@ pub fn event_query(node: &str, raw: &str, now: Time) -> ApiResult<EventQuery> {
 async fn node_events(
     State(hale): State<Arc<Hale>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    Segments(id): Segments<String>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<EventsView>> {
     authorize_read(&hale, &headers)?;
@@ -1047,12 +1069,15 @@ async fn node_events(
 
 /// `POST /-/reload`: re-read the configuration; an invalid one is refused and the
 /// running one stays.
-async fn reload(State(hale): State<Arc<Hale>>, headers: HeaderMap) -> ApiResult<&'static str> {
+async fn reload(
+    State(hale): State<Arc<Hale>>,
+    headers: HeaderMap,
+) -> ApiResult<Json<serde_json::Value>> {
     authorize(&hale, &headers)?;
     let h = hale.clone();
     blocking(move || h.reload())
         .await
-        .map(|()| "reloaded")
+        .map(|()| Json(serde_json::json!({"reloaded": true})))
         .map_err(|e| {
             // Said in the log too, as a SIGHUP's refusal is: whoever reads the log
             // sees every reload that did not happen.

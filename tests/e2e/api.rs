@@ -267,6 +267,16 @@ async fn node_ids_with_slash_and_colon_and_operator_verbs() {
         .unwrap();
     assert_eq!(r.status(), 404);
     assert_eq!(r.json::<Value>().await.unwrap()["error"], "not_found");
+    // A path no node id can be (not UTF-8): refused in JSON as the rest.
+    for path in ["", "/events"] {
+        let r = client
+            .get(format!("{}/api/v1/nodes/%FF{path}", hale.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{path}");
+        assert_eq!(r.json::<Value>().await.unwrap()["error"], "bad_request");
+    }
     let r = client
         .post(&failures)
         .bearer_auth(TOKEN)

@@ -491,7 +491,15 @@ async fn sighup_reloads_endpoints_and_penalties_and_a_bad_file_changes_nothing()
         format!("{after}inventory: [{{ id: late-1 }}]\n"),
     )
     .unwrap();
-    hale.signal("HUP");
+    // Through the API this time: its answer JSON, as every other.
+    let r = reqwest::Client::new()
+        .post(format!("{}/-/reload", hale.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap(), json!({"reloaded": true}));
     hale.wait_node("listed by the reload", "late-1", |n| n["score"].is_null())
         .await;
     // What only a restart changes refuses the reload, naming it.
