@@ -700,6 +700,9 @@ impl Config {
                 // Said of the file, where its second document begins.
                 key = "-".into();
                 "a configuration is one YAML document; this file holds more (`---`)"
+            } else if said.starts_with("cannot deserialize null") {
+                // serde's advice to the program ("use Option<…>") is not the user's.
+                "empty: give it a value, or leave the key out for its default"
             } else {
                 said
             };
@@ -1584,6 +1587,13 @@ mod tests {
         }
         let e = load("cluster: a\n---\ncluster: b\n").unwrap_err();
         assert!(e.message.contains("one YAML document"), "{e}");
+        for text in ["listen:\n", "alertmanager:\n  staleAfter:\n"] {
+            let e = load(text).unwrap_err();
+            assert!(
+                e.message.starts_with("empty: give it a value") && !e.message.contains("Option"),
+                "{text}: {e}"
+            );
+        }
     }
 
     #[test]
