@@ -352,6 +352,19 @@ impl Default for StoreConfig {
     }
 }
 
+/// An optional key that, when given, must hold a value: `key:` with nothing after
+/// it is refused ("empty: …") rather than read as the key left out.
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    match Option::<T>::deserialize(d)? {
+        Some(v) => Ok(Some(v)),
+        None => Err(serde::de::Error::custom("cannot deserialize null")),
+    }
+}
+
 /// One `nodeEventWebhooks` entry.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -360,8 +373,9 @@ pub struct WebhookConfig {
     pub url: String,
     /// File holding the HMAC-SHA256 signing secret.
     pub secret_file: PathBuf,
-    /// Event types to send; omitted sends every type.
-    #[serde(default)]
+    /// Event types to send; omitted sends every type. Left empty (`events:`) it
+    /// is refused, as `[]` is: an empty filter is never read as every type.
+    #[serde(default, deserialize_with = "present")]
     pub events: Option<Vec<String>>,
     /// Attempts per event, the first included, before it is dropped.
     #[serde(default = "default_max_attempts")]
@@ -1587,7 +1601,11 @@ mod tests {
         }
         let e = load("cluster: a\n---\ncluster: b\n").unwrap_err();
         assert!(e.message.contains("one YAML document"), "{e}");
-        for text in ["listen:\n", "alertmanager:\n  staleAfter:\n"] {
+        for text in [
+            "listen:\n",
+            "alertmanager:\n  staleAfter:\n",
+            "nodeEventWebhooks:\n  - { url: http://127.0.0.1:1/a, secretFile: s, events: }\n",
+        ] {
             let e = load(text).unwrap_err();
             assert!(
                 e.message.starts_with("empty: give it a value") && !e.message.contains("Option"),
