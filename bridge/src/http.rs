@@ -707,11 +707,17 @@ async fn show_node(
     RawQuery(raw): RawQuery,
 ) -> ApiResult<impl IntoResponse> {
     authorize_read(&hale, &headers)?;
-    // It takes none: one given is a mistake to say, as the listing says it.
-    if let Some((key, _)) = form_urlencoded::parse(raw.unwrap_or_default().as_bytes()).next() {
-        return Err(bad_request(format!("unknown parameter {key:?}")));
-    }
+    no_parameters(raw)?;
     view(hale, id).await.map(Json)
+}
+
+/// A read that takes no parameters: one given is a mistake to say, as the
+/// listing says it.
+fn no_parameters(raw: Option<String>) -> ApiResult<()> {
+    match form_urlencoded::parse(raw.unwrap_or_default().as_bytes()).next() {
+        Some((key, _)) => Err(bad_request(format!("unknown parameter {key:?}"))),
+        None => Ok(()),
+    }
 }
 
 async fn decommission(
@@ -906,8 +912,10 @@ async fn reboot(
 async fn remediations(
     State(hale): State<Arc<Hale>>,
     headers: HeaderMap,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Remediations>> {
     authorize_read(&hale, &headers)?;
+    no_parameters(raw)?;
     Ok(Json(
         tokio::task::spawn_blocking(move || hale.remediations())
             .await
@@ -1087,8 +1095,13 @@ async fn reload(
 }
 
 /// `{source, alerts}`: the list as rendered once per poll, spliced in without a copy.
-async fn alerts(State(hale): State<Arc<Hale>>, headers: HeaderMap) -> ApiResult<Response> {
+async fn alerts(
+    State(hale): State<Arc<Hale>>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Response> {
     authorize_read(&hale, &headers)?;
+    no_parameters(raw)?;
     let list = hale
         .alerts()
         .await

@@ -267,6 +267,20 @@ async fn node_ids_with_slash_and_colon_and_operator_verbs() {
         .unwrap();
     assert_eq!(r.status(), 404);
     assert_eq!(r.json::<Value>().await.unwrap()["error"], "not_found");
+    // Reads that take no parameters say so of one given, as every other.
+    for path in ["alerts", "remediations"] {
+        let r = client
+            .get(format!("{}/api/v1/{path}?pageSize=5", hale.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{path}");
+        let body: Value = r.json().await.unwrap();
+        assert!(
+            body["detail"].as_str().unwrap().contains("pageSize"),
+            "{path}: {body}"
+        );
+    }
     // A path no node id can be (not UTF-8): refused in JSON as the rest.
     for path in ["", "/events"] {
         let r = client
