@@ -619,7 +619,13 @@ impl Policy<'_, '_> {
                 continue;
             };
             if node.policy.cordon.is_none() {
-                if let Some(guardrail) = self.admit(node, settings, pool) {
+                // The orchestrator refused the last cordon: not asked again at once.
+                let guardrail = if node.policy.retry_after.is_some_and(|t| self.now < t) {
+                    Some(Guardrail::CordonRefused)
+                } else {
+                    self.admit(node, settings, pool)
+                };
+                if let Some(guardrail) = guardrail {
                     return Some(Conclusion::Halted {
                         action: Verdict::Drain,
                         guardrail,

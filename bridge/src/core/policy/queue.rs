@@ -317,6 +317,13 @@ impl Fleet {
                     Some(now + chrono::TimeDelta::from_std(TERMINATE_RETRY).expect("minutes"));
             }
             node.status = Status::Ready;
+            // A fault eviction queued behind the cordon goes with it, and its
+            // class is evicted again once the cordon may be asked again.
+            for p in &node.policy.pending {
+                if let Action::Evict { fault_class, .. } = &p.action {
+                    node.policy.evicted.remove(fault_class);
+                }
+            }
             node.policy
                 .pending
                 .retain(|p| matches!(p.action, Action::Gate { .. }));

@@ -2329,6 +2329,48 @@ fn a_crash_between_deciding_and_acting_neither_loses_nor_repeats() {
     assert!(out.events.is_empty() && out.dirty.is_empty());
 }
 
+/// A fault eviction whose cordon the orchestrator refuses is not dropped: it is
+/// halted, said once, and tried again once the cordon may be asked again.
+#[test]
+fn a_fault_eviction_whose_cordon_is_refused_is_tried_again() {
+    let mut s = script("nodeHealth: { evictOnFaultClasses: [GPU_ECC_ERRORS] }");
+    let mut ids = s.pool("g", 9, "gpu");
+    ids.push("gpu-14".into());
+    s.at(0).report(&ids, &[], low);
+    s.at(30).report(&ids, &["gpu-14"], low);
+    let cordon = s
+        .fleet
+        .pending()
+        .into_iter()
+        .find(|(_, p)| matches!(p.action, policy::Action::Cordon { .. }))
+        .expect("cordoned")
+        .1;
+    let out = s
+        .fleet
+        .action_failed(&s.cfg, s.now, "gpu-14", cordon.id, "refused: not ours");
+    s.record(out);
+    assert!(
+        s.fleet.pending().is_empty(),
+        "the eviction went with its cordon"
+    );
+    s.policy_events();
+    s.at(60).report(&ids, &["gpu-14"], low);
+    assert_eq!(
+        s.policy_events(),
+        ["gpu-14 POLICY_HALTED drain cordonRefused"],
+        "said, not dropped"
+    );
+    // Ten minutes on: cordoned and evicted again.
+    s.at(30 + 601).report(&ids, &["gpu-14"], low);
+    let pending = s.fleet.pending();
+    assert!(
+        pending
+            .iter()
+            .any(|(_, p)| matches!(p.action, policy::Action::Evict { .. })),
+        "{pending:?}"
+    );
+}
+
 #[test]
 fn fault_eviction_acts_in_observe_mode_and_names_the_fault() {
     let mut s = script("nodeHealth: { evictOnFaultClasses: [GPU_ECC_ERRORS] }");
