@@ -804,6 +804,8 @@ pub fn status_name(status: Status) -> &'static str {
 fn take_out(node: &mut Node, by: Actor, reason: &str, now: Time) {
     node.status = Status::Cordoned;
     node.policy.work_counted = false;
+    // A refusal before is behind it: a later termination is not a retry of one.
+    node.policy.retry_after = None;
     node.policy.cordon = Some(Cordon {
         by,
         reason: reason.into(),

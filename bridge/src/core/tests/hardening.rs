@@ -630,6 +630,53 @@ fn failure_reasons_reported_through_the_api_are_bounded() {
     assert_eq!(f.by_reason["other"], 36);
 }
 
+/// A cordon refused once, then done, leaves nothing behind: the replacement that
+/// follows is acted on, not halted as a termination refused.
+#[test]
+fn a_cordon_refused_once_does_not_halt_the_later_replacement() {
+    let mut s = script(
+        "orchestrator: { kind: kubernetes }\n\
+         pools: [{ name: gpu, selector: { pool: gpu }, nodeHealth: { mode: replace, maxUnavailablePercent: 100 } }]",
+    );
+    let ids: Vec<String> = (0..4).map(|i| format!("c-{i}")).collect();
+    let seen = |id: &str, status: Status| policy::Observed {
+        provisioned: true,
+        allocations: (status == Status::Cordoned).then_some(0),
+        ..shown(id, status)
+    };
+    let all: Vec<policy::Observed> = ids.iter().map(|id| seen(id, Status::Ready)).collect();
+    let out = s.fleet.observe(s.now, &all);
+    s.record(out);
+    s.at(0).report(&ids, &["c-0"], very_low);
+    s.at(30).report(&ids, &["c-0"], very_low);
+    let cordon = s
+        .fleet
+        .pending()
+        .into_iter()
+        .find(|(_, p)| matches!(p.action, policy::Action::Cordon { .. }))
+        .expect("cordoned")
+        .1;
+    let out = s
+        .fleet
+        .action_failed(&s.cfg, s.now, "c-0", cordon.id, "the API server said no");
+    s.record(out);
+    // Ten minutes on, the cordon goes through; the cluster shows it empty.
+    s.at(30 + 601).report(&ids, &["c-0"], very_low);
+    act(&mut s);
+    let mut now: Vec<policy::Observed> = ids.iter().map(|id| seen(id, Status::Ready)).collect();
+    now[0] = seen("c-0", Status::Cordoned);
+    let out = s.fleet.observe(s.now, &now);
+    s.record(out);
+    s.policy_events();
+    s.at(30 + 620).tick();
+    assert!(actions(&s).contains(&("c-0".to_string(), policy::Action::Terminate)));
+    let events = s.policy_events();
+    assert!(
+        events.iter().all(|e| !e.contains("terminationRejected")),
+        "{events:?}"
+    );
+}
+
 #[test]
 fn a_node_being_replaced_leaves_the_inventory_replaced_not_gone() {
     let mut s = script(
