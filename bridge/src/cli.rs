@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 
 use hale::core::Status;
 use hale::core::policy::{Conclusion, Entry, Remediations};
-use hale::store::StoreError;
+use hale::store::{Store as _, StoreError};
 use hale::view::{
     AlertsView, ClearRequest, DrainRequest, ErrorBody, EventsView, NodeList, NodeView,
     OperateRequest, PowerRequest, RebootRequest,
@@ -295,7 +295,7 @@ pub enum PolicyVerb {
         #[arg(long, default_value = "30d")]
         since: String,
         /// A SQLite store to read (its directory); default: the candidate's
-        /// store, of its `store.kind`.
+        /// `store.path` (a NATS store is copied into one first).
         #[arg(long)]
         store: Option<PathBuf>,
         #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
@@ -315,24 +315,18 @@ pub fn run_backtest(verb: PolicyVerb) -> anyhow::Result<()> {
     let loaded = hale::config::Config::load(Some(&config))?;
     let kept = &loaded.config.store;
     // The candidate's own store, of its kind, unless `--store` names a SQLite one.
-    let store: Box<dyn hale::store::Store> = match (store, &kept.nats) {
-        (None, Some(nats)) if kept.kind == hale::config::StoreKind::Nats => Box::new(
-            hale::store::Nats::open(nats, &loaded.config.cluster, kept.event_retention_days)
-                .map_err(|e| {
-                    anyhow::anyhow!(
-                        "{}: {e}",
-                        hale::shown_urls(nats.urls.iter().map(String::as_str))
-                    )
-                })?,
-        ),
-        (path, _) => {
-            let path = path.unwrap_or_else(|| kept.path.clone());
-            if !path.join(hale::store::sqlite::FILE).is_file() {
-                bail!("no hale store at {}", path.display());
-            }
-            Box::new(hale::store::Sqlite::open(&path)?)
-        }
-    };
+    if store.is_none() && kept.kind == hale::config::StoreKind::Nats {
+        // Opening the NATS store as `hale serve` does would set its stream and
+        // buckets to the candidate's settings (retention, copies, the lease).
+        bail!(
+            "the backtest reads a SQLite store: copy the NATS store into one first (hale store copy --from nats://… --to sqlite:DIR, hale stopped) and name it with --store DIR"
+        );
+    }
+    let path = store.unwrap_or_else(|| kept.path.clone());
+    if !path.join(hale::store::sqlite::FILE).is_file() {
+        bail!("no hale store at {}", path.display());
+    }
+    let store = hale::store::Sqlite::open(&path)?;
     let now = chrono::Utc::now();
     let since = match chrono::DateTime::parse_from_rfc3339(&since) {
         Ok(t) => t.with_timezone(&chrono::Utc),
