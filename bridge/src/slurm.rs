@@ -529,8 +529,10 @@ impl Orchestrator for Slurm {
             .await
             .map(|_| ())
             .map_err(|mut e| {
-                // Refused for good, not a reboot that may have gone.
-                if e.detail.contains("RebootProgram isn't defined") {
+                // scontrol answered (slurmctld unreachable, access denied, no
+                // RebootProgram): not sent, and refused for good; only one that
+                // did not finish may have gone.
+                if !e.detail.contains("did not finish") {
                     e.class = crate::orchestrator::Class::Refused;
                 }
                 e.during(node, "reboot")

@@ -193,19 +193,19 @@ async fn operator_verbs_are_events_and_drain_all_counts_what_it_took_out() {
     assert_eq!(hale.node("c").await.unwrap()["status"], "Cordoned");
 }
 
-/// `drain --all` takes out every ready node, past the API's first page (500).
+/// `drain --all` takes out every ready node, page after page (1,000 a page).
 #[tokio::test]
 async fn drain_all_takes_out_every_ready_node_of_a_large_fleet() {
     let dir = tempfile::tempdir().unwrap();
     let hale = Hale::webhook_only(dir.path(), "").await;
     let mut alerts = vec![watchdog()];
-    alerts.extend((0..600).map(|i| heartbeat(&format!("n{i:03}"))));
+    alerts.extend((0..1_100).map(|i| heartbeat(&format!("n{i:04}"))));
     let pairs: Vec<(&Value, &str)> = alerts.iter().map(|a| (a, "firing")).collect();
     assert_eq!(hale.deliver(&delivery(&pairs)).await, 200);
-    succeed(hale.cli(&["node", "cordon", "n599", "--reason", "BIOS update"]));
+    succeed(hale.cli(&["node", "cordon", "n1099", "--reason", "BIOS update"]));
     let out = hale.cli(&["node", "drain", "--all", "-o", "json"]);
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(r["drained"], 599, "every ready node: {}", r["drained"]);
+    assert_eq!(r["drained"], 1_099, "every ready node: {}", r["drained"]);
     let list: Value = reqwest::get(format!("{}/api/v1/nodes?status=Ready&total=true", hale.url))
         .await
         .unwrap()

@@ -53,13 +53,14 @@ pub struct PowerReport {
 
 impl Hale {
     /// A power verb is refused while a reboot flow or a fence holds the node.
-    fn refuse_busy(&self, id: &str) -> Result<(), PowerError> {
+    fn refuse_busy(&self, id: &str, verb: Verb) -> Result<(), PowerError> {
         let fleet = self.lock_fleet();
         let node = fleet
             .nodes
             .get(id)
             .ok_or_else(|| CoreError::UnknownNode(id.into()))?;
-        match crate::core::policy::power_busy(node) {
+        let powering_on = matches!(verb, Verb::On | Verb::Cycle | Verb::Reset);
+        match crate::core::policy::power_busy(node, powering_on) {
             Some(doing) => Err(CoreError::Busy {
                 node: id.into(),
                 doing,
@@ -113,7 +114,7 @@ impl Hale {
             .off_runtime(move |this| {
                 if verb != Verb::Status {
                     this.leading().map_err(PowerError::NotLeader)?;
-                    this.refuse_busy(&node)?;
+                    this.refuse_busy(&node, verb)?;
                 }
                 this.bmc_target(&c, &node)
             })

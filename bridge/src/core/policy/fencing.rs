@@ -54,9 +54,10 @@ impl FenceStep {
 }
 
 /// What keeps an operator's power verb off `node`: a reboot flow under way, or a
-/// fence short of its end — fenced, hale only waits for the node to report, and an
-/// operator may power on a machine whose power-on failed.
-pub fn power_busy(node: &Node) -> Option<String> {
+/// fence — short of its end, or a verb that does not leave the machine on
+/// (`powering_on`: on, cycle, reset): fenced, hale only waits for the node to
+/// report, and an operator may power on a machine whose power-on failed.
+pub fn power_busy(node: &Node, powering_on: bool) -> Option<String> {
     if let Some(f) = &node.policy.flow
         && f.step != super::FlowStep::Queued
     {
@@ -65,7 +66,7 @@ pub fn power_busy(node: &Node) -> Option<String> {
     node.policy
         .fence
         .as_ref()
-        .filter(|f| f.step != FenceStep::Fenced)
+        .filter(|f| f.step != FenceStep::Fenced || !powering_on)
         .map(|f| format!("a fence is at step {}", f.step.as_str()))
 }
 

@@ -661,7 +661,11 @@ fn a_fence_whose_power_on_fails_stays_counted_until_the_node_reports() {
         [format!("{id} REMEDIATION_FAILED")]
     );
     // An operator may power it on through hale: the fence only waits now.
-    assert_eq!(crate::core::policy::power_busy(s.node(&id)), None);
+    assert_eq!(crate::core::policy::power_busy(s.node(&id), true), None);
+    assert!(
+        crate::core::policy::power_busy(s.node(&id), false).is_some(),
+        "an off would leave it fenced for good"
+    );
     // Well past `fencing.after`, the rack still silent: no other node fenced.
     s.at(400).poll(&beating(&rack)).flows();
     assert!(s.act().is_empty());
