@@ -314,7 +314,7 @@ pub fn run_backtest(verb: PolicyVerb) -> anyhow::Result<()> {
     } = verb;
     let loaded = hale::config::Config::load(Some(&config))?;
     let kept = &loaded.config.store;
-    // The candidate's own store, of its kind, unless `--store` names a SQLite one.
+    // The candidate's SQLite store, or the one `--store` names.
     if store.is_none() && kept.kind == hale::config::StoreKind::Nats {
         // Opening the NATS store as `hale serve` does would set its stream and
         // buckets to the candidate's settings (retention, copies, the lease).
