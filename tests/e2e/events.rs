@@ -491,15 +491,20 @@ async fn sighup_reloads_endpoints_and_penalties_and_a_bad_file_changes_nothing()
         format!("{after}inventory: [{{ id: late-1 }}]\n"),
     )
     .unwrap();
-    // Through the API this time: its answer JSON, as every other.
-    let r = reqwest::Client::new()
-        .post(format!("{}/-/reload", hale.url))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    assert_eq!(r.json::<Value>().await.unwrap(), json!({"reloaded": true}));
+    // A reload through the API: its status and its JSON answer.
+    let reload = || async {
+        let r = reqwest::Client::new()
+            .post(format!("{}/-/reload", hale.url))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        (r.status(), r.json::<Value>().await.unwrap())
+    };
+    assert_eq!(
+        reload().await,
+        (reqwest::StatusCode::OK, json!({"reloaded": true}))
+    );
     hale.wait_node("listed by the reload", "late-1", |n| n["score"].is_null())
         .await;
     // What only a restart changes refuses the reload, naming it.
@@ -508,16 +513,11 @@ async fn sighup_reloads_endpoints_and_penalties_and_a_bad_file_changes_nothing()
         webhook_only_config(dir.path(), free_port(), &hooks("/after", 30)),
     )
     .unwrap();
-    // A reload through the API, refused: its error.
+    // Refused: its error.
     let refused_reload = || async {
-        let r = reqwest::Client::new()
-            .post(format!("{}/-/reload", hale.url))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 400);
-        r.json::<Value>().await.unwrap()
+        let (status, e) = reload().await;
+        assert_eq!(status, 400);
+        e
     };
     let e = refused_reload().await;
     assert!(

@@ -213,9 +213,9 @@ fn drained(n: &Value) -> bool {
     })
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn slurm_drains_requeues_fails_and_sees_the_operator() {
-    let slurm = SlurmCluster::start().await;
+/// A real Alertmanager holding the watchdog and the heartbeats of the cluster's
+/// three nodes.
+async fn reporting() -> Alertmanager {
     let am = Alertmanager::start(None).await;
     am.fire(&[
         watchdog(),
@@ -224,6 +224,13 @@ async fn slurm_drains_requeues_fails_and_sees_the_operator() {
         heartbeat("n3"),
     ])
     .await;
+    am
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slurm_drains_requeues_fails_and_sees_the_operator() {
+    let slurm = SlurmCluster::start().await;
+    let am = reporting().await;
     let requeued = slurm.submit("n1", true);
     let failed = slurm.submit("n1", false);
     let dir = tempfile::tempdir().unwrap();
@@ -328,14 +335,7 @@ async fn slurm_drains_requeues_fails_and_sees_the_operator() {
 #[tokio::test(flavor = "multi_thread")]
 async fn slurmctld_stopped_is_a_clear_error_and_nothing_is_done_until_it_is_back() {
     let mut slurm = SlurmCluster::start().await;
-    let am = Alertmanager::start(None).await;
-    am.fire(&[
-        watchdog(),
-        heartbeat("n1"),
-        heartbeat("n2"),
-        heartbeat("n3"),
-    ])
-    .await;
+    let am = reporting().await;
     let dir = tempfile::tempdir().unwrap();
     let extra = format!(
         "nodeHealth: {{ mode: cordon, maxUnavailablePercent: 34 }}\n\
@@ -382,14 +382,7 @@ async fn slurmctld_stopped_is_a_clear_error_and_nothing_is_done_until_it_is_back
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slurm_reboot_slurm_cannot_do_fails_the_flow_once() {
     let slurm = SlurmCluster::start().await;
-    let am = Alertmanager::start(None).await;
-    am.fire(&[
-        watchdog(),
-        heartbeat("n1"),
-        heartbeat("n2"),
-        heartbeat("n3"),
-    ])
-    .await;
+    let am = reporting().await;
     let dir = tempfile::tempdir().unwrap();
     let extra = format!(
         "nodeHealth: {{ mode: cordon, maxUnavailablePercent: 100 }}\n\

@@ -630,43 +630,56 @@ fn failure_reasons_reported_through_the_api_are_bounded() {
     assert_eq!(f.by_reason["other"], 36);
 }
 
-/// A cordon refused once, then done, leaves nothing behind: the replacement that
-/// follows is acted on, not halted as a termination refused.
-#[test]
-fn a_cordon_refused_once_does_not_halt_the_later_replacement() {
+/// A pool in `replace` mode on Kubernetes, its four provisioned nodes listed
+/// ready, c-0 scored once far below every threshold.
+fn replace_pool() -> (Script, Vec<String>) {
     let mut s = script(
         "orchestrator: { kind: kubernetes }\n\
          pools: [{ name: gpu, selector: { pool: gpu }, nodeHealth: { mode: replace, maxUnavailablePercent: 100 } }]",
     );
     let ids: Vec<String> = (0..4).map(|i| format!("c-{i}")).collect();
-    let seen = |id: &str, status: Status| policy::Observed {
-        provisioned: true,
-        allocations: (status == Status::Cordoned).then_some(0),
-        ..shown(id, status)
-    };
-    let all: Vec<policy::Observed> = ids.iter().map(|id| seen(id, Status::Ready)).collect();
+    let all: Vec<policy::Observed> = ids
+        .iter()
+        .map(|id| provisioned(id, Status::Ready))
+        .collect();
     let out = s.fleet.observe(s.now, &all);
     s.record(out);
     s.at(0).report(&ids, &["c-0"], very_low);
-    s.at(30).report(&ids, &["c-0"], very_low);
-    let cordon = s
-        .fleet
-        .pending()
-        .into_iter()
-        .find(|(_, p)| matches!(p.action, policy::Action::Cordon { .. }))
-        .expect("cordoned")
-        .1;
-    let out = s
-        .fleet
-        .action_failed(&s.cfg, s.now, "c-0", cordon.id, "the API server said no");
+    (s, ids)
+}
+
+/// A cloud node as its orchestrator lists it: empty once cordoned.
+fn provisioned(id: &str, status: Status) -> policy::Observed {
+    policy::Observed {
+        provisioned: true,
+        allocations: (status == Status::Cordoned).then_some(0),
+        ..shown(id, status)
+    }
+}
+
+/// The cluster shows c-0 cordoned and empty, the others ready.
+fn c0_cordoned_and_empty(s: &mut Script, ids: &[String]) {
+    let mut now: Vec<policy::Observed> = ids
+        .iter()
+        .map(|id| provisioned(id, Status::Ready))
+        .collect();
+    now[0] = provisioned("c-0", Status::Cordoned);
+    let out = s.fleet.observe(s.now, &now);
     s.record(out);
+}
+
+/// A cordon refused once, then done, leaves nothing behind: the replacement that
+/// follows is acted on, not halted as a termination refused.
+#[test]
+fn a_cordon_refused_once_does_not_halt_the_later_replacement() {
+    let (mut s, ids) = replace_pool();
+    s.at(30)
+        .report(&ids, &["c-0"], very_low)
+        .refuse_cordon("c-0");
     // Ten minutes on, the cordon goes through; the cluster shows it empty.
     s.at(30 + 601).report(&ids, &["c-0"], very_low);
     act(&mut s);
-    let mut now: Vec<policy::Observed> = ids.iter().map(|id| seen(id, Status::Ready)).collect();
-    now[0] = seen("c-0", Status::Cordoned);
-    let out = s.fleet.observe(s.now, &now);
-    s.record(out);
+    c0_cordoned_and_empty(&mut s, &ids);
     s.policy_events();
     s.at(30 + 620).tick();
     assert!(actions(&s).contains(&("c-0".to_string(), policy::Action::Terminate)));
@@ -679,34 +692,19 @@ fn a_cordon_refused_once_does_not_halt_the_later_replacement() {
 
 #[test]
 fn a_node_being_replaced_leaves_the_inventory_replaced_not_gone() {
-    let mut s = script(
-        "orchestrator: { kind: kubernetes }\n\
-         pools: [{ name: gpu, selector: { pool: gpu }, nodeHealth: { mode: replace, maxUnavailablePercent: 100 } }]",
-    );
-    let ids: Vec<String> = (0..4).map(|i| format!("c-{i}")).collect();
-    let seen = |id: &str, status: Status| policy::Observed {
-        not_ready: false,
-        orchestrator_health: None,
-        provisioned: true,
-        allocations: (status == Status::Cordoned).then_some(0),
-        ..shown(id, status)
-    };
-    let all: Vec<policy::Observed> = ids.iter().map(|id| seen(id, Status::Ready)).collect();
-    let out = s.fleet.observe(s.now, &all);
-    s.record(out);
-    s.at(0).report(&ids, &["c-0"], very_low);
+    let (mut s, ids) = replace_pool();
     s.at(30).report(&ids, &["c-0"], very_low);
     // The cluster shows it cordoned and empty: its termination is decided.
-    let mut now: Vec<policy::Observed> = ids.iter().map(|id| seen(id, Status::Ready)).collect();
-    now[0] = seen("c-0", Status::Cordoned);
-    let out = s.fleet.observe(s.now, &now);
-    s.record(out);
+    c0_cordoned_and_empty(&mut s, &ids);
     s.at(45).tick();
     assert!(actions(&s).contains(&("c-0".to_string(), policy::Action::Terminate)));
     s.took();
     // Its owner deleted, the node leaves the inventory before the termination is
     // recorded: it stays until then, and is recorded replaced, not gone.
-    let rest: Vec<policy::Observed> = ids[1..].iter().map(|id| seen(id, Status::Ready)).collect();
+    let rest: Vec<policy::Observed> = ids[1..]
+        .iter()
+        .map(|id| provisioned(id, Status::Ready))
+        .collect();
     let out = s.fleet.observe(s.now, &rest);
     s.record(out);
     assert!(s.fleet.nodes.contains_key("c-0"));

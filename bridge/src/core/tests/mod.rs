@@ -202,6 +202,20 @@ impl Script {
             .unwrap();
         self.record(out)
     }
+    /// The orchestrator refuses the cordon queued for `id`.
+    fn refuse_cordon(&mut self, id: &str) -> &mut Self {
+        let cordon = self
+            .fleet
+            .pending()
+            .into_iter()
+            .find(|(n, p)| n == id && matches!(p.action, policy::Action::Cordon { .. }))
+            .expect("a cordon queued")
+            .1;
+        let out = self
+            .fleet
+            .action_failed(&self.cfg, self.now, id, cordon.id, "refused: not ours");
+        self.record(out)
+    }
     /// Event types recorded since the last call, in order.
     fn took(&mut self) -> Vec<String> {
         self.events
@@ -2337,18 +2351,9 @@ fn a_fault_eviction_whose_cordon_is_refused_is_tried_again() {
     let mut ids = s.pool("g", 9, "gpu");
     ids.push("gpu-14".into());
     s.at(0).report(&ids, &[], low);
-    s.at(30).report(&ids, &["gpu-14"], low);
-    let cordon = s
-        .fleet
-        .pending()
-        .into_iter()
-        .find(|(_, p)| matches!(p.action, policy::Action::Cordon { .. }))
-        .expect("cordoned")
-        .1;
-    let out = s
-        .fleet
-        .action_failed(&s.cfg, s.now, "gpu-14", cordon.id, "refused: not ours");
-    s.record(out);
+    s.at(30)
+        .report(&ids, &["gpu-14"], low)
+        .refuse_cordon("gpu-14");
     assert!(
         s.fleet.pending().is_empty(),
         "the eviction went with its cordon"
