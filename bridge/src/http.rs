@@ -1170,9 +1170,12 @@ async fn receive(
 }
 
 async fn metrics(State(hale): State<Arc<Hale>>) -> impl IntoResponse {
-    let text = tokio::task::spawn_blocking(move || hale.metrics.render())
-        .await
-        .unwrap_or_default();
+    let text = tokio::task::spawn_blocking(move || {
+        hale.metrics.ready.set(i64::from(hale.ready()));
+        hale.metrics.render()
+    })
+    .await
+    .unwrap_or_default();
     (
         [(
             header::CONTENT_TYPE,

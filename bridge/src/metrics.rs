@@ -93,6 +93,7 @@ pub struct Metrics {
     pub remediation_in_flight: Gauge,
     pub bmc: Arc<BmcMetrics>,
     leader: Gauge,
+    pub ready: Gauge,
     nodes: NodeSeries,
     /// The last exposition's length: the next one is allocated at once.
     rendered: AtomicUsize,
@@ -157,6 +158,7 @@ impl Metrics {
                 }),
             }),
             leader: Gauge::default(),
+            ready: Gauge::default(),
             nodes: NodeSeries {
                 fleet,
                 config,
@@ -260,6 +262,11 @@ impl Metrics {
             "hale_leader",
             "1 while this replica leads: only the leader acts and publishes node series",
             m.leader.clone(),
+        );
+        registry.register(
+            "hale_ready",
+            "1 while /readyz answers 200: the state is loaded, the first poll was made and a shared store answers",
+            m.ready.clone(),
         );
         // Zero series for the fixed label values, so `rate()` sees the first event.
         let polled = ["trusted", "untrusted"]

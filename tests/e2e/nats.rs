@@ -232,6 +232,19 @@ async fn replicas_share_one_history_and_fail_over_without_loss_or_repeats() {
         .await;
     }
     let follower = all.iter().copied().find(|&i| i != leader).unwrap();
+    // A follower asks Alertmanager nothing: it shows the leader's view of it, so
+    // HaleAlertSourceDown stays quiet for a healthy follower.
+    for h in &replicas {
+        let up = metric(&h.metrics().await, "hale_alert_source_up", &[]);
+        assert_eq!(up, Some(1.0), "every replica reports the source up");
+        let alerts: Value = reqwest::get(format!("{}/api/v1/alerts", h.url))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(alerts["source"]["up"], true, "{alerts}");
+    }
     let refused = reqwest::Client::new()
         .post(format!("{}/cordon", replicas[follower].node_url("n1")))
         .bearer_auth(TOKEN)
@@ -332,6 +345,8 @@ async fn replicas_share_one_history_and_fail_over_without_loss_or_repeats() {
             || async { (status(&format!("{}/readyz", h.url)).await? == 503).then_some(()) },
         )
         .await;
+        // What HaleNotReady reads: the source may still show up, as last written.
+        assert_eq!(metric(&h.metrics().await, "hale_ready", &[]), Some(0.0));
         let node: Option<Value> = h.node("c1").await;
         assert!(
             node.is_some_and(|n| has_condition(&n, "disk_degraded")),
@@ -347,6 +362,7 @@ async fn replicas_share_one_history_and_fail_over_without_loss_or_repeats() {
         (status(&format!("{}/readyz", h.url)).await? == 200).then_some(())
     })
     .await;
+    assert_eq!(metric(&h.metrics().await, "hale_ready", &[]), Some(1.0));
     for node in burst
         .iter()
         .chain(["n1".to_string(), "c1".to_string()].iter())

@@ -302,15 +302,20 @@ impl Trust {
         }
     }
 
-    /// The trust record a store kept, taken up by a process watching from `now`:
-    /// whether the source is up is this process's to find out, and its first
-    /// trusted answer starts a new run of trust.
+    /// The trust record a store kept, read by a process watching from `now`: the
+    /// source as the writer last saw it, which a follower shows as the leader's view.
     pub fn resumed(self, now: Time) -> Trust {
         Trust {
             watching_since: now,
-            source_up: false,
             ..self
         }
+    }
+
+    /// Taken up by a process that asks the source itself (a start, a replica just
+    /// elected): whether the source is up is its own to find out, and its first
+    /// trusted answer starts a new run of trust.
+    pub fn take_up(&mut self) {
+        self.source_up = false;
     }
 
     /// Hold every absence until `until` (a later hold extends an earlier one, and

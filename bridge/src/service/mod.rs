@@ -25,7 +25,7 @@ use crate::core::policy::{Action, Pending};
 use crate::core::settings::{CoreSettings, Settings};
 use crate::core::{
     CoreError, EventKind, Fleet, Health, Listed, Node, NodeGroups, Outcome, PollAnswer,
-    TELEMETRY_STALE, Time,
+    TELEMETRY_STALE, Time, Trust,
 };
 use crate::election::{Elected, NatsLease};
 use crate::federation::Federation;
@@ -194,7 +194,8 @@ impl Hale {
             }
         };
         let now = Utc::now();
-        let fleet = store.load(now)?;
+        let mut fleet = store.load(now)?;
+        fleet.trust.take_up();
         let store_named = match (&loaded.config.store.kind, &loaded.config.store.nats) {
             (crate::config::StoreKind::Nats, Some(nats)) => {
                 crate::shown_urls(nats.urls.iter().map(String::as_str))
@@ -317,10 +318,7 @@ impl Hale {
         let cfg = self.config();
         let now = Utc::now();
         let mut outcome = step(&mut fleet, &cfg.core, now)?;
-        self.metrics.source_up.set(i64::from(fleet.trust.source_up));
-        self.metrics
-            .holding
-            .set(i64::from(fleet.trust.holding(now)));
+        self.show_trust(&fleet.trust, now);
         if let Some(why) = &outcome.held {
             warn!(
                 until = %fleet.trust.hold_until.map(|t| t.to_rfc3339()).unwrap_or_default(),
@@ -338,11 +336,6 @@ impl Hale {
                 max = cfg.config.node_identity.max_nodes,
                 "alerts name more nodes than nodeIdentity.maxNodes allows: the new ones are refused"
             );
-        }
-        if let Some(t) = fleet.trust.last_trusted {
-            self.metrics
-                .last_trusted
-                .set(t.timestamp_millis() as f64 / 1000.0);
         }
         self.count_remediations(&fleet, &outcome);
         let acting = outcome.dirty.iter().any(|id| {
@@ -651,6 +644,18 @@ impl Hale {
         self.store_ok.load(Ordering::Relaxed) && (polled || !self.orchestrator.leads())
     }
 
+    /// Publish the trust the state rests on: this replica's own, or on a follower
+    /// the leader's as it last wrote it.
+    fn show_trust(&self, trust: &Trust, now: Time) {
+        self.metrics.source_up.set(i64::from(trust.source_up));
+        self.metrics.holding.set(i64::from(trust.holding(now)));
+        if let Some(t) = trust.last_trusted {
+            self.metrics
+                .last_trusted
+                .set(t.timestamp_millis() as f64 / 1000.0);
+        }
+    }
+
     /// Whether this replica writes: always on a store of its own; on a shared
     /// one, the leader once it has taken in what the previous one wrote.
     fn writes(&self) -> bool {
@@ -692,7 +697,8 @@ impl Hale {
             let mut fleet = self.lock_fleet();
             let mut writer = self.writer.lock().expect("writer lock");
             match writer.store.load(now) {
-                Ok(loaded) => {
+                Ok(mut loaded) => {
+                    loaded.trust.take_up();
                     *fleet = loaded;
                     writer.pending = None;
                     self.synced.store(term, Ordering::Release);
@@ -743,6 +749,8 @@ impl Hale {
         }
         match store.load(now) {
             Ok(loaded) => {
+                // The leader's view of Alertmanager, which the state served rests on.
+                self.show_trust(&loaded.trust, now);
                 *self.lock_fleet() = loaded;
                 self.store_ok.store(true, Ordering::Relaxed);
                 Some(revision)

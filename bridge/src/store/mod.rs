@@ -313,6 +313,7 @@ pub(crate) mod suite {
         node.last_report = Some(now);
         fleet.nodes.insert(node.id.clone(), Box::new(node));
         fleet.trust.last_trusted = Some(now);
+        fleet.trust.source_up = true;
         let event = Event {
             node_id: "rack1/n:3".into(),
             kind: EventKind::NodeDecommissioned {
@@ -336,6 +337,9 @@ pub(crate) mod suite {
         assert_eq!(loaded.nodes, fleet.nodes);
         assert_eq!(loaded.trust.last_trusted, Some(now));
         assert_eq!(loaded.trust.watching_since, later);
+        // As the writer last saw the source: a follower shows it; one that asks
+        // the source itself takes the record up.
+        assert!(loaded.trust.source_up);
         let all = EventQuery {
             page_size: 100,
             ..EventQuery::default()

@@ -182,6 +182,7 @@ impl Script {
         let kept: Trust =
             serde_json::from_str(&serde_json::to_string(&self.fleet.trust).unwrap()).unwrap();
         self.fleet.trust = kept.resumed(self.now);
+        self.fleet.trust.take_up();
         self
     }
     fn tick(&mut self) -> &mut Self {
