@@ -44,7 +44,9 @@ pub(super) fn apply_alerts(
     for alert in alerts {
         let signal = alert.signal();
         if alert.state == AlertState::Resolved {
-            if trusted {
+            // Untrusted, a poll will say again whether it ended; without polling
+            // nothing ever would, so the resolution is kept until trust returns.
+            if trusted || !(full || cfg.source.polling) {
                 let ctype = match signal {
                     Signal::CollectorFailed { .. } => COLLECTOR_FAILED,
                     _ => alert.condition_type(),
@@ -145,7 +147,10 @@ pub(super) fn apply_alerts(
                 continue;
             };
             let vanished = source.vanished;
-            if keep.holds_resolved(source, at) {
+            // Held through the hold that trust's return starts (see `Step::sweep`):
+            // a stopped Prometheus lets alerts expire, and expiries come as
+            // resolutions too.
+            if (!trusted && keep.held(source)) || keep.holds_resolved(source, at) {
                 if source.vanished != vanished {
                     rec.dirty();
                 }

@@ -346,8 +346,10 @@ impl Fleet {
         step.keep.hold = step.fleet.trust.held_since(now);
         let trusted = !step.fleet.trust.stale;
         step.out.trusted = trusted;
-        // Without polling, what a hold keeps is ended by the step after it lapses.
-        if step.keep.hold.is_some()
+        // Without polling, what a hold keeps is ended by the step after it lapses,
+        // and what arrives while stale by the one after the hold trust's return
+        // starts.
+        if (step.keep.hold.is_some() || !trusted)
             && !polling
             && alerts.iter().any(|a| a.state == AlertState::Resolved)
         {

@@ -22,8 +22,9 @@ impl Step<'_> {
         let now = self.now;
         let polling = self.cfg.source.polling;
         let trust = &self.fleet.trust;
-        // Resolutions a hold kept (webhook only) end the moment it lapses.
-        let lapsed = !polling && trust.held_resolutions && !trust.holding(now);
+        // Resolutions a hold or staleness kept (webhook only) end the moment the
+        // input is trusted and no hold runs.
+        let lapsed = !polling && trust.held_resolutions && !trust.stale && !trust.holding(now);
         let due = self
             .fleet
             .swept_at

@@ -1102,6 +1102,50 @@ fn webhook_only_mode_trusts_the_watchdog_by_webhook() {
     assert!(!s.fleet.trust.stale);
 }
 
+/// Without polling nothing reconciles later: a resolution that arrives while stale
+/// is kept until trust returns and the hold that starts then lapses — unless the
+/// alert fires again meanwhile (it had expired with a stopped Prometheus).
+#[test]
+fn webhook_only_keeps_a_stale_resolution_until_trust_and_its_hold() {
+    let mut s =
+        script("alertmanager: { pollInterval: 0, staleAfter: 60s, holdAfterRestart: 300s }");
+    s.at(0)
+        .webhook(&[watchdog(), smart_failing("n1"), smart_failing("n2")]);
+    s.at(60).tick();
+    assert!(s.fleet.trust.stale);
+    s.at(70).webhook(&[
+        smart_failing("n1").resolved(),
+        smart_failing("n2").resolved(),
+    ]);
+    s.at(80).webhook(&[smart_failing("n2")]);
+    s.at(200).tick();
+    assert!(
+        s.node("n1").conditions.contains_key("disk_degraded"),
+        "not while stale"
+    );
+    s.at(300).webhook(&[watchdog()]);
+    assert!(!s.fleet.trust.stale);
+    assert!(s.fleet.trust.holding(s.now));
+    for t in (350..600).step_by(50) {
+        s.at(t).webhook(&[watchdog()]);
+    }
+    s.at(599).tick();
+    assert!(
+        s.node("n1").conditions.contains_key("disk_degraded"),
+        "held"
+    );
+    s.at(600).tick();
+    assert!(
+        !s.node("n1").conditions.contains_key("disk_degraded"),
+        "ended once the hold lapsed"
+    );
+    assert!(
+        s.node("n2").conditions.contains_key("disk_degraded"),
+        "fired again after its resolution"
+    );
+    assert!(!s.fleet.trust.held_resolutions);
+}
+
 #[test]
 fn alerts_without_a_node_are_counted() {
     let mut s = script("");
