@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 
 use hale::core::Status;
 use hale::core::policy::{Conclusion, Entry, Remediations};
-use hale::store::{Store as _, StoreError};
+use hale::store::StoreError;
 use hale::view::{
     AlertsView, ClearRequest, DrainRequest, ErrorBody, EventsView, NodeList, NodeView,
     OperateRequest, PowerRequest, RebootRequest,
@@ -105,8 +105,9 @@ pub enum StoreVerb {
     },
 }
 
-/// Open a store named `sqlite:PATH` or `nats://…`; `create`: a SQLite store may
-/// be made.
+/// Open a store named `sqlite:PATH` or `nats://…`; `create`: the store may be made,
+/// and a NATS one's settings are made `replicas` and `retention`. The source of a
+/// copy is opened as it is: its stream and buckets keep their settings.
 fn open_store(
     spec: &str,
     (cluster, replicas, retention): (&str, usize, u32),
@@ -134,7 +135,12 @@ fn open_store(
         };
         cfg.validate()
             .map_err(|(key, why)| anyhow::anyhow!("{}: {key} {why}", shown_store(spec)))?;
-        return match hale::store::Nats::open(&cfg, cluster, retention) {
+        let opened = if create {
+            hale::store::Nats::open(&cfg, cluster, retention)
+        } else {
+            hale::store::Nats::open_existing(&cfg, cluster)
+        };
+        return match opened {
             Ok(store) => Ok(Box::new(store)),
             Err(e) => Err(anyhow::anyhow!("{}: {e}", shown_store(spec))),
         };
@@ -294,8 +300,8 @@ pub enum PolicyVerb {
         /// How far back: a duration (30d, 12h) or an RFC 3339 time.
         #[arg(long, default_value = "30d")]
         since: String,
-        /// A SQLite store to read (its directory); default: the candidate's
-        /// `store.path` (a NATS store is copied into one first).
+        /// A SQLite store to read (its directory); default: the candidate's store
+        /// (`store.path`, or its NATS store, read as it is).
         #[arg(long)]
         store: Option<PathBuf>,
         #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
@@ -314,19 +320,26 @@ pub fn run_backtest(verb: PolicyVerb) -> anyhow::Result<()> {
     } = verb;
     let loaded = hale::config::Config::load(Some(&config))?;
     let kept = &loaded.config.store;
-    // The candidate's SQLite store, or the one `--store` names.
-    if store.is_none() && kept.kind == hale::config::StoreKind::Nats {
-        // Opening the NATS store as `hale serve` does would set its stream and
-        // buckets to the candidate's settings (retention, copies, the lease).
-        bail!(
-            "the backtest reads a SQLite store: copy the NATS store into one first (hale store copy --from nats://… --to sqlite:DIR, hale stopped) and name it with --store DIR"
-        );
-    }
-    let path = store.unwrap_or_else(|| kept.path.clone());
-    if !path.join(hale::store::sqlite::FILE).is_file() {
-        bail!("no hale store at {}", path.display());
-    }
-    let store = hale::store::Sqlite::open(&path)?;
+    // The one `--store` names, else the candidate's. A NATS store is opened as it
+    // is: opened as `hale serve` opens it, its stream and buckets would take the
+    // candidate's settings (retention, copies, the lease).
+    let store: Box<dyn hale::store::Store> = match (store, &kept.nats) {
+        (None, Some(nats)) if kept.kind == hale::config::StoreKind::Nats => Box::new(
+            hale::store::Nats::open_existing(nats, &loaded.config.cluster).map_err(|e| {
+                anyhow::anyhow!(
+                    "{}: {e}",
+                    hale::shown_urls(nats.urls.iter().map(String::as_str))
+                )
+            })?,
+        ),
+        (store, _) => {
+            let path = store.unwrap_or_else(|| kept.path.clone());
+            if !path.join(hale::store::sqlite::FILE).is_file() {
+                bail!("no hale store at {}", path.display());
+            }
+            Box::new(hale::store::Sqlite::open(&path)?)
+        }
+    };
     let now = chrono::Utc::now();
     let since = match chrono::DateTime::parse_from_rfc3339(&since) {
         Ok(t) => t.with_timezone(&chrono::Utc),

@@ -392,20 +392,19 @@ async fn store_copy_moves_an_installation_between_kinds() {
 
     let sqlite = format!("sqlite:{}", dir.path().join("data").display());
     let nats = cluster.urls();
-    let copy = |from: &str, to: &str| {
+    let copy_with = |from: &str, to: &str, settings: [&str; 4]| {
         Command::new(env!("CARGO_BIN_EXE_hale"))
-            .args([
-                "store",
-                "copy",
-                "--from",
-                from,
-                "--to",
-                to,
-                "--replicas",
-                "3",
-            ])
+            .args(["store", "copy", "--from", from, "--to", to])
+            .args(settings)
             .output()
             .unwrap()
+    };
+    let copy = |from: &str, to: &str| {
+        copy_with(
+            from,
+            to,
+            ["--replicas", "3", "--event-retention-days", "90"],
+        )
     };
     let out = copy(&sqlite, &nats);
     assert!(
@@ -425,37 +424,59 @@ async fn store_copy_moves_an_installation_between_kinds() {
     );
     assert!(String::from_utf8_lossy(&again.stderr).contains("already holds"));
 
-    // A backtest of a configuration on the NATS store is refused, saying how to
-    // read it: opened as `hale serve` opens it, the candidate's settings would
-    // change the live store.
+    // A backtest of a configuration on the NATS store reads it as it is: the
+    // candidate's copies and retention are not the live store's.
+    let live = stream_settings(&nats).await;
+    assert_eq!(live.1, 3, "as copied: {live:?}");
     let candidate = dir.path().join("candidate.yaml");
     let urls: Vec<String> = nats.split(',').map(|u| format!("'{u}'")).collect();
     std::fs::write(
         &candidate,
         format!(
-            "store: {{ kind: nats, nats: {{ urls: [{}], replicas: 1 }} }}\n",
+            "store: {{ kind: nats, eventRetentionDays: 1, nats: {{ urls: [{}], replicas: 1 }} }}\n",
             urls.join(", ")
         ),
     )
     .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_hale"))
-        .args(["policy", "backtest", "--config"])
+        .args(["policy", "backtest", "-o", "json", "--config"])
         .arg(&candidate)
         .current_dir(dir.path())
         .output()
         .unwrap();
-    assert!(!out.status.success());
-    let said = String::from_utf8_lossy(&out.stderr);
     assert!(
-        said.contains("hale store copy") && said.contains("--store"),
-        "{said}"
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report.is_object(), "{report}");
+    assert_eq!(
+        stream_settings(&nats).await,
+        live,
+        "the live store untouched"
+    );
+    // Nor does copying out of it change it; a cluster it holds no store of is
+    // refused by name, and nothing is made for it.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let none = Command::new(env!("CARGO_BIN_EXE_hale"))
+        .args(["store", "copy", "--from", &nats, "--cluster", "dc9", "--to"])
+        .arg(format!(
+            "sqlite:{}",
+            elsewhere.path().join("data").display()
+        ))
+        .output()
+        .unwrap();
+    assert!(!none.status.success());
+    let said = String::from_utf8_lossy(&none.stderr);
+    assert!(said.contains("no hale store of cluster dc9"), "{said}");
 
     // Back into a new SQLite store, served by hale as it was.
     let back = tempfile::tempdir().unwrap();
-    let out = copy(
+    let out = copy_with(
         &nats,
         &format!("sqlite:{}", back.path().join("data").display()),
+        ["--replicas", "1", "--event-retention-days", "7"],
     );
     assert!(
         out.status.success(),
@@ -473,6 +494,23 @@ async fn store_copy_moves_an_installation_between_kinds() {
     assert!(has_condition(&n1, "disk_degraded"));
     assert_eq!(event_types(&h, "n1").await, before, "the same history");
     assert!(h.node("n2").await.is_some());
+    assert_eq!(stream_settings(&nats).await, live, "copied from, untouched");
+}
+
+/// The event stream of cluster `default`: its max age and copies.
+async fn stream_settings(urls: &str) -> (Duration, usize) {
+    let addrs: Vec<async_nats::ServerAddr> = urls.split(',').map(|u| u.parse().unwrap()).collect();
+    let js = async_nats::jetstream::new(async_nats::connect(addrs).await.unwrap());
+    let name = hale::store::nats::Names::of("default").stream;
+    let info = js
+        .get_stream(name)
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .clone();
+    (info.config.max_age, info.config.num_replicas)
 }
 
 /// Webhooks on the shared store go out from a durable consumer: the leader

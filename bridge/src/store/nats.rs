@@ -404,6 +404,18 @@ impl super::Pending for Pending {
 /// handle goes (a handle may be dropped inside another runtime).
 struct Runtime(Option<tokio::runtime::Runtime>);
 
+/// What opening a store found: the context, the event stream, the state, ledger
+/// and lease buckets, their names, and the store's instance.
+type Found = (
+    jetstream::Context,
+    jetstream::stream::Stream,
+    kv::Store,
+    kv::Store,
+    kv::Store,
+    Names,
+    String,
+);
+
 impl Drop for Runtime {
     fn drop(&mut self) {
         if let Some(rt) = self.0.take() {
@@ -444,8 +456,21 @@ pub struct Nats {
 }
 
 impl Nats {
-    /// Connect and open (creating when missing) `cluster`'s stream and buckets.
+    /// Connect and open (creating when missing) `cluster`'s stream and buckets,
+    /// their settings made `cfg`'s and `retention_days`'.
     pub fn open(cfg: &NatsConfig, cluster: &str, retention_days: u32) -> Result<Nats> {
+        Nats::open_as(cfg, cluster, Some(retention_days))
+    }
+
+    /// Open `cluster`'s stream and buckets as they are, changing none of their
+    /// settings: to read a store another hale runs on (`hale store copy --from`).
+    pub fn open_existing(cfg: &NatsConfig, cluster: &str) -> Result<Nats> {
+        Nats::open_as(cfg, cluster, None)
+    }
+
+    /// `retention_days`: create or update the stream and buckets so; `None`: open
+    /// them as they are, and fail where one is missing.
+    fn open_as(cfg: &NatsConfig, cluster: &str, retention_days: Option<u32>) -> Result<Nats> {
         // Wrapped at once: an error below drops it, maybe inside another runtime.
         let runtime = Runtime(Some(
             tokio::runtime::Builder::new_multi_thread()
@@ -462,6 +487,55 @@ impl Nats {
         let lease_duration = cfg.lease_duration;
         let cfg = cfg.clone();
         let names = Names::of(cluster);
+        let Some(retention_days) = retention_days else {
+            let cluster = cluster.to_string();
+            let opened = run(&handle, async move {
+                let client = connect(&cfg).await?;
+                let mut js = jetstream::new(client);
+                js.set_timeout(REQUEST_TIMEOUT);
+                let missing = |what: &str, name: &str| StoreError::Nats {
+                    op: "open the store",
+                    cause: format!(
+                        "{what} {name} does not exist: no hale store of cluster {cluster} is there"
+                    ),
+                };
+                let not_found = |e: &jetstream::context::GetStreamError| {
+                    matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(e)
+                        if e.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND)
+                };
+                let events = match js.get_stream(&names.stream).await {
+                    Ok(s) => s,
+                    Err(e) if not_found(&e) => {
+                        return Err(missing("the event stream", &names.stream));
+                    }
+                    Err(e) => return Err(nats("open the event stream")(Box::new(e))),
+                };
+                let mut buckets = Vec::with_capacity(3);
+                for name in [&names.state, &names.ledger, &names.lease] {
+                    match js.get_stream(format!("KV_{name}")).await {
+                        Err(e) if not_found(&e) => {
+                            return Err(missing("the key-value bucket", name));
+                        }
+                        _ => buckets.push(
+                            js.get_key_value(name.as_str())
+                                .await
+                                .op("open a key-value bucket")?,
+                        ),
+                    }
+                }
+                let lease = buckets.pop().expect("three");
+                let ledger = buckets.pop().expect("three");
+                let state = buckets.pop().expect("three");
+                let instance = state
+                    .get("instance")
+                    .await
+                    .op("read the store instance")?
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                    .unwrap_or_default();
+                Ok::<_, StoreError>((js, events, state, ledger, lease, names, instance))
+            })??;
+            return Nats::opened(runtime, handle, lease_duration, opened);
+        };
         let retention = Duration::from_secs(u64::from(retention_days) * 86_400);
         let opened = run(&handle, async move {
             let client = connect(&cfg).await?;
@@ -524,6 +598,16 @@ impl Nats {
             };
             Ok::<_, StoreError>((js, events, state, ledger, lease, names, instance))
         })??;
+        Nats::opened(runtime, handle, lease_duration, opened)
+    }
+
+    /// The store on what opening it found.
+    fn opened(
+        runtime: Runtime,
+        handle: tokio::runtime::Handle,
+        lease_duration: Duration,
+        opened: Found,
+    ) -> Result<Nats> {
         let (js, events, state, ledger, lease, names, instance) = opened;
         let nats = Nats {
             shared: Arc::new(Shared {
