@@ -329,20 +329,25 @@ impl Fleet {
                 .retain(|p| matches!(p.action, Action::Gate { .. }));
             return out;
         }
-        if let Action::Gate { on } = action {
-            // The orchestrator has no gate to give: said once, as a halt, with why.
+        if action != Action::Terminate {
+            // Its event was recorded when it was queued (a drain, an eviction): the
+            // refusal is said next to it, as a halt, with why. Not asked again.
+            let what = match &action {
+                Action::Gate { on: true } => "the scheduling gate".to_string(),
+                Action::Gate { on: false } => "reopening scheduling".to_string(),
+                Action::Evict { fault_class, .. } => format!("the eviction for {fault_class}"),
+                Action::Drain { .. } => "the drain".to_string(),
+                other => format!("the {}", other.name()),
+            };
             let settings = cfg.settings_for(&node.labels);
             out.events.push(super::policy_verdict(
                 node,
                 settings,
                 now,
-                Action::Gate { on }.name(),
+                action.name(),
                 Some("orchestrator"),
-                format!("the scheduling gate was refused: {why}"),
+                format!("{what} was refused: {why}"),
             ));
-            return out;
-        }
-        if action != Action::Terminate {
             return out;
         }
         node.policy.retry_after =

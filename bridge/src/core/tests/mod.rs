@@ -2924,6 +2924,52 @@ fn a_refused_cordon_leaves_the_node_in_service_and_is_not_an_uncordon() {
     );
 }
 
+/// A drain the orchestrator refused for good was recorded when it was queued: the
+/// refusal is recorded beside it, with why, and it is not asked again.
+#[test]
+fn a_refused_drain_is_said_in_the_history() {
+    let mut s = pool_script("drain");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &[], low);
+    s.at(30).report(&ids, &["g-0"], very_low);
+    s.at(60).report(&ids, &["g-0"], very_low);
+    assert!(
+        s.policy_events()
+            .contains(&"g-0 NODE_DRAINED hale active=false".to_string())
+    );
+    let drain = s
+        .fleet
+        .pending()
+        .into_iter()
+        .find(|(n, p)| n == "g-0" && matches!(p.action, policy::Action::Drain { .. }))
+        .expect("a drain queued")
+        .1;
+    let out = s
+        .fleet
+        .action_failed(&s.cfg, s.now, "g-0", drain.id, "the controller said no");
+    s.record(out);
+    let halted: Vec<&Event> = s
+        .events
+        .iter()
+        .filter(|e| e.kind.name() == "POLICY_HALTED")
+        .collect();
+    assert_eq!(halted.len(), 1, "{halted:?}");
+    assert_eq!(policy_detail(halted[0]), "POLICY_HALTED drain orchestrator");
+    assert_eq!(
+        halted[0].message,
+        "the drain was refused: the controller said no"
+    );
+    s.policy_events();
+    s.at(90).report(&ids, &["g-0"], very_low);
+    assert!(
+        !s.fleet
+            .pending()
+            .iter()
+            .any(|(_, p)| matches!(p.action, policy::Action::Drain { .. })),
+        "not asked again"
+    );
+}
+
 #[test]
 fn heartbeats_get_a_full_window_to_return_with_trust() {
     let mut s = script("alertmanager: { staleAfter: 60s }");
