@@ -547,7 +547,9 @@ impl Fleet {
                     .and_then(|t| facts.blocked_types.get(&t.name))
                     .map(|a| format!("{a} fires"))
             };
-            match self.next_move(cfg, now, &id, held, out) {
+            // Without a BMC a reboot is the orchestrator's own, where it has one.
+            let via_bmc = !(facts.can_reboot && facts.no_bmc.contains_key(&id));
+            match self.next_move(cfg, now, &id, held, via_bmc, out) {
                 Move::Stay => {}
                 Move::Fail(step, why) => self.fail_flow(cfg, now, &id, step, &why, out),
                 Move::PutBack => self.put_back_after_reboot(cfg, now, &id, out),
@@ -564,6 +566,7 @@ impl Fleet {
         now: Time,
         id: &str,
         held: Option<String>,
+        via_bmc: bool,
         out: &mut Outcome,
     ) -> Move {
         let r = &cfg.remediation;
@@ -637,10 +640,10 @@ impl Fleet {
                             id,
                             now,
                             FlowStep::Reboot,
-                            if force {
-                                "rebooting through the BMC (forced)".into()
-                            } else {
-                                "rebooting through the BMC: graceful shutdown, forced after bmc.gracefulTimeout".into()
+                            match (via_bmc, force) {
+                                (true, true) => "rebooting through the BMC (forced)".into(),
+                                (true, false) => "rebooting through the BMC: graceful shutdown, forced after bmc.gracefulTimeout".into(),
+                                (false, _) => "rebooting through the orchestrator (no BMC is configured for the node)".into(),
                             },
                         ));
                         Move::Stay

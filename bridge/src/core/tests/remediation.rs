@@ -871,12 +871,33 @@ fn nodes_without_a_reachable_bmc_wait_and_say_why() {
         waiting.iter().any(|w| w.contains("not been looked for")),
         "{waiting:?}"
     );
-    // An orchestrator that reboots on its own needs no BMC.
-    s.remediate(&Facts {
+    // An orchestrator that reboots on its own needs no BMC, and the flow says
+    // whose reboot it sends.
+    let own = Facts {
         can_reboot: true,
         ..facts
-    });
+    };
+    s.remediate(&own);
     assert_eq!(s.step("n1"), Some(FlowStep::Cordon));
+    while s.step("n1") != Some(FlowStep::Reboot) && !s.act_once().is_empty() {
+        s.remediate(&own);
+    }
+    assert_eq!(s.step("n1"), Some(FlowStep::Reboot));
+    let said: Vec<&str> = s
+        .events
+        .iter()
+        .filter(|e| e.node_id == "n1" && e.kind.name() == "REMEDIATION_STEP")
+        .map(|e| e.message.as_str())
+        .collect();
+    assert!(
+        said.iter()
+            .any(|m| m.contains("rebooting through the orchestrator")),
+        "{said:?}"
+    );
+    assert!(
+        !said.iter().any(|m| m.contains("through the BMC")),
+        "{said:?}"
+    );
 }
 
 #[test]
