@@ -69,8 +69,14 @@ impl NatsLease {
         self.state.lock().expect("lease lock").term
     }
 
+    /// The replica that held the key when last seen; never this one once its
+    /// leadership lapsed (cut off from NATS, it cannot tell who leads now).
     pub fn holder(&self) -> Option<String> {
-        self.state.lock().expect("lease lock").holder.clone()
+        let s = self.state.lock().expect("lease lock");
+        let lapsed = s.until.is_none_or(|t| t <= Instant::now());
+        s.holder
+            .clone()
+            .filter(|h| !(lapsed && *h == self.identity))
     }
 
     /// Stop electing and give the key up, so another replica leads at once.

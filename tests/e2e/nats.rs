@@ -762,6 +762,24 @@ async fn a_leader_cut_off_from_nats_stops_before_another_starts() {
         a_stopped <= Duration::from_secs(6),
         "within the lease: {a_stopped:?}"
     );
+    // Cut off, it cannot tell who leads now: it does not send callers to itself.
+    let refused = reqwest::Client::new()
+        .post(format!("{}/cordon", a.node_url("f1")))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({"reason": "test"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 503);
+    let said: Value = refused.json().await.unwrap();
+    assert_eq!(said["error"], "not_leader", "{said}");
+    assert!(
+        said["detail"]
+            .as_str()
+            .unwrap()
+            .contains("no leader is elected"),
+        "{said}"
+    );
     // Once it has loaded the store, the new leader takes deliveries in.
     eventually(
         "the new leader ingests",

@@ -81,9 +81,14 @@ impl Leadership {
         self.state.lock().expect("lease lock").term
     }
 
-    /// Who holds the Lease, as last seen.
+    /// Who holds the Lease, as last seen; never this replica once its leadership
+    /// lapsed (cut off from the API server, it cannot tell who leads now).
     pub fn holder(&self) -> Option<String> {
-        self.state.lock().expect("lease lock").holder.clone()
+        let s = self.state.lock().expect("lease lock");
+        let lapsed = s.until.is_none_or(|t| t <= Instant::now());
+        s.holder
+            .clone()
+            .filter(|h| !(lapsed && *h == self.identity))
     }
 
     /// Count a write in flight until the guard drops.
