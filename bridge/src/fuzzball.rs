@@ -87,7 +87,7 @@ impl Config {
                     "url",
                     format!(
                         "`{}` is not the API's http(s) base, like https://fuzzball.example.com/v4",
-                        self.url
+                        crate::shown_address(&self.url)
                     ),
                 );
             }

@@ -152,6 +152,18 @@ pub fn shown_url(url: &reqwest::Url) -> String {
     u.to_string()
 }
 
+/// Text meant as a URL or an address, as it may be shown whether or not it parses
+/// (an error about it): any `user:password@` before the host, the query and the
+/// fragment left out.
+pub fn shown_address(text: &str) -> String {
+    let start = text.find("://").map_or(0, |i| i + 3);
+    let rest = &text[start..];
+    let rest = &rest[..rest.find(['?', '#']).unwrap_or(rest.len())];
+    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
+    let host = authority.rfind('@').map_or(0, |at| at + 1);
+    format!("{}{}", &text[..start], &rest[host..])
+}
+
 /// A list of server URLs as [`shown_url`] shows each, comma-separated.
 pub fn shown_urls<'u>(urls: impl IntoIterator<Item = &'u str>) -> String {
     urls.into_iter()

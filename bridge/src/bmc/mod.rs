@@ -205,9 +205,11 @@ pub enum Address {
 impl Address {
     pub fn parse(text: &str) -> std::result::Result<Address, String> {
         let text = text.trim();
+        // Errors show it without credentials, which it may carry by mistake.
+        let shown = crate::shown_address(text);
         let (scheme, rest) = text
             .split_once("://")
-            .ok_or_else(|| format!("`{text}` is not an address like redfish+https://host/redfish/v1/Systems/1 or ipmi://host:623"))?;
+            .ok_or_else(|| format!("`{shown}` is not an address like redfish+https://host/redfish/v1/Systems/1 or ipmi://host:623"))?;
         match scheme {
             "redfish" | "redfish+https" | "redfish+http" => {
                 let http = if scheme == "redfish+http" {
@@ -216,7 +218,7 @@ impl Address {
                     "https"
                 };
                 let url = reqwest::Url::parse(&format!("{http}://{rest}"))
-                    .map_err(|e| format!("`{text}`: {e}"))?;
+                    .map_err(|e| format!("`{shown}`: {e}"))?;
                 if !url.username().is_empty() || url.password().is_some() {
                     return Err(
                         "a BMC address carries no credentials: put them in a credentialsFile"
@@ -226,7 +228,7 @@ impl Address {
                 let system = url.path().trim_end_matches('/').to_string();
                 if !system.starts_with("/redfish/v1/Systems/") {
                     return Err(format!(
-                        "`{text}` names no system: end it with the system's path, like /redfish/v1/Systems/1"
+                        "`{shown}` names no system: end it with the system's path, like /redfish/v1/Systems/1"
                     ));
                 }
                 let mut origin = url.clone();
@@ -237,18 +239,18 @@ impl Address {
             "ipmi" => {
                 let rest = rest.trim_end_matches('/');
                 if rest.contains('@') || rest.contains('/') {
-                    return Err(format!("`{text}` is not an address like ipmi://host:623"));
+                    return Err(format!("`{shown}` is not an address like ipmi://host:623"));
                 }
                 let (host, port) = match rest.rsplit_once(':') {
                     Some((h, p)) if !h.ends_with(']') || p.is_empty() => (
                         h.to_string(),
                         p.parse::<u16>()
-                            .map_err(|_| format!("`{text}`: `{p}` is not a port"))?,
+                            .map_err(|_| format!("`{shown}`: `{p}` is not a port"))?,
                     ),
                     _ => (rest.to_string(), 623),
                 };
                 if host.is_empty() {
-                    return Err(format!("`{text}` names no host"));
+                    return Err(format!("`{shown}` names no host"));
                 }
                 Ok(Address::Ipmi { host, port })
             }

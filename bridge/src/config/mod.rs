@@ -767,7 +767,7 @@ impl Config {
             _ => {
                 return Err(err(
                     "alertmanager.url",
-                    format!("`{}` is not an http(s) URL", am.url),
+                    format!("`{}` is not an http(s) URL", crate::shown_address(&am.url)),
                 ));
             }
         }
@@ -1486,6 +1486,49 @@ mod tests {
         assert_eq!(e.line, Some(4), "{e}");
         assert_eq!(e.key, "nodeHealth.cordnBelow");
         assert!(e.message.contains("unknown field"), "{e}");
+    }
+
+    /// A credential written into an address by mistake is never echoed back.
+    #[test]
+    fn a_bad_address_is_shown_without_its_credentials() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = dir.path().join("c");
+        std::fs::write(&c, "root:calvin").unwrap();
+        let t = dir.path().join("t");
+        std::fs::write(&t, "token").unwrap();
+        for (text, key) in [
+            (
+                "alertmanager: { url: 'http://am:S3cret@127.0.0.1:419933' }",
+                "alertmanager.url",
+            ),
+            (
+                "inventory: [ { id: a, bmc: { address: 'ipmi://admin:S3cret@10.1.0.14:99999', credentialsFile: c } } ]",
+                "inventory[0].bmc.address",
+            ),
+            (
+                "bmc: { credentialsFile: c, addressTemplate: 'ipmi://admin:S3cret@{hostname}:623' }",
+                "bmc.addressTemplate",
+            ),
+            (
+                "orchestrator: { kind: fuzzball, url: 'https://fb:S3cret@127.0.0.1:999999/v4?token=S3cret', tokenFile: t, cli: /bin/true }",
+                "orchestrator.url",
+            ),
+        ] {
+            let text = text
+                .replace("File: c", &format!("File: '{}'", c.display()))
+                .replace("tokenFile: t", &format!("tokenFile: '{}'", t.display()));
+            let e = load(&text).unwrap_err();
+            assert_eq!(e.key, key, "{e}");
+            let said = e.to_string();
+            assert!(!said.contains("S3cret"), "{said}");
+            assert!(said.contains("is not"), "{said}");
+        }
+        assert_eq!(
+            crate::shown_address("https://u:p@w@host:1/a/b?x=y#z"),
+            "https://host:1/a/b"
+        );
+        assert_eq!(crate::shown_address("u:p@host:623"), "host:623");
+        assert_eq!(crate::shown_address("ipmi://host:623"), "ipmi://host:623");
     }
 
     #[test]
