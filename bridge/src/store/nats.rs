@@ -347,11 +347,14 @@ impl super::Outbox for Outbox {
 impl super::Feed for Feed {
     fn next(&mut self, wait: Duration) -> Fut<'_, Result<Fetched>> {
         Box::pin(async move {
-            // A batch waits up to `wait` for an event (a fetch would answer at once).
+            // A batch waits up to `wait` for an event (a fetch would answer at once),
+            // and answers with the first: one is handed out at a time (in order), so
+            // a batch asking for more would wait out `wait` for one that cannot come
+            // before this one is acknowledged.
             let mut batch = self
                 .consumer
                 .batch()
-                .max_messages(8)
+                .max_messages(1)
                 .expires(wait)
                 .messages()
                 .await
@@ -1530,6 +1533,40 @@ mod tests {
             ledger: ledger.map(str::to_string),
             ..Batch::default()
         }
+    }
+
+    /// A webhook feed hands events out in order, each as soon as it is there — not
+    /// once the wait for more ran out — and the next once it is acknowledged.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_webhook_feed_hands_out_each_event_at_once() {
+        use crate::store::Outbox as _;
+        let server = server::Server::start();
+        let now = chrono::Utc::now();
+        let mut store = Nats::open(&server.config(), "c", 90).unwrap();
+        store.load(now).unwrap();
+        let events: Vec<Event> = (0..3)
+            .map(|i| decommissioned(&format!("n{i}"), now, "gone"))
+            .collect();
+        store.write(&batch_of(&events, None)).unwrap();
+        let outbox = store.outbox();
+        let since = now - chrono::TimeDelta::minutes(1);
+        let mut feed = outbox.feed("a", since, None, 100).await.unwrap();
+        let mut delivered = Vec::new();
+        while delivered.len() < 3 {
+            // Were the feed to wait out its wait, this would give up first.
+            let fetched = tokio::time::timeout(
+                Duration::from_secs(60),
+                feed.next(Duration::from_secs(3600)),
+            )
+            .await
+            .expect("handed out at once")
+            .unwrap();
+            for p in &fetched.events {
+                delivered.push(p.event().unwrap().event.node_id.clone());
+                p.ack().await.unwrap();
+            }
+        }
+        assert_eq!(delivered, ["n0", "n1", "n2"]);
     }
 
     /// A leader that published a step's events and died before its state was
