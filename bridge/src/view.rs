@@ -527,12 +527,35 @@ pub struct AlertsView {
     pub alerts: Vec<SeenAlert>,
 }
 
+/// The most an operator's reason, or a failure report's job or reason, may hold, in
+/// bytes: it is kept on the node and in its events, written to the store with them.
+pub const MAX_REASON: usize = 1024;
+
+fn bounded<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    within(String::deserialize(d)?)
+}
+
+fn bounded_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Option::<String>::deserialize(d)?.map(within).transpose()
+}
+
+fn within<E: serde::de::Error>(text: String) -> Result<String, E> {
+    if text.len() > MAX_REASON {
+        return Err(E::custom(format!(
+            "{} bytes: at most {MAX_REASON} are kept",
+            text.len()
+        )));
+    }
+    Ok(text)
+}
+
 /// Body of `POST /api/v1/nodes/{id}/failures`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FailureReport {
+    #[serde(deserialize_with = "bounded")]
     pub job: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "bounded_opt")]
     pub reason: Option<String>,
     #[serde(default)]
     pub occurred_at: Option<Time>,
@@ -542,7 +565,7 @@ pub struct FailureReport {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClearRequest {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "bounded")]
     pub reason: String,
 }
 
@@ -550,7 +573,7 @@ pub struct ClearRequest {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OperateRequest {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "bounded")]
     pub reason: String,
 }
 
@@ -569,7 +592,7 @@ pub struct PowerRequest {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RebootRequest {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "bounded")]
     pub reason: String,
     /// Skip the graceful shutdown.
     #[serde(default)]
@@ -583,7 +606,7 @@ pub struct DrainRequest {
     /// Also move the running work (it restarts from the beginning elsewhere).
     #[serde(default)]
     pub active: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "bounded")]
     pub reason: String,
 }
 

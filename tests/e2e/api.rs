@@ -37,7 +37,16 @@ async fn bad_operator_bodies_are_json_errors_and_change_nothing() {
     let client = reqwest::Client::new();
     let node = format!("{}/api/v1/nodes/rack1%2Fn:3", hale.url);
     let before = hale.node("rack1/n:3").await.unwrap();
+    // A reason is kept on the node and its events: 1,024 bytes at most.
+    let long = format!(r#"{{"reason": "{}"}}"#, "x".repeat(600_000));
     for (verb, body, says) in [
+        ("cordon", long.as_str(), "at most 1024"),
+        ("drain", long.as_str(), "at most 1024"),
+        (
+            "conditions/disk_degraded/clear",
+            long.as_str(),
+            "at most 1024",
+        ),
         ("cordon", "{bad", "the request body"),
         ("cordon", r#"{"reason": 5}"#, "invalid type"),
         ("uncordon", r#"{"reasn": "typo"}"#, "unknown field"),
@@ -55,7 +64,7 @@ async fn bad_operator_bodies_are_json_errors_and_change_nothing() {
         let r = client
             .post(format!("{node}/{verb}"))
             .bearer_auth(TOKEN)
-            .body(body)
+            .body(body.to_string())
             .send()
             .await
             .unwrap();

@@ -723,9 +723,25 @@ pub(super) fn compose_message(ctype: &str, cond: &mut Condition) {
         messages.retain(|m| *m != charged);
         messages.insert(0, charged);
     }
-    cond.message = if ctype == COLLECTOR_FAILED {
-        format!("collectors failed: {}", messages.join(", "))
+    let (head, separator) = if ctype == COLLECTOR_FAILED {
+        ("collectors failed: ", ", ")
     } else {
-        messages.join("; ")
+        ("", "; ")
     };
+    // Each text is clipped already; many alerts' texts together are cut too.
+    let mut message = String::from(head);
+    for (i, m) in messages.iter().enumerate() {
+        if i > 0 && message.len() + m.len() > MAX_MESSAGE {
+            message.push_str(&format!("{separator}… and {} more", messages.len() - i));
+            break;
+        }
+        if i > 0 {
+            message.push_str(separator);
+        }
+        message.push_str(m);
+    }
+    cond.message = message;
 }
+
+/// The most a condition's message joins of its alerts' texts, in bytes.
+const MAX_MESSAGE: usize = 4 * super::labels::MAX_TEXT;

@@ -229,6 +229,23 @@ pub struct Alert<'a> {
     pub state: AlertState,
 }
 
+/// The most hale keeps of one label value or annotation, in bytes: an alert is
+/// evidence, not a document, and what it keeps is written to the store with every
+/// change (a NATS message holds 1 MiB by default).
+pub const MAX_TEXT: usize = 1024;
+
+/// `text` cut to [`MAX_TEXT`] bytes, at a character's boundary.
+pub fn clip(text: &str) -> &str {
+    if text.len() <= MAX_TEXT {
+        return text;
+    }
+    let mut end = MAX_TEXT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// What an alert means to hale (`hale_signal`, DESIGN §3–4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Signal<'s> {
@@ -306,7 +323,7 @@ impl<'a> Alert<'a> {
     /// A label's value; an empty or blank one counts as absent (a node named `" "`
     /// is no node).
     fn label(&self, key: Key) -> Option<&str> {
-        self.labels.known(key).filter(|v| !blank(v))
+        self.labels.known(key).filter(|v| !blank(v)).map(clip)
     }
 
     /// When the alert started, if it says so validly.
@@ -512,7 +529,7 @@ impl<'a> Alert<'a> {
             .flatten()
             .map(|t| t.0.as_ref())
             .find(|t| !t.is_empty())
-            .unwrap_or_else(|| self.alertname())
+            .map_or_else(|| self.alertname(), clip)
     }
 
     /// Cloudflare-style priority (`"6"` or `"P6"`); lower is more urgent.

@@ -1146,6 +1146,44 @@ fn webhook_only_keeps_a_stale_resolution_until_trust_and_its_hold() {
     assert!(!s.fleet.trust.held_resolutions);
 }
 
+/// What an alert says is kept to a bound: a megabyte of summary or a long label
+/// value is clipped, and many alerts' texts joined in one condition are cut.
+#[test]
+fn alert_texts_are_kept_to_a_bound() {
+    let mut s = script("");
+    let huge = "é".repeat(600_000);
+    let reason = "r".repeat(5_000);
+    s.at(0).poll(&[
+        watchdog(),
+        heartbeat("n1"),
+        smart_failing("n1")
+            .label("hale_reason", &reason)
+            .summary(&huge),
+    ]);
+    let cond = &s.node("n1").conditions["disk_degraded"];
+    assert!(cond.message.len() <= 1024, "{}", cond.message.len());
+    assert!(cond.message.starts_with('é'));
+    assert!(cond.reason.len() <= 1024);
+    assert!(s.events.iter().all(|e| e.message.len() < 2 * 1024));
+    let many: Vec<A> = (0..40)
+        .map(|i| {
+            alert(&format!("Disk{i}"))
+                .on("n1")
+                .condition("disk_degraded", "SmartFailing")
+                .summary(&format!("{i}{}", "m".repeat(900)))
+        })
+        .chain([watchdog(), heartbeat("n1")])
+        .collect();
+    s.at(30).poll(&many);
+    let message = &s.node("n1").conditions["disk_degraded"].message;
+    assert!(message.len() <= 5 * 1024, "{}", message.len());
+    assert!(
+        message.ends_with("more"),
+        "{}",
+        &message[message.len() - 20..]
+    );
+}
+
 #[test]
 fn alerts_without_a_node_are_counted() {
     let mut s = script("");
