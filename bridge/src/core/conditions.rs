@@ -201,7 +201,8 @@ pub(super) fn apply_alerts(
 
     let mut current = BTreeSet::new();
     for (key, job, reason, at) in failures {
-        if !node.failures.counted_alerts.contains(&key) {
+        // Counted once, also when the same alert comes twice in one batch.
+        if !node.failures.counted_alerts.contains(&key) && !current.contains(&key) {
             count_failure(node, rec, job, reason, at);
         }
         current.insert(key);

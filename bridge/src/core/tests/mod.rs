@@ -878,6 +878,10 @@ fn job_failure_alert_instances_count_once() {
     s.at(30).poll(&[watchdog(), heartbeat("n1"), fail.clone()]);
     s.at(40).webhook(std::slice::from_ref(&fail));
     assert_eq!(s.node("n1").failures.total, 1);
+    // The same alert twice in one delivery is one instance too.
+    let twice = fail.clone().on("n2");
+    s.at(45).webhook(&[twice.clone(), twice]);
+    assert_eq!(s.node("n2").failures.total, 1);
     s.at(60).poll(&[watchdog(), heartbeat("n1")]);
     s.at(90).poll(&[
         watchdog(),
