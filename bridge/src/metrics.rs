@@ -289,7 +289,10 @@ impl Metrics {
             }
         }
         // A poll-only hale has taken no delivery: its dashboard panel reads 0.
-        drop(m.webhook_requests.get_or_create(&CodeLabel { code: "200".into() }));
+        drop(
+            m.webhook_requests
+                .get_or_create(&CodeLabel { code: "200".into() }),
+        );
         for operation in Action::NAMES {
             for reason in OrchestratorError::METRIC_LABELS {
                 drop(m.orchestrator_failures.get_or_create(&OperationLabel {

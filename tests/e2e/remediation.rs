@@ -532,6 +532,63 @@ async fn killed_after_the_reboot_was_sent_the_restarted_hale_does_not_reboot_aga
     assert_eq!(hale.node("n1").await.unwrap()["status"], "Ready");
 }
 
+/// A `blockingAlerts` matcher `hale check-config` accepts is one a real
+/// Alertmanager accepts as a filter, and one it refuses Alertmanager refuses too:
+/// a matcher it answers with a 400 would block every reboot for good.
+#[tokio::test(flavor = "multi_thread")]
+async fn blocking_matchers_are_read_as_alertmanager_reads_them() {
+    let am = Alertmanager::start(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("hale.yaml");
+    for matcher in [
+        r#"alertname="CephHealthError""#,
+        r#"alertname = "x""#,
+        "alert:name=x",
+        r#"summary="a \"quoted\" word""#,
+        r#"alertname=~"Ceph.*""#,
+        r#"alertname!~"a|b""#,
+        r#"alertname="CephHealthError"#,
+        r#"alertname=CephHealthError""#,
+        r#"alertname=="x""#,
+        r#"alertname="x" severity="critical""#,
+        r#"alertname="x\""#,
+        r#"alertname=~"Ceph(.*""#,
+        r#"1alertname="x""#,
+    ] {
+        // A single-quoted YAML scalar: its quotes doubled.
+        std::fs::write(
+            &config,
+            format!(
+                "remediation: {{ blockingAlerts: [ '{}' ] }}\n",
+                matcher.replace('\'', "''")
+            ),
+        )
+        .unwrap();
+        let ours = std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+            .arg("check-config")
+            .arg(&config)
+            .output()
+            .unwrap();
+        let theirs = reqwest::Client::new()
+            .get(format!("{}/api/v2/alerts", am.url))
+            .query(&[("filter", matcher)])
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert!(
+            theirs == 200 || theirs == 400,
+            "{matcher}: Alertmanager answered {theirs}"
+        );
+        assert_eq!(
+            ours.status.success(),
+            theirs == 200,
+            "{matcher}: Alertmanager answered {theirs}; check-config said {}",
+            String::from_utf8_lossy(&ours.stderr)
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_blocking_alert_holds_every_admission_until_it_resolves() {
     let am = Alertmanager::start(None).await;

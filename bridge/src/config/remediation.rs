@@ -59,24 +59,45 @@ pub enum AlertMatch {
 }
 
 impl AlertMatch {
-    /// The `filter` values of Alertmanager's `GET /api/v2/alerts`.
+    /// The `filter` values of Alertmanager's `GET /api/v2/alerts`: one matcher
+    /// each, split at the commas outside quotes.
     pub fn filters(&self) -> Vec<String> {
         match self {
             AlertMatch::Labels(labels) => labels
                 .iter()
                 .map(|(k, v)| format!("{k}={}", serde_json::Value::String(v.clone())))
                 .collect(),
-            AlertMatch::Matchers(text) => text
-                .trim()
-                .trim_start_matches('{')
-                .trim_end_matches('}')
-                .split(',')
-                .map(|m| m.trim().to_string())
-                .filter(|m| !m.is_empty())
-                .collect(),
+            AlertMatch::Matchers(text) => {
+                let text = text.trim();
+                let text = text.strip_prefix('{').unwrap_or(text);
+                let text = text.strip_suffix('}').unwrap_or(text);
+                let (mut out, mut current) = (Vec::new(), String::new());
+                let (mut quoted, mut escaped) = (false, false);
+                for c in text.chars() {
+                    match c {
+                        _ if escaped => escaped = false,
+                        '\\' => escaped = true,
+                        '"' => quoted = !quoted,
+                        ',' if !quoted => {
+                            out.push(std::mem::take(&mut current));
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    current.push(c);
+                }
+                out.push(current);
+                out.into_iter()
+                    .map(|m| m.trim().to_string())
+                    .filter(|m| !m.is_empty())
+                    .collect()
+            }
         }
     }
 
+    /// Each filter read as Alertmanager reads it (`labels.ParseMatcher`), so that a
+    /// matcher it would answer with a 400 — which blocks every reboot — is refused
+    /// here instead.
     fn check(&self) -> Result<(), String> {
         let filters = self.filters();
         if filters.is_empty() {
@@ -89,21 +110,20 @@ impl AlertMatch {
                 ));
             };
             let name = f[..at].trim();
-            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            let named = name.chars().next().is_some_and(|c| !c.is_ascii_digit())
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+            if !named {
                 return Err(format!("`{f}` does not start with a label name"));
             }
             let rest = &f[at..];
-            let op_len = if ["=~", "!=", "!~"].iter().any(|op| rest.starts_with(op)) {
-                2
-            } else {
-                1
-            };
-            let (op, value) = rest.split_at(op_len);
-            let value = value.trim();
-            let value = match value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
-                Some(quoted) => quoted.replace("\\\"", "\"").replace("\\\\", "\\"),
-                None => value.to_string(),
-            };
+            let op = ["=~", "!=", "!~", "="]
+                .into_iter()
+                .find(|op| rest.starts_with(op))
+                .ok_or_else(|| format!("`{f}`: `!` is not an operator; use =, !=, =~ or !~"))?;
+            let value = unquote(rest[op.len()..].trim())
+                .map_err(|why| format!("`{f}`: {why} (separate matchers with commas)"))?;
             if op.ends_with('~') {
                 // Alertmanager would refuse every query with it, and the flow
                 // would stay blocked with no alert to show for it.
@@ -118,6 +138,41 @@ impl AlertMatch {
         }
         Ok(())
     }
+}
+
+/// A matcher's value as Alertmanager reads it: quoted or not, a `"` inside only
+/// escaped; `\\`, `\"` and `\n` unescaped.
+fn unquote(raw: &str) -> Result<String, String> {
+    let (body, quoted) = match raw.strip_prefix('"') {
+        Some(rest) => (rest, true),
+        None => (raw, false),
+    };
+    let mut value = String::with_capacity(body.len());
+    let mut closed = false;
+    let mut chars = body.chars();
+    while let Some(c) = chars.next() {
+        if closed {
+            return Err("the value goes on after its closing quote".into());
+        }
+        match c {
+            '\\' => match chars.next() {
+                Some('n') => value.push('\n'),
+                Some(e @ ('"' | '\\')) => value.push(e),
+                Some(other) => {
+                    value.push('\\');
+                    value.push(other);
+                }
+                None => value.push('\\'),
+            },
+            '"' if quoted => closed = true,
+            '"' => return Err("the value holds a quote that is not escaped".into()),
+            c => value.push(c),
+        }
+    }
+    if quoted && !closed {
+        return Err("the value's quote is not closed".into());
+    }
+    Ok(value)
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -437,5 +492,33 @@ mod tests {
         );
         assert!(AlertMatch::Matchers("Ceph".into()).check().is_err());
         assert!(AlertMatch::Matchers("".into()).check().is_err());
+        // A comma inside quotes is the value's.
+        assert_eq!(
+            AlertMatch::Matchers(r#"{summary="a, b", severity="critical"}"#.into()).filters(),
+            [r#"summary="a, b""#, r#"severity="critical""#]
+        );
+        // As Alertmanager's labels.ParseMatcher reads each (tests/e2e checks the
+        // same table against a real one).
+        for (text, ok) in [
+            (r#"alertname="CephHealthError""#, true),
+            (r#"alertname = "x""#, true),
+            (r#"alert:name=x"#, true),
+            (r#"summary="a \"quoted\" word""#, true),
+            (r#"alertname="""#, true),
+            (r#"alertname="CephHealthError"#, false),
+            (r#"alertname=CephHealthError""#, false),
+            (r#"alertname=="x""#, false),
+            (r#"alertname="x" severity="critical""#, false),
+            (r#"alertname="x\""#, false),
+            (r#"alertname!"x""#, false),
+            (r#"1alertname="x""#, false),
+        ] {
+            assert_eq!(
+                AlertMatch::Matchers(text.into()).check().is_ok(),
+                ok,
+                "{text}: {:?}",
+                AlertMatch::Matchers(text.into()).check()
+            );
+        }
     }
 }

@@ -377,8 +377,11 @@ impl Hale {
     /// evidence it cannot read.
     pub async fn blocking_loop(self: Arc<Self>) {
         let beat = self.liveness.watch("blocking", BLOCKING_EVERY * 20);
+        // The last read's failure, logged when it starts, changes and ends.
+        let mut unreadable: Option<String> = None;
         loop {
             beat.beat();
+            let mut failed: Option<String> = None;
             let cfg = self.config();
             let client = self.client.read().expect("client lock").clone();
             let c = cfg.clone();
@@ -401,6 +404,7 @@ impl Hale {
                     Ok(_) => {}
                     Err(e) => {
                         facts.blocking = Some(format!("cannot read the blocking alerts: {e}"));
+                        failed = Some(e.to_string());
                         break;
                     }
                 }
@@ -417,10 +421,21 @@ impl Hale {
                             facts
                                 .blocked_types
                                 .insert(name.clone(), format!("unreadable blocking alerts ({e})"));
+                            failed.get_or_insert_with(|| e.to_string());
                             break;
                         }
                     }
                 }
+            }
+            if failed != unreadable {
+                match &failed {
+                    Some(e) => warn!(
+                        error = %e,
+                        "cannot read remediation.blockingAlerts from Alertmanager: no reboot flow is admitted until it can"
+                    ),
+                    None => info!("remediation.blockingAlerts can be read again"),
+                }
+                unreadable = failed;
             }
             *self.facts.lock().expect("facts lock") = facts;
             self.facts_read
