@@ -149,6 +149,13 @@ impl Directory {
             .transpose()
             .map_err(|e| ("bmc.credentialsFile".to_string(), e))?;
         if let Some(t) = &section.address_template {
+            // Its BMCs have no credentials of their own to fall back on.
+            if default_credentials.is_none() {
+                return Err((
+                    "bmc.credentialsFile".into(),
+                    "no credentials for the BMCs bmc.addressTemplate names: set it".into(),
+                ));
+            }
             let sample = fill(t, "node-1", "node-1", &BTreeMap::new())
                 .or_else(|e| {
                     if e.contains("no label") {
@@ -363,5 +370,15 @@ mod tests {
         assert!(e.to_string().contains("hale.dev/bmc-address"), "{e}");
         let e = bare.target("c", None, &none, Some("ipmi://x")).unwrap_err();
         assert!(e.to_string().contains("bmc.credentialsFile"), "{e}");
+        // A template with no credentials to go with it is refused at load.
+        let e = Directory::resolve(
+            &BmcConfig {
+                address_template: Some("ipmi://{id}-bmc".into()),
+                ..BmcConfig::default()
+            },
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(e.0, "bmc.credentialsFile", "{e:?}");
     }
 }
