@@ -606,6 +606,49 @@ fn hale_cmd() -> std::process::Command {
 
 /// Run `cmd` to its end, which must come within 30 s: a `hale serve` that should
 /// have refused to start, and serves instead, fails the test rather than hangs it.
+/// A store file hale cannot write is refused at start, as a directory it cannot
+/// create is: it opened, served, answered ready and recorded nothing. Run as
+/// `nobody` (`setpriv`), the store's owner, with the file read-only: root writes
+/// any file.
+#[tokio::test]
+async fn a_store_it_cannot_write_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Hale::webhook_only(dir.path(), "").await;
+    let fault = delivery(&[(&smart_failing("n1"), "firing")]);
+    assert_eq!(h.deliver(&fault).await, 200);
+    h.wait_node("recorded", "n1", |n| has_condition(n, "disk_degraded"))
+        .await;
+    h.stop();
+    let binary = dir.path().join("hale");
+    std::fs::copy(env!("CARGO_BIN_EXE_hale"), &binary).unwrap();
+    let nobody = "65534";
+    let chown = std::process::Command::new("chown")
+        .args(["-R", &format!("{nobody}:{nobody}")])
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let db = dir.path().join("data").join(hale::store::sqlite::FILE);
+    std::fs::set_permissions(&db, std::os::unix::fs::PermissionsExt::from_mode(0o444)).unwrap();
+    let out = exits_within(
+        std::process::Command::new("setpriv")
+            .args([
+                &format!("--reuid={nobody}"),
+                &format!("--regid={nobody}"),
+                "--clear-groups",
+            ])
+            .arg(&binary)
+            .args(["serve", "--config"])
+            .arg(dir.path().join("hale.yaml")),
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!("store {}: cannot be written", db.display())),
+        "{said}"
+    );
+}
+
 fn exits_within(cmd: &mut std::process::Command) -> std::process::Output {
     let mut child = cmd
         .stdout(std::process::Stdio::piped())

@@ -32,6 +32,13 @@ pub enum StoreError {
         "store {path}: in use by {holder}: a store has one writer; stop that one first, or give this one a store.path of its own"
     )]
     InUse { path: PathBuf, holder: String },
+    #[error(
+        "store {path}: cannot be written ({cause}): every change is recorded there; give this user write access to the file and its directory"
+    )]
+    ReadOnly {
+        path: PathBuf,
+        cause: rusqlite::Error,
+    },
     #[error("store: {op}: {cause}")]
     Sqlite {
         op: &'static str,
@@ -70,7 +77,7 @@ impl StoreError {
 
     pub fn metric_label(&self) -> &'static str {
         match self {
-            StoreError::Create { .. } => "create",
+            StoreError::Create { .. } | StoreError::ReadOnly { .. } => "create",
             StoreError::InUse { .. } => "in_use",
             StoreError::Sqlite { .. } => "sqlite",
             StoreError::Corrupt { .. } => "corrupt",

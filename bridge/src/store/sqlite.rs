@@ -171,6 +171,15 @@ impl Sqlite {
     pub fn open_locked(dir: &Path, by: &str) -> Result<Sqlite> {
         let held = lock(dir, by)?;
         let mut store = Sqlite::open(dir)?;
+        // A writer that cannot write would serve and answer ready while recording
+        // nothing: a read-only file opens, and fails only at the first write.
+        store
+            .conn
+            .execute("UPDATE meta SET value = value WHERE key = 'instance'", [])
+            .map_err(|cause| StoreError::ReadOnly {
+                path: store.file.clone(),
+                cause,
+            })?;
         store.held = Some(held);
         Ok(store)
     }
