@@ -736,6 +736,19 @@ async fn a_leader_cut_off_from_nats_stops_before_another_starts() {
         has_condition(n, "disk_degraded")
     })
     .await;
+    // Without polling, a replica taking the lead asks Alertmanager nothing either.
+    let asked = |result| {
+        let text = a.metrics();
+        async move {
+            metric(
+                &text.await,
+                "hale_alertmanager_polls_total",
+                &[("result", result)],
+            )
+            .unwrap_or(0.0)
+        }
+    };
+    assert_eq!(asked("unreachable").await + asked("trusted").await, 0.0);
 
     ns.partition(true);
     let cut = Instant::now();

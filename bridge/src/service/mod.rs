@@ -711,7 +711,10 @@ impl Hale {
                     drop(fleet);
                     // As at start: registering before this point wrote nothing.
                     self.register_inventory();
-                    self.poll_now.notify_one();
+                    // Polling, at once; without polling (webhook only), never.
+                    if !self.config().config.alertmanager.poll_interval.is_zero() {
+                        self.poll_now.notify_one();
+                    }
                     self.act_now.notify_one();
                 }
                 Err(e) => {
