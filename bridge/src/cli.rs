@@ -1226,11 +1226,20 @@ pub fn events_table(page: &EventsView) -> String {
 
 pub fn alerts_table(v: &AlertsView) -> String {
     let s = &v.source;
+    // Without polling `up` says nothing: trust is the deliveries'.
+    let state = match (s.polling, s.last_trusted) {
+        (true, _) if s.up => "up".to_string(),
+        (true, _) => "DOWN".to_string(),
+        (false, Some(t)) => format!(
+            "webhook only, last trusted delivery {}",
+            t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        ),
+        (false, None) => "webhook only, no trusted delivery yet".to_string(),
+    };
     let mut o = format!(
-        "Source:    {} (receiver {}) {}{}\n",
+        "Source:    {} (receiver {}) {state}{}\n",
         s.url,
         s.receiver,
-        if s.up { "up" } else { "DOWN" },
         if s.stale { ", telemetry STALE" } else { "" }
     );
     if let Some(e) = &s.last_error {
@@ -1436,6 +1445,23 @@ mod tests {
                 "Holding:   an alert's absence ends nothing until 2026-12-01T12:05:00Z (trusted input returned after a time without it)"
             ),
             "{table}"
+        );
+        // Without polling, whether Alertmanager answers is not hale's to say.
+        view.source.polling = false;
+        view.source.up = false;
+        assert!(
+            alerts_table(&view).starts_with(
+                "Source:    http://am:9093/ (receiver hale) webhook only, no trusted delivery yet\n"
+            ),
+            "{}",
+            alerts_table(&view)
+        );
+        view.source.last_trusted = Some(until);
+        assert!(
+            alerts_table(&view)
+                .contains("webhook only, last trusted delivery 2026-12-01T12:05:00Z\n"),
+            "{}",
+            alerts_table(&view)
         );
     }
 }
