@@ -649,6 +649,32 @@ async fn a_store_it_cannot_write_is_refused_at_start() {
     );
 }
 
+/// A trust record that does not read is started over, and said so in the log.
+#[tokio::test]
+async fn an_unreadable_trust_record_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Hale::webhook_only(dir.path(), "").await;
+    let fault = delivery(&[(&smart_failing("n1"), "firing")]);
+    assert_eq!(h.deliver(&fault).await, 200);
+    h.wait_node("recorded", "n1", |n| has_condition(n, "disk_degraded"))
+        .await;
+    h.stop();
+    let db = dir.path().join("data").join(hale::store::sqlite::FILE);
+    let changed = rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute("UPDATE meta SET value = 'garbage' WHERE key = 'trust'", [])
+        .unwrap();
+    assert_eq!(changed, 1);
+    h.restart().await;
+    eventually("the warning", Duration::from_secs(10), || async {
+        h.log()
+            .contains("the stored trust record is unreadable")
+            .then_some(())
+    })
+    .await;
+    assert!(h.node("n1").await.is_some(), "the rest loads");
+}
+
 fn exits_within(cmd: &mut std::process::Command) -> std::process::Output {
     let mut child = cmd
         .stdout(std::process::Stdio::piped())

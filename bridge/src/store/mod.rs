@@ -191,6 +191,15 @@ pub struct EventPage {
     pub next: Option<i64>,
 }
 
+/// A trust record that does not read is not worth refusing to start over — it
+/// is rebuilt from the next answers — but is said: its hold and staleness are lost.
+fn unreadable_trust(e: &serde_json::Error) {
+    tracing::warn!(
+        error = %e,
+        "the stored trust record is unreadable: starting from a new one (staleness counts from now, no hold is carried over)"
+    );
+}
+
 /// What a store kind does. `hale serve` holds two handles on one store: the
 /// writer, on the path of every step, and one for the reads and upkeep that
 /// should not wait for it ([`Opened`]).

@@ -846,8 +846,9 @@ impl Store for Nats {
             } else if e.key.starts_with("mark.") {
                 per_node_marks = true;
             } else if e.key == "trust" {
-                if let Ok(trust) = serde_json::from_slice::<Trust>(&e.value) {
-                    fleet.trust = trust.resumed(now);
+                match serde_json::from_slice::<Trust>(&e.value) {
+                    Ok(trust) => fleet.trust = trust.resumed(now),
+                    Err(e) => super::unreadable_trust(&e),
                 }
             }
         }

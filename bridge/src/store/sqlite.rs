@@ -307,8 +307,10 @@ impl Store for Sqlite {
             })
             .optional()
             .op("read trust")?;
-        if let Some(Ok(trust)) = trust.map(|t| serde_json::from_str::<Trust>(&t)) {
-            fleet.trust = trust.resumed(now);
+        match trust.map(|t| serde_json::from_str::<Trust>(&t)) {
+            Some(Ok(trust)) => fleet.trust = trust.resumed(now),
+            Some(Err(e)) => super::unreadable_trust(&e),
+            None => {}
         }
         let ledger: Option<String> = self
             .conn
