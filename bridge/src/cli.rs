@@ -40,7 +40,7 @@ pub enum Command {
         config: Option<PathBuf>,
         /// `text` (colours only on a terminal) or `json`, one object per line, for
         /// log collectors.
-        #[arg(long, env = "HALE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+        #[arg(long, env = "HALE_LOG_FORMAT", value_parser = log_format, default_value = "text")]
         log_format: LogFormat,
     },
     /// Validate a configuration file with the same code `serve` uses.
@@ -283,10 +283,20 @@ pub enum RemediationVerb {
 }
 
 /// How `serve` writes its log.
-#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
     Text,
     Json,
+}
+
+/// A log format named by the flag or the environment: a bad one says both, as
+/// clap's own message names only the flag.
+fn log_format(text: &str) -> Result<LogFormat, String> {
+    match text {
+        "text" => Ok(LogFormat::Text),
+        "json" => Ok(LogFormat::Json),
+        _ => Err("text or json, from --log-format or else HALE_LOG_FORMAT".into()),
+    }
 }
 
 #[derive(Subcommand, Debug)]

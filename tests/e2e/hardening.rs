@@ -534,6 +534,16 @@ async fn logs_are_plain_off_a_terminal_and_json_when_asked() {
         said.starts_with("error: HALE_LOG=\"garbage===\" is not a log filter"),
         "{said}"
     );
+    // So does a log format, naming the variable as well as the flag.
+    let out = exits_within(
+        std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+            .args(["serve", "--config"])
+            .arg(dir.path().join("hale.yaml"))
+            .env("HALE_LOG_FORMAT", "xml"),
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("HALE_LOG_FORMAT"), "{said}");
 }
 
 /// A store has one writer: a second `hale serve` on the same directory stops at
