@@ -270,7 +270,8 @@ fn overridden(base: &Settings, name: &str, o: &NodeHealthOverrides) -> Settings 
         s.max_replacements_per_hour = v;
     }
     if let Some(v) = &o.evict_on_fault_classes {
-        s.evict_on_fault_classes = v.iter().cloned().collect();
+        // A class matches in any case: the default one is the upper-cased type.
+        s.evict_on_fault_classes = v.iter().map(|c| c.trim().to_ascii_uppercase()).collect();
     }
     if let Some(v) = o.max_eviction_restarts {
         s.max_eviction_restarts = v;
@@ -783,6 +784,12 @@ impl Config {
                 "must be at least pollInterval, or every gap between polls is stale".into(),
             ));
         }
+        if !am.poll_interval.is_zero() && am.poll_interval < Duration::from_secs(1) {
+            return Err(err(
+                "alertmanager.pollInterval",
+                "must be at least 1s (or 0: webhook only): each poll asks Alertmanager for every alert".into(),
+            ));
+        }
         if am.timeout.is_zero() {
             return Err(err("alertmanager.timeout", "must be positive".into()));
         }
@@ -794,6 +801,15 @@ impl Config {
         }
         if self.node_identity.labels.is_empty() {
             return Err(err("nodeIdentity.labels", "name at least one label".into()));
+        }
+        let mut seen = BTreeSet::new();
+        for (i, label) in self.node_identity.labels.iter().enumerate() {
+            if label.trim().is_empty() || !seen.insert(label) {
+                return Err(err(
+                    &format!("nodeIdentity.labels[{i}]"),
+                    format!("`{label}` is empty or named twice"),
+                ));
+            }
         }
         if self.node_identity.forget_after.is_zero() {
             return Err(err("nodeIdentity.forgetAfter", "must be positive".into()));
@@ -825,6 +841,15 @@ impl Config {
                 return Err(err(
                     &format!("{at}.selector"),
                     "an empty selector would take every node; name at least one label".into(),
+                ));
+            }
+            if let Some(first) = self.pools[..i].iter().find(|p| p.selector == pool.selector) {
+                return Err(err(
+                    &format!("{at}.selector"),
+                    format!(
+                        "pool `{}` has the same selector: a node takes the first pool it matches, so this one would take none",
+                        first.name
+                    ),
                 ));
             }
             let s = overridden(&cluster_settings, &pool.name, &pool.node_health);
@@ -1048,6 +1073,12 @@ impl Config {
                 .map_err(|(key, message)| err(&format!("store.nats.{key}"), message))?,
             (StoreKind::Sqlite, None) => {}
         }
+        if self.store.max_bytes == Some(0) {
+            return Err(err(
+                "store.maxBytes",
+                "must be positive; leave it out for no budget".into(),
+            ));
+        }
         if !(1..=36_500).contains(&self.store.event_retention_days) {
             return Err(err(
                 "store.eventRetentionDays",
@@ -1201,6 +1232,28 @@ fn check_settings(
             )
         };
     }
+    if s.cordon_below > s.degraded_at_or_below + 1 {
+        let key = if written.degraded_at_or_below.is_some() || written.cordon_below.is_none() {
+            "degradedAtOrBelow"
+        } else {
+            "cordonBelow"
+        };
+        return fail(
+            key,
+            format!(
+                "degradedAtOrBelow {} is under cordonBelow {} less one: a node scoring {} would be cordoned while Healthy",
+                s.degraded_at_or_below,
+                s.cordon_below,
+                s.cordon_below - 1
+            ),
+        );
+    }
+    if s.evict_on_fault_classes.iter().any(String::is_empty) {
+        return fail(
+            "evictOnFaultClasses",
+            "an empty class names no fault".into(),
+        );
+    }
     if s.heartbeat_miss_threshold == 0 {
         return fail("heartbeatMissThreshold", "must be at least 1".into());
     }
@@ -1214,6 +1267,9 @@ fn check_settings(
         return fail("failureTallyHalfLifeHours", "must be positive".into());
     }
     for (reason, points) in &s.penalties {
+        if reason.trim().is_empty() {
+            return fail("penalties", "a penalty names no reason".into());
+        }
         if *points > 100 {
             return fail(
                 &format!("penalties.{reason}"),
@@ -1720,6 +1776,36 @@ mod tests {
                 "store.eventRetentionDays",
             ),
             ("store: { path: '' }", "store.path"),
+            ("store: { maxBytes: 0 }", "store.maxBytes"),
+            (
+                "alertmanager: { pollInterval: 1ms }",
+                "alertmanager.pollInterval",
+            ),
+            (
+                "nodeIdentity: { labels: [node, node] }",
+                "nodeIdentity.labels[1]",
+            ),
+            (
+                "nodeIdentity: { labels: [node, ''] }",
+                "nodeIdentity.labels[1]",
+            ),
+            (
+                "nodeHealth: { degradedAtOrBelow: 40 }",
+                "nodeHealth.degradedAtOrBelow",
+            ),
+            ("nodeHealth: { cordonBelow: 97 }", "nodeHealth.cordonBelow"),
+            (
+                "nodeHealth: { evictOnFaultClasses: [''] }",
+                "nodeHealth.evictOnFaultClasses",
+            ),
+            (
+                "nodeHealth: { penalties: { '': 10 } }",
+                "nodeHealth.penalties",
+            ),
+            (
+                "pools: [{ name: a, selector: {p: a} }, { name: b, selector: {p: a} }]",
+                "pools[1].selector",
+            ),
             ("store: { kind: nats }", "store.nats"),
             (
                 "store: { kind: nats, nats: { urls: [] } }",

@@ -86,7 +86,7 @@ pub fn eviction_message(node: &str, fault: &str) -> String {
 /// condition in that class (never a blind condition, which names no fault).
 fn fault_name(node: &Node, class: &str) -> Option<String> {
     faults(node)
-        .filter(|(_, c)| c.fault_class == class && !c.suppressed())
+        .filter(|(_, c)| c.fault_class.eq_ignore_ascii_case(class) && !c.suppressed())
         .max_by_key(|(_, c)| c.severity)
         .map(|(ctype, _)| describe_fault(ctype))
 }
@@ -603,8 +603,9 @@ impl Policy<'_, '_> {
         // A fault evicted once stays evicted while it is raised, silenced or not, so
         // a silence that ends does not evict again; only a fault an unsilenced alert
         // feeds evicts (DESIGN §3: a suppressed condition triggers nothing).
+        // Classes are upper case in the settings, as written in any case.
         let raised: BTreeSet<String> = faults(node)
-            .map(|(_, c)| c.fault_class.to_string())
+            .map(|(_, c)| c.fault_class.as_str().to_ascii_uppercase())
             .collect();
         let before = node.policy.evicted.len();
         node.policy.evicted.retain(|class| raised.contains(class));

@@ -2465,7 +2465,8 @@ fn a_fault_eviction_whose_cordon_is_refused_is_tried_again() {
 
 #[test]
 fn fault_eviction_acts_in_observe_mode_and_names_the_fault() {
-    let mut s = script("nodeHealth: { evictOnFaultClasses: [GPU_ECC_ERRORS] }");
+    // A class matches written in any case.
+    let mut s = script("nodeHealth: { evictOnFaultClasses: [gpu_ecc_errors] }");
     let mut ids = s.pool("g", 9, "gpu");
     ids.push("gpu-14".into());
     s.at(0).report(&ids, &[], low);
