@@ -95,7 +95,9 @@ pub enum StoreVerb {
         /// The `cluster` whose records a NATS store holds.
         #[arg(long, default_value = "default")]
         cluster: String,
-        /// Copies JetStream keeps of a NATS store it creates.
+        /// Copies JetStream keeps of the NATS store copied into (at most the
+        /// servers in the cluster: 1 for a single server); a store copied from is
+        /// read as it is.
         #[arg(long, default_value_t = 3)]
         replicas: usize,
         /// A NATS store's event retention (its stream's max age), as
