@@ -1141,6 +1141,15 @@ impl Config {
         }
         let am = &self.alertmanager;
         let id = &self.node_identity;
+        if id.create_from_alerts == Some(false)
+            && self.orchestrator == OrchestratorConfig::None
+            && self.inventory.is_empty()
+        {
+            return Err(err(
+                "nodeIdentity.createFromAlerts",
+                "false, with orchestrator none and no inventory, lets no node in: list the nodes in inventory, or let alerts bring them".into(),
+            ));
+        }
         let core = CoreSettings {
             cluster: cluster_settings,
             pools,
@@ -1777,6 +1786,10 @@ mod tests {
             ),
             ("store: { path: '' }", "store.path"),
             ("store: { maxBytes: 0 }", "store.maxBytes"),
+            (
+                "nodeIdentity: { createFromAlerts: false }",
+                "nodeIdentity.createFromAlerts",
+            ),
             (
                 "alertmanager: { pollInterval: 1ms }",
                 "alertmanager.pollInterval",
