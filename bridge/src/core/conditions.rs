@@ -189,10 +189,11 @@ pub(super) fn apply_alerts(
                 node.unavailable.insert(f.to_string(), s.to_string());
             }
         }
-        if trusted {
-            for (_, fingerprint, _) in &ended {
-                node.unavailable.remove(*fingerprint);
-            }
+        // An unavailable signal ends at its resolution even untrusted (`ended` then
+        // holds only a delivery's without polling): thinking a signal readable costs
+        // nothing, and nothing else would ever end it.
+        for (_, fingerprint, _) in &ended {
+            node.unavailable.remove(*fingerprint);
         }
         if node.unavailable.len() != before || !unavailable.is_empty() {
             rec.dirty();

@@ -564,7 +564,7 @@ impl Alert<'_> {
         let mut message = format!("[P{priority}]");
         if let Some(summary) = &self.annotations.summary {
             message.push(' ');
-            message.push_str(&summary.0);
+            message.push_str(clip(&summary.0));
         }
         Some(Notice {
             alertname: alertname.into(),
@@ -593,7 +593,7 @@ impl Alert<'_> {
             return false;
         };
         match &self.annotations.summary {
-            Some(summary) => rest.strip_prefix(' ') == Some(summary.0.as_ref()),
+            Some(summary) => rest.strip_prefix(' ') == Some(clip(&summary.0)),
             None => rest.is_empty(),
         }
     }

@@ -242,7 +242,10 @@ fn confirm_done(pending: &mut Vec<Pending>, o: &Observed) {
         Action::Drain { active: false, .. } => cordoned,
         Action::Uncordon => !cordoned,
         Action::Gate { on } => o.gated == Some(*on),
-        Action::Evict { fault_class, .. } => o.evicted.as_deref() == Some(fault_class.as_str()),
+        Action::Evict { fault_class, .. } => o
+            .evicted
+            .as_deref()
+            .is_some_and(|e| e.eq_ignore_ascii_case(fault_class)),
         _ => false,
     };
     let cordoning = |a: &Action| {

@@ -603,17 +603,22 @@ impl Policy<'_, '_> {
         // A fault evicted once stays evicted while it is raised, silenced or not, so
         // a silence that ends does not evict again; only a fault an unsilenced alert
         // feeds evicts (DESIGN §3: a suppressed condition triggers nothing).
-        // Classes are upper case in the settings, as written in any case.
-        let raised: BTreeSet<String> = faults(node)
-            .map(|(_, c)| c.fault_class.as_str().to_ascii_uppercase())
-            .collect();
+        // A class matches in any case (the default one is the upper-cased type).
+        let raised: Vec<Name> = faults(node).map(|(_, c)| c.fault_class.clone()).collect();
         let before = node.policy.evicted.len();
-        node.policy.evicted.retain(|class| raised.contains(class));
+        node.policy
+            .evicted
+            .retain(|class| raised.iter().any(|r| r.eq_ignore_ascii_case(class)));
         if node.policy.evicted.len() != before {
             self.out.dirty.insert(node.id.clone());
         }
         for class in &settings.evict_on_fault_classes {
-            if node.policy.evicted.contains(class) {
+            if node
+                .policy
+                .evicted
+                .iter()
+                .any(|e| e.eq_ignore_ascii_case(class))
+            {
                 continue;
             }
             let Some(fault) = fault_name(node, class) else {

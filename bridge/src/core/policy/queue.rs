@@ -346,7 +346,7 @@ impl Fleet {
                 now,
                 action.name(),
                 Some("orchestrator"),
-                format!("{what} was refused: {why}"),
+                format!("{what} was refused: {}", crate::core::labels::clip(why)),
             ));
             return out;
         }

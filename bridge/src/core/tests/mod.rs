@@ -1157,15 +1157,17 @@ fn alert_texts_are_kept_to_a_bound() {
     let mut s = script("");
     let huge = "é".repeat(600_000);
     let reason = "r".repeat(5_000);
-    s.at(0).poll(&[
-        watchdog(),
-        heartbeat("n1"),
-        smart_failing("n1")
-            .label("hale_reason", &reason)
-            .summary(&huge),
-    ]);
+    // Alertmanager's fingerprint is 16 hex digits; the helpers' grow with labels.
+    let mut big = smart_failing("n1")
+        .label("hale_reason", &reason)
+        .summary(&huge);
+    big.0.fingerprint = Cow::Borrowed("0123456789abcdef");
+    s.at(0).poll(&[watchdog(), heartbeat("n1"), big]);
     let cond = &s.node("n1").conditions["disk_degraded"];
     assert!(cond.message.len() <= 1024, "{}", cond.message.len());
+    // All the node keeps: what its record writes.
+    let record = serde_json::to_string(s.node("n1")).unwrap();
+    assert!(record.len() < 8 * 1024, "{}", record.len());
     assert!(cond.message.starts_with('é'));
     assert!(cond.reason.len() <= 1024);
     assert!(s.events.iter().all(|e| e.message.len() < 2 * 1024));
@@ -2463,10 +2465,27 @@ fn a_fault_eviction_whose_cordon_is_refused_is_tried_again() {
     );
 }
 
+/// A class matches written in any case: the default one is the upper-cased type.
+#[test]
+fn a_fault_class_matches_in_any_case() {
+    let mut s = script("nodeHealth: { evictOnFaultClasses: [gpu_ecc_errors] }");
+    let mut ids = s.pool("g", 9, "gpu");
+    ids.push("gpu-14".into());
+    s.at(0).report(&ids, &[], low);
+    s.at(30).report(&ids, &["gpu-14"], low);
+    assert!(
+        s.fleet
+            .pending()
+            .iter()
+            .any(|(n, p)| n == "gpu-14" && matches!(p.action, policy::Action::Evict { .. })),
+        "{:?}",
+        s.fleet.pending()
+    );
+}
+
 #[test]
 fn fault_eviction_acts_in_observe_mode_and_names_the_fault() {
-    // A class matches written in any case.
-    let mut s = script("nodeHealth: { evictOnFaultClasses: [gpu_ecc_errors] }");
+    let mut s = script("nodeHealth: { evictOnFaultClasses: [GPU_ECC_ERRORS] }");
     let mut ids = s.pool("g", 9, "gpu");
     ids.push("gpu-14".into());
     s.at(0).report(&ids, &[], low);
