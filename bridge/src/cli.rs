@@ -121,7 +121,16 @@ fn open_store(
             bail!("no hale store at {}", path.display());
         }
         // Locked as `hale serve` locks it: a store a hale is writing is not copied.
-        return match hale::store::Sqlite::open_locked(&path, "hale store copy") {
+        // The target is written; the source is only read, and may be a
+        // read-only copy.
+        let opened = hale::store::Sqlite::open_locked(&path, "hale store copy").and_then(|store| {
+            if create {
+                store.writable().map(|()| store)
+            } else {
+                Ok(store)
+            }
+        });
+        return match opened {
             Ok(store) => Ok(Box::new(store)),
             Err(e @ (StoreError::InUse { .. } | StoreError::Create { .. })) => Err(e.into()),
             Err(e) => Err(anyhow::anyhow!("{spec}: {e}")),

@@ -425,6 +425,11 @@ async fn all_clusters(
             "pools are each cluster's own: filter by pool with cluster=NAME",
         ));
     }
+    if query.cluster.is_some() {
+        return Err(bad_request(
+            "allClusters lists every cluster: name one with cluster=NAME alone",
+        ));
+    }
     let fed = hale.federation();
     let clusters: Vec<String> = std::iter::once(hale.config().config.cluster.clone())
         .chain(fed.names().map(str::to_string))
@@ -1171,7 +1176,7 @@ async fn receive(
 
 async fn metrics(State(hale): State<Arc<Hale>>) -> impl IntoResponse {
     let text = tokio::task::spawn_blocking(move || {
-        hale.metrics.ready.set(i64::from(hale.ready()));
+        hale.refresh_gauges();
         hale.metrics.render()
     })
     .await

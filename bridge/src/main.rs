@@ -50,6 +50,9 @@ async fn run() -> anyhow::Result<()> {
         }
         Command::CheckConfig { file } => {
             let loaded = Config::load(Some(&file))?;
+            for w in &loaded.warnings {
+                eprintln!("warning: {w}");
+            }
             println!(
                 "{}: ok (cluster {}, {} pool(s), {} inventory node(s))",
                 file.display(),
@@ -90,12 +93,30 @@ impl std::io::Write for LogOut {
 /// A `HALE_LOG` that is not a filter stops the start, as a bad configuration does.
 fn log(format: LogFormat) -> anyhow::Result<()> {
     let filter = match std::env::var("HALE_LOG") {
-        // The parser's error repeats its cause as its source: said once.
-        Ok(spec) => tracing_subscriber::EnvFilter::try_new(&spec).map_err(|e| {
-            anyhow::anyhow!(
-                "HALE_LOG={spec:?} is not a log filter (info, hale=debug, warn,hale=info, …): {e}"
-            )
-        })?,
+        Ok(spec) => {
+            let not_a_filter = |why: String| {
+                anyhow::anyhow!(
+                    "HALE_LOG={spec:?} is not a log filter (info, hale=debug, warn,hale=info, …): {why}"
+                )
+            };
+            // A bare word is read as a module to log everything of — `warning` would
+            // log nothing of hale's: only a level or one of hale's modules is taken.
+            if let Some(word) = spec.split(',').map(str::trim).find(|d| {
+                !d.is_empty()
+                    && !d.contains(['=', '[', ':'])
+                    && !["trace", "debug", "info", "warn", "error", "off"]
+                        .iter()
+                        .any(|l| d.eq_ignore_ascii_case(l))
+                    && *d != "hale"
+            }) {
+                return Err(not_a_filter(format!(
+                    "`{word}` is no level (trace, debug, info, warn, error, off) and no module of hale's"
+                )));
+            }
+            // The parser's error repeats its cause as its source: said once.
+            tracing_subscriber::EnvFilter::try_new(&spec)
+                .map_err(|e| not_a_filter(e.to_string()))?
+        }
         Err(std::env::VarError::NotPresent) => "info".into(),
         Err(std::env::VarError::NotUnicode(_)) => anyhow::bail!("HALE_LOG is not UTF-8"),
     };
@@ -131,6 +152,9 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
         mode = ?cfg.core.cluster.mode,
         "hale serving"
     );
+    for w in &cfg.warnings {
+        warn!("{w}");
+    }
     if cfg.api_token.is_none() && !listener.local_addr()?.ip().is_loopback() {
         warn!(
             listen = %listen,

@@ -642,6 +642,10 @@ async fn the_listing_sorts_searches_counts_and_refuses_what_it_cannot_do() {
         ),
         ("total=maybe", "total must be true or false"),
         ("allClusters=true&total=true", "counted per cluster"),
+        (
+            "allClusters=true&cluster=a",
+            "name one with cluster=NAME alone",
+        ),
     ] {
         let (status, e) = get(format!("{}/api/v1/nodes?{query}", hale.url)).await;
         assert_eq!(status, 400, "{query}");

@@ -534,6 +534,16 @@ async fn logs_are_plain_off_a_terminal_and_json_when_asked() {
         said.starts_with("error: HALE_LOG=\"garbage===\" is not a log filter"),
         "{said}"
     );
+    // A bare word that is no level would log nothing at all: refused too.
+    let out = exits_within(
+        std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+            .args(["serve", "--config"])
+            .arg(dir.path().join("hale.yaml"))
+            .env("HALE_LOG", "warning"),
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("`warning` is no level"), "{said}");
     // So does a log format, naming the variable as well as the flag.
     let out = exits_within(
         std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
@@ -614,14 +624,18 @@ fn hale_cmd() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
 }
 
-/// Run `cmd` to its end, which must come within 30 s: a `hale serve` that should
-/// have refused to start, and serves instead, fails the test rather than hangs it.
 /// A store file hale cannot write is refused at start, as a directory it cannot
 /// create is: it opened, served, answered ready and recorded nothing. Run as
 /// `nobody` (`setpriv`), the store's owner, with the file read-only: root writes
-/// any file.
+/// any file. The suite runs as root (it makes network namespaces too).
 #[tokio::test]
 async fn a_store_it_cannot_write_is_refused_at_start() {
+    let uid = std::process::Command::new("id").arg("-u").output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&uid.stdout).trim(),
+        "0",
+        "run as root: the test hands the store to nobody"
+    );
     let dir = tempfile::tempdir().unwrap();
     let mut h = Hale::webhook_only(dir.path(), "").await;
     let fault = delivery(&[(&smart_failing("n1"), "firing")]);
@@ -685,6 +699,8 @@ async fn an_unreadable_trust_record_is_said() {
     assert!(h.node("n1").await.is_some(), "the rest loads");
 }
 
+/// Run `cmd` to its end, which must come within 30 s: a `hale serve` that should
+/// have refused to start, and serves instead, fails the test rather than hangs it.
 fn exits_within(cmd: &mut std::process::Command) -> std::process::Output {
     let mut child = cmd
         .stdout(std::process::Stdio::piped())

@@ -103,6 +103,11 @@ impl Ipmi {
             let line = stderr.lines().last().unwrap_or("").trim();
             if line.is_empty() {
                 format!("ipmitool exited with {}", output.status)
+            } else if lower.contains("unable to establish") {
+                // ipmitool says the same whichever step of the session failed.
+                format!(
+                    "{line}: the BMC did not answer, refused the credentials, or offers no cipher suite bmc.cipherSuite names"
+                )
             } else {
                 line.to_string()
             }

@@ -23,7 +23,7 @@ use crate::core::settings::{
 use crate::core::{BLIND_CONDITIONS, EVENT_TYPES, Listed};
 
 /// A configuration error that names the file, the line (when known) and the key.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub struct ConfigError {
     pub file: String,
     pub line: Option<u64>,
@@ -270,8 +270,7 @@ fn overridden(base: &Settings, name: &str, o: &NodeHealthOverrides) -> Settings 
         s.max_replacements_per_hour = v;
     }
     if let Some(v) = &o.evict_on_fault_classes {
-        // A class matches in any case: the default one is the upper-cased type.
-        s.evict_on_fault_classes = v.iter().map(|c| c.trim().to_ascii_uppercase()).collect();
+        s.evict_on_fault_classes = v.iter().cloned().collect();
     }
     if let Some(v) = o.max_eviction_restarts {
         s.max_eviction_restarts = v;
@@ -323,7 +322,7 @@ pub struct StoreConfig {
     pub event_retention_days: u32,
     /// The disk budget of the store, in bytes. hale does not delete history to meet
     /// it: it exports it (`hale_store_bytes_max`) and warns past 90 %, so an alert can
-    /// fire before the disk fills.
+    /// fire before the disk fills. 0 is none.
     pub max_bytes: Option<u64>,
 }
 
@@ -603,6 +602,9 @@ pub struct Loaded {
     pub blocking: remediation::Blocking,
     /// `federation.members`, checked, tokens read.
     pub members: Vec<Member>,
+    /// Settings that are legal but probably not what was meant, each naming its
+    /// key as an error would.
+    pub warnings: Vec<ConfigError>,
     /// The file this came from (`None`: built-in defaults), for reloads.
     pub source: Option<PathBuf>,
 }
@@ -802,12 +804,11 @@ impl Config {
         if self.node_identity.labels.is_empty() {
             return Err(err("nodeIdentity.labels", "name at least one label".into()));
         }
-        let mut seen = BTreeSet::new();
         for (i, label) in self.node_identity.labels.iter().enumerate() {
-            if label.trim().is_empty() || !seen.insert(label) {
+            if label.trim().is_empty() {
                 return Err(err(
                     &format!("nodeIdentity.labels[{i}]"),
-                    format!("`{label}` is empty or named twice"),
+                    "an empty label names no node".into(),
                 ));
             }
         }
@@ -818,8 +819,16 @@ impl Config {
             return Err(err("nodeIdentity.maxNodes", "must be at least 1".into()));
         }
         let cluster_settings = overridden(&Settings::default(), "cluster", &self.node_health);
-        check_settings(&cluster_settings, "nodeHealth", &self.node_health, None)
-            .map_err(|(k, m)| err(&k, m))?;
+        // Legal, but probably not what was meant: said by check-config and at start.
+        let mut odd: Vec<(String, String)> = Vec::new();
+        check_settings(
+            &cluster_settings,
+            "nodeHealth",
+            &self.node_health,
+            None,
+            &mut odd,
+        )
+        .map_err(|(k, m)| err(&k, m))?;
 
         let mut names = BTreeSet::new();
         let mut pools = Vec::new();
@@ -844,10 +853,10 @@ impl Config {
                 ));
             }
             if let Some(first) = self.pools[..i].iter().find(|p| p.selector == pool.selector) {
-                return Err(err(
-                    &format!("{at}.selector"),
+                odd.push((
+                    format!("{at}.selector"),
                     format!(
-                        "pool `{}` has the same selector: a node takes the first pool it matches, so this one would take none",
+                        "pool `{}` has the same selector: a node takes the first pool it matches, so this one takes none",
                         first.name
                     ),
                 ));
@@ -858,6 +867,7 @@ impl Config {
                 &format!("{at}.nodeHealth"),
                 &pool.node_health,
                 Some(&self.node_health),
+                &mut odd,
             )
             .map_err(|(k, m)| err(&k, m))?;
             pools.push(Pool {
@@ -1073,12 +1083,6 @@ impl Config {
                 .map_err(|(key, message)| err(&format!("store.nats.{key}"), message))?,
             (StoreKind::Sqlite, None) => {}
         }
-        if self.store.max_bytes == Some(0) {
-            return Err(err(
-                "store.maxBytes",
-                "must be positive; leave it out for no budget".into(),
-            ));
-        }
         if !(1..=36_500).contains(&self.store.event_retention_days) {
             return Err(err(
                 "store.eventRetentionDays",
@@ -1145,9 +1149,9 @@ impl Config {
             && self.orchestrator == OrchestratorConfig::None
             && self.inventory.is_empty()
         {
-            return Err(err(
-                "nodeIdentity.createFromAlerts",
-                "false, with orchestrator none and no inventory, lets no node in: list the nodes in inventory, or let alerts bring them".into(),
+            odd.push((
+                "nodeIdentity.createFromAlerts".into(),
+                "false, with orchestrator none and no inventory: no node comes in beyond those the store holds".into(),
             ));
         }
         let core = CoreSettings {
@@ -1171,6 +1175,7 @@ impl Config {
             remediation,
             fencing,
         };
+        let warnings = odd.into_iter().map(|(k, m)| err(&k, m)).collect();
         Ok(Loaded {
             config: self,
             core,
@@ -1179,6 +1184,7 @@ impl Config {
             bmc,
             blocking,
             members,
+            warnings,
             source: None,
         })
     }
@@ -1195,6 +1201,7 @@ fn check_settings(
     at: &str,
     written: &NodeHealthOverrides,
     inherited: Option<&NodeHealthOverrides>,
+    odd: &mut Vec<(String, String)>,
 ) -> Result<(), (String, String)> {
     let fail = |key: &str, message: String| Err((format!("{at}.{key}"), message));
     // Where a value the block did not write came from.
@@ -1241,21 +1248,23 @@ fn check_settings(
             )
         };
     }
-    if s.cordon_below > s.degraded_at_or_below + 1 {
-        let key = if written.degraded_at_or_below.is_some() || written.cordon_below.is_none() {
+    if s.cordon_below > s.degraded_at_or_below + 1
+        && (written.degraded_at_or_below.is_some() || written.cordon_below.is_some())
+    {
+        let key = if written.degraded_at_or_below.is_some() {
             "degradedAtOrBelow"
         } else {
             "cordonBelow"
         };
-        return fail(
-            key,
+        odd.push((
+            format!("{at}.{key}"),
             format!(
-                "degradedAtOrBelow {} is under cordonBelow {} less one: a node scoring {} would be cordoned while Healthy",
+                "degradedAtOrBelow {} is under cordonBelow {} less one: a node scoring {} is cordoned while it shows Healthy",
                 s.degraded_at_or_below,
                 s.cordon_below,
                 s.cordon_below - 1
             ),
-        );
+        ));
     }
     if s.evict_on_fault_classes.iter().any(String::is_empty) {
         return fail(
@@ -1553,6 +1562,44 @@ mod tests {
         assert!(e.message.contains("unknown field"), "{e}");
     }
 
+    /// Legal settings that are probably not what was meant load, each said as a
+    /// warning naming its key and line.
+    #[test]
+    fn odd_settings_load_with_a_warning() {
+        for (text, key) in [
+            (
+                "nodeIdentity: { createFromAlerts: false }",
+                "nodeIdentity.createFromAlerts",
+            ),
+            (
+                "nodeHealth: { degradedAtOrBelow: 40 }",
+                "nodeHealth.degradedAtOrBelow",
+            ),
+            ("nodeHealth: { cordonBelow: 97 }", "nodeHealth.cordonBelow"),
+            (
+                "pools:\n  - { name: a, selector: {p: a}, nodeHealth: { cordonBelow: 97 } }",
+                "pools[0].nodeHealth.cordonBelow",
+            ),
+            (
+                "pools:\n  - { name: a, selector: {p: a} }\n  - { name: b, selector: {p: a} }",
+                "pools[1].selector",
+            ),
+        ] {
+            let l = load(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            let keys: Vec<&str> = l.warnings.iter().map(|w| w.key.as_str()).collect();
+            assert_eq!(keys, [key], "{text}");
+            assert!(l.warnings[0].line.is_some(), "{text}");
+        }
+        // The defaults say nothing, nor does a pair that agrees.
+        assert!(load("").unwrap().warnings.is_empty());
+        assert!(
+            load("nodeHealth: { degradedAtOrBelow: 40, cordonBelow: 41, drainBelow: 30 }")
+                .unwrap()
+                .warnings
+                .is_empty()
+        );
+    }
+
     /// A credential written into an address by mistake is never echoed back.
     #[test]
     fn a_bad_address_is_shown_without_its_credentials() {
@@ -1785,28 +1832,14 @@ mod tests {
                 "store.eventRetentionDays",
             ),
             ("store: { path: '' }", "store.path"),
-            ("store: { maxBytes: 0 }", "store.maxBytes"),
-            (
-                "nodeIdentity: { createFromAlerts: false }",
-                "nodeIdentity.createFromAlerts",
-            ),
             (
                 "alertmanager: { pollInterval: 1ms }",
                 "alertmanager.pollInterval",
             ),
             (
-                "nodeIdentity: { labels: [node, node] }",
-                "nodeIdentity.labels[1]",
-            ),
-            (
                 "nodeIdentity: { labels: [node, ''] }",
                 "nodeIdentity.labels[1]",
             ),
-            (
-                "nodeHealth: { degradedAtOrBelow: 40 }",
-                "nodeHealth.degradedAtOrBelow",
-            ),
-            ("nodeHealth: { cordonBelow: 97 }", "nodeHealth.cordonBelow"),
             (
                 "nodeHealth: { evictOnFaultClasses: [''] }",
                 "nodeHealth.evictOnFaultClasses",
@@ -1814,10 +1847,6 @@ mod tests {
             (
                 "nodeHealth: { penalties: { '': 10 } }",
                 "nodeHealth.penalties",
-            ),
-            (
-                "pools: [{ name: a, selector: {p: a} }, { name: b, selector: {p: a} }]",
-                "pools[1].selector",
             ),
             ("store: { kind: nats }", "store.nats"),
             (

@@ -60,6 +60,12 @@ const INVENTORY: Duration = Duration::from_secs(30);
 const ALERTS_WANTED: Duration = Duration::from_secs(600);
 /// How long a list fetched for `GET /api/v1/alerts` serves when no poll renews it.
 const ALERTS_FRESH: Duration = Duration::from_secs(10);
+/// What of the trust record others read: whether the source is up, staleness, the
+/// hold and the last error.
+fn shown_trust(t: &Trust) -> (bool, bool, Option<Time>, Option<String>) {
+    (t.source_up, t.stale, t.hold_until, t.last_error.clone())
+}
+
 /// How often a replica on a shared store looks for what the leader wrote.
 const FOLLOW_EVERY: Duration = Duration::from_millis(500);
 /// How often a loop with nothing to do still goes round, to show it is alive.
@@ -317,7 +323,11 @@ impl Hale {
         // Read under the fleet lock, which a reload holds while it swaps them.
         let cfg = self.config();
         let now = Utc::now();
+        let shown = shown_trust(&fleet.trust);
         let mut outcome = step(&mut fleet, &cfg.core, now)?;
+        // What the trust record says changed: written though nothing else did, so a
+        // restart keeps a hold and followers show the source as it is.
+        let trust_changed = shown_trust(&fleet.trust) != shown;
         self.show_trust(&fleet.trust, now);
         if let Some(why) = &outcome.held {
             warn!(
@@ -344,7 +354,8 @@ impl Hale {
                 .get(id)
                 .is_some_and(|n| !n.policy.pending.is_empty())
         });
-        let unchanged = outcome.events.is_empty()
+        let unchanged = !trust_changed
+            && outcome.events.is_empty()
             && outcome.dirty.is_empty()
             && outcome.touched.is_empty()
             && outcome.removed.is_empty();
@@ -441,7 +452,8 @@ impl Hale {
     /// of the most its server will hold (JetStream's limit for the account).
     fn check_size(&self, used: u64, limit: Option<u64>) {
         self.metrics.store_bytes_used.set(used as i64);
-        let configured = self.config().config.store.max_bytes;
+        // 0 is no budget, as `hale_store_bytes_max` shows none.
+        let configured = self.config().config.store.max_bytes.filter(|m| *m > 0);
         let (max, which) = match (configured, limit) {
             (Some(c), Some(l)) if l < c => (l, "the NATS account's storage limit"),
             (Some(c), _) => (c, "store.maxBytes"),
@@ -642,6 +654,14 @@ impl Hale {
             return polled;
         }
         self.store_ok.load(Ordering::Relaxed) && (polled || !self.orchestrator.leads())
+    }
+
+    /// The gauges that change with time alone, read for a scrape: readiness, and
+    /// whether a hold runs now (it lapses with no step to say so).
+    pub fn refresh_gauges(&self) {
+        self.metrics.ready.set(i64::from(self.ready()));
+        let holding = self.lock_fleet().trust.holding(Utc::now());
+        self.metrics.holding.set(i64::from(holding));
     }
 
     /// Publish the trust the state rests on: this replica's own, or on a follower
@@ -1154,6 +1174,9 @@ impl Hale {
             });
         }
         let applied = changed_keys(&current, &next);
+        for w in &next.warnings {
+            warn!("{w}");
+        }
         *self.client.write().expect("client lock") =
             alertmanager::Client::new(&next.config.alertmanager);
         *self.notifier.write().expect("notifier lock") = Notifier::start(

@@ -447,6 +447,9 @@ struct Shared {
     bytes: AtomicU64,
     /// The most JetStream will hold for this account (0: no limit known).
     limit: AtomicU64,
+    /// Opened as it is, to be read ([`Nats::open_existing`]): loading it cleans
+    /// nothing up either.
+    as_is: bool,
 }
 
 pub struct Nats {
@@ -537,7 +540,7 @@ impl Nats {
                     .unwrap_or_default();
                 Ok::<_, StoreError>((js, events, state, ledger, lease, names, instance))
             })??;
-            return Nats::opened(runtime, handle, lease_duration, opened);
+            return Nats::opened(runtime, handle, lease_duration, opened, true);
         };
         let retention = Duration::from_secs(u64::from(retention_days) * 86_400);
         let opened = run(&handle, async move {
@@ -601,7 +604,7 @@ impl Nats {
             };
             Ok::<_, StoreError>((js, events, state, ledger, lease, names, instance))
         })??;
-        Nats::opened(runtime, handle, lease_duration, opened)
+        Nats::opened(runtime, handle, lease_duration, opened, false)
     }
 
     /// The store on what opening it found.
@@ -610,6 +613,7 @@ impl Nats {
         handle: tokio::runtime::Handle,
         lease_duration: Duration,
         opened: Found,
+        as_is: bool,
     ) -> Result<Nats> {
         let (js, events, state, ledger, lease, names, instance) = opened;
         let nats = Nats {
@@ -626,6 +630,7 @@ impl Nats {
                 instance,
                 bytes: AtomicU64::new(0),
                 limit: AtomicU64::new(0),
+                as_is,
             }),
             mark: Mutex::default(),
             revisions: Mutex::default(),
@@ -868,7 +873,7 @@ impl Store for Nats {
         }
         *self.mark.lock().expect("mark lock") = mark;
         // A mark per node, as earlier versions kept them: no longer read.
-        if per_node_marks {
+        if per_node_marks && !self.shared.as_is {
             let shared = self.shared.clone();
             self.run(async move {
                 let filter = format!("{}mark.>", shared.state.prefix);

@@ -171,17 +171,20 @@ impl Sqlite {
     pub fn open_locked(dir: &Path, by: &str) -> Result<Sqlite> {
         let held = lock(dir, by)?;
         let mut store = Sqlite::open(dir)?;
-        // A writer that cannot write would serve and answer ready while recording
-        // nothing: a read-only file opens, and fails only at the first write.
-        store
-            .conn
-            .execute("UPDATE meta SET value = value WHERE key = 'instance'", [])
-            .map_err(|cause| StoreError::ReadOnly {
-                path: store.file.clone(),
-                cause,
-            })?;
         store.held = Some(held);
         Ok(store)
+    }
+
+    /// Whether the store takes writes. A read-only file opens, and fails only at
+    /// the first write: a writer would serve and answer ready recording nothing.
+    pub fn writable(&self) -> Result<()> {
+        self.conn
+            .execute("UPDATE meta SET value = value WHERE key = 'instance'", [])
+            .map(|_| ())
+            .map_err(|cause| StoreError::ReadOnly {
+                path: self.file.clone(),
+                cause,
+            })
     }
 
     /// A writer and a handle for reads and upkeep on `dir`'s store, for `hale
@@ -190,6 +193,7 @@ impl Sqlite {
     /// is refused, naming the first.
     pub fn open_pair(dir: &Path) -> Result<Opened> {
         let writer = Sqlite::open_locked(dir, "hale serve")?;
+        writer.writable()?;
         writer.defer_checkpoints()?;
         Ok(Opened {
             writer: Box::new(writer),
