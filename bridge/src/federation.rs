@@ -28,6 +28,18 @@ struct Remote {
     token: Option<Secret>,
 }
 
+/// A member's refusal as said: a 401 or 403 is this hale's token, not the
+/// reader's, so it says which.
+fn refused(status: u16, detail: &str) -> String {
+    if matches!(status, 401 | 403) {
+        format!(
+            "{detail} (the member refused this hale: the member's tokenFile in federation.members)"
+        )
+    } else {
+        detail.to_string()
+    }
+}
+
 /// Why a member's answer is not there.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum MemberError {
@@ -38,7 +50,7 @@ pub enum MemberError {
     Failed(String),
     /// The member answered with an API error of its own (a 404 for a node it
     /// does not know, a 400 for a bad filter), passed on as it said it.
-    #[error("{detail}")]
+    #[error("{}", refused(*status, detail))]
     Refused {
         status: u16,
         error: String,

@@ -582,7 +582,7 @@ pub(crate) fn member_error(e: MemberError) -> ApiError {
         } => ApiError::new(
             StatusCode::BAD_GATEWAY,
             "member_unauthorized",
-            format!("{e} (the member's tokenFile in federation.members)"),
+            e.to_string(),
         ),
         MemberError::Refused { .. } => {
             ApiError::new(StatusCode::BAD_GATEWAY, "member_error", e.to_string())

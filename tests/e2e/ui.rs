@@ -426,6 +426,56 @@ async fn require_token_closes_reads_too() {
 /// overview has a row per cluster and counts every reachable node; the listing
 /// carries each member's own state and score. One member killed: its row says no
 /// health, its nodes leave the counts and the listings.
+/// A member that refuses the hub's token says it is the hub's tokenFile at fault,
+/// not the reader's: in the overview's rows as in the listing.
+#[tokio::test]
+async fn a_member_refusing_the_hub_names_the_hubs_token() {
+    let (locked_dir, hub_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let locked = Hale::webhook_only(
+        locked_dir.path(),
+        "cluster: locked\nui: { requireToken: true }\n",
+    )
+    .await;
+    let port = free_port();
+    let members = format!(
+        "cluster: hub\nfederation:\n  members:\n    - {{ name: locked, url: '{}' }}\n",
+        locked.url
+    );
+    let hub = Hale::start_with(
+        hub_dir.path(),
+        port,
+        &webhook_only_config(hub_dir.path(), port, &members),
+    )
+    .await;
+    let rows: Value = reqwest::get(format!("{}/api/v1/clusters", hub.url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let row = rows["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "locked")
+        .expect("a row for the member")
+        .clone();
+    assert!(row["health"].is_null(), "{row}");
+    assert!(
+        row["error"]
+            .as_str()
+            .unwrap()
+            .contains("the member's tokenFile in federation.members"),
+        "{row}"
+    );
+    let r = reqwest::get(format!("{}/api/v1/nodes?cluster=locked", hub.url))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 502);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"], "member_unauthorized", "{e}");
+}
+
 #[tokio::test]
 async fn federation_shows_members_and_never_a_dead_ones_last_answer() {
     let (east_dir, west_dir, hub_dir) = (
