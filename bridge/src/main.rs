@@ -110,7 +110,7 @@ fn log(format: LogFormat) -> anyhow::Result<()> {
                     && *d != "hale"
             }) {
                 return Err(not_a_filter(format!(
-                    "`{word}` is no level (trace, debug, info, warn, error, off) and no module of hale's"
+                    "`{word}` is no level (trace, debug, info, warn, error, off) and no module of hale's; another crate is written with its level, like kube=debug"
                 )));
             }
             // The parser's error repeats its cause as its source: said once.
