@@ -340,6 +340,9 @@ pub fn run_backtest(verb: PolicyVerb) -> anyhow::Result<()> {
         output,
     } = verb;
     let loaded = hale::config::Config::load(Some(&config))?;
+    for w in &loaded.warnings {
+        eprintln!("warning: {w}");
+    }
     let kept = &loaded.config.store;
     // The one `--store` names, else the candidate's. A NATS store is opened as it
     // is: opened as `hale serve` opens it, its stream and buckets would take the

@@ -249,6 +249,12 @@ impl Remote {
                     error: e.error,
                     detail: e.detail,
                 },
+                // A proxy in front of the member refuses in its own words.
+                Err(_) if matches!(status.as_u16(), 401 | 403) => MemberError::Refused {
+                    status: status.as_u16(),
+                    error: "unauthorized".into(),
+                    detail: format!("answered HTTP {status}"),
+                },
                 Err(_) => MemberError::Failed(format!("answered HTTP {status}")),
             });
         }

@@ -1090,7 +1090,7 @@ async fn reload(
     let h = hale.clone();
     blocking(move || h.reload())
         .await
-        .map(|()| Json(serde_json::json!({"reloaded": true})))
+        .map(|warnings| Json(serde_json::json!({"reloaded": true, "warnings": warnings})))
         .map_err(|e| {
             // Said in the log too, as a SIGHUP's refusal is: whoever reads the log
             // sees every reload that did not happen.

@@ -93,6 +93,8 @@ impl std::io::Write for LogOut {
 /// A `HALE_LOG` that is not a filter stops the start, as a bad configuration does.
 fn log(format: LogFormat) -> anyhow::Result<()> {
     let filter = match std::env::var("HALE_LOG") {
+        // Set empty (`Environment=HALE_LOG=`) is unset: no directive would log nothing.
+        Ok(spec) if spec.trim().is_empty() => "info".into(),
         Ok(spec) => {
             let not_a_filter = |why: String| {
                 anyhow::anyhow!(
@@ -103,10 +105,12 @@ fn log(format: LogFormat) -> anyhow::Result<()> {
             // log nothing of hale's: only a level or one of hale's modules is taken.
             if let Some(word) = spec.split(',').map(str::trim).find(|d| {
                 !d.is_empty()
-                    && !d.contains(['=', '[', ':'])
+                    && !d.contains(['=', '['])
+                    && !(d.contains("::") && d.split("::").all(|part| !part.is_empty()))
                     && !["trace", "debug", "info", "warn", "error", "off"]
                         .iter()
                         .any(|l| d.eq_ignore_ascii_case(l))
+                    && !matches!(*d, "0" | "1" | "2" | "3" | "4" | "5")
                     && *d != "hale"
             }) {
                 return Err(not_a_filter(format!(

@@ -503,10 +503,31 @@ async fn sighup_reloads_endpoints_and_penalties_and_a_bad_file_changes_nothing()
     };
     assert_eq!(
         reload().await,
-        (reqwest::StatusCode::OK, json!({"reloaded": true}))
+        (
+            reqwest::StatusCode::OK,
+            json!({"reloaded": true, "warnings": []})
+        )
     );
     hale.wait_node("listed by the reload", "late-1", |n| n["score"].is_null())
         .await;
+    // Legal but probably not meant: reloaded, and said in the answer.
+    std::fs::write(
+        dir.path().join("hale.yaml"),
+        format!(
+            "{after}inventory: [{{ id: late-1 }}]\npools: [{{ name: a, selector: {{p: a}} }}, {{ name: b, selector: {{p: a}} }}]\n"
+        ),
+    )
+    .unwrap();
+    let (status, answer) = reload().await;
+    assert_eq!(status, reqwest::StatusCode::OK);
+    let said = answer["warnings"][0]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        said.contains("pools[1].selector") && said.contains("takes none"),
+        "{answer}"
+    );
     // What only a restart changes refuses the reload, naming it.
     std::fs::write(
         dir.path().join("hale.yaml"),

@@ -535,15 +535,17 @@ async fn logs_are_plain_off_a_terminal_and_json_when_asked() {
         "{said}"
     );
     // A bare word that is no level would log nothing at all: refused too.
-    let out = exits_within(
-        std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
-            .args(["serve", "--config"])
-            .arg(dir.path().join("hale.yaml"))
-            .env("HALE_LOG", "warning"),
-    );
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{said}");
-    assert!(said.contains("`warning` is no level"), "{said}");
+    for word in ["warning", "hale:debug"] {
+        let out = exits_within(
+            std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+                .args(["serve", "--config"])
+                .arg(dir.path().join("hale.yaml"))
+                .env("HALE_LOG", word),
+        );
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{said}");
+        assert!(said.contains(&format!("`{word}` is no level")), "{said}");
+    }
     // So does a log format, naming the variable as well as the flag.
     let out = exits_within(
         std::process::Command::new(env!("CARGO_BIN_EXE_hale"))

@@ -821,6 +821,15 @@ impl Config {
         let cluster_settings = overridden(&Settings::default(), "cluster", &self.node_health);
         // Legal, but probably not what was meant: said by check-config and at start.
         let mut odd: Vec<(String, String)> = Vec::new();
+        let labels = &self.node_identity.labels;
+        for (i, label) in labels.iter().enumerate() {
+            if labels[..i].contains(label) {
+                odd.push((
+                    format!("nodeIdentity.labels[{i}]"),
+                    format!("`{label}` is named twice: the second is never read"),
+                ));
+            }
+        }
         check_settings(
             &cluster_settings,
             "nodeHealth",
@@ -1583,6 +1592,10 @@ mod tests {
             (
                 "pools:\n  - { name: a, selector: {p: a} }\n  - { name: b, selector: {p: a} }",
                 "pools[1].selector",
+            ),
+            (
+                "nodeIdentity: { labels: [node, node] }",
+                "nodeIdentity.labels[1]",
             ),
         ] {
             let l = load(text).unwrap_or_else(|e| panic!("{text}: {e}"));

@@ -1154,12 +1154,12 @@ impl Hale {
 
     /// Re-read the configuration file. An invalid file changes nothing. Webhook
     /// endpoints, filters, penalties and policy settings apply to the next report;
-    /// `listen` and `store` need a restart.
-    pub fn reload(&self) -> Result<(), ConfigError> {
+    /// `listen` and `store` need a restart. Returns the new file's warnings.
+    pub fn reload(&self) -> Result<Vec<String>, ConfigError> {
         let current = self.config();
         let Some(path) = current.source.clone() else {
             info!("running on built-in defaults: nothing to reload");
-            return Ok(());
+            return Ok(Vec::new());
         };
         let (next, text) = Config::load_text(&path)?;
         // What only a restart changes refuses the reload, so what runs is always one
@@ -1174,7 +1174,8 @@ impl Hale {
             });
         }
         let applied = changed_keys(&current, &next);
-        for w in &next.warnings {
+        let warnings: Vec<String> = next.warnings.iter().map(ToString::to_string).collect();
+        for w in &warnings {
             warn!("{w}");
         }
         *self.client.write().expect("client lock") =
@@ -1205,7 +1206,7 @@ impl Hale {
                 .expect("registering cannot fail");
         }
         info!(config = %path.display(), applied = %applied.join(", "), "configuration reloaded");
-        Ok(())
+        Ok(warnings)
     }
 
     /// Perform the actions the policy and the operators decided: at once when a step
