@@ -103,16 +103,11 @@ fn log(format: LogFormat) -> anyhow::Result<()> {
             };
             // A bare word is read as a module to log everything of — `warning` would
             // log nothing of hale's: only a level or one of hale's modules is taken.
-            if let Some(word) = spec.split(',').map(str::trim).find(|d| {
-                !d.is_empty()
-                    && !d.contains(['=', '['])
-                    && !(d.contains("::") && d.split("::").all(|part| !part.is_empty()))
-                    && !["trace", "debug", "info", "warn", "error", "off"]
-                        .iter()
-                        .any(|l| d.eq_ignore_ascii_case(l))
-                    && !matches!(*d, "0" | "1" | "2" | "3" | "4" | "5")
-                    && *d != "hale"
-            }) {
+            if let Some(word) = spec
+                .split(',')
+                .map(str::trim)
+                .find(|d| !d.is_empty() && !d.contains(['=', '[']) && !level_or_module(d))
+            {
                 return Err(not_a_filter(format!(
                     "`{word}` is no level (trace, debug, info, warn, error, off) and no module of hale's; another crate is written with its level, like kube=debug"
                 )));
@@ -134,6 +129,17 @@ fn log(format: LogFormat) -> anyhow::Result<()> {
             .init(),
     }
     Ok(())
+}
+
+/// Whether a bare `HALE_LOG` directive is a level (a name or 0-5), `hale`, or a
+/// module path (`hale::service`, `kube::client`).
+fn level_or_module(d: &str) -> bool {
+    let level = ["trace", "debug", "info", "warn", "error", "off"]
+        .iter()
+        .any(|l| d.eq_ignore_ascii_case(l))
+        || matches!(d, "0" | "1" | "2" | "3" | "4" | "5");
+    let path = d.contains("::") && d.split("::").all(|part| !part.is_empty());
+    level || path || d == "hale"
 }
 
 async fn serve(loaded: Loaded) -> anyhow::Result<()> {
