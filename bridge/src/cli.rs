@@ -184,11 +184,24 @@ pub fn run_store_copy(verb: StoreVerb) -> anyhow::Result<()> {
     }
     let nats = (cluster.as_str(), replicas, event_retention_days);
     let source = open_store(&from, nats, false)?;
-    let mut target = open_store(&to, nats, true)?;
     let now = chrono::Utc::now();
+    // A target that holds anything is refused before it is opened to be written:
+    // opened so, a NATS store would take this copy's retention and copies.
+    let full = |store: &dyn hale::store::Store| -> anyhow::Result<bool> {
+        Ok(!store.load(now)?.nodes.is_empty() || !store.history(0)?.is_empty())
+    };
+    if let Ok(existing) = open_store(&to, nats, false)
+        && full(existing.as_ref())?
+    {
+        bail!(
+            "{} already holds nodes or events: copy into an empty store",
+            shown_store(&to)
+        );
+    }
+    let mut target = open_store(&to, nats, true)?;
     let fleet = source.load(now)?;
     let history = source.history(0)?;
-    if !target.load(now)?.nodes.is_empty() || !target.history(0)?.is_empty() {
+    if full(target.as_ref())? {
         bail!(
             "{} already holds nodes or events: copy into an empty store",
             shown_store(&to)

@@ -417,16 +417,20 @@ async fn store_copy_moves_an_installation_between_kinds() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    let again = copy(&sqlite, &nats);
-    assert!(
-        !again.status.success(),
-        "a store that holds records is not copied into"
+    // A store that holds records is not copied into, nor given the refused
+    // copy's settings.
+    let live = stream_settings(&nats).await;
+    let again = copy_with(
+        &sqlite,
+        &nats,
+        ["--replicas", "1", "--event-retention-days", "2"],
     );
+    assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("already holds"));
+    assert_eq!(stream_settings(&nats).await, live, "refused, untouched");
 
     // A backtest of a configuration on the NATS store reads it as it is: the
     // candidate's copies and retention are not the live store's.
-    let live = stream_settings(&nats).await;
     assert_eq!(live.1, 3, "as copied: {live:?}");
     let candidate = dir.path().join("candidate.yaml");
     let urls: Vec<String> = nats.split(',').map(|u| format!("'{u}'")).collect();

@@ -61,9 +61,16 @@ const ALERTS_WANTED: Duration = Duration::from_secs(600);
 /// How long a list fetched for `GET /api/v1/alerts` serves when no poll renews it.
 const ALERTS_FRESH: Duration = Duration::from_secs(10);
 /// What of the trust record others read: whether the source is up, staleness, the
-/// hold and the last error.
-fn shown_trust(t: &Trust) -> (bool, bool, Option<Time>, Option<String>) {
-    (t.source_up, t.stale, t.hold_until, t.last_error.clone())
+/// hold, the last error, and the last trusted input to the half minute (followers
+/// export it; a dashboard plots its age).
+fn shown_trust(t: &Trust) -> (bool, bool, Option<Time>, Option<String>, Option<i64>) {
+    (
+        t.source_up,
+        t.stale,
+        t.hold_until,
+        t.last_error.clone(),
+        t.last_trusted.map(|t| t.timestamp() / 30),
+    )
 }
 
 /// How often a replica on a shared store looks for what the leader wrote.
