@@ -238,6 +238,8 @@ pub(super) fn set_sources(
     keep: Keep<'_>,
     left: usize,
 ) {
+    let capped = capped(alerts);
+    let alerts: &[&Alert<'_>] = &capped;
     let now = rec.now;
     // Webhook-only: when a delivery last confirmed each alert (see `Source::delivered`).
     let delivered = (!full).then_some(now);
@@ -316,6 +318,7 @@ pub(super) fn set_sources(
     } else {
         for a in alerts {
             let fp = a.fingerprint.as_ref();
+            let room = cond.sources.len() < MAX_SOURCES;
             match cond.sources.get_mut(fp) {
                 Some(s) if s.matches(a, ctype) => s.delivered = delivered,
                 Some(s) => {
@@ -326,6 +329,9 @@ pub(super) fn set_sources(
                     s.delivered = delivered;
                     content_changed = true;
                 }
+                // Full, the condition takes no more from deliveries; a poll's whole
+                // picture keeps the most severe.
+                None if !room => {}
                 None => {
                     let mut source = source_of(a, ctype);
                     source.delivered = delivered;
@@ -743,6 +749,25 @@ pub(super) fn compose_message(ctype: &str, cond: &mut Condition) {
         message.push_str(m);
     }
     cond.message = message;
+}
+
+/// The most alerts one condition keeps a source for: each keeps its texts, and the
+/// node's record is written whole (a NATS message holds 1 MiB by default).
+pub const MAX_SOURCES: usize = 64;
+
+/// `alerts`, or the [`MAX_SOURCES`] most severe of them (then by fingerprint).
+fn capped<'x, 'a>(alerts: &'x [&'x Alert<'a>]) -> std::borrow::Cow<'x, [&'x Alert<'a>]> {
+    if alerts.len() <= MAX_SOURCES {
+        return std::borrow::Cow::Borrowed(alerts);
+    }
+    let mut kept = alerts.to_vec();
+    kept.sort_by(|a, b| {
+        b.severity()
+            .cmp(&a.severity())
+            .then_with(|| a.fingerprint.cmp(&b.fingerprint))
+    });
+    kept.truncate(MAX_SOURCES);
+    std::borrow::Cow::Owned(kept)
 }
 
 /// The most a condition's message joins of its alerts' texts, in bytes.

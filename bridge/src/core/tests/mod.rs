@@ -1190,6 +1190,37 @@ fn alert_texts_are_kept_to_a_bound() {
     );
 }
 
+/// A node one rule names 1,200 times keeps a source for the 64 most severe, so its
+/// record stays far under a NATS message's 1 MiB; the condition is as severe as
+/// its most severe alert.
+#[test]
+fn a_condition_keeps_a_bounded_number_of_sources() {
+    let mut s = script("");
+    let text = "x".repeat(1000);
+    let flood = |n: usize| -> Vec<A> {
+        (0..n)
+            .map(|i| {
+                let a = alert(&format!("Flood{i}"))
+                    .on("n1")
+                    .condition("disk_degraded", "SmartWarning")
+                    .summary(&format!("{i} {text}"));
+                if i == 1_199 { a.critical() } else { a }
+            })
+            .collect()
+    };
+    let mut polled = flood(1_200);
+    polled.extend([watchdog(), heartbeat("n1")]);
+    s.at(0).poll(&polled);
+    let cond = &s.node("n1").conditions["disk_degraded"];
+    assert_eq!(cond.sources.len(), 64);
+    assert_eq!(cond.severity, Severity::Critical);
+    let record = serde_json::to_string(s.node("n1")).unwrap();
+    assert!(record.len() < 256 * 1024, "{}", record.len());
+    // Deliveries add no more once it is full.
+    s.at(10).webhook(&flood(100));
+    assert_eq!(s.node("n1").conditions["disk_degraded"].sources.len(), 64);
+}
+
 #[test]
 fn alerts_without_a_node_are_counted() {
     let mut s = script("");
