@@ -521,40 +521,35 @@ async fn logs_are_plain_off_a_terminal_and_json_when_asked() {
         "{text}"
     );
 
-    // A log filter that is not one stops the start, naming it.
-    let out = exits_within(
-        std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
-            .args(["serve", "--config"])
-            .arg(dir.path().join("hale.yaml"))
-            .env("HALE_LOG", "garbage==="),
-    );
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{said}");
+    // A log setting that is not one stops the start, naming it: the exit code
+    // and what was said.
+    let refused = |var: &str, value: &str| {
+        let out = exits_within(
+            std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+                .args(["serve", "--config"])
+                .arg(dir.path().join("hale.yaml"))
+                .env(var, value),
+        );
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, said) = refused("HALE_LOG", "garbage===");
+    assert_eq!(code, Some(1), "{said}");
     assert!(
         said.starts_with("error: HALE_LOG=\"garbage===\" is not a log filter"),
         "{said}"
     );
     // A bare word that is no level would log nothing at all: refused too.
     for word in ["warning", "hale:debug"] {
-        let out = exits_within(
-            std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
-                .args(["serve", "--config"])
-                .arg(dir.path().join("hale.yaml"))
-                .env("HALE_LOG", word),
-        );
-        let said = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{said}");
+        let (code, said) = refused("HALE_LOG", word);
+        assert_eq!(code, Some(1), "{said}");
         assert!(said.contains(&format!("`{word}` is no level")), "{said}");
     }
-    // So does a log format, naming the variable as well as the flag.
-    let out = exits_within(
-        std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
-            .args(["serve", "--config"])
-            .arg(dir.path().join("hale.yaml"))
-            .env("HALE_LOG_FORMAT", "xml"),
-    );
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{said}");
+    // So is a log format, naming the variable as well as the flag.
+    let (code, said) = refused("HALE_LOG_FORMAT", "xml");
+    assert_eq!(code, Some(2), "{said}");
     assert!(said.contains("HALE_LOG_FORMAT"), "{said}");
 }
 

@@ -60,19 +60,6 @@ const INVENTORY: Duration = Duration::from_secs(30);
 const ALERTS_WANTED: Duration = Duration::from_secs(600);
 /// How long a list fetched for `GET /api/v1/alerts` serves when no poll renews it.
 const ALERTS_FRESH: Duration = Duration::from_secs(10);
-/// What of the trust record others read: whether the source is up, staleness, the
-/// hold, the last error, and the last trusted input to the half minute (followers
-/// export it; a dashboard plots its age).
-fn shown_trust(t: &Trust) -> (bool, bool, Option<Time>, Option<String>, Option<i64>) {
-    (
-        t.source_up,
-        t.stale,
-        t.hold_until,
-        t.last_error.clone(),
-        t.last_trusted.map(|t| t.timestamp() / 30),
-    )
-}
-
 /// How often a replica on a shared store looks for what the leader wrote.
 const FOLLOW_EVERY: Duration = Duration::from_millis(500);
 /// How often a loop with nothing to do still goes round, to show it is alive.
@@ -1658,6 +1645,19 @@ fn changed_keys(was: &Loaded, is: &Loaded) -> Vec<&'static str> {
     .into_iter()
     .filter_map(|(key, changed)| changed.then_some(key))
     .collect()
+}
+
+/// What of the trust record others read: whether the source is up, staleness, the
+/// hold, the last error, and the last trusted input to the half minute (followers
+/// export it; a dashboard plots its age).
+fn shown_trust(t: &Trust) -> (bool, bool, Option<Time>, Option<String>, Option<i64>) {
+    (
+        t.source_up,
+        t.stale,
+        t.hold_until,
+        t.last_error.clone(),
+        t.last_trusted.map(|t| t.timestamp() / 30),
+    )
 }
 
 #[cfg(test)]
