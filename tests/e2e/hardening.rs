@@ -634,12 +634,7 @@ async fn a_store_it_cannot_write_is_refused_at_start() {
         "run as root: the test hands the store to nobody"
     );
     let dir = tempfile::tempdir().unwrap();
-    let mut h = Hale::webhook_only(dir.path(), "").await;
-    let fault = delivery(&[(&smart_failing("n1"), "firing")]);
-    assert_eq!(h.deliver(&fault).await, 200);
-    h.wait_node("recorded", "n1", |n| has_condition(n, "disk_degraded"))
-        .await;
-    h.stop();
+    recorded_and_stopped(dir.path()).await;
     let binary = dir.path().join("hale");
     std::fs::copy(env!("CARGO_BIN_EXE_hale"), &binary).unwrap();
     let nobody = "65534";
@@ -674,12 +669,7 @@ async fn a_store_it_cannot_write_is_refused_at_start() {
 #[tokio::test]
 async fn an_unreadable_trust_record_is_said() {
     let dir = tempfile::tempdir().unwrap();
-    let mut h = Hale::webhook_only(dir.path(), "").await;
-    let fault = delivery(&[(&smart_failing("n1"), "firing")]);
-    assert_eq!(h.deliver(&fault).await, 200);
-    h.wait_node("recorded", "n1", |n| has_condition(n, "disk_degraded"))
-        .await;
-    h.stop();
+    let mut h = recorded_and_stopped(dir.path()).await;
     let db = dir.path().join("data").join(hale::store::sqlite::FILE);
     let changed = rusqlite::Connection::open(&db)
         .unwrap()
@@ -694,6 +684,18 @@ async fn an_unreadable_trust_record_is_said() {
     })
     .await;
     assert!(h.node("n1").await.is_some(), "the rest loads");
+}
+
+/// A hale on `dir` that recorded a fault on n1, then stopped: a store to tamper
+/// with.
+async fn recorded_and_stopped(dir: &std::path::Path) -> Hale {
+    let mut h = Hale::webhook_only(dir, "").await;
+    let fault = delivery(&[(&smart_failing("n1"), "firing")]);
+    assert_eq!(h.deliver(&fault).await, 200);
+    h.wait_node("recorded", "n1", |n| has_condition(n, "disk_degraded"))
+        .await;
+    h.stop();
+    h
 }
 
 /// Run `cmd` to its end, which must come within 30 s: a `hale serve` that should

@@ -322,7 +322,6 @@ impl Hale {
         // What the trust record says changed: written though nothing else did, so a
         // restart keeps a hold and followers show the source as it is.
         let trust_changed = shown_trust(&fleet.trust) != shown;
-        self.show_trust(&fleet.trust, now);
         if let Some(why) = &outcome.held {
             warn!(
                 until = %fleet.trust.hold_until.map(|t| t.to_rfc3339()).unwrap_or_default(),
@@ -650,19 +649,17 @@ impl Hale {
         self.store_ok.load(Ordering::Relaxed) && (polled || !self.orchestrator.leads())
     }
 
-    /// The gauges that change with time alone, read for a scrape: readiness, and
-    /// whether a hold runs now (it lapses with no step to say so).
+    /// The gauges read from the state at each scrape: readiness, and the trust the
+    /// state rests on — this replica's own, or on a follower the leader's as it last
+    /// wrote it — with whether a hold runs now (it lapses with no step to say so).
     pub fn refresh_gauges(&self) {
         self.metrics.ready.set(i64::from(self.ready()));
-        let holding = self.lock_fleet().trust.holding(Utc::now());
-        self.metrics.holding.set(i64::from(holding));
-    }
-
-    /// Publish the trust the state rests on: this replica's own, or on a follower
-    /// the leader's as it last wrote it.
-    fn show_trust(&self, trust: &Trust, now: Time) {
+        let fleet = self.lock_fleet();
+        let trust = &fleet.trust;
         self.metrics.source_up.set(i64::from(trust.source_up));
-        self.metrics.holding.set(i64::from(trust.holding(now)));
+        self.metrics
+            .holding
+            .set(i64::from(trust.holding(Utc::now())));
         if let Some(t) = trust.last_trusted {
             self.metrics
                 .last_trusted
@@ -766,8 +763,6 @@ impl Hale {
         }
         match store.load(now) {
             Ok(loaded) => {
-                // The leader's view of Alertmanager, which the state served rests on.
-                self.show_trust(&loaded.trust, now);
                 *self.lock_fleet() = loaded;
                 self.store_ok.store(true, Ordering::Relaxed);
                 Some(revision)
