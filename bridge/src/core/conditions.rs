@@ -772,3 +772,68 @@ fn capped<'x, 'a>(alerts: &'x [&'x Alert<'a>]) -> std::borrow::Cow<'x, [&'x Aler
 
 /// The most a condition's message joins of its alerts' texts, in bytes.
 const MAX_MESSAGE: usize = 4 * super::labels::MAX_TEXT;
+
+impl Node {
+    /// A copy of this record that `size` measures at `limit` or less, for a store
+    /// that cannot hold a larger one (a NATS message holds 1 MiB by default); `None`
+    /// when keeping one source per condition is still too large. The conditions
+    /// keep their most telling sources: each its worst, then each its next worst,
+    /// and so on (live before suppressed, then by severity, then by fingerprint), their
+    /// messages joined again from what is kept. Severity, reason and points stay as
+    /// they were; the next poll brings back what was left out.
+    pub fn fitted(&self, limit: usize, size: impl Fn(&Node) -> usize) -> Option<Node> {
+        let mut node = self.clone();
+        let mut len = size(&node);
+        while len > limit {
+            let total: usize = node.conditions.values().map(|c| c.sources.len()).sum();
+            let floor = node
+                .conditions
+                .values()
+                .filter(|c| !c.sources.is_empty())
+                .count();
+            if total <= floor {
+                return None;
+            }
+            // In proportion to the excess, and at least one fewer each round.
+            let target = (total * limit / len).clamp(floor, total - 1);
+            node.keep_most_telling(target);
+            len = size(&node);
+        }
+        Some(node)
+    }
+
+    /// Keep `target` sources in all (at least one per condition that has any).
+    fn keep_most_telling(&mut self, target: usize) {
+        let rank = |s: &Source| (s.suppressed, std::cmp::Reverse(s.severity));
+        let mut firsts = Vec::new();
+        let mut rest = Vec::new();
+        for (ctype, cond) in self.conditions.iter() {
+            let mut ranked: Vec<(&Name, &Source)> = cond.sources.iter().collect();
+            ranked.sort_by(|a, b| rank(a.1).cmp(&rank(b.1)).then_with(|| a.0.cmp(b.0)));
+            for (i, (fp, s)) in ranked.into_iter().enumerate() {
+                // Each condition's second before any one's third.
+                let entry = (rank(s), i, ctype.clone(), fp.clone());
+                if i == 0 {
+                    firsts.push(entry)
+                } else {
+                    rest.push(entry)
+                }
+            }
+        }
+        rest.sort();
+        rest.truncate(target.saturating_sub(firsts.len()));
+        let kept: BTreeSet<(Name, Name)> = firsts
+            .into_iter()
+            .chain(rest)
+            .map(|(_, _, ctype, fp)| (ctype, fp))
+            .collect();
+        for (ctype, cond) in self.conditions.iter_mut() {
+            let before = cond.sources.len();
+            cond.sources
+                .retain(|fp, _| kept.contains(&(ctype.clone(), fp.clone())));
+            if cond.sources.len() != before {
+                compose_message(ctype, cond);
+            }
+        }
+    }
+}

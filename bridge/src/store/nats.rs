@@ -50,6 +50,8 @@ const DUPLICATE_WINDOW: Duration = Duration::from_secs(600);
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// Publishes in flight at once in a batch.
 const IN_FLIGHT: usize = 512;
+/// A node record's message carries a subject and headers beside it.
+const RECORD_HEADROOM: usize = 4096;
 
 /// `store.nats`: the JetStream the shared store lives in.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -447,6 +449,9 @@ struct Shared {
     bytes: AtomicU64,
     /// The most JetStream will hold for this account (0: no limit known).
     limit: AtomicU64,
+    /// The largest node record a message holds: the server's `max_payload`, less
+    /// room for the subject and headers.
+    record_limit: usize,
     /// Opened as it is, to be read ([`Nats::open_existing`]): loading it cleans
     /// nothing up either.
     as_is: bool,
@@ -616,6 +621,11 @@ impl Nats {
         as_is: bool,
     ) -> Result<Nats> {
         let (js, events, state, ledger, lease, names, instance) = opened;
+        let record_limit = js
+            .client()
+            .server_info()
+            .max_payload
+            .saturating_sub(RECORD_HEADROOM);
         let nats = Nats {
             shared: Arc::new(Shared {
                 _runtime: runtime,
@@ -630,6 +640,7 @@ impl Nats {
                 instance,
                 bytes: AtomicU64::new(0),
                 limit: AtomicU64::new(0),
+                record_limit,
                 as_is,
             }),
             mark: Mutex::default(),
@@ -637,6 +648,48 @@ impl Nats {
         };
         nats.upkeep()?;
         Ok(nats)
+    }
+
+    /// `body`, or, when it is more than a message holds, the record cut down to fit
+    /// ([`Node::fitted`]): written whole, it would be refused, and every later write
+    /// would wait behind it. `None`: not even that fits, and this record is not
+    /// written (said as an error); the others are.
+    fn fitted(&self, id: &str, body: &str) -> Option<String> {
+        let limit = self.shared.record_limit;
+        if body.len() <= limit {
+            return Some(body.to_string());
+        }
+        let fitted = serde_json::from_str::<Node>(body)
+            .ok()
+            .and_then(|node| node.fitted(limit, |n| super::json(n).len()));
+        let sources = |n: &Node| {
+            n.conditions
+                .values()
+                .map(|c| c.sources.len())
+                .sum::<usize>()
+        };
+        match fitted {
+            Some(node) => {
+                let kept = super::json(&node);
+                tracing::warn!(
+                    node = id,
+                    bytes = body.len(),
+                    limit,
+                    sources_kept = sources(&node),
+                    "a node record is more than a NATS message holds: written with its conditions' most severe alerts only (the next poll names the rest again)"
+                );
+                Some(kept)
+            }
+            None => {
+                tracing::error!(
+                    node = id,
+                    bytes = body.len(),
+                    limit,
+                    "a node record is more than a NATS message holds even with one alert per condition: its change is not written (the other records are); raise the NATS server's max_payload"
+                );
+                None
+            }
+        }
     }
 
     /// A writer and a handle for reads and upkeep, on one connection.
@@ -918,7 +971,10 @@ impl Store for Nats {
         }
         let mut puts: Vec<(String, Bytes)> = Vec::new();
         for (id, body) in &batch.nodes {
-            puts.push((format!("node.{}", key(id)), Bytes::from(body.clone())));
+            let Some(body) = self.fitted(id, body) else {
+                continue;
+            };
+            puts.push((format!("node.{}", key(id)), Bytes::from(body)));
         }
         for l in &batch.liveness {
             let v = serde_json::to_vec(&(l.last_report, l.last_heartbeat)).expect("serialises");
@@ -1409,13 +1465,23 @@ pub mod server {
 
     impl Server {
         pub fn start() -> Server {
+            Server::start_with("")
+        }
+
+        /// With `config` as the server's configuration file (the flags for
+        /// JetStream, the address and the store directory come on top).
+        pub fn start_with(config: &str) -> Server {
             let dir = tempfile::tempdir().unwrap();
+            let file = dir.path().join("nats.conf");
+            std::fs::write(&file, config).unwrap();
             let port = std::net::TcpListener::bind("127.0.0.1:0")
                 .unwrap()
                 .local_addr()
                 .unwrap()
                 .port();
             let child = Command::new(binary())
+                .arg("-c")
+                .arg(&file)
                 .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
                 .arg(dir.path())
                 .stdout(Stdio::null())
@@ -1495,6 +1561,63 @@ mod tests {
             matches!(err, StoreError::Nats { op: "connect", .. }),
             "{err}"
         );
+    }
+
+    /// A node record over the server's `max_payload` is written cut down to its
+    /// conditions' most severe alerts, and the records beside it are written too:
+    /// whole, it was refused, retried ahead of every later write, for ever.
+    #[test]
+    fn a_record_over_a_message_is_written_cut_down() {
+        let server = server::Server::start_with("max_payload: 65536");
+        let now = chrono::Utc::now();
+        let text = "z".repeat(1000);
+        let sources: serde_json::Map<String, serde_json::Value> = (0..200)
+            .map(|i| {
+                let severity = if i == 150 { "critical" } else { "warning" };
+                let source = serde_json::json!({
+                    "reason": "SmartWarning", "severity": severity,
+                    "message": format!("{i} {text}"), "fault_class": "DISK",
+                });
+                (format!("{i:016x}"), source)
+            })
+            .collect();
+        let big: Node = serde_json::from_value(serde_json::json!({
+            "id": "n1",
+            "conditions": {"disk_degraded": {
+                "reason": "SmartWarning", "severity": "critical", "message": "m",
+                "first_seen": now.to_rfc3339(), "last_seen": now.to_rfc3339(),
+                "observations": 1, "sticky": false, "fault_class": "DISK",
+                "sources": sources,
+            }},
+        }))
+        .unwrap();
+        assert!(crate::store::json(&big).len() > 200 * 1024);
+        let mut fleet = Fleet::new(now);
+        for node in [big, Node::new("n2")] {
+            fleet.nodes.insert(node.id.clone(), Box::new(node));
+        }
+        let outcome = crate::core::Outcome {
+            dirty: fleet.nodes.keys().cloned().collect(),
+            ..crate::core::Outcome::default()
+        };
+        let mut store = Nats::open(&server.config(), "big", 90).unwrap();
+        store
+            .write(&super::super::Batch::of(&fleet, &outcome))
+            .unwrap();
+
+        let loaded = store.load(now).unwrap();
+        assert!(loaded.nodes.contains_key("n2"));
+        let cond = &loaded.nodes["n1"].conditions["disk_degraded"];
+        assert!(
+            (1..200).contains(&cond.sources.len()),
+            "{}",
+            cond.sources.len()
+        );
+        assert_eq!(
+            cond.sources[format!("{:016x}", 150).as_str()].severity,
+            crate::core::Severity::Critical
+        );
+        assert!(crate::store::json(&loaded.nodes["n1"]).len() <= 65536);
     }
 
     #[test]

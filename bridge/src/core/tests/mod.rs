@@ -1221,6 +1221,76 @@ fn a_condition_keeps_a_bounded_number_of_sources() {
     assert_eq!(s.node("n1").conditions["disk_degraded"].sources.len(), 64);
 }
 
+/// A record more than a store's message holds is cut down to fit: each condition
+/// keeps its most severe sources (one at least), its severity and points as they
+/// were, its message joined from what it kept; a record that fits comes back as
+/// it is, and one that cannot fit even so is `None`.
+#[test]
+fn a_record_is_fitted_to_a_store_limit() {
+    let mut s = script("");
+    let text = "y".repeat(1000);
+    let mut polled: Vec<A> = ["disk_degraded", "nic_flapping", "ecc_errors"]
+        .into_iter()
+        .flat_map(|ctype| {
+            let text = &text;
+            (0..64).map(move |i| {
+                let a = alert(&format!("{ctype}{i}"))
+                    .on("n1")
+                    .condition(ctype, "SmartWarning")
+                    .summary(&format!("{ctype} {i} {text}"));
+                if i == 40 { a.critical() } else { a }
+            })
+        })
+        .collect();
+    polled.extend([watchdog(), heartbeat("n1")]);
+    s.at(0).poll(&polled);
+    let node = s.node("n1").clone();
+    let size = |n: &Node| serde_json::to_string(n).unwrap().len();
+    assert!(size(&node) > 192 * 1024, "{}", size(&node));
+
+    assert_eq!(node.fitted(size(&node), size).as_ref(), Some(&node));
+    let limit = 64 * 1024;
+    let fitted = node.fitted(limit, size).expect("fits");
+    assert!(size(&fitted) <= limit, "{}", size(&fitted));
+    assert_eq!(fitted.score, node.score);
+    for (ctype, cond) in node.conditions.iter() {
+        let kept = &fitted.conditions[ctype.as_str()];
+        assert!(
+            !kept.sources.is_empty() && kept.sources.len() < 64,
+            "{ctype}"
+        );
+        assert_eq!(kept.severity, Severity::Critical);
+        assert_eq!(kept.reason, cond.reason);
+        assert!(
+            kept.sources
+                .values()
+                .any(|s| s.severity == Severity::Critical),
+            "{ctype} keeps its critical alert"
+        );
+        // Joined again from the charged message and the kept alerts alone.
+        let shown = |m: &str| kept.message.contains(&m[..40]);
+        let mut messages: BTreeSet<&str> =
+            kept.sources.values().map(|s| s.message.as_str()).collect();
+        messages.insert(&kept.charged_message);
+        let mut dropped = cond
+            .sources
+            .values()
+            .filter(|s| !messages.contains(s.message.as_str()));
+        assert!(dropped.all(|s| !shown(&s.message)), "{ctype}");
+        let listed = messages.iter().filter(|m| shown(m)).count();
+        let more = messages.len() - listed;
+        assert!(
+            more > 0,
+            "{ctype}: the kept alerts' texts are more than a message joins"
+        );
+        assert!(
+            kept.message.ends_with(&format!("… and {more} more")),
+            "{ctype}"
+        );
+    }
+    assert_eq!(node.fitted(2 * 1024, size), None);
+}
+
 #[test]
 fn alerts_without_a_node_are_counted() {
     let mut s = script("");
