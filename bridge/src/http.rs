@@ -176,13 +176,16 @@ fn optional_body<T: serde::de::DeserializeOwned + Default>(body: Sent) -> ApiRes
             "the request body must be a JSON object",
         ));
     }
-    serde_json::from_slice(&body).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "bad_request",
-            format!("the request body: {e}"),
-        )
-    })
+    // With the path, so a refused field is named (`reason: 2000 bytes: …`).
+    serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&body)).map_err(
+        |e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!("the request body: {e}"),
+            )
+        },
+    )
 }
 
 pub fn router(hale: Arc<Hale>) -> Router {

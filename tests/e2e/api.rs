@@ -40,17 +40,17 @@ async fn bad_operator_bodies_are_json_errors_and_change_nothing() {
     // A reason is kept on the node and its events: 1,024 bytes at most.
     let long = format!(r#"{{"reason": "{}"}}"#, "x".repeat(600_000));
     for (verb, body, says) in [
-        ("cordon", long.as_str(), "at most 1024"),
-        ("drain", long.as_str(), "at most 1024"),
+        ("cordon", long.as_str(), "reason: 600000 bytes: at most 1024"),
+        ("drain", long.as_str(), "reason: 600000 bytes: at most 1024"),
         (
             "conditions/disk_degraded/clear",
             long.as_str(),
-            "at most 1024",
+            "reason: 600000 bytes: at most 1024",
         ),
         ("cordon", "{bad", "the request body"),
-        ("cordon", r#"{"reason": 5}"#, "invalid type"),
+        ("cordon", r#"{"reason": 5}"#, "reason: invalid type"),
         ("uncordon", r#"{"reasn": "typo"}"#, "unknown field"),
-        ("drain", r#"{"active": "yes"}"#, "invalid type"),
+        ("drain", r#"{"active": "yes"}"#, "active: invalid type"),
         ("reboot", r#""now""#, "must be a JSON object"),
         ("cordon", "[]", "must be a JSON object"),
         ("conditions/disk_degraded/clear", "{}", "needs a reason"),
