@@ -40,7 +40,11 @@ async fn bad_operator_bodies_are_json_errors_and_change_nothing() {
     // A reason is kept on the node and its events: 1,024 bytes at most.
     let long = format!(r#"{{"reason": "{}"}}"#, "x".repeat(600_000));
     for (verb, body, says) in [
-        ("cordon", long.as_str(), "reason: 600000 bytes: at most 1024"),
+        (
+            "cordon",
+            long.as_str(),
+            "reason: 600000 bytes: at most 1024",
+        ),
         ("drain", long.as_str(), "reason: 600000 bytes: at most 1024"),
         (
             "conditions/disk_degraded/clear",

@@ -380,25 +380,42 @@ pub(crate) mod suite {
     /// The replacement budget and the restart counts a writer recorded are what
     /// the next writer (a new leader, a restarted hale) loads: the budget spent
     /// stays spent.
-    /// A fleet of thousands comes back whole: each node under its own id, as
-    /// written.
+    /// A fleet of thousands comes back whole, with the step's events: each node
+    /// under its own id, as written, and every event once. A first poll of such a
+    /// fleet writes thousands of events in one step (more than the NATS client lets
+    /// wait for an acknowledgement at once).
     pub fn a_large_fleet_comes_back_whole(open: Open) {
         let dir = tempfile::tempdir().unwrap();
         let now = Utc.with_ymd_and_hms(2026, 8, 5, 12, 0, 0).unwrap();
         let mut fleet = Fleet::new(now);
+        let mut events = Vec::new();
         for i in 0..5_000 {
             let mut node = Node::new(&format!("rack{}/n-{i:04}", i % 7));
             node.last_report = Some(now - chrono::TimeDelta::seconds(i));
             node.hostname = Some(format!("host-{i}"));
+            for score in [90, 80] {
+                events.push(Event {
+                    node_id: node.id.clone(),
+                    kind: EventKind::ScoreChanged {
+                        score,
+                        previous_score: 100,
+                        scored_by: "cluster".into(),
+                    },
+                    occurred_at: now,
+                    message: format!("scored {score}"),
+                });
+            }
             fleet.nodes.insert(node.id.clone(), Box::new(node));
         }
         let outcome = Outcome {
             dirty: fleet.nodes.keys().cloned().collect(),
+            events,
             ..Outcome::default()
         };
         open(dir.path())
             .write(&Batch::of(&fleet, &outcome))
             .unwrap();
+        assert_eq!(open(dir.path()).history(0).unwrap(), outcome.events);
         let loaded = open(dir.path()).load(now).unwrap();
         assert_eq!(loaded.nodes.len(), fleet.nodes.len());
         for (id, node) in &fleet.nodes {

@@ -1002,18 +1002,25 @@ impl Store for Nats {
         let (acks, written) = self.run(async move {
             let js = &shared.js;
             // Events first: a crash after them repeats their ids, not their records.
-            let mut pending = Vec::with_capacity(events.len());
+            // At most IN_FLIGHT unacknowledged: the client lets 5,000 be, and a
+            // publish past them waits for an acknowledgement nobody reads yet.
+            let mut acks = Vec::with_capacity(events.len());
+            let mut pending = std::collections::VecDeque::with_capacity(IN_FLIGHT);
             for (node, id, body) in events {
+                if pending.len() == IN_FLIGHT {
+                    let oldest: jetstream::context::PublishAckFuture =
+                        pending.pop_front().expect("full");
+                    acks.push(oldest.await.op("store an event")?.sequence);
+                }
                 let subject = format!("{}.{}", shared.names.subjects, key(&node));
                 let mut headers = HeaderMap::new();
                 headers.insert(header::NATS_MESSAGE_ID, id.as_str());
-                pending.push(
+                pending.push_back(
                     js.publish_with_headers(subject, headers, body)
                         .await
                         .op("publish an event")?,
                 );
             }
-            let mut acks = Vec::with_capacity(pending.len());
             for p in pending {
                 acks.push(p.await.op("store an event")?.sequence);
             }
