@@ -270,6 +270,24 @@ pub struct Notifier {
 pub struct Durable {
     pub outbox: Arc<dyn Outbox>,
     pub leads: Arc<dyn Fn() -> bool + Send + Sync>,
+    pub feeds: Arc<Feeds>,
+}
+
+/// One delivery task per feed at a time, across reloads: a new configuration's
+/// task waits for the last one to finish the delivery under way and acknowledge
+/// it; reading the feed before that, it would deliver that event again.
+#[derive(Default)]
+pub struct Feeds(std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
+
+impl Feeds {
+    fn of(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.0
+            .lock()
+            .expect("feeds lock")
+            .entry(key.to_string())
+            .or_default()
+            .clone()
+    }
 }
 
 impl Notifier {
@@ -339,6 +357,12 @@ const FETCH_WAIT: Duration = Duration::from_secs(5);
 
 impl DurableTask {
     async fn run(self, mut stop: tokio::sync::watch::Receiver<()>, beat: crate::liveness::Beat) {
+        let running = self.durable.feeds.of(&self.key);
+        let _running = tokio::select! {
+            held = running.lock_owned() => held,
+            // Reloaded again before the last task let go.
+            _ = stop.changed() => return,
+        };
         let mut feed = None;
         let mut idle = tokio::time::Instant::now();
         loop {

@@ -596,6 +596,59 @@ async fn sighup_reloads_endpoints_and_penalties_and_a_bad_file_changes_nothing()
     .await;
 }
 
+/// A reload while a delivery is under way: the new configuration's task waits for
+/// the old one to finish it, and no event is delivered twice.
+#[tokio::test]
+async fn a_reload_during_a_delivery_delivers_nothing_twice() {
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("secret"), SECRET).unwrap();
+    let port = free_port();
+    let config = webhook_only_config(
+        dir.path(),
+        port,
+        &format!(
+            "nodeEventWebhooks:\n  - url: {}/held\n    secretFile: {}\n    events: [SCORE_CHANGED]\n    timeout: 60s\n",
+            receiver.url,
+            dir.path().join("secret").display()
+        ),
+    );
+    let hale = Hale::start_with(dir.path(), port, &config).await;
+    let smart = smart_failing("n1");
+    hale.deliver(&delivery(&[(&smart, "firing")])).await;
+    eventually("the first delivery under way", Duration::from_secs(10), || async {
+        (receiver.in_flight() == 1).then_some(())
+    })
+    .await;
+    let r = reqwest::Client::new()
+        .post(format!("{}/-/reload", hale.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    hale.deliver(&delivery(&[(&smart, "resolved")])).await;
+    hale.wait_node("scored again", "n1", |n| n["score"] == 100).await;
+    receiver.release();
+    let scores = || {
+        receiver
+            .got("/held")
+            .iter()
+            .map(|r| r.json()["data"]["score"].as_u64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    eventually("both events delivered", Duration::from_secs(20), || async {
+        scores().contains(&100).then_some(())
+    })
+    .await;
+    let ids: Vec<String> = receiver
+        .got("/held")
+        .iter()
+        .map(|r| r.header("X-Hale-Event-Id").to_string())
+        .collect();
+    assert_eq!(scores(), [60, 100], "{ids:?}");
+}
+
 #[tokio::test]
 async fn kill_9_during_a_burst_keeps_state_and_events_in_step() {
     let dir = tempfile::tempdir().unwrap();

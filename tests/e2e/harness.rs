@@ -624,10 +624,13 @@ struct ReceiverState {
     /// Per path: how many requests to answer 500 before answering 200.
     fail_first: std::collections::HashMap<String, usize>,
     in_flight: usize,
+    /// `/held/...` requests are answered only once this is set.
+    released: bool,
 }
 
 /// A real HTTP receiver for outbound webhooks: records every request; `/hang/...`
-/// never answers within a test's life; paths set with `fail_first` answer 500 first.
+/// never answers within a test's life; `/held/...` answers once released; paths set
+/// with `fail_first` answer 500 first.
 #[derive(Clone)]
 pub struct Receiver {
     pub url: String,
@@ -664,6 +667,9 @@ impl Receiver {
                     if path.starts_with("/hang") {
                         tokio::time::sleep(Duration::from_secs(600)).await;
                     }
+                    while path.starts_with("/held") && !st.lock().unwrap().released {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
                     st.lock().unwrap().in_flight -= 1;
                     if fail {
                         axum::http::StatusCode::INTERNAL_SERVER_ERROR
@@ -694,6 +700,11 @@ impl Receiver {
             .filter(|r| r.path == path)
             .cloned()
             .collect()
+    }
+
+    /// Answer the `/held/...` requests waiting, and those to come.
+    pub fn release(&self) {
+        self.state.lock().unwrap().released = true;
     }
 
     pub fn in_flight(&self) -> usize {

@@ -191,6 +191,7 @@ impl Hale {
             Durable {
                 outbox,
                 leads: Arc::new(move || o.leads()),
+                feeds: Arc::default(),
             }
         };
         let now = Utc::now();
