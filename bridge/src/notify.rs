@@ -152,7 +152,11 @@ pub fn signature(secret: &[u8], timestamp: &str, body: &[u8]) -> String {
 /// Why one attempt failed.
 #[derive(Debug, thiserror::Error)]
 enum AttemptError {
-    #[error("HTTP {0}")]
+    #[error("HTTP {0}{hint}", hint = if (300..400).contains(.0) {
+        " (redirects are not followed: set the url to where it leads)"
+    } else {
+        ""
+    })]
     Status(u16),
     #[error("timed out")]
     Timeout,
@@ -304,7 +308,9 @@ impl Notifier {
         for (i, hook) in hooks.iter().enumerate() {
             let endpoint = Endpoint {
                 shown: hook.shown(),
+                // A redirect could take the signed event to another host.
                 http: reqwest::Client::builder()
+                    .redirect(reqwest::redirect::Policy::none())
                     .timeout(hook.timeout)
                     .user_agent(crate::USER_AGENT)
                     .build()

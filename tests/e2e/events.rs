@@ -150,7 +150,7 @@ async fn webhooks_are_signed_retried_and_filtered() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("secret"), format!("{SECRET}\n")).unwrap();
     let hooks = format!(
-        "nodeEventWebhooks:\n  - url: {url}/all\n    secretFile: {secret}\n    maxAttempts: 3\n  - url: {url}/scores\n    secretFile: {secret}\n    events: [score_changed]\n",
+        "nodeEventWebhooks:\n  - url: {url}/all\n    secretFile: {secret}\n    maxAttempts: 3\n  - url: {url}/scores\n    secretFile: {secret}\n    events: [score_changed]\n  - url: {url}/moved\n    secretFile: {secret}\n",
         url = receiver.url,
         secret = dir.path().join("secret").display()
     );
@@ -241,6 +241,26 @@ async fn webhooks_are_signed_retried_and_filtered() {
         ),
         Some(0.0),
         "{metrics}"
+    );
+    // A redirect is not followed (it may lead anywhere with the signed body):
+    // each event is refused there, once.
+    let moved = format!("{}/moved", receiver.url);
+    eventually(
+        "both refused at /moved",
+        Duration::from_secs(10),
+        || async {
+            let metrics = hale.metrics().await;
+            let dropped = &[("endpoint", moved.as_str()), ("reason", "rejected")];
+            (metric(&metrics, "hale_webhook_dropped_total", dropped) == Some(2.0)).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(receiver.got("/moved").len(), 2);
+    assert!(receiver.got("/landed").is_empty());
+    assert!(
+        hale.log().contains("HTTP 307 (redirects are not followed"),
+        "{}",
+        hale.log()
     );
     assert!(
         !hale.log().contains(SECRET),
@@ -616,9 +636,11 @@ async fn a_reload_during_a_delivery_delivers_nothing_twice() {
     let hale = Hale::start_with(dir.path(), port, &config).await;
     let smart = smart_failing("n1");
     hale.deliver(&delivery(&[(&smart, "firing")])).await;
-    eventually("the first delivery under way", Duration::from_secs(10), || async {
-        (receiver.in_flight() == 1).then_some(())
-    })
+    eventually(
+        "the first delivery under way",
+        Duration::from_secs(10),
+        || async { (receiver.in_flight() == 1).then_some(()) },
+    )
     .await;
     let r = reqwest::Client::new()
         .post(format!("{}/-/reload", hale.url))
@@ -628,7 +650,8 @@ async fn a_reload_during_a_delivery_delivers_nothing_twice() {
         .unwrap();
     assert_eq!(r.status(), 200);
     hale.deliver(&delivery(&[(&smart, "resolved")])).await;
-    hale.wait_node("scored again", "n1", |n| n["score"] == 100).await;
+    hale.wait_node("scored again", "n1", |n| n["score"] == 100)
+        .await;
     receiver.release();
     let scores = || {
         receiver

@@ -629,8 +629,8 @@ struct ReceiverState {
 }
 
 /// A real HTTP receiver for outbound webhooks: records every request; `/hang/...`
-/// never answers within a test's life; `/held/...` answers once released; paths set
-/// with `fail_first` answer 500 first.
+/// never answers within a test's life; `/held/...` answers once released;
+/// `/moved/...` redirects to `/landed`; paths set with `fail_first` answer 500 first.
 #[derive(Clone)]
 pub struct Receiver {
     pub url: String,
@@ -671,10 +671,15 @@ impl Receiver {
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
                     st.lock().unwrap().in_flight -= 1;
+                    use axum::response::IntoResponse;
+                    if path.starts_with("/moved") {
+                        let to = [(axum::http::header::LOCATION, "/landed")];
+                        return (axum::http::StatusCode::TEMPORARY_REDIRECT, to).into_response();
+                    }
                     if fail {
-                        axum::http::StatusCode::INTERNAL_SERVER_ERROR
+                        axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response()
                     } else {
-                        axum::http::StatusCode::OK
+                        axum::http::StatusCode::OK.into_response()
                     }
                 }
             },
