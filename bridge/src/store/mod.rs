@@ -39,6 +39,10 @@ pub enum StoreError {
         path: PathBuf,
         cause: rusqlite::Error,
     },
+    #[error(
+        "store {path}: the file was removed or replaced under the running hale: nothing recorded since can be kept there; restart hale to open what is at that path now (what it holds only in memory is lost)"
+    )]
+    Gone { path: PathBuf },
     #[error("store: {op}: {cause}")]
     Sqlite {
         op: &'static str,
@@ -71,14 +75,15 @@ pub enum StoreError {
 impl StoreError {
     /// Low-cardinality label for failure counters.
     /// Every value [`StoreError::metric_label`] returns.
-    pub const METRIC_LABELS: [&'static str; 7] = [
-        "create", "in_use", "sqlite", "corrupt", "nats", "full", "conflict",
+    pub const METRIC_LABELS: [&'static str; 8] = [
+        "create", "in_use", "gone", "sqlite", "corrupt", "nats", "full", "conflict",
     ];
 
     pub fn metric_label(&self) -> &'static str {
         match self {
             StoreError::Create { .. } | StoreError::ReadOnly { .. } => "create",
             StoreError::InUse { .. } => "in_use",
+            StoreError::Gone { .. } => "gone",
             StoreError::Sqlite { .. } => "sqlite",
             StoreError::Corrupt { .. } => "corrupt",
             StoreError::Nats { .. } => "nats",

@@ -62,6 +62,14 @@ pub struct Sqlite {
     /// The store directory's lock, held by `hale serve`'s writer while it lives
     /// ([`Sqlite::open_pair`]); the OS lets it go when the process ends, however.
     held: Option<File>,
+    /// The file opened (device and inode), to tell one removed or replaced since.
+    opened: Option<(u64, u64)>,
+}
+
+/// The device and inode of the file at `path`, if there is one.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// The file `hale serve` locks in the store directory, holding its process id.
@@ -141,10 +149,23 @@ impl Sqlite {
             }
         };
         Ok(Sqlite {
+            opened: file_id(&file),
             conn,
             file,
             instance,
             held: None,
+        })
+    }
+
+    /// Whether the file written is still the one at the store's path: one removed
+    /// (or replaced) under a running hale takes every later write with it, and the
+    /// next start finds none of them.
+    fn still_there(&self) -> Result<()> {
+        if file_id(&self.file) == self.opened {
+            return Ok(());
+        }
+        Err(StoreError::Gone {
+            path: self.file.clone(),
         })
     }
 
@@ -361,6 +382,7 @@ impl Store for Sqlite {
 
     /// Write one batch atomically; returns its events with the ids they were given.
     fn write(&mut self, batch: &Batch<'_>) -> Result<Vec<String>> {
+        self.still_there()?;
         let instance = self.instance.clone();
         let tx = self.conn.transaction().op("begin")?;
         let mut ids = Vec::with_capacity(batch.events.len());
@@ -975,6 +997,30 @@ mod tests {
     #[test]
     fn a_batch_round_trips_and_removal_keeps_events() {
         suite::a_batch_round_trips_and_removal_keeps_events(&open);
+    }
+
+    /// A store file removed under the running writer fails every later write,
+    /// saying so, rather than writing into a file the next start will not find.
+    #[test]
+    fn a_store_file_removed_under_the_writer_fails_its_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Sqlite::open(dir.path()).unwrap();
+        let at = Utc::now();
+        write(&mut store, &[event("n1", false, at)]);
+        for f in ["hale.db", "hale.db-wal", "hale.db-shm"] {
+            let _ = std::fs::remove_file(dir.path().join(f));
+        }
+        let batch = Batch {
+            events: &[event("n1", false, at)],
+            trust: "{}".into(),
+            ..Batch::default()
+        };
+        let err = store.write(&batch).expect_err("its file is gone");
+        assert_eq!(err.metric_label(), "gone");
+        assert!(err.to_string().contains("removed or replaced"), "{err}");
+        // A new file in its place is another store: still refused.
+        drop(Sqlite::open(dir.path()).unwrap());
+        assert!(matches!(store.write(&batch), Err(StoreError::Gone { .. })));
     }
 
     fn event(node: &str, missed: bool, at: Time) -> Event {
