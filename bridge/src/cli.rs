@@ -198,6 +198,12 @@ pub fn run_store_copy(verb: StoreVerb) -> anyhow::Result<()> {
             shown_store(&to)
         );
     }
+    if source.copying()? {
+        bail!(
+            "{} holds part of a copy that did not finish: copy from the store it was copied from",
+            shown_store(&from)
+        );
+    }
     let mut target = open_store(&to, nats, true)?;
     let fleet = source.load(now)?;
     let history = source.history(0)?;
@@ -225,6 +231,8 @@ pub fn run_store_copy(verb: StoreVerb) -> anyhow::Result<()> {
             shown_store(&to)
         )
     };
+    // Marked until all is written: `hale serve` refuses a store holding part of a copy.
+    target.mark_copying(true).map_err(partly)?;
     let trust = serde_json::to_string(&fleet.trust)?;
     for slice in history.chunks(10_000) {
         target
@@ -254,6 +262,7 @@ pub fn run_store_copy(verb: StoreVerb) -> anyhow::Result<()> {
             ..hale::store::Batch::default()
         })
         .map_err(partly)?;
+    target.mark_copying(false).map_err(partly)?;
     println!(
         "copied {} nodes and {} events from {} to {}",
         fleet.nodes.len(),

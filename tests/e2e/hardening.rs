@@ -617,6 +617,59 @@ async fn a_second_hale_on_one_store_is_refused() {
     assert_eq!(healthz.status(), 200);
 }
 
+/// A copy marks its target until all is written: one that stopped part-way
+/// leaves a store `hale serve` refuses (it served an empty fleet beside part of
+/// the history, saying nothing) and a copy will not read; a finished copy leaves
+/// no mark, and is served.
+#[tokio::test]
+async fn a_store_holding_part_of_a_copy_is_refused() {
+    use hale::store::Store;
+    let dir = tempfile::tempdir().unwrap();
+    recorded_and_stopped(dir.path()).await;
+    let from = format!("sqlite:{}", dir.path().join("data").display());
+    let copied = tempfile::tempdir().unwrap();
+    let to = format!("sqlite:{}", copied.path().join("data").display());
+    let out = exits_within(hale_cmd().args(["store", "copy", "--from", &from, "--to", &to]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let target = hale::store::Sqlite::open(&copied.path().join("data")).unwrap();
+    assert!(!target.copying().unwrap(), "a finished copy leaves no mark");
+    let mut target = target;
+    target.mark_copying(true).unwrap();
+    drop(target);
+
+    let port = free_port();
+    let config = copied.path().join("hale.yaml");
+    std::fs::write(&config, webhook_only_config(copied.path(), port, "")).unwrap();
+    let out = exits_within(hale_cmd().args(["serve", "--config"]).arg(&config));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!(
+            "store {}: holds part of a `hale store copy` that did not finish",
+            copied.path().join("data").display()
+        )),
+        "{said}"
+    );
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = exits_within(
+        hale_cmd()
+            .args(["store", "copy", "--from", &to, "--to"])
+            .arg(format!(
+                "sqlite:{}",
+                elsewhere.path().join("data").display()
+            )),
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("holds part of a copy that did not finish"),
+        "{said}"
+    );
+}
+
 fn hale_cmd() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
 }

@@ -176,6 +176,15 @@ impl Hale {
             lease,
             outbox,
         } = loaded.config.store.open(&loaded.config.cluster)?;
+        let store_named = match (&loaded.config.store.kind, &loaded.config.store.nats) {
+            (crate::config::StoreKind::Nats, Some(nats)) => {
+                crate::shown_urls(nats.urls.iter().map(String::as_str))
+            }
+            _ => loaded.config.store.path.display().to_string(),
+        };
+        if store.copying()? {
+            return Err(StoreError::PartCopied { store: store_named });
+        }
         // Replicas on a shared store elect their leader on it unless the
         // orchestrator elects one (the Kubernetes Lease stays for Kubernetes).
         let orchestrator: Arc<dyn Orchestrator> = match lease {
@@ -197,12 +206,6 @@ impl Hale {
         let now = Utc::now();
         let mut fleet = store.load(now)?;
         fleet.trust.take_up();
-        let store_named = match (&loaded.config.store.kind, &loaded.config.store.nats) {
-            (crate::config::StoreKind::Nats, Some(nats)) => {
-                crate::shown_urls(nats.urls.iter().map(String::as_str))
-            }
-            _ => loaded.config.store.path.display().to_string(),
-        };
         info!(nodes = fleet.nodes.len(), store = %store_named, "state loaded");
         let client = alertmanager::Client::new(&loaded.config.alertmanager);
         let metrics_config = Arc::new(RwLock::new(Arc::new(loaded)));

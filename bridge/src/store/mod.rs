@@ -63,6 +63,10 @@ pub enum StoreError {
     #[error("store: {op}: {cause}")]
     Nats { op: &'static str, cause: String },
     #[error(
+        "store {store}: holds part of a `hale store copy` that did not finish: empty it and copy again"
+    )]
+    PartCopied { store: String },
+    #[error(
         "store: {op}: JetStream has no room or too few servers ({cause}): raise the server's max_file_store or the account's limit, shorten store.eventRetentionDays, or check that store.nats.replicas is no more than the servers in the cluster"
     )]
     Full { op: &'static str, cause: String },
@@ -85,7 +89,7 @@ impl StoreError {
             StoreError::InUse { .. } => "in_use",
             StoreError::Gone { .. } => "gone",
             StoreError::Sqlite { .. } => "sqlite",
-            StoreError::Corrupt { .. } => "corrupt",
+            StoreError::Corrupt { .. } | StoreError::PartCopied { .. } => "corrupt",
             StoreError::Nats { .. } => "nats",
             StoreError::Full { .. } | StoreError::DiskFull { .. } => "full",
             StoreError::Conflict { .. } => "conflict",
@@ -242,6 +246,12 @@ pub trait Store: Send {
     fn revision(&self) -> Result<u64> {
         Ok(0)
     }
+    /// Mark the store as holding part of a copy, or clear the mark: `hale store
+    /// copy` sets it before it writes anything and clears it once all is written.
+    fn mark_copying(&mut self, copying: bool) -> Result<()>;
+    /// Whether a copy into this store began and did not finish: served, it would
+    /// lack nodes or events and say nothing of it.
+    fn copying(&self) -> Result<bool>;
 }
 
 /// A store opened for `hale serve`: the writer and the handle for reads and upkeep.
@@ -485,6 +495,18 @@ pub(crate) mod suite {
         drop(second);
         let last = open(dir.path()).load(now).unwrap();
         assert_eq!(last.ledger.moves["ml/old"].count, 1);
+    }
+
+    /// A copy's mark outlives its writer until the copy clears it.
+    pub fn a_copys_mark_is_kept_until_cleared(open: Open) {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!open(dir.path()).copying().unwrap());
+        open(dir.path()).mark_copying(true).unwrap();
+        let mut store = open(dir.path());
+        assert!(store.copying().unwrap());
+        assert!(store.load(Utc::now()).unwrap().nodes.is_empty());
+        store.mark_copying(false).unwrap();
+        assert!(!open(dir.path()).copying().unwrap());
     }
 
     pub fn burst(store: &mut dyn Store, node: &str, n: usize, start: crate::core::Time) {

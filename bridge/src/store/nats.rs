@@ -1197,6 +1197,34 @@ impl Store for Nats {
         true
     }
 
+    fn mark_copying(&mut self, copying: bool) -> Result<()> {
+        let shared = self.shared.clone();
+        self.run(async move {
+            if copying {
+                shared
+                    .state
+                    .put("copying", Bytes::from_static(b"1"))
+                    .await
+                    .op("mark a copy")?;
+            } else {
+                shared.state.delete("copying").await.op("mark a copy")?;
+            }
+            Ok(())
+        })?
+    }
+
+    fn copying(&self) -> Result<bool> {
+        let shared = self.shared.clone();
+        self.run(async move {
+            Ok(shared
+                .state
+                .get("copying")
+                .await
+                .op("read the copy's mark")?
+                .is_some())
+        })?
+    }
+
     fn revision(&self) -> Result<u64> {
         let shared = self.shared.clone();
         self.run(async move {
@@ -1625,6 +1653,12 @@ mod tests {
             crate::core::Severity::Critical
         );
         assert!(crate::store::json(&loaded.nodes["n1"]).len() <= 65536);
+    }
+
+    #[test]
+    fn a_copys_mark_is_kept_until_cleared() {
+        let server = server::Server::start();
+        suite::a_copys_mark_is_kept_until_cleared(&suite_on(&server));
     }
 
     #[test]

@@ -594,6 +594,24 @@ impl Store for Sqlite {
         size(self.file.clone()) + size(wal)
     }
 
+    fn mark_copying(&mut self, copying: bool) -> Result<()> {
+        let sql = if copying {
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('copying', '1')"
+        } else {
+            "DELETE FROM meta WHERE key = 'copying'"
+        };
+        self.conn.execute(sql, []).op("mark a copy")?;
+        Ok(())
+    }
+
+    fn copying(&self) -> Result<bool> {
+        self.conn
+            .query_row("SELECT 1 FROM meta WHERE key = 'copying'", [], |_| Ok(()))
+            .optional()
+            .op("read the copy's mark")
+            .map(|m| m.is_some())
+    }
+
     fn upkeep(&self) -> Result<()> {
         self.checkpoint()
     }
@@ -997,6 +1015,11 @@ mod tests {
     #[test]
     fn a_batch_round_trips_and_removal_keeps_events() {
         suite::a_batch_round_trips_and_removal_keeps_events(&open);
+    }
+
+    #[test]
+    fn a_copys_mark_is_kept_until_cleared() {
+        suite::a_copys_mark_is_kept_until_cleared(&open);
     }
 
     /// A store file removed under the running writer fails every later write,
