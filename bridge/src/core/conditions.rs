@@ -275,6 +275,8 @@ pub(super) fn set_sources(
         return;
     };
     let was_suppressed = cond.suppressed();
+    let muted = |cond: &Condition| cond.sources.values().filter(|s| s.suppressed).count();
+    let was_muted = muted(cond);
     let mut keys_changed = left > 0;
     let mut content_changed = false;
     if full && unchanged(cond, alerts, ctype) {
@@ -446,6 +448,16 @@ pub(super) fn set_sources(
         };
         let kind = updated(ctype, cond);
         rec.event(kind, message);
+    } else if muted(cond) != was_muted {
+        // One of several alerts silenced or inhibited, or no longer: it counts for
+        // nothing beside the live ones, or counts again.
+        let message = format!(
+            "{ctype}: {} of the {} alert(s) feeding it silenced or inhibited now (they count for nothing beside the others): {}",
+            muted(cond),
+            cond.sources.len(),
+            cond.message
+        );
+        rec.event(updated(ctype, cond), message);
     }
 }
 
@@ -606,6 +618,7 @@ pub(super) fn stale_condition(now: Time) -> Condition {
         remediation: None,
         sources: SmallMap::new(),
         silenced: false,
+        latched_live: false,
     }
 }
 
@@ -648,15 +661,24 @@ pub(super) fn raise(
         remediation: None,
         sources,
         silenced: false,
+        latched_live: false,
     };
     refresh(ctype, &mut cond, settings, now, true);
     Some(cond)
 }
 
 /// Fold the current sources into the episode: the charged reason moves up to a worse
-/// source (a worse severity, or the same severity and more points) and never down,
+/// source (a worse severity, or the same severity and more points) and never down
+/// — a worse severity with fewer points raises the severity, not the charge —,
 /// stickiness and remediation latch, the message keeps the charged reason's latest
 /// and each other source's (recomposed only when the sources changed).
+///
+/// Silenced or inhibited sources are the operator's word: beside a live one they
+/// count for nothing (no severity, charge, stickiness, priority or remediation); a
+/// condition fed by them alone is suppressed, and shows what they say until a live
+/// source has fed it ([`Condition::latched_live`]). A new condition, and one raised
+/// by them alone that a live source first feeds, takes its latches from the
+/// sources that count then.
 /// Returns the reason charged before when the charged reason changed.
 pub(super) fn refresh(
     ctype: &str,
@@ -665,8 +687,35 @@ pub(super) fn refresh(
     now: Time,
     changed: bool,
 ) -> Option<Name> {
+    let first = cond.observations == 0;
     // Kept for when its alerts end (see `Condition::silenced`).
-    cond.silenced = cond.sources.values().all(|s| s.suppressed);
+    let was_silenced = std::mem::replace(
+        &mut cond.silenced,
+        cond.sources.values().all(|s| s.suppressed),
+    );
+    let silenced = cond.silenced;
+    let unheard = !cond.latched_live;
+    let counts = |s: &Source| !s.suppressed || (silenced && unheard);
+    let mut recharged = None;
+    if first || (was_silenced && !silenced && unheard) {
+        if let Some(worst) = cond
+            .sources
+            .values()
+            .filter(|s| counts(s))
+            .max_by_key(|s| weight(settings, &s.reason, s.severity))
+        {
+            cond.severity = worst.severity;
+            if worst.reason != cond.reason {
+                let was = std::mem::replace(&mut cond.reason, worst.reason.clone());
+                recharged = (!first).then_some(was);
+            }
+            cond.fault_class = worst.fault_class.clone();
+        }
+        cond.sticky = false;
+        cond.priority = None;
+        cond.remediation = None;
+    }
+    cond.latched_live |= !silenced;
     // The worst source, when it outweighs what is charged now: (severity, points).
     // A source of the charged reason and severity weighs the same, so the common
     // case — the same alerts again — looks no penalty up.
@@ -680,25 +729,30 @@ pub(super) fn refresh(
                     > *charged.get_or_insert_with(|| settings.penalty(&cond.reason, cond.severity))
         }
     };
-    let mut recharged = None;
     if let Some(worst) = cond
         .sources
         .values()
-        .filter(|s| outweighs(s))
+        .filter(|s| counts(s) && outweighs(s))
         .max_by_key(|s| weight(settings, &s.reason, s.severity))
     {
+        // The charge as it would stand at the new severity: a reason priced by
+        // severity alone costs more there.
+        let kept = settings.penalty(&cond.reason, worst.severity);
         cond.severity = worst.severity;
-        if worst.reason != cond.reason {
+        if worst.reason != cond.reason && settings.penalty(&worst.reason, worst.severity) >= kept {
             recharged = Some(std::mem::replace(&mut cond.reason, worst.reason.clone()));
+            cond.fault_class = worst.fault_class.clone();
         }
-        cond.fault_class = worst.fault_class.clone();
     }
-    if let Some(s) = cond.sources.values().find(|s| s.reason == cond.reason)
+    if let Some(s) = cond
+        .sources
+        .values()
+        .find(|s| counts(s) && s.reason == cond.reason)
         && s.message != cond.charged_message
     {
         cond.charged_message = s.message.clone();
     }
-    for s in cond.sources.values() {
+    for s in cond.sources.values().filter(|s| counts(s)) {
         cond.sticky |= s.sticky;
         cond.priority = match (cond.priority, s.priority) {
             (Some(a), Some(b)) => Some(a.min(b)),

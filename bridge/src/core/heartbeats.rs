@@ -132,6 +132,7 @@ impl<'f> Step<'f> {
                     remediation: None,
                     sources: SmallMap::new(),
                     silenced: false,
+                    latched_live: false,
                 },
             );
             self.event(

@@ -209,6 +209,12 @@ pub struct Condition {
     /// it or an operator clears it (a silenced fault that ended is no live fault).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub silenced: bool,
+    /// A live alert has fed it this episode: its latches (severity, charge,
+    /// stickiness, priority, remediation) hold what live alerts said, and silenced or
+    /// inhibited ones add nothing to them. Until then, fed by those alone, it shows
+    /// what they say.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub latched_live: bool,
 }
 
 impl Condition {

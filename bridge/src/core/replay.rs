@@ -318,6 +318,7 @@ fn raise(
             remediation: None,
             sources: SmallMap::new(),
             silenced: false,
+            latched_live: false,
         },
     );
 }

@@ -566,6 +566,152 @@ fn suppressed_conditions_cost_nothing() {
     assert_eq!(got[1].0, "SCORE_CHANGED");
 }
 
+/// Silenced or inhibited alerts beside a live one on the same condition count for
+/// nothing: no severity, charge, stickiness, priority or remediation. A condition
+/// they raised alone takes its latches from the first live alert that feeds it;
+/// one a live alert fed keeps what the live alerts latched through a silence.
+#[test]
+fn silenced_alerts_beside_a_live_one_count_for_nothing() {
+    let live = |node: &str| {
+        alert("IoErrors")
+            .on(node)
+            .condition("disk_degraded", "IoErrors")
+            .summary("I/O errors on /dev/sda")
+    };
+    let muted_reboot = |node: &str| {
+        smart_failing(node)
+            .label("hale_remediation", "reboot")
+            .label("priority", "1")
+            .sticky()
+            .suppressed()
+    };
+    let mut s = script("");
+    let both = |n: &str| vec![watchdog(), heartbeat(n), live(n), muted_reboot(n)];
+    s.at(0).poll(&both("mixed"));
+    let c = &s.node("mixed").conditions["disk_degraded"];
+    assert_eq!(
+        (
+            c.severity,
+            c.reason.as_str(),
+            c.sticky,
+            c.priority,
+            c.remediation.as_deref()
+        ),
+        (Severity::Warning, "IoErrors", false, None, None),
+        "raised beside a live alert"
+    );
+    assert!(!c.suppressed());
+    assert_eq!(s.score("mixed"), Some(90));
+
+    // Raised by the silenced alert alone: it shows what that says; the first live
+    // alert starts the latches over.
+    s.at(0)
+        .poll(&[watchdog(), heartbeat("later"), muted_reboot("later")]);
+    let c = &s.node("later").conditions["disk_degraded"];
+    assert!(c.suppressed() && c.sticky && c.severity == Severity::Critical);
+    assert_eq!(s.score("later"), Some(100));
+    s.at(30).poll(&both("later"));
+    let c = &s.node("later").conditions["disk_degraded"];
+    assert_eq!(
+        (
+            c.severity,
+            c.reason.as_str(),
+            c.sticky,
+            c.remediation.as_deref()
+        ),
+        (Severity::Warning, "IoErrors", false, None)
+    );
+    assert_eq!(s.score("later"), Some(90));
+    // Both end: not sticky (only a silenced alert said so), it clears.
+    s.at(60).poll(&[watchdog(), heartbeat("later")]);
+    assert!(!s.node("later").conditions.contains_key("disk_degraded"));
+
+    // A live sticky fault that ended keeps its latches through a silenced alert
+    // and the end of its silence.
+    let sticky_live = |n: &str| smart_failing(n).sticky();
+    s.at(90)
+        .poll(&[watchdog(), heartbeat("kept"), sticky_live("kept")]);
+    s.at(120).poll(&[watchdog(), heartbeat("kept")]);
+    s.at(150)
+        .poll(&[watchdog(), heartbeat("kept"), live("kept").suppressed()]);
+    s.at(180)
+        .poll(&[watchdog(), heartbeat("kept"), live("kept")]);
+    let c = &s.node("kept").conditions["disk_degraded"];
+    assert!(c.sticky && c.severity == Severity::Critical && c.reason == "SmartFailing");
+    assert_eq!(s.score("kept"), Some(60));
+    s.at(210).poll(&[watchdog(), heartbeat("kept")]);
+    assert!(
+        s.node("kept").conditions.contains_key("disk_degraded"),
+        "sticky"
+    );
+}
+
+/// A worse severity with fewer points raises the severity, not the charge: the
+/// charge only moves up while the condition is raised.
+#[test]
+fn an_escalation_never_lowers_the_charge() {
+    let mut s = script("");
+    let warning = alert("SmartWarning")
+        .on("n1")
+        .condition("disk_degraded", "SmartWarning");
+    s.at(0)
+        .poll(&[watchdog(), heartbeat("n1"), warning.clone()]);
+    assert_eq!(s.score("n1"), Some(85));
+    let xid = alert("WeirdCrit")
+        .on("n1")
+        .condition("disk_degraded", "GpuXidApplication")
+        .critical();
+    s.events.clear();
+    s.at(30).poll(&[watchdog(), heartbeat("n1"), warning, xid]);
+    let c = &s.node("n1").conditions["disk_degraded"];
+    assert_eq!(
+        (c.severity, c.reason.as_str()),
+        (Severity::Critical, "SmartWarning")
+    );
+    assert_eq!(s.score("n1"), Some(85));
+    assert!(
+        s.events
+            .iter()
+            .any(|e| e.kind.name() == "CONDITION_ESCALATED"),
+        "{:?}",
+        s.events
+    );
+    assert!(!s.events.iter().any(|e| e.kind.name() == "SCORE_CHANGED"));
+}
+
+/// One of several alerts silenced, or no longer: recorded as `CONDITION_UPDATED`.
+#[test]
+fn a_silence_over_one_of_several_alerts_is_recorded() {
+    let mut s = script("");
+    let io = alert("IoErrors")
+        .on("n1")
+        .condition("disk_degraded", "IoErrors");
+    s.at(0)
+        .poll(&[watchdog(), heartbeat("n1"), smart_failing("n1"), io.clone()]);
+    s.events.clear();
+    s.at(30).poll(&[
+        watchdog(),
+        heartbeat("n1"),
+        smart_failing("n1"),
+        io.clone().suppressed(),
+    ]);
+    let said: Vec<&str> = s.events.iter().map(|e| e.message.as_str()).collect();
+    assert!(
+        said.iter()
+            .any(|m| m.starts_with("disk_degraded: 1 of the 2 alert(s) feeding it silenced")),
+        "{said:?}"
+    );
+    s.events.clear();
+    s.at(60)
+        .poll(&[watchdog(), heartbeat("n1"), smart_failing("n1"), io]);
+    let said: Vec<&str> = s.events.iter().map(|e| e.message.as_str()).collect();
+    assert!(
+        said.iter()
+            .any(|m| m.starts_with("disk_degraded: 0 of the 2 alert(s)")),
+        "{said:?}"
+    );
+}
+
 #[test]
 fn a_suppressed_watchdog_still_proves_the_pipeline() {
     let mut s = script("");
