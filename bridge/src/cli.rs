@@ -408,9 +408,35 @@ pub fn run_backtest(verb: PolicyVerb) -> anyhow::Result<()> {
     if output == Output::Json {
         print_json(&report);
     } else {
-        print!("{}", backtest_table(&report, &config.display().to_string()));
+        print!(
+            "{}",
+            terminal(&backtest_table(&report, &config.display().to_string()))
+        );
     }
     Ok(())
+}
+
+/// `text` as a terminal may be given it: texts from alerts and reasons are anyone's,
+/// so a control character other than a line break or tab (an escape sequence that
+/// clears the screen or sets the title), or a bidirectional override (that shows
+/// one id as another), is written as `\u{..}`.
+pub fn terminal(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        (c.is_control() && c != '\n' && c != '\t')
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{61c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 fn backtest_table(r: &hale::core::replay::Backtest, candidate: &str) -> String {
@@ -710,7 +736,7 @@ fn report(json: bool, node: &NodeView, done: &str) {
         print_json(node);
     } else {
         println!("{done}");
-        print!("{}", node_detail(node));
+        print!("{}", terminal(&node_detail(node)));
     }
 }
 
@@ -747,7 +773,7 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
             if json {
                 print_json(&list);
             } else {
-                print!("{}", node_table(&list));
+                print!("{}", terminal(&node_table(&list)));
             }
             if !list.unreachable.is_empty() {
                 anyhow::bail!(
@@ -761,7 +787,7 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
             if json {
                 print_json(&node);
             } else {
-                print!("{}", node_detail(&node));
+                print!("{}", terminal(&node_detail(&node)));
             }
         }
         NodeVerb::Events {
@@ -797,7 +823,7 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
             if json {
                 print_json(&page);
             } else {
-                print!("{}", events_table(&page));
+                print!("{}", terminal(&events_table(&page)));
                 if let Some(token) = &page.next_page_token {
                     eprintln!("more events: --page-token {token}");
                 }
@@ -914,7 +940,7 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                 print_json(&node);
             } else {
                 println!("cleared {condition} on {id}");
-                print!("{}", node_detail(&node));
+                print!("{}", terminal(&node_detail(&node)));
             }
         }
     }
@@ -930,7 +956,7 @@ pub async fn run_remediation(verb: RemediationVerb, args: ClientArgs) -> anyhow:
             if args.output == Output::Json {
                 print_json(&view);
             } else {
-                print!("{}", remediations_table(&view));
+                print!("{}", terminal(&remediations_table(&view)));
             }
         }
     }
@@ -997,7 +1023,7 @@ pub async fn run_alerts(args: ClientArgs) -> anyhow::Result<()> {
     if args.output == Output::Json {
         print_json(&view);
     } else {
-        print!("{}", alerts_table(&view));
+        print!("{}", terminal(&alerts_table(&view)));
     }
     Ok(())
 }
@@ -1433,6 +1459,23 @@ mod tests {
             conditions: vec![],
             last_report: None,
             jobs: 0,
+        }
+    }
+
+    #[test]
+    fn terminal_escapes_what_a_terminal_would_act_on() {
+        for (text, shown) in [
+            (
+                "plain, with a\nline and a\ttab",
+                "plain, with a\nline and a\ttab",
+            ),
+            ("\u{1b}[2Jcleared", "\\u{1b}[2Jcleared"),
+            ("bell\u{7} and CR\r", "bell\\u{7} and CR\\u{d}"),
+            ("C1 \u{9b}31m", "C1 \\u{9b}31m"),
+            ("id \u{202e}evil", "id \\u{202e}evil"),
+            ("émoji ✓", "émoji ✓"),
+        ] {
+            assert_eq!(terminal(text), shown, "{text:?}");
         }
     }
 

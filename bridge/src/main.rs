@@ -25,7 +25,7 @@ fn main() -> std::process::ExitCode {
     match ran {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", cli::terminal(&format!("{e:#}")));
             std::process::ExitCode::FAILURE
         }
     }
@@ -74,11 +74,28 @@ async fn run() -> anyhow::Result<()> {
 /// Standard output for the log, whose reader may go away (a `| head`, a log
 /// shipper restarting): a line it cannot take is dropped and hale goes on — it
 /// neither stops nor complains on a standard error that may be the same pipe.
+/// One record is one line: a line break inside it (an alert's text, an operator's
+/// reason) is written as `\n` or `\r`, or it would start a forged record.
 struct LogOut;
 
 impl std::io::Write for LogOut {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
-        let _ = std::io::stdout().lock().write_all(line);
+        let body = line.strip_suffix(b"\n").unwrap_or(line);
+        let mut out = std::io::stdout().lock();
+        if body.iter().any(|b| matches!(b, b'\n' | b'\r')) {
+            let mut one = Vec::with_capacity(line.len() + 16);
+            for &b in body {
+                match b {
+                    b'\n' => one.extend_from_slice(b"\\n"),
+                    b'\r' => one.extend_from_slice(b"\\r"),
+                    _ => one.push(b),
+                }
+            }
+            one.extend_from_slice(&line[body.len()..]);
+            let _ = out.write_all(&one);
+        } else {
+            let _ = out.write_all(line);
+        }
         Ok(line.len())
     }
 

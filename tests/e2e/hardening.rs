@@ -670,6 +670,62 @@ async fn a_store_holding_part_of_a_copy_is_refused() {
     );
 }
 
+/// A line break in an alert's text or an operator's reason is written into the
+/// log as `\n`: one record is one line, and no text can forge another record.
+#[tokio::test]
+async fn no_text_forges_a_log_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let hale = Hale::webhook_only(dir.path(), "").await;
+    let forged =
+        "2026-12-05T08:50:00.000000Z  WARN hale::service: node stopped reporting node=gpu-1";
+    let tricky = alert(
+        &[
+            ("alertname", "SmartFailing"),
+            ("hale_condition", "disk_degraded"),
+            ("node", "lf1"),
+        ],
+        &format!("first line\n{forged}\r{forged}\u{1b}]0;pwned\u{7}\u{1b}[2J"),
+    );
+    assert_eq!(hale.deliver(&delivery(&[(&tricky, "firing")])).await, 200);
+    hale.wait_node("raised", "lf1", |n| has_condition(n, "disk_degraded"))
+        .await;
+    let r = reqwest::Client::new()
+        .post(format!("{}/cordon", hale.node_url("lf1")))
+        .bearer_auth(TOKEN)
+        .json(&json!({"reason": format!("mine\n{forged}")}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let log = eventually("the cordon logged", Duration::from_secs(10), || async {
+        let log = hale.log();
+        log.contains("NODE_CORDONED").then_some(log)
+    })
+    .await;
+    assert!(
+        !log.lines().any(|l| l.starts_with(forged)),
+        "a forged record: {log}"
+    );
+    assert!(
+        log.contains(&format!("first line\\n{forged}\\r{forged}")),
+        "{log}"
+    );
+    assert!(log.contains(&format!("mine\\n{forged}")), "{log}");
+    // Nor does the CLI hand a terminal an alert's escape sequences.
+    let out = hale_cmd()
+        .args(["node", "show", "lf1", "--server", &hale.url, "--token-file"])
+        .arg(dir.path().join("token"))
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        !shown.contains('\u{1b}') && !shown.contains('\u{7}'),
+        "{shown:?}"
+    );
+    assert!(shown.contains("\\u{1b}]0;pwned\\u{7}\\u{1b}[2J"), "{shown}");
+}
+
 fn hale_cmd() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
 }
