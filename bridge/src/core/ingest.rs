@@ -417,16 +417,33 @@ impl Fleet {
         }
         for known in inventory {
             let node = step.node(&known.id);
-            let hostname = known.hostname.clone();
+            // A node the orchestrator lists keeps what it said of it until its next
+            // inventory, the configuration's labels on top: dropped meanwhile, the
+            // node would be priced and acted on under another pool's settings.
+            let from_orchestrator = node.known_from == Origin::Orchestrator;
+            let mut labels = if from_orchestrator {
+                node.labels.clone()
+            } else {
+                BTreeMap::new()
+            };
+            labels.extend(known.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+            let hostname = match &known.hostname {
+                Some(h) => Some(h.clone()),
+                None if from_orchestrator => node.hostname.clone(),
+                None => None,
+            };
             let origin = node.known_from.max_known(Origin::Inventory);
-            if node.labels != known.labels || node.hostname != hostname || node.known_from != origin
-            {
-                node.labels = known.labels.clone();
+            if node.labels != labels || node.hostname != hostname || node.known_from != origin {
+                node.labels = labels;
                 node.hostname = hostname;
                 node.known_from = origin;
                 step.out.dirty.insert(known.id.clone());
             }
         }
+        step.fleet.listed = inventory
+            .iter()
+            .map(|k| (k.id.clone(), k.clone()))
+            .collect();
         step.finish(Scope::Touched)
     }
 

@@ -614,6 +614,10 @@ pub struct Fleet {
     /// Whether every score may be stale (a fleet just made or loaded, settings just
     /// changed): the next poll rescores every node, not only what it changed.
     pub rescore_all: bool,
+    /// The configuration's `inventory` as last registered, by id (this process's
+    /// memory only): its labels and hostname go on top of what an orchestrator's
+    /// inventory says of the same node.
+    pub listed: BTreeMap<String, Listed>,
 }
 
 impl Fleet {
@@ -629,6 +633,7 @@ impl Fleet {
             heartbeats_due: None,
             pools: None,
             rescore_all: true,
+            listed: BTreeMap::new(),
         }
     }
 

@@ -134,10 +134,18 @@ impl Fleet {
                 )
             };
             let before = seen(node);
+            // What the configuration's inventory says of the node goes on top.
+            let listed = self.listed.get(&o.id);
             node.labels = o.labels.clone();
+            if let Some(l) = listed {
+                node.labels
+                    .extend(l.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
             node.policy.not_ready = o.not_ready;
             node.policy.orchestrator_health = o.orchestrator_health.clone();
-            node.hostname = o.hostname.clone();
+            node.hostname = listed
+                .and_then(|l| l.hostname.clone())
+                .or_else(|| o.hostname.clone());
             node.policy.provisioned = o.provisioned;
             if let Some(n) = o.allocations {
                 node.policy.allocations = n;

@@ -3497,6 +3497,66 @@ fn each_family_of_queued_actions_is_judged_by_its_last_entry() {
 }
 
 /// A node of the `gpu` pool as an orchestrator shows it: its status, nothing more.
+/// A node both the orchestrator and the configuration's inventory list carries the
+/// orchestrator's labels with the configuration's on top, whichever spoke last: a
+/// reload that registers the inventory again dropped the orchestrator's, and the
+/// node was priced and acted on under another pool until its next inventory.
+#[test]
+fn inventory_labels_go_on_top_of_the_orchestrators() {
+    let mut s = script("");
+    let labels = |s: &Script, id: &str| -> Vec<(String, String)> {
+        s.node(id).labels.clone().into_iter().collect()
+    };
+    let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+    let out = s.fleet.observe(s.now, &[shown("n1", Status::Ready)]);
+    s.record(out);
+    let listed = |labels: &[(&str, &str)], hostname: Option<&str>| Listed {
+        id: "n1".into(),
+        hostname: hostname.map(str::to_string),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    };
+    let rack = listed(&[("rack", "r2")], Some("n1.example"));
+    for _ in 0..2 {
+        // Registered (at start, and again by a reload), then the orchestrator again.
+        s.fleet.register(&s.cfg, s.now, std::slice::from_ref(&rack));
+        assert_eq!(labels(&s, "n1"), [pair("pool", "gpu"), pair("rack", "r2")]);
+        assert_eq!(s.node("n1").hostname.as_deref(), Some("n1.example"));
+        let out = s.fleet.observe(s.now, &[shown("n1", Status::Ready)]);
+        s.record(out);
+        assert_eq!(labels(&s, "n1"), [pair("pool", "gpu"), pair("rack", "r2")]);
+        assert_eq!(s.node("n1").hostname.as_deref(), Some("n1.example"));
+    }
+    // Where both name a label, the configuration's value.
+    s.fleet
+        .register(&s.cfg, s.now, &[listed(&[("pool", "cpu")], None)]);
+    let out = s.fleet.observe(s.now, &[shown("n1", Status::Ready)]);
+    s.record(out);
+    assert_eq!(labels(&s, "n1"), [pair("pool", "cpu")]);
+    // A node the configuration alone lists has its labels alone.
+    s.fleet.register(
+        &s.cfg,
+        s.now,
+        &[Listed {
+            id: "bare".into(),
+            hostname: None,
+            labels: [pair("rack", "r9")].into(),
+        }],
+    );
+    s.fleet.register(
+        &s.cfg,
+        s.now,
+        &[Listed {
+            id: "bare".into(),
+            hostname: None,
+            labels: BTreeMap::new(),
+        }],
+    );
+    assert!(s.node("bare").labels.is_empty());
+}
+
 fn shown(id: &str, status: Status) -> policy::Observed {
     policy::Observed {
         not_ready: false,
