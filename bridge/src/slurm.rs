@@ -173,14 +173,16 @@ fn observed(n: &Value, jobs: &HashMap<String, u32>) -> Option<Observed> {
         Status::Ready
     };
     let reason = text("reason");
+    // Whose a drain is, by its reason: hale's, an operator's through hale, or —
+    // any other reason — made with `scontrol` by someone else: the operator's too.
     let cordoned_by = drained
         .then(|| {
             if let Some(r) = reason.strip_prefix(HALE) {
                 Some((Actor::Hale, r.to_string()))
+            } else if let Some(r) = reason.strip_prefix(OPERATOR) {
+                Some((Actor::Operator, r.to_string()))
             } else {
-                reason
-                    .strip_prefix(OPERATOR)
-                    .map(|r| (Actor::Operator, r.to_string()))
+                (!reason.is_empty()).then(|| (Actor::Operator, reason.to_string()))
             }
         })
         .flatten();
@@ -398,9 +400,16 @@ impl Orchestrator for Slurm {
 
     fn uncordon<'a>(&'a self, node: &'a str) -> Fut<'a, ()> {
         Box::pin(async move {
-            self.update(&[&format!("nodename={node}"), "state=resume"])
+            match self
+                .update(&[&format!("nodename={node}"), "state=resume"])
                 .await
-                .map_err(|e| e.during(node, "uncordon"))
+            {
+                // Slurm refuses to resume a node that is not drained: it is as asked
+                // (asked twice, an uncordon leaves the node as asked once). Taken for
+                // trouble, it was retried for ever.
+                Err(e) if e.to_string().contains("Invalid node state specified") => Ok(()),
+                done => done.map_err(|e| e.during(node, "uncordon")),
+            }
         })
     }
 
@@ -578,7 +587,7 @@ mod tests {
                 "maintenance",
                 Status::Cordoned,
                 false,
-                None,
+                Some(Actor::Operator),
             ),
             (
                 "idle",

@@ -269,6 +269,19 @@ async fn slurm_drains_requeues_fails_and_sees_the_operator() {
     assert_eq!(halted["guardrail"], "maxUnavailablePercent");
     assert!(!drained(&slurm.node("n3")));
 
+    // hale's drain made again by an operator with a reason of their own: theirs.
+    let out = slurm.run(
+        "scontrol",
+        &["update", "nodename=n2", "state=drain", "reason=ops: bios update"],
+    );
+    assert!(out.status.success());
+    let n2 = hale
+        .wait_node("n2's drain the operator's", "n2", |n| {
+            n["cordon"]["by"] == "operator"
+        })
+        .await;
+    assert_eq!(n2["cordon"]["reason"], "ops: bios update");
+
     // Score and health where `scontrol show node` shows them.
     eventually("n2's comment", Duration::from_secs(30), || async {
         let out = slurm.run("scontrol", &["show", "node", "n2"]);
@@ -330,6 +343,18 @@ async fn slurm_drains_requeues_fails_and_sees_the_operator() {
         .await;
     let back = hale.events("n3", "type=NODE_UNCORDONED").await;
     assert_eq!(back["events"][0]["by"], "operator");
+
+    // An uncordon of a node Slurm runs already (resumed meanwhile by someone
+    // else) is done: Slurm's "Invalid node state specified" is no trouble to retry.
+    let adapter = hale::slurm::Config {
+        slurm_conf: Some(slurm.conf.clone()),
+        timeout: Duration::from_secs(20),
+        ..hale::slurm::Config::default()
+    }
+    .connect()
+    .await
+    .unwrap();
+    adapter.uncordon("n3").await.expect("already resumed: done");
 }
 
 #[tokio::test(flavor = "multi_thread")]

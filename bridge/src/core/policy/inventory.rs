@@ -183,6 +183,42 @@ impl Fleet {
                         format!("cordoned by {}: {reason}", by.as_str()),
                     ));
                 }
+                // hale's cordon made again by someone else (`scontrol` with a reason
+                // of their own): the operator's now, never undone by hale (the reboot
+                // flow's uncordon included) nor replaced.
+                Status::Cordoned
+                    if node
+                        .policy
+                        .cordon
+                        .as_ref()
+                        .is_some_and(|c| c.by == Actor::Hale)
+                        && matches!(o.cordoned_by, Some((Actor::Operator, _)))
+                        && !queued(node, |a| {
+                            matches!(
+                                a,
+                                Action::Cordon { .. } | Action::Uncordon | Action::Drain { .. }
+                            )
+                        }) =>
+                {
+                    let reason = o
+                        .cordoned_by
+                        .as_ref()
+                        .map(|(_, r)| r.clone())
+                        .unwrap_or_default();
+                    if let Some(c) = node.policy.cordon.as_mut() {
+                        c.by = Actor::Operator;
+                        c.reason = reason.clone();
+                    }
+                    out.events.push(event(
+                        &o.id,
+                        now,
+                        EventKind::NodeCordoned {
+                            by: Actor::Operator.as_str().into(),
+                            reason: reason.clone(),
+                        },
+                        format!("cordoned by operator outside hale: {reason} (hale's cordon is the operator's now)"),
+                    ));
+                }
                 Status::Ready
                     if node.policy.cordon.is_some()
                         && !queued(node, |a| {

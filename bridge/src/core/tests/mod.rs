@@ -3194,6 +3194,20 @@ fn the_orchestrators_inventory_records_cordons_made_outside_hale() {
     let cordon = s.node("g-5").policy.cordon.clone().unwrap();
     assert_eq!(cordon.reason, "score below cordonBelow 60");
     assert!(s.node("g-5").policy.uncordoned_at.is_none());
+    // Drained again by someone else with a reason of their own (`scontrol`): the
+    // cordon is the operator's now, with that reason; shown so again, nothing new.
+    let mut by_operator = seen("g-5", Status::Cordoned);
+    by_operator.cordoned_by = Some((policy::Actor::Operator, "ops: bios update".into()));
+    for _ in 0..2 {
+        let out = s.fleet.observe(s.now, std::slice::from_ref(&by_operator));
+        s.record(out);
+    }
+    assert_eq!(s.policy_events(), ["g-5 NODE_CORDONED operator"]);
+    let cordon = s.node("g-5").policy.cordon.clone().unwrap();
+    assert_eq!(
+        (cordon.by, cordon.reason.as_str()),
+        (policy::Actor::Operator, "ops: bios update")
+    );
 }
 
 #[test]
