@@ -272,7 +272,12 @@ async fn slurm_drains_requeues_fails_and_sees_the_operator() {
     // hale's drain made again by an operator with a reason of their own: theirs.
     let out = slurm.run(
         "scontrol",
-        &["update", "nodename=n2", "state=drain", "reason=ops: bios update"],
+        &[
+            "update",
+            "nodename=n2",
+            "state=drain",
+            "reason=ops: bios update",
+        ],
     );
     assert!(out.status.success());
     let n2 = hale

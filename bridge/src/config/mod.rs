@@ -1163,6 +1163,23 @@ impl Config {
                 "false, with orchestrator none and no inventory: no node comes in beyond those the store holds".into(),
             ));
         }
+        // Kubernetes moves a fenced node's pods (its out-of-service taint); `none`
+        // has no work to move; the others keep it on the machine until they see it
+        // gone themselves.
+        if self.fencing.is_some()
+            && !matches!(
+                self.orchestrator,
+                OrchestratorConfig::None | OrchestratorConfig::Kubernetes(_)
+            )
+        {
+            odd.push((
+                "fencing".into(),
+                format!(
+                    "with orchestrator {}: a fenced node is powered off and on, but its work is not released to run elsewhere (only kubernetes does that)",
+                    self.orchestrator.kind()
+                ),
+            ));
+        }
         let core = CoreSettings {
             cluster: cluster_settings,
             pools,
@@ -1596,6 +1613,10 @@ mod tests {
             (
                 "nodeIdentity: { labels: [node, node] }",
                 "nodeIdentity.labels[1]",
+            ),
+            (
+                "orchestrator: { kind: slurm }\nfencing: { after: 30s }",
+                "fencing",
             ),
         ] {
             let l = load(text).unwrap_or_else(|e| panic!("{text}: {e}"));
