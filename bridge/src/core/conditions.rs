@@ -62,6 +62,9 @@ pub(super) fn apply_alerts(
             Signal::Unavailable { signal } => {
                 unavailable.insert(alert.fingerprint.as_ref(), signal);
             }
+            // A silenced or inhibited job failure is the operator's word: not
+            // counted (should the silence end while it fires, then it is).
+            Signal::JobFailure { .. } if alert.state == AlertState::Suppressed => {}
             Signal::JobFailure { job } => {
                 // The instance is the fingerprint and startsAt; only the time used
                 // for decay is clamped to now (a source clock may run ahead).

@@ -1042,6 +1042,26 @@ fn job_failure_alert_instances_count_once() {
     assert_eq!(s.score("n1"), Some(90));
 }
 
+/// A silenced or inhibited job failure is not counted; should its silence end
+/// while it fires, it counts then, once.
+#[test]
+fn a_silenced_job_failure_is_not_counted() {
+    let mut s = script("");
+    let fail = alert("JobFailedOnNode")
+        .on("n1")
+        .label("hale_signal", "job_failure")
+        .label("hale_job", "train-7")
+        .starts(t0());
+    s.at(0)
+        .poll(&[watchdog(), heartbeat("n1"), fail.clone().suppressed()]);
+    s.at(10).webhook(&[fail.clone().suppressed()]);
+    assert_eq!(s.node("n1").failures.total, 0);
+    assert_eq!(s.score("n1"), Some(100));
+    s.at(30).poll(&[watchdog(), heartbeat("n1"), fail.clone()]);
+    s.at(60).poll(&[watchdog(), heartbeat("n1"), fail]);
+    assert_eq!(s.node("n1").failures.total, 1);
+}
+
 /// Alertmanager's webhook gives `startsAt` to the nanosecond, its API to the
 /// millisecond: one instance delivered, polled, delivered again and polled counts
 /// once, whatever the form of its time; a record that kept the time as sent reads
