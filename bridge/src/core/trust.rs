@@ -437,9 +437,10 @@ impl Trust {
                     && trust.hold(
                         now,
                         now.checked_add_signed(hold).unwrap_or(now),
+                        // The same words while it lasts: the hold is said once.
                         format!(
-                            "the watchdog has not been re-sent for {}s: Prometheus stopped sending alerts",
-                            (answer.answered - since).num_seconds()
+                            "the watchdog has not been re-sent since {}: Prometheus stopped sending alerts",
+                            since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
                         ),
                     )
                 {

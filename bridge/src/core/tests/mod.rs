@@ -1135,6 +1135,28 @@ fn edac(node: &str) -> A {
         .condition("memory_errors", "CorrectableMemoryErrors")
 }
 
+/// A watchdog not re-sent starts a hold, said once: each poll after it extends the
+/// hold without saying it again (the log had a warning on every poll).
+#[test]
+fn a_watchdog_not_re_sent_is_said_once() {
+    let mut s = script("");
+    let mut said = Vec::new();
+    for t in (0..=300).step_by(30) {
+        s.at(t).poll(&[watchdog_sent(0), heartbeat("n1")]);
+        if let Some(why) = &s.last.held {
+            said.push((t, why.clone()));
+        }
+    }
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0]
+            .1
+            .starts_with("the watchdog has not been re-sent since "),
+        "{said:?}"
+    );
+    assert!(s.fleet.trust.holding(s.now));
+}
+
 #[test]
 fn an_alert_gone_before_its_expiry_was_resolved() {
     let mut s = script("");
