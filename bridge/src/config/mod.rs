@@ -2328,6 +2328,22 @@ mod tests {
         assert!(parse_duration("-5s").is_err());
         assert!(parse_duration("36500d").is_ok());
         assert!(parse_duration("100000000d").is_err());
+        // As Prometheus writes them: several units in one.
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("2w"), Ok(Duration::from_secs(14 * 86_400)));
+        assert_eq!(parse_duration("1s500ms"), Ok(Duration::from_millis(1500)));
+        for bad in ["1m30", "m30s", "", "1m-30s", "30 s"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            parse_duration("100000d"),
+            Err("`100000d` is longer than a century".into())
+        );
+        assert_eq!(
+            parse_duration("99999999999999999999s"),
+            Err("`99999999999999999999s` is longer than a century".into())
+        );
         assert!(parse_duration("99999999999999999999999s").is_err());
     }
 }

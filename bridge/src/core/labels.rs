@@ -452,11 +452,17 @@ impl<'a> Alert<'a> {
         }
         if let Some(v) = self.label(HALE_REPORT_INTERVAL)
             && signal == Some("heartbeat")
-            && parse_duration(v).map_or(true, |d| d.is_zero())
         {
-            notes.push(format!(
-                "hale_report_interval {v:?} is not a duration above zero: nodeHealth.reportIntervalSeconds applies"
-            ));
+            let why = match parse_duration(v) {
+                Ok(d) if d.is_zero() => Some("is not a duration above zero".to_string()),
+                Ok(_) => None,
+                Err(e) => Some(format!("cannot be read: {e}")),
+            };
+            if let Some(why) = why {
+                notes.push(format!(
+                    "hale_report_interval {v:?} {why}: nodeHealth.reportIntervalSeconds applies"
+                ));
+            }
         }
         if let Some(v) = self.label(HALE_STICKY)
             && !matches!(v, "true" | "false")
@@ -693,6 +699,16 @@ mod tests {
                 &[("hale_signal", "heartbeat"), ("hale_report_interval", "0s")],
                 &[
                     "hale_report_interval \"0s\" is not a duration above zero: nodeHealth.reportIntervalSeconds applies",
+                ],
+            ),
+            (
+                &[("hale_signal", "heartbeat"), ("hale_report_interval", "1m30s")],
+                &[],
+            ),
+            (
+                &[("hale_signal", "heartbeat"), ("hale_report_interval", "100000d")],
+                &[
+                    "hale_report_interval \"100000d\" cannot be read: `100000d` is longer than a century: nodeHealth.reportIntervalSeconds applies",
                 ],
             ),
             // Read only with a heartbeat.

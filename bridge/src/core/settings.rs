@@ -340,26 +340,48 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if t == "0" {
         return Ok(Duration::ZERO);
     }
-    let split = t
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("`{t}` has no unit (use ms, s, m, h or d)"))?;
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("`{t}` is not a duration like 30s"))?;
-    let secs = |k: u64| Duration::from_secs(n.saturating_mul(k));
-    let d = match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => secs(1),
-        "m" => secs(60),
-        "h" => secs(3600),
-        "d" => secs(86_400),
-        _ => return Err(format!("`{t}` has an unknown unit (use ms, s, m, h or d)")),
-    };
-    if d > MAX_DURATION {
+    if t.is_empty() {
+        return Err("`` is not a duration like 30s".into());
+    }
+    // One or more number-unit pairs, as Prometheus writes them: `90s`, `1m30s`, `1h30m`.
+    let mut total = Duration::ZERO;
+    let mut rest = t;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(format!("`{t}` is not a duration like 30s or 1m30s"));
+        }
+        let n: u64 = rest[..digits]
+            .parse()
+            .map_err(|_| format!("`{t}` is longer than a century"))?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let (unit, after) = rest.split_at(unit_len);
+        rest = after;
+        let secs = |k: u64| Duration::from_secs(n.saturating_mul(k));
+        total = total.saturating_add(match unit {
+            "ms" => Duration::from_millis(n),
+            "s" => secs(1),
+            "m" => secs(60),
+            "h" => secs(3600),
+            "d" => secs(86_400),
+            "w" => secs(7 * 86_400),
+            "" => return Err(format!("`{t}` has no unit (use ms, s, m, h, d or w)")),
+            _ => {
+                return Err(format!(
+                    "`{t}` has an unknown unit (use ms, s, m, h, d or w)"
+                ));
+            }
+        });
+    }
+    if total > MAX_DURATION {
         return Err(format!("`{t}` is longer than a century"));
     }
-    Ok(d)
+    Ok(total)
 }
 
 /// The longest duration hale reads: anything longer is a typo, and time arithmetic
