@@ -154,7 +154,7 @@ REMEDIATION = {
             {"id": "gpu-15", "bmc": {"address": "ipmi://10.1.0.15:623"}},
         ],
         "bmc": {"credentialsFile": "/etc/hale/secrets/bmc/default", "cipherSuite": 3, "timeout": "10s",
-                "gracefulTimeout": "2m", "addressTemplate": "ipmi://{hostname}-bmc:623"},
+                "gracefulTimeout": "1m30s", "addressTemplate": "ipmi://{hostname}-bmc:623"},
         "remediation": {
             "failureDomainLabel": "topology.kubernetes.io/zone", "domainsAtOnce": 1, "maxPerDomain": 2,
             "drainTimeout": "10m", "returnTimeout": "15m", "verifyTimeout": "10m", "retryAfter": "24h",
