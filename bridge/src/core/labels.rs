@@ -142,12 +142,24 @@ impl<'de: 'a, 'a> Deserialize<'de> for Labels<'a> {
 /// subjects a shared store files it under).
 pub const MAX_NODE_ID: usize = 253;
 
-/// Whether `value` holds a control character or a bidirectional override.
+/// Whether `value` holds a control character, a bidirectional override or an
+/// invisible character (zero-width space or joiner, soft hyphen, byte order mark):
+/// what would forge a log line, or show as another id.
 fn unprintable(value: &str) -> bool {
     value.bytes().any(|b| b < 0x20 || b == 0x7f)
         || (!value.is_ascii()
             && value.chars().any(|c| {
-                c.is_control() || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+                c.is_control()
+                    || matches!(
+                        c,
+                        '\u{AD}'
+                            | '\u{61C}'
+                            | '\u{180E}'
+                            | '\u{200B}'..='\u{200F}'
+                            | '\u{202A}'..='\u{202E}'
+                            | '\u{2060}'..='\u{2069}'
+                            | '\u{FEFF}'
+                    )
             }))
 }
 
@@ -496,9 +508,14 @@ impl<'a> Alert<'a> {
     pub fn fault_class(&self) -> super::Name {
         self.label(HALE_FAULT_CLASS).map_or_else(
             || {
-                let mut class = super::Name::from(self.condition_type());
-                class.make_ascii_uppercase();
-                class
+                let ctype = self.condition_type();
+                if ctype.is_ascii() {
+                    let mut class = super::Name::from(ctype);
+                    class.make_ascii_uppercase();
+                    class
+                } else {
+                    super::Name::from(ctype.to_uppercase())
+                }
             },
             super::Name::from,
         )
@@ -510,6 +527,9 @@ impl<'a> Alert<'a> {
             Some(class) => class == stored,
             None => {
                 let ctype = self.condition_type();
+                if !ctype.is_ascii() {
+                    return ctype.to_uppercase() == stored;
+                }
                 ctype.len() == stored.len()
                     && ctype
                         .bytes()
@@ -631,8 +651,23 @@ pub struct Notice {
 }
 
 /// `10.0.0.14:9100` → `10.0.0.14`, `[fe80::1]:9100` → `[fe80::1]`; values without a
-/// numeric port, or bare IPv6 addresses, are left alone.
+/// numeric port, or bare IPv6 addresses, are left alone. A URL (a blackbox probe's
+/// `instance`) is its host: `http://h1.example:9100/metrics` → `h1.example`.
 pub fn strip_port(value: &str) -> &str {
+    let value = match value.split_once("://") {
+        Some((scheme, rest))
+            if !scheme.is_empty()
+                && scheme
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')) =>
+        {
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+            authority
+                .rsplit_once('@')
+                .map_or(authority, |(_, host)| host)
+        }
+        _ => value,
+    };
     match value.rsplit_once(':') {
         Some((host, port))
             if !port.is_empty()
@@ -702,11 +737,17 @@ mod tests {
                 ],
             ),
             (
-                &[("hale_signal", "heartbeat"), ("hale_report_interval", "1m30s")],
+                &[
+                    ("hale_signal", "heartbeat"),
+                    ("hale_report_interval", "1m30s"),
+                ],
                 &[],
             ),
             (
-                &[("hale_signal", "heartbeat"), ("hale_report_interval", "100000d")],
+                &[
+                    ("hale_signal", "heartbeat"),
+                    ("hale_report_interval", "100000d"),
+                ],
                 &[
                     "hale_report_interval \"100000d\" cannot be read: `100000d` is longer than a century: nodeHealth.reportIntervalSeconds applies",
                 ],
@@ -762,6 +803,24 @@ mod tests {
             ),
             (&[("node", "a\u{0}b")], None),
             (&[("node", "\u{202E}kcab")], None),
+            // Invisible characters would show as another id.
+            (
+                &[("node", "zw\u{200B}node"), ("instance", "h:9100")],
+                Some("h"),
+            ),
+            (&[("node", "\u{FEFF}n1")], None),
+            (&[("node", "n\u{AD}1")], None),
+            // A URL is its host.
+            (
+                &[("instance", "http://h1.example:9100/metrics")],
+                Some("h1.example"),
+            ),
+            (
+                &[("instance", "https://user@[fe80::1]:443/x?y")],
+                Some("[fe80::1]"),
+            ),
+            (&[("instance", "tcp://db-1.example")], Some("db-1.example")),
+            (&[("instance", "http://:9100/metrics")], None),
         ];
         for (labels, want) in cases {
             assert_eq!(alert(labels).node(&id), *want, "{labels:?}");
@@ -812,6 +871,10 @@ mod tests {
         assert_eq!(a.fault_class(), "CALICOTOOMANYINTERFACESEARLY");
         assert!(a.fault_class_is("CALICOTOOMANYINTERFACESEARLY"));
         assert!(!a.fault_class_is("CALICO"));
+        // Upper-cased beyond ASCII too.
+        let e = alert(&[("alertname", "x"), ("hale_condition", "émoji_cond")]);
+        assert_eq!(e.fault_class(), "ÉMOJI_COND");
+        assert!(e.fault_class_is("ÉMOJI_COND") && !e.fault_class_is("éMOJI_COND"));
         assert!(a.message_is("[P6] CalicoTooManyInterfacesEarly"));
         assert_eq!(a.signal(), Signal::Condition);
         assert_eq!(a.message(), "[P6] CalicoTooManyInterfacesEarly");
