@@ -433,17 +433,13 @@ impl Node {
             Some(t) => *t = now,
             None => {
                 self.seen_types.insert(ctype.to_string(), now);
+                self.cap_seen_types();
             }
         }
     }
 
-    /// Forget the condition types not raised since `before`, and the oldest beyond
-    /// [`MAX_SEEN_TYPES`]. Returns whether any was forgotten.
-    pub fn forget_types(&mut self, before: Time) -> bool {
-        let n = self.seen_types.len();
-        let conditions = &self.conditions;
-        self.seen_types
-            .retain(|t, at| *at >= before || conditions.contains_key(t.as_str()));
+    /// Forget the oldest types beyond [`MAX_SEEN_TYPES`] that are not raised now.
+    fn cap_seen_types(&mut self) {
         while self.seen_types.len() > MAX_SEEN_TYPES {
             let oldest = self
                 .seen_types
@@ -456,6 +452,16 @@ impl Node {
                 None => break,
             };
         }
+    }
+
+    /// Forget the condition types not raised since `before`, and the oldest beyond
+    /// [`MAX_SEEN_TYPES`]. Returns whether any was forgotten.
+    pub fn forget_types(&mut self, before: Time) -> bool {
+        let n = self.seen_types.len();
+        let conditions = &self.conditions;
+        self.seen_types
+            .retain(|t, at| *at >= before || conditions.contains_key(t.as_str()));
+        self.cap_seen_types();
         self.seen_types.len() != n
     }
 

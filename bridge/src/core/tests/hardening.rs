@@ -461,6 +461,23 @@ fn condition_types_are_remembered_for_forget_after_and_at_most_64() {
         s.node("n1").seen_types.is_empty(),
         "cleared a day ago: forgotten"
     );
+    // A hundred raised at once and cleared at once: 64 kept at once, not only
+    // from the next sweep.
+    let mut many: Vec<A> = (0..100)
+        .map(|i| alert(&format!("Burst{i}")).on("n2"))
+        .collect();
+    many.extend([watchdog(), heartbeat("n2")]);
+    s.at(3 * DAY).poll(&many);
+    let n2 = s.node("n2");
+    let series: BTreeSet<&str> = n2
+        .seen_types
+        .keys()
+        .map(String::as_str)
+        .chain(n2.conditions.keys().map(|t| t.as_str()))
+        .collect();
+    assert_eq!(series.len(), 100, "raised, each a series");
+    s.at(3 * DAY + 30).poll(&[watchdog(), heartbeat("n2")]);
+    assert_eq!(s.node("n2").seen_types.len(), MAX_SEEN_TYPES);
 }
 
 #[test]
