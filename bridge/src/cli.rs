@@ -767,7 +767,8 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
             for u in &list.unreachable {
                 eprintln!(
                     "hale: cluster {} could not be asked; its nodes (or the rest of them) are not listed: {}",
-                    u.cluster, u.error
+                    u.cluster,
+                    terminal(&u.error)
                 );
             }
             if json {
@@ -870,7 +871,9 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                 // A node that left Ready since the listing is skipped, not fatal.
                 match client.operate(&n.id, "drain", &req).await {
                     Ok(_) => drained.push(n.id.clone()),
-                    Err(e) if e.to_string().contains("(409)") => eprintln!("skipped {}: {e}", n.id),
+                    Err(e) if e.to_string().contains("(409)") => {
+                        eprintln!("skipped {}: {}", n.id, terminal(&e.to_string()));
+                    }
                     Err(e) => return Err(e),
                 }
             }
@@ -1037,6 +1040,11 @@ fn print_json<T: serde::Serialize>(value: &T) {
 
 /// Left-aligned columns separated by three spaces.
 fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    // One row a line: a line break inside a cell (an alert's text) is written as
+    // `\n`, or it would start a row of its own.
+    let cell = |c: &String| c.replace('\n', "\\n").replace('\r', "\\r");
+    let rows: Vec<Vec<String>> = rows.iter().map(|r| r.iter().map(cell).collect()).collect();
+    let rows = &rows;
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -1460,6 +1468,15 @@ mod tests {
             last_report: None,
             jobs: 0,
         }
+    }
+
+    #[test]
+    fn a_line_break_in_a_cell_starts_no_row() {
+        let rows = vec![vec!["a".to_string(), "first\nforged   row\rx".to_string()]];
+        assert_eq!(
+            table(&["K", "V"], &rows),
+            "K   V\na   first\\nforged   row\\rx\n"
+        );
     }
 
     #[test]

@@ -405,9 +405,24 @@ impl Orchestrator for Slurm {
                 .await
             {
                 // Slurm refuses to resume a node that is not drained: it is as asked
-                // (asked twice, an uncordon leaves the node as asked once). Taken for
-                // trouble, it was retried for ever.
-                Err(e) if e.to_string().contains("Invalid node state specified") => Ok(()),
+                // (asked twice, an uncordon leaves the node as asked once; taken for
+                // trouble, it was retried for ever). It refuses one it will not
+                // resume yet too (powering up, rebooting): that one is still drained.
+                Err(e) if e.to_string().contains("Invalid node state specified") => {
+                    let shown = self
+                        .run("scontrol", &["show", "node", node])
+                        .await
+                        .map_err(|e| e.during(node, "uncordon"))?;
+                    let state = shown
+                        .split_whitespace()
+                        .find_map(|w| w.strip_prefix("State="))
+                        .unwrap_or_default();
+                    if state.contains("DRAIN") {
+                        Err(e.during(node, "uncordon"))
+                    } else {
+                        Ok(())
+                    }
+                }
                 done => done.map_err(|e| e.during(node, "uncordon")),
             }
         })

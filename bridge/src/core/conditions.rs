@@ -38,7 +38,7 @@ pub(super) fn apply_alerts(
     let mut ended: Vec<(&str, &str, Option<Time>)> = Vec::new();
     let mut heartbeat: Option<Option<Duration>> = None;
     let mut unavailable: BTreeMap<&str, &str> = BTreeMap::new();
-    let mut failures: Vec<(String, &str, &str, Time)> = Vec::new();
+    let mut failures: Vec<(String, &str, &str, Time, bool)> = Vec::new();
     let mut named = false;
 
     for alert in alerts {
@@ -62,16 +62,17 @@ pub(super) fn apply_alerts(
             Signal::Unavailable { signal } => {
                 unavailable.insert(alert.fingerprint.as_ref(), signal);
             }
-            // A silenced or inhibited job failure is the operator's word: not
-            // counted (should the silence end while it fires, then it is).
-            Signal::JobFailure { .. } if alert.state == AlertState::Suppressed => {}
             Signal::JobFailure { job } => {
                 // The instance is the fingerprint and startsAt; only the time used
                 // for decay is clamped to now (a source clock may run ahead).
                 let at = alert.started().map_or(now, |t| t.min(now));
                 let key =
                     failure_instance(&alert.fingerprint, alert.starts_at.as_deref().unwrap_or(""));
-                failures.push((key, job, alert.reason(), at));
+                // A silenced or inhibited one is the operator's word: not counted
+                // (should the silence end while it fires, then it is), but one
+                // counted already stays remembered as counted.
+                let silenced = alert.state == AlertState::Suppressed;
+                failures.push((key, job, alert.reason(), at, silenced));
             }
             Signal::Condition => fresh.push((alert.condition_type(), alert)),
             Signal::Watchdog => {}
@@ -204,9 +205,13 @@ pub(super) fn apply_alerts(
     }
 
     let mut current = BTreeSet::new();
-    for (key, job, reason, at) in failures {
+    for (key, job, reason, at, silenced) in failures {
+        let counted = node.failures.counted_alerts.contains(&key);
+        if silenced && !counted {
+            continue;
+        }
         // Counted once, also when the same alert comes twice in one batch.
-        if !node.failures.counted_alerts.contains(&key) && !current.contains(&key) {
+        if !counted && !current.contains(&key) {
             count_failure(node, rec, job, reason, at);
         }
         current.insert(key);
@@ -242,6 +247,8 @@ pub(super) fn set_sources(
     left: usize,
 ) {
     let capped = capped(alerts);
+    // A poll's alerts beyond the kept: counted, said in the message and events.
+    let unkept = full.then(|| (alerts.len() - capped.len()) as u32);
     let alerts: &[&Alert<'_>] = &capped;
     let now = rec.now;
     // Webhook-only: when a delivery last confirmed each alert (see `Source::delivered`).
@@ -256,7 +263,11 @@ pub(super) fn set_sources(
                 (Name::from(a.fingerprint.as_ref()), source)
             })
             .collect();
-        if let Some(cond) = raise(ctype, sources, settings, now) {
+        if let Some(mut cond) = raise(ctype, sources, settings, now) {
+            if let Some(n) = unkept.filter(|n| *n > 0) {
+                cond.unkept = n;
+                compose_message(ctype, &mut cond);
+            }
             node.saw(ctype, now);
             let suppressed = cond.suppressed();
             let message = format!(
@@ -281,6 +292,12 @@ pub(super) fn set_sources(
     let muted = |cond: &Condition| cond.sources.values().filter(|s| s.suppressed).count();
     let was_muted = muted(cond);
     let mut keys_changed = left > 0;
+    if let Some(n) = unkept
+        && n != cond.unkept
+    {
+        cond.unkept = n;
+        keys_changed = true;
+    }
     let mut content_changed = false;
     if full && unchanged(cond, alerts, ctype) {
         // The same alerts as before: only their expiries moved, and are kept.
@@ -425,7 +442,7 @@ pub(super) fn set_sources(
         } else {
             format!(
                 "{ctype} now fed by {} alert(s): {}",
-                cond.sources.len(),
+                cond.sources.len() + cond.unkept as usize,
                 cond.message
             )
         };
@@ -502,7 +519,7 @@ pub(super) fn updated(ctype: &str, cond: &Condition) -> EventKind {
         reason: cond.reason.to_string(),
         severity: cond.severity,
         reasons,
-        alerts: cond.sources.len() as u32,
+        alerts: cond.sources.len() as u32 + cond.unkept,
         suppressed: cond.suppressed(),
     }
 }
@@ -621,7 +638,8 @@ pub(super) fn stale_condition(now: Time) -> Condition {
         remediation: None,
         sources: SmallMap::new(),
         silenced: false,
-        latched_live: false,
+        silenced_only: false,
+        unkept: 0,
     }
 }
 
@@ -664,7 +682,8 @@ pub(super) fn raise(
         remediation: None,
         sources,
         silenced: false,
-        latched_live: false,
+        silenced_only: false,
+        unkept: 0,
     };
     refresh(ctype, &mut cond, settings, now, true);
     Some(cond)
@@ -679,7 +698,7 @@ pub(super) fn raise(
 /// Silenced or inhibited sources are the operator's word: beside a live one they
 /// count for nothing (no severity, charge, stickiness, priority or remediation); a
 /// condition fed by them alone is suppressed, and shows what they say until a live
-/// source has fed it ([`Condition::latched_live`]). A new condition, and one raised
+/// source has fed it ([`Condition::silenced_only`]). A new condition, and one raised
 /// by them alone that a live source first feeds, takes its latches from the
 /// sources that count then.
 /// Returns the reason charged before when the charged reason changed.
@@ -697,7 +716,7 @@ pub(super) fn refresh(
         cond.sources.values().all(|s| s.suppressed),
     );
     let silenced = cond.silenced;
-    let unheard = !cond.latched_live;
+    let unheard = if first { silenced } else { cond.silenced_only };
     let counts = |s: &Source| !s.suppressed || (silenced && unheard);
     let mut recharged = None;
     if first || (was_silenced && !silenced && unheard) {
@@ -718,7 +737,7 @@ pub(super) fn refresh(
         cond.priority = None;
         cond.remediation = None;
     }
-    cond.latched_live |= !silenced;
+    cond.silenced_only = unheard && silenced;
     // The worst source, when it outweighs what is charged now: (severity, points).
     // A source of the charged reason and severity weighs the same, so the common
     // case — the same alerts again — looks no penalty up.
@@ -742,9 +761,10 @@ pub(super) fn refresh(
         // severity alone costs more there.
         let kept = settings.penalty(&cond.reason, worst.severity);
         cond.severity = worst.severity;
+        // The class of the worst evidence, whichever reason is charged.
+        cond.fault_class = worst.fault_class.clone();
         if worst.reason != cond.reason && settings.penalty(&worst.reason, worst.severity) >= kept {
             recharged = Some(std::mem::replace(&mut cond.reason, worst.reason.clone()));
-            cond.fault_class = worst.fault_class.clone();
         }
     }
     if let Some(s) = cond
@@ -793,17 +813,23 @@ pub(super) fn compose_message(ctype: &str, cond: &mut Condition) {
     } else {
         ("", "; ")
     };
-    // Each text is clipped already; many alerts' texts together are cut too.
+    // Each text is clipped already; many alerts' texts together are cut too, and
+    // the alerts past the kept sources are counted with those left out.
     let mut message = String::from(head);
+    let mut shown = messages.len();
     for (i, m) in messages.iter().enumerate() {
         if i > 0 && message.len() + m.len() > MAX_MESSAGE {
-            message.push_str(&format!("{separator}… and {} more", messages.len() - i));
+            shown = i;
             break;
         }
         if i > 0 {
             message.push_str(separator);
         }
         message.push_str(m);
+    }
+    let more = messages.len() - shown + cond.unkept as usize;
+    if more > 0 {
+        message.push_str(&format!("{separator}… and {more} more"));
     }
     cond.message = message;
 }
@@ -834,10 +860,11 @@ impl Node {
     /// A copy of this record that `size` measures at `limit` or less, for a store
     /// that cannot hold a larger one (a NATS message holds 1 MiB by default); `None`
     /// when keeping one source per condition is still too large. The conditions
-    /// keep their most telling sources: each its worst, then each its next worst,
-    /// and so on (live before suppressed, then by severity, then by fingerprint), their
-    /// messages joined again from what is kept. Severity, reason and points stay as
-    /// they were; the next poll brings back what was left out.
+    /// keep their most telling sources: each its worst, then the most telling of the
+    /// rest (live before suppressed, then by severity; at equal rank each
+    /// condition's second before any one's third), their messages joined again from
+    /// what is kept. Severity, reason and points stay as they were; the next poll
+    /// brings back what was left out.
     pub fn fitted(&self, limit: usize, size: impl Fn(&Node) -> usize) -> Option<Node> {
         let mut node = self.clone();
         let mut len = size(&node);
@@ -868,7 +895,7 @@ impl Node {
             let mut ranked: Vec<(&Name, &Source)> = cond.sources.iter().collect();
             ranked.sort_by(|a, b| rank(a.1).cmp(&rank(b.1)).then_with(|| a.0.cmp(b.0)));
             for (i, (fp, s)) in ranked.into_iter().enumerate() {
-                // Each condition's second before any one's third.
+                // At equal rank, each condition's second before any one's third.
                 let entry = (rank(s), i, ctype.clone(), fp.clone());
                 if i == 0 {
                     firsts.push(entry)

@@ -132,7 +132,8 @@ impl<'f> Step<'f> {
                     remediation: None,
                     sources: SmallMap::new(),
                     silenced: false,
-                    latched_live: false,
+                    silenced_only: false,
+                    unkept: 0,
                 },
             );
             self.event(

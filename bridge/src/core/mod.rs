@@ -209,12 +209,17 @@ pub struct Condition {
     /// it or an operator clears it (a silenced fault that ended is no live fault).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub silenced: bool,
-    /// A live alert has fed it this episode: its latches (severity, charge,
-    /// stickiness, priority, remediation) hold what live alerts said, and silenced or
-    /// inhibited ones add nothing to them. Until then, fed by those alone, it shows
-    /// what they say.
+    /// Raised by silenced or inhibited alerts, and no live one has fed it since: its
+    /// latches (severity, charge, stickiness, priority, remediation) show what they
+    /// say, and the first live alert starts them over. Otherwise they hold what live
+    /// alerts said, and silenced ones add nothing. (Stored only when true: a record
+    /// written before it reads as fed live.)
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub latched_live: bool,
+    pub silenced_only: bool,
+    /// Alerts feeding it beyond the sources kept ([`conditions::MAX_SOURCES`]), as
+    /// the last poll counted them: said in its message and events.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unkept: u32,
 }
 
 impl Condition {

@@ -318,7 +318,8 @@ fn raise(
             remediation: None,
             sources: SmallMap::new(),
             silenced: false,
-            latched_live: false,
+            silenced_only: false,
+            unkept: 0,
         },
     );
 }

@@ -370,10 +370,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             "h" => secs(3600),
             "d" => secs(86_400),
             "w" => secs(7 * 86_400),
-            "" => return Err(format!("`{t}` has no unit (use ms, s, m, h, d or w)")),
+            "y" => secs(365 * 86_400),
+            "" => return Err(format!("`{t}` has no unit (use ms, s, m, h, d, w or y)")),
             _ => {
                 return Err(format!(
-                    "`{t}` has an unknown unit (use ms, s, m, h, d or w)"
+                    "`{t}` has an unknown unit (use ms, s, m, h, d, w or y)"
                 ));
             }
         });

@@ -714,6 +714,8 @@ impl Hale {
             match writer.store.load(now) {
                 Ok(mut loaded) => {
                     loaded.trust.take_up();
+                    // The configuration's inventory is this process's, not the store's.
+                    loaded.listed = std::mem::take(&mut fleet.listed);
                     *fleet = loaded;
                     writer.pending = None;
                     self.synced.store(term, Ordering::Release);
@@ -766,8 +768,11 @@ impl Hale {
             return seen;
         }
         match store.load(now) {
-            Ok(loaded) => {
-                *self.lock_fleet() = loaded;
+            Ok(mut loaded) => {
+                let mut fleet = self.lock_fleet();
+                loaded.listed = std::mem::take(&mut fleet.listed);
+                *fleet = loaded;
+                drop(fleet);
                 self.store_ok.store(true, Ordering::Relaxed);
                 Some(revision)
             }
@@ -1416,20 +1421,57 @@ impl Hale {
         use backon::{ExponentialBuilder, Retryable};
         let orchestrator = self.orchestrator.clone();
         let action = &pending.action;
+        // Asked again only while still queued: an operator's uncordon withdraws a
+        // cordon whose first try is still under way (an orchestrator slow to answer).
+        let still_queued = || {
+            let (id, at) = (node.to_string(), pending.id);
+            self.off_runtime(move |this| {
+                this.lock_fleet()
+                    .nodes
+                    .get(&id)
+                    .is_some_and(|n| n.policy.pending.iter().any(|p| p.id == at))
+            })
+        };
+        let mut tries = 0;
         let result = match action {
             // A power change is never retried blindly: the BMC confirms or the step fails.
-            Action::Power { op, force } => self.perform_power(node, *op, *force).await,
+            Action::Power { op, force } => self.perform_power(node, *op, *force).await.map(Some),
             _ => {
-                (|| orchestrator::perform(orchestrator.as_ref(), node, action, moves))
-                    .retry(
-                        ExponentialBuilder::default()
-                            .with_min_delay(Duration::from_millis(500))
-                            .with_max_times(3)
-                            .with_jitter(),
-                    )
-                    .when(OrchestratorError::is_retriable)
-                    .await
+                (|| {
+                    tries += 1;
+                    let again = tries > 1;
+                    let orchestrator = orchestrator.clone();
+                    let still_queued = still_queued();
+                    async move {
+                        if again && !still_queued.await {
+                            return Ok(None);
+                        }
+                        orchestrator::perform(orchestrator.as_ref(), node, action, moves)
+                            .await
+                            .map(Some)
+                    }
+                })
+                .retry(
+                    ExponentialBuilder::default()
+                        .with_min_delay(Duration::from_millis(500))
+                        .with_max_times(3)
+                        .with_jitter(),
+                )
+                .when(OrchestratorError::is_retriable)
+                .await
             }
+        };
+        let result = match result {
+            Ok(Some(done)) => Ok(done),
+            Ok(None) => {
+                info!(
+                    node,
+                    action = action.name(),
+                    "withdrawn meanwhile: not tried again"
+                );
+                return true;
+            }
+            Err(e) => Err(e),
         };
         let name = action.name();
         let (label, next) = match &result {

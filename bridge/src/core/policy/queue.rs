@@ -192,6 +192,24 @@ impl Fleet {
             {
                 done_action.action.clone()
             }
+            // A cordon under way when an operator put the node back (it withdrew the
+            // cordon, and the node then showed in service, which took the uncordon
+            // queued after it for done): landed now, it is undone.
+            None if matches!(
+                done_action.action,
+                Action::Cordon { .. } | Action::Drain { active: false, .. }
+            ) && node.policy.cordon.is_none()
+                && !node.policy.pending.iter().any(|p| {
+                    matches!(
+                        p.action,
+                        Action::Cordon { .. } | Action::Uncordon | Action::Drain { .. }
+                    )
+                }) =>
+            {
+                node.policy.push(Action::Uncordon);
+                out.dirty.insert(id.into());
+                return out;
+            }
             None => return out,
         };
         out.dirty.insert(id.into());

@@ -1058,7 +1058,13 @@ fn a_silenced_job_failure_is_not_counted() {
     assert_eq!(s.node("n1").failures.total, 0);
     assert_eq!(s.score("n1"), Some(100));
     s.at(30).poll(&[watchdog(), heartbeat("n1"), fail.clone()]);
-    s.at(60).poll(&[watchdog(), heartbeat("n1"), fail]);
+    s.at(60).poll(&[watchdog(), heartbeat("n1"), fail.clone()]);
+    assert_eq!(s.node("n1").failures.total, 1);
+    // Counted, then silenced, then live again: still the one failure.
+    s.at(90)
+        .poll(&[watchdog(), heartbeat("n1"), fail.clone().suppressed()]);
+    s.at(100).webhook(&[fail.clone().suppressed()]);
+    s.at(120).poll(&[watchdog(), heartbeat("n1"), fail]);
     assert_eq!(s.node("n1").failures.total, 1);
 }
 
@@ -1402,6 +1408,38 @@ fn a_condition_keeps_a_bounded_number_of_sources() {
     let cond = &s.node("n1").conditions["disk_degraded"];
     assert_eq!(cond.sources.len(), 64);
     assert_eq!(cond.severity, Severity::Critical);
+    // The alerts past the kept are counted: the message and events say how many.
+    assert_eq!(cond.unkept, 1_136);
+    assert!(cond.message.ends_with(" more"), "{}", cond.message);
+    let more: usize = cond
+        .message
+        .rsplit("… and ")
+        .next()
+        .unwrap()
+        .trim_end_matches(" more")
+        .parse()
+        .unwrap();
+    assert!(more >= 1_136, "{more}");
+    let raised = s
+        .events
+        .iter()
+        .find(|e| e.kind.name() == "CONDITION_RAISED")
+        .unwrap();
+    assert!(raised.message.ends_with(" more"), "{}", raised.message);
+    // Fewer alerts past the kept: an update that says so.
+    s.events.clear();
+    let mut fewer = flood(1_100);
+    fewer.extend([watchdog(), heartbeat("n1")]);
+    s.at(5).poll(&fewer);
+    let cond = &s.node("n1").conditions["disk_degraded"];
+    assert_eq!(cond.unkept, 1_036);
+    assert!(
+        s.events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::ConditionUpdated { alerts: 1_100, .. })),
+        "{:?}",
+        s.events
+    );
     let record = serde_json::to_string(s.node("n1")).unwrap();
     assert!(record.len() < 256 * 1024, "{}", record.len());
     // Deliveries add no more once it is full.
@@ -2350,6 +2388,45 @@ fn a_gate_done_keeps_the_pools_counted() {
         assert_eq!(s.fleet.pools.is_some(), gate, "{p:?}");
         s.at(31).tick();
     }
+}
+
+/// An operator's uncordon while hale's cordon is still under way (an orchestrator
+/// slow to answer): the node shows in service meanwhile, which takes the queued
+/// uncordon for done; the cordon that lands after is undone, not left standing.
+#[test]
+fn a_cordon_landing_after_an_operators_uncordon_is_undone() {
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &["g-0"], low);
+    s.at(30).report(&ids, &["g-0"], low);
+    let (_, cordon) = s
+        .fleet
+        .pending()
+        .into_iter()
+        .find(|(id, p)| id == "g-0" && matches!(p.action, policy::Action::Cordon { .. }))
+        .expect("hale's cordon queued");
+    let out = s.fleet.uncordon(s.now, "g-0", "changed my mind").unwrap();
+    s.record(out);
+    let ready = policy::Observed {
+        labels: [("pool".to_string(), "gpu".to_string())].into(),
+        ..shown("g-0", Status::Ready)
+    };
+    let out = s.fleet.observe(s.now, std::slice::from_ref(&ready));
+    s.record(out);
+    assert!(s.fleet.pending().is_empty(), "the uncordon taken for done");
+    let out = s
+        .fleet
+        .action_done(&s.cfg, s.now, "g-0", &cordon, &policy::Done::default());
+    s.record(out);
+    let queued: Vec<policy::Action> = s
+        .fleet
+        .pending()
+        .into_iter()
+        .map(|(_, p)| p.action)
+        .collect();
+    assert_eq!(queued, [policy::Action::Uncordon]);
+    assert_eq!(s.node("g-0").status, Status::Ready);
+    assert!(s.node("g-0").policy.cordon.is_none());
 }
 
 #[test]
