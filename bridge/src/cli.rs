@@ -563,7 +563,8 @@ pub enum NodeVerb {
         /// Every ready node; the count is what this took out of service.
         #[arg(long)]
         all: bool,
-        /// Also requeue running work: it restarts from the beginning elsewhere.
+        /// Also move running work: what may run again is requeued (it restarts from
+        /// the beginning elsewhere), the rest failed (Slurm: cancelled).
         #[arg(long)]
         active: bool,
         #[arg(long, default_value = "")]

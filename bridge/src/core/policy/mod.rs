@@ -888,7 +888,9 @@ pub(in crate::core) fn out_of_band(event: &Event) -> bool {
         EventKind::PolicyRecommended { action, .. } | EventKind::PolicyHalted { action, .. } => {
             action == remediation::REBOOT || action == fencing::FENCE
         }
-        EventKind::NodeCordoned { reason, .. } => reason.starts_with(remediation::CORDON_REASON),
+        EventKind::NodeCordoned { reason, .. } | EventKind::NodeDrained { reason, .. } => {
+            reason.starts_with(remediation::CORDON_REASON)
+        }
         _ => false,
     }
 }

@@ -225,8 +225,9 @@ impl Fleet {
                 active: true,
                 reason,
             } => {
-                // An active drain is an operator's, or a reboot flow's.
-                let by = if node.policy.flow.is_some() {
+                // An active drain is an operator's, or a reboot flow's (its reason
+                // says so: an operator's drain during a flow is the operator's).
+                let by = if reason.starts_with(super::remediation::CORDON_REASON) {
                     Actor::Hale
                 } else {
                     Actor::Operator

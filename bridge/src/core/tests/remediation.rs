@@ -226,6 +226,31 @@ fn a_rack_at_a_time_in_priority_order_each_node_through_every_step() {
     assert_eq!(s.step("n2"), Some(FlowStep::Return));
 }
 
+/// An operator's active drain of a node a flow holds is the operator's.
+#[test]
+fn an_operators_drain_during_a_flow_is_the_operators() {
+    let mut s = fleet(RACKS);
+    s.at(0)
+        .poll(&all_beating(&[], &[uptime("n1", "P5")]))
+        .flows();
+    assert!(s.step("n1").is_some());
+    let out = s.fleet.drain(s.now, "n1", true, "disk dying").unwrap();
+    s.record(out);
+    s.act();
+    let drains: Vec<(String, String)> = s
+        .events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::NodeDrained { by, reason, .. } => Some((by.clone(), reason.clone())),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        drains.contains(&("operator".to_string(), "disk dying".to_string())),
+        "{drains:?}"
+    );
+}
+
 /// The backtest replays the score policy: the reboot flow's verdicts and cordons
 /// (which follow alerts asking for a reboot, not the score) are counted on neither
 /// side, so the running configuration still reproduces its record.
