@@ -298,6 +298,15 @@ pub enum Collect {
     },
 }
 
+/// A node id as the CLI takes it: not empty (the API would answer "node  is not
+/// known"), nor white space alone.
+fn node_id(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        return Err("a node id is needed, not an empty one".into());
+    }
+    Ok(text.to_string())
+}
+
 fn duration(text: &str) -> Result<Duration, String> {
     hale::core::settings::parse_duration(text).and_then(|d| {
         if d.is_zero() {
@@ -518,9 +527,13 @@ pub enum NodeVerb {
         all_clusters: bool,
     },
     /// A node's conditions, score breakdown, failures and unavailable signals.
-    Show { id: String },
+    Show {
+        #[arg(value_parser = node_id)]
+        id: String,
+    },
     /// A node's history, oldest first: TIME, TYPE, DETAIL.
     Events {
+        #[arg(value_parser = node_id)]
         id: String,
         /// From this time on: RFC 3339, or a duration meaning that long ago (24h).
         #[arg(long)]
@@ -543,6 +556,7 @@ pub enum NodeVerb {
     },
     /// Take a node out of service: no new work; running work is left alone.
     Cordon {
+        #[arg(value_parser = node_id)]
         id: String,
         /// Why: recorded on the event.
         #[arg(long, default_value = "")]
@@ -551,6 +565,7 @@ pub enum NodeVerb {
     /// Return a node to service. Automation then leaves it alone for
     /// cordonSuppressionMinutes.
     Uncordon {
+        #[arg(value_parser = node_id)]
         id: String,
         #[arg(long, default_value = "")]
         reason: String,
@@ -573,6 +588,7 @@ pub enum NodeVerb {
     /// Power through the node's BMC, confirmed by reading the state back:
     /// status, on, off (graceful, forced after bmc.gracefulTimeout), cycle, reset.
     Power {
+        #[arg(value_parser = node_id)]
         id: String,
         #[arg(value_parser = ["status", "on", "off", "cycle", "reset"])]
         action: String,
@@ -583,6 +599,7 @@ pub enum NodeVerb {
     /// Queue the node for the reboot flow: cordon, drain, reboot through the BMC,
     /// wait for its return, verify, uncordon what the flow cordoned.
     Reboot {
+        #[arg(value_parser = node_id)]
         id: String,
         #[arg(long, default_value = "")]
         reason: String,
@@ -592,6 +609,7 @@ pub enum NodeVerb {
     },
     /// Clear a condition (the only way a sticky one ends).
     Clear {
+        #[arg(value_parser = node_id)]
         id: String,
         #[arg(value_name = "TYPE")]
         condition: String,
@@ -1469,6 +1487,16 @@ mod tests {
             last_report: None,
             jobs: 0,
         }
+    }
+
+    #[test]
+    fn an_empty_node_id_is_refused_by_the_cli() {
+        for text in ["", "  "] {
+            let e = Cli::try_parse_from(["hale", "node", "cordon", text, "--reason", "x"])
+                .expect_err("no node");
+            assert!(e.to_string().contains("a node id is needed"), "{e}");
+        }
+        assert!(Cli::try_parse_from(["hale", "node", "show", "gpu-1"]).is_ok());
     }
 
     #[test]
