@@ -298,6 +298,23 @@ pub enum Collect {
     },
 }
 
+/// `view` with a line break inside any of its texts written as `\n` (`\r` as `\r`).
+fn one_line<T: serde::Serialize + serde::de::DeserializeOwned>(view: &T) -> T {
+    fn walk(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::String(s) if s.contains(['\n', '\r']) => {
+                *s = s.replace('\n', "\\n").replace('\r', "\\r");
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(walk),
+            serde_json::Value::Object(o) => o.values_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let mut v = serde_json::to_value(view).expect("views serialise");
+    walk(&mut v);
+    serde_json::from_value(v).expect("a view reads back as written")
+}
+
 /// A node id as the CLI takes it: not empty (the API would answer "node  is not
 /// known"), nor white space alone.
 fn node_id(text: &str) -> Result<String, String> {
@@ -1128,6 +1145,9 @@ fn title(ctype: &str) -> String {
 }
 
 pub fn node_detail(n: &NodeView) -> String {
+    // Each field its own line: a line break inside a text (an alert's reason or
+    // summary) is written as `\n`, or it could show as a field of its own.
+    let n = &one_line(n);
     let mut o = String::new();
     let _ = writeln!(
         o,

@@ -724,6 +724,8 @@ async fn no_text_forges_a_log_line() {
         "{shown:?}"
     );
     assert!(shown.contains("\\u{1b}]0;pwned\\u{7}\\u{1b}[2J"), "{shown}");
+    // Nor a line of its own that would read as one of the view's fields.
+    assert!(!shown.lines().any(|l| l.starts_with(forged)), "{shown}");
 }
 
 fn hale_cmd() -> std::process::Command {

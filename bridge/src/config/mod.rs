@@ -2333,7 +2333,9 @@ mod tests {
         assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
         assert_eq!(parse_duration("2w"), Ok(Duration::from_secs(14 * 86_400)));
         assert_eq!(parse_duration("1s500ms"), Ok(Duration::from_millis(1500)));
-        for bad in ["1m30", "m30s", "", "1m-30s", "30 s"] {
+        for bad in [
+            "1m30", "m30s", "", "1m-30s", "30 s", "30s1m", "1m1m", "2d1w",
+        ] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }
         assert_eq!(

@@ -247,8 +247,10 @@ pub(super) fn set_sources(
     left: usize,
 ) {
     let capped = capped(alerts);
-    // A poll's alerts beyond the kept: counted, said in the message and events.
-    let unkept = full.then(|| (alerts.len() - capped.len()) as u32);
+    // The alerts beyond the kept: counted, said in the message and events (a poll's
+    // are the count; a delivery's raise it, never lower it: it names only some).
+    let beyond = (alerts.len() - capped.len()) as u32;
+    let unkept = full.then_some(beyond);
     let alerts: &[&Alert<'_>] = &capped;
     let now = rec.now;
     // Webhook-only: when a delivery last confirmed each alert (see `Source::delivered`).
@@ -264,8 +266,8 @@ pub(super) fn set_sources(
             })
             .collect();
         if let Some(mut cond) = raise(ctype, sources, settings, now) {
-            if let Some(n) = unkept.filter(|n| *n > 0) {
-                cond.unkept = n;
+            if beyond > 0 {
+                cond.unkept = beyond;
                 compose_message(ctype, &mut cond);
             }
             node.saw(ctype, now);
@@ -338,6 +340,7 @@ pub(super) fn set_sources(
             }
         }
     } else {
+        let mut not_taken = beyond;
         for a in alerts {
             let fp = a.fingerprint.as_ref();
             let room = cond.sources.len() < MAX_SOURCES;
@@ -353,7 +356,7 @@ pub(super) fn set_sources(
                 }
                 // Full, the condition takes no more from deliveries; a poll's whole
                 // picture keeps the most severe.
-                None if !room => {}
+                None if !room => not_taken += 1,
                 None => {
                     let mut source = source_of(a, ctype);
                     source.delivered = delivered;
@@ -362,6 +365,10 @@ pub(super) fn set_sources(
                     keys_changed = true;
                 }
             }
+        }
+        if not_taken > cond.unkept {
+            cond.unkept = not_taken;
+            keys_changed = true;
         }
     }
     if keys_changed {
@@ -838,15 +845,20 @@ pub(super) fn compose_message(ctype: &str, cond: &mut Condition) {
 /// node's record is written whole (a NATS message holds 1 MiB by default).
 pub const MAX_SOURCES: usize = 64;
 
-/// `alerts`, or the [`MAX_SOURCES`] most severe of them (then by fingerprint).
+/// `alerts`, or [`MAX_SOURCES`] of them: the live before the silenced, the most
+/// severe first (then by fingerprint).
 fn capped<'x, 'a>(alerts: &'x [&'x Alert<'a>]) -> std::borrow::Cow<'x, [&'x Alert<'a>]> {
     if alerts.len() <= MAX_SOURCES {
         return std::borrow::Cow::Borrowed(alerts);
     }
+    // Live before silenced or inhibited (which count for nothing beside a live one),
+    // then the most severe.
     let mut kept = alerts.to_vec();
+    let silenced = |a: &Alert<'_>| a.state == AlertState::Suppressed;
     kept.sort_by(|a, b| {
-        b.severity()
-            .cmp(&a.severity())
+        silenced(a)
+            .cmp(&silenced(b))
+            .then_with(|| b.severity().cmp(&a.severity()))
             .then_with(|| a.fingerprint.cmp(&b.fingerprint))
     });
     kept.truncate(MAX_SOURCES);

@@ -345,6 +345,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
     // One or more number-unit pairs, as Prometheus writes them: `90s`, `1m30s`, `1h30m`.
     let mut total = Duration::ZERO;
+    let mut last = None;
     let mut rest = t;
     while !rest.is_empty() {
         let digits = rest
@@ -363,21 +364,29 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         let (unit, after) = rest.split_at(unit_len);
         rest = after;
         let secs = |k: u64| Duration::from_secs(n.saturating_mul(k));
-        total = total.saturating_add(match unit {
-            "ms" => Duration::from_millis(n),
-            "s" => secs(1),
-            "m" => secs(60),
-            "h" => secs(3600),
-            "d" => secs(86_400),
-            "w" => secs(7 * 86_400),
-            "y" => secs(365 * 86_400),
+        let (rank, d) = match unit {
+            "ms" => (0, Duration::from_millis(n)),
+            "s" => (1, secs(1)),
+            "m" => (2, secs(60)),
+            "h" => (3, secs(3600)),
+            "d" => (4, secs(86_400)),
+            "w" => (5, secs(7 * 86_400)),
+            "y" => (6, secs(365 * 86_400)),
             "" => return Err(format!("`{t}` has no unit (use ms, s, m, h, d, w or y)")),
             _ => {
                 return Err(format!(
                     "`{t}` has an unknown unit (use ms, s, m, h, d, w or y)"
                 ));
             }
-        });
+        };
+        // As Prometheus: each unit once, the largest first (`1h30m`, not `30m1h`).
+        if last.is_some_and(|l| rank >= l) {
+            return Err(format!(
+                "`{t}` repeats a unit or puts a smaller one first (write 1h30m, not 30m1h)"
+            ));
+        }
+        last = Some(rank);
+        total = total.saturating_add(d);
     }
     if total > MAX_DURATION {
         return Err(format!("`{t}` is longer than a century"));

@@ -1517,6 +1517,67 @@ fn a_record_is_fitted_to_a_store_limit() {
     assert_eq!(node.fitted(2 * 1024, size), None);
 }
 
+/// Past the 64 kept, the live are kept before the silenced: 70 silenced critical
+/// alerts do not push out the one live warning, nor make the condition suppressed.
+#[test]
+fn silenced_alerts_never_crowd_out_a_live_one() {
+    let mut s = script("");
+    let mut polled: Vec<A> = (0..70)
+        .map(|i| {
+            alert(&format!("Muted{i:02}"))
+                .on("n1")
+                .condition("c1", "GpuXidHardware")
+                .critical()
+                .suppressed()
+        })
+        .collect();
+    polled.push(alert("ZLive").on("n1").condition("c1", "IoErrors"));
+    polled.extend([watchdog(), heartbeat("n1")]);
+    s.at(0).poll(&polled);
+    let c = &s.node("n1").conditions["c1"];
+    assert!(
+        !c.suppressed()
+            && c.sources
+                .contains_key("fp-ZLive|node=n1|hale_condition=c1|hale_reason=IoErrors")
+    );
+    assert_eq!(
+        (c.severity, c.reason.as_str()),
+        (Severity::Warning, "IoErrors")
+    );
+    assert_eq!(s.score("n1"), Some(90));
+}
+
+/// Without polling, a delivery's alerts past the kept are counted too: the most any
+/// delivery named past them (a delivery names only some of a condition's alerts).
+#[test]
+fn a_delivery_counts_the_alerts_past_the_kept() {
+    let mut s = script("alertmanager: { pollInterval: 0 }");
+    let many = |n: usize| -> Vec<A> {
+        (0..n)
+            .map(|i| {
+                alert(&format!("Big{i:03}"))
+                    .on("m2")
+                    .condition("big", "Big")
+            })
+            .collect()
+    };
+    s.at(0).webhook(&[watchdog()]);
+    s.at(1).webhook(&many(110));
+    let c = &s.node("m2").conditions["big"];
+    assert_eq!((c.sources.len(), c.unkept), (64, 46));
+    assert!(c.message.ends_with("… and 46 more"), "{}", c.message);
+    s.events.clear();
+    s.at(2).webhook(&many(120));
+    assert_eq!(s.node("m2").conditions["big"].unkept, 56);
+    assert!(
+        s.events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::ConditionUpdated { alerts: 120, .. })),
+        "{:?}",
+        s.events
+    );
+}
+
 #[test]
 fn alerts_without_a_node_are_counted() {
     let mut s = script("");
