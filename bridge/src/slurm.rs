@@ -174,7 +174,8 @@ fn observed(n: &Value, jobs: &HashMap<String, u32>) -> Option<Observed> {
     };
     let reason = text("reason");
     // Whose a drain is, by its reason: hale's, an operator's through hale, or —
-    // any other reason — made with `scontrol` by someone else: the operator's too.
+    // any other reason, someone's `scontrol` or Slurm's own (`Kill task failed`) —
+    // the operator's too: hale resumes only the drains it made.
     let cordoned_by = drained
         .then(|| {
             if let Some(r) = reason.strip_prefix(HALE) {
