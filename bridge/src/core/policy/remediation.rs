@@ -272,14 +272,16 @@ fn enqueue_node(
         }
     }
     let observe = settings.mode == Mode::Observe;
+    // A flow that failed lately holds the next for `retryAfter`; observe says what
+    // would really happen, so it recommends none meanwhile either.
+    if node
+        .policy
+        .flow_failed_at
+        .is_some_and(|at| now - at < retry)
+    {
+        return;
+    }
     if !observe {
-        if node
-            .policy
-            .flow_failed_at
-            .is_some_and(|at| now - at < retry)
-        {
-            return;
-        }
         let day_ago = now - chrono::TimeDelta::from_std(DAY).expect("a day");
         let before = node.policy.reboots.len();
         node.policy.reboots.retain(|t| *t > day_ago);

@@ -279,6 +279,28 @@ fn the_backtest_leaves_the_reboot_flow_out() {
     }
 }
 
+/// Observe says what would really happen: a node whose flow failed lately gets no
+/// reboot recommended until `retryAfter` has passed, as none would be queued.
+#[test]
+fn observe_recommends_no_reboot_within_retry_after() {
+    let mut s = fleet(
+        "nodeHealth: { maxUnavailablePercent: 100 }\ninventory: [ { id: n1 }, { id: n2 } ]\nremediation: { retryAfter: 1h }\n",
+    );
+    s.at(0).poll(&[watchdog(), beat("n1"), beat("n2")]);
+    s.fleet.nodes.get_mut("n1").unwrap().policy.flow_failed_at = Some(s.now);
+    s.at(30)
+        .poll(&[watchdog(), beat("n1"), beat("n2"), uptime("n1", "P3")]);
+    s.flows().flows();
+    assert_eq!(s.took_of(&["POLICY_RECOMMENDED"]), Vec::<String>::new());
+    s.at(3_700)
+        .poll(&[watchdog(), beat("n1"), beat("n2"), uptime("n1", "P3")]);
+    s.flows().flows();
+    assert_eq!(
+        s.took_of(&["POLICY_RECOMMENDED"]),
+        ["n1 POLICY_RECOMMENDED"]
+    );
+}
+
 #[test]
 fn observe_only_recommends_and_holds_an_operators_queued_reboot() {
     let mut s = fleet(
