@@ -1166,7 +1166,10 @@ pub fn node_detail(n: &NodeView) -> String {
         );
     }
     if n.gated {
-        let _ = writeln!(o, "Gated:     new work kept off (score below drainBelow)");
+        let _ = writeln!(
+            o,
+            "Gated:     new work kept off (the score fell below drainBelow; lifted once it has stayed at or above for 15 minutes)"
+        );
     }
     if let Some(f) = &n.remediation {
         let _ = writeln!(

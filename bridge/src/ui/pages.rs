@@ -570,7 +570,7 @@ pub fn node(p: &NodePage<'_>) -> String {
     if n.gated {
         fact(
             "Gated",
-            "new work is kept off (score below drainBelow)".into(),
+            "new work is kept off (the score fell below drainBelow; lifted once it has stayed at or above for 15 minutes)".into(),
         );
     }
     if !n.unavailable_signals.is_empty() {
