@@ -4,19 +4,35 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{TimeDelta, Utc};
 use serde_json::{Value, json};
 
+/// A port for a server a test starts: free now, never handed out twice in
+/// this run, and below the kernel's ephemeral range, so no client connection
+/// (whose local port comes from that range) can take it before the server
+/// binds it. Port 0 would pick from that very range.
 pub fn free_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
     hale::init_tls();
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    let (low, span) = (10_000, ephemeral_low.saturating_sub(10_000).max(1_000));
+    // Another test run on this machine at the same time starts elsewhere.
+    let start = std::process::id().wrapping_mul(7_919) % span;
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        assert!(n < span, "no free port left below {ephemeral_low}");
+        let port = u16::try_from(low + (start + n) % span).expect("below 65536");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// Wait for `check` to hold, polling every 100 ms; panic with `what` after `limit`.
@@ -361,7 +377,36 @@ impl Hale {
             .spawn()
             .unwrap();
         self.child = Some(child);
-        wait_healthy(&self.url).await;
+        self.wait_up().await;
+    }
+
+    /// Wait for `/healthz` (20 s at most); a hale that exits or never answers
+    /// fails the test with its log, which says why.
+    async fn wait_up(&mut self) {
+        let health = format!("{}/healthz", self.url);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(r) = reqwest::get(&health).await
+                && r.status().is_success()
+            {
+                return;
+            }
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || Instant::now() >= deadline {
+                let log = std::fs::read_to_string(self.dir.join("hale.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                panic!(
+                    "hale never became healthy ({}); its log ends:\n{}",
+                    exited.map_or("still running".to_string(), |s| format!("exited: {s}")),
+                    tail.join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// `kill -9`: no chance to flush or clean up.
