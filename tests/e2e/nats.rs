@@ -44,6 +44,13 @@ impl Cluster {
 
     /// Clients served on `listen` (routes stay on loopback).
     pub async fn start_on(listen: &str) -> Cluster {
+        let mut cluster = Self::planned(listen);
+        cluster.restart_all().await;
+        cluster
+    }
+
+    /// The cluster's ports and directories, no server started yet.
+    fn planned(listen: &str) -> Cluster {
         let servers = (0..3)
             .map(|_| Server {
                 port: free_port(),
@@ -52,15 +59,10 @@ impl Cluster {
                 child: None,
             })
             .collect();
-        let mut cluster = Cluster {
+        Cluster {
             servers,
             listen: listen.to_string(),
-        };
-        for i in 0..3 {
-            cluster.spawn(i);
         }
-        cluster.wait_ready().await;
-        cluster
     }
 
     fn spawn(&mut self, i: usize) {
@@ -371,6 +373,35 @@ async fn replicas_share_one_history_and_fail_over_without_loss_or_repeats() {
         let raised = types.iter().filter(|t| *t == "CONDITION_RAISED").count();
         assert_eq!(raised, 1, "{node} after the outage: {types:?}");
     }
+}
+
+/// NATS coming up after hale, as when a chart and its NATS are installed
+/// together: `hale serve` waits for its store, saying why, rather than exiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_started_before_nats_waits_for_it() {
+    let mut cluster = Cluster::planned("127.0.0.1");
+    let am = Alertmanager::start(None).await;
+    am.fire(&[watchdog(), smart_failing("w0")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let cfg = replica_config(dir.path(), port, &am.url, &cluster.urls(), "");
+    let log = dir.path().join("hale.log");
+    let (hale, ()) = tokio::join!(Hale::start_with(dir.path(), port, &cfg), async {
+        eventually(
+            "hale saying it waits for its store",
+            Duration::from_secs(15),
+            || async {
+                std::fs::read_to_string(&log)
+                    .ok()?
+                    .contains("the store cannot be opened yet")
+                    .then_some(())
+            },
+        )
+        .await;
+        cluster.restart_all().await;
+    });
+    hale.wait_node("raised", "w0", |n| has_condition(n, "disk_degraded"))
+        .await;
 }
 
 /// `hale store copy` moves an installation from SQLite to NATS and back: the

@@ -327,9 +327,32 @@ pub struct StoreConfig {
 }
 
 impl StoreConfig {
-    /// Open the store this names for `cluster`, for `hale serve`. Adding a store
-    /// kind is its module in `store/` and its arm here.
+    /// Open the store this names for `cluster`, for `hale serve`. A NATS store
+    /// not there yet — NATS starting beside hale, JetStream still placing its
+    /// streams — is waited for up to [`STORE_START_WAIT`], each failed try
+    /// logged with its cause; a configuration NATS cannot take is refused at
+    /// once, as are SQLite's errors, which waiting does not cure.
     pub fn open(&self, cluster: &str) -> Result<crate::store::Opened, crate::store::StoreError> {
+        use crate::store::StoreError;
+        let deadline = std::time::Instant::now() + STORE_START_WAIT;
+        let mut pause = Duration::from_secs(1);
+        loop {
+            match self.open_once(cluster) {
+                Err(e @ (StoreError::Nats { op, .. } | StoreError::Full { op, .. }))
+                    if !op.starts_with("read store.nats")
+                        && std::time::Instant::now() + pause < deadline =>
+                {
+                    tracing::warn!(error = %e, retry_in = ?pause, "the store cannot be opened yet: trying again");
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_secs(5));
+                }
+                opened => return opened,
+            }
+        }
+    }
+
+    /// Adding a store kind is its module in `store/` and its arm here.
+    fn open_once(&self, cluster: &str) -> Result<crate::store::Opened, crate::store::StoreError> {
         match (self.kind, &self.nats) {
             (StoreKind::Sqlite, _) => crate::store::Sqlite::open_pair(&self.path),
             (StoreKind::Nats, Some(nats)) => {
@@ -339,6 +362,10 @@ impl StoreConfig {
         }
     }
 }
+
+/// How long `hale serve` waits for a NATS store that cannot be opened yet
+/// before it gives up: within the Helm chart's startup probe (180 s).
+pub const STORE_START_WAIT: Duration = Duration::from_secs(120);
 
 impl Default for StoreConfig {
     fn default() -> Self {
