@@ -1509,30 +1509,44 @@ pub mod server {
             let dir = tempfile::tempdir().unwrap();
             let file = dir.path().join("nats.conf");
             std::fs::write(&file, config).unwrap();
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
+            // The server picks its port and writes it down: one picked here and
+            // let go could be taken by another test's server before this one binds.
             let child = Command::new(binary())
                 .arg("-c")
                 .arg(&file)
-                .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+                .args(["-js", "-a", "127.0.0.1", "-p", "-1", "--ports_file_dir"])
+                .arg(dir.path())
+                .arg("-sd")
                 .arg(dir.path())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
                 .expect("start nats-server");
+            // `<program>_<pid>.ports`, the only such file in its directory.
+            let ports = || {
+                std::fs::read_dir(dir.path())
+                    .ok()?
+                    .flatten()
+                    .map(|e| e.path())
+                    .find(|p| p.extension().is_some_and(|x| x == "ports"))
+            };
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            let url = loop {
+                let client = ports()
+                    .and_then(|p| std::fs::read(p).ok())
+                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                    .and_then(|p| p["nats"][0].as_str().map(str::to_string));
+                if let Some(url) = client {
+                    break url;
+                }
                 assert!(
                     std::time::Instant::now() < deadline,
                     "nats-server did not listen"
                 );
                 std::thread::sleep(std::time::Duration::from_millis(20));
-            }
+            };
             Server {
-                url: format!("nats://127.0.0.1:{port}"),
+                url,
                 child,
                 _dir: dir,
             }
