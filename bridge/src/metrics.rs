@@ -302,7 +302,7 @@ impl Metrics {
             }
         }
         for action in ["reboot", "fence"] {
-            for result in ["succeeded", "failed"] {
+            for result in ["succeeded", "failed", "cancelled"] {
                 drop(m.remediations.get_or_create(&ActionLabel {
                     action: action.into(),
                     result: result.into(),

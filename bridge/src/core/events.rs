@@ -183,8 +183,12 @@ pub enum EventKind {
     },
     RemediationFailed {
         action: String,
-        /// The step that failed.
+        /// The step that failed, or at which an operator cancelled the flow.
         step: String,
+        /// An operator put the node back in service during the flow: not a
+        /// failure of the flow's (`hale_remediations_total{result="cancelled"}`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        cancelled: bool,
     },
 }
 

@@ -422,7 +422,9 @@ impl Hale {
         for e in &outcome.events {
             let (action, result) = match &e.kind {
                 EventKind::RemediationSucceeded { action } => (action, "succeeded"),
-                EventKind::RemediationFailed { action, .. } => (action, "failed"),
+                EventKind::RemediationFailed {
+                    action, cancelled, ..
+                } => (action, if *cancelled { "cancelled" } else { "failed" }),
                 EventKind::RemediationStarted { .. } => {
                     changed = true;
                     continue;
@@ -1838,6 +1840,48 @@ mod tests {
         assert_eq!(found.total, Some(11));
         assert!(found.nodes.iter().all(|n| n.hostname.starts_with("h1")));
         assert!(found.next_page_token.is_some());
+    }
+
+    /// A flow an operator cancelled counts as cancelled, not as one that failed.
+    #[tokio::test]
+    async fn a_cancelled_flow_is_counted_apart_from_a_failed_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let yaml = format!(
+            "store: {{ path: {} }}\ninventory: [ {{ id: n1 }} ]",
+            dir.path().display()
+        );
+        let loaded = Config::parse("hale.yaml", &yaml)
+            .unwrap()
+            .resolve("hale.yaml", &yaml)
+            .unwrap();
+        let hale = Hale::open(loaded, Arc::new(NoOrchestrator)).unwrap();
+        hale.apply(|_, _, now| {
+            let ended = |cancelled| crate::core::Event {
+                node_id: "n1".into(),
+                kind: EventKind::RemediationFailed {
+                    action: "reboot".into(),
+                    step: "drain".into(),
+                    cancelled,
+                },
+                occurred_at: now,
+                message: String::new(),
+            };
+            Ok(Outcome {
+                events: vec![ended(true), ended(false), ended(true)],
+                ..Outcome::default()
+            })
+        })
+        .unwrap();
+        let count = |result: &str| {
+            hale.metrics
+                .remediations
+                .get_or_create(&ActionLabel {
+                    action: "reboot".into(),
+                    result: result.into(),
+                })
+                .get()
+        };
+        assert_eq!((count("cancelled"), count("failed")), (2, 1));
     }
 
     #[tokio::test]

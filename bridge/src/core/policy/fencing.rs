@@ -417,6 +417,7 @@ impl Fleet {
             EventKind::RemediationFailed {
                 action: FENCE.into(),
                 step: step.as_str().into(),
+                cancelled: false,
             },
             match step {
                 FenceStep::On => format!(

@@ -859,6 +859,7 @@ fn put_back(node: &mut Node, reason: &str, now: Time) -> Vec<Event> {
             EventKind::RemediationFailed {
                 action: REBOOT.into(),
                 step: flow.step.as_str().into(),
+                cancelled: true,
             },
             format!(
                 "reboot flow cancelled at {}: an operator put the node back in service",

@@ -1267,6 +1267,7 @@ impl Fleet {
             EventKind::RemediationFailed {
                 action: REBOOT.into(),
                 step: step.as_str().into(),
+                cancelled: false,
             },
             format!(
                 "reboot flow failed at {}: {why}; the node stays cordoned",

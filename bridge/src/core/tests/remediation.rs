@@ -360,7 +360,7 @@ fn a_condition_still_raised_after_the_reboot_fails_at_verify_and_waits_retry_aft
         .filter(|e| e.kind.name() == "REMEDIATION_FAILED")
         .collect();
     assert!(
-        matches!(&failed[0].kind, EventKind::RemediationFailed { step, .. } if step == "verify"),
+        matches!(&failed[0].kind, EventKind::RemediationFailed { step, cancelled: false, .. } if step == "verify"),
         "{failed:?}"
     );
     assert_eq!(
@@ -786,6 +786,14 @@ fn an_operator_uncordon_cancels_the_flow_and_suppression_keeps_the_alert_out() {
     assert_eq!(s.step("n1"), Some(FlowStep::Cordon));
     s.took();
     let out = s.fleet.uncordon(s.now, "n1", "not today").unwrap();
+    assert!(
+        out.events.iter().any(|e| matches!(
+            &e.kind,
+            EventKind::RemediationFailed { step, cancelled: true, .. } if step == "cordon"
+        )),
+        "the operator's cancel, not a failure: {:?}",
+        out.events
+    );
     s.record(out);
     assert_eq!(s.step("n1"), None);
     assert_eq!(
