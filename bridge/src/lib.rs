@@ -107,20 +107,28 @@ pub fn secret_text(path: &std::path::Path) -> Result<String, String> {
     }
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    match text.trim() {
+    // A byte-order mark is what some editors write before the text, not part of it.
+    match text.strip_prefix('\u{feff}').unwrap_or(&text).trim() {
         "" => Err(format!("{} is empty", path.display())),
         token => Ok(token.to_string()),
     }
 }
 
-/// A bearer token's file read as [`secret_text`] reads a secret, and one word:
-/// it travels in an `Authorization` header (RFC 6750), so a file of two lines or
-/// a token with a space inside is refused here rather than never matching.
+/// A bearer token's file read as [`secret_text`] reads a secret, and one word
+/// of visible ASCII: it travels in an `Authorization` header (RFC 6750), so a
+/// file of two lines, a token with a space inside or a character beyond ASCII
+/// (which no header compares equal) is refused here rather than never matching.
 pub fn token_text(path: &std::path::Path) -> Result<String, String> {
     let token = secret_text(path)?;
     if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(format!(
             "{} holds white space or a control character inside the token (more than one line?): a token is one word",
+            path.display()
+        ));
+    }
+    if !token.is_ascii() {
+        return Err(format!(
+            "{} holds a character beyond ASCII: a token travels in an HTTP header, which carries ASCII only",
             path.display()
         ));
     }

@@ -2083,7 +2083,7 @@ mod tests {
             "{shown}"
         );
         // A token written with or without its trailing newline reads the same.
-        for token in ["t0k3n", "t0k3n\n", " t0k3n\r\n"] {
+        for token in ["t0k3n", "t0k3n\n", " t0k3n\r\n", "\u{feff}t0k3n\n"] {
             std::fs::write(dir.path().join("token"), token).unwrap();
             let l = load(&format!("apiTokenFile: {}/token\n", dir.path().display())).unwrap();
             assert_eq!(l.api_token.as_ref().unwrap().expose(), "t0k3n");
@@ -2101,6 +2101,13 @@ mod tests {
             let e = load(&fuzzball).unwrap_err();
             assert_eq!(e.key, "orchestrator.tokenFile", "{e}");
             assert!(e.message.contains("a token is one word"), "{e}");
+        }
+        // Nor could a character beyond ASCII, in an HTTP header.
+        for token in ["p\u{e4}ss", "t0k\u{200b}3n"] {
+            std::fs::write(dir.path().join("token"), token).unwrap();
+            let e = load(&format!("apiTokenFile: {}/token\n", dir.path().display())).unwrap_err();
+            assert_eq!((e.key.as_str(), e.line), ("apiTokenFile", Some(1)), "{e}");
+            assert!(e.message.contains("beyond ASCII"), "{e}");
         }
         // The orchestrator's files are among them, whatever its kind.
         let d = dir.path().join("missing");
