@@ -102,7 +102,7 @@ pub enum StoreVerb {
         replicas: usize,
         /// A NATS store's event retention (its stream's max age), as
         /// `store.eventRetentionDays` says.
-        #[arg(long, default_value_t = 90)]
+        #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u32).range(1..=36500))]
         event_retention_days: u32,
     },
 }
@@ -320,6 +320,13 @@ fn one_line<T: serde::Serialize + serde::de::DeserializeOwned>(view: &T) -> T {
 fn node_id(text: &str) -> Result<String, String> {
     if text.trim().is_empty() {
         return Err("a node id is needed, not an empty one".into());
+    }
+    if !hale::core::labels::nameable(text) || text.trim() != text {
+        return Err(format!(
+            "no node has the id {}: `.`, `..`, white space around it, control, invisible or direction-changing characters and more than {} bytes are no node's name",
+            terminal(text),
+            hale::core::labels::MAX_NODE_ID
+        ));
     }
     Ok(text.to_string())
 }
@@ -1520,6 +1527,36 @@ mod tests {
             assert!(e.to_string().contains("a node id is needed"), "{e}");
         }
         assert!(Cli::try_parse_from(["hale", "node", "show", "gpu-1"]).is_ok());
+        // Nor one no node can have: a URL path resolves `.` and `..` away.
+        for text in [".", "..", " n1", "n\u{200b}1", "a\u{202e}b"] {
+            let e = Cli::try_parse_from(["hale", "node", "show", text]).expect_err(text);
+            assert!(e.to_string().contains("no node has the id"), "{e}");
+        }
+        assert!(Cli::try_parse_from(["hale", "node", "show", "rack1/n:3"]).is_ok());
+    }
+
+    /// `hale store copy` refuses what `store.eventRetentionDays` refuses, and
+    /// names a store it cannot read as it was given.
+    #[test]
+    fn a_store_copy_refuses_what_the_config_refuses() {
+        for days in ["0", "36501"] {
+            let copy = [
+                "hale",
+                "store",
+                "copy",
+                "--from",
+                "sqlite:a",
+                "--to",
+                "sqlite:b",
+                "--event-retention-days",
+                days,
+            ];
+            assert!(Cli::try_parse_from(copy).is_err(), "{days}");
+        }
+        let e = open_store("bogus", ("default", 1, 90), false)
+            .err()
+            .expect("no store");
+        assert!(e.to_string().starts_with("\"bogus\" names no store"), "{e}");
     }
 
     #[test]

@@ -177,6 +177,8 @@ pub fn shown_urls<'u>(urls: impl IntoIterator<Item = &'u str>) -> String {
     urls.into_iter()
         .map(|u| match reqwest::Url::parse(u) {
             Ok(url) => shown_url(&url).trim_end_matches('/').to_string(),
+            // Without an `@` it holds no user or password: shown as it is.
+            Err(_) if !u.contains('@') => u.to_string(),
             Err(_) => "<not a URL>".into(),
         })
         .collect::<Vec<_>>()

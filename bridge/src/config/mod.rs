@@ -777,11 +777,11 @@ impl Config {
         if self.cluster.trim().is_empty()
             || self.cluster.trim() != self.cluster
             || self.cluster == "*"
-            || self.cluster.chars().any(char::is_control)
+            || crate::core::labels::unprintable(&self.cluster)
         {
             return Err(err(
                 "cluster",
-                "must be a name: not empty, no spaces around it, no control characters, not `*` (every cluster)"
+                "must be a name: not empty, no spaces around it, no control, invisible or direction-changing characters, not `*` (every cluster)"
                     .into(),
             ));
         }
@@ -929,11 +929,11 @@ impl Config {
                     ),
                 ));
             }
-            if node.id.chars().any(char::is_control) {
+            if crate::core::labels::unprintable(&node.id) {
                 return Err(err(
                     &format!("inventory[{i}].id"),
                     format!(
-                        "{:?} holds a control character: no alert names a node so",
+                        "{:?} holds a control, invisible or direction-changing character: no alert names a node so",
                         node.id
                     ),
                 ));
@@ -1858,6 +1858,9 @@ mod tests {
                 "pools[1].name",
             ),
             ("inventory: [{ id: n1 }, { id: n1 }]", "inventory[1].id"),
+            ("inventory: [{ id: \"n\\u200b1\" }]", "inventory[0].id"),
+            ("inventory: [{ id: \"a\\u202eb\" }]", "inventory[0].id"),
+            ("cluster: \"dc\\u202e1\"", "cluster"),
             ("apiTokenFile: /nonexistent/token", "apiTokenFile"),
             (
                 "orchestrator: { kind: kubernetes, kubeconfig: /nonexistent/kubeconfig }",

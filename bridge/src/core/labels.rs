@@ -142,10 +142,21 @@ impl<'de: 'a, 'a> Deserialize<'de> for Labels<'a> {
 /// subjects a shared store files it under).
 pub const MAX_NODE_ID: usize = 253;
 
+/// Whether `value` (white space around it taken off) can be a node's id. `.` and
+/// `..` cannot be named in a URL path (it resolves them away), so the API could
+/// never show such a node; nor can an id with control or direction-changing
+/// characters, which would forge log lines or show another id than it is.
+pub fn nameable(value: &str) -> bool {
+    !blank(value)
+        && !matches!(value, "." | "..")
+        && value.len() <= MAX_NODE_ID
+        && !unprintable(value)
+}
+
 /// Whether `value` holds a control character, a bidirectional override or an
 /// invisible character (zero-width space or joiner, soft hyphen, byte order mark):
 /// what would forge a log line, or show as another id.
-fn unprintable(value: &str) -> bool {
+pub fn unprintable(value: &str) -> bool {
     value.bytes().any(|b| b < 0x20 || b == 0x7f)
         || (!value.is_ascii()
             && value.chars().any(|c| {
@@ -365,15 +376,7 @@ impl<'a> Alert<'a> {
             } else {
                 value
             };
-            // `.` and `..` cannot be named in a URL path (it resolves them away),
-            // so the API could never show such a node: no node either. Nor can
-            // an id with control or direction-changing characters, which would
-            // forge log lines or show another id than it is.
-            (!blank(value)
-                && !matches!(value, "." | "..")
-                && value.len() <= MAX_NODE_ID
-                && !unprintable(value))
-            .then_some(value)
+            nameable(value).then_some(value)
         })
     }
 
