@@ -317,6 +317,14 @@ fn one_line<T: serde::Serialize + serde::de::DeserializeOwned>(view: &T) -> T {
 
 /// A node id as the CLI takes it: not empty (the API would answer "node  is not
 /// known"), nor white space alone.
+/// The environment variables the arguments read.
+pub const ENV_VARS: [&str; 4] = [
+    "HALE_CONFIG",
+    "HALE_LOG_FORMAT",
+    "HALE_SERVER",
+    "HALE_TOKEN_FILE",
+];
+
 fn node_id(text: &str) -> Result<String, String> {
     if text.trim().is_empty() {
         return Err("a node id is needed, not an empty one".into());

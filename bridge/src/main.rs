@@ -16,6 +16,14 @@ use tracing::{info, warn};
 /// An error ends the process with status 1 and its chain of causes on one line —
 /// never a backtrace, whatever `RUST_BACKTRACE` says (a panic still prints one).
 fn main() -> std::process::ExitCode {
+    // Set empty, a variable of hale's is unset, as HALE_LOG's is (`Environment=
+    // HALE_SERVER=` in a unit file); the argument parser would read an empty value.
+    for var in cli::ENV_VARS {
+        if std::env::var_os(var).is_some_and(|v| v.is_empty()) {
+            // SAFETY: no other thread runs yet to read the environment meanwhile.
+            unsafe { std::env::remove_var(var) };
+        }
+    }
     hale::service::tune_allocator();
     let ran = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -130,8 +138,15 @@ fn log(format: LogFormat) -> anyhow::Result<()> {
                 )));
             }
             // The parser's error repeats its cause as its source: said once.
-            tracing_subscriber::EnvFilter::try_new(&spec)
-                .map_err(|e| not_a_filter(e.to_string()))?
+            let filter = tracing_subscriber::EnvFilter::try_new(&spec)
+                .map_err(|e| not_a_filter(e.to_string()))?;
+            // Without a level of its own (`kube=debug`) the rest logs at info:
+            // a filter for one crate must not silence hale's warnings and errors.
+            if spec.split(',').map(str::trim).any(level) {
+                filter
+            } else {
+                filter.add_directive(tracing::level_filters::LevelFilter::INFO.into())
+            }
         }
         Err(std::env::VarError::NotPresent) => "info".into(),
         Err(std::env::VarError::NotUnicode(_)) => anyhow::bail!("HALE_LOG is not UTF-8"),
@@ -151,12 +166,16 @@ fn log(format: LogFormat) -> anyhow::Result<()> {
 /// Whether a bare `HALE_LOG` directive is a level (a name or 0-5), `hale`, or a
 /// module path (`hale::service`, `kube::client`).
 fn level_or_module(d: &str) -> bool {
-    let level = ["trace", "debug", "info", "warn", "error", "off"]
+    let path = d.contains("::") && d.split("::").all(|part| !part.is_empty());
+    level(d) || path || d == "hale"
+}
+
+/// Whether a `HALE_LOG` directive is a bare level, by name or 0-5.
+fn level(d: &str) -> bool {
+    ["trace", "debug", "info", "warn", "error", "off"]
         .iter()
         .any(|l| d.eq_ignore_ascii_case(l))
-        || matches!(d, "0" | "1" | "2" | "3" | "4" | "5");
-    let path = d.contains("::") && d.split("::").all(|part| !part.is_empty());
-    level || path || d == "hale"
+        || matches!(d, "0" | "1" | "2" | "3" | "4" | "5")
 }
 
 async fn serve(loaded: Loaded) -> anyhow::Result<()> {

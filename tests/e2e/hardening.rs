@@ -502,11 +502,30 @@ async fn logs_are_plain_off_a_terminal_and_json_when_asked() {
         .args(["serve", "--config"])
         .arg(dir.path().join("hale.yaml"))
         .env("HALE_LOG_FORMAT", "json")
+        // A filter for another crate alone leaves hale's own lines at info.
+        .env("HALE_LOG", "kube=debug")
         .stdout(log.try_clone().unwrap())
         .stderr(log)
         .spawn()
         .unwrap();
     wait_healthy(&format!("http://127.0.0.1:{port}")).await;
+    // hale's variables set empty are unset, not empty values.
+    let listed = std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+        .args([
+            "node",
+            "list",
+            "--server",
+            &format!("http://127.0.0.1:{port}"),
+        ])
+        .env("HALE_TOKEN_FILE", "")
+        .env("HALE_LOG_FORMAT", "")
+        .output()
+        .unwrap();
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
     let _ = child.kill();
     let _ = child.wait();
     let text = std::fs::read_to_string(dir.path().join("json.log")).unwrap();
