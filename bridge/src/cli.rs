@@ -1265,7 +1265,14 @@ pub fn node_detail(n: &NodeView) -> String {
                 let _ = writeln!(o, "  -{:<4}{}", d.points, d.reason);
             }
         }
-        _ if n.last_report.is_none() && !n.conditions.is_empty() => {
+        // An alert fed one of its conditions (hale's own, a missed heartbeat or
+        // stale telemetry, need none).
+        _ if n.last_report.is_none()
+            && n.conditions.iter().any(|c| {
+                ![hale::core::HEARTBEAT_MISSED, hale::core::TELEMETRY_STALE]
+                    .contains(&c.ctype.as_str())
+            }) =>
+        {
             let _ = writeln!(
                 o,
                 "Score:     not yet scored: its alerts came while hale did not trust its source (no watchdog, or Alertmanager unreachable); the first trusted poll or delivery that names it scores it"
@@ -1541,6 +1548,34 @@ mod tests {
             assert!(e.to_string().contains("no node has the id"), "{e}");
         }
         assert!(Cli::try_parse_from(["hale", "node", "show", "rack1/n:3"]).is_ok());
+    }
+
+    /// A node no alert named is not said to have had alerts, when it has only
+    /// hale's own conditions (stale telemetry while the source is away).
+    #[test]
+    fn an_unscored_node_says_why_by_what_fed_its_conditions() {
+        let view = |ctype: &str| -> hale::view::NodeView {
+            serde_json::from_value(serde_json::json!({
+                "id": "n1", "cluster": "default", "hostname": "n1", "status": "Ready",
+                "health": "Unknown", "score": null, "scoredBy": null, "breakdown": [],
+                "conditions": [{
+                    "type": ctype, "reason": "r", "severity": "warning", "message": "m",
+                    "firstSeen": "2026-12-01T00:00:00Z", "lastSeen": "2026-12-01T00:00:00Z",
+                    "observations": 1, "sticky": false, "suppressed": false, "faultClass": "x"
+                }],
+                "failures": { "total": 0, "last": null, "deduction": 0, "byReason": {} },
+                "lastReport": null, "lastHeartbeat": null, "unavailableSignals": [],
+                "jobs": 0, "gated": false
+            }))
+            .unwrap()
+        };
+        let text = node_detail(&view("telemetry_stale"));
+        assert!(text.contains("no alert has named this node yet"), "{text}");
+        let text = node_detail(&view("disk_degraded"));
+        assert!(
+            text.contains("its alerts came while hale did not trust"),
+            "{text}"
+        );
     }
 
     /// `hale store copy` refuses what `store.eventRetentionDays` refuses, and
