@@ -888,11 +888,23 @@ impl Config {
                     "an empty selector would take every node; name at least one label".into(),
                 ));
             }
-            if let Some(first) = self.pools[..i].iter().find(|p| p.selector == pool.selector) {
+            // An earlier pool whose every label this one asks for too matches
+            // each node this one would.
+            let wider = |p: &&PoolConfig| {
+                p.selector
+                    .iter()
+                    .all(|(k, v)| pool.selector.get(k) == Some(v))
+            };
+            if let Some(first) = self.pools[..i].iter().find(wider) {
+                let what = if first.selector == pool.selector {
+                    "has the same selector"
+                } else {
+                    "asks for part of this selector, so it matches every node this one does"
+                };
                 odd.push((
                     format!("{at}.selector"),
                     format!(
-                        "pool `{}` has the same selector: a node takes the first pool it matches, so this one takes none",
+                        "pool `{}` {what}: a node takes the first pool it matches, so this one takes none",
                         first.name
                     ),
                 ));
@@ -1638,6 +1650,10 @@ mod tests {
                 "pools[1].selector",
             ),
             (
+                "pools:\n  - { name: a, selector: {p: a} }\n  - { name: b, selector: {p: a, r: b} }",
+                "pools[1].selector",
+            ),
+            (
                 "nodeIdentity: { labels: [node, node] }",
                 "nodeIdentity.labels[1]",
             ),
@@ -1651,8 +1667,17 @@ mod tests {
             assert_eq!(keys, [key], "{text}");
             assert!(l.warnings[0].line.is_some(), "{text}");
         }
-        // The defaults say nothing, nor does a pair that agrees.
+        // The defaults say nothing, nor does a pair that agrees, nor pools from
+        // the narrowest to the widest.
         assert!(load("").unwrap().warnings.is_empty());
+        assert!(
+            load(
+                "pools:\n  - { name: b, selector: {p: a, r: b} }\n  - { name: a, selector: {p: a} }"
+            )
+            .unwrap()
+            .warnings
+            .is_empty()
+        );
         assert!(
             load("nodeHealth: { degradedAtOrBelow: 40, cordonBelow: 41, drainBelow: 30 }")
                 .unwrap()
