@@ -219,6 +219,12 @@ CASES = [
     Case("persistent-store", {"replicaCount": 1, "strategy": {"type": "Recreate"},
                               "storage": {"volume": {"persistentVolumeClaim": {"claimName": "hale-data"}}}}),
     Case("dcgm-counters", {"dcgmExporter": {"counters": {"enabled": True, "namespace": "gpu-operator"}}}),
+    # Fuzzball on one replica, its token from a Secret.
+    Case("fuzzball", {"replicaCount": 1,
+                      "orchestratorSecrets": [{"name": "fuzzball-token", "existingSecret": "hale-fuzzball",
+                                               "key": "token"}],
+                      "config": {"orchestrator": {"kind": "fuzzball", "url": "https://fuzzball.example.com/v4",
+                                                  "tokenFile": "/etc/hale/secrets/orchestrator/fuzzball-token"}}}),
     # Three replicas on an existing NATS (the official chart's Service): one
     # history, a leader elected on NATS, so webhooks are allowed.
     Case("nats-store", {
@@ -310,6 +316,35 @@ REFUSED = [
      {"federationSecrets": [{"name": "west", "existingSecret": "a", "key": "token"},
                             {"name": "west", "existingSecret": "b", "key": "token"}]},
      "federationSecrets: west is named twice", False),
+    ("acting replicas without a leader", {"config": {"nodeHealth": {"mode": "cordon"}}},
+     "every replica would act on its own", False),
+    ("a pool's acting replicas without a leader",
+     {"config": {"pools": [{"name": "gpu", "selector": {"pool": "gpu"}, "nodeHealth": {"mode": "drain"}}]}},
+     "every replica would act on its own", False),
+    ("fencing replicas without a leader", {"config": {"fencing": {"after": "5m"}}},
+     "every replica would act on its own", False),
+    ("replicas that never catch up", {"config": {"alertmanager": {"pollInterval": "0"}}},
+     "the others never catch up", False),
+    ("Slurm on replicas without a leader", {"config": {"orchestrator": {"kind": "slurm"}}},
+     "every replica would gate, cordon and drain through slurm", False),
+    ("an unmounted Fuzzball token",
+     {"replicaCount": 1, "config": {"orchestrator": {"kind": "fuzzball", "url": "https://f.example/v4",
+                                                     "tokenFile": "/etc/hale/secrets/fuzzball-token"}}},
+     "config.orchestrator.tokenFile /etc/hale/secrets/fuzzball-token is not a mounted secret", False),
+    ("Fuzzball without its URL", {"replicaCount": 1, "config": {"orchestrator": {"kind": "fuzzball"}}},
+     "missing property 'url'", True),
+    ("a Slurm key on Kubernetes", {"config": {"orchestrator": {"kind": "kubernetes", "slurmConf": "/etc/slurm.conf"}}},
+     "slurmConf", True),
+    ("the NATS store without its servers", {"config": {"store": {"kind": "nats"}}}, "missing property 'nats'", True),
+    ("a host name to listen on", {"config": {"listen": "hale.example:9470"}}, "/config/listen", True),
+    ("drain above cordon", {"config": {"nodeHealth": {"cordonBelow": 40, "drainBelow": 60}}},
+     "drainBelow 60 is above cordonBelow 40", False),
+    ("a pool's drain above the cluster's cordon",
+     {"config": {"pools": [{"name": "gpu", "selector": {"pool": "gpu"}, "nodeHealth": {"drainBelow": 70}}]}},
+     "config.pools[0].nodeHealth: drainBelow 70 is above cordonBelow 60", False),
+    ("a pool named twice",
+     {"config": {"pools": [{"name": "gpu", "selector": {"pool": "a"}}, {"name": "gpu", "selector": {"pool": "b"}}]}},
+     "config.pools[1].name: pool gpu is defined twice", False),
     ("dcgm counters in a bad namespace", {"dcgmExporter": {"counters": {"enabled": True, "namespace": "GPU_Operator"}}},
      "/dcgmExporter/counters/namespace", True),
 ]
@@ -494,6 +529,8 @@ def check_deployment(case):
             wanted[f"/etc/hale/secrets/bmc/{b['name']}/{key}"] = (b["existingSecret"], key)
     for s in values["federationSecrets"]:
         wanted[f"/etc/hale/secrets/federation/{s['name']}"] = (s["existingSecret"], s["key"])
+    for s in values["orchestratorSecrets"]:
+        wanted[f"/etc/hale/secrets/orchestrator/{s['name']}"] = (s["existingSecret"], s["key"])
     expect(files == wanted, f"{case.name}: mounted secrets {files}, wanted {wanted}")
     for w in values["config"].get("nodeEventWebhooks", []):
         expect(w["secretFile"] in files, f"{case.name}: {w['secretFile']} is not mounted")

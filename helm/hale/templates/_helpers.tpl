@@ -159,10 +159,67 @@ values.config that must agree with how the pod is built. Renders nothing.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- $orchestratorFiles := list }}
+{{- range .Values.orchestratorSecrets }}
+{{- $file := printf "/etc/hale/secrets/orchestrator/%s" .name }}
+{{- if has $file $orchestratorFiles }}
+{{- fail (printf "orchestratorSecrets: %s is named twice; each name is a file of its own" .name) }}
+{{- end }}
+{{- $orchestratorFiles = append $orchestratorFiles $file }}
+{{- end }}
+{{- range $key := list "tokenFile" "caFile" }}
+{{- with index ($c.orchestrator | default dict) $key }}
+{{- if not (has (toString .) $orchestratorFiles) }}
+{{- fail (printf "config.orchestrator.%s %s is not a mounted secret: add it to orchestratorSecrets and use /etc/hale/secrets/orchestrator/<name>" $key (toString .)) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- $kind := (($c.orchestrator | default dict).kind | default "none") }}
 {{- $storeKind := (($c.store | default dict).kind | default "sqlite") }}
-{{- if and (gt (int .Values.replicaCount) 1) (eq $kind "none") (ne $storeKind "nats") ($c.nodeEventWebhooks | default list) }}
-{{- fail "config.nodeEventWebhooks with more than one replica, orchestrator none and store sqlite: without a leader election every replica delivers every event under its own id; set replicaCount to 1, use orchestrator kubernetes, or the shared store (store.kind: nats), whose replicas elect a leader on NATS" }}
+{{- /* Replicas elect a leader on the Kubernetes Lease or on the shared store;
+     otherwise each acts on its own. */}}
+{{- if and (gt (int .Values.replicaCount) 1) (ne $kind "kubernetes") (ne $storeKind "nats") }}
+{{- $none := printf "more than one replica with orchestrator %s and store sqlite: without a leader election" $kind }}
+{{- $fix := "set replicaCount to 1, use orchestrator kubernetes, or the shared store (store.kind: nats), whose replicas elect a leader on NATS" }}
+{{- if $c.nodeEventWebhooks }}
+{{- fail (printf "config.nodeEventWebhooks with %s every replica delivers every event under its own id; %s" $none $fix) }}
+{{- end }}
+{{- if ne $kind "none" }}
+{{- fail (printf "%s every replica would gate, cordon and drain through %s (the gate acts in observe too); %s" $none $kind $fix) }}
+{{- end }}
+{{- $modes := list (($c.nodeHealth | default dict).mode | default "observe") }}
+{{- range ($c.pools | default list) }}
+{{- $modes = append $modes ((.nodeHealth | default dict).mode | default "observe") }}
+{{- end }}
+{{- if or (without $modes "observe") $c.fencing }}
+{{- fail (printf "a mode other than observe, or fencing, with %s every replica would act on its own: a node rebooted or fenced once per replica; %s" $none $fix) }}
+{{- end }}
+{{- $poll := toString (($c.alertmanager | default dict).pollInterval | default "30s") }}
+{{- if has $poll (list "0" "0s") }}
+{{- fail (printf "alertmanager.pollInterval 0 with %s a webhook reaches one replica and the others never catch up; %s" $none $fix) }}
+{{- end }}
+{{- end }}
+{{- /* Drain is the stronger step: it must trigger at a lower score than the
+     cordon, in the cluster and in each pool (a pool's unset key is the
+     cluster's). */}}
+{{- $health := $c.nodeHealth | default dict }}
+{{- $cordon := int (dig "cordonBelow" 60 $health) }}
+{{- $drain := int (dig "drainBelow" 45 $health) }}
+{{- if gt $drain $cordon }}
+{{- fail (printf "config.nodeHealth: drainBelow %d is above cordonBelow %d: drain is the stronger step and must trigger lower" $drain $cordon) }}
+{{- end }}
+{{- $pools := list }}
+{{- range $i, $p := ($c.pools | default list) }}
+{{- if has $p.name $pools }}
+{{- fail (printf "config.pools[%d].name: pool %s is defined twice" $i $p.name) }}
+{{- end }}
+{{- $pools = append $pools $p.name }}
+{{- $ph := $p.nodeHealth | default dict }}
+{{- $pc := int (dig "cordonBelow" $cordon $ph) }}
+{{- $pd := int (dig "drainBelow" $drain $ph) }}
+{{- if gt $pd $pc }}
+{{- fail (printf "config.pools[%d].nodeHealth: drainBelow %d is above cordonBelow %d: drain is the stronger step and must trigger lower" $i $pd $pc) }}
+{{- end }}
 {{- end }}
 {{- $_ := required "config.store.path must be set: the store volume is mounted there" ($c.store | default dict).path }}
 {{- end }}
