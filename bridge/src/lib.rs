@@ -160,6 +160,24 @@ pub fn shown_url(url: &reqwest::Url) -> String {
     u.to_string()
 }
 
+/// A webhook endpoint as logs and metric labels show it: scheme, host and port,
+/// and in place of its path the first 8 hex digits of the path's SHA-256 (`…`
+/// before them). Chat services put the secret in the path
+/// (`hooks.slack.com/services/T…/B…/<secret>`), so a path is never shown; the
+/// digest still tells two endpoints on one host apart.
+pub fn shown_endpoint(url: &reqwest::Url) -> String {
+    use sha2::{Digest, Sha256};
+    let origin = url.origin().ascii_serialization();
+    match url.path() {
+        "" | "/" => origin,
+        path => {
+            let digest = Sha256::digest(path.as_bytes());
+            let hex: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+            format!("{origin}/…{hex}")
+        }
+    }
+}
+
 /// Text meant as a URL or an address, as it may be shown whether or not it parses
 /// (an error about it): any `user:password@` before the host, the query and the
 /// fragment left out.

@@ -68,6 +68,14 @@ async fn run() -> anyhow::Result<()> {
                 loaded.core.pools.len(),
                 loaded.config.inventory.len()
             );
+            // Metrics and logs name an endpoint without its path (it may hold a
+            // secret): which one is which.
+            for (i, hook) in loaded.webhooks.iter().enumerate() {
+                println!(
+                    "  nodeEventWebhooks[{i}] is endpoint=\"{}\" in metrics and logs",
+                    hook.shown()
+                );
+            }
             Ok(())
         }
         Command::Node { verb, client } => cli::run_node(verb, client).await,

@@ -35,6 +35,11 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// A webhook endpoint's URL as hale's logs and metric labels show it.
+pub fn shown_endpoint(url: &str) -> String {
+    hale::shown_endpoint(&reqwest::Url::parse(url).unwrap())
+}
+
 /// Wait for `check` to hold, polling every 100 ms; panic with `what` after `limit`.
 pub async fn eventually<F, Fut, T>(what: &str, limit: Duration, mut check: F) -> T
 where

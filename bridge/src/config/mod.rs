@@ -469,9 +469,10 @@ impl fmt::Debug for Webhook {
 }
 
 impl Webhook {
-    /// The URL as it may appear in logs and metric labels: no credentials, no query.
+    /// The URL as it may appear in logs and metric labels ([`crate::shown_endpoint`]):
+    /// no credentials, no query, no path.
     pub fn shown(&self) -> String {
-        crate::shown_url(&self.url)
+        crate::shown_endpoint(&self.url)
     }
 }
 
@@ -2029,7 +2030,30 @@ mod tests {
             0,
             "secrets never print"
         );
-        assert_eq!(w.shown(), "https://hooks.example/hale");
+        let shown = w.shown();
+        let digest = shown
+            .strip_prefix("https://hooks.example/…")
+            .unwrap_or_default();
+        assert!(
+            digest.len() == 8 && digest.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{shown}"
+        );
+        assert_eq!(
+            format!("{w:?}").matches("/hale").count(),
+            0,
+            "nor does the path"
+        );
+        // A chat service's secret is in the path: never shown, only its digest.
+        let slack = text.replace(
+            "user:pw@hooks.example/hale?k=v",
+            "hooks.slack.com/services/T00/B00/XYZSECRET",
+        );
+        let shown = load(&slack).unwrap().webhooks[0].shown();
+        assert!(shown.starts_with("https://hooks.slack.com/…"), "{shown}");
+        assert!(
+            !shown.contains("XYZSECRET") && !shown.contains("services"),
+            "{shown}"
+        );
         assert_eq!(
             w.events.as_ref().unwrap().iter().collect::<Vec<_>>(),
             ["POLICY_ACTED", "SCORE_CHANGED"]
