@@ -35,6 +35,7 @@ pub(crate) fn compress(text: &str) -> String {
         .replace("/ 300", &format!("/ {}", 300 / SPEEDUP))
         .replace("> 900", &format!("> {}", 900 / SPEEDUP))
         .replace("> 300", &format!("> {}", 300 / SPEEDUP))
+        .replace("< 300", &format!("< {}", 300 / SPEEDUP))
         .replace("hale_report_interval: 30s", "hale_report_interval: 2s");
     for prefix in ["[", "offset ", "for: "] {
         out = scale_after(&out, prefix);
