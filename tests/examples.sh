@@ -7,6 +7,7 @@
 #     secrets, BMC credentials) exist, and the quick start as it is;
 #   - examples/dcgm-exporter-counters.csv: well formed, NVIDIA's defaults kept,
 #     every DCGM field the GPU rules read listed;
+#   - examples/scsi-ioerr.sh on a made-up sysfs, its output checked by promtool;
 #   - dashboards/*.json: valid JSON, every PromQL expression valid (promtool, as
 #     recording rules), every metric it reads documented in README.md.
 # HALE names the hale binary (default target/debug/hale; this script does not build it).
@@ -109,6 +110,21 @@ if unlisted:
     sys.exit(f"examples.sh: the rules read {unlisted}, which {csv} does not list")
 print(f"examples.sh: {csv}: {len(fields)} counters, every field the rules read among them")
 EOF
+
+# --- SCSI I/O error collector ------------------------------------------------
+# On a made-up sysfs: two SCSI disks (one count in hexadecimal) and an NVMe one,
+# which keeps none; the file must be valid exposition with exactly the two.
+sysfs="$tmp/sys"
+mkdir -p "$sysfs/block/sda/device" "$sysfs/block/sdb/device" "$sysfs/block/nvme0n1/device" "$tmp/textfile"
+echo 0x1a >"$sysfs/block/sda/device/ioerr_cnt"
+echo 0x0 >"$sysfs/block/sdb/device/ioerr_cnt"
+SYSFS="$sysfs" sh examples/scsi-ioerr.sh "$tmp/textfile"
+promtool check metrics <"$tmp/textfile/scsi_ioerr.prom"
+series=$(grep -v '^#' "$tmp/textfile/scsi_ioerr.prom")
+want=$'node_scsi_ioerr_total{device="sda"} 26\nnode_scsi_ioerr_total{device="sdb"} 0'
+[ "$series" = "$want" ] || { echo "examples.sh: scsi-ioerr.sh wrote:"$'\n'"$series" >&2; exit 1; }
+[ "$(ls "$tmp/textfile")" = scsi_ioerr.prom ] || { echo "examples.sh: scsi-ioerr.sh left $(ls "$tmp/textfile")" >&2; exit 1; }
+echo "examples.sh: scsi-ioerr.sh writes each SCSI device's count"
 
 # --- Dashboards -------------------------------------------------------------
 for d in dashboards/*.json; do
