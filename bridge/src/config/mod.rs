@@ -1047,8 +1047,14 @@ impl Config {
                     .chain(ca.map(|p| (format!("inventory[{i}].bmc.caFile"), p)))
             }))
             .map(|(key, path)| {
+                // A directory opens as a file does; only BMC credentials may be one
+                // (holding `username` and `password`).
+                let directory = !key.ends_with("credentialsFile")
+                    && std::fs::metadata(path).is_ok_and(|m| m.is_dir());
                 let unreadable = if path.as_os_str().is_empty() {
                     Some("must name a file".to_string())
+                } else if directory {
+                    Some(format!("{} is a directory, not a file", path.display()))
                 } else {
                     std::fs::File::open(path)
                         .err()
@@ -2103,6 +2109,55 @@ mod tests {
         assert_eq!(nats.replicas, 3);
         assert_eq!(nats.lease_duration, Duration::from_secs(20));
         assert_eq!(l.config.store.event_retention_days, 7);
+    }
+
+    /// What `serve` would refuse on connecting, check-config refuses: a
+    /// directory where a file is meant, a kubeconfig that is none or lacks the
+    /// context asked for.
+    #[test]
+    fn an_orchestrators_files_are_checked_as_serve_reads_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        let kubeconfig = dir.path().join("kubeconfig");
+        let good = "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://k:6443'}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: prod, context: {cluster: c, user: u}}]\n";
+        std::fs::write(&kubeconfig, good).unwrap();
+        let kube = |extra: &str| {
+            load(&format!(
+                "orchestrator: {{ kind: kubernetes, kubeconfig: {d}/kubeconfig{extra} }}"
+            ))
+        };
+        kube(", context: prod").unwrap();
+        let e = kube(", context: nope").unwrap_err();
+        assert_eq!(e.key, "orchestrator.context", "{e}");
+        assert!(
+            e.message.contains("no context `nope` (it has: prod)"),
+            "{e}"
+        );
+        // No context named and none current: nothing says which to use.
+        let e = kube("").unwrap_err();
+        assert_eq!(e.key, "orchestrator.context", "{e}");
+        std::fs::write(
+            &kubeconfig,
+            good.replace("kind: Config\n", "kind: Config\ncurrent-context: prod\n"),
+        )
+        .unwrap();
+        kube("").unwrap();
+        std::fs::write(&kubeconfig, "clusters: [[[").unwrap();
+        let e = kube("").unwrap_err();
+        assert_eq!(e.key, "orchestrator.kubeconfig", "{e}");
+        assert!(e.message.contains("is no kubeconfig"), "{e}");
+        for text in [
+            format!("orchestrator: {{ kind: kubernetes, kubeconfig: {d} }}"),
+            format!("orchestrator: {{ kind: slurm, slurmConf: {d} }}"),
+        ] {
+            let e = load(&text).unwrap_err();
+            assert!(e.key.starts_with("orchestrator."), "{e}");
+            assert!(e.message.contains("is a directory, not a file"), "{e}");
+        }
+        // BMC credentials may be a directory (of username and password).
+        std::fs::write(dir.path().join("username"), "admin").unwrap();
+        std::fs::write(dir.path().join("password"), "pw").unwrap();
+        load(&format!("bmc: {{ credentialsFile: {d} }}")).unwrap();
     }
 
     #[test]

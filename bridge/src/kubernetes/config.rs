@@ -80,10 +80,45 @@ impl Config {
     /// What serde cannot check; the error is (key under `orchestrator`, message).
     pub fn validate(&self) -> Result<(), (String, String)> {
         let fail = |key: &str, message: String| Err((key.to_string(), message));
-        if let Some(p) = &self.kubeconfig
-            && let Err(e) = std::fs::metadata(p)
-        {
-            return fail("kubeconfig", format!("cannot read {}: {e}", p.display()));
+        if let Some(p) = &self.kubeconfig {
+            if let Err(e) = std::fs::metadata(p) {
+                return fail("kubeconfig", format!("cannot read {}: {e}", p.display()));
+            }
+            // What connecting would refuse, refused here, check-config included.
+            let file = kube::config::Kubeconfig::read_from(p).map_err(|e| {
+                (
+                    "kubeconfig".to_string(),
+                    format!("{} is no kubeconfig: {e}", p.display()),
+                )
+            })?;
+            let known = || {
+                let names: Vec<&str> = file.contexts.iter().map(|c| c.name.as_str()).collect();
+                names.join(", ")
+            };
+            match (&self.context, &file.current_context) {
+                (Some(c), _) | (None, Some(c)) if !file.contexts.iter().any(|n| &n.name == c) => {
+                    let key = if self.context.is_some() {
+                        "context"
+                    } else {
+                        "kubeconfig"
+                    };
+                    return fail(
+                        key,
+                        format!("{} has no context `{c}` (it has: {})", p.display(), known()),
+                    );
+                }
+                (None, None) => {
+                    return fail(
+                        "context",
+                        format!(
+                            "{} names no current-context: name one here (it has: {})",
+                            p.display(),
+                            known()
+                        ),
+                    );
+                }
+                _ => {}
+            }
         }
         let prefix = &self.condition_prefix;
         if prefix.is_empty()
