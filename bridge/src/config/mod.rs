@@ -1164,11 +1164,11 @@ impl Config {
                 }
                 Some(types) => {
                     let mut set = BTreeSet::new();
-                    for t in types {
+                    for (j, t) in types.iter().enumerate() {
                         let upper = t.to_ascii_uppercase();
                         if !EVENT_TYPES.contains(&upper.as_str()) {
                             return Err(err(
-                                &format!("{at}.events"),
+                                &format!("{at}.events[{j}]"),
                                 format!("`{t}` is not an event type ({})", EVENT_TYPES.join(", ")),
                             ));
                         }
@@ -2067,8 +2067,19 @@ mod tests {
         assert_eq!((w.max_attempts, w.queue_size), (5, 1000));
         let bad = text.replace("POLICY_ACTED", "POLICY_ACTD");
         let e = load(&bad).unwrap_err();
-        assert_eq!(e.key, "nodeEventWebhooks[0].events");
+        assert_eq!(e.key, "nodeEventWebhooks[0].events[1]");
         assert_eq!(e.line, Some(4), "{e}");
+        // In block style the item's own line is named.
+        let block = text.replace(
+            "    events: [score_changed, POLICY_ACTED]\n",
+            "    events:\n      - score_changed\n      - NOPE\n",
+        );
+        let e = load(&block).unwrap_err();
+        assert_eq!(
+            (e.key.as_str(), e.line),
+            ("nodeEventWebhooks[0].events[1]", Some(6)),
+            "{e}"
+        );
         let none = text.replace("[score_changed, POLICY_ACTED]", "[]");
         let e = load(&none).unwrap_err();
         assert_eq!(
