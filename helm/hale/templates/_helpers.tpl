@@ -187,16 +187,28 @@ values.config that must agree with how the pod is built. Renders nothing.
 {{- if ne $kind "none" }}
 {{- fail (printf "%s every replica would gate, cordon and drain through %s (the gate acts in observe too); %s" $none $kind $fix) }}
 {{- end }}
+{{- /* With none, only the BMC acts (the reboot flow, fencing): without one,
+     a mode other than observe changes nothing outside hale. */}}
+{{- $bmc := $c.bmc }}
+{{- range ($c.inventory | default list) }}
+{{- if .bmc }}{{ $bmc = true }}{{ end }}
+{{- end }}
 {{- $modes := list (($c.nodeHealth | default dict).mode | default "observe") }}
 {{- range ($c.pools | default list) }}
 {{- $modes = append $modes ((.nodeHealth | default dict).mode | default "observe") }}
 {{- end }}
-{{- if or (without $modes "observe") $c.fencing }}
-{{- fail (printf "a mode other than observe, or fencing, with %s every replica would act on its own: a node rebooted or fenced once per replica; %s" $none $fix) }}
+{{- $fencing := and (hasKey $c "fencing") (kindIs "map" (index $c "fencing")) }}
+{{- if and $bmc (or (without $modes "observe") $fencing) }}
+{{- fail (printf "a mode other than observe, or fencing, with a BMC and %s every replica would act on its own: a node rebooted or fenced once per replica; %s" $none $fix) }}
 {{- end }}
-{{- $poll := toString (($c.alertmanager | default dict).pollInterval | default "30s") }}
-{{- if has $poll (list "0" "0s") }}
-{{- fail (printf "alertmanager.pollInterval 0 with %s a webhook reaches one replica and the others never catch up; %s" $none $fix) }}
+{{- end }}
+{{- /* Each replica on SQLite keeps its own state: with polling off, a webhook
+     reaches one of them and the others (the Lease's leader among them) never
+     see it. */}}
+{{- if and (gt (int .Values.replicaCount) 1) (ne $storeKind "nats") }}
+{{- $am := $c.alertmanager | default dict }}
+{{- if and (hasKey $am "pollInterval") (regexMatch "^(0|(0+(ms|s|m|h|d|w|y))+)$" (toString (index $am "pollInterval"))) }}
+{{- fail "alertmanager.pollInterval 0 with more than one replica and store sqlite: a webhook reaches one replica and the others never see it; set replicaCount to 1, keep polling on, or use the shared store (store.kind: nats)" }}
 {{- end }}
 {{- end }}
 {{- /* Drain is the stronger step: it must trigger at a lower score than the
