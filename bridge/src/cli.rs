@@ -315,16 +315,13 @@ fn one_line<T: serde::Serialize + serde::de::DeserializeOwned>(view: &T) -> T {
     serde_json::from_value(v).expect("a view reads back as written")
 }
 
-/// A node id as the CLI takes it: not empty (the API would answer "node  is not
-/// known"), nor white space alone.
-/// The environment variables the arguments read.
-pub const ENV_VARS: [&str; 4] = [
-    "HALE_CONFIG",
-    "HALE_LOG_FORMAT",
-    "HALE_SERVER",
-    "HALE_TOKEN_FILE",
-];
+/// The environment variables the arguments read that, set empty, are unset.
+/// Not `HALE_CONFIG`: set empty, it names no file, which is refused rather
+/// than read as the built-in defaults.
+pub const ENV_VARS: [&str; 3] = ["HALE_LOG_FORMAT", "HALE_SERVER", "HALE_TOKEN_FILE"];
 
+/// A node id as the CLI takes it: not empty (the API would answer "node  is not
+/// known"), nor white space alone, nor one no node can have.
 fn node_id(text: &str) -> Result<String, String> {
     if text.trim().is_empty() {
         return Err("a node id is needed, not an empty one".into());

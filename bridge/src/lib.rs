@@ -161,19 +161,22 @@ pub fn shown_url(url: &reqwest::Url) -> String {
 }
 
 /// A webhook endpoint as logs and metric labels show it: scheme, host and port,
-/// and in place of its path the first 8 hex digits of the path's SHA-256 (`…`
-/// before them). Chat services put the secret in the path
-/// (`hooks.slack.com/services/T…/B…/<secret>`), so a path is never shown; the
-/// digest still tells two endpoints on one host apart.
-pub fn shown_endpoint(url: &reqwest::Url) -> String {
-    use sha2::{Digest, Sha256};
+/// and in place of its path `…` and 8 hex digits of an HMAC-SHA256 of the path
+/// keyed by the endpoint's signing `secret`. Chat services put a secret in the
+/// path (`hooks.slack.com/services/T…/B…/<secret>`), so a path is never shown;
+/// the digest still tells two endpoints on one host apart, and, keyed, cannot
+/// be matched against guessed paths by whoever reads the open `/metrics`.
+pub fn shown_endpoint(url: &reqwest::Url, secret: &[u8]) -> String {
+    use hmac::{Hmac, KeyInit, Mac};
     let origin = url.origin().ascii_serialization();
     match url.path() {
         "" | "/" => origin,
         path => {
-            let digest = Sha256::digest(path.as_bytes());
-            let hex: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
-            format!("{origin}/…{hex}")
+            let mut mac =
+                Hmac::<sha2::Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
+            mac.update(path.as_bytes());
+            let digest = mac.finalize().into_bytes();
+            format!("{origin}/…{}", hex(&digest[..4]))
         }
     }
 }

@@ -222,7 +222,7 @@ async fn webhooks_are_signed_retried_and_filtered() {
         .collect();
     assert_eq!(scores, ["dev.hale.node.SCORE_CHANGED"]);
     let metrics = hale.metrics().await;
-    let endpoint = shown_endpoint(&format!("{}/all", receiver.url));
+    let endpoint = shown_endpoint(&format!("{}/all", receiver.url), SECRET);
     assert_eq!(
         metric(
             &metrics,
@@ -244,7 +244,7 @@ async fn webhooks_are_signed_retried_and_filtered() {
     );
     // A redirect is not followed (it may lead anywhere with the signed body):
     // each event is refused there, once.
-    let moved = shown_endpoint(&format!("{}/moved", receiver.url));
+    let moved = shown_endpoint(&format!("{}/moved", receiver.url), SECRET);
     eventually(
         "both refused at /moved",
         Duration::from_secs(10),
@@ -294,7 +294,7 @@ async fn a_hanging_receiver_does_not_slow_ingest_and_overflow_is_counted() {
     // 80 events (raised + score per node): each either tried (and given up after
     // its 2 s) or, waiting beyond the 3 the queue holds, dropped as overflow —
     // none lost without a count. The first fetch took at most 8.
-    let endpoint = shown_endpoint(&format!("{}/hang", receiver.url));
+    let endpoint = shown_endpoint(&format!("{}/hang", receiver.url), SECRET);
     let dropped = |text: &str, reason| {
         metric(
             text,

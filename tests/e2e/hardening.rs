@@ -518,13 +518,24 @@ async fn logs_are_plain_off_a_terminal_and_json_when_asked() {
             &format!("http://127.0.0.1:{port}"),
         ])
         .env("HALE_TOKEN_FILE", "")
-        .env("HALE_LOG_FORMAT", "")
         .output()
         .unwrap();
     assert!(
         listed.status.success(),
         "{}",
         String::from_utf8_lossy(&listed.stderr)
+    );
+    // HALE_SERVER set empty is the default server, which answers nothing here:
+    // the error names that URL, not an empty one.
+    let listed = std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+        .args(["node", "list"])
+        .env("HALE_SERVER", "")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&listed.stderr);
+    assert!(
+        said.contains("127.0.0.1:9470") && !said.contains("--server \"\""),
+        "{said}"
     );
     let _ = child.kill();
     let _ = child.wait();

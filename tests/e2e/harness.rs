@@ -35,9 +35,10 @@ pub fn free_port() -> u16 {
     }
 }
 
-/// A webhook endpoint's URL as hale's logs and metric labels show it.
-pub fn shown_endpoint(url: &str) -> String {
-    hale::shown_endpoint(&reqwest::Url::parse(url).unwrap())
+/// A webhook endpoint's URL, signed with `secret`, as hale's logs and metric
+/// labels show it.
+pub fn shown_endpoint(url: &str, secret: &str) -> String {
+    hale::shown_endpoint(&reqwest::Url::parse(url).unwrap(), secret.as_bytes())
 }
 
 /// Wait for `check` to hold, polling every 100 ms; panic with `what` after `limit`.
@@ -347,6 +348,20 @@ impl Hale {
         Self::start_under(dir, &format!("http://127.0.0.1:{port}"), config, &[]).await
     }
 
+    /// As [`Hale::start_with`], waiting `limit` for it to answer.
+    pub async fn start_within(dir: &Path, port: u16, config: &str, limit: Duration) -> Hale {
+        std::fs::write(dir.join("hale.yaml"), config).unwrap();
+        let mut hale = Hale {
+            url: format!("http://127.0.0.1:{port}"),
+            dir: dir.to_path_buf(),
+            child: None,
+            prefix: Vec::new(),
+        };
+        hale.launch();
+        hale.wait_up(limit).await;
+        hale
+    }
+
     /// Start hale on `config`, answering at `url`, run under `prefix` (e.g. `ip
     /// netns exec NS`, for a hale in a network namespace of the test's).
     pub async fn start_under(dir: &Path, url: &str, config: &str, prefix: &[&str]) -> Hale {
@@ -362,6 +377,12 @@ impl Hale {
     }
 
     async fn spawn(&mut self) {
+        self.launch();
+        self.wait_up(Duration::from_secs(20)).await;
+    }
+
+    /// Start the process, its output appended to `hale.log`.
+    fn launch(&mut self) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -377,19 +398,21 @@ impl Hale {
             .args(["serve", "--config"])
             .arg(self.dir.join("hale.yaml"))
             .env("HALE_LOG", "info")
+            // Set empty, as a unit file's `Environment=HALE_LOG_FORMAT=` does: unset,
+            // so the text the tests read.
+            .env("HALE_LOG_FORMAT", "")
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .unwrap();
         self.child = Some(child);
-        self.wait_up().await;
     }
 
-    /// Wait for `/healthz` (20 s at most); a hale that exits or never answers
+    /// Wait for `/healthz` (`limit` at most); a hale that exits or never answers
     /// fails the test with its log, which says why.
-    async fn wait_up(&mut self) {
+    pub async fn wait_up(&mut self, limit: Duration) {
         let health = format!("{}/healthz", self.url);
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + limit;
         loop {
             if let Ok(r) = reqwest::get(&health).await
                 && r.status().is_success()

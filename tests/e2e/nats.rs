@@ -386,7 +386,10 @@ async fn a_replica_started_before_nats_waits_for_it() {
     let port = free_port();
     let cfg = replica_config(dir.path(), port, &am.url, &cluster.urls(), "");
     let log = dir.path().join("hale.log");
-    let (hale, ()) = tokio::join!(Hale::start_with(dir.path(), port, &cfg), async {
+    // The three servers start and elect their leaders meanwhile; hale's tries
+    // come every few seconds.
+    let limit = Duration::from_secs(75);
+    let (hale, ()) = tokio::join!(Hale::start_within(dir.path(), port, &cfg, limit), async {
         eventually(
             "hale saying it waits for its store",
             Duration::from_secs(15),

@@ -328,10 +328,12 @@ pub struct StoreConfig {
 
 impl StoreConfig {
     /// Open the store this names for `cluster`, for `hale serve`. A NATS store
-    /// not there yet — NATS starting beside hale, JetStream still placing its
-    /// streams — is waited for up to [`STORE_START_WAIT`], each failed try
-    /// logged with its cause; a configuration NATS cannot take is refused at
-    /// once, as are SQLite's errors, which waiting does not cure.
+    /// not there yet — NATS starting beside hale, JetStream still electing its
+    /// leaders or placing its streams (too few servers yet: `Full`) — is waited
+    /// for, a new try begun up to [`STORE_START_WAIT`] after the first, each
+    /// failure logged with its cause. Files NATS's settings name that cannot be
+    /// read, and credentials or TLS NATS refused, fail at once, as do SQLite's
+    /// errors: waiting does not cure them.
     pub fn open(&self, cluster: &str) -> Result<crate::store::Opened, crate::store::StoreError> {
         use crate::store::StoreError;
         let deadline = std::time::Instant::now() + STORE_START_WAIT;
@@ -340,6 +342,7 @@ impl StoreConfig {
             match self.open_once(cluster) {
                 Err(e @ (StoreError::Nats { op, .. } | StoreError::Full { op, .. }))
                     if !op.starts_with("read store.nats")
+                        && op != crate::store::nats::REFUSED_CONNECT
                         && std::time::Instant::now() + pause < deadline =>
                 {
                     tracing::warn!(error = %e, retry_in = ?pause, "the store cannot be opened yet: trying again");
@@ -363,9 +366,10 @@ impl StoreConfig {
     }
 }
 
-/// How long `hale serve` waits for a NATS store that cannot be opened yet
-/// before it gives up: within the Helm chart's startup probe (180 s).
-pub const STORE_START_WAIT: Duration = Duration::from_secs(120);
+/// How long after its first try `hale serve` begins its last to open a NATS
+/// store: that try (at most a minute), and the orchestrator's connection before
+/// it, still end within the Helm chart's startup probe (180 s).
+pub const STORE_START_WAIT: Duration = Duration::from_secs(90);
 
 impl Default for StoreConfig {
     fn default() -> Self {
@@ -472,7 +476,7 @@ impl Webhook {
     /// The URL as it may appear in logs and metric labels ([`crate::shown_endpoint`]):
     /// no credentials, no query, no path.
     pub fn shown(&self) -> String {
-        crate::shown_endpoint(&self.url)
+        crate::shown_endpoint(&self.url, self.secret.expose().as_bytes())
     }
 }
 

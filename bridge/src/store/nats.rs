@@ -245,8 +245,21 @@ pub async fn connect(cfg: &NatsConfig) -> Result<async_nats::Client> {
         .map(|u| u.parse())
         .collect::<std::result::Result<_, _>>()
         .op("read store.nats.urls")?;
-    options.connect(addrs).await.op("connect")
+    options.connect(addrs).await.map_err(|e| {
+        // Refused credentials or a TLS failure are the configuration's, which
+        // waiting does not cure: said apart from a server not there yet.
+        let op = match e.kind() {
+            async_nats::ConnectErrorKind::AuthorizationViolation
+            | async_nats::ConnectErrorKind::Authentication
+            | async_nats::ConnectErrorKind::Tls => REFUSED_CONNECT,
+            _ => "connect",
+        };
+        nats(op)(Box::new(e))
+    })
 }
+
+/// The operation named by a connection NATS refused (credentials, TLS).
+pub const REFUSED_CONNECT: &str = "connect (refused: check store.nats.credsFile and tls)";
 
 /// The names one cluster's store uses in JetStream.
 #[derive(Debug, Clone)]
@@ -1608,6 +1621,26 @@ mod tests {
             .expect("nothing listens there");
         assert!(
             matches!(err, StoreError::Nats { op: "connect", .. }),
+            "{err}"
+        );
+    }
+
+    /// Credentials a server refuses are said apart from a server not there: `hale
+    /// serve` waits for the one, not the other.
+    #[test]
+    fn refused_credentials_are_not_an_unreachable_server() {
+        let server = server::Server::start_with("authorization { token: s3cret }");
+        let err = Nats::open(&server.config(), "c", 1)
+            .err()
+            .expect("no token given");
+        assert!(
+            matches!(
+                err,
+                StoreError::Nats {
+                    op: REFUSED_CONNECT,
+                    ..
+                }
+            ),
             "{err}"
         );
     }
