@@ -715,6 +715,18 @@ impl Hale {
             let mut writer = self.writer.lock().expect("writer lock");
             match writer.store.load(now) {
                 Ok(mut loaded) => {
+                    // One replica's start changes no setting under the others; the
+                    // leader's configuration is the store's.
+                    match writer.store.settle() {
+                        Ok(changed) => {
+                            for c in changed {
+                                warn!("the leader's configuration changed the shared store: {c}");
+                            }
+                        }
+                        Err(e) => {
+                            warn!(error = %e, "could not make the shared store's settings this configuration's")
+                        }
+                    }
                     loaded.trust.take_up();
                     // The configuration's inventory is this process's, not the store's.
                     loaded.listed = std::mem::take(&mut fleet.listed);

@@ -231,6 +231,13 @@ pub trait Store: Send {
     fn upkeep(&self) -> Result<()>;
     /// Bytes the store occupies.
     fn bytes_used(&self) -> u64;
+
+    /// Make a shared store's settings (retention, copies) this replica's
+    /// configuration's, as the leader does on taking the lead; what changed, to
+    /// be said. A store of one replica's own has none to settle.
+    fn settle(&mut self) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
     /// The most the store's server will hold, where it says (JetStream's account
     /// limit), as of the last upkeep.
     fn limit(&self) -> Option<u64> {

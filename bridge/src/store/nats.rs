@@ -468,6 +468,32 @@ struct Shared {
     /// Opened as it is, to be read ([`Nats::open_existing`]): loading it cleans
     /// nothing up either.
     as_is: bool,
+    /// The settings this replica's configuration asks of the store, made the
+    /// store's when it leads (`None`: opened as it is).
+    wanted: Mutex<Option<Wanted>>,
+}
+
+/// What a replica's configuration asks of the shared store's stream and buckets.
+#[derive(Debug, Clone, Copy)]
+struct Wanted {
+    /// The event stream's max age (`eventRetentionDays`).
+    retention: Duration,
+    /// Copies of the stream and buckets (`store.nats.replicas`).
+    replicas: usize,
+}
+
+/// The settings of stream `name`, `None` when there is none.
+async fn settings_of(js: &jetstream::Context, name: &str) -> Result<Option<stream::Config>> {
+    match js.get_stream(name).await {
+        Ok(s) => Ok(Some(s.cached_info().config.clone())),
+        Err(e)
+            if matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(j)
+                if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(nats("read a stream's settings")(Box::new(e))),
+    }
 }
 
 pub struct Nats {
@@ -561,16 +587,26 @@ impl Nats {
             return Nats::opened(runtime, handle, lease_duration, opened, true);
         };
         let retention = Duration::from_secs(u64::from(retention_days) * 86_400);
-        let opened = run(&handle, async move {
+        let wanted = Wanted {
+            retention,
+            replicas: cfg.replicas,
+        };
+        let (opened, lease_duration) = run(&handle, async move {
             let client = connect(&cfg).await?;
             let mut js = jetstream::new(client);
             js.set_timeout(REQUEST_TIMEOUT);
+            // What an operator tunes — the retention, the copies, the lease — stays
+            // as the store has it: one replica's start changes nothing under the
+            // others. The leader makes the first two its configuration's when it
+            // takes the lead (`settle`); the lease, never (every replica must time
+            // it alike).
+            let kept = settings_of(&js, &names.stream).await?;
             let events = js
                 .create_or_update_stream(stream::Config {
                     name: names.stream.clone(),
                     subjects: vec![format!("{}.>", names.subjects)],
-                    max_age: retention,
-                    num_replicas: cfg.replicas,
+                    max_age: kept.as_ref().map_or(retention, |c| c.max_age),
+                    num_replicas: kept.as_ref().map_or(cfg.replicas, |c| c.num_replicas),
                     duplicate_window: DUPLICATE_WINDOW.min(retention),
                     allow_direct: true,
                     storage: stream::StorageType::File,
@@ -583,26 +619,38 @@ impl Nats {
                 .get_stream(&events.config.name)
                 .await
                 .op("open the event stream")?;
-            let bucket = |bucket: &str, what: &str| kv::Config {
+            let bucket = |bucket: &str, what: &str, kept: &Option<stream::Config>| kv::Config {
                 bucket: bucket.to_string(),
                 description: format!("hale: {what}"),
                 history: 1,
-                num_replicas: cfg.replicas,
+                num_replicas: kept.as_ref().map_or(cfg.replicas, |c| c.num_replicas),
                 storage: stream::StorageType::File,
                 ..kv::Config::default()
             };
+            let kept = settings_of(&js, &format!("KV_{}", names.state)).await?;
             let state = js
-                .create_or_update_key_value(bucket(&names.state, "node state and trust"))
+                .create_or_update_key_value(bucket(&names.state, "node state and trust", &kept))
                 .await
                 .op("create the state bucket")?;
+            let kept = settings_of(&js, &format!("KV_{}", names.ledger)).await?;
             let ledger = js
-                .create_or_update_key_value(bucket(&names.ledger, "the policy ledger"))
+                .create_or_update_key_value(bucket(&names.ledger, "the policy ledger", &kept))
                 .await
                 .op("create the ledger bucket")?;
+            let kept = settings_of(&js, &format!("KV_{}", names.lease)).await?;
+            let lease_duration = kept.as_ref().map_or(cfg.lease_duration, |c| c.max_age);
+            if lease_duration != cfg.lease_duration {
+                tracing::warn!(
+                    configured = ?cfg.lease_duration,
+                    used = ?lease_duration,
+                    bucket = %names.lease,
+                    "store.nats.leaseDuration differs from the lease the store's replicas keep: this replica uses theirs (replicas timing one lease differently would lead at once); to change it, stop every replica, delete the bucket, and start them with the new value"
+                );
+            }
             let lease = js
                 .create_or_update_key_value(kv::Config {
-                    max_age: cfg.lease_duration,
-                    ..bucket(&names.lease, "the leader's lease")
+                    max_age: lease_duration,
+                    ..bucket(&names.lease, "the leader's lease", &kept)
                 })
                 .await
                 .op("create the lease bucket")?;
@@ -620,9 +668,14 @@ impl Nats {
                     .map(|b| String::from_utf8_lossy(&b).into_owned())
                     .unwrap_or_default(),
             };
-            Ok::<_, StoreError>((js, events, state, ledger, lease, names, instance))
+            Ok::<_, StoreError>((
+                (js, events, state, ledger, lease, names, instance),
+                lease_duration,
+            ))
         })??;
-        Nats::opened(runtime, handle, lease_duration, opened, false)
+        let nats = Nats::opened(runtime, handle, lease_duration, opened, false)?;
+        *nats.shared.wanted.lock().expect("wanted lock") = Some(wanted);
+        Ok(nats)
     }
 
     /// The store on what opening it found.
@@ -655,6 +708,7 @@ impl Nats {
                 limit: AtomicU64::new(0),
                 record_limit,
                 as_is,
+                wanted: Mutex::default(),
             }),
             mark: Mutex::default(),
             revisions: Mutex::default(),
@@ -1200,6 +1254,50 @@ impl Store for Nats {
 
     fn bytes_used(&self) -> u64 {
         self.shared.bytes.load(Ordering::Relaxed)
+    }
+
+    fn settle(&mut self) -> Result<Vec<String>> {
+        let Some(wanted) = *self.shared.wanted.lock().expect("wanted lock") else {
+            return Ok(Vec::new());
+        };
+        let shared = self.shared.clone();
+        self.run(async move {
+            let (js, names) = (&shared.js, &shared.names);
+            let days = |d: Duration| format!("{}d", d.as_secs() / 86_400);
+            let mut changed = Vec::new();
+            if let Some(mut config) = settings_of(js, &names.stream).await?
+                && (config.max_age != wanted.retention || config.num_replicas != wanted.replicas)
+            {
+                changed.push(format!(
+                    "the event stream {}: max age {} -> {} (eventRetentionDays), copies {} -> {} (store.nats.replicas)",
+                    names.stream,
+                    days(config.max_age),
+                    days(wanted.retention),
+                    config.num_replicas,
+                    wanted.replicas
+                ));
+                config.max_age = wanted.retention;
+                config.num_replicas = wanted.replicas;
+                js.update_stream(config)
+                    .await
+                    .op("apply the configuration's settings to the store")?;
+            }
+            for bucket in [&names.state, &names.ledger, &names.lease] {
+                if let Some(mut config) = settings_of(js, &format!("KV_{bucket}")).await?
+                    && config.num_replicas != wanted.replicas
+                {
+                    changed.push(format!(
+                        "the bucket {bucket}: copies {} -> {} (store.nats.replicas)",
+                        config.num_replicas, wanted.replicas
+                    ));
+                    config.num_replicas = wanted.replicas;
+                    js.update_stream(config)
+                        .await
+                        .op("apply the configuration's settings to the store")?;
+                }
+            }
+            Ok::<_, StoreError>(changed)
+        })?
     }
 
     fn limit(&self) -> Option<u64> {
@@ -1880,6 +1978,40 @@ mod tests {
             .unwrap();
         assert_eq!(info.config.max_age, Duration::from_secs(7 * 86_400));
         assert_eq!(info.config.subjects, ["hale.events.c.>"]);
+    }
+
+    /// A second replica's start with other settings changes none of the store's:
+    /// its lease is the one the store keeps, and its retention becomes the
+    /// store's only when it leads and settles it.
+    #[test]
+    fn a_replicas_start_changes_no_setting_under_the_others() {
+        let server = server::Server::start();
+        let first = Nats::open(&server.config(), "c", 90).unwrap();
+        let max_age = |store: &Nats| {
+            let shared = store.shared.clone();
+            store
+                .run(async move { shared.events.get_info().await.unwrap().config.max_age })
+                .unwrap()
+        };
+        let other = NatsConfig {
+            lease_duration: Duration::from_secs(9),
+            ..server.config()
+        };
+        let mut second = Nats::open(&other, "c", 30).unwrap();
+        assert_eq!(max_age(&first), Duration::from_secs(90 * 86_400));
+        assert_eq!(second.lease().duration, first.lease().duration, "one lease");
+        let lease_age = {
+            let shared = second.shared.clone();
+            second
+                .run(async move { shared.lease.stream.get_info().await.unwrap().config.max_age })
+                .unwrap()
+        };
+        assert_eq!(lease_age, server.config().lease_duration, "the bucket kept");
+        let changed = second.settle().unwrap();
+        assert_eq!(changed.len(), 1, "{changed:?}");
+        assert!(changed[0].contains("max age 90d -> 30d"), "{changed:?}");
+        assert_eq!(max_age(&first), Duration::from_secs(30 * 86_400));
+        assert!(second.settle().unwrap().is_empty(), "settled once");
     }
 
     #[test]
