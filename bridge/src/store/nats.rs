@@ -192,9 +192,11 @@ fn unkey(k: &str) -> Option<String> {
 fn nats(op: &'static str) -> impl FnOnce(Box<dyn std::error::Error + Send + Sync>) -> StoreError {
     move |e| {
         let cause = e.to_string();
-        // JetStream's "insufficient resources" (10047) and the account's or the
-        // stream's limits: the store is full, which must be said, not retried quietly.
+        // JetStream's "insufficient resources" (10047), "resource limits exceeded
+        // for account" (10002: the account's max_file) and the stream's limits: the
+        // store is full, which must be said, not retried quietly.
         if cause.contains("insufficient resources")
+            || cause.contains("resource limits exceeded")
             || cause.contains("maximum bytes")
             || cause.contains("storage limit")
         {
@@ -1978,6 +1980,26 @@ mod tests {
             .unwrap();
         assert_eq!(info.config.max_age, Duration::from_secs(7 * 86_400));
         assert_eq!(info.config.subjects, ["hale.events.c.>"]);
+    }
+
+    /// Writes past the account's storage limit count as a full store, as the
+    /// README promises (`reason="full"`), not as a NATS failure.
+    #[test]
+    fn the_accounts_storage_limit_is_a_full_store() {
+        let server = server::Server::start_with(
+            "accounts { A: { jetstream: { max_file: 1MB, max_mem: 1MB }, users: [{ user: a, password: a }] } }\nno_auth_user: a\n",
+        );
+        let now = chrono::Utc::now();
+        let mut store = Nats::open(&server.config(), "c", 90).unwrap();
+        store.load(now).unwrap();
+        let text = "x".repeat(4000);
+        let full = (0..100).find_map(|i| {
+            let events: Vec<Event> = (0..50)
+                .map(|j| decommissioned(&format!("n{i}-{j}"), now, &text))
+                .collect();
+            store.write(&batch_of(&events, None)).err()
+        });
+        assert!(matches!(full, Some(StoreError::Full { .. })), "{full:?}");
     }
 
     /// A second replica's start with other settings changes none of the store's:
