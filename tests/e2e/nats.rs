@@ -303,6 +303,21 @@ async fn replicas_share_one_history_and_fail_over_without_loss_or_repeats() {
             })
             .await;
     }
+    // A follower measures the shared store too (every 5 s), as the leader does.
+    eventually(
+        "the follower's hale_store_bytes_used",
+        Duration::from_secs(15),
+        || async {
+            let text = reqwest::get(format!("{}/metrics", replicas[other].url))
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            (metric(&text, "hale_store_bytes_used", &[])? > 0.0).then_some(())
+        },
+    )
+    .await;
 
     // One NATS server lost (JetStream re-elects the leaders of the streams it
     // led, 4-9 s): the leader keeps its lease throughout and the new fault is

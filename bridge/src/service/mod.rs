@@ -1143,8 +1143,13 @@ impl Hale {
             let this = self.clone();
             let swept = tokio::task::spawn_blocking(move || {
                 let mut store = this.maintenance.lock().expect("maintenance lock");
-                if let Err(e) = store.upkeep() {
-                    warn!(error = %e, "store upkeep (checkpoint) failed; the next one retries");
+                match store.upkeep() {
+                    // Measured here on every replica, a follower's too (only the
+                    // leader writes).
+                    Ok(()) => this.check_size(store.bytes_used(), store.limit()),
+                    Err(e) => {
+                        warn!(error = %e, "store upkeep (checkpoint) failed; the next one retries")
+                    }
                 }
                 if !sweep {
                     return Ok(0);
