@@ -15,7 +15,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 use sha2::Sha256;
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::config::Webhook;
 use crate::liveness::Liveness;
@@ -284,6 +284,11 @@ pub struct Durable {
 pub struct Feeds(std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
 
 impl Feeds {
+    /// The feeds this process has delivered from.
+    fn known(&self) -> Vec<String> {
+        self.0.lock().expect("feeds lock").keys().cloned().collect()
+    }
+
     fn of(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
         self.0
             .lock()
@@ -305,7 +310,36 @@ impl Notifier {
     ) -> Notifier {
         crate::init_tls();
         let (stop, stopped) = tokio::sync::watch::channel(());
-        for (i, hook) in hooks.iter().enumerate() {
+        // The feeds of endpoints no longer configured are forgotten, once the
+        // last task of each has finished the delivery under way: added back, an
+        // endpoint starts afresh rather than with everything stored meanwhile.
+        let keys: Vec<String> = hooks
+            .iter()
+            .enumerate()
+            .map(|(i, h)| feed_key(i, h))
+            .collect();
+        let (outbox, feeds, configured) =
+            (durable.outbox.clone(), durable.feeds.clone(), keys.clone());
+        tokio::spawn(async move {
+            for key in feeds
+                .known()
+                .into_iter()
+                .filter(|k| !configured.contains(k))
+            {
+                drop(feeds.of(&key).lock().await);
+            }
+            match outbox.retain(&configured).await {
+                Ok(0) => {}
+                Ok(n) => info!(
+                    forgotten = n,
+                    "the feeds of webhook endpoints no longer configured are forgotten"
+                ),
+                Err(e) => {
+                    warn!(error = %e, "could not forget the feeds of webhook endpoints no longer configured")
+                }
+            }
+        });
+        for (hook, key) in hooks.iter().zip(keys) {
             let endpoint = Endpoint {
                 shown: hook.shown(),
                 // A redirect could take the signed event to another host.
@@ -323,9 +357,6 @@ impl Notifier {
             let allowed = (hook.timeout + Duration::from_secs(60)) * hook.max_attempts
                 + Duration::from_secs(120);
             let beat = liveness.watch(format!("webhook delivery to {}", endpoint.shown), allowed);
-            // One feed per endpoint as configured: its place in the list, its URL
-            // and the events it takes.
-            let key = format!("{i}\n{}\n{:?}", hook.url, hook.events);
             let task = DurableTask {
                 endpoint,
                 cluster: cluster.to_string(),
@@ -345,6 +376,12 @@ impl Notifier {
     pub fn written(&self) {
         self.outbox.written();
     }
+}
+
+/// One feed per endpoint as configured: its place in the list, its URL and the
+/// events it takes.
+fn feed_key(i: usize, hook: &Webhook) -> String {
+    format!("{i}\n{}\n{:?}", hook.url, hook.events)
 }
 
 /// One endpoint's deliveries from its feed, while this replica leads.

@@ -614,6 +614,44 @@ async fn sighup_reloads_endpoints_and_penalties_and_a_bad_file_changes_nothing()
         || async { (receiver.got("/after").len() == 2).then_some(()) },
     )
     .await;
+
+    // The first endpoint's feed was forgotten when a reload removed it: added
+    // back, it starts afresh, and is not sent the score changes recorded while it
+    // was away (60 -> 70 -> 100, delivered to /after).
+    assert!(
+        hale.log()
+            .contains("the feeds of webhook endpoints no longer configured are forgotten"),
+        "{}",
+        hale.log()
+    );
+    let reloads = hale.log().matches("configuration reloaded").count();
+    std::fs::write(
+        dir.path().join("hale.yaml"),
+        webhook_only_config(dir.path(), port, &hooks("/before", 30)),
+    )
+    .unwrap();
+    hale.signal("HUP");
+    eventually(
+        "reloaded with /before back",
+        Duration::from_secs(10),
+        || async { (hale.log().matches("configuration reloaded").count() > reloads).then_some(()) },
+    )
+    .await;
+    hale.deliver(&delivery(&[(&smart, "firing")])).await;
+    hale.wait_node("scored again", "n1", |n| n["score"] == 70)
+        .await;
+    eventually(
+        "the new change delivered to /before",
+        Duration::from_secs(10),
+        || async { (receiver.got("/before").len() >= 2).then_some(()) },
+    )
+    .await;
+    let scores: Vec<Value> = receiver
+        .got("/before")
+        .iter()
+        .map(|r| r.json()["data"]["score"].clone())
+        .collect();
+    assert_eq!(scores, [json!(60), json!(70)], "nothing from the gap");
 }
 
 /// A reload while a delivery is under way: the new configuration's task waits for

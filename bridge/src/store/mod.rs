@@ -293,6 +293,10 @@ pub trait Outbox: Send + Sync {
     ) -> Fut<'a, Result<Box<dyn Feed>>>;
     /// Events were written: feeds waiting for them look at once.
     fn written(&self) {}
+    /// Forget the feed of every endpoint but `keys` (those configured now): one
+    /// removed and later added back starts afresh, as a new one does, rather
+    /// than being sent what was stored meanwhile. How many were forgotten.
+    fn retain<'a>(&'a self, keys: &'a [String]) -> Fut<'a, Result<usize>>;
 }
 
 /// One endpoint's feed.

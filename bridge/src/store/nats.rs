@@ -334,7 +334,7 @@ impl super::Outbox for Outbox {
         _: usize,
     ) -> Fut<'a, Result<Box<dyn super::Feed>>> {
         Box::pin(async move {
-            let name = format!("hale-webhook-{}", hex(&Sha256::digest(key)[..8]));
+            let name = consumer_name(key);
             let consumer = self
                 .events
                 .get_or_create_consumer(
@@ -359,6 +359,35 @@ impl super::Outbox for Outbox {
             }) as Box<dyn super::Feed>)
         })
     }
+
+    fn retain<'a>(&'a self, keys: &'a [String]) -> Fut<'a, Result<usize>> {
+        Box::pin(async move {
+            let kept: Vec<String> = keys.iter().map(|k| consumer_name(k)).collect();
+            let mut names = self.events.consumer_names();
+            let mut gone = Vec::new();
+            while let Some(name) = names.next().await {
+                let name = name.op("list the webhook consumers")?;
+                if name.starts_with(CONSUMER_PREFIX) && !kept.contains(&name) {
+                    gone.push(name);
+                }
+            }
+            for name in &gone {
+                self.events
+                    .delete_consumer(name)
+                    .await
+                    .op("delete a webhook consumer")?;
+            }
+            Ok(gone.len())
+        })
+    }
+}
+
+/// Webhook consumers' names begin so.
+const CONSUMER_PREFIX: &str = "hale-webhook-";
+
+/// The durable consumer of the endpoint `key` names.
+fn consumer_name(key: &str) -> String {
+    format!("{CONSUMER_PREFIX}{}", hex(&Sha256::digest(key)[..8]))
 }
 
 impl super::Feed for Feed {
@@ -1850,6 +1879,29 @@ mod tests {
             ledger: ledger.map(str::to_string),
             ..Batch::default()
         }
+    }
+
+    /// The consumers of endpoints no longer configured are deleted, the others
+    /// kept.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn feeds_of_endpoints_gone_are_forgotten() {
+        use crate::store::Outbox as _;
+        let server = server::Server::start();
+        let now = chrono::Utc::now();
+        let store = Nats::open(&server.config(), "c", 90).unwrap();
+        let outbox = store.outbox();
+        for key in ["a", "b"] {
+            outbox.feed(key, now, None, 100).await.unwrap();
+        }
+        let keep = ["a".to_string()];
+        assert_eq!(outbox.retain(&keep).await.unwrap(), 1);
+        assert_eq!(outbox.retain(&keep).await.unwrap(), 0, "b is gone, a kept");
+        let mut names = outbox.events.consumer_names();
+        let mut left = Vec::new();
+        while let Some(name) = names.next().await {
+            left.push(name.unwrap());
+        }
+        assert_eq!(left, [consumer_name("a")]);
     }
 
     /// A webhook feed hands events out in order, each as soon as it is there — not

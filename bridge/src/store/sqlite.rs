@@ -699,6 +699,31 @@ impl super::Outbox for Outbox {
     fn written(&self) {
         self.wake.notify_waiters();
     }
+
+    fn retain<'a>(&'a self, keys: &'a [String]) -> Fut<'a, Result<usize>> {
+        let (dir, keys) = (self.dir.clone(), keys.to_vec());
+        Box::pin(off_runtime(move || {
+            let path = dir.join(PLACES);
+            if !path.exists() {
+                return Ok(0);
+            }
+            let places = Connection::open(path).op("open the webhook places")?;
+            places
+                .pragma_update(None, "busy_timeout", 5000)
+                .op("set busy timeout")?;
+            let known: Vec<String> = places
+                .prepare("SELECT key FROM places")
+                .and_then(|mut q| q.query_map([], |r| r.get(0))?.collect())
+                .op("read the webhook places")?;
+            let mut forgotten = 0;
+            for key in known.iter().filter(|k| !keys.contains(k)) {
+                forgotten += places
+                    .execute("DELETE FROM places WHERE key = ?1", params![key])
+                    .op("forget a webhook place")?;
+            }
+            Ok(forgotten)
+        }))
+    }
 }
 
 impl FeedDb {
