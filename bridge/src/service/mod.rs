@@ -1183,11 +1183,21 @@ impl Hale {
         // file's configuration, never a mix of two.
         let needs_restart = restart_only(&current.config, &next.config);
         if !needs_restart.is_empty() {
+            // On the NATS store the cluster names the stream, buckets and consumers.
+            let why = if needs_restart.contains(&"cluster") {
+                let names = crate::store::nats::Names::of(&current.config.cluster);
+                format!(
+                    " (on the NATS store it names the event stream {}, the buckets {}, {} and {} and the webhook consumers)",
+                    names.stream, names.state, names.ledger, names.lease
+                )
+            } else {
+                String::new()
+            };
             return Err(ConfigError {
                 file: path.display().to_string(),
                 line: crate::config::locate(&text, needs_restart[0]),
                 key: needs_restart.join(", "),
-                message: "changes only with a restart; nothing was reloaded".into(),
+                message: format!("changes only with a restart{why}; nothing was reloaded"),
             });
         }
         let applied = changed_keys(&current, &next);
