@@ -1075,7 +1075,14 @@ async fn node_events(
     let node = id.clone();
     let page = blocking(move || hale.events(&node, &query))
         .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "store", e.to_string()))?
+        .map_err(|e| {
+            // NATS not answering is a pause to retry after, not a fault of hale's.
+            let status = match e {
+                crate::store::StoreError::Nats { .. } => StatusCode::SERVICE_UNAVAILABLE,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            ApiError::new(status, "store", e.to_string())
+        })?
         .ok_or_else(|| unknown(&id))?;
     Ok(Json(EventsView {
         events: page.events,

@@ -370,6 +370,18 @@ async fn replicas_share_one_history_and_fail_over_without_loss_or_repeats() {
             "reads still answered"
         );
     }
+    // The history lives in NATS alone: a read of it says NATS is away, soon,
+    // as a 503 to retry after.
+    let asked = Instant::now();
+    let r = reqwest::get(format!("{}/events", replicas[alive[0]].node_url("c1")))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503, "{}", r.text().await.unwrap_or_default());
+    assert!(
+        asked.elapsed() < Duration::from_secs(12),
+        "{:?}",
+        asked.elapsed()
+    );
 
     // NATS back: a leader again, ready, the record whole.
     cluster.restart_all().await;

@@ -1220,7 +1220,17 @@ impl Store for Nats {
         let subject = format!("{}.{}", shared.names.subjects, key(node_id));
         let q = q.clone();
         let instance = shared.instance.clone();
-        let page = self.run(async move { page(&shared, &subject, &q).await })??;
+        // A read answers within a request's time, whatever it takes to page.
+        let page = self.run(async move {
+            tokio::time::timeout(REQUEST_TIMEOUT, page(&shared, &subject, &q))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(StoreError::Nats {
+                        op: "read events",
+                        cause: "JetStream did not answer in time".into(),
+                    })
+                })
+        })??;
         let events = page
             .events
             .into_iter()
