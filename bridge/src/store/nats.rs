@@ -1663,7 +1663,7 @@ pub mod server {
             std::fs::write(&file, config).unwrap();
             // The server picks its port and writes it down: one picked here and
             // let go could be taken by another test's server before this one binds.
-            let child = Command::new(binary())
+            let mut child = Command::new(binary())
                 .arg("-c")
                 .arg(&file)
                 .args(["-js", "-a", "127.0.0.1", "-p", "-1", "--ports_file_dir"])
@@ -1691,10 +1691,11 @@ pub mod server {
                 if let Some(url) = client {
                     break url;
                 }
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "nats-server did not listen"
-                );
+                if std::time::Instant::now() >= deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("nats-server did not listen");
+                }
                 std::thread::sleep(std::time::Duration::from_millis(20));
             };
             Server {

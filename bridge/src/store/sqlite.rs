@@ -707,6 +707,13 @@ impl super::Outbox for Outbox {
             if !path.exists() {
                 return Ok(0);
             }
+            let events = Connection::open(dir.join(FILE)).op("open the events for webhooks")?;
+            let instance: String = events
+                .query_row("SELECT value FROM meta WHERE key = 'instance'", [], |r| {
+                    r.get(0)
+                })
+                .op("read store instance")?;
+            let keys: Vec<String> = keys.iter().map(|k| place_key(&instance, k)).collect();
             let places = Connection::open(path).op("open the webhook places")?;
             places
                 .pragma_update(None, "busy_timeout", 5000)
@@ -724,6 +731,14 @@ impl super::Outbox for Outbox {
             Ok(forgotten)
         }))
     }
+}
+
+/// The key a place is stored under: it belongs to this store (a store made anew
+/// numbers its events from 1 again) and names the endpoint by a digest, as its
+/// URL may hold credentials.
+fn place_key(instance: &str, key: &str) -> String {
+    use sha2::Digest as _;
+    crate::hex(&sha2::Sha256::digest(format!("{instance}\n{key}")))
 }
 
 impl FeedDb {
@@ -755,13 +770,7 @@ impl FeedDb {
                 "CREATE TABLE IF NOT EXISTS places (key TEXT PRIMARY KEY, seq INTEGER NOT NULL) WITHOUT ROWID",
             )
             .op("create the webhook places")?;
-        // A place belongs to this store (a store made anew numbers its events
-        // from 1 again) and names the endpoint by a digest: its URL may hold
-        // credentials.
-        let key = {
-            use sha2::Digest as _;
-            crate::hex(&sha2::Sha256::digest(format!("{instance}\n{key}")))
-        };
+        let key = place_key(&instance, &key);
         let placed: Option<i64> = places
             .query_row("SELECT seq FROM places WHERE key = ?1", params![key], |r| {
                 r.get(0)
