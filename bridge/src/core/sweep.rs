@@ -139,7 +139,9 @@ impl Step<'_> {
 
 /// Whether `node` has outlived its evidence: known from alerts alone, named by none
 /// since `before`, and holding nothing an operator must see to — no sticky
-/// condition, no cordon, gate or action of the policy's.
+/// condition, no cordon or action of the policy's. Its gate does not keep it: no
+/// orchestrator lists the node, so the gate marks nothing outside hale, and a
+/// node gone silent is blind, so its gate would never lift.
 pub(super) fn retirable(node: &Node, before: Time) -> bool {
     node.known_from == Origin::Alerts
         && node
@@ -148,7 +150,6 @@ pub(super) fn retirable(node: &Node, before: Time) -> bool {
             .is_some_and(|t| t < before)
         && !node.conditions.values().any(|c| c.sticky)
         && node.policy.cordon.is_none()
-        && !node.policy.gated
         && node.policy.pending.is_empty()
 }
 

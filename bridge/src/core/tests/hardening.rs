@@ -402,7 +402,26 @@ fn nodes_known_only_from_alerts_retire_after_forget_after() {
     ]);
     s.fleet.cordon(s.now, "cordoned", "maintenance").unwrap();
     s.took();
-    // Every day a poll names only `back` (and the watchdog keeps trust).
+    // `gated` scores 20, is gated on its second report, then goes silent: blind,
+    // its gate stays, yet it changes nothing outside hale for a node no
+    // orchestrator lists, and does not keep it.
+    let low = |n: &str| {
+        [
+            heartbeat(n),
+            smart_failing(n),
+            alert("DeviceReadOnly")
+                .on(n)
+                .condition("disk_readonly", "DeviceReadOnly")
+                .critical(),
+        ]
+    };
+    s.at(30)
+        .poll(&[&[watchdog(), heartbeat("back")][..], &low("gated")].concat());
+    s.at(60)
+        .poll(&[&[watchdog(), heartbeat("back")][..], &low("gated")].concat());
+    assert!(s.node("gated").policy.gated, "gated below drainBelow");
+    act(&mut s);
+    s.took();
     for day in 1..=7 {
         s.at(day * DAY - 60).poll(&[watchdog(), heartbeat("back")]);
         s.at(day * DAY - 60 + 61).tick();
@@ -422,7 +441,13 @@ fn nodes_known_only_from_alerts_retire_after_forget_after() {
             _ => None,
         })
         .collect();
-    assert_eq!(retired, [("gone".to_string(), "retired".to_string())]);
+    assert_eq!(
+        retired,
+        [
+            ("gone".to_string(), "retired".to_string()),
+            ("gated".to_string(), "retired".to_string())
+        ]
+    );
     assert!(s.last.removed.contains(&"gone".to_string()) || !s.fleet.nodes.contains_key("gone"));
 }
 
