@@ -142,8 +142,9 @@ impl<'f> Step<'f> {
                     last_heartbeat: last,
                 },
                 format!(
-                    "node {id} stopped reporting: last heartbeat {} ({}s without one)",
+                    "node {id} stopped reporting: last heartbeat {} ({}s ago; missed after {}s without one)",
                     last.to_rfc3339(),
+                    (now - last).num_seconds().max(0),
                     after.as_secs()
                 ),
             );

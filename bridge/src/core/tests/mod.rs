@@ -875,8 +875,20 @@ fn heartbeat_missed_and_resumed() {
     s.at(60)
         .poll(&[watchdog(), smart_failing("n1"), smart_failing("n2")]);
     s.took();
-    s.at(90)
+    s.at(100)
         .poll(&[watchdog(), smart_failing("n1"), smart_failing("n2")]);
+    let missed: Vec<&Event> = s
+        .events
+        .iter()
+        .filter(|e| e.kind.name() == "HEARTBEAT_MISSED")
+        .collect();
+    assert!(
+        missed[0]
+            .message
+            .ends_with("(100s ago; missed after 90s without one)"),
+        "the time without one, and the window: {}",
+        missed[0].message
+    );
     assert_eq!(s.took(), ["n1 HEARTBEAT_MISSED"]);
     assert_eq!(s.health("n1"), Health::Degraded, "SMART at 60 still shows");
     let missed = s.fleet.nodes["n1"].conditions[HEARTBEAT_MISSED].clone();
