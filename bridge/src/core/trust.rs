@@ -418,17 +418,14 @@ impl Trust {
             trust.trusted(now);
             trust.answer_took = TimeDelta::from_std(answer.took).ok();
             if require && let Some(expires) = watchdog.filter_map(Alert::expires).max() {
-                // Any new expiry is a send: one earlier than the last (a watchdog
-                // posted once by hand with a far expiry, then Prometheus's own)
-                // moves too, or absences would wait for the far one to pass.
-                if trust.watchdog_expires != Some(expires) {
+                if trust.watchdog_expires.is_none_or(|seen| expires > seen) {
                     if trust.watchdog_expires.is_some() {
                         trust.watchdog_refreshes += 1;
                     }
                     trust.watchdog_shown_since = Some(answer.answered);
                     trust.watchdog_validity = Some(expires - answer.answered);
                 }
-                trust.watchdog_expires = Some(expires);
+                trust.watchdog_expires = trust.watchdog_expires.max(Some(expires));
                 refreshes = Some(trust.watchdog_refreshes);
                 // Prometheus re-sends the watchdog every quarter of the validity it
                 // gives it: the same expiry shown for more than half of it means

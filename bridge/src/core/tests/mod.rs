@@ -1207,28 +1207,6 @@ fn an_alert_that_may_have_expired_ends_once_the_watchdog_moved_twice() {
     assert_eq!(s.score("n1"), Some(100));
 }
 
-/// A watchdog whose expiry moves back (posted once by hand with a far expiry,
-/// then Prometheus's own) still moves: an absent alert ends two sends later, not
-/// once the far expiry has passed.
-#[test]
-fn an_expiry_moving_back_is_a_move_too() {
-    let mut s = script("");
-    s.at(0).poll(&[
-        watchdog().expires(3600),
-        heartbeat("n1"),
-        edac("n1").expires(240),
-    ]);
-    s.took();
-    s.at(240).poll(&[watchdog_sent(60), heartbeat("n1")]);
-    s.at(300).poll(&[watchdog_sent(120), heartbeat("n1")]);
-    assert!(s.node("n1").conditions.contains_key("memory_errors"));
-    s.at(360).poll(&[watchdog_sent(180), heartbeat("n1")]);
-    assert!(
-        !s.node("n1").conditions.contains_key("memory_errors"),
-        "ended two sends after it left, not at 3600"
-    );
-}
-
 #[test]
 fn a_node_first_seen_while_stale_is_scored_by_the_first_trusted_poll() {
     let mut s = script("alertmanager: { staleAfter: 90s }");
