@@ -6,6 +6,7 @@
 //! counted drops of the oldest — never ingest.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
@@ -266,6 +267,51 @@ pub struct Notifier {
     outbox: Arc<dyn Outbox>,
     /// Dropped with the notifier: its delivery tasks end.
     _stop: tokio::sync::watch::Sender<()>,
+    /// Forgets the feeds of endpoints this configuration does not have.
+    forget: Forget,
+}
+
+/// The feeds of endpoints no longer configured are forgotten, once the last task
+/// of each has finished the delivery under way: added back, an endpoint starts
+/// afresh rather than with everything stored meanwhile.
+#[derive(Clone)]
+struct Forget {
+    durable: Durable,
+    /// The feeds of this configuration.
+    keys: Vec<String>,
+    /// Which configuration this is: only the newest forgets.
+    generation: u64,
+}
+
+impl Forget {
+    fn spawn(&self) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let feeds = &this.durable.feeds;
+            for key in feeds.known().into_iter().filter(|k| !this.keys.contains(k)) {
+                drop(feeds.of(&key).lock().await);
+            }
+            // A newer configuration forgets by its own list; on a shared store only
+            // the leader, which delivers, forgets (a follower with another list
+            // would take the leader's feeds from under it).
+            let outbox = &this.durable.outbox;
+            if feeds.generation.load(Ordering::Acquire) != this.generation
+                || (outbox.shared() && !(this.durable.leads)())
+            {
+                return;
+            }
+            match outbox.retain(&this.keys).await {
+                Ok(0) => {}
+                Ok(n) => info!(
+                    forgotten = n,
+                    "the feeds of webhook endpoints no longer configured are forgotten"
+                ),
+                Err(e) => {
+                    warn!(error = %e, "could not forget the feeds of webhook endpoints no longer configured")
+                }
+            }
+        });
+    }
 }
 
 /// Deliveries from the store's own record of events, by this replica while it
@@ -281,16 +327,25 @@ pub struct Durable {
 /// task waits for the last one to finish the delivery under way and acknowledge
 /// it; reading the feed before that, it would deliver that event again.
 #[derive(Default)]
-pub struct Feeds(std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
+pub struct Feeds {
+    locks: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Counts the configurations started: only the newest forgets feeds.
+    generation: std::sync::atomic::AtomicU64,
+}
 
 impl Feeds {
     /// The feeds this process has delivered from.
     fn known(&self) -> Vec<String> {
-        self.0.lock().expect("feeds lock").keys().cloned().collect()
+        self.locks
+            .lock()
+            .expect("feeds lock")
+            .keys()
+            .cloned()
+            .collect()
     }
 
     fn of(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
-        self.0
+        self.locks
             .lock()
             .expect("feeds lock")
             .entry(key.to_string())
@@ -310,35 +365,17 @@ impl Notifier {
     ) -> Notifier {
         crate::init_tls();
         let (stop, stopped) = tokio::sync::watch::channel(());
-        // The feeds of endpoints no longer configured are forgotten, once the
-        // last task of each has finished the delivery under way: added back, an
-        // endpoint starts afresh rather than with everything stored meanwhile.
         let keys: Vec<String> = hooks
             .iter()
             .enumerate()
             .map(|(i, h)| feed_key(i, h))
             .collect();
-        let (outbox, feeds, configured) =
-            (durable.outbox.clone(), durable.feeds.clone(), keys.clone());
-        tokio::spawn(async move {
-            for key in feeds
-                .known()
-                .into_iter()
-                .filter(|k| !configured.contains(k))
-            {
-                drop(feeds.of(&key).lock().await);
-            }
-            match outbox.retain(&configured).await {
-                Ok(0) => {}
-                Ok(n) => info!(
-                    forgotten = n,
-                    "the feeds of webhook endpoints no longer configured are forgotten"
-                ),
-                Err(e) => {
-                    warn!(error = %e, "could not forget the feeds of webhook endpoints no longer configured")
-                }
-            }
-        });
+        let forget = Forget {
+            durable: durable.clone(),
+            keys: keys.clone(),
+            generation: durable.feeds.generation.fetch_add(1, Ordering::AcqRel) + 1,
+        };
+        forget.spawn();
         for (hook, key) in hooks.iter().zip(keys) {
             let endpoint = Endpoint {
                 shown: hook.shown(),
@@ -369,7 +406,14 @@ impl Notifier {
         Notifier {
             outbox: durable.outbox.clone(),
             _stop: stop,
+            forget,
         }
+    }
+
+    /// This replica took the lead of a shared store: forget the feeds of the
+    /// endpoints its configuration does not have (a follower does not).
+    pub fn lead(&self) {
+        self.forget.spawn();
     }
 
     /// Events were written: the delivery tasks look at once.

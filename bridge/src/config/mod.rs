@@ -367,8 +367,9 @@ impl StoreConfig {
 }
 
 /// How long after its first try `hale serve` begins its last to open a NATS
-/// store: that try (at most a minute), and the orchestrator's connection before
-/// it, still end within the Helm chart's startup probe (180 s).
+/// store: a try (each of its requests bounded by the client's timeout) and the
+/// orchestrator's connection before it mostly end within the Helm chart's
+/// startup probe (180 s).
 pub const STORE_START_WAIT: Duration = Duration::from_secs(90);
 
 impl Default for StoreConfig {

@@ -715,18 +715,6 @@ impl Hale {
             let mut writer = self.writer.lock().expect("writer lock");
             match writer.store.load(now) {
                 Ok(mut loaded) => {
-                    // One replica's start changes no setting under the others; the
-                    // leader's configuration is the store's.
-                    match writer.store.settle() {
-                        Ok(changed) => {
-                            for c in changed {
-                                warn!("the leader's configuration changed the shared store: {c}");
-                            }
-                        }
-                        Err(e) => {
-                            warn!(error = %e, "could not make the shared store's settings this configuration's")
-                        }
-                    }
                     loaded.trust.take_up();
                     // The configuration's inventory is this process's, not the store's.
                     loaded.listed = std::mem::take(&mut fleet.listed);
@@ -738,8 +726,22 @@ impl Hale {
                         nodes = fleet.nodes.len(),
                         "took over: the shared store's state is loaded; this replica writes and acts"
                     );
-                    drop(writer);
                     drop(fleet);
+                    // One replica's start changes no setting under the others; the
+                    // leader's configuration is the store's (requests to NATS: the
+                    // fleet, which reads wait on, is not held for them).
+                    match writer.store.settle() {
+                        Ok(changed) => {
+                            for c in changed {
+                                warn!("the leader's configuration changed the shared store: {c}");
+                            }
+                        }
+                        Err(e) => {
+                            warn!(error = %e, "could not make the shared store's settings this configuration's")
+                        }
+                    }
+                    drop(writer);
+                    self.notifier.read().expect("notifier lock").lead();
                     // As at start: registering before this point wrote nothing.
                     self.register_inventory();
                     // Polling, at once; without polling (webhook only), never.

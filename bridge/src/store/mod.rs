@@ -297,6 +297,10 @@ pub trait Outbox: Send + Sync {
     /// removed and later added back starts afresh, as a new one does, rather
     /// than being sent what was stored meanwhile. How many were forgotten.
     fn retain<'a>(&'a self, keys: &'a [String]) -> Fut<'a, Result<usize>>;
+    /// Whether every replica reads these feeds (only the leader changes them).
+    fn shared(&self) -> bool {
+        false
+    }
 }
 
 /// One endpoint's feed.

@@ -192,7 +192,7 @@ fn unkey(k: &str) -> Option<String> {
 fn nats(op: &'static str) -> impl FnOnce(Box<dyn std::error::Error + Send + Sync>) -> StoreError {
     move |e| {
         let cause = e.to_string();
-        // JetStream's "insufficient resources" (10047), "resource limits exceeded
+        // JetStream's "insufficient resources" (10023), "resource limits exceeded
         // for account" (10002: the account's max_file) and the stream's limits: the
         // store is full, which must be said, not retried quietly.
         if cause.contains("insufficient resources")
@@ -358,6 +358,10 @@ impl super::Outbox for Outbox {
                 instance: self.instance.clone(),
             }) as Box<dyn super::Feed>)
         })
+    }
+
+    fn shared(&self) -> bool {
+        true
     }
 
     fn retain<'a>(&'a self, keys: &'a [String]) -> Fut<'a, Result<usize>> {
@@ -808,6 +812,18 @@ impl Nats {
         })
     }
 
+    /// Refuse a read at once while the client holds no connection: each of its
+    /// requests would wait out its timeout, one after the other.
+    fn connected(&self, op: &'static str) -> Result<()> {
+        match self.shared.js.client().connection_state() {
+            async_nats::connection::State::Connected => Ok(()),
+            _ => Err(StoreError::Nats {
+                op,
+                cause: "not connected to any NATS server".into(),
+            }),
+        }
+    }
+
     /// Durable webhook delivery from the event stream.
     pub fn outbox(&self) -> Outbox {
         Outbox {
@@ -1220,17 +1236,8 @@ impl Store for Nats {
         let subject = format!("{}.{}", shared.names.subjects, key(node_id));
         let q = q.clone();
         let instance = shared.instance.clone();
-        // A read answers within a request's time, whatever it takes to page.
-        let page = self.run(async move {
-            tokio::time::timeout(REQUEST_TIMEOUT, page(&shared, &subject, &q))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(StoreError::Nats {
-                        op: "read events",
-                        cause: "JetStream did not answer in time".into(),
-                    })
-                })
-        })??;
+        self.connected("read events")?;
+        let page = self.run(async move { page(&shared, &subject, &q).await })??;
         let events = page
             .events
             .into_iter()
@@ -1246,6 +1253,7 @@ impl Store for Nats {
     }
 
     fn has_events(&self, node_id: &str) -> Result<bool> {
+        self.connected("read events")?;
         let shared = self.shared.clone();
         let subject = format!("{}.{}", shared.names.subjects, key(node_id));
         self.run(async move {
