@@ -350,13 +350,7 @@ impl Hale {
 
     /// As [`Hale::start_with`], waiting `limit` for it to answer.
     pub async fn start_within(dir: &Path, port: u16, config: &str, limit: Duration) -> Hale {
-        std::fs::write(dir.join("hale.yaml"), config).unwrap();
-        let mut hale = Hale {
-            url: format!("http://127.0.0.1:{port}"),
-            dir: dir.to_path_buf(),
-            child: None,
-            prefix: Vec::new(),
-        };
+        let mut hale = Self::configured(dir, &format!("http://127.0.0.1:{port}"), config, &[]);
         hale.launch();
         hale.wait_up(limit).await;
         hale
@@ -365,15 +359,20 @@ impl Hale {
     /// Start hale on `config`, answering at `url`, run under `prefix` (e.g. `ip
     /// netns exec NS`, for a hale in a network namespace of the test's).
     pub async fn start_under(dir: &Path, url: &str, config: &str, prefix: &[&str]) -> Hale {
+        let mut hale = Self::configured(dir, url, config, prefix);
+        hale.spawn().await;
+        hale
+    }
+
+    /// A hale not started yet, its configuration written.
+    fn configured(dir: &Path, url: &str, config: &str, prefix: &[&str]) -> Hale {
         std::fs::write(dir.join("hale.yaml"), config).unwrap();
-        let mut hale = Hale {
+        Hale {
             url: url.to_string(),
             dir: dir.to_path_buf(),
             child: None,
             prefix: prefix.iter().map(|p| p.to_string()).collect(),
-        };
-        hale.spawn().await;
-        hale
+        }
     }
 
     async fn spawn(&mut self) {
@@ -410,7 +409,7 @@ impl Hale {
 
     /// Wait for `/healthz` (`limit` at most); a hale that exits or never answers
     /// fails the test with its log, which says why.
-    pub async fn wait_up(&mut self, limit: Duration) {
+    async fn wait_up(&mut self, limit: Duration) {
         let health = format!("{}/healthz", self.url);
         let deadline = Instant::now() + limit;
         loop {

@@ -505,7 +505,7 @@ struct Shared {
     as_is: bool,
     /// The settings this replica's configuration asks of the store, made the
     /// store's when it leads (`None`: opened as it is).
-    wanted: Mutex<Option<Wanted>>,
+    wanted: Option<Wanted>,
 }
 
 /// What a replica's configuration asks of the shared store's stream and buckets.
@@ -619,7 +619,7 @@ impl Nats {
                     .unwrap_or_default();
                 Ok::<_, StoreError>((js, events, state, ledger, lease, names, instance))
             })??;
-            return Nats::opened(runtime, handle, lease_duration, opened, true);
+            return Nats::opened(runtime, handle, lease_duration, opened, None);
         };
         let retention = Duration::from_secs(u64::from(retention_days) * 86_400);
         let wanted = Wanted {
@@ -708,18 +708,17 @@ impl Nats {
                 lease_duration,
             ))
         })??;
-        let nats = Nats::opened(runtime, handle, lease_duration, opened, false)?;
-        *nats.shared.wanted.lock().expect("wanted lock") = Some(wanted);
-        Ok(nats)
+        Nats::opened(runtime, handle, lease_duration, opened, Some(wanted))
     }
 
-    /// The store on what opening it found.
+    /// The store on what opening it found; `wanted`: the settings the configuration
+    /// asks of it, `None` for a store opened as it is, to be read.
     fn opened(
         runtime: Runtime,
         handle: tokio::runtime::Handle,
         lease_duration: Duration,
         opened: Found,
-        as_is: bool,
+        wanted: Option<Wanted>,
     ) -> Result<Nats> {
         let (js, events, state, ledger, lease, names, instance) = opened;
         let record_limit = js
@@ -742,8 +741,8 @@ impl Nats {
                 bytes: AtomicU64::new(0),
                 limit: AtomicU64::new(0),
                 record_limit,
-                as_is,
-                wanted: Mutex::default(),
+                as_is: wanted.is_none(),
+                wanted,
             }),
             mark: Mutex::default(),
             revisions: Mutex::default(),
@@ -1306,7 +1305,7 @@ impl Store for Nats {
     }
 
     fn settle(&mut self) -> Result<Vec<String>> {
-        let Some(wanted) = *self.shared.wanted.lock().expect("wanted lock") else {
+        let Some(wanted) = self.shared.wanted else {
             return Ok(Vec::new());
         };
         let shared = self.shared.clone();

@@ -708,11 +708,7 @@ impl super::Outbox for Outbox {
                 return Ok(0);
             }
             let events = Connection::open(dir.join(FILE)).op("open the events for webhooks")?;
-            let instance: String = events
-                .query_row("SELECT value FROM meta WHERE key = 'instance'", [], |r| {
-                    r.get(0)
-                })
-                .op("read store instance")?;
+            let instance = instance_of(&events)?;
             let keys: Vec<String> = keys.iter().map(|k| place_key(&instance, k)).collect();
             let places = Connection::open(path).op("open the webhook places")?;
             places
@@ -731,6 +727,15 @@ impl super::Outbox for Outbox {
             Ok(forgotten)
         }))
     }
+}
+
+/// The store's instance, which its event ids and webhook places carry.
+fn instance_of(events: &Connection) -> Result<String> {
+    events
+        .query_row("SELECT value FROM meta WHERE key = 'instance'", [], |r| {
+            r.get(0)
+        })
+        .op("read store instance")
 }
 
 /// The key a place is stored under: it belongs to this store (a store made anew
@@ -753,11 +758,7 @@ impl FeedDb {
         events
             .pragma_update(None, "busy_timeout", 5000)
             .op("set busy timeout")?;
-        let instance: String = events
-            .query_row("SELECT value FROM meta WHERE key = 'instance'", [], |r| {
-                r.get(0)
-            })
-            .op("read store instance")?;
+        let instance = instance_of(&events)?;
         let places = Connection::open(dir.join(PLACES)).op("open the webhook places")?;
         places
             .pragma_update(None, "journal_mode", "WAL")
