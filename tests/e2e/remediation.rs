@@ -835,6 +835,7 @@ async fn a_kubernetes_node_is_cordoned_drained_through_evictions_rebooted_and_pu
     let mut k1 = ready_node("k1", json!({}));
     k1["metadata"]["annotations"] = json!({"hale.dev/bmc-address": sushy.address("k1")});
     let fake = FakeApi::start(vec![k1, ready_node("k2", json!({}))]).await;
+    fake.set_grace_scale(0.3);
     fake.put_pod(crate::kube_fake::pod(
         "shop",
         "web-1",
@@ -873,6 +874,21 @@ async fn a_kubernetes_node_is_cordoned_drained_through_evictions_rebooted_and_pu
     })
     .await;
     assert_eq!(evicted[0]["metadata"]["name"], "web-1");
+    // The pod runs its grace period (30 s, scaled to 9): nothing reboots the node
+    // under it, the flow's drain waits until it has terminated.
+    eventually("web-1 terminated", Duration::from_secs(60), || async {
+        let step = hale.node("k1").await.unwrap()["remediation"]["step"].clone();
+        let gone = fake.object("Pod", Some("shop"), "web-1").is_none();
+        let offs = machines.offs("k1");
+        assert!(
+            gone || (!["reboot", "return", "verify", "uncordon"]
+                .contains(&step.as_str().unwrap_or_default())
+                && offs == 0),
+            "rebooted under a terminating pod: step {step}, powered off {offs} time(s)"
+        );
+        gone.then_some(())
+    })
+    .await;
     wait_event(
         &hale,
         "k1",

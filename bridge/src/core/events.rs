@@ -136,6 +136,10 @@ pub enum EventKind {
         /// timeout (they still run there).
         #[serde(default, skip_serializing_if = "super::is_zero")]
         blocked: u32,
+        /// Allocations evicted that were still stopping when the orchestrator's
+        /// wait for them ended.
+        #[serde(default, skip_serializing_if = "super::is_zero")]
+        stopping: u32,
     },
     NodeEvicted {
         fault_class: String,

@@ -277,6 +277,11 @@ impl Kubernetes {
     }
 
     /// One node as hale last knew it; `None`: not (or no longer) in the cluster.
+    /// Whether the node is Ready as hale last saw it (unknown nodes are not).
+    fn ready(&self, name: &str) -> bool {
+        self.node_now(name).is_some_and(|n| ready(&n))
+    }
+
     fn node_now(&self, name: &str) -> Option<Node> {
         let node = self.store.get(&ObjectRef::new(name))?;
         let written = self.written.lock().expect("written lock");
@@ -367,6 +372,15 @@ fn classify(e: kube::Error) -> OrchestratorError {
     }
 }
 
+/// Whether the node's kubelet says it is Ready.
+fn ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
+}
+
 /// A Node as hale's policy sees it.
 pub fn observed(node: &Node) -> Observed {
     let meta = &node.metadata;
@@ -377,12 +391,7 @@ pub fn observed(node: &Node) -> Observed {
         .as_ref()
         .and_then(|s| s.unschedulable)
         .unwrap_or(false);
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True");
+    let ready = ready(node);
     let status = if unschedulable {
         Status::Cordoned
     } else if ready {
@@ -601,18 +610,22 @@ impl Orchestrator for Kubernetes {
     }
 
     /// Passive: the cordon that precedes it is the whole of it. Active: every
-    /// movable pod evicted, PodDisruptionBudgets permitting.
+    /// movable pod evicted, PodDisruptionBudgets permitting, and waited for until it
+    /// has terminated (within `evictionTimeout`).
     fn drain<'a>(&'a self, node: &'a str, active: bool) -> Fut<'a, Done> {
         Box::pin(async move {
             if !active {
                 return Ok(Done::default());
             }
+            let until = std::time::Instant::now() + self.settings.eviction_timeout;
             let work = self.workloads_on(node).await?;
             let all: Vec<&Workload> = work.iter().collect();
             let blocked = self.evict_each(node, &all, &[], "").await?;
+            let stopping = self.wait_terminated(node, until).await?;
             Ok(Done {
                 moved: (all.len() - blocked.len()) as u32,
                 blocked: blocked.len() as u32,
+                stopping,
                 ..Done::default()
             })
         })

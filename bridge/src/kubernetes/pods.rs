@@ -32,6 +32,8 @@ const CAPI_NAMESPACE: &str = "cluster.x-k8s.io/cluster-namespace";
 pub const EVICTED: &str = "hale.dev/evicted";
 /// Annotation: when hale deleted the node's owner; the node is on its way out.
 pub const REPLACED_AT: &str = "hale.dev/replaced-at";
+/// How often a drain looks again for the pods it evicted.
+const TERMINATION_POLL: Duration = Duration::from_secs(2);
 
 /// A pod a drain must move: not a DaemonSet's (it would come straight back and its
 /// controller tolerates the cordon), not a static pod's mirror (the API cannot delete
@@ -238,6 +240,30 @@ impl Kubernetes {
             }
         }
         Ok(blocked)
+    }
+
+    /// Wait until no pod on `node` is still terminating — an evicted pod runs its
+    /// grace period (a checkpoint, a flush) before its work is anywhere else, and a
+    /// reboot meanwhile cuts it short, as `kubectl drain` waits for it — checking
+    /// every [`TERMINATION_POLL`] until `deadline`. Not while the node is not Ready
+    /// (its kubelet cannot end them; the reboot is what does) or is back in
+    /// service. Returns how many were still terminating.
+    pub(super) async fn wait_terminated(&self, node: &str, deadline: Instant) -> Result<u32> {
+        loop {
+            let now = Utc::now();
+            let stopping = self
+                .pods_on(node)
+                .await?
+                .iter()
+                .filter(|p| movable(p, now) && p.metadata.deletion_timestamp.is_some())
+                .count() as u32;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if stopping == 0 || left.is_zero() || self.schedulable(node) || !self.ready(node) {
+                return Ok(stopping);
+            }
+            debug!(node, stopping, "waiting for evicted pods to terminate");
+            tokio::time::sleep(TERMINATION_POLL.min(left)).await;
+        }
     }
 
     /// Whether the node takes new work as hale last saw it (unknown nodes do not).

@@ -792,6 +792,7 @@ mod tests {
                 reason: odd.into(),
                 moved: 4,
                 blocked: 0,
+                stopping: 1,
             },
             EventKind::NodeReplaced {},
         ];

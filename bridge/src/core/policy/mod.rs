@@ -522,6 +522,7 @@ impl Policy<'_, '_> {
                     reason: reason.clone(),
                     moved: 0,
                     blocked: 0,
+                    stopping: 0,
                 },
                 format!("drained (passive) by hale: {reason}"),
             );

@@ -99,6 +99,7 @@ impl Fleet {
                     reason: reason.into(),
                     moved: 0,
                     blocked: 0,
+                    stopping: 0,
                 },
                 with_reason("drained (passive) by operator", reason),
             ));

@@ -120,6 +120,9 @@ pub struct Done {
     pub moved_owners: Vec<String>,
     /// Allocations a disruption budget kept on the node past the timeout.
     pub blocked: u32,
+    /// Allocations told to stop that were still stopping (their grace period
+    /// running) when the orchestrator stopped waiting for them.
+    pub stopping: u32,
     /// Allocations left on the node afterwards, when the orchestrator counted them.
     pub remaining: Option<u32>,
 }
@@ -241,12 +244,14 @@ impl Fleet {
                         reason: reason.clone(),
                         moved: done.moved,
                         blocked: done.blocked,
+                        stopping: done.stopping,
                     },
                     format!(
-                        "{}; {} allocation(s) requeued{}",
+                        "{}; {} allocation(s) requeued{}{}",
                         with_reason(&format!("drained (active) by {}", by.as_str()), reason),
                         done.moved,
-                        held(done.blocked)
+                        held(done.blocked),
+                        still_stopping(done.stopping)
                     ),
                 ))
             }
@@ -393,6 +398,14 @@ impl Fleet {
         );
         out
     }
+}
+
+/// The part of a drain's message about what had not finished stopping.
+fn still_stopping(stopping: u32) -> String {
+    if stopping == 0 {
+        return String::new();
+    }
+    format!("; {stopping} still stopping when the wait for them ended")
 }
 
 /// The part of a drain's or eviction's message about what stayed behind.

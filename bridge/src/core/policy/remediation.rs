@@ -1054,9 +1054,10 @@ impl Fleet {
         match (flow.step, action) {
             (FlowStep::Cordon, Action::Cordon { .. }) => self.describe_and_drain(now, id, out),
             (FlowStep::Drain, Action::Drain { active: true, .. }) => {
-                if done.blocked > 0 {
+                if done.blocked > 0 || done.stopping > 0 {
                     if elapsed(now, flow.since) < cfg.remediation.drain_timeout {
-                        // A disruption budget said not yet: ask again.
+                        // A disruption budget said not yet, or what was evicted has
+                        // not finished stopping: ask again.
                         let reason = format!("{CORDON_REASON}{}", flow.reason);
                         node.policy.push(Action::Drain {
                             active: true,
@@ -1064,10 +1065,17 @@ impl Fleet {
                         });
                         out.dirty.insert(id.into());
                     } else {
-                        let why = format!(
-                            "{} allocation(s) held on the node by disruption budgets past remediation.drainTimeout",
-                            done.blocked
-                        );
+                        let why = match (done.blocked, done.stopping) {
+                            (held, 0) => format!(
+                                "{held} allocation(s) held on the node by disruption budgets past remediation.drainTimeout"
+                            ),
+                            (0, stopping) => format!(
+                                "{stopping} evicted allocation(s) still stopping past remediation.drainTimeout"
+                            ),
+                            (held, stopping) => format!(
+                                "{held} allocation(s) held on the node by disruption budgets and {stopping} still stopping past remediation.drainTimeout"
+                            ),
+                        };
                         self.fail_flow(cfg, now, id, FlowStep::Drain, &why, out);
                     }
                     return;

@@ -2954,6 +2954,7 @@ fn fault_eviction_acts_in_observe_mode_and_names_the_fault() {
             failed: 2,
             moved_owners: vec!["job/train".into()],
             blocked: 0,
+            stopping: 0,
             remaining: None,
         },
     );

@@ -1050,3 +1050,79 @@ fn an_inventory_that_lists_no_node_retires_none() {
     let out = s.fleet.observe(s.now, &[super::shown("k1", Status::Ready)]);
     assert_eq!(out.removed, ["k2"]);
 }
+
+#[test]
+fn the_reboot_waits_for_what_the_drain_evicted_to_stop() {
+    let mut s = fleet(
+        "nodeHealth: { mode: cordon, maxUnavailablePercent: 100 }\ninventory: [ { id: n1 }, { id: n2 } ]\nremediation: { drainTimeout: 10m }\n",
+    );
+    let up = |n: &str| uptime(n, "P3");
+    // Each drain answered as an orchestrator whose evicted work was still
+    // stopping when it stopped waiting: the flow asks again, and reboots only
+    // once nothing is left stopping.
+    let drain = |s: &mut Script, id: &str, stopping: u32| {
+        loop {
+            let p = s.fleet.next_action(id).expect("an action pending");
+            let done = match p.action {
+                Action::Drain { active: true, .. } => Done {
+                    stopping,
+                    ..Done::default()
+                },
+                _ => Done::default(),
+            };
+            let out = s.fleet.action_done(&s.cfg, s.now, id, &p, &done);
+            s.record(out);
+            if matches!(p.action, Action::Drain { active: true, .. }) {
+                break;
+            }
+        }
+        s.flows();
+    };
+    s.at(0)
+        .poll(&[watchdog(), beat("n1"), beat("n2"), up("n1")])
+        .flows();
+    drain(&mut s, "n1", 2);
+    assert_eq!(s.step("n1"), Some(FlowStep::Drain));
+    let drained: Vec<&Event> = s
+        .events
+        .iter()
+        .filter(|e| e.kind.name() == "NODE_DRAINED")
+        .collect();
+    assert!(
+        matches!(drained[..], [e] if matches!(e.kind, EventKind::NodeDrained { stopping: 2, .. })
+            && e.message.contains("2 still stopping")),
+        "{drained:?}"
+    );
+    s.at(60).flows();
+    assert_eq!(
+        s.step("n1"),
+        Some(FlowStep::Drain),
+        "no reboot while work stops"
+    );
+    drain(&mut s, "n1", 0);
+    assert_eq!(s.step("n1"), Some(FlowStep::Reboot));
+
+    // Still stopping past drainTimeout: the flow fails at its drain, never reboots.
+    let mut s = fleet(
+        "nodeHealth: { mode: cordon, maxUnavailablePercent: 100 }\ninventory: [ { id: n1 }, { id: n2 } ]\nremediation: { drainTimeout: 10m }\n",
+    );
+    s.at(0)
+        .poll(&[watchdog(), beat("n1"), beat("n2"), up("n2")])
+        .flows();
+    drain(&mut s, "n2", 1);
+    s.at(601);
+    drain(&mut s, "n2", 1);
+    assert_eq!(s.step("n2"), None);
+    let failed = s
+        .events
+        .iter()
+        .find(|e| e.kind.name() == "REMEDIATION_FAILED")
+        .expect("the flow failed");
+    assert!(
+        matches!(&failed.kind, EventKind::RemediationFailed { step, .. } if step == "drain")
+            && failed
+                .message
+                .contains("1 evicted allocation(s) still stopping"),
+        "{failed:?}"
+    );
+}
