@@ -146,25 +146,41 @@ pub fn hostnames(list: &str) -> Vec<String> {
     out
 }
 
+/// The state of a node or job, as upper-case words, from `keys` of its JSON.
+/// Slurm 22.05 writes a node's base state as one word (`"idle"`) and its flags
+/// apart (`state_flags: ["DRAIN"]`), a job's as one word (`"RUNNING"`); 23.02
+/// and later write one list of both (`state: ["IDLE", "DRAIN"]`, `job_state:
+/// ["RUNNING"]`).
+fn states(v: &Value, keys: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    for k in keys {
+        match v.get(*k) {
+            Some(Value::String(s)) => out.push(s.to_ascii_uppercase()),
+            Some(Value::Array(a)) => out.extend(
+                a.iter()
+                    .filter_map(|w| Some(w.as_str()?.to_ascii_uppercase())),
+            ),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Whether a job of `squeue --json` runs.
+fn runs(job: &Value) -> bool {
+    states(job, &["job_state"]).iter().any(|s| s == "RUNNING")
+}
+
 /// A node of `sinfo --json` as hale's policy sees it.
 fn observed(n: &Value, jobs: &HashMap<String, u32>) -> Option<Observed> {
     let name = n.get("name")?.as_str()?.to_string();
     let text = |k: &str| n.get(k).and_then(Value::as_str).unwrap_or_default();
-    let flags: Vec<String> = n
-        .get("state_flags")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|f| Some(f.as_str()?.to_ascii_uppercase()))
-                .collect()
-        })
-        .unwrap_or_default();
-    let state = text("state").to_ascii_lowercase();
-    let flagged = |f: &str| flags.iter().any(|x| x.starts_with(f));
+    let state = states(n, &["state", "state_flags"]);
+    let flagged = |f: &str| state.iter().any(|x| x.starts_with(f));
     let drained = flagged("DRAIN");
-    let not_ready = matches!(state.as_str(), "down" | "fail" | "future" | "unknown")
-        || flagged("NOT_RESPONDING")
-        || flagged("FAIL");
+    let not_ready = ["DOWN", "FAIL", "FUTURE", "UNKNOWN", "NOT_RESPONDING"]
+        .iter()
+        .any(|s| flagged(s));
     let status = if drained {
         Status::Cordoned
     } else if not_ready {
@@ -298,7 +314,7 @@ impl Slurm {
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .filter(|j| j.get("job_state").and_then(Value::as_str) == Some("RUNNING"))
+            .filter(|j| runs(j))
             .filter_map(|j| {
                 let id = j.get("job_id")?.as_u64()?.to_string();
                 let requeue = j.get("requeue").and_then(Value::as_bool).unwrap_or(false);
@@ -652,6 +668,90 @@ mod tests {
             assert_eq!(o.labels["partition"], "gpu");
             assert_eq!(o.labels["feature/ib"], "true");
             assert_eq!(o.gated, Some(false));
+        }
+    }
+
+    /// Slurm 23.02 and later: one list of the base state and its flags, features
+    /// as lists, as `sinfo --json` of 24.11 writes them.
+    #[test]
+    fn sinfo_of_slurm_23_and_later_reads_the_same() {
+        let jobs: HashMap<String, u32> = HashMap::new();
+        let cases = [
+            (json!(["IDLE"]), "", Status::Ready, false, None),
+            (json!(["MIXED"]), "", Status::Ready, false, None),
+            (
+                json!(["IDLE", "DRAIN"]),
+                "hale: score below cordonBelow 60",
+                Status::Cordoned,
+                false,
+                Some(Actor::Hale),
+            ),
+            (
+                json!(["ALLOCATED", "DRAIN"]),
+                "bios update",
+                Status::Cordoned,
+                false,
+                Some(Actor::Operator),
+            ),
+            (
+                json!(["DOWN", "NOT_RESPONDING"]),
+                "Not responding",
+                Status::NotReady,
+                true,
+                None,
+            ),
+            (
+                json!(["IDLE", "NOT_RESPONDING"]),
+                "",
+                Status::NotReady,
+                true,
+                None,
+            ),
+            (
+                json!(["DOWN", "DRAIN"]),
+                "hale: x",
+                Status::Cordoned,
+                true,
+                Some(Actor::Hale),
+            ),
+            (
+                json!(["IDLE", "POWER_DRAIN", "CLOUD"]),
+                "",
+                Status::Ready,
+                false,
+                None,
+            ),
+        ];
+        for (state, reason, status, not_ready, by) in cases {
+            let o = observed(
+                &json!({"name": "n1", "state": state, "reason": reason, "hostname": "n1.lab",
+                        "next_state_after_reboot": ["INVALID"], "partitions": ["gpu"],
+                        "features": ["a100", "ib"], "active_features": ["a100", "ib"], "weight": 1,
+                        "free_mem": {"set": true, "infinite": false, "number": 39871}}),
+                &jobs,
+            )
+            .unwrap();
+            assert_eq!((o.status, o.not_ready), (status, not_ready), "{state}");
+            assert_eq!(o.cordoned_by.map(|(a, _)| a), by, "{state} {reason}");
+            assert_eq!(o.labels["feature/ib"], "true");
+            assert_eq!(o.hostname.as_deref(), Some("n1.lab"));
+        }
+        let cloud = json!({"name": "c1", "state": ["IDLE", "CLOUD"]});
+        assert!(observed(&cloud, &jobs).unwrap().provisioned);
+    }
+
+    #[test]
+    fn job_states_are_read_in_either_shape() {
+        for (state, running) in [
+            (json!("RUNNING"), true),
+            (json!(["RUNNING"]), true),
+            (json!(["RUNNING", "CONFIGURING"]), true),
+            (json!("PENDING"), false),
+            (json!(["PENDING", "REQUEUED"]), false),
+            (json!(["COMPLETING"]), false),
+        ] {
+            let job = json!({"job_id": 7, "job_state": state});
+            assert_eq!(runs(&job), running, "{state}");
         }
     }
 }
