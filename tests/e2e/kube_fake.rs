@@ -110,6 +110,9 @@ struct Cluster {
     /// Leases (namespace, name) another writer changes right before their next
     /// update is served.
     lease_races: BTreeSet<(String, String)>,
+    /// Leases whose next update is answered with a 500, as an API server answers
+    /// while etcd changes leader.
+    lease_faults: BTreeSet<(String, String)>,
     /// Everything but nodes and events.
     objects: BTreeMap<Key, Value>,
     /// Terminating pods, and when their kubelet confirms each.
@@ -1380,6 +1383,16 @@ impl FakeApi {
             .insert((namespace.into(), name.into()));
     }
 
+    /// Answer the next update of the Lease `name` in `namespace` with a 500 (etcd
+    /// changing leader under the API server), changing nothing.
+    pub fn fail_next_lease_update(&self, namespace: &str, name: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .lease_faults
+            .insert((namespace.into(), name.into()));
+    }
+
     /// Create or replace a pod, as its controller and the scheduler would (its
     /// `terminationGracePeriodSeconds` defaulted to 30, as the real server defaults
     /// it). A pod replaced while terminating is a new pod, not terminating.
@@ -2488,6 +2501,13 @@ async fn update_lease(
     }
     let k = Kind::by_kind("Lease");
     let mut c = fake.state.lock().unwrap();
+    if c.lease_faults.remove(&(ns.clone(), name.clone())) {
+        return status(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            "Internal error occurred: etcdserver: leader changed",
+        );
+    }
     if c.lease_races.remove(&(ns.clone(), name.clone()))
         && let Some(raced) = c.objects.get(&Cluster::key(k, &ns, &name)).cloned()
     {

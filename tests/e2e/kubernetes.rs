@@ -1454,6 +1454,24 @@ async fn two_replicas_one_leader_and_a_handover_without_double_action() -> Serve
         !log.contains("held by another replica"),
         "a conflict taken for another holder:\n{log}"
     );
+    // One renewal answered with a 500 (etcd changing leader): a tries again soon
+    // and leads on in the same term, never stepping down in between.
+    fake.fail_next_lease_update("default", "hale");
+    eventually("a renewal met the 500", Duration::from_secs(20), || async {
+        (renewals(&fake, 500) == 1).then_some(())
+    })
+    .await;
+    let renewed = renewals(&fake, 200);
+    eventually("a renewed after it", Duration::from_secs(20), || async {
+        (renewals(&fake, 200) > renewed).then_some(())
+    })
+    .await;
+    let log = a.log();
+    assert_eq!(
+        log.matches("leading: this replica acts").count(),
+        1,
+        "a lost its lead over one failed renewal:\n{log}"
+    );
     let b = start(dir_b.path().to_path_buf(), "replica-b").await;
 
     let mut alerts = vec![watchdog()];

@@ -114,6 +114,11 @@ fn micro_now() -> MicroTime {
 /// How soon a round that met a conflict reads the Lease again.
 const CONFLICT_RETRY: Duration = Duration::from_millis(200);
 
+/// How soon a round that failed (an error, no answer in time) tries again.
+fn failed_retry(duration: Duration) -> Duration {
+    (duration / 10).max(CONFLICT_RETRY)
+}
+
 /// Keep trying to hold `name` for as long as the task runs.
 pub async fn run(api: Api<Lease>, name: String, duration: Duration, me: &Leadership) {
     // Rounded up: the Lease must not promise others less than this replica waits.
@@ -158,14 +163,22 @@ pub async fn run(api: Api<Lease>, name: String, duration: Duration, me: &Leaders
                 tokio::time::sleep(CONFLICT_RETRY).await;
                 continue;
             }
+            // Leadership lapses on its own at its deadline unless a try before it
+            // renews: tried again soon, as client-go retries within its renew
+            // deadline — one 500 while etcd changes leader must not end a term.
             Ok(Err(e)) => {
-                // Leadership lapses on its own at its deadline; nothing else to do.
-                warn!(lease = name, error = %e, "could not read or renew the Lease");
+                warn!(lease = name, error = %e, "could not read or renew the Lease; trying again");
+                tokio::time::sleep(failed_retry(duration)).await;
+                continue;
             }
-            Err(_) => warn!(
-                lease = name,
-                "the API server did not answer about the Lease in time"
-            ),
+            Err(_) => {
+                warn!(
+                    lease = name,
+                    "the API server did not answer about the Lease in time; trying again"
+                );
+                tokio::time::sleep(failed_retry(duration)).await;
+                continue;
+            }
         }
         tokio::time::sleep(duration / 3).await;
     }
