@@ -117,6 +117,20 @@ fn fill(
                 }
             },
         };
+        // A node's name can come from any alert: only what a host name holds goes
+        // into an address, so no value can move the address to another host or
+        // path (`evil:8000/x#`), where the shared credentials would follow.
+        let host_like = |v: &str| {
+            !v.is_empty()
+                && !v.starts_with(['-', '.'])
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+        };
+        if !host_like(value) {
+            return Err(format!(
+                "the node's {{{key}}} {value:?} cannot go into an address: only letters, digits, '.', '-' and '_' can"
+            ));
+        }
         out.push_str(value);
         rest = &rest[close + 1..];
     }
@@ -284,6 +298,41 @@ impl Directory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn templates_take_no_value_that_could_move_the_address() {
+        let labels: BTreeMap<String, String> = [("rack".to_string(), "r/1".to_string())].into();
+        let template = "redfish+https://{hostname}-bmc.example/redfish/v1/Systems/1";
+        for bad in [
+            "127.0.0.1:41008/redfish/v1/Systems/1#",
+            "evil@host",
+            "a?b",
+            "a b",
+            "-oProxy",
+            ".hidden",
+            "",
+            "nöde",
+        ] {
+            let e = fill(template, "n1", bad, &labels).unwrap_err();
+            assert!(e.contains("cannot go into an address"), "{bad}: {e}");
+        }
+        let e = fill("ipmi://{labels.rack}-bmc", "n1", "n1", &labels).unwrap_err();
+        assert!(e.contains("{labels.rack}"), "{e}");
+        assert_eq!(
+            fill(template, "n1", "gpu-14.dc1_a", &labels).unwrap(),
+            "redfish+https://gpu-14.dc1_a-bmc.example/redfish/v1/Systems/1"
+        );
+        // Through the directory: the node has no BMC, and says why.
+        let dir = Directory {
+            template: Some(template.into()),
+            default_credentials: Some(Credentials::new("admin", "pw")),
+            ..Directory::default()
+        };
+        let e = dir
+            .target("x", Some("127.0.0.1:41008/x#"), &BTreeMap::new(), None)
+            .unwrap_err();
+        assert!(e.to_string().contains("cannot go into an address"), "{e}");
+    }
 
     #[test]
     fn templates_fill_id_hostname_and_labels() {
