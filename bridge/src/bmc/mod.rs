@@ -342,6 +342,14 @@ impl Credentials {
         if username.is_empty() || password.is_empty() {
             return Err(format!("{}: empty username or password", path.display()));
         }
+        // A second line would become part of the password, which the BMC then
+        // refuses with no hint why.
+        if username.contains(['\r', '\n']) || password.contains(['\r', '\n']) {
+            return Err(format!(
+                "{}: more than one line; credentials are one `username:password` line",
+                path.display()
+            ));
+        }
         Ok(Credentials { username, password })
     }
 
@@ -646,6 +654,20 @@ mod tests {
         );
         std::fs::write(&file, "admin:\n").unwrap();
         assert!(Credentials::read(&file).unwrap_err().contains("empty"));
+        for two in ["admin:realpass\nsecond:zzz\n", "admin:realpass\r\nx\n"] {
+            std::fs::write(&file, two).unwrap();
+            let e = Credentials::read(&file).unwrap_err();
+            assert!(
+                e.contains("more than one line") && !e.contains("realpass"),
+                "{e}"
+            );
+        }
+        std::fs::write(secret.join("password"), "calvin\nhobbes\n").unwrap();
+        assert!(
+            Credentials::read(&secret)
+                .unwrap_err()
+                .contains("more than one line")
+        );
     }
 
     /// A machine that changes state a few reads after it is asked.
