@@ -118,9 +118,25 @@ impl NatsConfig {
         if self.urls.is_empty() {
             return Err(("urls".into(), "must name at least one NATS server".into()));
         }
+        let mut userinfo = None;
         for (i, u) in self.urls.iter().enumerate() {
             match reqwest::Url::parse(u) {
-                Ok(url) if matches!(url.scheme(), "nats" | "tls") && url.host().is_some() => {}
+                Ok(url) if matches!(url.scheme(), "nats" | "tls") && url.host().is_some() => {
+                    // One connection's credentials: every server of the cluster
+                    // takes the same.
+                    let given = (
+                        url.username().to_string(),
+                        url.password().map(str::to_string),
+                    );
+                    if !given.0.is_empty()
+                        && *userinfo.get_or_insert_with(|| given.clone()) != given
+                    {
+                        return Err((
+                            format!("urls[{i}]"),
+                            "names other credentials than an earlier URL: the client logs in to every server with one".into(),
+                        ));
+                    }
+                }
                 _ => {
                     return Err((
                         format!("urls[{i}]"),
@@ -241,12 +257,12 @@ pub async fn connect(cfg: &NatsConfig) -> Result<async_nats::Client> {
             options = options.add_client_certificate(cert.clone(), key.clone());
         }
     }
-    let addrs: Vec<async_nats::ServerAddr> = cfg
-        .urls
-        .iter()
-        .map(|u| u.parse())
-        .collect::<std::result::Result<_, _>>()
-        .op("read store.nats.urls")?;
+    let (addrs, userinfo) = servers(&cfg.urls)?;
+    options = match userinfo {
+        Some((user, Some(pass))) => options.user_and_password(user, pass),
+        Some((token, None)) => options.token(token),
+        None => options,
+    };
     options.connect(addrs).await.map_err(|e| {
         // Refused credentials or a TLS failure are the configuration's, which
         // waiting does not cure: said apart from a server not there yet.
@@ -260,8 +276,35 @@ pub async fn connect(cfg: &NatsConfig) -> Result<async_nats::Client> {
     })
 }
 
+/// A user and password, or a token (no password), written into a URL.
+type UserInfo = (String, Option<String>);
+
+/// The servers of `urls`, and the credentials written into them (`user:password@`
+/// or `token@`), which go to NATS as the client's options: the client sends none
+/// it finds in a URL, and logs the URLs it tries. So the addresses carry none.
+fn servers(urls: &[String]) -> Result<(Vec<async_nats::ServerAddr>, Option<UserInfo>)> {
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    let mut userinfo = None;
+    let mut addrs = Vec::new();
+    for u in urls {
+        let mut url = reqwest::Url::parse(u).op("read store.nats.urls")?;
+        if !url.username().is_empty() {
+            userinfo.get_or_insert((decode(url.username()), url.password().map(decode)));
+            // A URL with a host always takes these.
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+        }
+        addrs.push(url.as_str().parse().op("read store.nats.urls")?);
+    }
+    Ok((addrs, userinfo))
+}
+
 /// The operation named by a connection NATS refused (credentials, TLS).
-pub const REFUSED_CONNECT: &str = "connect (refused: check store.nats.credsFile and tls)";
+pub const REFUSED_CONNECT: &str = "connect (refused: check the credentials, store.nats.credsFile or the URLs' user:password@, and tls)";
 
 /// The names one cluster's store uses in JetStream.
 #[derive(Debug, Clone)]
@@ -1790,6 +1833,32 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    /// Credentials written into a URL log in (the client sends none it finds in a
+    /// URL), and the addresses it is given, which it logs, carry none.
+    #[test]
+    fn credentials_in_a_url_log_in_and_leave_the_addresses() {
+        let server = server::Server::start_with(
+            "authorization { users: [ { user: hale, password: \"p@ss:w/rd\" } ] }",
+        );
+        let mut cfg = server.config();
+        let at = cfg.urls[0].replacen("nats://", "nats://hale:p%40ss%3Aw%2Frd@", 1);
+        cfg.urls = vec![at.clone()];
+        let (addrs, userinfo) = servers(&cfg.urls).unwrap();
+        assert_eq!(
+            userinfo,
+            Some(("hale".to_string(), Some("p@ss:w/rd".to_string())))
+        );
+        let shown = format!("{addrs:?}");
+        assert!(
+            !shown.contains("40ss") && !shown.contains("hale"),
+            "{shown}"
+        );
+        Nats::open(&cfg, "c", 1).expect("logged in with the URL's credentials");
+        // One set for the cluster: another URL naming others is refused.
+        cfg.urls = vec![at, server.url.replacen("nats://", "nats://other:x@", 1)];
+        assert_eq!(cfg.validate().unwrap_err().0, "urls[1]");
     }
 
     /// A node record over the server's `max_payload` is written cut down to its
