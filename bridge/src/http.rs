@@ -1174,9 +1174,17 @@ async fn receive(
     if declared_length(&headers).is_some_and(|n| n > limit) {
         return Err(too_large());
     }
-    let bytes = axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| too_large())?;
+    let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| {
+        if crate::server::timed_out(&e) {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                e.to_string(),
+            )
+        } else {
+            too_large()
+        }
+    })?;
     blocking(move || hale.ingest_webhook(&bytes))
         .await
         .map_err(|e: IngestError| {

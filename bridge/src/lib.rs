@@ -17,6 +17,7 @@ pub mod liveness;
 pub mod metrics;
 pub mod notify;
 pub mod orchestrator;
+pub mod server;
 pub mod service;
 pub mod slurm;
 pub mod store;
@@ -229,7 +230,7 @@ mod layers {
     /// Bottom up.
     const LAYERS: &[&[&str]] = &[
         &["core"],
-        &["orchestrator", "store", "liveness", "fleet_lock"],
+        &["orchestrator", "store", "liveness", "fleet_lock", "server"],
         &[
             "kubernetes",
             "fuzzball",

@@ -227,15 +227,14 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
     tokio::spawn(Arc::clone(&hale).retention_loop());
     tokio::spawn(Arc::clone(&hale).follow_loop());
     tokio::spawn(reload_on_hangup(Arc::clone(&hale)));
-    axum::serve(
+    hale::server::serve(
         listener,
         hale::http::limited(
             hale::http::router(Arc::clone(&hale)).merge(hale::ui::router(Arc::clone(&hale))),
         ),
+        shutdown(),
     )
-    .with_graceful_shutdown(shutdown())
-    .await
-    .context("serving HTTP")?;
+    .await;
     // A last step writes what is held only in memory, and anything a failed write
     // left pending.
     hale.apply(|fleet, cfg, now| Ok(fleet.stop(cfg, now)))?;

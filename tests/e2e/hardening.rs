@@ -908,3 +908,73 @@ async fn a_log_reader_that_goes_away_does_not_stop_hale() {
     let _ = child.wait();
     assert!(alive, "hale stopped when its log's reader went away");
 }
+
+/// Clients that hold a connection without finishing a request — nothing sent, a
+/// header never ended, a body shorter than declared — are cut off after 30 s,
+/// and everyone else is served meanwhile.
+#[tokio::test]
+async fn a_client_that_never_finishes_its_request_is_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let hale = Hale::start(dir.path(), "http://127.0.0.1:9", "").await;
+    let addr = hale.url.trim_start_matches("http://").to_string();
+    let open = |first: Vec<u8>| {
+        let addr = addr.clone();
+        async move {
+            let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            c.write_all(&first).await.unwrap();
+            c
+        }
+    };
+    let started = std::time::Instant::now();
+    let silent = open(Vec::new()).await;
+    let header = open(b"GET /healthz HTTP/1.1\r\nHost: x\r\n".to_vec()).await;
+    let body = open(
+        format!(
+            "POST /api/v1/alertmanager HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{\"version\":"
+        )
+        .into_bytes(),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    assert!(
+        client
+            .get(format!("{}/healthz", hale.url))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .is_success(),
+        "served while three clients hold connections"
+    );
+    // Each ends with the server closing it: what it read until then, and when.
+    let closed = |mut c: tokio::net::TcpStream| async move {
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(90), c.read_to_end(&mut got)).await;
+        assert!(read.is_ok(), "still open after 90 s");
+        (
+            String::from_utf8_lossy(&got).into_owned(),
+            started.elapsed(),
+        )
+    };
+    let ((silent, s), (header, h), (body, b)) =
+        tokio::join!(closed(silent), closed(header), closed(body));
+    assert_eq!(silent, "", "a silent client is closed without an answer");
+    for at in [s, h, b] {
+        assert!(at >= Duration::from_secs(25), "closed after {at:?}");
+    }
+    assert!(header.is_empty() || header.contains(" 408 "), "{header}");
+    assert!(
+        body.starts_with("HTTP/1.1 408") && body.contains("did not arrive within 30s"),
+        "{body}"
+    );
+    let text = hale.metrics().await;
+    assert_eq!(
+        metric(
+            &text,
+            "hale_alertmanager_webhook_requests_total",
+            &[("code", "408")]
+        ),
+        Some(1.0)
+    );
+}

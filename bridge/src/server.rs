@@ -1,0 +1,144 @@
+//! The HTTP server under the API and the UI: HTTP/1 on each connection accepted,
+//! with the limits a port open to a network needs, since the webhook, the API
+//! and the UI share it with whoever can reach it. A request's header must arrive
+//! within [`HEADER_READ`] (and a kept-alive connection idle that long is closed),
+//! its body within [`BODY_READ`], and at most [`MAX_CONNECTIONS`] are open at
+//! once — past that, new ones wait in the kernel's queue rather than take the
+//! process's last file descriptors. A client that sends nothing, or a header a
+//! byte at a time, holds one slot for 30 s, not for ever. On shutdown it stops
+//! accepting and lets the requests under way finish, for [`SHUTDOWN_WAIT`] at most.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::middleware::Next;
+use axum::response::Response;
+use futures::StreamExt;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tracing::{error, warn};
+
+/// How long a request's header may take to arrive, and a kept-alive connection
+/// may stay idle.
+pub const HEADER_READ: Duration = Duration::from_secs(30);
+/// How long a request's body may take to arrive, from when its handler starts
+/// reading it.
+pub const BODY_READ: Duration = Duration::from_secs(30);
+/// Connections open at once.
+pub const MAX_CONNECTIONS: usize = 1024;
+/// How long a stop waits for the requests under way.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(20);
+
+/// Serve `app` on `listener` until `shutdown` completes.
+pub async fn serve(listener: TcpListener, app: Router, shutdown: impl Future<Output = ()>) {
+    let app = app.layer(axum::middleware::from_fn(body_in_time));
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+            () = &mut shutdown => break,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    accept_failed(&e).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let service = TowerToHyperService::new(app.clone());
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(HEADER_READ);
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            // Its end is the client's or the timeouts' doing: nothing to report.
+            let _ = connection.await;
+            drop(slot);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(SHUTDOWN_WAIT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        warn!(
+            wait_s = SHUTDOWN_WAIT.as_secs(),
+            "requests still under way at shutdown were cut short"
+        );
+    }
+}
+
+/// A connection's failure (reset before it was taken) is the client's; anything
+/// else (out of file descriptors) is waited out a second, as hyper does.
+async fn accept_failed(e: &std::io::Error) {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if matches!(
+        e.kind(),
+        ConnectionAborted | ConnectionRefused | ConnectionReset
+    ) {
+        return;
+    }
+    error!(error = %e, "cannot accept a connection; trying again in a second");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+/// A request's body ends with an error [`BODY_READ`] after its handler began
+/// reading it, if it has not ended by then: a client that declared more than
+/// it sends holds its connection no longer.
+async fn body_in_time(request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    // The deadline is set by the first read: a handler that never reads the body
+    // starts no clock.
+    let frames = body.into_data_stream();
+    let timed = futures::stream::unfold(
+        Some((frames, None::<tokio::time::Instant>)),
+        |state| async move {
+            let (mut frames, deadline) = state?;
+            let by = deadline.unwrap_or_else(|| tokio::time::Instant::now() + BODY_READ);
+            match tokio::time::timeout_at(by, frames.next()).await {
+                Ok(Some(frame)) => Some((frame, Some((frames, Some(by))))),
+                Ok(None) => None,
+                Err(_) => Some((Err(late()), None)),
+            }
+        },
+    );
+    next.run(Request::from_parts(parts, Body::from_stream(timed)))
+        .await
+}
+
+/// The error a body that did not arrive in time ends with.
+fn late() -> axum::Error {
+    axum::Error::new(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!(
+            "the request body did not arrive within {}s",
+            BODY_READ.as_secs()
+        ),
+    ))
+}
+
+/// Whether reading a body failed because it did not arrive in time.
+pub fn timed_out(e: &axum::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
