@@ -520,6 +520,10 @@ mod tests {
             let e = parse_webhook(body).err().expect("rejected").to_string();
             assert!(e.contains("not a JSON object"), "{e}");
         }
+        // A label named twice: Alertmanager would read the last, hale the first.
+        let twice = br#"{"version":"4","alerts":[{"status":"firing","labels":{"alertname":"A","node":"n-a","node":"n-b"},"fingerprint":"f","startsAt":"2026-08-05T12:00:00Z"}]}"#;
+        let e = parse_webhook(twice).err().expect("rejected").to_string();
+        assert!(e.contains("label `node` is given twice"), "{e}");
     }
 
     #[test]

@@ -128,6 +128,15 @@ impl<'de: 'a, 'a> Deserialize<'de> for Labels<'a> {
                     known: [0; KEYS.len()],
                 };
                 while let Some((k, v)) = map.next_entry::<Text, Text>()? {
+                    // Alertmanager's labels are a map: a sender that names one twice
+                    // means two things, and Go would read the last where hale read
+                    // the first.
+                    if labels.pairs.iter().any(|(n, _)| *n == k.0) {
+                        return Err(de::Error::custom(format_args!(
+                            "label `{}` is given twice",
+                            k.0
+                        )));
+                    }
                     labels.push(k.0, v.0);
                 }
                 Ok(labels)
