@@ -118,13 +118,38 @@ pub struct Outgoing {
     pub body: Vec<u8>,
 }
 
+/// What a path segment of a URI must escape (RFC 3986: all but unreserved
+/// characters and sub-delimiters; `%` itself included).
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'/')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'[')
+    .add(b'\\')
+    .add(b']')
+    .add(b'^')
+    .add(b'`')
+    .add(b'{')
+    .add(b'|')
+    .add(b'}');
+
 /// Build the envelope of `event` for cluster `cluster`.
 pub fn envelope(cluster: &str, event: &StoredEvent) -> Outgoing {
     let kind = event.event.kind.name();
     let ce = CloudEvent {
         specversion: "1.0",
         kind: format!("dev.hale.node.{kind}"),
-        source: format!("/hale/clusters/{cluster}"),
+        // A URI-reference, as CloudEvents requires: the cluster's name is one
+        // path segment, whatever it holds.
+        source: format!(
+            "/hale/clusters/{}",
+            percent_encoding::utf8_percent_encode(cluster, SEGMENT)
+        ),
         id: &event.id,
         time: event
             .event
@@ -597,6 +622,12 @@ mod tests {
         assert_eq!(v["specversion"], "1.0");
         assert_eq!(v["type"], "dev.hale.node.SCORE_CHANGED");
         assert_eq!(v["source"], "/hale/clusters/lab");
+        let odd = envelope("dc 1\"><img src=x>/50%", &event);
+        let v: serde_json::Value = serde_json::from_slice(&odd.body).unwrap();
+        assert_eq!(
+            v["source"],
+            "/hale/clusters/dc%201%22%3E%3Cimg%20src=x%3E%2F50%25"
+        );
         assert_eq!(v["id"], "abc-7");
         assert_eq!(v["subject"], "gpu-14");
         assert_eq!(v["datacontenttype"], "application/json");
