@@ -2162,6 +2162,17 @@ mod tests {
         let e = kube("").unwrap_err();
         assert_eq!(e.key, "orchestrator.kubeconfig", "{e}");
         assert!(e.message.contains("is no kubeconfig"), "{e}");
+        // The parser quotes the lines around its fault: a kubeconfig's are secrets.
+        std::fs::write(
+            &kubeconfig,
+            "users:\n- name: u\n  user:\n    token: S3CRET-TOKEN\n  bad: [x\ncontexts:\n",
+        )
+        .unwrap();
+        let e = kube("").unwrap_err();
+        assert!(
+            e.message.contains("line 6") && !e.message.contains("S3CRET"),
+            "{e}"
+        );
         for text in [
             format!("orchestrator: {{ kind: kubernetes, kubeconfig: {d} }}"),
             format!("orchestrator: {{ kind: slurm, slurmConf: {d} }}"),

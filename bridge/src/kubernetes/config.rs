@@ -88,7 +88,7 @@ impl Config {
             let file = kube::config::Kubeconfig::read_from(p).map_err(|e| {
                 (
                     "kubeconfig".to_string(),
-                    format!("{} is no kubeconfig: {e}", p.display()),
+                    format!("{} is no kubeconfig: {}", p.display(), first_line(&e)),
                 )
             })?;
             let known = || {
@@ -158,4 +158,15 @@ impl Config {
     ) -> Result<std::sync::Arc<dyn crate::orchestrator::Orchestrator>, super::ConnectError> {
         Ok(super::Kubernetes::connect(self).await?)
     }
+}
+
+/// The first line of a kubeconfig's error: the YAML parser goes on to quote the
+/// lines around the fault, and a kubeconfig's lines are tokens and keys.
+pub(super) fn first_line(e: &dyn std::fmt::Display) -> String {
+    let text = e.to_string();
+    text.lines()
+        .next()
+        .unwrap_or_default()
+        .trim_end()
+        .to_string()
 }

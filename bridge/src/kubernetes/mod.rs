@@ -109,18 +109,18 @@ impl Kubernetes {
             Some(path) => {
                 let file = Kubeconfig::read_from(path).map_err(|e| ConnectError::Kubeconfig {
                     path: path.clone(),
-                    reason: e.to_string(),
+                    reason: config::first_line(&e),
                 })?;
                 kube::Config::from_custom_kubeconfig(file, &options)
                     .await
                     .map_err(|e| ConnectError::Kubeconfig {
                         path: path.clone(),
-                        reason: e.to_string(),
+                        reason: config::first_line(&e),
                     })?
             }
             None => kube::Config::infer()
                 .await
-                .map_err(|e| ConnectError::Infer(e.to_string()))?,
+                .map_err(|e| ConnectError::Infer(config::first_line(&e)))?,
         };
         // kube retries a 429 up to 15 times on its own (five minutes against a
         // PodDisruptionBudget); hale's callers retry with their own limits instead.
