@@ -406,13 +406,7 @@ impl Client {
         // Collected into one buffer, so the conversion reuses it rather than copying.
         let body = resp.bytes().await.map_err(unreachable)?.into();
         *self.last_answer.lock().expect("answer time lock") = Some(began.elapsed());
-        let started = match self.started().await {
-            Ok(t) => Some(t),
-            Err(e) => {
-                tracing::debug!(error = %e, "Alertmanager's status unreadable: no restart check this poll");
-                None
-            }
-        };
+        let started = self.started().await.map_err(|e| e.to_string());
         Ok(Answer {
             body,
             date,
@@ -426,8 +420,9 @@ pub struct Answer {
     pub body: Vec<u8>,
     /// Alertmanager's clock when it answered (its `Date` header, to the second).
     pub date: Option<chrono::DateTime<chrono::Utc>>,
-    /// When the Alertmanager that answered started, when its status said.
-    pub started: Option<chrono::DateTime<chrono::Utc>>,
+    /// When the Alertmanager that answered started, by its status; why its status
+    /// could not be read.
+    pub started: Result<chrono::DateTime<chrono::Utc>, String>,
 }
 
 #[cfg(test)]

@@ -33,6 +33,9 @@ pub struct PollAnswer<'p, 'a> {
     /// When the Alertmanager that answered started (`/api/v2/status` uptime), when
     /// it said.
     pub started: Option<Time>,
+    /// Its status was asked for and could not be read: whether it restarted since
+    /// the last answer (and lost its alerts) cannot be told.
+    pub status_unread: bool,
     /// How long the answer took to arrive, from the request to its last byte.
     pub took: std::time::Duration,
     /// Fingerprints webhook deliveries named while the answer was fetched: newer than
@@ -125,6 +128,7 @@ impl<'p, 'a> PollAnswer<'p, 'a> {
             alerts,
             answered: now,
             started: None,
+            status_unread: false,
             took: std::time::Duration::ZERO,
             delivered: &NONE_NEWER,
         }

@@ -374,7 +374,8 @@ impl Trust {
     /// Judge a poll's answer: trusted when it holds the watchdog (or the watchdog is
     /// not required). A restart of the pipeline seen here holds every absence for
     /// `holdAfterRestart` ([`Trust::hold`]): an Alertmanager that started later than
-    /// the one seen before (it kept no alerts), a watchdog missing from an answer, or
+    /// the one seen before (it kept no alerts) or whose status cannot be read (so
+    /// that is not known), a watchdog missing from an answer, or
     /// a watchdog whose expiry was not pushed forward within half the validity
     /// Prometheus gives it (Prometheus stopped sending for a while: a restarted
     /// Prometheus sends a `for:` alert again only once its `for` has elapsed).
@@ -412,6 +413,17 @@ impl Trust {
                 }
             }
             trust.alertmanager_started = trust.alertmanager_started.max(Some(started));
+        }
+        // A restart that emptied it is told only by its status: unread, what is
+        // missing from the answer may have been lost, not ended.
+        if answer.status_unread
+            && trust.hold(
+                now,
+                now.checked_add_signed(hold).unwrap_or(now),
+                "Alertmanager's status (/api/v2/status) cannot be read, so a restart, which leaves it no alerts, cannot be ruled out".into(),
+            )
+        {
+            held = trust.hold_reason.clone();
         }
         let mut refreshes = None;
         if trusted {

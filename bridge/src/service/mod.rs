@@ -73,6 +73,8 @@ pub struct Hale {
     pub metrics: Metrics,
     poll_now: Notify,
     first_poll_done: AtomicBool,
+    /// The last poll could not read Alertmanager's status.
+    status_unread: AtomicBool,
     client: RwLock<alertmanager::Client>,
     notifier: RwLock<Notifier>,
     /// The other hales whose clusters this one shows.
@@ -237,6 +239,7 @@ impl Hale {
             }),
             poll_now: Notify::new(),
             first_poll_done: AtomicBool::new(false),
+            status_unread: AtomicBool::new(false),
             client: RwLock::new(client),
             notifier: RwLock::new(notifier),
             federation: RwLock::new(Arc::new(Federation::new(&loaded))),
@@ -493,6 +496,17 @@ impl Hale {
             Ok(answer) => (answer.body, answer.date, answer.started),
             Err(e) => return self.poll_failed(e),
         };
+        // Said when it starts failing and when it reads again, not every poll.
+        let unread = started.as_ref().err();
+        if self.status_unread.swap(unread.is_some(), Ordering::AcqRel) != unread.is_some() {
+            match unread {
+                Some(e) => warn!(
+                    error = %e,
+                    "cannot read Alertmanager's status: absences are held (nothing ends by going missing) until it can be read, since a restart of Alertmanager cannot be told without it"
+                ),
+                None => info!("Alertmanager's status reads again"),
+            }
+        }
         let alerts = match alertmanager::parse_v2(&body) {
             Ok(alerts) => alerts,
             Err(e) => return self.poll_failed(e),
@@ -511,7 +525,8 @@ impl Hale {
                 let answer = PollAnswer {
                     alerts: &alerts,
                     answered: answered.unwrap_or(now),
-                    started,
+                    started: started.as_ref().ok().copied(),
+                    status_unread: started.is_err(),
                     took,
                     delivered: newer.as_ref().unwrap_or(&NONE),
                 };

@@ -164,6 +164,60 @@ fn an_alertmanager_restart_holds_every_absence_for_hold_after_restart() {
     assert_eq!(s.took(), ["n2 CONDITION_CLEARED", "n2 SCORE_CHANGED"]);
 }
 
+/// A poll whose Alertmanager's status could not be read (`started` unknown).
+fn poll_unread(s: &mut Script, at: i64, alerts: &[A]) {
+    let now = t0() + TimeDelta::seconds(at);
+    s.now = now;
+    let alerts: Vec<Alert> = alerts.iter().map(|a| a.0.clone()).collect();
+    let answer = PollAnswer {
+        status_unread: true,
+        ..PollAnswer::of(&alerts, now)
+    };
+    let out = s.fleet.poll_answer(&s.cfg, now, &answer);
+    s.record(out);
+}
+
+#[test]
+fn an_unreadable_status_holds_absences_as_a_restart_would() {
+    let mut s = script("");
+    let all = |sent: i64| {
+        vec![
+            watchdog_sent(sent),
+            heartbeat("n1"),
+            smart_failing("n2").expires(sent + 240),
+        ]
+    };
+    poll_from(&mut s, 0, -86_400, &all(0));
+    s.took();
+    // The status fails (a proxy that lets only the alerts through): the answer that
+    // misses SMART may be a restarted, emptied Alertmanager's.
+    poll_unread(&mut s, 300, &[watchdog_sent(300), heartbeat("n1")]);
+    assert!(s.fleet.trust.holding(s.now));
+    assert!(
+        s.last
+            .held
+            .as_deref()
+            .is_some_and(|h| h.contains("/api/v2/status")),
+        "{:?}",
+        s.last.held
+    );
+    assert!(s.node("n2").conditions.contains_key("disk_degraded"));
+    // Still unread a poll later: held on, said once.
+    poll_unread(&mut s, 330, &[watchdog_sent(330), heartbeat("n1")]);
+    assert!(s.last.held.is_none());
+    assert_eq!(s.took(), Vec::<String>::new(), "nothing ends while unread");
+    // Read again: the hold runs out holdAfterRestart after the last unread poll.
+    poll_from(&mut s, 360, -86_400, &[watchdog_sent(360), heartbeat("n1")]);
+    assert!(s.node("n2").conditions.contains_key("disk_degraded"));
+    poll_from(
+        &mut s,
+        330 + 1200,
+        -86_400,
+        &[watchdog_sent(1500), heartbeat("n1")],
+    );
+    assert!(!s.node("n2").conditions.contains_key("disk_degraded"));
+}
+
 #[test]
 fn a_resolution_prometheus_sent_ends_even_during_a_hold() {
     let mut s = script("");
