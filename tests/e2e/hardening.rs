@@ -978,3 +978,48 @@ async fn a_client_that_never_finishes_its_request_is_cut_off() {
         Some(1.0)
     );
 }
+
+/// A reload that shortens `pollInterval` polls at once: staleness is judged by the
+/// new interval from the reload on, and the loop, asleep for the old one, must
+/// not leave every node stale meanwhile.
+#[tokio::test]
+async fn a_shorter_poll_interval_polls_at_once_and_marks_nothing_stale() {
+    let am = Alertmanager::start(None).await;
+    am.fire(&[watchdog(), heartbeat("n1")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let hale = Hale::start_with(
+        dir.path(),
+        port,
+        &config(dir.path(), port, &am.url, "pollInterval: 10m", ""),
+    )
+    .await;
+    hale.wait_node("first poll", "n1", |n| n["score"] == 100).await;
+    let before = hale.polls().await;
+    std::fs::write(
+        dir.path().join("hale.yaml"),
+        config(dir.path(), port, &am.url, "pollInterval: 2s", ""),
+    )
+    .unwrap();
+    let r = reqwest::Client::new()
+        .post(format!("{}/-/reload", hale.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    eventually("a poll right after the reload", Duration::from_secs(10), || async {
+        (hale.polls().await > before).then_some(())
+    })
+    .await;
+    // Polls every 2 s from then on: three more, and never stale between them.
+    hale.after_polls(3.0).await;
+    let history = hale.events("n1", "").await;
+    let stale: Vec<&Value> = history["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "CONDITION_RAISED" && e["condition"] == "telemetry_stale")
+        .collect();
+    assert!(stale.is_empty(), "{stale:?}");
+}

@@ -1241,10 +1241,20 @@ impl Hale {
             .iter()
             .map(InventoryNode::listed)
             .collect();
+        // A shorter interval is judged at once (staleness counts from it): the poll
+        // loop, asleep for the old one, polls now.
+        let (was, is) = (
+            current.config.alertmanager.poll_interval,
+            next.config.alertmanager.poll_interval,
+        );
+        let sooner = !is.is_zero() && (was.is_zero() || is < was);
         let mut fleet = self.lock_fleet();
         *self.config.write().expect("config lock") = Arc::new(next);
         fleet.reconfigured();
         drop(fleet);
+        if sooner {
+            self.poll_now.notify_one();
+        }
         if applied.contains(&"inventory") {
             self.apply(|fleet, cfg, now| Ok(fleet.register(cfg, now, &inventory)))
                 .expect("registering cannot fail");
