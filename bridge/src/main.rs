@@ -30,6 +30,7 @@ fn main() -> std::process::ExitCode {
         .build()
         .context("starting the runtime")
         .and_then(|runtime| runtime.block_on(run()));
+    flush_log();
     match ran {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -88,17 +89,76 @@ async fn run() -> anyhow::Result<()> {
 }
 
 /// Standard output for the log, whose reader may go away (a `| head`, a log
-/// shipper restarting): a line it cannot take is dropped and hale goes on — it
-/// neither stops nor complains on a standard error that may be the same pipe.
-/// One record is one line: a line break inside it (an alert's text, an operator's
-/// reason) is written as `\n` or `\r`, or it would start a forged record.
+/// shipper restarting) or stop reading (a stuck pipe, a stalled shipper): lines
+/// go to a thread of their own through a queue of [`LOG_BACKLOG`], and one the
+/// queue has no room for is dropped and counted, so a reader that stops costs log
+/// lines, never the threads that ingest, answer and act. A line the reader cannot
+/// take is dropped too; hale neither stops nor complains on a standard error
+/// that may be the same pipe. One record is one line: a line break inside it (an
+/// alert's text, an operator's reason) is written as `\n` or `\r`, or it would
+/// start a forged record.
 struct LogOut;
+
+/// Lines the log's thread may have waiting.
+const LOG_BACKLOG: usize = 4096;
+
+/// The queue to the log's thread, and the lines dropped since it last wrote.
+struct LogPump {
+    lines: std::sync::mpsc::SyncSender<Vec<u8>>,
+    dropped: std::sync::atomic::AtomicU64,
+    waiting: std::sync::atomic::AtomicUsize,
+}
+
+static LOG_PUMP: std::sync::OnceLock<LogPump> = std::sync::OnceLock::new();
+
+fn log_pump() -> &'static LogPump {
+    use std::sync::atomic::Ordering;
+    LOG_PUMP.get_or_init(|| {
+        let (lines, queue) = std::sync::mpsc::sync_channel::<Vec<u8>>(LOG_BACKLOG);
+        std::thread::Builder::new()
+            .name("log".into())
+            .spawn(move || {
+                use std::io::Write;
+                let mut out = std::io::stdout();
+                for line in queue {
+                    let _ = out.write_all(&line);
+                    let _ = out.flush();
+                    let pump = LOG_PUMP.get().expect("set before any line");
+                    pump.waiting.fetch_sub(1, Ordering::AcqRel);
+                    let dropped = pump.dropped.swap(0, Ordering::AcqRel);
+                    if dropped > 0 {
+                        warn!(
+                            dropped,
+                            "log lines dropped: standard output was not read fast enough"
+                        );
+                    }
+                }
+            })
+            .expect("start the log's thread");
+        LogPump {
+            lines,
+            dropped: 0.into(),
+            waiting: 0.into(),
+        }
+    })
+}
+
+/// Let the log's thread write what is queued, for a second at most: the last
+/// lines before the process ends.
+fn flush_log() {
+    use std::sync::atomic::Ordering;
+    let Some(pump) = LOG_PUMP.get() else { return };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while pump.waiting.load(Ordering::Acquire) > 0 && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
 
 impl std::io::Write for LogOut {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
+        use std::sync::atomic::Ordering;
         let body = line.strip_suffix(b"\n").unwrap_or(line);
-        let mut out = std::io::stdout().lock();
-        if body.iter().any(|b| matches!(b, b'\n' | b'\r')) {
+        let one = if body.iter().any(|b| matches!(b, b'\n' | b'\r')) {
             let mut one = Vec::with_capacity(line.len() + 16);
             for &b in body {
                 match b {
@@ -108,15 +168,20 @@ impl std::io::Write for LogOut {
                 }
             }
             one.extend_from_slice(&line[body.len()..]);
-            let _ = out.write_all(&one);
+            one
         } else {
-            let _ = out.write_all(line);
+            line.to_vec()
+        };
+        let pump = log_pump();
+        pump.waiting.fetch_add(1, Ordering::AcqRel);
+        if pump.lines.try_send(one).is_err() {
+            pump.waiting.fetch_sub(1, Ordering::AcqRel);
+            pump.dropped.fetch_add(1, Ordering::AcqRel);
         }
         Ok(line.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        let _ = std::io::stdout().flush();
         Ok(())
     }
 }

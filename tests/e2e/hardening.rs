@@ -994,7 +994,8 @@ async fn a_shorter_poll_interval_polls_at_once_and_marks_nothing_stale() {
         &config(dir.path(), port, &am.url, "pollInterval: 10m", ""),
     )
     .await;
-    hale.wait_node("first poll", "n1", |n| n["score"] == 100).await;
+    hale.wait_node("first poll", "n1", |n| n["score"] == 100)
+        .await;
     let before = hale.polls().await;
     std::fs::write(
         dir.path().join("hale.yaml"),
@@ -1008,9 +1009,11 @@ async fn a_shorter_poll_interval_polls_at_once_and_marks_nothing_stale() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    eventually("a poll right after the reload", Duration::from_secs(10), || async {
-        (hale.polls().await > before).then_some(())
-    })
+    eventually(
+        "a poll right after the reload",
+        Duration::from_secs(10),
+        || async { (hale.polls().await > before).then_some(()) },
+    )
     .await;
     // Polls every 2 s from then on: three more, and never stale between them.
     hale.after_polls(3.0).await;
@@ -1022,4 +1025,87 @@ async fn a_shorter_poll_interval_polls_at_once_and_marks_nothing_stale() {
         .filter(|e| e["type"] == "CONDITION_RAISED" && e["condition"] == "telemetry_stale")
         .collect();
     assert!(stale.is_empty(), "{stale:?}");
+}
+
+/// A log reader that stops reading (a stalled shipper, a stuck pipe) costs log
+/// lines, not hale: with its standard output's pipe full and never read, hale
+/// goes on taking deliveries and answering, and says later how many lines it
+/// dropped.
+#[tokio::test]
+async fn a_log_reader_that_stops_reading_does_not_stop_hale() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let cfg = dir.path().join("hale.yaml");
+    std::fs::write(&cfg, webhook_only_config(dir.path(), port, "")).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&cfg)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Held open and never read until the end: the pipe fills (64 KiB) and stays full.
+    let mut stdout = child.stdout.take().unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    eventually("hale answering", Duration::from_secs(30), || async {
+        client.get(format!("{base}/healthz")).send().await.ok()?;
+        Some(())
+    })
+    .await;
+    // Each node new with a condition: lines of log for each, far more than the
+    // pipe holds.
+    for batch in 0..3 {
+        let alerts: Vec<Value> = (0..2000)
+            .map(|i| {
+                json!({"labels": {"alertname": "SmartFailing", "node": format!("n-{batch}-{i}"),
+                    "severity": "warning", "hale_condition": "disk_degraded"}, "annotations": {}})
+            })
+            .collect();
+        let firing: Vec<(&Value, &str)> = alerts.iter().map(|a| (a, "firing")).collect();
+        let r = client
+            .post(format!("{base}/api/v1/alertmanager"))
+            .bearer_auth(TOKEN)
+            .json(&delivery(&firing))
+            .send()
+            .await;
+        assert!(
+            r.is_ok_and(|r| r.status().is_success()),
+            "delivery {batch} taken while the log is not read"
+        );
+    }
+    let listed: Value = client
+        .get(format!("{base}/api/v1/nodes?total=true&pageSize=1"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["total"], 6000, "{listed}");
+    // Read again: once there is room, the log says what it dropped.
+    let log = Arc::new(Mutex::new(String::new()));
+    let into = log.clone();
+    std::thread::spawn(move || {
+        let mut chunk = [0u8; 65536];
+        while let Ok(n @ 1..) = stdout.read(&mut chunk) {
+            into.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&chunk[..n]));
+        }
+    });
+    eventually("the drop said", Duration::from_secs(30), || async {
+        log.lock()
+            .unwrap()
+            .contains("log lines dropped")
+            .then_some(())
+    })
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
 }
