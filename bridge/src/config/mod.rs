@@ -672,6 +672,19 @@ impl Config {
             key: "-".into(),
             message: format!("cannot read: {e}"),
         })?;
+        // An empty file is a file written halfway far more often than a wish for
+        // every default, which `{}` says.
+        if source
+            .lines()
+            .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+        {
+            return Err(ConfigError {
+                file,
+                line: None,
+                key: "-".into(),
+                message: "holds no configuration (empty, or comments only): nothing was loaded; write `{}` for every default".into(),
+            });
+        }
         let mut loaded = Self::parse(&file, &source)?.resolve(&file, &source)?;
         loaded.source = Some(path.to_path_buf());
         Ok((loaded, source))
@@ -2130,6 +2143,20 @@ mod tests {
     /// What `serve` would refuse on connecting, check-config refuses: a
     /// directory where a file is meant, a kubeconfig that is none or lacks the
     /// context asked for.
+    #[test]
+    fn a_file_with_no_configuration_is_refused_and_braces_are_every_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("hale.yaml");
+        for text in ["", "\n  \n", "# all commented out\n# apiTokenFile: x\n"] {
+            std::fs::write(&file, text).unwrap();
+            let e = Config::load(Some(&file)).unwrap_err();
+            assert!(e.message.contains("holds no configuration"), "{text:?}: {e}");
+        }
+        std::fs::write(&file, "{}\n").unwrap();
+        let loaded = Config::load(Some(&file)).unwrap();
+        assert_eq!(loaded.config, Config::default());
+    }
+
     #[test]
     fn an_orchestrators_files_are_checked_as_serve_reads_them() {
         let dir = tempfile::tempdir().unwrap();

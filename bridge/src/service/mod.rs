@@ -131,6 +131,12 @@ fn restart_only(current: &Config, next: &Config) -> Vec<&'static str> {
             next.cluster != current.cluster && next.store.kind == crate::config::StoreKind::Nats,
         ),
         ("orchestrator", next.orchestrator != current.orchestrator),
+        // Dropping the token opens every verb to whoever reaches the port: not by
+        // a reload, which a file written halfway can trigger.
+        (
+            "apiTokenFile",
+            current.api_token_file.is_some() && next.api_token_file.is_none(),
+        ),
     ]
     .into_iter()
     .filter_map(|(key, changed)| changed.then_some(key))
@@ -1788,6 +1794,21 @@ mod tests {
                 "cluster: a\n",
                 "cluster: a\norchestrator: { kind: slurm }\n",
                 &["orchestrator"],
+            ),
+            (
+                "cluster: a\napiTokenFile: /etc/hale/token\n",
+                "cluster: a\n",
+                &["apiTokenFile"],
+            ),
+            (
+                "cluster: a\n",
+                "cluster: a\napiTokenFile: /etc/hale/token\n",
+                &[],
+            ),
+            (
+                "apiTokenFile: /etc/hale/token\n",
+                "apiTokenFile: /etc/hale/other\n",
+                &[],
             ),
         ];
         for (before, after, refused) in table {
