@@ -438,7 +438,13 @@ pub struct Controller {
     bmc: Box<dyn Bmc>,
     timing: Timing,
     observer: Option<Arc<dyn Observer>>,
+    /// Asked before a graceful off that went unconfirmed is forced: whether the
+    /// action is still wanted.
+    wanted: Option<Wanted>,
 }
+
+/// Whether an action under way is still wanted (an operator may have withdrawn it).
+pub type Wanted = Box<dyn Fn() -> futures::future::BoxFuture<'static, bool> + Send + Sync>;
 
 impl Controller {
     pub fn new(bmc: Box<dyn Bmc>, timing: Timing, observer: Option<Arc<dyn Observer>>) -> Self {
@@ -446,7 +452,16 @@ impl Controller {
             bmc,
             timing,
             observer,
+            wanted: None,
         }
+    }
+
+    /// Force a graceful off that went unconfirmed only while `wanted` says so: an
+    /// operator who put the node back in service meanwhile gets it running, not
+    /// powered off under the work it took on again.
+    pub fn forcing_only_while(mut self, wanted: Wanted) -> Self {
+        self.wanted = Some(wanted);
+        self
     }
 
     /// Do `verb`; `force` skips the graceful off. What the BMC held for it is
@@ -517,6 +532,14 @@ impl Controller {
                 // A BMC that offers no graceful shutdown is powered off.
                 Err(e) if e.class == Failure::Refused => {}
                 Err(e) => return Err(e),
+            }
+            if let Some(wanted) = &self.wanted
+                && !wanted().await
+            {
+                return Err(BmcError::new(
+                    Failure::Unconfirmed,
+                    "the graceful off went unconfirmed, and the action was withdrawn meanwhile: not forced",
+                ));
             }
         }
         self.send(Request::ForceOff, sent).await?;
@@ -737,6 +760,29 @@ mod tests {
             Controller::new(Box::new(Shared(slow.clone())), timing, None),
             slow,
         )
+    }
+
+    /// A reboot withdrawn while its graceful off goes unconfirmed is not forced;
+    /// one still wanted is.
+    #[tokio::test]
+    async fn a_graceful_off_is_forced_only_while_still_wanted() {
+        for wanted in [false, true] {
+            let (c, bmc) = controller(true, true);
+            let c = c.forcing_only_while(Box::new(move || Box::pin(async move { wanted })));
+            let result = c.run(Verb::Reboot, false).await;
+            let sent = bmc.sent.lock().unwrap().clone();
+            if wanted {
+                assert!(result.is_ok(), "{result:?}");
+                assert_eq!(sent, [Request::GracefulOff, Request::ForceOff, Request::On]);
+            } else {
+                let e = result.unwrap_err();
+                assert!(
+                    e.detail.contains("withdrawn") && e.detail.contains("not forced"),
+                    "{e}"
+                );
+                assert_eq!(sent, [Request::GracefulOff], "nothing forced");
+            }
+        }
     }
 
     #[tokio::test]

@@ -1497,7 +1497,10 @@ impl Hale {
         let mut tries = 0;
         let result = match action {
             // A power change is never retried blindly: the BMC confirms or the step fails.
-            Action::Power { op, force } => self.perform_power(node, *op, *force).await.map(Some),
+            Action::Power { op, force } => self
+                .perform_power(node, *op, *force, pending.id)
+                .await
+                .map(Some),
             _ => {
                 (|| {
                     tries += 1;

@@ -263,6 +263,7 @@ impl Hale {
         node: &str,
         op: PowerOp,
         force: bool,
+        at: u64,
     ) -> Result<Done, OrchestratorError> {
         let cfg = self.config();
         let action = Action::Power { op, force };
@@ -308,8 +309,22 @@ impl Hale {
             PowerOp::On => Verb::On,
         };
         info!(node, verb = verb.as_str(), force, bmc = %target.address, "power through the BMC");
+        // Still queued: an operator's uncordon withdraws a reboot under way.
+        let (this, id) = (self.clone(), node.to_string());
+        let wanted: bmc::Wanted = Box::new(move || {
+            let (this, id) = (this.clone(), id.clone());
+            Box::pin(async move {
+                this.off_runtime(move |this| {
+                    this.lock_fleet()
+                        .nodes
+                        .get(&id)
+                        .is_some_and(|n| n.policy.pending.iter().any(|p| p.id == at))
+                })
+                .await
+            })
+        });
         let result = match self.controller(&cfg, &target) {
-            Ok(c) => c.run(verb, force).await,
+            Ok(c) => c.forcing_only_while(wanted).run(verb, force).await,
             Err(e) => Err(e),
         }
         .map_err(|e| e.during(node, verb.as_str()));
