@@ -95,6 +95,8 @@ pub const GATE_WEIGHT: u64 = 65_000;
 /// The reason prefixes that say whose a drain is.
 const HALE: &str = "hale: ";
 const OPERATOR: &str = "operator: ";
+/// The reason Slurm gives a node it set down because it stopped answering.
+const NOT_RESPONDING: &str = "Not responding";
 
 pub struct Slurm {
     cfg: Config,
@@ -177,10 +179,20 @@ fn observed(n: &Value, jobs: &HashMap<String, u32>) -> Option<Observed> {
     let text = |k: &str| n.get(k).and_then(Value::as_str).unwrap_or_default();
     let state = states(n, &["state", "state_flags"]);
     let flagged = |f: &str| state.iter().any(|x| x.starts_with(f));
-    let drained = flagged("DRAIN");
     let not_ready = ["DOWN", "FAIL", "FUTURE", "UNKNOWN", "NOT_RESPONDING"]
         .iter()
         .any(|s| flagged(s));
+    let reason = text("reason");
+    // Set down with a reason (`scontrol update state=down reason="psu swap"`) the
+    // node is out of service by someone else's hand, as a drain of theirs is: a
+    // drain of hale's would overwrite their reason, and a resume of hale's then put
+    // the node back. Not Slurm's own "Not responding", which Slurm lifts itself
+    // when the node answers again: that one is a node gone silent.
+    let downed = flagged("DOWN")
+        && !reason.is_empty()
+        && !reason.starts_with(HALE)
+        && !reason.eq_ignore_ascii_case(NOT_RESPONDING);
+    let drained = flagged("DRAIN") || downed;
     let status = if drained {
         Status::Cordoned
     } else if not_ready {
@@ -188,7 +200,6 @@ fn observed(n: &Value, jobs: &HashMap<String, u32>) -> Option<Observed> {
     } else {
         Status::Ready
     };
-    let reason = text("reason");
     // Whose a drain is, by its reason: hale's, an operator's through hale, or —
     // any other reason, someone's `scontrol` or Slurm's own (`Kill task failed`) —
     // the operator's too: hale resumes only the drains it made.
@@ -631,6 +642,22 @@ mod tests {
             ),
             ("down", json!([]), "", Status::NotReady, true, None),
             (
+                "down",
+                json!([]),
+                "Not responding",
+                Status::NotReady,
+                true,
+                None,
+            ),
+            (
+                "down",
+                json!([]),
+                "psu swap - bob",
+                Status::Cordoned,
+                true,
+                Some(Actor::Operator),
+            ),
+            (
                 "idle",
                 json!(["NOT_RESPONDING"]),
                 "",
@@ -713,6 +740,14 @@ mod tests {
                 Status::Cordoned,
                 true,
                 Some(Actor::Hale),
+            ),
+            // An admin's down: out of service by their hand, their reason kept.
+            (
+                json!(["DOWN"]),
+                "PSU failing - do not use (erin)",
+                Status::Cordoned,
+                true,
+                Some(Actor::Operator),
             ),
             (
                 json!(["IDLE", "POWER_DRAIN", "CLOUD"]),
