@@ -95,6 +95,9 @@ pub const GATE_WEIGHT: u64 = 65_000;
 /// The reason prefixes that say whose a drain is.
 const HALE: &str = "hale: ";
 const OPERATOR: &str = "operator: ";
+/// How long an active drain waits for the jobs it requeued or cancelled to
+/// complete; the reboot flow asks again until `drainTimeout`.
+const STOP_WAIT: Duration = Duration::from_secs(120);
 /// The reason Slurm gives a node it set down because it stopped answering.
 const NOT_RESPONDING: &str = "Not responding";
 
@@ -317,6 +320,41 @@ impl Slurm {
         Ok(answer)
     }
 
+    /// How many jobs on `node` still run or complete (their processes ended,
+    /// their epilog still running): work that is not yet off the node.
+    async fn stopping_on(&self, node: &str) -> Result<u32> {
+        let answer = self.json("squeue").await?;
+        Ok(answer
+            .get("jobs")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|j| {
+                states(j, &["job_state"])
+                    .iter()
+                    .any(|s| s == "RUNNING" || s == "COMPLETING")
+            })
+            .filter(|j| {
+                hostnames(j.get("nodes").and_then(Value::as_str).unwrap_or(""))
+                    .iter()
+                    .any(|n| n == node)
+            })
+            .count() as u32)
+    }
+
+    /// Wait until no job on `node` runs or completes, looking every 2 s for at most
+    /// [`STOP_WAIT`]; how many still do.
+    async fn wait_stopped(&self, node: &str) -> Result<u32> {
+        let until = std::time::Instant::now() + STOP_WAIT;
+        loop {
+            let stopping = self.stopping_on(node).await?;
+            if stopping == 0 || std::time::Instant::now() >= until {
+                return Ok(stopping);
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    }
+
     /// The running jobs: (id, requeue allowed, the nodes it runs on).
     async fn running(&self) -> Result<Vec<(String, bool, Vec<String>)>> {
         let answer = self.json("squeue").await?;
@@ -482,18 +520,20 @@ impl Orchestrator for Slurm {
             let work = self.workloads(node).await?;
             let (moved, failed): (Vec<&Workload>, Vec<&Workload>) =
                 work.iter().partition(|w| w.restart_on_node_fault);
-            self.evict(
-                node,
-                "active drain",
-                &moved,
-                &failed,
-                "hale: node drained (active)",
-            )
-            .await?;
+            let message = format!("hale: node {node} drained (active)");
+            self.evict(node, "active drain", &moved, &failed, &message)
+                .await?;
+            // A requeued or cancelled job completes (its processes killed, its
+            // epilog run) before the node is empty: a reboot meanwhile cuts that.
+            let stopping = self
+                .wait_stopped(node)
+                .await
+                .map_err(|e| e.during(node, "drain"))?;
             Ok(Done {
                 moved: moved.len() as u32,
                 failed: failed.len() as u32,
                 moved_owners: moved.iter().map(|w| w.owner.clone()).collect(),
+                stopping,
                 ..Done::default()
             })
         })

@@ -319,15 +319,34 @@ async fn slurm_drains_requeues_fails_and_sees_the_operator() {
     assert!(
         slurm
             .job(&failed)
-            .contains("AdminComment=hale: node drained (active)"),
+            .contains("AdminComment=hale: node n1 drained (active)"),
         "{}",
         slurm.job(&failed)
     );
-    let drain = hale.events("n1", "type=NODE_DRAINED").await;
-    let drain = drain["events"].as_array().unwrap()[0].clone();
+    let drain = eventually("the drain recorded", Duration::from_secs(150), || async {
+        let e = hale.events("n1", "type=NODE_DRAINED").await;
+        e["events"].as_array().unwrap().first().cloned()
+    })
+    .await;
     assert_eq!(
-        (drain["moved"].clone(), drain["active"].clone()),
-        (json!(1), json!(true))
+        (
+            drain["moved"].clone(),
+            drain["failed"].clone(),
+            drain["active"].clone()
+        ),
+        (json!(1), json!(1), json!(true)),
+        "{drain}"
+    );
+    assert!(
+        drain["message"].as_str().unwrap().contains("1 failed"),
+        "{drain}"
+    );
+    // Recorded once the node held no job still running or completing.
+    let on_n1 = slurm.run("squeue", &["-h", "-w", "n1", "-t", "R,CG", "-o", "%i %T"]);
+    assert_eq!(
+        String::from_utf8_lossy(&on_n1.stdout).trim(),
+        "",
+        "jobs still on n1"
     );
 
     // An operator's drain and resume with scontrol: the operator's.

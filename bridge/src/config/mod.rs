@@ -2150,7 +2150,10 @@ mod tests {
         for text in ["", "\n  \n", "# all commented out\n# apiTokenFile: x\n"] {
             std::fs::write(&file, text).unwrap();
             let e = Config::load(Some(&file)).unwrap_err();
-            assert!(e.message.contains("holds no configuration"), "{text:?}: {e}");
+            assert!(
+                e.message.contains("holds no configuration"),
+                "{text:?}: {e}"
+            );
         }
         std::fs::write(&file, "{}\n").unwrap();
         let loaded = Config::load(Some(&file)).unwrap();

@@ -140,6 +140,10 @@ pub enum EventKind {
         /// wait for them ended.
         #[serde(default, skip_serializing_if = "super::is_zero")]
         stopping: u32,
+        /// Allocations an active drain ended rather than moved (work that may not
+        /// run again elsewhere: a Slurm job without `--requeue`).
+        #[serde(default, skip_serializing_if = "super::is_zero")]
+        failed: u32,
     },
     NodeEvicted {
         fault_class: String,

@@ -793,6 +793,7 @@ mod tests {
                 moved: 4,
                 blocked: 0,
                 stopping: 1,
+                failed: 0,
             },
             EventKind::NodeReplaced {},
         ];

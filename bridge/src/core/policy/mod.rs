@@ -523,6 +523,7 @@ impl Policy<'_, '_> {
                     moved: 0,
                     blocked: 0,
                     stopping: 0,
+                    failed: 0,
                 },
                 format!("drained (passive) by hale: {reason}"),
             );

@@ -100,6 +100,7 @@ impl Fleet {
                     moved: 0,
                     blocked: 0,
                     stopping: 0,
+                    failed: 0,
                 },
                 with_reason("drained (passive) by operator", reason),
             ));

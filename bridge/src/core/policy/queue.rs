@@ -245,11 +245,13 @@ impl Fleet {
                         moved: done.moved,
                         blocked: done.blocked,
                         stopping: done.stopping,
+                        failed: done.failed,
                     },
                     format!(
-                        "{}; {} allocation(s) requeued{}{}",
+                        "{}; {} allocation(s) requeued{}{}{}",
                         with_reason(&format!("drained (active) by {}", by.as_str()), reason),
                         done.moved,
+                        ended(done.failed),
                         held(done.blocked),
                         still_stopping(done.stopping)
                     ),
@@ -398,6 +400,14 @@ impl Fleet {
         );
         out
     }
+}
+
+/// The part of a drain's message about the work it ended rather than moved.
+fn ended(failed: u32) -> String {
+    if failed == 0 {
+        return String::new();
+    }
+    format!(", {failed} failed (not to be run again elsewhere)")
 }
 
 /// The part of a drain's message about what had not finished stopping.
