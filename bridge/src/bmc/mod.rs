@@ -474,6 +474,38 @@ impl Controller {
         result
     }
 
+    /// Finish a reboot a stopped process sent: a machine still on may be shutting
+    /// down (the graceful off under way when that process stopped), so it is
+    /// waited for, up to the graceful timeout, and started again once off; one
+    /// that stays on is left on (the reboot was never sent, or is over). A machine
+    /// already off is started.
+    pub async fn finish_reboot(&self) -> Result<Outcome> {
+        let result = self.finish_open().await;
+        if let Err(e) = self.bmc.close().await {
+            tracing::debug!(error = %e, "closing the BMC session failed; it expires on its own");
+        }
+        result
+    }
+
+    async fn finish_open(&self) -> Result<Outcome> {
+        let before = self.read().await?;
+        let mut sent = Vec::new();
+        let off = match before {
+            PowerState::Off => before,
+            PowerState::On => match self.wait_for(PowerState::Off, self.timing.graceful).await {
+                Ok(off) => off,
+                Err(e) if e.class == Failure::Unconfirmed => before,
+                Err(e) => return Err(e),
+            },
+        };
+        let after = self.on(off, &mut sent).await?;
+        Ok(Outcome {
+            before,
+            after,
+            sent,
+        })
+    }
+
     async fn run_open(&self, verb: Verb, force: bool) -> Result<Outcome> {
         let before = self.read().await?;
         let mut sent = Vec::new();
@@ -760,6 +792,32 @@ mod tests {
             Controller::new(Box::new(Shared(slow.clone())), timing, None),
             slow,
         )
+    }
+
+    /// A reboot taken up after a restart: a graceful off still under way is
+    /// followed to off, then on; a machine that stays on is left so; one off is
+    /// started.
+    #[tokio::test]
+    async fn a_reboot_taken_up_is_followed_through_its_shutdown() {
+        use PowerState::{Off, On};
+        for (start, shutting_down, sent) in [
+            (On, true, &[Request::On][..]),
+            (On, false, &[][..]),
+            (Off, false, &[Request::On][..]),
+        ] {
+            let (c, bmc) = controller(start == On, false);
+            if shutting_down {
+                // Off after two more reads: the OS finishing its shutdown.
+                bmc.state.lock().unwrap().1 = Some((Off, 2));
+            }
+            let out = c.finish_reboot().await.unwrap();
+            assert_eq!(
+                (out.before, out.after),
+                (start, On),
+                "{start:?} {shutting_down}"
+            );
+            assert_eq!(*bmc.sent.lock().unwrap(), sent, "{start:?} {shutting_down}");
+        }
     }
 
     /// A reboot withdrawn while its graceful off goes unconfirmed is not forced;

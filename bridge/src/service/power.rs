@@ -323,7 +323,21 @@ impl Hale {
                 .await
             })
         });
+        // A power-on that takes up a reboot a stopped process sent: that
+        // process may have stopped while the graceful off was under way.
+        let id = node.to_string();
+        let finishing = op == PowerOp::On
+            && self
+                .off_runtime(move |this| {
+                    this.lock_fleet()
+                        .nodes
+                        .get(&id)
+                        .and_then(|n| n.policy.flow.as_ref())
+                        .is_some_and(|f| f.sent.is_some())
+                })
+                .await;
         let result = match self.controller(&cfg, &target) {
+            Ok(c) if finishing => c.finish_reboot().await,
             Ok(c) => c.forcing_only_while(wanted).run(verb, force).await,
             Err(e) => Err(e),
         }
