@@ -53,6 +53,10 @@ pub const BMC_ADDRESS: &str = "hale.dev/bmc-address";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a shutdown waits to hand the Lease over before leaving it to expire.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one read (a GET or a LIST that is no watch) may take: kube bounds no
+/// read by itself, and one a dropped connection leaves hanging would hold the
+/// inventory, and the poll behind it, until TCP gave up — a quarter of an hour.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Node writes in flight at once when publishing or counting pods.
 const CONCURRENCY: usize = 8;
 
@@ -296,7 +300,7 @@ impl Kubernetes {
         taint: (&str, &str, &str),
         on: bool,
     ) -> crate::orchestrator::Result<()> {
-        let current = self.nodes.get(node).await.map_err(classify)?;
+        let current = bounded(self.nodes.get(node)).await?;
         let Some(taints) = with_taint(&current, taint, on) else {
             return Ok(());
         };
@@ -362,6 +366,27 @@ fn version(node: &Node) -> u64 {
 
 /// Conflicts, throttling, server errors and the network are worth retrying; the
 /// rest (forbidden, not found, invalid) is not.
+/// `read`, bounded by [`READ_TIMEOUT`]; an answer that does not come is a
+/// transient failure, tried again as one.
+async fn bounded<T>(
+    read: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> std::result::Result<T, OrchestratorError> {
+    within(READ_TIMEOUT, read).await
+}
+
+async fn within<T>(
+    limit: Duration,
+    read: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> std::result::Result<T, OrchestratorError> {
+    match tokio::time::timeout(limit, read).await {
+        Ok(answer) => answer.map_err(classify),
+        Err(_) => Err(OrchestratorError::transient(format!(
+            "the API server did not answer within {}s",
+            limit.as_secs_f64()
+        ))),
+    }
+}
+
 fn classify(e: kube::Error) -> OrchestratorError {
     match &e {
         kube::Error::Api(status) if matches!(status.code, 409 | 429) || status.code >= 500 => {
@@ -689,6 +714,14 @@ impl Orchestrator for Kubernetes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_read_that_gets_no_answer_is_a_transient_failure() {
+        let hung = std::future::pending::<Result<(), kube::Error>>();
+        let e = within(Duration::from_millis(20), hung).await.unwrap_err();
+        assert_eq!(e.class, crate::orchestrator::Class::Transient, "{e}");
+        assert!(e.to_string().contains("did not answer within 0.02s"), "{e}");
+    }
 
     fn node(json: serde_json::Value) -> Node {
         serde_json::from_value(json).unwrap()

@@ -17,7 +17,7 @@ use kube::api::{
 use kube::core::GroupVersionKind;
 use tracing::{debug, info, warn};
 
-use super::{Kubernetes, classify};
+use super::{Kubernetes, bounded, classify};
 use crate::orchestrator::{OrchestratorError, Result, Workload};
 
 /// The annotation a pod or its owner sets to be moved, not failed, by a node fault.
@@ -94,7 +94,7 @@ impl Kubernetes {
     async fn pods_on(&self, node: &str) -> Result<Vec<Pod>> {
         let pods: Api<Pod> = Api::all(self.client.clone());
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
-        Ok(pods.list(&params).await.map_err(classify)?.items)
+        Ok(bounded(pods.list(&params)).await?.items)
     }
 
     /// How many pods a drain would still have to move off `node`.
@@ -157,7 +157,7 @@ impl Kubernetes {
         };
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), namespace, &resource);
-        match api.get_opt(name).await.map_err(classify)? {
+        match bounded(api.get_opt(name)).await? {
             Some(owner) => Ok(declared(owner.metadata.annotations.as_ref())),
             None => Ok(false),
         }
@@ -378,7 +378,7 @@ impl Kubernetes {
                 "node {node} still runs {left} pod(s); replaced once it is empty"
             )));
         }
-        let Some(owner) = api.get_opt(&name).await.map_err(classify)? else {
+        let Some(owner) = bounded(api.get_opt(&name)).await? else {
             // Deleted already (by hale before a restart, or by its controller).
             return self.mark_replaced(node, &annotations).await;
         };
