@@ -368,6 +368,32 @@ async fn slurm_drains_requeues_fails_and_sees_the_operator() {
     let back = hale.events("n3", "type=NODE_UNCORDONED").await;
     assert_eq!(back["events"][0]["by"], "operator");
 
+    // An alert naming a node Slurm does not list brings none in: `GET
+    // /api/v1/alerts` shows it ignored, and why.
+    am.fire(&[gpu_ecc_uncorrectable("n99")]).await;
+    let seen = eventually("n99's alert shown", Duration::from_secs(30), || async {
+        let list: Value = reqwest::get(format!("{}/api/v1/alerts", hale.url))
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        list["alerts"]
+            .as_array()?
+            .iter()
+            .find(|a| a["node"] == "n99")
+            .cloned()
+    })
+    .await;
+    assert!(
+        seen["meaning"]
+            .as_str()
+            .unwrap()
+            .starts_with("ignored: names n99, a node the orchestrator does not list"),
+        "{seen}"
+    );
+    assert!(hale.node("n99").await.is_none());
+
     // An uncordon of a node Slurm runs already (resumed meanwhile by someone
     // else) is done: Slurm's "Invalid node state specified" is no trouble to retry.
     let adapter = hale::slurm::Config {

@@ -577,11 +577,34 @@ impl Hale {
             .expect("seen lock")
             .wanted_until
             .is_some_and(|t| Instant::now() < t);
-        let list = wanted.then(|| render_alerts(&alerts, &self.config()));
+        let list = wanted.then(|| {
+            let cfg = self.config();
+            render_alerts(&alerts, &cfg, &self.unknown_nodes(&alerts, &cfg))
+        });
         self.seen.lock().expect("seen lock").alerts = list.map(|l| (Instant::now(), Ok(l)));
         drop(alerts);
         drop(body);
         release_freed_memory();
+    }
+
+    /// The nodes `alerts` name that hale does not know and, without
+    /// `createFromAlerts`, will not bring in: their alerts are unmatched. The fleet
+    /// is looked at once, for the names alone.
+    fn unknown_nodes<'a>(
+        &self,
+        alerts: &'a [Alert<'a>],
+        cfg: &Loaded,
+    ) -> std::collections::HashSet<&'a str> {
+        if cfg.core.identity.create_from_alerts {
+            return Default::default();
+        }
+        let mut named: std::collections::HashSet<&str> = alerts
+            .iter()
+            .filter_map(|a| a.node(&cfg.core.identity))
+            .collect();
+        let fleet = self.lock_fleet();
+        named.retain(|n| !fleet.nodes.contains_key(*n));
+        named
     }
 
     fn poll_failed(&self, e: IngestError) {
@@ -1006,7 +1029,7 @@ impl Hale {
     /// rendered as the JSON array of `GET /api/v1/alerts` — from the last poll while
     /// polling (a request costs a copy, never a fetch), else fetched at most once
     /// every [`ALERTS_FRESH`] however many ask; a failure to read it likewise.
-    pub async fn alerts(&self) -> Result<axum::body::Bytes, IngestError> {
+    pub async fn alerts(self: &Arc<Self>) -> Result<axum::body::Bytes, IngestError> {
         let am = self.config().config.alertmanager.clone();
         // A poll's list serves until the next poll is overdue.
         let fresh = if am.poll_interval.is_zero() {
@@ -1033,9 +1056,11 @@ impl Hale {
         let list = match client.fetch().await {
             Ok(answer) => {
                 // Parsed off the runtime: 500,000 alerts take a second.
-                let cfg = self.config();
+                let (cfg, this) = (self.config(), self.clone());
                 tokio::task::spawn_blocking(move || {
-                    alertmanager::parse_v2(&answer.body).map(|alerts| render_alerts(&alerts, &cfg))
+                    alertmanager::parse_v2(&answer.body).map(|alerts| {
+                        render_alerts(&alerts, &cfg, &this.unknown_nodes(&alerts, &cfg))
+                    })
                 })
                 .await
                 .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
@@ -1644,13 +1669,18 @@ fn release_freed_memory() {
     }
 }
 
-/// The JSON array of `GET /api/v1/alerts` for `alerts`.
-fn render_alerts(alerts: &[Alert<'_>], cfg: &Loaded) -> axum::body::Bytes {
-    let seen: Vec<SeenAlert> = alerts.iter().map(|a| seen_alert(a, cfg)).collect();
+/// The JSON array of `GET /api/v1/alerts` for `alerts`; `unknown`: the nodes
+/// they name that hale does not know and will not bring in.
+fn render_alerts(
+    alerts: &[Alert<'_>],
+    cfg: &Loaded,
+    unknown: &std::collections::HashSet<&str>,
+) -> axum::body::Bytes {
+    let seen: Vec<SeenAlert> = alerts.iter().map(|a| seen_alert(a, cfg, unknown)).collect();
     serde_json::to_vec(&seen).expect("alerts serialise").into()
 }
 
-fn seen_alert(a: &Alert<'_>, cfg: &Loaded) -> SeenAlert {
+fn seen_alert(a: &Alert<'_>, cfg: &Loaded, unknown: &std::collections::HashSet<&str>) -> SeenAlert {
     let node = a.node(&cfg.core.identity);
     let meaning = match a.signal() {
         Signal::Watchdog => "watchdog".to_string(),
@@ -1658,6 +1688,10 @@ fn seen_alert(a: &Alert<'_>, cfg: &Loaded) -> SeenAlert {
         _ if node.is_none() => format!(
             "ignored: names no node (none of {} holds a node's name)",
             cfg.core.identity.labels.join(", ")
+        ),
+        _ if node.is_some_and(|n| unknown.contains(n)) => format!(
+            "ignored: names {}, a node the orchestrator does not list (nodeIdentity.createFromAlerts is off)",
+            node.unwrap_or_default()
         ),
         Signal::Heartbeat { .. } => "heartbeat".to_string(),
         Signal::CollectorFailed { collector } => format!("collector_failed:{collector}"),
