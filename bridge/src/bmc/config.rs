@@ -92,6 +92,7 @@ fn fill(
     id: &str,
     hostname: &str,
     labels: &BTreeMap<String, String>,
+    named_by_alerts: bool,
 ) -> Result<String, String> {
     let mut out = String::new();
     let mut rest = template;
@@ -129,6 +130,14 @@ fn fill(
         if !host_like(value) {
             return Err(format!(
                 "the node's {{{key}}} {value:?} cannot go into an address: only letters, digits, '.', '-' and '_' can"
+            ));
+        }
+        // A name only alerts gave: with a '.', it could name a whole host of the
+        // alert's choosing (`{id}` standing for the host), and the shared
+        // credentials would go there.
+        if named_by_alerts && value.contains('.') {
+            return Err(format!(
+                "the node is known from alerts alone, and its {{{key}}} {value:?} holds a '.': an alert would choose the host the shared credentials go to; list the node in `inventory` to give it a BMC"
             ));
         }
         out.push_str(value);
@@ -170,7 +179,7 @@ impl Directory {
                     "no credentials for the BMCs bmc.addressTemplate names: set it".into(),
                 ));
             }
-            let sample = fill(t, "node-1", "node-1", &BTreeMap::new())
+            let sample = fill(t, "node-1", "node-1", &BTreeMap::new(), false)
                 .or_else(|e| {
                     if e.contains("no label") {
                         Ok(String::new())
@@ -244,12 +253,15 @@ impl Directory {
 
     /// The node's BMC: its inventory entry, else `annotation` (the orchestrator's
     /// word), else the template. The error says what is missing.
+    /// `named_by_alerts`: the node is known from alerts alone, so its id and
+    /// hostname are whatever an alert said.
     pub fn target(
         &self,
         id: &str,
         hostname: Option<&str>,
         labels: &BTreeMap<String, String>,
         annotation: Option<&str>,
+        named_by_alerts: bool,
     ) -> Result<Target, BmcError> {
         if let Some(t) = self.nodes.get(id) {
             return Ok(t.clone());
@@ -272,7 +284,7 @@ impl Directory {
                 address
             }
             (None, Some(t)) => {
-                let text = fill(t, id, hostname.unwrap_or(id), labels)
+                let text = fill(t, id, hostname.unwrap_or(id), labels, named_by_alerts)
                     .map_err(|e| missing(format!("bmc.addressTemplate: {e}")))?;
                 Address::parse(&text).map_err(|e| missing(format!("bmc.addressTemplate: {e}")))?
             }
@@ -313,13 +325,13 @@ mod tests {
             "",
             "nöde",
         ] {
-            let e = fill(template, "n1", bad, &labels).unwrap_err();
+            let e = fill(template, "n1", bad, &labels, false).unwrap_err();
             assert!(e.contains("cannot go into an address"), "{bad}: {e}");
         }
-        let e = fill("ipmi://{labels.rack}-bmc", "n1", "n1", &labels).unwrap_err();
+        let e = fill("ipmi://{labels.rack}-bmc", "n1", "n1", &labels, false).unwrap_err();
         assert!(e.contains("{labels.rack}"), "{e}");
         assert_eq!(
-            fill(template, "n1", "gpu-14.dc1_a", &labels).unwrap(),
+            fill(template, "n1", "gpu-14.dc1_a", &labels, false).unwrap(),
             "redfish+https://gpu-14.dc1_a-bmc.example/redfish/v1/Systems/1"
         );
         // Through the directory: the node has no BMC, and says why.
@@ -329,9 +341,31 @@ mod tests {
             ..Directory::default()
         };
         let e = dir
-            .target("x", Some("127.0.0.1:41008/x#"), &BTreeMap::new(), None)
+            .target(
+                "x",
+                Some("127.0.0.1:41008/x#"),
+                &BTreeMap::new(),
+                None,
+                false,
+            )
             .unwrap_err();
         assert!(e.to_string().contains("cannot go into an address"), "{e}");
+        // Named by alerts alone, a name with a '.' could be a whole host.
+        let whole = Directory {
+            template: Some("redfish+https://{id}/redfish/v1/Systems/1".into()),
+            default_credentials: Some(Credentials::new("admin", "pw")),
+            ..Directory::default()
+        };
+        let e = whole
+            .target("x.evil.example", None, &BTreeMap::new(), None, true)
+            .unwrap_err();
+        assert!(e.to_string().contains("known from alerts alone"), "{e}");
+        whole
+            .target("x.dc1.example", None, &BTreeMap::new(), None, false)
+            .expect("listed by the operator: its name is theirs");
+        whole
+            .target("gpu-7", None, &BTreeMap::new(), None, true)
+            .expect("no '.', no host of the alert's choosing");
     }
 
     #[test]
@@ -342,23 +376,24 @@ mod tests {
                 "ipmi://{hostname}-bmc.{labels.rack}:623",
                 "n1",
                 "gpu-14",
-                &labels
+                &labels,
+                false
             )
             .unwrap(),
             "ipmi://gpu-14-bmc.r12:623"
         );
         assert!(
-            fill("ipmi://{host}", "n1", "h", &labels)
+            fill("ipmi://{host}", "n1", "h", &labels, false)
                 .unwrap_err()
                 .contains("not a placeholder")
         );
         assert!(
-            fill("ipmi://{labels.row}", "n1", "h", &labels)
+            fill("ipmi://{labels.row}", "n1", "h", &labels, false)
                 .unwrap_err()
                 .contains("no label row")
         );
         assert!(
-            fill("ipmi://{id", "n1", "h", &labels)
+            fill("ipmi://{id", "n1", "h", &labels, false)
                 .unwrap_err()
                 .contains("unclosed")
         );
@@ -385,7 +420,7 @@ mod tests {
         let d = Directory::resolve(&section, &[("a".into(), &listed)]).unwrap();
         let none = BTreeMap::new();
         let a = d
-            .target("a", None, &none, Some("ipmi://elsewhere"))
+            .target("a", None, &none, Some("ipmi://elsewhere"), false)
             .unwrap();
         assert_eq!(
             a.address.to_string(),
@@ -394,11 +429,11 @@ mod tests {
         assert_eq!(a.credentials.username, "root");
         assert!(a.tls.insecure);
         let b = d
-            .target("b", None, &none, Some("ipmi://10.0.0.2:6230"))
+            .target("b", None, &none, Some("ipmi://10.0.0.2:6230"), false)
             .unwrap();
         assert_eq!(b.address.to_string(), "ipmi://10.0.0.2:6230");
         assert_eq!(b.credentials.username, "admin");
-        let c = d.target("c", None, &none, None).unwrap();
+        let c = d.target("c", None, &none, None, false).unwrap();
         assert_eq!(c.address.to_string(), "ipmi://c-bmc:623");
 
         let not_pem = dir.path().join("ca.pem");
@@ -414,10 +449,12 @@ mod tests {
         assert!(e.1.contains("cannot read"), "{e:?}");
 
         let bare = Directory::resolve(&BmcConfig::default(), &[]).unwrap();
-        let e = bare.target("c", None, &none, None).unwrap_err();
+        let e = bare.target("c", None, &none, None, false).unwrap_err();
         assert_eq!(e.class, Failure::Missing);
         assert!(e.to_string().contains("hale.dev/bmc-address"), "{e}");
-        let e = bare.target("c", None, &none, Some("ipmi://x")).unwrap_err();
+        let e = bare
+            .target("c", None, &none, Some("ipmi://x"), false)
+            .unwrap_err();
         assert!(e.to_string().contains("bmc.credentialsFile"), "{e}");
         // A template with no credentials to go with it is refused at load.
         let e = Directory::resolve(

@@ -72,17 +72,27 @@ impl Hale {
 
     /// The node's BMC: its inventory entry, the orchestrator's word, the template.
     fn bmc_target(&self, cfg: &Loaded, id: &str) -> Result<Target, PowerError> {
-        let (hostname, labels) = {
+        let (hostname, labels, by_alerts) = {
             let fleet = self.lock_fleet();
             let node = fleet
                 .nodes
                 .get(id)
                 .ok_or_else(|| CoreError::UnknownNode(id.into()))?;
-            (node.hostname.clone(), node.labels.clone())
+            (
+                node.hostname.clone(),
+                node.labels.clone(),
+                node.known_from == crate::core::Origin::Alerts,
+            )
         };
         let annotation = self.orchestrator.bmc_address(id);
         cfg.bmc
-            .target(id, hostname.as_deref(), &labels, annotation.as_deref())
+            .target(
+                id,
+                hostname.as_deref(),
+                &labels,
+                annotation.as_deref(),
+                by_alerts,
+            )
             .map_err(|e| PowerError::NoBmc {
                 node: id.into(),
                 detail: e.detail,
@@ -371,6 +381,7 @@ impl Hale {
             String,
             Option<String>,
             std::collections::BTreeMap<String, String>,
+            bool,
         );
         let wanted: Vec<Wanted> = {
             let fleet = self.lock_fleet();
@@ -382,16 +393,26 @@ impl Hale {
                         || n.policy.fence.is_some()
                         || n.conditions.contains_key(crate::core::HEARTBEAT_MISSED)
                 })
-                .map(|n| (n.id.clone(), n.hostname.clone(), n.labels.clone()))
+                .map(|n| {
+                    (
+                        n.id.clone(),
+                        n.hostname.clone(),
+                        n.labels.clone(),
+                        n.known_from == crate::core::Origin::Alerts,
+                    )
+                })
                 .collect()
         };
         let mut checked = std::collections::BTreeSet::new();
-        for (id, hostname, labels) in wanted {
+        for (id, hostname, labels, by_alerts) in wanted {
             let annotation = self.orchestrator.bmc_address(&id);
-            if let Err(e) = cfg
-                .bmc
-                .target(&id, hostname.as_deref(), &labels, annotation.as_deref())
-            {
+            if let Err(e) = cfg.bmc.target(
+                &id,
+                hostname.as_deref(),
+                &labels,
+                annotation.as_deref(),
+                by_alerts,
+            ) {
                 facts.no_bmc.insert(id.clone(), e.detail);
             }
             checked.insert(id);
