@@ -257,8 +257,13 @@ impl Kubernetes {
                 .iter()
                 .filter(|p| movable(p, now) && p.metadata.deletion_timestamp.is_some())
                 .count() as u32;
+            // Not Ready, the kubelet cannot end them (the reboot will); back in
+            // service, the operator withdrew the drain: nothing to wait for.
+            if self.schedulable(node) || !self.ready(node) {
+                return Ok(0);
+            }
             let left = deadline.saturating_duration_since(Instant::now());
-            if stopping == 0 || left.is_zero() || self.schedulable(node) || !self.ready(node) {
+            if stopping == 0 || left.is_zero() {
                 return Ok(stopping);
             }
             debug!(node, stopping, "waiting for evicted pods to terminate");
