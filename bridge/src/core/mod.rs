@@ -655,6 +655,12 @@ impl Fleet {
         self.rescore_all = true;
         self.heartbeats_due = None;
     }
+
+    /// A reload shortened the poll interval at `now` (or turned polling on): the
+    /// next answer is a poll away, so staleness counts from now until it comes.
+    pub fn poll_interval_shortened(&mut self, now: Time) {
+        self.trust.interval_shortened = Some(now);
+    }
 }
 
 /// An optional duration stored as milliseconds.

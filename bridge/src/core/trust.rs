@@ -126,6 +126,7 @@ impl<'f> Step<'f> {
             Some(t) => t,
             None => trust.watching_since,
         };
+        let since = trust.interval_shortened.map_or(since, |at| since.max(at));
         // At 500,000 alerts Alertmanager takes half a minute to answer: polls then
         // land that much further apart than the poll interval, and a pipeline that
         // answers every time is not one that stopped. Three answers' time is allowed
@@ -276,6 +277,10 @@ pub struct Trust {
         with = "super::opt_millis"
     )]
     pub answer_took: Option<TimeDelta>,
+    /// A reload shortened the poll interval then: until the next answer, staleness
+    /// counts from then, not from an answer the old interval spaced out.
+    #[serde(skip)]
+    pub interval_shortened: Option<Time>,
 }
 
 impl Trust {
@@ -299,6 +304,7 @@ impl Trust {
             hold_since: None,
             held_resolutions: false,
             answer_took: None,
+            interval_shortened: None,
         }
     }
 
@@ -395,6 +401,7 @@ impl Trust {
         let mut held = None;
         let trust = self;
         trust.asked_since_start = true;
+        trust.interval_shortened = None;
         if let Some(started) = answer.started {
             if trust
                 .alertmanager_started

@@ -1282,6 +1282,9 @@ impl Hale {
         let mut fleet = self.lock_fleet();
         *self.config.write().expect("config lock") = Arc::new(next);
         fleet.reconfigured();
+        if sooner {
+            fleet.poll_interval_shortened(chrono::Utc::now());
+        }
         drop(fleet);
         if sooner {
             self.poll_now.notify_one();

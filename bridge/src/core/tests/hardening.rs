@@ -954,3 +954,30 @@ fn a_restart_during_a_hold_holds_what_was_seen_before_it() {
     );
     assert!(!s.node("n1").conditions.contains_key("disk_degraded"));
 }
+
+/// A reload that shortens the poll interval counts staleness from the reload until
+/// the next answer: the last answer came a long old interval ago, and the new
+/// interval's staleness must not mark every node stale before the next poll lands.
+#[test]
+fn a_shortened_poll_interval_counts_staleness_from_the_reload() {
+    let mut s = script("alertmanager: { pollInterval: 2s, staleAfter: 6s }");
+    s.at(0).poll(&[watchdog(), heartbeat("n1")]);
+    // The old interval, 10 minutes: the reload comes 300 s after the last answer.
+    let at = |t: i64| t0() + TimeDelta::seconds(t);
+    s.fleet.poll_interval_shortened(at(300));
+    s.at(303).tick();
+    assert!(
+        !s.fleet.trust.stale,
+        "stale before the next poll could land"
+    );
+    // No answer within the new staleAfter of the reload: stale.
+    s.at(307).tick();
+    assert!(s.fleet.trust.stale);
+    // Another reload, then an answer: from then on the answers count.
+    s.fleet.poll_interval_shortened(at(400));
+    s.at(401).poll(&[watchdog(), heartbeat("n1")]);
+    assert!(!s.fleet.trust.stale);
+    assert_eq!(s.fleet.trust.interval_shortened, None);
+    s.at(408).tick();
+    assert!(s.fleet.trust.stale, "7 s without an answer");
+}
