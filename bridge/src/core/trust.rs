@@ -422,11 +422,15 @@ impl Trust {
             trust.alertmanager_started = trust.alertmanager_started.max(Some(started));
         }
         // A restart that emptied it is told only by its status: unread, what is
-        // missing from the answer may have been lost, not ended.
+        // missing from the answer may have been lost, not ended. Held while it
+        // stays unread (to `staleAfter` past each such poll, so the hold runs on
+        // from poll to poll): once it reads again, a restart meanwhile shows as a
+        // later start, and holds then.
+        let unread_for = TimeDelta::from_std(am.stale_after).unwrap_or(TimeDelta::MAX);
         if answer.status_unread
             && trust.hold(
                 now,
-                now.checked_add_signed(hold).unwrap_or(now),
+                now.checked_add_signed(unread_for).unwrap_or(now),
                 "Alertmanager's status (/api/v2/status) cannot be read, so a restart, which leaves it no alerts, cannot be ruled out".into(),
             )
         {
