@@ -568,10 +568,20 @@ impl Controller {
             if let Some(wanted) = &self.wanted
                 && !wanted().await
             {
-                return Err(BmcError::new(
-                    Failure::Unconfirmed,
-                    "the graceful off went unconfirmed, and the action was withdrawn meanwhile: not forced",
-                ));
+                // The shutdown asked for may still complete (an OS taking its
+                // time): followed for another graceful timeout, and a machine that
+                // goes off is started again, as the node is back in service.
+                let detail = match self.wait_for(PowerState::Off, self.timing.graceful).await {
+                    Ok(off) => {
+                        self.on(off, sent).await?;
+                        "the action was withdrawn during the graceful off, which then completed: powered on again"
+                    }
+                    Err(e) if e.class == Failure::Unconfirmed => {
+                        "the graceful off went unconfirmed, and the action was withdrawn meanwhile: not forced"
+                    }
+                    Err(e) => return Err(e),
+                };
+                return Err(BmcError::new(Failure::Unconfirmed, detail));
             }
         }
         self.send(Request::ForceOff, sent).await?;
@@ -841,6 +851,21 @@ mod tests {
                 assert_eq!(sent, [Request::GracefulOff], "nothing forced");
             }
         }
+        // Withdrawn while an OS took its time to shut down, which it then did: on
+        // again.
+        let (c, bmc) = controller(true, true);
+        let late = bmc.clone();
+        let c = c.forcing_only_while(Box::new(move || {
+            // Asked once the graceful wait ran out: the shutdown completes now.
+            late.state.lock().unwrap().1 = Some((PowerState::Off, 2));
+            Box::pin(async { false })
+        }));
+        let e = c.run(Verb::Reboot, false).await.unwrap_err();
+        assert!(e.detail.contains("powered on again"), "{e}");
+        assert_eq!(
+            *bmc.sent.lock().unwrap(),
+            [Request::GracefulOff, Request::On]
+        );
     }
 
     #[tokio::test]
