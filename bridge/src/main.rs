@@ -25,6 +25,13 @@ fn main() -> std::process::ExitCode {
         }
     }
     hale::service::tune_allocator();
+    // A panic ends the process at once (release builds abort): the lines queued
+    // for the log, the ones that tell what led to it, are written first.
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |panic| {
+        flush_log();
+        report(panic);
+    }));
     let ran = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
