@@ -31,15 +31,18 @@ pub const HEADER_READ: Duration = Duration::from_secs(30);
 /// How long a request's body may take to arrive, from when its handler starts
 /// reading it.
 pub const BODY_READ: Duration = Duration::from_secs(30);
-/// Connections open at once.
+/// Connections open at once, at most: fewer where the process may open few files.
 pub const MAX_CONNECTIONS: usize = 1024;
+/// How long a write to a client may make no progress: one that asked for a large
+/// answer (`/metrics`) and stopped reading holds its connection no longer.
+pub const WRITE_STALL: Duration = Duration::from_secs(30);
 /// How long a stop waits for the requests under way.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(20);
 
 /// Serve `app` on `listener` until `shutdown` completes.
 pub async fn serve(listener: TcpListener, app: Router, shutdown: impl Future<Output = ()>) {
     let app = app.layer(axum::middleware::from_fn(body_in_time));
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let slots = Arc::new(Semaphore::new(connection_cap()));
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -61,7 +64,9 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: impl Future<Out
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(TokioTimer::new())
             .header_read_timeout(HEADER_READ);
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        let connection = graceful.watch(
+            http.serve_connection(TokioIo::new(Stalling::new(stream, WRITE_STALL)), service),
+        );
         tokio::spawn(async move {
             // Its end is the client's or the timeouts' doing: nothing to report.
             let _ = connection.await;
@@ -77,6 +82,127 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: impl Future<Out
             wait_s = SHUTDOWN_WAIT.as_secs(),
             "requests still under way at shutdown were cut short"
         );
+    }
+}
+
+/// The process's open-file limit raised to what it may be (as Go's runtime does):
+/// a soft limit of 1,024, systemd's default, is soon met by connections beside
+/// the store's, Alertmanager's and the BMCs' own. The connections' cap is half
+/// of what remains, at most [`MAX_CONNECTIONS`].
+fn connection_cap() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write the struct given, nothing else.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return MAX_CONNECTIONS;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+    }
+    let files = usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX);
+    (files / 2).clamp(16, MAX_CONNECTIONS)
+}
+
+/// A stream whose writes fail once one has made no progress for its limit.
+struct Stalling<S> {
+    inner: S,
+    limit: Duration,
+    stalled: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> Stalling<S> {
+    fn new(inner: S, limit: Duration) -> Self {
+        Stalling {
+            inner,
+            limit,
+            stalled: None,
+        }
+    }
+
+    /// Pending: start (or go on with) the clock, failing once it runs out.
+    fn pending<T>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<T>> {
+        let limit = self.limit;
+        let clock = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        if clock.as_mut().poll(cx).is_ready() {
+            return std::task::Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client read nothing for 30s",
+            )));
+        }
+        std::task::Poll::Pending
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Stalling<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Stalling<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match std::pin::Pin::new(&mut self.inner).poll_write(cx, buf) {
+            std::task::Poll::Pending => self.pending(cx),
+            done => {
+                self.stalled = None;
+                done
+            }
+        }
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs) {
+            std::task::Poll::Pending => self.pending(cx),
+            done => {
+                self.stalled = None;
+                done
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 

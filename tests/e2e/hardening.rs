@@ -1109,3 +1109,67 @@ async fn a_log_reader_that_stops_reading_does_not_stop_hale() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// A client that asks for a large answer and stops reading it is cut off once the
+/// write has made no progress for 30 s: it holds its connection no longer.
+#[tokio::test]
+async fn a_client_that_stops_reading_its_answer_is_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let hale = Hale::webhook_only(dir.path(), "").await;
+    // Enough nodes that `/metrics` outgrows what the kernel buffers on both sides.
+    let client = reqwest::Client::new();
+    for batch in 0..4 {
+        let alerts: Vec<Value> = (0..2500)
+            .map(|i| {
+                json!({"labels": {"alertname": "SmartFailing", "node": format!("n-{batch}-{i}"),
+                    "severity": "warning", "hale_condition": "disk_degraded"}, "annotations": {}})
+            })
+            .collect();
+        let firing: Vec<(&Value, &str)> = alerts.iter().map(|a| (a, "firing")).collect();
+        let r = client
+            .post(format!("{}/api/v1/alertmanager", hale.url))
+            .bearer_auth(TOKEN)
+            .json(&delivery(&firing))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+    }
+    let addr: std::net::SocketAddr = hale.url.trim_start_matches("http://").parse().unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stalled = socket.connect(addr).await.unwrap();
+    stalled
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    // Not read for longer than the server lets a write stall: by then it gave up.
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(20), stalled.read_to_end(&mut got)).await;
+    let length = String::from_utf8_lossy(&got)
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: ").map(str::to_string));
+    assert!(
+        read.is_ok(),
+        "the connection was still open after 60 s ({} bytes read)",
+        got.len()
+    );
+    // Cut short: less arrived than the answer's length (or the connection reset).
+    if let (Ok(Ok(_)), Some(len)) = (read, length) {
+        assert!(
+            got.len() < len.parse::<usize>().unwrap(),
+            "the whole answer came"
+        );
+    }
+    assert!(
+        client
+            .get(format!("{}/healthz", hale.url))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .is_success()
+    );
+}
