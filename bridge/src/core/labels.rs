@@ -131,7 +131,11 @@ impl<'de: 'a, 'a> Deserialize<'de> for Labels<'a> {
                     // Alertmanager's labels are a map: a sender that names one twice
                     // means two things, and Go would read the last where hale read
                     // the first.
-                    if labels.pairs.iter().any(|(n, _)| *n == k.0) {
+                    let twice = match key_of(&k.0) {
+                        Some(known) => labels.known[known.0] != 0,
+                        None => labels.pairs.iter().any(|(n, _)| *n == k.0),
+                    };
+                    if twice {
                         return Err(de::Error::custom(format_args!(
                             "label `{}` is given twice",
                             k.0
