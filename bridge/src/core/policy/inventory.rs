@@ -157,6 +157,15 @@ impl Fleet {
             let queued = |node: &Node, f: fn(&Action) -> bool| {
                 node.policy.pending.iter().any(|p| f(&p.action))
             };
+            // The gate hale holds is gone from the node (Slurm puts back the
+            // configured weights on a restart or `scontrol reconfigure`): set again,
+            // or new work lands on a node hale shows gated.
+            if node.policy.gated
+                && o.gated == Some(false)
+                && !queued(node, |a| matches!(a, Action::Gate { .. }))
+            {
+                node.policy.push(Action::Gate { on: true });
+            }
             match o.status {
                 Status::Cordoned
                     if node.policy.cordon.is_none()

@@ -3940,3 +3940,38 @@ fn a_poll_in_slices_of_one_ends_what_it_does_not_name_wherever_it_sorts() {
         );
     }
 }
+
+#[test]
+fn a_gate_the_orchestrator_lost_is_set_again() {
+    let mut s = pool_script("observe");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &[], low);
+    s.fleet.nodes.get_mut("g-0").unwrap().policy.gated = true;
+    let seen = |gated: bool| policy::Observed {
+        not_ready: false,
+        orchestrator_health: None,
+        gated: Some(gated),
+        ..shown("g-0", Status::Ready)
+    };
+    let gates = |s: &Script| {
+        s.node("g-0")
+            .policy
+            .pending
+            .iter()
+            .filter(|p| matches!(p.action, policy::Action::Gate { on: true }))
+            .count()
+    };
+    let out = s.fleet.observe(s.now, &[seen(true)]);
+    s.record(out);
+    assert_eq!(gates(&s), 0, "shown gated: nothing to do");
+    // Slurm reconfigured: its weights back, the gate gone.
+    let out = s.fleet.observe(s.now, &[seen(false)]);
+    s.record(out);
+    assert_eq!(gates(&s), 1);
+    let out = s.fleet.observe(s.now, &[seen(false)]);
+    s.record(out);
+    assert_eq!(gates(&s), 1, "queued once");
+    let out = s.fleet.observe(s.now, &[seen(true)]);
+    s.record(out);
+    assert_eq!(gates(&s), 0, "shown set again: done");
+}
