@@ -647,8 +647,16 @@ impl Orchestrator for Kubernetes {
             let all: Vec<&Workload> = work.iter().collect();
             let blocked = self.evict_each(node, &all, &[], "").await?;
             let stopping = self.wait_terminated(node, until).await?;
+            // A pod with no controller is evicted for good (as `kubectl drain
+            // --force` does): ended, not moved.
+            let evicted = all.iter().filter(|w| !blocked.contains(&w.id));
+            let bare = evicted
+                .clone()
+                .filter(|w| w.owner.starts_with(pods::BARE))
+                .count();
             Ok(Done {
-                moved: (all.len() - blocked.len()) as u32,
+                moved: (evicted.count() - bare) as u32,
+                failed: bare as u32,
                 blocked: blocked.len() as u32,
                 stopping,
                 ..Done::default()

@@ -32,6 +32,8 @@ const CAPI_NAMESPACE: &str = "cluster.x-k8s.io/cluster-namespace";
 pub const EVICTED: &str = "hale.dev/evicted";
 /// Annotation: when hale deleted the node's owner; the node is on its way out.
 pub const REPLACED_AT: &str = "hale.dev/replaced-at";
+/// The owner of a pod no controller owns: the pod itself.
+pub const BARE: &str = "Pod/";
 /// How often a drain looks again for the pods it evicted.
 const TERMINATION_POLL: Duration = Duration::from_secs(2);
 
@@ -128,9 +130,11 @@ impl Kubernetes {
                 .find(|o| o.controller == Some(true));
             let owner = match controller {
                 Some(o) => format!("{}/{namespace}/{}", o.kind, o.name),
-                None => format!("Pod/{}", pod_id(pod)),
+                None => format!("{BARE}{}", pod_id(pod)),
             };
-            let mut restart = declared(pod.metadata.annotations.as_ref());
+            // Nothing runs a pod with no controller again: it is never moved,
+            // whatever it declares.
+            let mut restart = controller.is_some() && declared(pod.metadata.annotations.as_ref());
             if !restart && let Some(o) = controller {
                 restart = match owners.get(&owner) {
                     Some(d) => *d,
