@@ -128,12 +128,10 @@ impl NatsConfig {
                         url.username().to_string(),
                         url.password().map(str::to_string),
                     );
-                    if !given.0.is_empty()
-                        && *userinfo.get_or_insert_with(|| given.clone()) != given
-                    {
+                    if *userinfo.get_or_insert_with(|| given.clone()) != given {
                         return Err((
                             format!("urls[{i}]"),
-                            "names other credentials than an earlier URL: the client logs in to every server with one".into(),
+                            "names other credentials than the first URL (or none where it names some): the client logs in to every server with one".into(),
                         ));
                     }
                 }
@@ -1857,8 +1855,17 @@ mod tests {
         );
         Nats::open(&cfg, "c", 1).expect("logged in with the URL's credentials");
         // One set for the cluster: another URL naming others is refused.
-        cfg.urls = vec![at, server.url.replacen("nats://", "nats://other:x@", 1)];
+        cfg.urls = vec![
+            at.clone(),
+            server.url.replacen("nats://", "nats://other:x@", 1),
+        ];
         assert_eq!(cfg.validate().unwrap_err().0, "urls[1]");
+        cfg.urls = vec![at, server.url.clone()];
+        assert_eq!(
+            cfg.validate().unwrap_err().0,
+            "urls[1]",
+            "none where the first names some"
+        );
     }
 
     /// A node record over the server's `max_payload` is written cut down to its
