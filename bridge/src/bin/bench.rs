@@ -511,26 +511,30 @@ async fn live(
 
     listings(&http, &hale_url, nodes, report).await?;
 
-    // Restart: stopped as an operator stops it, started again on its store.
-    hale.proc.terminate()?;
-    let started = Instant::now();
-    hale.proc = spawn_hale(&hale_bin, &work.join("hale"))?;
-    wait_ok(&http, &format!("{hale_url}/healthz")).await?;
-    let listening = started.elapsed();
-    let counted = count_nodes(&http, &hale_url).await?;
-    if counted != nodes {
-        bail!("restarted, hale serves {counted} nodes of the {nodes} it held");
-    }
+    // Restart: stopped as an operator stops it, started again on its store. First at
+    // once, while Alertmanager may still be building the answer to the poll the old
+    // hale had in flight (on this machine they share the cores; a site runs them
+    // apart), then again once Alertmanager is idle: hale's own cost.
+    let am_pid = _am.0.id();
+    let busy = restart_timed(&http, &mut hale, &hale_bin, work, nodes, am_pid).await?;
+    wait_idle(am_pid, Duration::from_secs(120)).await;
+    let quiet = restart_timed(&http, &mut hale, &hale_bin, work, nodes, am_pid).await?;
     wait_ok(&http, &format!("{hale_url}/readyz")).await?;
-    let ready = started.elapsed();
+    let ready = quiet.started.elapsed();
     let restart_ok = report.target(
         "restart to serving <= 2 s",
-        listening <= Duration::from_secs(2),
+        busy.serving.max(quiet.serving) <= Duration::from_secs(2),
     );
     println!(
-        "restart with {nodes} nodes of state: serving them {:.2} s after start (target <= 2 s: {restart_ok}); /readyz (after its first poll) {:.1} s",
-        listening.as_secs_f64(),
+        "restart with {nodes} nodes of state: serving them {:.2} s after start, Alertmanager idle; /readyz (after its first poll) {:.1} s",
+        quiet.serving.as_secs_f64(),
         ready.as_secs_f64()
+    );
+    println!(
+        "  restarted at once, Alertmanager perhaps still serving the stopped hale's poll: serving them {:.2} s after start (target, both <= 2 s: {restart_ok}; Alertmanager used {:.2} of a core meanwhile, {:.2} in the idle restart)",
+        busy.serving.as_secs_f64(),
+        busy.am_share,
+        quiet.am_share
     );
     Ok(())
 }
@@ -879,13 +883,11 @@ fn cpu_share(samples: &[Sample], from: Instant, to: Instant) -> (f64, f64) {
     let (Some(a), Some(b)) = (first, last) else {
         return (0.0, 0.0);
     };
-    let secs = b.at.duration_since(a.at).as_secs_f64();
-    if secs <= 0.0 {
+    let span = b.at.duration_since(a.at);
+    if span.is_zero() {
         return (0.0, 0.0);
     }
-    // SAFETY: sysconf only reads a system constant.
-    let per_sec = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    let share = |x: u64, y: u64| y.saturating_sub(x) as f64 / per_sec / secs;
+    let share = |x: u64, y: u64| ticks_per_sec(y.saturating_sub(x), span);
     (share(a.hale_cpu, b.hale_cpu), share(a.am_cpu, b.am_cpu))
 }
 
@@ -1867,6 +1869,64 @@ fn start_hale(bin: &Path, dir: &Path, am_url: &str) -> anyhow::Result<Running> {
         url: format!("http://127.0.0.1:{port}"),
         proc: spawn_hale(bin, dir)?,
     })
+}
+
+/// A restart of `hale` on its store, timed until it serves every node it held.
+struct Restart {
+    started: Instant,
+    serving: Duration,
+    /// The share of a core Alertmanager used meanwhile.
+    am_share: f64,
+}
+
+async fn restart_timed(
+    http: &reqwest::Client,
+    hale: &mut Running,
+    bin: &Path,
+    work: &Path,
+    nodes: usize,
+    am_pid: u32,
+) -> anyhow::Result<Restart> {
+    hale.proc.terminate()?;
+    let am_before = cpu_ticks(am_pid).unwrap_or(0);
+    let started = Instant::now();
+    hale.proc = spawn_hale(bin, &work.join("hale"))?;
+    wait_ok(http, &format!("{}/healthz", hale.url)).await?;
+    let serving = started.elapsed();
+    let am_share = ticks_per_sec(
+        cpu_ticks(am_pid).unwrap_or(0).saturating_sub(am_before),
+        serving,
+    );
+    let counted = count_nodes(http, &hale.url).await?;
+    if counted != nodes {
+        bail!("restarted, hale serves {counted} nodes of the {nodes} it held");
+    }
+    Ok(Restart {
+        started,
+        serving,
+        am_share,
+    })
+}
+
+/// Wait until `pid` uses under a tenth of a core over half a second, or `most`
+/// passed.
+async fn wait_idle(pid: u32, most: Duration) {
+    let deadline = Instant::now() + most;
+    let span = Duration::from_millis(500);
+    while Instant::now() < deadline {
+        let before = cpu_ticks(pid).unwrap_or(0);
+        tokio::time::sleep(span).await;
+        if ticks_per_sec(cpu_ticks(pid).unwrap_or(0).saturating_sub(before), span) < 0.1 {
+            return;
+        }
+    }
+}
+
+/// `ticks` of CPU time over `span`, as a share of one core.
+fn ticks_per_sec(ticks: u64, span: Duration) -> f64 {
+    // SAFETY: sysconf only reads a system constant.
+    let per_sec = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks as f64 / per_sec / span.as_secs_f64().max(f64::EPSILON)
 }
 
 /// The `hale` binary built beside this one.
