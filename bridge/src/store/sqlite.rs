@@ -62,6 +62,8 @@ pub struct Sqlite {
     /// The store directory's lock, held by `hale serve`'s writer while it lives
     /// ([`Sqlite::open_pair`]); the OS lets it go when the process ends, however.
     held: Option<File>,
+    /// Whose the lock is, as written into it.
+    held_by: String,
     /// The file opened (device and inode), to tell one removed or replaced since.
     opened: Option<(u64, u64)>,
 }
@@ -154,19 +156,39 @@ impl Sqlite {
             file,
             instance,
             held: None,
+            held_by: String::new(),
         })
     }
 
     /// Whether the file written is still the one at the store's path: one removed
     /// (or replaced) under a running hale takes every later write with it, and the
     /// next start finds none of them.
-    fn still_there(&self) -> Result<()> {
-        if file_id(&self.file) == self.opened {
+    fn still_there(&mut self) -> Result<()> {
+        if file_id(&self.file) != self.opened {
+            return Err(StoreError::Gone {
+                path: self.file.clone(),
+            });
+        }
+        self.still_locked()
+    }
+
+    /// Whether the lock file held is still the one at its path: one removed (an
+    /// operator reading "in use by process N" may) lets a second `hale serve` lock
+    /// a new one and write beside this one. Taken again when it is gone; refused
+    /// when another process has taken it meanwhile.
+    fn still_locked(&mut self) -> Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let Some(held) = &self.held else {
+            return Ok(());
+        };
+        let dir = self.file.parent().unwrap_or(Path::new("."));
+        let ours = held.metadata().ok().map(|m| (m.dev(), m.ino()));
+        if ours.is_some() && file_id(&dir.join(LOCK)) == ours {
             return Ok(());
         }
-        Err(StoreError::Gone {
-            path: self.file.clone(),
-        })
+        tracing::error!(store = %dir.display(), "{LOCK} was removed or replaced under the running hale: taking the store's lock again");
+        self.held = Some(lock(dir, &self.held_by)?);
+        Ok(())
     }
 
     /// Leave copying the write-ahead log into the database to [`Sqlite::checkpoint`]
@@ -193,6 +215,7 @@ impl Sqlite {
         let held = lock(dir, by)?;
         let mut store = Sqlite::open(dir)?;
         store.held = Some(held);
+        store.held_by = by.to_string();
         Ok(store)
     }
 
@@ -1079,6 +1102,34 @@ mod tests {
         // A new file in its place is another store: still refused.
         drop(Sqlite::open(dir.path()).unwrap());
         assert!(matches!(store.write(&batch), Err(StoreError::Gone { .. })));
+    }
+
+    /// The lock file removed under the running writer: taken again at its next
+    /// write, so a second writer is refused; one that took the lock meanwhile
+    /// stops this writer's writes rather than writing beside it.
+    #[test]
+    fn a_lock_removed_under_the_writer_is_taken_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Sqlite::open_locked(dir.path(), "hale serve").unwrap();
+        let at = Utc::now();
+        let batch = Batch {
+            events: &[event("n1", false, at)],
+            trust: "{}".into(),
+            ..Batch::default()
+        };
+        store.write(&batch).unwrap();
+        std::fs::remove_file(dir.path().join(LOCK)).unwrap();
+        store.write(&batch).expect("taken again");
+        let second = Sqlite::open_locked(dir.path(), "hale serve");
+        assert!(
+            matches!(second, Err(StoreError::InUse { .. })),
+            "a second writer let in"
+        );
+        // Removed again, and a second writer is quicker: this one's writes stop.
+        std::fs::remove_file(dir.path().join(LOCK)).unwrap();
+        let _second = Sqlite::open_locked(dir.path(), "hale serve").expect("the lock was free");
+        let err = store.write(&batch).expect_err("two writers");
+        assert_eq!(err.metric_label(), "in_use", "{err}");
     }
 
     fn event(node: &str, missed: bool, at: Time) -> Event {
