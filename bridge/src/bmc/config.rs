@@ -129,7 +129,7 @@ fn fill(
         };
         if !host_like(value) {
             return Err(format!(
-                "the node's {{{key}}} {value:?} cannot go into an address: only letters, digits, '.', '-' and '_' can"
+                "the node's {{{key}}} {value:?} cannot go into an address: only letters, digits, '.', '-' and '_' can, not starting with '-' or '.'"
             ));
         }
         // A name only alerts gave: with a '.', it could name a whole host of the

@@ -345,10 +345,17 @@ impl Credentials {
         // A second line would become part of the password, which the BMC then
         // refuses with no hint why.
         if username.contains(['\r', '\n']) || password.contains(['\r', '\n']) {
-            return Err(format!(
-                "{}: more than one line; credentials are one `username:password` line",
-                path.display()
-            ));
+            return Err(if path.is_dir() {
+                format!(
+                    "{}: its username or password file holds more than one line; each holds one",
+                    path.display()
+                )
+            } else {
+                format!(
+                    "{}: more than one line; credentials are one `username:password` line",
+                    path.display()
+                )
+            });
         }
         Ok(Credentials { username, password })
     }
