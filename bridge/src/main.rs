@@ -131,13 +131,16 @@ fn log_pump() -> &'static LogPump {
                     let _ = out.write_all(&line);
                     let _ = out.flush();
                     let pump = LOG_PUMP.get().expect("set before any line");
-                    pump.waiting.fetch_sub(1, Ordering::AcqRel);
-                    let dropped = pump.dropped.swap(0, Ordering::AcqRel);
-                    if dropped > 0 {
-                        warn!(
-                            dropped,
-                            "log lines dropped: standard output was not read fast enough"
-                        );
+                    // Said once the queue has room for it (said into a full queue, the
+                    // count itself would be dropped, and counted as one).
+                    if pump.waiting.fetch_sub(1, Ordering::AcqRel) == 1 {
+                        let dropped = pump.dropped.swap(0, Ordering::AcqRel);
+                        if dropped > 0 {
+                            warn!(
+                                dropped,
+                                "log lines dropped: standard output was not read fast enough"
+                            );
+                        }
                     }
                 }
             })

@@ -26,8 +26,10 @@ use tokio::sync::Semaphore;
 use tracing::{error, warn};
 
 /// How long a request's header may take to arrive, and a kept-alive connection
-/// may stay idle.
-pub const HEADER_READ: Duration = Duration::from_secs(30);
+/// may stay idle: longer than the intervals clients send at (Alertmanager's
+/// `repeat_interval` of 30 s or a minute, a scrape every 15–60 s), so a client
+/// does not send on a connection in the instant hale closes it.
+pub const HEADER_READ: Duration = Duration::from_secs(75);
 /// How long a request's body may take to arrive, from when its handler starts
 /// reading it.
 pub const BODY_READ: Duration = Duration::from_secs(30);
