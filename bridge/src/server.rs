@@ -2,11 +2,12 @@
 //! with the limits a port open to a network needs, since the webhook, the API
 //! and the UI share it with whoever can reach it. A request's header must arrive
 //! within [`HEADER_READ`] (and a kept-alive connection idle that long is closed),
-//! its body within [`BODY_READ`], and at most [`MAX_CONNECTIONS`] are open at
-//! once — past that, new ones wait in the kernel's queue rather than take the
-//! process's last file descriptors. A client that sends nothing, or a header a
-//! byte at a time, holds one slot for 30 s, not for ever. On shutdown it stops
-//! accepting and lets the requests under way finish, for [`SHUTDOWN_WAIT`] at most.
+//! its body within [`BODY_READ`], a write may stall for [`WRITE_STALL`] at most,
+//! and at most [`MAX_CONNECTIONS`] are open at once — past that, new ones wait in
+//! the kernel's queue rather than take the process's last file descriptors. A
+//! client that sends nothing, a header a byte at a time, or reads nothing holds
+//! one slot for a bounded time, not for ever. On shutdown it stops accepting and
+//! lets the requests under way finish, for [`SHUTDOWN_WAIT`] at most.
 
 use std::future::Future;
 use std::sync::Arc;

@@ -171,6 +171,15 @@ fn states(v: &Value, keys: &[&str]) -> Vec<String> {
     out
 }
 
+/// The jobs of an `squeue --json` answer.
+fn jobs(answer: &Value) -> impl Iterator<Item = &Value> {
+    answer
+        .get("jobs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
 /// Whether a job of `squeue --json` runs.
 fn runs(job: &Value) -> bool {
     states(job, &["job_state"]).iter().any(|s| s == "RUNNING")
@@ -324,11 +333,7 @@ impl Slurm {
     /// their epilog still running): work that is not yet off the node.
     async fn stopping_on(&self, node: &str) -> Result<u32> {
         let answer = self.json("squeue").await?;
-        Ok(answer
-            .get("jobs")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
+        Ok(jobs(&answer)
             .filter(|j| {
                 states(j, &["job_state"])
                     .iter()
@@ -358,11 +363,7 @@ impl Slurm {
     /// The running jobs: (id, requeue allowed, the nodes it runs on).
     async fn running(&self) -> Result<Vec<(String, bool, Vec<String>)>> {
         let answer = self.json("squeue").await?;
-        Ok(answer
-            .get("jobs")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
+        Ok(jobs(&answer)
             .filter(|j| runs(j))
             .filter_map(|j| {
                 let id = j.get("job_id")?.as_u64()?.to_string();

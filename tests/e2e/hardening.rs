@@ -1064,25 +1064,7 @@ async fn a_log_reader_that_stops_reading_does_not_stop_hale() {
     .await;
     // Each node new with a condition: lines of log for each, far more than the
     // pipe holds.
-    for batch in 0..3 {
-        let alerts: Vec<Value> = (0..2000)
-            .map(|i| {
-                json!({"labels": {"alertname": "SmartFailing", "node": format!("n-{batch}-{i}"),
-                    "severity": "warning", "hale_condition": "disk_degraded"}, "annotations": {}})
-            })
-            .collect();
-        let firing: Vec<(&Value, &str)> = alerts.iter().map(|a| (a, "firing")).collect();
-        let r = client
-            .post(format!("{base}/api/v1/alertmanager"))
-            .bearer_auth(TOKEN)
-            .json(&delivery(&firing))
-            .send()
-            .await;
-        assert!(
-            r.is_ok_and(|r| r.status().is_success()),
-            "delivery {batch} taken while the log is not read"
-        );
-    }
+    new_nodes(&client, &base, 3, 2000).await;
     let listed: Value = client
         .get(format!("{base}/api/v1/nodes?total=true&pageSize=1"))
         .send()
@@ -1119,6 +1101,30 @@ async fn a_log_reader_that_stops_reading_does_not_stop_hale() {
     assert!(dropped > 1000, "dropped={dropped}");
 }
 
+/// `batches` webhook deliveries of `each` firing alerts to hale at `base`, each
+/// on a node of its own, new to hale: a node record and lines of log apiece.
+async fn new_nodes(client: &reqwest::Client, base: &str, batches: usize, each: usize) {
+    for batch in 0..batches {
+        let alerts: Vec<Value> = (0..each)
+            .map(|i| {
+                json!({"labels": {"alertname": "SmartFailing", "node": format!("n-{batch}-{i}"),
+                    "severity": "warning", "hale_condition": "disk_degraded"}, "annotations": {}})
+            })
+            .collect();
+        let firing: Vec<(&Value, &str)> = alerts.iter().map(|a| (a, "firing")).collect();
+        let r = client
+            .post(format!("{base}/api/v1/alertmanager"))
+            .bearer_auth(TOKEN)
+            .json(&delivery(&firing))
+            .send()
+            .await;
+        assert!(
+            r.is_ok_and(|r| r.status().is_success()),
+            "delivery {batch} taken"
+        );
+    }
+}
+
 /// A child process stopped when the test ends, whether it passed or failed.
 struct Killed(std::process::Child);
 
@@ -1138,23 +1144,7 @@ async fn a_client_that_stops_reading_its_answer_is_cut_off() {
     let hale = Hale::webhook_only(dir.path(), "").await;
     // Enough nodes that `/metrics` outgrows what the kernel buffers on both sides.
     let client = reqwest::Client::new();
-    for batch in 0..4 {
-        let alerts: Vec<Value> = (0..2500)
-            .map(|i| {
-                json!({"labels": {"alertname": "SmartFailing", "node": format!("n-{batch}-{i}"),
-                    "severity": "warning", "hale_condition": "disk_degraded"}, "annotations": {}})
-            })
-            .collect();
-        let firing: Vec<(&Value, &str)> = alerts.iter().map(|a| (a, "firing")).collect();
-        let r = client
-            .post(format!("{}/api/v1/alertmanager", hale.url))
-            .bearer_auth(TOKEN)
-            .json(&delivery(&firing))
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success());
-    }
+    new_nodes(&client, &hale.url, 4, 2500).await;
     let addr: std::net::SocketAddr = hale.url.trim_start_matches("http://").parse().unwrap();
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
