@@ -1310,6 +1310,10 @@ impl Store for Nats {
 
     /// Measure the bytes used and JetStream's limit for this account.
     fn upkeep(&self) -> Result<()> {
+        // Not while the client holds no connection: its four requests would each
+        // wait out their timeout, holding the store's reads (a node's history)
+        // behind them for twenty seconds.
+        self.connected("store upkeep")?;
         let shared = self.shared.clone();
         let (bytes, limit) = self.run(async move {
             let mut bytes = shared
