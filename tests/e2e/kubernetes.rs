@@ -252,6 +252,35 @@ async fn nodes_cordons_and_the_gate_go_through_the_api_server() -> Served {
     assert_eq!(types(&events), ["NODE_UNCORDONED", "POLICY_HALTED"]);
     assert_eq!(events["events"][0]["by"], "operator");
 
+    // g-5 below cordonBelow while an operator runs `kubectl cordon g-5` between
+    // hale's read of the node and its write: hale's write meets a 409, its fresh read
+    // shows the operator's cordon, and that cordon stays the operator's — not taken
+    // over as hale's, which hale's own uncordon would later undo.
+    fake.on_next_get("g-5", |n| n["spec"]["unschedulable"] = json!(true));
+    am.fire(&[gpu_ecc_uncorrectable("g-5")]).await;
+    let n = hale
+        .wait_node("g-5's cordon the operator's", "g-5", |n| {
+            n["cordon"]["by"] == "operator"
+        })
+        .await;
+    assert_eq!(n["status"], "Cordoned");
+    let node = fake.node("g-5");
+    assert_eq!(node["spec"]["unschedulable"], true);
+    assert!(
+        node["metadata"]["annotations"]["hale.dev/cordoned-by"].is_null(),
+        "hale took the operator's cordon over: {node}"
+    );
+    let answers: Vec<u16> = fake
+        .requests()
+        .iter()
+        .filter(|r| r.verb == "patch" && r.resource == "nodes" && r.name == "g-5")
+        .map(|r| r.status)
+        .collect();
+    assert!(
+        answers.contains(&409),
+        "hale's write never met the operator's cordon: {answers:?}"
+    );
+
     // kubectl cordon g-7: the operator's, counted against the ceiling.
     fake.kubectl("g-7", json!({"spec": {"unschedulable": true}}));
     let n = hale
@@ -1015,13 +1044,39 @@ async fn drains_and_fault_evictions_go_through_the_eviction_api() -> Served {
     )
     .await;
     assert!(fake.evicted().is_empty());
+    // Meanwhile web-1 is deleted and made again under its name on w-5 (a new uid),
+    // as a StatefulSet makes its pods: once the budget allows, hale's next attempt
+    // must not evict the new pod, which never ran on w-1.
+    let attempts = fake.eviction_attempts("shop", "web-1");
+    fake.delete_pod("shop", "web-1");
+    let mut again = pod(
+        "shop",
+        "web-1",
+        "w-5",
+        Some(("ReplicaSet", "web-rs")),
+        json!({}),
+    );
+    again["metadata"]["labels"] = json!({"app": "web"});
+    fake.put_pod(again);
     fake.pdb("web-pdb", "shop", json!({"app": "web"}), 1);
-    let evicted = eventually("web-1 evicted", Duration::from_secs(30), || async {
+    let evicted = eventually("debug-shell evicted", Duration::from_secs(30), || async {
         let e = fake.evicted();
         (!e.is_empty()).then_some(e)
     })
     .await;
-    assert_eq!(evicted[0]["metadata"]["name"], "web-1");
+    assert_eq!(evicted.len(), 1, "{evicted:?}");
+    assert_eq!(evicted[0]["metadata"]["name"], "debug-shell");
+    assert!(
+        fake.eviction_attempts("shop", "web-1") > attempts,
+        "web-1 was not asked for again"
+    );
+    let web = fake
+        .pods()
+        .into_iter()
+        .find(|p| p["metadata"]["name"] == "web-1")
+        .expect("the new web-1 stays");
+    assert_eq!(web["spec"]["nodeName"], "w-5");
+    assert!(web["metadata"]["deletionTimestamp"].is_null(), "{web}");
     let left: BTreeSet<String> = fake
         .pods()
         .iter()

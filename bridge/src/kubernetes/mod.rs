@@ -493,6 +493,23 @@ const GATE: (&str, &str, &str) = (GATE_TAINT, "true", "NoSchedule");
 /// their volumes detached, so StatefulSets move (non-graceful node shutdown).
 const OUT_OF_SERVICE: (&str, &str, &str) = (OUT_OF_SERVICE_TAINT, "nodeshutdown", "NoExecute");
 
+/// Whether the node is cordoned by someone other than hale's policy: `kubectl
+/// cordon` (no annotation), or an operator through hale.
+fn foreign_cordon(node: &Node) -> bool {
+    let unschedulable = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    let by = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CORDONED_BY))
+        .map(String::as_str);
+    unschedulable && by != Some(Actor::Hale.as_str())
+}
+
 /// Whether the node is already cordoned by `by` for `reason` (`None`: uncordoned
 /// with no record of hale's left on it).
 fn cordoned_as(node: &Node, by: Option<(&str, &str)>) -> bool {
@@ -589,10 +606,26 @@ impl Orchestrator for Kubernetes {
             {
                 return Ok(());
             }
+            // Read fresh and written under its resourceVersion: a `kubectl cordon`
+            // the watch has not shown yet is not taken over as hale's own (and later
+            // undone by hale's uncordon), and one between the read and the write is
+            // a 409 and a fresh read.
+            let current = bounded(self.nodes.get(node)).await?;
+            if cordoned_as(&current, Some((by, reason))) {
+                return Ok(());
+            }
+            if by == Actor::Hale.as_str() && foreign_cordon(&current) {
+                return Err(OrchestratorError::refused(format!(
+                    "node {node} was cordoned outside hale meanwhile: the cordon is the operator's"
+                )));
+            }
             self.merge(
                 node,
                 json!({
-                    "metadata": {"annotations": {CORDONED_BY: by, CORDON_REASON: reason}},
+                    "metadata": {
+                        "resourceVersion": current.metadata.resource_version,
+                        "annotations": {CORDONED_BY: by, CORDON_REASON: reason},
+                    },
                     "spec": {"unschedulable": true},
                 }),
             )

@@ -11,8 +11,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Event, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time as KubeTime};
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, EvictParams, ListParams, PostParams,
-    Preconditions,
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams, Preconditions,
 };
 use kube::core::GroupVersionKind;
 use tracing::{debug, info, warn};
@@ -78,6 +77,34 @@ fn pod_id(pod: &Pod) -> String {
         pod.metadata.namespace.as_deref().unwrap_or_default(),
         pod.metadata.name.as_deref().unwrap_or_default()
     )
+}
+
+/// Evict the pod `w` names through the Eviction API, on condition that it is still
+/// the pod that was listed (its uid): one made again under the same name since (a
+/// StatefulSet's, perhaps already on another node) is not evicted in its place.
+/// Posted as the real Eviction object: `Api::evict` names its options
+/// `delete_options`, which the API server ignores.
+async fn evict(pods: &Api<Pod>, w: &Workload) -> kube::Result<kube::core::Status> {
+    let (namespace, name) = w.id.split_once('/').unwrap_or(("", &w.id));
+    let eviction = serde_json::json!({
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+        "deleteOptions": {"preconditions": {"uid": w.uid}},
+    });
+    pods.create_subresource("eviction", name, &PostParams::default(), &eviction)
+        .await
+}
+
+/// The 409 of an eviction whose uid precondition failed: the pod listed is gone.
+/// The API server words it as its delete's check does ("the UID in the
+/// precondition (…) does not match…") or as its storage's ("Precondition failed:
+/// UID in precondition: …").
+fn replaced(status: &kube::core::Status) -> bool {
+    status.code == 409
+        && ["UID in the precondition", "UID in precondition"]
+            .iter()
+            .any(|m| status.message.contains(m))
 }
 
 /// The API resource of an owner kind whose annotation hale reads.
@@ -184,7 +211,7 @@ impl Kubernetes {
         let deadline = Instant::now() + self.settings.eviction_timeout;
         let mut blocked = Vec::new();
         for (i, w) in work.iter().enumerate() {
-            let (namespace, name) = w.id.split_once('/').unwrap_or(("", &w.id));
+            let namespace = w.id.split_once('/').map_or("", |(ns, _)| ns);
             let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
             let mut wait = Duration::from_secs(1);
             loop {
@@ -198,7 +225,7 @@ impl Kubernetes {
                     blocked.extend(work[i..].iter().map(|w| w.id.clone()));
                     return Ok(blocked);
                 }
-                match self.lead(pods.evict(name, &EvictParams::default())).await? {
+                match self.lead(evict(&pods, w)).await? {
                     Ok(_) => {
                         info!(node, pod = w.id, "evicted");
                         if failed.iter().any(|f| f.id == w.id)
@@ -208,7 +235,9 @@ impl Kubernetes {
                         }
                         break;
                     }
-                    Err(kube::Error::Api(s)) if s.code == 404 => break,
+                    // Gone, or gone and made again under its name (a StatefulSet's
+                    // pod, perhaps on another node): what was listed is evicted.
+                    Err(kube::Error::Api(s)) if s.code == 404 || replaced(&s) => break,
                     Err(kube::Error::Api(s)) if s.code == 429 => {
                         // Tried until the deadline, and once more at it.
                         let now = Instant::now();
