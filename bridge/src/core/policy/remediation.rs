@@ -949,8 +949,24 @@ impl Fleet {
         ));
         out.dirty.insert(id.into());
         let in_service = node.policy.cordon.is_none() && node.status != Status::Cordoned;
+        // The cordon an earlier flow of this node left when it failed: this flow's
+        // to lift when it cures the node, not someone else's that stays.
+        let left_by_a_flow = node
+            .policy
+            .cordon
+            .as_ref()
+            .is_some_and(|c| c.by == Actor::Hale && c.reason.starts_with(CORDON_REASON));
         let reason = format!("{CORDON_REASON}{}", flow.reason);
-        if in_service {
+        if left_by_a_flow {
+            flow.cordoned = true;
+            out.events.push(step_event(
+                id,
+                now,
+                FlowStep::Cordon,
+                "still cordoned by the flow that failed before: lifted if this one cures it".into(),
+            ));
+            self.describe_and_drain(now, id, out);
+        } else if in_service {
             flow.cordoned = true;
             take_out(node, Actor::Hale, &reason, now);
             out.events.push(event(

@@ -373,6 +373,26 @@ fn a_condition_still_raised_after_the_reboot_fails_at_verify_and_waits_retry_aft
     assert_eq!(s.step("n1"), None);
     s.at(100 + 3601).poll(&[watchdog(), beat("n1"), up]).flows();
     assert!(s.step("n1").is_some());
+    // The retry cures it: the cordon the failed flow left is the retry's to lift,
+    // and the node goes back in service (not "out of service before the flow").
+    s.act();
+    s.at(3705).poll(&[watchdog()]).flows();
+    s.at(3730).tick().flows();
+    s.at(3735).poll(&[watchdog(), beat("n1")]).flows();
+    s.act();
+    s.at(3800).poll(&[watchdog(), beat("n1")]).flows();
+    s.act();
+    assert_eq!(s.step("n1"), None);
+    assert_eq!(
+        s.took_of(&["REMEDIATION_SUCCEEDED", "NODE_UNCORDONED"]),
+        ["n1 NODE_UNCORDONED", "n1 REMEDIATION_SUCCEEDED"]
+    );
+    assert_eq!(
+        s.node("n1").status,
+        Status::Ready,
+        "the retry's cure leaves it cordoned"
+    );
+    assert!(s.node("n1").policy.cordon.is_none());
 }
 
 #[test]
