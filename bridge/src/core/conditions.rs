@@ -6,6 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use chrono::{DateTime, TimeDelta};
+
 use super::labels::{Alert, AlertState, Signal};
 use super::settings::{CoreSettings, Settings};
 use super::step::{Recorder, group_by_key};
@@ -204,29 +206,25 @@ pub(super) fn apply_alerts(
         }
     }
 
-    let mut current = BTreeSet::new();
+    // Instances counted are remembered until they started `forgetAfter` ago, whether
+    // or not the next answer names them (one may drop out of a poll and come back,
+    // as after an Alertmanager restart); one that started before that is not counted
+    // again, however long it goes on firing (the sweep has forgotten it).
+    let forget = TimeDelta::from_std(cfg.identity.forget_after).unwrap_or(TimeDelta::MAX);
+    let horizon = now
+        .checked_sub_signed(forget)
+        .unwrap_or(DateTime::UNIX_EPOCH);
+    let before = node.failures.counted_alerts.len();
     for (key, job, reason, at, silenced) in failures {
         let counted = node.failures.counted_alerts.contains(&key);
-        if silenced && !counted {
+        if counted || silenced || at < horizon {
             continue;
         }
+        count_failure(node, rec, job, reason, at);
         // Counted once, also when the same alert comes twice in one batch.
-        if !counted && !current.contains(&key) {
-            count_failure(node, rec, job, reason, at);
-        }
-        current.insert(key);
+        node.failures.counted_alerts.insert(key);
     }
-    let counted = &mut node.failures.counted_alerts;
-    let changed = if full {
-        let changed = *counted != current;
-        *counted = current;
-        changed
-    } else {
-        let before = counted.len();
-        counted.extend(current);
-        counted.len() != before
-    };
-    if changed {
+    if node.failures.counted_alerts.len() != before {
         rec.dirty();
     }
 }

@@ -1054,6 +1054,43 @@ fn job_failure_alert_instances_count_once() {
     assert_eq!(s.score("n1"), Some(90));
 }
 
+/// An instance counts once however long it fires — past `forgetAfter`, when the
+/// sweep forgets it — and when it drops out of one answer and comes back (an
+/// Alertmanager restarted, its rule group not yet evaluated again).
+#[test]
+fn a_job_failure_firing_for_long_or_missing_from_a_poll_counts_once() {
+    let mut s = script("nodeIdentity: { forgetAfter: 10m }");
+    let fail = alert("JobFailedOnNode")
+        .on("n1")
+        .label("hale_signal", "job_failure")
+        .label("hale_job", "train-7")
+        .starts(t0());
+    s.at(0).poll(&[watchdog(), heartbeat("n1"), fail.clone()]);
+    s.at(30).poll(&[watchdog(), heartbeat("n1")]);
+    s.at(60).poll(&[watchdog(), heartbeat("n1"), fail.clone()]);
+    assert_eq!(
+        s.node("n1").failures.total,
+        1,
+        "counted again on its return"
+    );
+    for t in (90..=1800).step_by(30) {
+        s.at(t).poll(&[watchdog(), heartbeat("n1"), fail.clone()]);
+    }
+    assert_eq!(
+        s.node("n1").failures.total,
+        1,
+        "counted again once forgotten"
+    );
+    assert!(s.node("n1").failures.counted_alerts.is_empty());
+    // A new instance still counts.
+    s.at(1830).poll(&[
+        watchdog(),
+        heartbeat("n1"),
+        fail.starts(t0() + TimeDelta::seconds(1825)),
+    ]);
+    assert_eq!(s.node("n1").failures.total, 2);
+}
+
 /// A silenced or inhibited job failure is not counted; should its silence end
 /// while it fires, it counts then, once.
 #[test]
