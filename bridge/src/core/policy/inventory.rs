@@ -214,10 +214,7 @@ impl Fleet {
                         .as_ref()
                         .map(|(_, r)| r.clone())
                         .unwrap_or_default();
-                    if let Some(c) = node.policy.cordon.as_mut() {
-                        c.by = Actor::Operator;
-                        c.reason = reason.clone();
-                    }
+                    super::taken_over(node, &reason);
                     out.events.push(event(
                         &o.id,
                         now,

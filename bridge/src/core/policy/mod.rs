@@ -826,6 +826,19 @@ fn take_out(node: &mut Node, by: Actor, reason: &str, now: Time) {
     });
 }
 
+/// hale's cordon taken over by an operator (through hale or outside it): theirs now,
+/// for `reason`, and a termination decided but not yet performed is withdrawn — the
+/// node is no longer hale's to replace.
+fn taken_over(node: &mut Node, reason: &str) {
+    if let Some(c) = node.policy.cordon.as_mut() {
+        c.by = Actor::Operator;
+        c.reason = reason.into();
+    }
+    node.policy
+        .pending
+        .retain(|p| p.action != Action::Terminate);
+}
+
 /// Back in service by an operator's uncordon, through hale or outside it: the
 /// episode's conclusion over, automation suppressed from `now`, and what was queued
 /// to take the node out (an eviction, a termination, a reboot flow) withdrawn. The

@@ -33,9 +33,8 @@ impl Fleet {
             match &mut node.policy.cordon {
                 // Taken over from hale: an operator's node is never replaced, and
                 // the node itself says so (hale's record on it would not).
-                Some(c) => {
-                    c.by = Actor::Operator;
-                    c.reason = reason.into();
+                Some(_) => {
+                    super::taken_over(node, reason);
                     node.policy.push(Action::Cordon {
                         by: Actor::Operator,
                         reason: reason.into(),

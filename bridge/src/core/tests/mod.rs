@@ -2821,6 +2821,64 @@ fn replace_spares_nodes_hale_did_not_take_out_or_did_not_provision() {
     );
 }
 
+/// A termination decided and not yet performed (the orchestrator still being
+/// asked) is withdrawn when an operator takes the node over, through hale or
+/// outside it: the node is no longer hale's to replace.
+#[test]
+fn an_operator_taking_the_node_over_withdraws_a_queued_termination() {
+    for outside in [false, true] {
+        let mut s = pool_script("replace");
+        let ids = replace_pool(&mut s, 10);
+        s.at(0).report(&ids, &["c-0"], very_low);
+        s.at(30).report(&ids, &["c-0"], very_low);
+        counted(&mut s, &["c-0"]);
+        s.tick();
+        pending_id(&s, "c-0", &policy::Action::Terminate);
+        act_but_terminate(&mut s);
+        let out = if outside {
+            let mut taken = shown("c-0", Status::Cordoned);
+            taken.cordoned_by = Some((policy::Actor::Operator, "ops: bios update".into()));
+            taken.provisioned = true;
+            s.fleet.observe(s.now, &[taken])
+        } else {
+            s.fleet.cordon(s.now, "c-0", "investigating").unwrap()
+        };
+        s.record(out);
+        assert!(
+            s.node("c-0")
+                .policy
+                .pending
+                .iter()
+                .all(|p| p.action != policy::Action::Terminate),
+            "outside hale: {outside}: {:?}",
+            s.node("c-0").policy.pending
+        );
+        assert_ne!(
+            s.fleet.next_action("c-0").map(|p| p.action),
+            Some(policy::Action::Terminate)
+        );
+        s.at(60).report(&ids, &["c-0"], very_low);
+        let got = s.policy_events();
+        assert!(
+            got.contains(&"c-0 POLICY_HALTED replace notTakenOutByHale".to_string()),
+            "{got:?}"
+        );
+    }
+}
+
+/// Every pending action but a termination done, as an orchestrator that is still
+/// being asked to terminate.
+fn act_but_terminate(s: &mut Script) {
+    for (id, pending) in s.fleet.pending() {
+        if pending.action == policy::Action::Terminate {
+            continue;
+        }
+        let done = policy::Done::default();
+        let out = s.fleet.action_done(&s.cfg, s.now, &id, &pending, &done);
+        s.record(out);
+    }
+}
+
 #[test]
 fn the_replacement_budget_is_spent_and_refilled_in_a_rolling_hour() {
     let mut s = script(
