@@ -29,7 +29,8 @@ pub struct Config {
     pub kind: String,
     /// The API's base, with its version: `https://fuzzball.example.com/v4`.
     pub url: String,
-    /// A bearer token for the API, read at start and on reload.
+    /// A bearer token for the API, read at every request (a rotated Secret is
+    /// taken up without a reload).
     pub token_file: Option<PathBuf>,
     /// Trust only this CA for the API (PEM).
     pub ca_file: Option<PathBuf>,
@@ -120,7 +121,6 @@ const NOT_DRAINABLE: &str = "cannot be drained";
 pub struct Fuzzball {
     http: reqwest::Client,
     base: reqwest::Url,
-    token: Option<String>,
     token_file: Option<PathBuf>,
     cli: PathBuf,
     cli_timeout: Duration,
@@ -149,11 +149,6 @@ impl Fuzzball {
         Ok(Fuzzball {
             http: builder.build().map_err(|e| crate::error_chain(&e))?,
             base,
-            token: cfg
-                .token_file
-                .as_deref()
-                .map(crate::token_text)
-                .transpose()?,
             token_file: cfg.token_file.clone(),
             cli: cfg.cli.clone(),
             cli_timeout: cfg.cli_timeout,
@@ -173,8 +168,12 @@ impl Fuzzball {
             .extend(segments);
         let shown = crate::shown_url(&url);
         let mut request = self.http.get(url).header("accept", "application/json");
-        if let Some(t) = &self.token {
-            request = request.bearer_auth(t);
+        // Read each time: API tokens expire, and the Secret that holds one is
+        // rotated under the running hale.
+        if let Some(file) = &self.token_file {
+            let token = crate::token_text(file)
+                .map_err(|e| OrchestratorError::transient(format!("tokenFile: {e}")))?;
+            request = request.bearer_auth(token);
         }
         let response = request.send().await.map_err(|e| {
             OrchestratorError::transient(format!(
@@ -188,8 +187,15 @@ impl Fuzzball {
                 || "no tokenFile is set".to_string(),
                 |p| format!("the token in {}", p.display()),
             );
+            // 401: no valid token (wrong, or expired: the file is read again at the
+            // next request); 403: a valid one without the permission.
+            let why = if status == reqwest::StatusCode::UNAUTHORIZED {
+                format!("the Fuzzball API refused {file} (wrong or expired)")
+            } else {
+                format!("{file} is valid but lacks the permission for this request")
+            };
             return Err(OrchestratorError::refused(format!(
-                "{shown}: {status}: the Fuzzball API refused {file}"
+                "{shown}: {status}: {why}"
             )));
         }
         let body = response.bytes().await.map_err(|e| {

@@ -399,7 +399,36 @@ async fn fuzzball_down_or_refusing_the_token_acts_on_nothing_and_says_why() {
         },
     )
     .await;
-    assert!(!hale2.log().contains(wrong));
+    // A token with too little right: said as such, not as a wrong one.
+    let token_file = dir2.path().join("fz-token");
+    let (readonly, rotated) = ("fz-readonly-3e1", "fz-token-rotated-9d2");
+    fake.set(json!({"forbidden": [readonly]})).await;
+    std::fs::write(&token_file, format!("{readonly}\n")).unwrap();
+    eventually(
+        "the token's missing permission named",
+        Duration::from_secs(60),
+        || async {
+            hale2
+                .log()
+                .contains(&format!(
+                    "the token in {file} is valid but lacks the permission"
+                ))
+                .then_some(())
+        },
+    )
+    .await;
+    // Fuzzball's token rotated, and the Secret with it: taken up at the next round,
+    // without a reload or a restart.
+    fake.set(json!({"token": rotated})).await;
+    std::fs::write(&token_file, format!("{rotated}\n")).unwrap();
+    hale2
+        .wait_node("the inventory with the rotated token", "c1", |n| {
+            n["status"] == "Cordoned"
+        })
+        .await;
+    for token in [wrong, readonly, rotated] {
+        assert!(!hale2.log().contains(token), "{token} in the log");
+    }
     assert!(!hale.log().contains(FUZZBALL_TOKEN));
     assert!(!fake.log().contains("off spec"), "{}", fake.log());
 }

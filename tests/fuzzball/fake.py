@@ -78,7 +78,12 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/test/state":
             with LOCK:
                 return self.send(200, STATE)
-        if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+        given = self.headers.get("Authorization", "")
+        with LOCK:
+            token, forbidden = STATE.get("token", TOKEN), STATE.get("forbidden", [])
+        if given in (f"Bearer {t}" for t in forbidden):
+            return self.error(403, 7, "permission denied")
+        if given != f"Bearer {token}":
             return self.error(401, 16, "invalid or missing bearer token")
         with LOCK:
             nodes = list(STATE["nodes"])
@@ -104,7 +109,10 @@ class Handler(BaseHTTPRequestHandler):
                     return self.send(404, {"message": f"node {req['id']} not found"})
                 STATE["drains"][req["id"]] = STATE["drains"].get(req["id"], 0) + (self.path == "/test/drain")
                 if self.path == "/test/uncordon":
-                    node["status"] = "NODE_STATUS_READY"
+                    # Scheduling state, apart from health: an uncordon puts a
+                    # cordoned node back, and leaves one offline or not ready so.
+                    if node["status"] == "NODE_STATUS_CORDONED":
+                        node["status"] = "NODE_STATUS_READY"
                     return self.send(200, {"uncordoned": req["id"]})
                 status = node["status"]
                 if req["id"] in STATE["refuse"]:
