@@ -210,25 +210,32 @@ fn reboot_why(c: &Condition) -> String {
 struct Flows {
     /// Admitted flows, by node id.
     under_way: Vec<String>,
-    /// Queued flows: (priority, requested, node id).
-    queued: Vec<(u8, Time, String)>,
+    /// Queued flows: (an alert's, priority, requested, node id) — an operator's
+    /// first, whatever priority an alert claims.
+    queued: Vec<(bool, u8, Time, String)>,
 }
 
 impl Flows {
     fn note(&mut self, node: &Node) {
         if let Some(f) = &node.policy.flow {
             if f.step == FlowStep::Queued {
-                self.queued.push((f.priority, f.requested, node.id.clone()));
+                self.queued.push((
+                    f.by != Actor::Operator,
+                    f.priority,
+                    f.requested,
+                    node.id.clone(),
+                ));
             } else {
                 self.under_way.push(node.id.clone());
             }
         }
     }
 
-    /// The queued flows' nodes in admission order: priority, then age.
-    fn queue(mut queued: Vec<(u8, Time, String)>) -> Vec<String> {
+    /// The queued flows' nodes in admission order: an operator's, then priority,
+    /// then age.
+    fn queue(mut queued: Vec<(bool, u8, Time, String)>) -> Vec<String> {
         queued.sort();
-        queued.into_iter().map(|(_, _, id)| id).collect()
+        queued.into_iter().map(|(_, _, _, id)| id).collect()
     }
 }
 
@@ -886,7 +893,7 @@ impl Fleet {
         why
     }
 
-    /// Queued flows in admission order: priority, then age.
+    /// Queued flows in admission order: an operator's, then priority, then age.
     fn queue_order(&self) -> Vec<String> {
         let mut flows = Flows::default();
         for node in self.nodes.values() {

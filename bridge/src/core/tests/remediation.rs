@@ -475,6 +475,34 @@ fn a_reboot_sent_before_a_restart_is_never_sent_again() {
     assert_eq!(s.step("n1"), Some(FlowStep::Return));
 }
 
+/// An operator's reboot goes ahead of every alert's, an alert's `priority="0"`
+/// (`P0`) and an older request included.
+#[test]
+fn an_operators_reboot_is_queued_ahead_of_a_p0_alert() {
+    let mut s = fleet(
+        "nodeHealth: { mode: cordon, maxUnavailablePercent: 100 }\ninventory: [ { id: n1 }, { id: n2 } ]\nremediation: { window: { start: '13:00', end: '14:00', timeZone: UTC } }\n",
+    );
+    // Outside the window: both stay queued, in admission order.
+    s.at(0)
+        .poll(&[watchdog(), beat("n1"), beat("n2"), uptime("n1", "P0")])
+        .flows();
+    assert_eq!(s.step("n1"), Some(FlowStep::Queued));
+    s.at(10);
+    let out = s
+        .fleet
+        .request_reboot(s.now, "n2", "kernel update", false)
+        .unwrap();
+    s.record(out);
+    let queued: Vec<String> = s
+        .fleet
+        .remediations(&s.cfg, s.now, &Facts::default())
+        .queued
+        .into_iter()
+        .map(|e| e.node)
+        .collect();
+    assert_eq!(queued, ["n2", "n1"]);
+}
+
 #[test]
 fn admission_waits_for_the_window_blocking_alerts_and_a_fresh_source() {
     let mut s = fleet(
