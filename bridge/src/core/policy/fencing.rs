@@ -180,6 +180,7 @@ impl Fleet {
         }
         let mut pools: BTreeMap<String, (u32, u32)> =
             pools.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let mut started = false;
         for (_, id) in candidates {
             let node = self.nodes.get_mut(&id).expect("listed above");
             let settings = cfg.settings_for(&node.labels);
@@ -221,6 +222,7 @@ impl Fleet {
                 continue;
             }
             *fenced += 1;
+            started = true;
             node.policy.fence = Some(Fence {
                 step: FenceStep::Off,
                 since: now,
@@ -255,6 +257,10 @@ impl Fleet {
                 FenceStep::Off,
                 "powering off through the BMC".into(),
             ));
+        }
+        // A fenced node is out of its pool's service: counted afresh.
+        if started {
+            self.pools = None;
         }
     }
 

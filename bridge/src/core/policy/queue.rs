@@ -323,6 +323,9 @@ impl Fleet {
         let Some(at) = node.policy.pending.iter().position(|p| p.id == action_id) else {
             return out;
         };
+        // What the refusal undoes (a cordon, a fence) changes the occupancy.
+        self.pools = None;
+        let node = self.nodes.get_mut(id).expect("found above");
         let action = node.policy.pending.remove(at).action;
         out.dirty.insert(id.into());
         if self.flow_step_failed(cfg, now, id, &action, why, &mut out) {

@@ -639,6 +639,46 @@ fn beating(silent: &[&str]) -> Vec<A> {
     v
 }
 
+/// A fenced machine is out of its pool's service, shown by no orchestrator
+/// (`none` keeps it Ready in hale's books): a reboot that would take one more of the
+/// pool out past `maxUnavailablePercent` waits until the fenced one is back.
+#[test]
+fn a_fenced_node_counts_against_max_unavailable_for_reboots() {
+    let mut s = fleet(
+        "nodeHealth: { mode: cordon, maxUnavailablePercent: 10 }\nfencing: { after: 1m, maxPercent: 10 }\ninventory: [ { id: n0 }, { id: n1 }, { id: n2 }, { id: n3 }, { id: n4 }, { id: n5 }, { id: n6 }, { id: n7 }, { id: n8 }, { id: n9 } ]\n",
+    );
+    s.at(0).poll(&beating(&[]));
+    s.at(5).poll(&beating(&["n0"])).at(30).tick();
+    s.at(100).poll(&beating(&["n0"])).flows();
+    assert!(s.node("n0").policy.fence.is_some());
+    s.act();
+    assert_eq!(
+        s.node("n0").status,
+        Status::Ready,
+        "no orchestrator shows it"
+    );
+    let mut alerts = beating(&["n0"]);
+    alerts.push(uptime("n1", "P1"));
+    s.at(130).poll(&alerts).flows();
+    assert_eq!(
+        s.step("n1"),
+        Some(FlowStep::Queued),
+        "one of ten fenced: another out is past 10%"
+    );
+    // n0 reports again, its fence ends: n1 is admitted.
+    let mut alerts = beating(&[]);
+    alerts.push(uptime("n1", "P1"));
+    s.at(200).poll(&alerts).flows();
+    s.act();
+    assert!(s.node("n0").policy.fence.is_none());
+    s.at(201).poll(&alerts).flows();
+    assert!(
+        s.step("n1").is_some_and(|st| st != FlowStep::Queued),
+        "{:?}",
+        s.step("n1")
+    );
+}
+
 #[test]
 fn a_rack_gone_silent_fences_no_more_than_max_percent() {
     let mut s = fleet(FENCED);
