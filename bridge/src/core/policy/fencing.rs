@@ -187,6 +187,7 @@ impl Fleet {
             node.policy.fences.retain(|t| *t > day_ago);
             let (size, fenced) = pools.get_mut(&settings.name).expect("counted above");
             let allowed = (*size * f.max_percent / 100).max(1);
+            let observe = settings.mode == Mode::Observe;
             let refusal = if node.policy.fences.len() as u32 >= f.per_day {
                 Some((
                     Some("fencing.perDay"),
@@ -196,17 +197,32 @@ impl Fleet {
                     ),
                 ))
             } else if *fenced + 1 > allowed {
+                let already = if observe {
+                    "would be fenced already"
+                } else {
+                    "already fenced"
+                };
                 Some((
                     Some("fencing.maxPercent"),
                     format!(
-                        "not fenced: {fenced} of {size} node(s) of pool {} already fenced (fencing.maxPercent {} allows {allowed}); many silent at once is a partition until proven otherwise",
+                        "not fenced: {fenced} of {size} node(s) of pool {} {already} (fencing.maxPercent {} allows {allowed}); many silent at once is a partition until proven otherwise",
                         settings.name, f.max_percent
                     ),
                 ))
-            } else if settings.mode == Mode::Observe {
+            } else if observe {
+                // Counted as fenced: observe says what would really happen, the
+                // limit on the nodes after this one included.
+                *fenced += 1;
                 Some((
                     None,
-                    "would fence: silent and not ready (observe mode changes nothing)".to_string(),
+                    format!(
+                        "would fence: silent{} (observe mode changes nothing)",
+                        if f.needs_not_ready {
+                            " and not ready"
+                        } else {
+                            ""
+                        }
+                    ),
                 ))
             } else {
                 None

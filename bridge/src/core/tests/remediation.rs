@@ -679,6 +679,40 @@ fn a_fenced_node_counts_against_max_unavailable_for_reboots() {
     );
 }
 
+/// Observe says what would really happen: of a silent rack, as many "would fence"
+/// as `fencing.maxPercent` allows, the rest held back by it.
+#[test]
+fn observe_recommends_no_more_fences_than_max_percent() {
+    let mut s = fleet(&FENCED.replace("mode: cordon", "mode: observe"));
+    let rack = ["n0", "n1", "n2", "n3", "n4"];
+    s.at(0).poll(&beating(&[]));
+    s.at(5).poll(&beating(&rack)).at(30).tick();
+    s.at(100).poll(&beating(&rack)).flows();
+    assert!(rack.iter().all(|n| s.node(n).policy.fence.is_none()));
+    let verdicts = s.took_of(&["POLICY_RECOMMENDED", "POLICY_HALTED"]);
+    assert_eq!(
+        verdicts
+            .iter()
+            .filter(|v| v.ends_with("POLICY_RECOMMENDED"))
+            .count(),
+        1,
+        "{verdicts:?}"
+    );
+    assert_eq!(
+        verdicts
+            .iter()
+            .filter(|v| v.ends_with("POLICY_HALTED"))
+            .count(),
+        4,
+        "{verdicts:?}"
+    );
+    s.at(101).flows();
+    assert!(
+        s.took_of(&["POLICY_RECOMMENDED", "POLICY_HALTED"])
+            .is_empty()
+    );
+}
+
 #[test]
 fn a_rack_gone_silent_fences_no_more_than_max_percent() {
     let mut s = fleet(FENCED);
