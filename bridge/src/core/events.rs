@@ -98,13 +98,15 @@ pub enum EventKind {
         action: String,
         policy_mode: String,
         scored_by: String,
-        score: u8,
+        /// `null` for a node not scored yet (an operator's reboot, a fence).
+        score: Option<u8>,
     },
     PolicyActed {
         action: String,
         policy_mode: String,
         scored_by: String,
-        score: u8,
+        /// `null` for a node not scored yet (an operator's reboot, a fence).
+        score: Option<u8>,
         /// `replace`: allocations the node must finish before it is terminated.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         waiting_on: Option<u32>,
@@ -115,7 +117,8 @@ pub enum EventKind {
         guardrail: String,
         policy_mode: String,
         scored_by: String,
-        score: u8,
+        /// `null` for a node not scored yet (an operator's reboot, a fence).
+        score: Option<u8>,
     },
     NodeCordoned {
         /// `hale` or `operator`.

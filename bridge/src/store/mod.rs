@@ -783,7 +783,7 @@ mod tests {
                 action: odd.into(),
                 policy_mode: "act".into(),
                 scored_by: odd.into(),
-                score: 0,
+                score: Some(0),
                 waiting_on: Some(3),
             },
             EventKind::NodeDrained {

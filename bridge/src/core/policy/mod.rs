@@ -357,7 +357,7 @@ impl Policy<'_, '_> {
                     action: Action::Gate { on: gate }.name().into(),
                     policy_mode: mode_name(settings.mode).into(),
                     scored_by: settings.name.clone(),
-                    score,
+                    score: Some(score),
                     waiting_on: None,
                 },
                 format!(
@@ -690,7 +690,7 @@ impl Policy<'_, '_> {
                     action: action.as_str().into(),
                     policy_mode: mode,
                     scored_by,
-                    score,
+                    score: Some(score),
                 },
                 format!(
                     "would {}: score {score} (observe mode changes nothing)",
@@ -714,7 +714,7 @@ impl Policy<'_, '_> {
                         action: action.as_str().into(),
                         policy_mode: mode,
                         scored_by,
-                        score,
+                        score: Some(score),
                         waiting_on,
                     },
                     message,
@@ -762,7 +762,7 @@ impl Policy<'_, '_> {
                         guardrail: guardrail.as_str().into(),
                         policy_mode: mode,
                         scored_by,
-                        score,
+                        score: Some(score),
                     },
                     message,
                 )
@@ -925,10 +925,7 @@ fn policy_verdict(
     message: String,
 ) -> Event {
     let (action, policy_mode) = (action.to_string(), mode_name(settings.mode).to_string());
-    let (scored_by, score) = (
-        settings.name.clone(),
-        node.score.as_ref().map_or(100, |s| s.value),
-    );
+    let (scored_by, score) = (settings.name.clone(), node.score.as_ref().map(|s| s.value));
     let kind = match guardrail {
         None => EventKind::PolicyRecommended {
             action,

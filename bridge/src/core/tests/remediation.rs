@@ -89,6 +89,29 @@ impl Script {
     }
 }
 
+/// A policy event on a node no report has scored yet says so (`score: null`),
+/// rather than an invented 100.
+#[test]
+fn a_policy_event_on_an_unscored_node_has_no_score() {
+    let mut s = fleet("inventory: [ { id: n1 } ]\n");
+    s.at(0).poll(&[watchdog()]);
+    assert_eq!(s.score("n1"), None);
+    let out = s
+        .fleet
+        .recommend_reboot(&s.cfg, s.now, "n1", "kernel update")
+        .unwrap();
+    s.record(out);
+    let scores: Vec<Option<u8>> = s
+        .events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::PolicyRecommended { score, .. } => Some(*score),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(scores, [None]);
+}
+
 const RACKS: &str = "
 nodeHealth: { mode: cordon, maxUnavailablePercent: 100 }
 remediation: { failureDomainLabel: rack, maxPerDomain: 2, verifyTimeout: 5m, returnTimeout: 10m }
