@@ -270,7 +270,7 @@ fn overridden(base: &Settings, name: &str, o: &NodeHealthOverrides) -> Settings 
         s.max_replacements_per_hour = v;
     }
     if let Some(v) = &o.evict_on_fault_classes {
-        s.evict_on_fault_classes = v.iter().cloned().collect();
+        s.evict_on_fault_classes = v.iter().map(|c| c.to_ascii_uppercase()).collect();
     }
     if let Some(v) = o.max_eviction_restarts {
         s.max_eviction_restarts = v;

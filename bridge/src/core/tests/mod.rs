@@ -2999,7 +2999,8 @@ fn a_fault_eviction_whose_cordon_is_refused_is_tried_again() {
     );
 }
 
-/// A class matches written in any case: the default one is the upper-cased type.
+/// A class matches written in any case: the default one is the upper-cased type,
+/// and the eviction (its `NODE_EVICTED`) names the class so.
 #[test]
 fn a_fault_class_matches_in_any_case() {
     let mut s = script("nodeHealth: { evictOnFaultClasses: [gpu_ecc_errors] }");
@@ -3007,14 +3008,16 @@ fn a_fault_class_matches_in_any_case() {
     ids.push("gpu-14".into());
     s.at(0).report(&ids, &[], low);
     s.at(30).report(&ids, &["gpu-14"], low);
-    assert!(
-        s.fleet
-            .pending()
-            .iter()
-            .any(|(n, p)| n == "gpu-14" && matches!(p.action, policy::Action::Evict { .. })),
-        "{:?}",
-        s.fleet.pending()
-    );
+    let classes: Vec<String> = s
+        .fleet
+        .pending()
+        .into_iter()
+        .filter_map(|(n, p)| match p.action {
+            policy::Action::Evict { fault_class, .. } if n == "gpu-14" => Some(fault_class),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(classes, ["GPU_ECC_ERRORS"]);
 }
 
 #[test]
