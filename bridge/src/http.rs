@@ -28,8 +28,19 @@ use crate::view::{
 };
 
 /// A path's segments, as `Path` reads them, refused as the API refuses anything
-/// else (a JSON `400 bad_request`), not in axum's plain text: `%FF` is no node id.
+/// else (a JSON `400 bad_request`), not in axum's plain text: `%FF` is no node id,
+/// and nor is `%ZZ` (which decoding would leave as it is, to be looked up).
 pub struct Segments<T>(pub T);
+
+/// Whether every `%` of `path` starts an escape: two hex digits.
+fn well_escaped(path: &str) -> bool {
+    let b = path.as_bytes();
+    b.iter().enumerate().all(|(i, c)| {
+        *c != b'%'
+            || b.get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+    })
+}
 
 impl<S, T> FromRequestParts<S> for Segments<T>
 where
@@ -42,6 +53,16 @@ where
         parts: &mut axum::http::request::Parts,
         state: &S,
     ) -> Result<Self, Self::Rejection> {
+        if !well_escaped(parts.uri.path()) {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!(
+                    "{}: a '%' in a path starts an escape of two hex digits (a node id's own '%' is sent as %25)",
+                    parts.uri.path()
+                ),
+            ));
+        }
         Path::<T>::from_request_parts(parts, state)
             .await
             .map(|Path(t)| Segments(t))

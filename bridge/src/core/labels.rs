@@ -666,8 +666,9 @@ pub struct Notice {
     pub message: String,
 }
 
-/// `10.0.0.14:9100` → `10.0.0.14`, `[fe80::1]:9100` → `[fe80::1]`; values without a
-/// numeric port, or bare IPv6 addresses, are left alone. A URL (a blackbox probe's
+/// `10.0.0.14:9100` → `10.0.0.14`, `[fe80::1]:9100` and `[fe80::1]` → `fe80::1` (the
+/// address as a `node` label or an inventory writes it); values without a numeric
+/// port, or bare IPv6 addresses, are left alone. A URL (a blackbox probe's
 /// `instance`) is its host: `http://h1.example:9100/metrics` → `h1.example`.
 pub fn strip_port(value: &str) -> &str {
     let value = match value.split_once("://") {
@@ -684,7 +685,7 @@ pub fn strip_port(value: &str) -> &str {
         }
         _ => value,
     };
-    match value.rsplit_once(':') {
+    let host = match value.rsplit_once(':') {
         Some((host, port))
             if !port.is_empty()
                 && port.bytes().all(|b| b.is_ascii_digit())
@@ -693,7 +694,11 @@ pub fn strip_port(value: &str) -> &str {
             host
         }
         _ => value,
-    }
+    };
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .filter(|h| h.contains(':'))
+        .unwrap_or(host)
 }
 
 #[cfg(test)]
@@ -800,7 +805,8 @@ mod tests {
                 Some("gpu-14"),
             ),
             (&[("instance", "10.0.0.14:9100")], Some("10.0.0.14")),
-            (&[("instance", "[fe80::1]:9100")], Some("[fe80::1]")),
+            (&[("instance", "[fe80::1]:9100")], Some("fe80::1")),
+            (&[("instance", "[fe80::1]")], Some("fe80::1")),
             (&[("instance", "fe80::1")], Some("fe80::1")),
             (&[("instance", "rack1/n3")], Some("rack1/n3")),
             (&[("node", "")], None),
@@ -833,7 +839,7 @@ mod tests {
             ),
             (
                 &[("instance", "https://user@[fe80::1]:443/x?y")],
-                Some("[fe80::1]"),
+                Some("fe80::1"),
             ),
             (&[("instance", "tcp://db-1.example")], Some("db-1.example")),
             (&[("instance", "http://:9100/metrics")], None),
