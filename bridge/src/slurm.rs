@@ -609,27 +609,24 @@ impl Orchestrator for Slurm {
                 )
                 .during(node, "reboot"));
             }
-            self.run(
-                "scontrol",
-                &[
-                    "reboot",
-                    "ASAP",
-                    "nextstate=resume",
-                    "reason=hale: reboot",
-                    node,
-                ],
-            )
-            .await
-            .map(|_| ())
-            .map_err(|mut e| {
-                // scontrol answered (slurmctld unreachable, access denied, no
-                // RebootProgram): not sent, and refused for good; only one that
-                // did not finish may have gone.
-                if !e.detail.contains("did not finish") {
-                    e.class = crate::orchestrator::Class::Refused;
-                }
-                e.during(node, "reboot")
-            })
+            // Neither `nextstate=resume` nor `ASAP` (which drains and sets the next
+            // state to resume all the same): Slurm would put the node back in
+            // service once it is back, before the flow verifies it, and hale would
+            // read that as an operator's uncordon, cancelling the flow. The flow has
+            // drained the node already; it stays drained, and the flow's uncordon
+            // resumes it.
+            self.run("scontrol", &["reboot", "reason=hale: reboot", node])
+                .await
+                .map(|_| ())
+                .map_err(|mut e| {
+                    // scontrol answered (slurmctld unreachable, access denied, no
+                    // RebootProgram): not sent, and refused for good; only one that
+                    // did not finish may have gone.
+                    if !e.detail.contains("did not finish") {
+                        e.class = crate::orchestrator::Class::Refused;
+                    }
+                    e.during(node, "reboot")
+                })
         })
     }
 }

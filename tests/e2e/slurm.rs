@@ -21,6 +21,11 @@ struct SlurmCluster {
 
 impl SlurmCluster {
     async fn start() -> SlurmCluster {
+        SlurmCluster::start_with("").await
+    }
+
+    /// A cluster whose slurm.conf has `more` lines too.
+    async fn start_with(more: &str) -> SlurmCluster {
         for b in ["munged", "slurmctld", "slurmd", "sinfo", "setpriv"] {
             require(b);
         }
@@ -68,7 +73,7 @@ impl SlurmCluster {
                  AccountingStorageType=accounting_storage/none\nStateSaveLocation={}\nSlurmdSpoolDir={}/%n\n\
                  SlurmctldPidFile={}/slurmctld.pid\nSlurmdPidFile={}/slurmd-%n.pid\n\
                  SlurmctldLogFile={}/slurmctld.log\nSlurmdLogFile={}/slurmd-%n.log\nMessageTimeout=5\n\
-                 {nodes}PartitionName=batch Nodes=n[1-3] Default=YES State=UP\n",
+                 {more}{nodes}PartitionName=batch Nodes=n[1-3] Default=YES State=UP\n",
                 free_port(),
                 socket.display(),
                 d.join("state").display(),
@@ -449,6 +454,45 @@ async fn slurmctld_stopped_is_a_clear_error_and_nothing_is_done_until_it_is_back
         || async { drained(&slurm.node("n1")).then_some(()) },
     )
     .await;
+}
+
+/// A reboot through Slurm (`orchestrator.reboot`, no BMC) leaves the node drained
+/// once it is back: the flow verifies, then resumes it itself. Asked to resume on
+/// its own (`nextstate=resume`, or `ASAP`, which implies it), Slurm would put it
+/// back in service before the flow could verify, which hale reads as an
+/// operator's uncordon, cancelling it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slurm_reboot_leaves_the_node_drained_for_the_flow() {
+    require("true");
+    let slurm = SlurmCluster::start_with("RebootProgram=/bin/true\nResumeTimeout=600\n").await;
+    let am = reporting().await;
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!(
+        "nodeHealth: {{ mode: cordon, maxUnavailablePercent: 100 }}\n\
+         orchestrator: {{ kind: slurm, slurmConf: {}, timeout: 20s, reboot: true }}\n",
+        slurm.conf.display()
+    );
+    let hale = Hale::start(dir.path(), &am.url, &extra).await;
+    hale.wait_node("n1 listed", "n1", |n| n["score"] == 100)
+        .await;
+    let out = hale.cli(&["node", "reboot", "n1", "--reason", "test"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = eventually(
+        "the reboot asked of Slurm",
+        Duration::from_secs(60),
+        || async {
+            let out = slurm.run("scontrol", &["show", "node", "n1"]);
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            text.contains("REBOOT").then_some(text)
+        },
+    )
+    .await;
+    assert!(shown.contains("DRAIN"), "{shown}");
+    assert!(!shown.contains("NextState=RESUME"), "{shown}");
 }
 
 /// A reboot through Slurm (`orchestrator.reboot`, no BMC) is recorded as sent
