@@ -30,21 +30,22 @@ impl super::Settings {
 #[derive(Debug, Clone, PartialEq)]
 pub struct HeartbeatsDue {
     pub at: Time,
-    /// The trust run it was found in: its start moves every window's start.
-    pub trusted_since: Option<Time>,
+    /// The windows' start it was found with ([`super::trust::Trust::heartbeats_since`]):
+    /// a later one moves every window's start.
+    pub since: Option<Time>,
 }
 
 /// When the node's heartbeat is late, and the window that makes it so; `None`
 /// without a heartbeat.
 pub(super) fn deadline(
     cfg: &CoreSettings,
-    trusted_since: Option<Time>,
+    windows_since: Option<Time>,
     node: &Node,
 ) -> Option<(Time, Duration)> {
     let hb = node.heartbeat.as_ref()?;
     let after = cfg.settings_for(&node.labels).miss_after(hb.interval);
     // Heartbeats that left with the pipeline get a full window to return.
-    let since = trusted_since.map_or(hb.last, |t| t.max(hb.last));
+    let since = windows_since.map_or(hb.last, |t| t.max(hb.last));
     let at = chrono::TimeDelta::from_std(after)
         .ok()
         .and_then(|d| since.checked_add_signed(d))
@@ -59,7 +60,7 @@ impl<'f> Step<'f> {
         let Some(due) = self.fleet.heartbeats_due.as_mut() else {
             return;
         };
-        let trusted_since = self.fleet.trust.trusted_since;
+        let since = self.fleet.trust.heartbeats_since();
         for id in self.out.dirty.iter().chain(&self.out.touched) {
             // One missed already is looked at again only when its heartbeat is back.
             if let Some((at, _)) = self
@@ -67,7 +68,7 @@ impl<'f> Step<'f> {
                 .nodes
                 .get(id)
                 .filter(|n| !n.conditions.contains_key(HEARTBEAT_MISSED))
-                .and_then(|n| deadline(self.cfg, trusted_since, n))
+                .and_then(|n| deadline(self.cfg, since, n))
             {
                 due.at = due.at.min(at);
             }
@@ -90,7 +91,7 @@ impl<'f> Step<'f> {
         // Nobody can be late before the earliest deadline the last look found, as
         // long as no step since made one earlier (see `HeartbeatsDue`).
         if let Some(due) = &self.fleet.heartbeats_due
-            && due.trusted_since == trust.trusted_since
+            && due.since == trust.heartbeats_since()
             && self.now < due.at
         {
             return;
@@ -98,7 +99,7 @@ impl<'f> Step<'f> {
         let mut missed = Vec::new();
         let mut next: Option<Time> = None;
         for (id, node) in &self.fleet.nodes {
-            let Some((deadline, after)) = deadline(self.cfg, trust.trusted_since, node) else {
+            let Some((deadline, after)) = deadline(self.cfg, trust.heartbeats_since(), node) else {
                 continue;
             };
             if self.now < deadline {
@@ -111,7 +112,7 @@ impl<'f> Step<'f> {
         }
         self.fleet.heartbeats_due = Some(HeartbeatsDue {
             at: next.unwrap_or(DateTime::<chrono::Utc>::MAX_UTC),
-            trusted_since: trust.trusted_since,
+            since: trust.heartbeats_since(),
         });
         for (id, last, after) in missed {
             let now = self.now;

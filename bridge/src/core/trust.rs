@@ -350,6 +350,14 @@ impl Trust {
         self.hold_since.filter(|_| self.holding(now))
     }
 
+    /// Where heartbeat windows start at the earliest: the run of trust, or the last
+    /// hold of absences (an Alertmanager restarted, the watchdog lost), whichever
+    /// began later — heartbeats that left with the pipeline get a full window to
+    /// come back.
+    pub fn heartbeats_since(&self) -> Option<Time> {
+        self.trusted_since.max(self.hold_since)
+    }
+
     /// Whether trusted input arrived since this process started watching: until
     /// then what the store kept is the only evidence, hours old after a long stop.
     pub fn trusted_since_start(&self) -> bool {

@@ -164,6 +164,42 @@ fn an_alertmanager_restart_holds_every_absence_for_hold_after_restart() {
     assert_eq!(s.took(), ["n2 CONDITION_CLEARED", "n2 SCORE_CHANGED"]);
 }
 
+/// Heartbeats lost with an Alertmanager restart (its alerts gone until Prometheus
+/// sends them again) get a full window from the restart to come back, as they do
+/// when trust returns — with or without a watchdog.
+#[test]
+fn heartbeats_get_a_full_window_after_an_alertmanager_restart() {
+    for yaml in ["", "alertmanager: { requireWatchdog: false }"] {
+        let mut s = script(yaml);
+        let beat = |sent| vec![watchdog_sent(sent), heartbeat("n1")];
+        poll_from(&mut s, 0, -86_400, &beat(0));
+        poll_from(&mut s, 30, -86_400, &beat(0));
+        // Restarted at 100 s; neither the heartbeat nor the watchdog sent again yet
+        // (without a watchdog, the answer is trusted all the same).
+        let watchdog = if yaml.is_empty() {
+            beat(60)[..1].to_vec()
+        } else {
+            vec![]
+        };
+        poll_from(&mut s, 105, 100, &watchdog);
+        assert!(s.fleet.trust.holding(s.now), "{yaml}");
+        // 90 s after the last heartbeat, not 90 s after the restart: not missed.
+        poll_from(&mut s, 150, 100, &watchdog);
+        s.at(160).tick();
+        assert!(
+            !s.node("n1").conditions.contains_key(HEARTBEAT_MISSED),
+            "missed within its window after the restart: {yaml:?}"
+        );
+        // A whole window after the restart, still silent: missed.
+        poll_from(&mut s, 196, 100, &watchdog);
+        s.at(197).tick();
+        assert!(
+            s.node("n1").conditions.contains_key(HEARTBEAT_MISSED),
+            "{yaml:?}"
+        );
+    }
+}
+
 /// A poll whose Alertmanager's status could not be read (`started` unknown).
 fn poll_unread(s: &mut Script, at: i64, alerts: &[A]) {
     let now = t0() + TimeDelta::seconds(at);

@@ -359,10 +359,10 @@ fn run(yaml: &str, history: &[(u16, Input)]) -> Result<Script, TestCaseError> {
         // A tick skips the look at every heartbeat until the kept deadline: no node
         // not yet missed may be late before it.
         if let Some(due) = &s.fleet.heartbeats_due
-            && due.trusted_since == s.fleet.trust.trusted_since
+            && due.since == s.fleet.trust.heartbeats_since()
         {
             for n in s.fleet.nodes.values() {
-                let deadline = crate::core::heartbeats::deadline(&s.cfg, due.trusted_since, n);
+                let deadline = crate::core::heartbeats::deadline(&s.cfg, due.since, n);
                 if let Some((at, _)) = deadline
                     && !n.conditions.contains_key(HEARTBEAT_MISSED)
                 {
