@@ -358,8 +358,14 @@ fn fast_rfc3339(b: &[u8]) -> Option<DateTime<Utc>> {
 impl<'a> Alert<'a> {
     /// A label's value; an empty or blank one counts as absent (a node named `" "`
     /// is no node).
+    /// A contract label's value, white space around it dropped as around a node id
+    /// (`hale_condition=" disk_degraded "` is `disk_degraded`, not a type of its
+    /// own); a blank one is absent.
     fn label(&self, key: Key) -> Option<&str> {
-        self.labels.known(key).filter(|v| !blank(v)).map(clip)
+        self.labels
+            .known(key)
+            .filter(|v| !blank(v))
+            .map(|v| clip(v.trim()))
     }
 
     /// When the alert started, if it says so validly.
@@ -790,6 +796,24 @@ mod tests {
         for (labels, want) in cases {
             assert_eq!(alert(labels).notes(), *want, "{labels:?}");
         }
+    }
+
+    /// White space around a contract label's value is no part of it, as around a
+    /// node id: the alert is priced and typed as if written without it.
+    #[test]
+    fn contract_labels_are_read_without_surrounding_space() {
+        let a = alert(&[
+            ("alertname", "SmartWarn"),
+            ("hale_condition", " disk_degraded "),
+            ("hale_reason", " SmartWarning "),
+            ("severity", " critical"),
+            ("hale_sticky", "true "),
+        ]);
+        assert_eq!(a.condition_type(), "disk_degraded");
+        assert_eq!(a.reason(), "SmartWarning");
+        assert_eq!(a.severity(), Severity::Critical);
+        assert!(a.sticky());
+        assert_eq!(a.notes(), Vec::<String>::new());
     }
 
     #[test]
