@@ -175,8 +175,17 @@ pub(in crate::core) fn count<N: std::ops::Deref<Target = Node>>(
     for pool in pools.values_mut() {
         pool.size = pool.machines();
     }
-    // Stable: nodes of one score stay in the order given (by id, from the fleet).
-    order.sort_by_key(|(score, _)| *score);
+    // Stable: nodes of one score stay in the order given (by id, from the fleet) —
+    // but for those the policy already took out or recommended (observe's
+    // recommendations are the cordons another mode makes, in the order reports
+    // came in), which keep their places ahead of the rest.
+    order.sort_by_key(|(score, node)| {
+        let standing = matches!(
+            node.policy.conclusion,
+            Some(Conclusion::Recommended { .. } | Conclusion::Acted { .. })
+        );
+        (*score, !standing)
+    });
     (pools, order)
 }
 

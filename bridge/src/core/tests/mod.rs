@@ -2821,6 +2821,45 @@ fn replace_spares_nodes_hale_did_not_take_out_or_did_not_provision() {
     );
 }
 
+/// Observe's recommendations are the cordons `cordon` would make: switched over,
+/// the nodes it recommended (first by the order their reports came in, where
+/// scores tie) are the ones cordoned, not others of the same score by name.
+#[test]
+fn switching_from_observe_cordons_what_observe_recommended() {
+    let yaml = "nodeHealth: { mode: observe, maxUnavailablePercent: 20 }";
+    let mut s = script(yaml);
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &[], low);
+    s.at(30).report(&ids, &[], low);
+    // Reports come in one by one, g-9 and g-8 first: those two are recommended
+    // (20% of ten), the rest held back.
+    for (i, id) in ["g-9", "g-8", "g-0", "g-1", "g-2"].iter().enumerate() {
+        s.at(40 + i as i64).webhook(&low(id)[1..]);
+    }
+    let recommended: Vec<String> = s
+        .policy_events()
+        .into_iter()
+        .filter(|e| e.contains("POLICY_RECOMMENDED"))
+        .collect();
+    assert_eq!(
+        recommended,
+        [
+            "g-9 POLICY_RECOMMENDED cordon",
+            "g-8 POLICY_RECOMMENDED cordon"
+        ]
+    );
+    s.cfg = config(&yaml.replace("observe", "cordon"));
+    s.fleet.reconfigured();
+    let mut sick = ["g-9", "g-8", "g-0", "g-1", "g-2"];
+    s.at(60).report(&ids, &sick, low);
+    sick.sort();
+    let cordoned: Vec<&str> = sick
+        .into_iter()
+        .filter(|n| s.node(n).status == Status::Cordoned)
+        .collect();
+    assert_eq!(cordoned, ["g-8", "g-9"]);
+}
+
 /// Names known only from alerts (an application's alert, a host retired from the
 /// inventory) are no machines of a pool that lists its own: its share of
 /// `maxUnavailablePercent` is of the listed ones.
