@@ -281,6 +281,11 @@ pub struct Trust {
     /// counts from then, not from an answer the old interval spaced out.
     #[serde(skip)]
     pub interval_shortened: Option<Time>,
+    /// When the hold running (or the last one) began — not moved by a hold that
+    /// extends it (an unreadable status renews one at every poll): where heartbeat
+    /// windows start at the earliest. Memory only: a restart starts them again.
+    #[serde(skip)]
+    pub hold_began: Option<Time>,
 }
 
 impl Trust {
@@ -305,6 +310,7 @@ impl Trust {
             held_resolutions: false,
             answer_took: None,
             interval_shortened: None,
+            hold_began: None,
         }
     }
 
@@ -331,6 +337,9 @@ impl Trust {
         if until <= now || self.hold_until.is_some_and(|t| t >= until) {
             return false;
         }
+        if !self.holding(now) {
+            self.hold_began = Some(now);
+        }
         let news = !self.holding(now) || self.hold_reason.as_ref() != Some(&reason);
         // Held from now: a restart during a hold may have dropped what first fired
         // since the hold began, too.
@@ -353,9 +362,9 @@ impl Trust {
     /// Where heartbeat windows start at the earliest: the run of trust, or the last
     /// hold of absences (an Alertmanager restarted, the watchdog lost), whichever
     /// began later — heartbeats that left with the pipeline get a full window to
-    /// come back.
+    /// come back, once: a hold renewed at every poll gives no more.
     pub fn heartbeats_since(&self) -> Option<Time> {
-        self.trusted_since.max(self.hold_since)
+        self.trusted_since.max(self.hold_began)
     }
 
     /// Whether trusted input arrived since this process started watching: until

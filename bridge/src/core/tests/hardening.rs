@@ -213,6 +213,29 @@ fn poll_unread(s: &mut Script, at: i64, alerts: &[A]) {
     s.record(out);
 }
 
+/// A status that stays unreadable renews its hold at every poll; the heartbeat
+/// window it gives starts once, where the hold began: a node that dies meanwhile
+/// is still missed.
+#[test]
+fn a_node_silent_while_the_status_stays_unreadable_is_missed() {
+    let mut s = script("");
+    poll_from(
+        &mut s,
+        0,
+        -86_400,
+        &[watchdog_sent(0), heartbeat("n1"), heartbeat("n2")],
+    );
+    for at in (30..=300).step_by(30) {
+        poll_unread(&mut s, at, &[watchdog_sent(at), heartbeat("n2")]);
+    }
+    assert!(s.fleet.trust.holding(s.now));
+    assert!(
+        s.node("n1").conditions.contains_key(HEARTBEAT_MISSED),
+        "n1 silent since 0 s, the hold renewed since 30 s"
+    );
+    assert!(!s.node("n2").conditions.contains_key(HEARTBEAT_MISSED));
+}
+
 #[test]
 fn an_unreadable_status_holds_absences_as_a_restart_would() {
     let mut s = script("");
