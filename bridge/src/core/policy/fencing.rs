@@ -235,8 +235,10 @@ impl Fleet {
                 None
             };
             if let Some((guardrail, message)) = refusal {
-                if !node.policy.fence_held {
+                let recommended = guardrail.is_none();
+                if !node.policy.fence_held || node.policy.fence_recommended != recommended {
                     node.policy.fence_held = true;
+                    node.policy.fence_recommended = recommended;
                     out.events.push(policy_verdict(
                         node, settings, now, FENCE, guardrail, message,
                     ));

@@ -119,6 +119,10 @@ pub struct NodePolicy {
     /// A refusal (or recommendation) to fence was recorded for this silence.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fence_held: bool,
+    /// What was recorded was observe's "would fence", not a refusal: said again
+    /// when the other becomes true (another node of the pool came back).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fence_recommended: bool,
     /// The last fence that never got the node off: tried again after `fencing.after`.
     #[serde(
         default,
