@@ -214,7 +214,7 @@ pub(super) fn apply_alerts(
     let horizon = now
         .checked_sub_signed(forget)
         .unwrap_or(DateTime::UNIX_EPOCH);
-    let before = node.failures.counted_alerts.len();
+    let mut changed = false;
     for (key, job, reason, at, silenced) in failures {
         let counted = node.failures.counted_alerts.contains(&key);
         if counted || silenced || at < horizon {
@@ -223,10 +223,31 @@ pub(super) fn apply_alerts(
         count_failure(node, rec, job, reason, at);
         // Counted once, also when the same alert comes twice in one batch.
         node.failures.counted_alerts.insert(key);
+        changed = true;
     }
-    if node.failures.counted_alerts.len() != before {
+    let counted = &mut node.failures.counted_alerts;
+    while counted.len() > MAX_COUNTED {
+        let oldest = counted
+            .iter()
+            .min_by_key(|k| instance_start(k))
+            .cloned()
+            .expect("not empty");
+        counted.remove(&oldest);
+    }
+    if changed {
         rec.dirty();
     }
+}
+
+/// Job-failure instances a node remembers as counted, at most: past it, those that
+/// started first go (a job alert flapping all week, a long `forgetAfter`), so its
+/// record stays small.
+pub(super) const MAX_COUNTED: usize = 256;
+
+/// When a counted instance (`fingerprint@startsAt`) started; `None`, first to go
+/// past [`MAX_COUNTED`], when its time cannot be read.
+fn instance_start(key: &str) -> Option<DateTime<chrono::FixedOffset>> {
+    DateTime::parse_from_rfc3339(key.rsplit_once('@')?.1).ok()
 }
 
 /// Set (full) or merge (partial) a condition's sources from `alerts`, raising,

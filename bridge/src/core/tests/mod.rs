@@ -1091,6 +1091,29 @@ fn a_job_failure_firing_for_long_or_missing_from_a_poll_counts_once() {
     assert_eq!(s.node("n1").failures.total, 2);
 }
 
+/// A node remembers so many counted instances at most, the latest started: a job
+/// alert flapping all week keeps its record small, and every instance still counts.
+#[test]
+fn counted_job_failures_are_remembered_up_to_a_bound() {
+    let mut s = script("");
+    let fail = alert("JobFailedOnNode")
+        .on("n1")
+        .label("hale_signal", "job_failure")
+        .label("hale_job", "train-7");
+    s.at(0).poll(&[watchdog(), heartbeat("n1")]);
+    for i in 0..300 {
+        s.at(10 + i)
+            .webhook(&[fail.clone().starts(t0() + TimeDelta::seconds(5 + i))]);
+    }
+    let node = s.node("n1");
+    assert_eq!(node.failures.total, 300);
+    assert_eq!(node.failures.counted_alerts.len(), 256);
+    // The latest stay counted: sent again, not counted twice.
+    s.at(400)
+        .webhook(&[fail.starts(t0() + TimeDelta::seconds(5 + 299))]);
+    assert_eq!(s.node("n1").failures.total, 300);
+}
+
 /// A silenced or inhibited job failure is not counted; should its silence end
 /// while it fires, it counts then, once.
 #[test]
