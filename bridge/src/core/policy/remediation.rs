@@ -956,13 +956,15 @@ impl Fleet {
         ));
         out.dirty.insert(id.into());
         let in_service = node.policy.cordon.is_none() && node.status != Status::Cordoned;
-        // The cordon an earlier flow of this node left when it failed: this flow's
-        // to lift when it cures the node, not someone else's that stays.
-        let left_by_a_flow = node
-            .policy
-            .cordon
-            .as_ref()
-            .is_some_and(|c| c.by == Actor::Hale && c.reason.starts_with(CORDON_REASON));
+        // The cordon an earlier flow of this node left when it failed (one this
+        // store recorded failing): this flow's to lift when it cures the node, not
+        // someone else's that stays — nor an unknown flow's.
+        let left_by_a_flow = node.policy.flow_failed_at.is_some()
+            && node
+                .policy
+                .cordon
+                .as_ref()
+                .is_some_and(|c| c.by == Actor::Hale && c.reason.starts_with(CORDON_REASON));
         let reason = format!("{CORDON_REASON}{}", flow.reason);
         if left_by_a_flow {
             flow.cordoned = true;

@@ -734,6 +734,22 @@ fn observe_recommends_no_more_fences_than_max_percent() {
         s.took_of(&["POLICY_RECOMMENDED", "POLICY_HALTED"])
             .is_empty()
     );
+    // The one observe would fence reports again: the next in line would be fenced
+    // now, and observe says so, though it was held back before.
+    let first = verdicts
+        .iter()
+        .find(|v| v.ends_with("POLICY_RECOMMENDED"))
+        .and_then(|v| v.split(' ').next())
+        .unwrap()
+        .to_string();
+    let still: Vec<&str> = rack.iter().copied().filter(|n| *n != first).collect();
+    s.at(130).poll(&beating(&still)).flows();
+    s.at(131).flows();
+    assert_eq!(
+        s.took_of(&["POLICY_RECOMMENDED"]).len(),
+        1,
+        "the next silent node, held back before"
+    );
 }
 
 #[test]
@@ -1128,6 +1144,22 @@ fn a_cordon_left_by_an_unknown_flow_is_left_for_an_operator() {
     assert_eq!(halted.len(), 1, "said once");
     assert!(
         matches!(&halted[0].kind, EventKind::PolicyHalted { guardrail, .. } if guardrail == "remediation.unknownFlow")
+    );
+    // An operator's reboot of it goes ahead, but the unknown flow's cordon is not
+    // its to lift: what that flow did is still for an operator to judge.
+    let out = s
+        .fleet
+        .request_reboot(s.now, "n1", "kernel update", false)
+        .unwrap();
+    s.record(out);
+    s.at(10).poll(&[watchdog(), beat("n1")]).flows();
+    assert!(
+        s.events
+            .iter()
+            .any(|e| e.kind.name() == "REMEDIATION_STEP"
+                && e.message.contains("already out of service")),
+        "{:?}",
+        s.events.iter().map(|e| &e.message).collect::<Vec<_>>()
     );
 }
 
