@@ -456,15 +456,9 @@ async fn slurmctld_stopped_is_a_clear_error_and_nothing_is_done_until_it_is_back
     .await;
 }
 
-/// A reboot through Slurm (`orchestrator.reboot`, no BMC) leaves the node drained
-/// once it is back: the flow verifies, then resumes it itself. Asked to resume on
-/// its own (`nextstate=resume`, or `ASAP`, which implies it), Slurm would put it
-/// back in service before the flow could verify, which hale reads as an
-/// operator's uncordon, cancelling it.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_slurm_reboot_leaves_the_node_drained_for_the_flow() {
-    require("true");
-    let slurm = SlurmCluster::start_with("RebootProgram=/bin/true\nResumeTimeout=600\n").await;
+/// hale in cordon mode on `slurm` with `orchestrator.reboot` (no BMC), asked by an
+/// operator to reboot n1; the Alertmanager and directory it runs on with it.
+async fn reboot_n1(slurm: &SlurmCluster) -> (Alertmanager, tempfile::TempDir, Hale) {
     let am = reporting().await;
     let dir = tempfile::tempdir().unwrap();
     let extra = format!(
@@ -481,6 +475,19 @@ async fn a_slurm_reboot_leaves_the_node_drained_for_the_flow() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    (am, dir, hale)
+}
+
+/// A reboot through Slurm (`orchestrator.reboot`, no BMC) leaves the node drained
+/// once it is back: the flow verifies, then resumes it itself. Asked to resume on
+/// its own (`nextstate=resume`, or `ASAP`, which implies it), Slurm would put it
+/// back in service before the flow could verify, which hale reads as an
+/// operator's uncordon, cancelling it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slurm_reboot_leaves_the_node_drained_for_the_flow() {
+    require("true");
+    let slurm = SlurmCluster::start_with("RebootProgram=/bin/true\nResumeTimeout=600\n").await;
+    let (_am, _dir, _hale) = reboot_n1(&slurm).await;
     let shown = eventually(
         "the reboot asked of Slurm",
         Duration::from_secs(60),
@@ -501,22 +508,7 @@ async fn a_slurm_reboot_leaves_the_node_drained_for_the_flow() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slurm_reboot_slurm_cannot_do_fails_the_flow_once() {
     let slurm = SlurmCluster::start().await;
-    let am = reporting().await;
-    let dir = tempfile::tempdir().unwrap();
-    let extra = format!(
-        "nodeHealth: {{ mode: cordon, maxUnavailablePercent: 100 }}\n\
-         orchestrator: {{ kind: slurm, slurmConf: {}, timeout: 20s, reboot: true }}\n",
-        slurm.conf.display()
-    );
-    let hale = Hale::start(dir.path(), &am.url, &extra).await;
-    hale.wait_node("n1 listed", "n1", |n| n["score"] == 100)
-        .await;
-    let out = hale.cli(&["node", "reboot", "n1", "--reason", "test"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (_am, _dir, hale) = reboot_n1(&slurm).await;
     let failed = eventually("the flow ended", Duration::from_secs(60), || async {
         let e = hale.events("n1", "type=REMEDIATION_FAILED").await;
         e["events"].as_array().unwrap().first().cloned()

@@ -93,6 +93,13 @@ impl A {
 fn watchdog() -> A {
     alert("Watchdog").label("hale_signal", "watchdog")
 }
+/// Job train-7 failed on `node` (`hale_signal="job_failure"`).
+fn job_failed(node: &str) -> A {
+    alert("JobFailedOnNode")
+        .on(node)
+        .label("hale_signal", "job_failure")
+        .label("hale_job", "train-7")
+}
 fn heartbeat(node: &str) -> A {
     alert("HaleNodeReporting")
         .label("hale_signal", "heartbeat")
@@ -1027,11 +1034,7 @@ fn first_score_counts_as_a_change_from_100() {
 #[test]
 fn job_failure_alert_instances_count_once() {
     let mut s = script("");
-    let fail = alert("JobFailedOnNode")
-        .on("n1")
-        .label("hale_signal", "job_failure")
-        .label("hale_job", "train-7")
-        .starts(t0());
+    let fail = job_failed("n1").starts(t0());
     s.at(0).poll(&[watchdog(), heartbeat("n1"), fail.clone()]);
     s.at(30).poll(&[watchdog(), heartbeat("n1"), fail.clone()]);
     s.at(40).webhook(std::slice::from_ref(&fail));
@@ -1060,11 +1063,7 @@ fn job_failure_alert_instances_count_once() {
 #[test]
 fn a_job_failure_firing_for_long_or_missing_from_a_poll_counts_once() {
     let mut s = script("nodeIdentity: { forgetAfter: 10m }");
-    let fail = alert("JobFailedOnNode")
-        .on("n1")
-        .label("hale_signal", "job_failure")
-        .label("hale_job", "train-7")
-        .starts(t0());
+    let fail = job_failed("n1").starts(t0());
     s.at(0).poll(&[watchdog(), heartbeat("n1"), fail.clone()]);
     s.at(30).poll(&[watchdog(), heartbeat("n1")]);
     s.at(60).poll(&[watchdog(), heartbeat("n1"), fail.clone()]);
@@ -1096,10 +1095,7 @@ fn a_job_failure_firing_for_long_or_missing_from_a_poll_counts_once() {
 #[test]
 fn counted_job_failures_are_remembered_up_to_a_bound() {
     let mut s = script("");
-    let fail = alert("JobFailedOnNode")
-        .on("n1")
-        .label("hale_signal", "job_failure")
-        .label("hale_job", "train-7");
+    let fail = job_failed("n1");
     s.at(0).poll(&[watchdog(), heartbeat("n1")]);
     for i in 0..300 {
         s.at(10 + i)
@@ -1119,11 +1115,7 @@ fn counted_job_failures_are_remembered_up_to_a_bound() {
 #[test]
 fn a_silenced_job_failure_is_not_counted() {
     let mut s = script("");
-    let fail = alert("JobFailedOnNode")
-        .on("n1")
-        .label("hale_signal", "job_failure")
-        .label("hale_job", "train-7")
-        .starts(t0());
+    let fail = job_failed("n1").starts(t0());
     s.at(0)
         .poll(&[watchdog(), heartbeat("n1"), fail.clone().suppressed()]);
     s.at(10).webhook(&[fail.clone().suppressed()]);
