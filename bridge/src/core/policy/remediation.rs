@@ -966,16 +966,7 @@ impl Fleet {
                 .as_ref()
                 .is_some_and(|c| c.by == Actor::Hale && c.reason.starts_with(CORDON_REASON));
         let reason = format!("{CORDON_REASON}{}", flow.reason);
-        if left_by_a_flow {
-            flow.cordoned = true;
-            out.events.push(step_event(
-                id,
-                now,
-                FlowStep::Cordon,
-                "still cordoned by the flow that failed before: lifted if this one cures it".into(),
-            ));
-            self.describe_and_drain(now, id, out);
-        } else if in_service {
+        if in_service {
             flow.cordoned = true;
             take_out(node, Actor::Hale, &reason, now);
             out.events.push(event(
@@ -994,12 +985,14 @@ impl Fleet {
                 "cordoning before the reboot".into(),
             ));
         } else {
-            out.events.push(step_event(
-                id,
-                now,
-                FlowStep::Cordon,
-                "already out of service: it stays cordoned afterwards".into(),
-            ));
+            flow.cordoned = left_by_a_flow;
+            let said = if left_by_a_flow {
+                "still cordoned by the flow that failed before: lifted if this one cures it"
+            } else {
+                "already out of service: it stays cordoned afterwards"
+            };
+            out.events
+                .push(step_event(id, now, FlowStep::Cordon, said.into()));
             self.describe_and_drain(now, id, out);
         }
     }
