@@ -898,6 +898,11 @@ fn run<T: Send + 'static>(
     handle.spawn(async move {
         let _ = tx.send(f.await);
     });
+    wait_for(&rx)
+}
+
+/// The answer of a call on the client's runtime.
+fn wait_for<T>(rx: &std::sync::mpsc::Receiver<T>) -> Result<T> {
     // Every request has its own timeout; this bounds a read of many (a load).
     rx.recv_timeout(CALL_TIMEOUT).map_err(|e| StoreError::Nats {
         op: "wait for the client",
@@ -1112,18 +1117,6 @@ impl Store for Nats {
         // Ids first, from the mark as it stands: a retry draws the same ones.
         let anchor =
             (!batch.events.is_empty()).then(|| next_anchor(&self.mark.lock().expect("mark lock")));
-        let mut last: HashMap<&str, String> = HashMap::new();
-        let mut events = Vec::with_capacity(batch.events.len());
-        for e in batch.events {
-            let previous = last
-                .get(e.node_id.as_str())
-                .or(anchor.as_ref())
-                .map_or("", String::as_str);
-            let id = message_id(previous, e);
-            last.insert(&e.node_id, id.clone());
-            let body = super::json(e);
-            events.push((e.node_id.clone(), id, Bytes::from(body)));
-        }
         let mut puts: Vec<(String, Bytes)> = Vec::new();
         for (id, body) in &batch.nodes {
             let Some(body) = self.fitted(id, body) else {
@@ -1154,90 +1147,117 @@ impl Store for Nats {
         };
         let shared = self.shared.clone();
         let mark = anchor.clone();
-        let (acks, written) = self.run(async move {
-            let js = &shared.js;
-            // Events first: a crash after them repeats their ids, not their records.
-            // At most IN_FLIGHT unacknowledged: the client lets 5,000 be, and a
-            // publish past them waits for an acknowledgement nobody reads yet.
-            let mut acks = Vec::with_capacity(events.len());
-            let mut pending = std::collections::VecDeque::with_capacity(IN_FLIGHT);
-            for (node, id, body) in events {
-                if pending.len() == IN_FLIGHT {
-                    let oldest: jetstream::context::PublishAckFuture =
-                        pending.pop_front().expect("full");
-                    acks.push(oldest.await.op("store an event")?.sequence);
+        // The events are made ready here while the client's runtime publishes those
+        // ready before them: the two overlap, on two threads.
+        let (feed, mut fed) = tokio::sync::mpsc::unbounded_channel::<(String, String, Bytes)>();
+        let count = batch.events.len();
+        let (answer, answered) = std::sync::mpsc::sync_channel(1);
+        self.shared.handle.spawn(async move {
+            let written = async move {
+                let js = &shared.js;
+                // Events first: a crash after them repeats their ids, not their records.
+                // At most IN_FLIGHT unacknowledged: the client lets 5,000 be, and a
+                // publish past them waits for an acknowledgement nobody reads yet.
+                let mut acks = Vec::with_capacity(count);
+                let mut pending = std::collections::VecDeque::with_capacity(IN_FLIGHT);
+                while let Some((node, id, body)) = fed.recv().await {
+                    if pending.len() == IN_FLIGHT {
+                        let oldest: jetstream::context::PublishAckFuture =
+                            pending.pop_front().expect("full");
+                        acks.push(oldest.await.op("store an event")?.sequence);
+                    }
+                    let subject = format!("{}.{}", shared.names.subjects, key(&node));
+                    let mut headers = HeaderMap::new();
+                    headers.insert(header::NATS_MESSAGE_ID, id.as_str());
+                    pending.push_back(
+                        js.publish_with_headers(subject, headers, body)
+                            .await
+                            .op("publish an event")?,
+                    );
                 }
-                let subject = format!("{}.{}", shared.names.subjects, key(&node));
-                let mut headers = HeaderMap::new();
-                headers.insert(header::NATS_MESSAGE_ID, id.as_str());
-                pending.push_back(
-                    js.publish_with_headers(subject, headers, body)
-                        .await
-                        .op("publish an event")?,
-                );
-            }
-            for p in pending {
-                acks.push(p.await.op("store an event")?.sequence);
-            }
-            // Deletes before puts: a node removed and re-created ends up present.
-            for id in &removed {
-                for k in [format!("node.{id}"), format!("live.{id}")] {
-                    shared.state.delete(&k).await.op("delete a node")?;
+                for p in pending {
+                    acks.push(p.await.op("store an event")?.sequence);
                 }
-            }
-            let state = &shared.state;
-            let results: Vec<Result<()>> = futures::stream::iter(puts)
-                .map(|(k, v)| async move {
-                    publish_kv(js, state, &k, Some(v), None)
+                // Deletes before puts: a node removed and re-created ends up present.
+                for id in &removed {
+                    for k in [format!("node.{id}"), format!("live.{id}")] {
+                        shared.state.delete(&k).await.op("delete a node")?;
+                    }
+                }
+                let state = &shared.state;
+                let results: Vec<Result<()>> = futures::stream::iter(puts)
+                    .map(|(k, v)| async move {
+                        publish_kv(js, state, &k, Some(v), None)
+                            .await?
+                            .await
+                            .op("write node state")
+                            .map(|_| ())
+                    })
+                    .buffer_unordered(IN_FLIGHT)
+                    .collect()
+                    .await;
+                results.into_iter().collect::<Result<Vec<()>>>()?;
+                // The mark once every record of the step is written: a step taken
+                // again from a state only partly written draws this write's ids again.
+                if let Some(mark) = mark {
+                    publish_kv(js, state, "mark", Some(Bytes::from(mark)), None)
                         .await?
                         .await
-                        .op("write node state")
-                        .map(|_| ())
-                })
-                .buffer_unordered(IN_FLIGHT)
-                .collect()
-                .await;
-            results.into_iter().collect::<Result<Vec<()>>>()?;
-            // The mark once every record of the step is written: a step taken
-            // again from a state only partly written draws this write's ids again.
-            if let Some(mark) = mark {
-                publish_kv(js, state, "mark", Some(Bytes::from(mark)), None)
-                    .await?
-                    .await
-                    .op("write node state")?;
-            }
-            // The ledger last, each key against the revision this writer knows: a
-            // rival writer's change is a conflict, never overwritten.
-            let mut written = Vec::new();
-            for ((k, v), rev) in cas.into_iter().zip(revisions) {
-                let expect = rev.unwrap_or(0);
-                // Forgetting a key never written is nothing to do; a delete is a
-                // marker whose revision the next write of the key compares with.
-                if v.is_none() && rev.is_none() {
-                    continue;
+                        .op("write node state")?;
                 }
-                let outcome = match publish_kv(js, &shared.ledger, &k, v, Some(expect))
-                    .await?
-                    .await
-                {
-                    Ok(ack) => Ok(ack.sequence),
-                    Err(e) => Err(e.to_string()),
-                };
-                match outcome {
-                    Ok(rev) => written.push((k, rev)),
-                    Err(cause) if cause.contains("wrong last sequence") => {
-                        return Ok((acks, Err((written, k))));
+                // The ledger last, each key against the revision this writer knows: a
+                // rival writer's change is a conflict, never overwritten.
+                let mut written = Vec::new();
+                for ((k, v), rev) in cas.into_iter().zip(revisions) {
+                    let expect = rev.unwrap_or(0);
+                    // Forgetting a key never written is nothing to do; a delete is a
+                    // marker whose revision the next write of the key compares with.
+                    if v.is_none() && rev.is_none() {
+                        continue;
                     }
-                    Err(cause) => {
-                        return Err(StoreError::Nats {
-                            op: "write the policy ledger",
-                            cause,
-                        });
+                    let outcome = match publish_kv(js, &shared.ledger, &k, v, Some(expect))
+                        .await?
+                        .await
+                    {
+                        Ok(ack) => Ok(ack.sequence),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    match outcome {
+                        Ok(rev) => written.push((k, rev)),
+                        Err(cause) if cause.contains("wrong last sequence") => {
+                            return Ok((acks, Err((written, k))));
+                        }
+                        Err(cause) => {
+                            return Err(StoreError::Nats {
+                                op: "write the policy ledger",
+                                cause,
+                            });
+                        }
                     }
                 }
+                Ok::<_, StoreError>((acks, Ok(written)))
+            };
+            let _ = answer.send(written.await);
+        });
+        let mut last: HashMap<&str, String> = HashMap::new();
+        for e in batch.events {
+            let previous = last
+                .get(e.node_id.as_str())
+                .or(anchor.as_ref())
+                .map_or("", String::as_str);
+            let id = message_id(previous, e);
+            last.insert(&e.node_id, id.clone());
+            let body = super::json(e);
+            // Refused once the publisher has stopped on an error: it answers that.
+            if feed
+                .send((e.node_id.clone(), id, Bytes::from(body)))
+                .is_err()
+            {
+                break;
             }
-            Ok::<_, StoreError>((acks, Ok(written)))
-        })??;
+        }
+        drop(feed);
+        let (acks, written) = wait_for(&answered)??;
         let instance = &self.shared.instance;
         let ids = acks
             .into_iter()
