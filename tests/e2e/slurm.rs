@@ -487,7 +487,7 @@ async fn reboot_n1(slurm: &SlurmCluster) -> (Alertmanager, tempfile::TempDir, Ha
 async fn a_slurm_reboot_leaves_the_node_drained_for_the_flow() {
     require("true");
     let slurm = SlurmCluster::start_with("RebootProgram=/bin/true\nResumeTimeout=600\n").await;
-    let (_am, _dir, _hale) = reboot_n1(&slurm).await;
+    let (_am, _dir, hale) = reboot_n1(&slurm).await;
     let shown = eventually(
         "the reboot asked of Slurm",
         Duration::from_secs(60),
@@ -500,6 +500,23 @@ async fn a_slurm_reboot_leaves_the_node_drained_for_the_flow() {
     .await;
     assert!(shown.contains("DRAIN"), "{shown}");
     assert!(!shown.contains("NextState=RESUME"), "{shown}");
+    // The flow's history says Slurm rebooted it, not a BMC.
+    let steps = eventually("the flow at return", Duration::from_secs(60), || async {
+        let e = hale.events("n1", "type=REMEDIATION_STEP").await;
+        let steps = e["events"].as_array().unwrap().clone();
+        steps.iter().any(|s| s["step"] == "return").then_some(steps)
+    })
+    .await;
+    for step in steps
+        .iter()
+        .filter(|s| ["reboot", "return"].contains(&s["step"].as_str().unwrap()))
+    {
+        let said = step["message"].as_str().unwrap();
+        assert!(
+            said.contains("orchestrator") && !said.contains("BMC read"),
+            "{said}"
+        );
+    }
 }
 
 /// A reboot through Slurm (`orchestrator.reboot`, no BMC) is recorded as sent

@@ -355,7 +355,10 @@ impl Hale {
         self.record_power(node, verb, force, Actor::Hale, &result)
             .await;
         match result {
-            Ok(_) => Ok(Done::default()),
+            Ok(_) => Ok(Done {
+                by_bmc: true,
+                ..Done::default()
+            }),
             Err(e) => Err(OrchestratorError::refused(e.to_string())),
         }
     }

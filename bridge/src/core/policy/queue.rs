@@ -125,6 +125,9 @@ pub struct Done {
     pub stopping: u32,
     /// Allocations left on the node afterwards, when the orchestrator counted them.
     pub remaining: Option<u32>,
+    /// A power action done through the node's BMC (else the orchestrator's own
+    /// reboot): what the flow's history says did it.
+    pub by_bmc: bool,
 }
 
 impl Fleet {

@@ -556,8 +556,15 @@ impl Fleet {
                     .and_then(|t| facts.blocked_types.get(&t.name))
                     .map(|a| format!("{a} fires"))
             };
-            // Without a BMC a reboot is the orchestrator's own, where it has one.
-            let via_bmc = !(facts.can_reboot && facts.no_bmc.contains_key(&id));
+            // Without a BMC a reboot is the orchestrator's own, where it has one; the
+            // service finds which when it performs it (`None`: not looked for yet).
+            let via_bmc = if facts.no_bmc.contains_key(&id) {
+                Some(false)
+            } else if facts.bmc_checked.as_ref().is_some_and(|c| c.contains(&id)) {
+                Some(true)
+            } else {
+                None
+            };
             match self.next_move(cfg, now, &id, held, via_bmc, out) {
                 Move::Stay => {}
                 Move::Fail(step, why) => self.fail_flow(cfg, now, &id, step, &why, out),
@@ -575,7 +582,7 @@ impl Fleet {
         now: Time,
         id: &str,
         held: Option<String>,
-        via_bmc: bool,
+        via_bmc: Option<bool>,
         out: &mut Outcome,
     ) -> Move {
         let r = &cfg.remediation;
@@ -650,9 +657,10 @@ impl Fleet {
                             now,
                             FlowStep::Reboot,
                             match (via_bmc, force) {
-                                (true, true) => "rebooting through the BMC (forced)".into(),
-                                (true, false) => "rebooting through the BMC: graceful shutdown, forced after bmc.gracefulTimeout".into(),
-                                (false, _) => "rebooting through the orchestrator (no BMC is configured for the node)".into(),
+                                (Some(true), true) => "rebooting through the BMC (forced)".into(),
+                                (Some(true), false) => "rebooting through the BMC: graceful shutdown, forced after bmc.gracefulTimeout".into(),
+                                (Some(false), _) => "rebooting through the orchestrator (no BMC is configured for the node)".into(),
+                                (None, _) => "rebooting through the node's BMC, or the orchestrator's own reboot where it has none".into(),
                             },
                         ));
                         Move::Stay
@@ -1120,8 +1128,12 @@ impl Fleet {
                     id,
                     now,
                     FlowStep::Return,
-                    "rebooted (the BMC read it off, then on): waiting for the node to return"
-                        .into(),
+                    if done.by_bmc {
+                        "rebooted (the BMC read it off, then on): waiting for the node to return"
+                    } else {
+                        "reboot sent through the orchestrator: waiting for the node to return"
+                    }
+                    .into(),
                 ));
             }
             (FlowStep::Uncordon, Action::Uncordon) => self.flow_succeeded(now, id, out),

@@ -3133,9 +3133,7 @@ fn fault_eviction_acts_in_observe_mode_and_names_the_fault() {
             moved: 1,
             failed: 2,
             moved_owners: vec!["job/train".into()],
-            blocked: 0,
-            stopping: 0,
-            remaining: None,
+            ..policy::Done::default()
         },
     );
     s.record(out);
