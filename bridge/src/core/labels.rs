@@ -166,6 +166,18 @@ pub fn nameable(value: &str) -> bool {
         && !unprintable(value)
 }
 
+/// A fault class as hale writes it: upper-cased, as `evictOnFaultClasses` and the
+/// default (the condition type) are, so the three join.
+fn upper(class: &str) -> super::Name {
+    if class.is_ascii() {
+        let mut class = super::Name::from(class);
+        class.make_ascii_uppercase();
+        class
+    } else {
+        super::Name::from(class.to_uppercase())
+    }
+}
+
 /// Whether `value` holds a control character, a bidirectional override or an
 /// invisible character (zero-width space or joiner, soft hyphen, byte order mark):
 /// what would forge a log line, or show as another id.
@@ -528,37 +540,25 @@ impl<'a> Alert<'a> {
 
     /// Fault class for fault-triggered eviction; defaults to the upper-cased type.
     pub fn fault_class(&self) -> super::Name {
-        self.label(HALE_FAULT_CLASS).map_or_else(
-            || {
-                let ctype = self.condition_type();
-                if ctype.is_ascii() {
-                    let mut class = super::Name::from(ctype);
-                    class.make_ascii_uppercase();
-                    class
-                } else {
-                    super::Name::from(ctype.to_uppercase())
-                }
-            },
-            super::Name::from,
+        upper(
+            self.label(HALE_FAULT_CLASS)
+                .unwrap_or_else(|| self.condition_type()),
         )
     }
 
     /// Whether `stored` is what [`Alert::fault_class`] would return, without allocating.
     pub fn fault_class_is(&self, stored: &str) -> bool {
-        match self.label(HALE_FAULT_CLASS) {
-            Some(class) => class == stored,
-            None => {
-                let ctype = self.condition_type();
-                if !ctype.is_ascii() {
-                    return ctype.to_uppercase() == stored;
-                }
-                ctype.len() == stored.len()
-                    && ctype
-                        .bytes()
-                        .zip(stored.bytes())
-                        .all(|(a, b)| a.to_ascii_uppercase() == b)
-            }
+        let class = self
+            .label(HALE_FAULT_CLASS)
+            .unwrap_or_else(|| self.condition_type());
+        if !class.is_ascii() {
+            return class.to_uppercase() == stored;
         }
+        class.len() == stored.len()
+            && class
+                .bytes()
+                .zip(stored.bytes())
+                .all(|(a, b)| a.to_ascii_uppercase() == b)
     }
 
     /// Whether `stored` is what [`Alert::message`] would return, without allocating
@@ -796,6 +796,20 @@ mod tests {
         for (labels, want) in cases {
             assert_eq!(alert(labels).notes(), *want, "{labels:?}");
         }
+    }
+
+    /// A fault class given in lower case is written upper-cased, as the default
+    /// and `evictOnFaultClasses` are: the condition and its eviction join.
+    #[test]
+    fn a_fault_class_is_written_upper_cased() {
+        let a = alert(&[
+            ("alertname", "GpuEcc"),
+            ("hale_condition", "gpu_xid"),
+            ("hale_fault_class", "gpu_ecc_errors"),
+        ]);
+        assert_eq!(a.fault_class().as_str(), "GPU_ECC_ERRORS");
+        assert!(a.fault_class_is("GPU_ECC_ERRORS"));
+        assert!(!a.fault_class_is("gpu_ecc_errors"));
     }
 
     /// White space around a contract label's value is no part of it, as around a
