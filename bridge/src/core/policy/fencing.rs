@@ -169,24 +169,17 @@ impl Fleet {
             return;
         }
         candidates.sort();
-        // Each pool's size (its listed nodes, where it has any, as the policy counts
-        // it) and the nodes of it fenced and not reporting yet.
-        let mut pools: BTreeMap<&str, (u32, u32, u32)> = BTreeMap::new();
+        // Each pool's size and the nodes of it fenced and not reporting yet.
+        let mut pools: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
         for node in self.nodes.values() {
             let p = pools
                 .entry(cfg.settings_for(&node.labels).name.as_str())
                 .or_default();
             p.0 += 1;
-            p.1 += u32::from(node.known_from == crate::core::Origin::Alerts);
-            p.2 += u32::from(node.policy.fence.is_some());
+            p.1 += u32::from(node.policy.fence.is_some());
         }
-        let mut pools: BTreeMap<String, (u32, u32)> = pools
-            .into_iter()
-            .map(|(k, (all, unlisted, fenced))| {
-                let size = if all > unlisted { all - unlisted } else { all };
-                (k.to_string(), (size, fenced))
-            })
-            .collect();
+        let mut pools: BTreeMap<String, (u32, u32)> =
+            pools.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         let mut started = false;
         for (_, id) in candidates {
             let node = self.nodes.get_mut(&id).expect("listed above");

@@ -153,7 +153,6 @@ pub(in crate::core) fn count<N: std::ops::Deref<Target = Node>>(
             None => pools.entry(settings.name.clone()).or_default(),
         };
         pool.size += 1;
-        pool.unlisted += u32::from(node.known_from == crate::core::Origin::Alerts);
         if counted_out(&node, settings) {
             pool.out += 1;
         }
@@ -171,9 +170,6 @@ pub(in crate::core) fn count<N: std::ops::Deref<Target = Node>>(
         if let Some(pool) = pools.get_mut(name) {
             pool.replaced += spent.iter().filter(|t| **t > hour_ago).count() as u32;
         }
-    }
-    for pool in pools.values_mut() {
-        pool.size = pool.machines();
     }
     // Stable: nodes of one score stay in the order given (by id, from the fleet) —
     // but for those the policy already took out or recommended (observe's
@@ -214,27 +210,13 @@ pub type Pools = BTreeMap<String, Pool>;
 /// Pool occupancy: nodes and nodes out of service (cordoned by anyone, not ready).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Pool {
-    /// Its machines: the nodes an inventory or the orchestrator lists, where it
-    /// lists any — a name known only from alerts (an application's alert, a host
-    /// retired from the list) would otherwise loosen every share of the pool.
     pub(in crate::core) size: u32,
-    /// Of them, known from alerts alone.
-    unlisted: u32,
     pub(in crate::core) out: u32,
     /// Terminations in the last hour, done or decided.
     pub(in crate::core) replaced: u32,
 }
 
 impl Pool {
-    /// The pool's size as its shares count it: its listed nodes where it has any,
-    /// else every node (hale knows the fleet from alerts alone).
-    fn machines(&self) -> u32 {
-        match self.size - self.unlisted {
-            0 => self.size,
-            listed => listed,
-        }
-    }
-
     /// Whether one more node out of service stays within `max_percent`.
     fn admits(&self, max_percent: u32) -> bool {
         u64::from(self.out + 1) * 100 <= u64::from(max_percent) * u64::from(self.size)

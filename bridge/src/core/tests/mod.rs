@@ -2875,34 +2875,6 @@ fn switching_from_observe_cordons_what_observe_recommended() {
     assert_eq!(cordoned, ["g-8", "g-9"]);
 }
 
-/// Names known only from alerts (an application's alert, a host retired from the
-/// inventory) are no machines of a pool that lists its own: its share of
-/// `maxUnavailablePercent` is of the listed ones.
-#[test]
-fn nodes_known_from_alerts_alone_do_not_widen_a_listed_pool() {
-    let mut s = script("nodeHealth: { mode: cordon, maxUnavailablePercent: 50 }");
-    let mut ids = s.pool("m", 4, "default");
-    let mut ok: Vec<A> = vec![watchdog()];
-    for n in ids
-        .iter()
-        .map(String::as_str)
-        .chain(["db-1", "db-2", "db-3"])
-    {
-        ok.push(heartbeat(n));
-    }
-    s.at(0).poll(&ok);
-    assert_eq!(s.fleet.nodes.len(), 7);
-    ids.extend(["db-1", "db-2", "db-3"].map(String::from));
-    let sick = ["m-0", "m-1", "m-2"];
-    s.at(30).report(&ids, &sick, low);
-    s.at(60).report(&ids, &sick, low);
-    let out: Vec<&str> = sick
-        .into_iter()
-        .filter(|n| s.node(n).status == Status::Cordoned)
-        .collect();
-    assert_eq!(out.len(), 2, "50% of four machines: {out:?}");
-}
-
 /// A termination decided and not yet performed (the orchestrator still being
 /// asked) is withdrawn when an operator takes the node over, through hale or
 /// outside it: the node is no longer hale's to replace.
