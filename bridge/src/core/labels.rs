@@ -166,6 +166,19 @@ pub fn nameable(value: &str) -> bool {
         && !unprintable(value)
 }
 
+/// `value` without white space around it; looked at only where it starts or ends
+/// with something other than a letter or digit (nearly never: a label read for
+/// every alert of every poll costs two byte tests).
+fn trimmed(value: &str) -> &str {
+    let b = value.as_bytes();
+    let edge = |c: Option<&u8>| c.is_some_and(u8::is_ascii_alphanumeric);
+    if edge(b.first()) && edge(b.last()) {
+        value
+    } else {
+        value.trim()
+    }
+}
+
 /// A fault class as hale writes it: upper-cased, as `evictOnFaultClasses` and the
 /// default (the condition type) are, so the three join.
 fn upper(class: &str) -> super::Name {
@@ -377,7 +390,7 @@ impl<'a> Alert<'a> {
         self.labels
             .known(key)
             .filter(|v| !blank(v))
-            .map(|v| clip(v.trim()))
+            .map(|v| clip(trimmed(v)))
     }
 
     /// When the alert started, if it says so validly.
