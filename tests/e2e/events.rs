@@ -680,13 +680,7 @@ async fn a_reload_during_a_delivery_delivers_nothing_twice() {
         || async { (receiver.in_flight() == 1).then_some(()) },
     )
     .await;
-    let r = reqwest::Client::new()
-        .post(format!("{}/-/reload", hale.url))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    hale.reload().await;
     hale.deliver(&delivery(&[(&smart, "resolved")])).await;
     hale.wait_node("scored again", "n1", |n| n["score"] == 100)
         .await;

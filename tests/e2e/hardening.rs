@@ -1004,13 +1004,7 @@ async fn a_shorter_poll_interval_polls_at_once_and_marks_nothing_stale() {
         config(dir.path(), port, &am.url, "pollInterval: 2s", ""),
     )
     .unwrap();
-    let r = reqwest::Client::new()
-        .post(format!("{}/-/reload", hale.url))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    hale.reload().await;
     eventually(
         "a poll right after the reload",
         Duration::from_secs(10),

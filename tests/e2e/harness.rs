@@ -492,6 +492,17 @@ impl Hale {
         r.json().await.unwrap()
     }
 
+    /// `POST /-/reload` with the token: the config file read again, applied.
+    pub async fn reload(&self) {
+        let r = reqwest::Client::new()
+            .post(format!("{}/-/reload", self.url))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("hale.log")).unwrap_or_default()
     }
