@@ -98,7 +98,11 @@ impl<'f> Step<'f> {
         }
         let mut missed = Vec::new();
         let mut next: Option<Time> = None;
+        let mut ahead = self.fleet.nodes.values().skip(8);
         for (id, node) in &self.fleet.nodes {
+            if let Some(n) = ahead.next() {
+                n.prefetch();
+            }
             let Some((deadline, after)) = deadline(self.cfg, trust.heartbeats_since(), node) else {
                 continue;
             };

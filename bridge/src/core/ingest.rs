@@ -91,6 +91,12 @@ impl NodeGroups {
         let mut named = Vec::with_capacity(alerts.len());
         let (mut watchdogs, mut unmatched) = (Vec::new(), Vec::new());
         for (i, alert) in alerts.iter().enumerate() {
+            if let Some(ahead) = alerts.get(i + 16) {
+                ahead.prefetch_labels();
+            }
+            if let Some(ahead) = alerts.get(i + 8) {
+                ahead.prefetch_text();
+            }
             let i = i as u32;
             let signal = alert.signal();
             if signal == Signal::Watchdog {
@@ -287,6 +293,15 @@ impl Fleet {
             };
             slices.next += 1;
             budget -= 1;
+            let ahead = |by: usize| {
+                slices
+                    .groups
+                    .get(slices.next + by)
+                    .into_iter()
+                    .flat_map(|r| slices.items[r.clone()].iter().map(|&i| &alerts[i as usize]))
+            };
+            ahead(4).for_each(Alert::prefetch_labels);
+            ahead(2).for_each(Alert::prefetch_text);
             let id = node_of(range);
             fresh.clear();
             fresh.extend(

@@ -62,6 +62,18 @@ const SIGNAL: Key = Key(11);
 const HALE_JOB: Key = Key(12);
 const JOB_NAME: Key = Key(13);
 
+/// A hint to the processor to fetch the line at `p` into its caches: it reads
+/// nothing and changes nothing, so any address is sound.
+#[inline(always)]
+pub(super) fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch touches no memory a program can see and faults on no
+    // address; SSE, which it needs, is in every x86-64 processor.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+    }
+}
+
 fn key_of(name: &str) -> Option<Key> {
     KEYS.iter().position(|k| *k == name).map(Key)
 }
@@ -381,8 +393,6 @@ fn fast_rfc3339(b: &[u8]) -> Option<DateTime<Utc>> {
 }
 
 impl<'a> Alert<'a> {
-    /// A label's value; an empty or blank one counts as absent (a node named `" "`
-    /// is no node).
     /// A contract label's value, white space around it dropped as around a node id
     /// (`hale_condition=" disk_degraded "` is `disk_degraded`, not a type of its
     /// own); a blank one is absent.
@@ -391,6 +401,34 @@ impl<'a> Alert<'a> {
             .known(key)
             .filter(|v| !blank(v))
             .map(|v| clip(trimmed(v)))
+    }
+
+    /// Asks the processor for the memory that lists this alert's labels: the first
+    /// of two hints a loop over many alerts gives one some way ahead of the one it
+    /// reads. Read after the parse, an answer's alerts are no longer in any cache;
+    /// waiting for each alert's labels and text in turn cost a 10,000-node poll a
+    /// quarter of its work beyond the parse (`bench`).
+    pub fn prefetch_labels(&self) {
+        let pairs = self.labels.pairs.as_slice();
+        let start = pairs.as_ptr().cast::<u8>();
+        for at in (0..std::mem::size_of_val(pairs)).step_by(64) {
+            prefetch(start.wrapping_add(at));
+        }
+    }
+
+    /// The second hint ([`Alert::prefetch_labels`] given earlier): the text of its
+    /// labels, annotations and fingerprint.
+    pub fn prefetch_text(&self) {
+        let a = &self.annotations;
+        let notes = [&a.summary, &a.description, &a.message];
+        let notes = notes.into_iter().flatten().map(|t| t.0.as_ptr());
+        self.labels
+            .pairs
+            .iter()
+            .map(|(_, v)| v.as_ptr())
+            .chain(notes)
+            .chain([self.fingerprint.as_ptr()])
+            .for_each(prefetch);
     }
 
     /// When the alert started, if it says so validly.

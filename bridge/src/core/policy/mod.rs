@@ -617,14 +617,14 @@ impl Policy<'_, '_> {
         // a silence that ends does not evict again; only a fault an unsilenced alert
         // feeds evicts (DESIGN §3: a suppressed condition triggers nothing).
         // A class matches in any case (the default one is the upper-cased type).
-        let raised: Vec<Name> = faults(node).map(|(_, c)| c.fault_class.clone()).collect();
-        let before = node.policy.evicted.len();
-        node.policy
-            .evicted
-            .retain(|class| raised.iter().any(|r| r.eq_ignore_ascii_case(class)));
-        if node.policy.evicted.len() != before {
+        let mut evicted = std::mem::take(&mut node.policy.evicted);
+        let before = evicted.len();
+        evicted
+            .retain(|class| faults(node).any(|(_, c)| c.fault_class.eq_ignore_ascii_case(class)));
+        if evicted.len() != before {
             self.out.dirty.insert(node.id.clone());
         }
+        node.policy.evicted = evicted;
         for class in &settings.evict_on_fault_classes {
             if node
                 .policy
