@@ -228,6 +228,15 @@ CASES = [
                                                "key": "token"}],
                       "config": {"orchestrator": {"kind": "fuzzball", "url": "https://fuzzball.example.com/v4",
                                                   "tokenFile": "/etc/hale/secrets/orchestrator/fuzzball-token"}}}),
+    # An Alertmanager behind its own TLS and basic auth.
+    Case("alertmanager-tls", {"alertmanagerSecrets": [
+                                  {"name": "password", "existingSecret": "hale-alertmanager", "key": "password"},
+                                  {"name": "ca", "existingSecret": "alertmanager-tls", "key": "ca.crt"}],
+                              "config": {"alertmanager": {
+                                  "url": "https://alertmanager.monitoring.svc:9093",
+                                  "caFile": "/etc/hale/secrets/alertmanager/ca",
+                                  "basicAuth": {"username": "hale",
+                                                "passwordFile": "/etc/hale/secrets/alertmanager/password"}}}}),
     # Three replicas on an existing NATS (the official chart's Service): one
     # history, a leader elected on NATS, so webhooks are allowed.
     Case("nats-store", {
@@ -343,6 +352,19 @@ REFUSED = [
      {"replicaCount": 1, "config": {"orchestrator": {"kind": "fuzzball", "url": "https://f.example/v4",
                                                      "tokenFile": "/etc/hale/secrets/fuzzball-token"}}},
      "config.orchestrator.tokenFile /etc/hale/secrets/fuzzball-token is not a mounted secret", False),
+    ("an unmounted Alertmanager password",
+     {"config": {"alertmanager": {"basicAuth": {"username": "hale", "passwordFile": "/etc/hale/am-password"}}}},
+     "config.alertmanager.basicAuth.passwordFile /etc/hale/am-password is not a mounted secret", False),
+    ("an unmounted Alertmanager token",
+     {"config": {"alertmanager": {"bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"}}},
+     "config.alertmanager.bearerTokenFile /var/run/secrets/kubernetes.io/serviceaccount/token is not a mounted secret",
+     False),
+    ("basic auth and a token for Alertmanager",
+     {"alertmanagerSecrets": [{"name": "p", "existingSecret": "a", "key": "p"},
+                              {"name": "t", "existingSecret": "a", "key": "t"}],
+      "config": {"alertmanager": {"basicAuth": {"username": "hale", "passwordFile": "/etc/hale/secrets/alertmanager/p"},
+                                  "bearerTokenFile": "/etc/hale/secrets/alertmanager/t"}}},
+     "/config/alertmanager", True),
     ("Fuzzball without its URL", {"replicaCount": 1, "config": {"orchestrator": {"kind": "fuzzball"}}},
      "missing property 'url'", True),
     ("a Slurm key on Kubernetes", {"config": {"orchestrator": {"kind": "kubernetes", "slurmConf": "/etc/slurm.conf"}}},
@@ -473,7 +495,7 @@ def check_hale_config(case, tmp):
         path = secrets / str(len(list(secrets.iterdir())))
         path.write_text(TEST_CA)
         return f"{m.group(1)}{path}"
-    local = re.sub(r"(?m)^(\s*(?:-\s+)?(?:apiTokenFile|secretFile|tokenFile):\s*)\S+", fake, text)
+    local = re.sub(r"(?m)^(\s*(?:-\s+)?(?:apiTokenFile|secretFile|tokenFile|passwordFile|bearerTokenFile):\s*)\S+", fake, text)
     local = re.sub(r"(?m)^(\s*(?:-\s+)?credentialsFile:\s*)\S+", fake_bmc, local)
     local = re.sub(r"(?m)^(\s*(?:-\s+)?caFile:\s*)\S+", fake_ca, local)
     f = tmp / f"hale-{case.name}.yaml"
@@ -543,6 +565,8 @@ def check_deployment(case):
         wanted[f"/etc/hale/secrets/federation/{s['name']}"] = (s["existingSecret"], s["key"])
     for s in values["orchestratorSecrets"]:
         wanted[f"/etc/hale/secrets/orchestrator/{s['name']}"] = (s["existingSecret"], s["key"])
+    for s in values["alertmanagerSecrets"]:
+        wanted[f"/etc/hale/secrets/alertmanager/{s['name']}"] = (s["existingSecret"], s["key"])
     expect(files == wanted, f"{case.name}: mounted secrets {files}, wanted {wanted}")
     for w in values["config"].get("nodeEventWebhooks", []):
         expect(w["secretFile"] in files, f"{case.name}: {w['secretFile']} is not mounted")

@@ -20,12 +20,30 @@ pub enum IngestError {
         "Alertmanager at {url} sent no whole answer within {after:?} (alertmanager.timeout, or 3x the last answer's time when longer)"
     )]
     Timeout { url: String, after: Duration },
-    #[error("Alertmanager at {url} answered HTTP {status}")]
-    Status { url: String, status: u16 },
+    #[error("Alertmanager at {url} answered HTTP {status}{}", refused_hint(*status, auth))]
+    Status {
+        url: String,
+        status: u16,
+        /// The key holding the credentials hale sent, if any.
+        auth: Option<&'static str>,
+    },
     #[error("not a valid {what}: {reason}")]
     Malformed { what: &'static str, reason: String },
     #[error("unsupported webhook payload version {0:?} (hale reads version \"4\")")]
     Version(String),
+}
+
+/// What a refusal says about the credentials hale sent (`auth`: their key).
+fn refused_hint(status: u16, auth: &Option<&'static str>) -> String {
+    match (status, auth) {
+        (401, Some(key)) => format!(" (it refused the credentials of {key})"),
+        (401, None) => {
+            " (it asks for credentials: alertmanager.basicAuth or alertmanager.bearerTokenFile)"
+                .into()
+        }
+        (403, Some(key)) => format!(" (the credentials of {key} lack the permission)"),
+        _ => String::new(),
+    }
 }
 
 impl IngestError {
@@ -211,12 +229,33 @@ const MAX_ALLOWANCE: Duration = Duration::from_secs(600);
 /// Reads the receiver's alerts from Alertmanager's v2 API.
 #[derive(Clone)]
 pub struct Client {
-    http: reqwest::Client,
+    /// Or why it could not be built (`alertmanager.caFile` unreadable since the
+    /// configuration was loaded), said by every request.
+    http: std::result::Result<reqwest::Client, String>,
+    auth: Option<Auth>,
     alerts_url: reqwest::Url,
     status_url: reqwest::Url,
     timeout: Duration,
     /// How long the last whole answer took to arrive.
     last_answer: std::sync::Arc<std::sync::Mutex<Option<Duration>>>,
+}
+
+/// The credentials hale sends Alertmanager, their files read at every request:
+/// a password or token rotated under the running hale is used at the next poll.
+#[derive(Clone)]
+enum Auth {
+    Basic(crate::config::BasicAuth),
+    Bearer(std::path::PathBuf),
+}
+
+impl Auth {
+    /// The key they are configured under, for errors.
+    fn key(&self) -> &'static str {
+        match self {
+            Auth::Basic(_) => "alertmanager.basicAuth",
+            Auth::Bearer(_) => "alertmanager.bearerTokenFile",
+        }
+    }
 }
 
 /// The part of `GET /api/v2/status` hale reads.
@@ -260,14 +299,25 @@ impl Client {
             .append_pair("silenced", "true")
             .append_pair("inhibited", "true")
             .append_pair("unprocessed", "true");
-        let http = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .timeout(cfg.timeout)
             .connect_timeout(cfg.timeout.min(Duration::from_secs(5)))
-            .user_agent(crate::USER_AGENT)
-            .build()
-            .expect("client builds");
+            .user_agent(crate::USER_AGENT);
+        let http = match &cfg.ca_file {
+            Some(ca) => crate::certificates(ca)
+                .map(|c| builder.tls_certs_only(c))
+                .map_err(|e| format!("alertmanager.caFile: {e}")),
+            None => Ok(builder),
+        }
+        .and_then(|b| b.build().map_err(|e| crate::error_chain(&e)));
+        let auth = match (&cfg.basic_auth, &cfg.bearer_token_file) {
+            (Some(basic), _) => Some(Auth::Basic(basic.clone())),
+            (None, Some(file)) => Some(Auth::Bearer(file.clone())),
+            (None, None) => None,
+        };
         Client {
             http,
+            auth,
             alerts_url: url,
             status_url: under(&["api", "v2", "status"]),
             timeout: cfg.timeout,
@@ -289,21 +339,14 @@ impl Client {
     pub async fn started(&self) -> Result<chrono::DateTime<chrono::Utc>> {
         let url = crate::shown_url(&self.status_url);
         let resp = self
-            .http
-            .get(self.status_url.clone())
-            .header("accept", "application/json")
+            .get(self.status_url.clone(), &url)?
             .send()
             .await
             .map_err(|e| IngestError::Unreachable {
                 url: url.clone(),
                 reason: crate::error_chain(&e.without_url()),
             })?;
-        if !resp.status().is_success() {
-            return Err(IngestError::Status {
-                url,
-                status: resp.status().as_u16(),
-            });
-        }
+        self.answered(&resp, url)?;
         let malformed = |reason: String| IngestError::Malformed {
             what: "Alertmanager status answer",
             reason,
@@ -320,6 +363,46 @@ impl Client {
 
     fn shown_url(&self) -> String {
         crate::shown_url(&self.alerts_url)
+    }
+
+    /// A GET of `url` (shown as `shown`) with the credentials configured.
+    fn get(&self, url: reqwest::Url, shown: &str) -> Result<reqwest::RequestBuilder> {
+        let unreachable = |reason: String| IngestError::Unreachable {
+            url: shown.to_string(),
+            reason,
+        };
+        let request = self
+            .http
+            .as_ref()
+            .map_err(|e| unreachable(e.clone()))?
+            .get(url)
+            .header("accept", "application/json");
+        Ok(match &self.auth {
+            None => request,
+            Some(Auth::Basic(basic)) => {
+                let password = crate::secret_text(&basic.password_file).map_err(|e| {
+                    unreachable(format!("alertmanager.basicAuth.passwordFile: {e}"))
+                })?;
+                request.basic_auth(&basic.username, Some(password))
+            }
+            Some(Auth::Bearer(file)) => {
+                let token = crate::token_text(file)
+                    .map_err(|e| unreachable(format!("alertmanager.bearerTokenFile: {e}")))?;
+                request.bearer_auth(token)
+            }
+        })
+    }
+
+    /// A refusal or error status as the error it is.
+    fn answered(&self, resp: &reqwest::Response, url: String) -> Result<()> {
+        if resp.status().is_success() {
+            return Ok(());
+        }
+        Err(IngestError::Status {
+            url,
+            status: resp.status().as_u16(),
+            auth: self.auth.as_ref().map(Auth::key),
+        })
     }
 
     /// The names of the active alerts matching every one of `filters`
@@ -340,21 +423,14 @@ impl Client {
         }
         let shown = crate::shown_url(&url);
         let resp = self
-            .http
-            .get(url)
-            .header("accept", "application/json")
+            .get(url, &shown)?
             .send()
             .await
             .map_err(|e| IngestError::Unreachable {
                 url: shown.clone(),
                 reason: crate::error_chain(&e.without_url()),
             })?;
-        if !resp.status().is_success() {
-            return Err(IngestError::Status {
-                url: shown,
-                status: resp.status().as_u16(),
-            });
-        }
+        self.answered(&resp, shown.clone())?;
         let body = resp.bytes().await.map_err(|e| IngestError::Unreachable {
             url: shown,
             reason: crate::error_chain(&e.without_url()),
@@ -384,19 +460,12 @@ impl Client {
             }
         };
         let resp = self
-            .http
-            .get(self.alerts_url.clone())
+            .get(self.alerts_url.clone(), &self.shown_url())?
             .timeout(allowance)
-            .header("accept", "application/json")
             .send()
             .await
             .map_err(unreachable)?;
-        if !resp.status().is_success() {
-            return Err(IngestError::Status {
-                url: self.shown_url(),
-                status: resp.status().as_u16(),
-            });
-        }
+        self.answered(&resp, self.shown_url())?;
         let date = resp
             .headers()
             .get(reqwest::header::DATE)

@@ -98,7 +98,39 @@ pub struct Alertmanager {
     resend: Arc<Mutex<Vec<Value>>>,
     port: u16,
     dir: tempfile::TempDir,
+    access: Access,
 }
+
+/// How the harness itself reaches an Alertmanager: a [`Alertmanager::guarded`]
+/// one asks for its CA and its user.
+#[derive(Clone)]
+struct Access {
+    client: reqwest::Client,
+    basic: bool,
+}
+
+impl Access {
+    fn request(&self, method: reqwest::Method, url: String) -> reqwest::RequestBuilder {
+        let request = self.client.request(method, url);
+        if self.basic {
+            request.basic_auth(AM_USER, Some(AM_PASSWORD))
+        } else {
+            request
+        }
+    }
+}
+
+/// What hale is given to reach a [`Alertmanager::guarded`] one: the CA its
+/// certificate is signed by, and a file holding the password of [`AM_USER`].
+pub struct Guard {
+    pub ca: PathBuf,
+    pub password_file: PathBuf,
+}
+
+pub const AM_USER: &str = "hale";
+pub const AM_PASSWORD: &str = "am-e2e-password";
+/// [`AM_PASSWORD`] as Alertmanager's `basic_auth_users` takes it (bcrypt, cost 4).
+const AM_PASSWORD_BCRYPT: &str = "$2b$04$3sO3n5k7kg14GkJEEj7/.OxX5lAXcKM.iMjZqJ92vUJylESUNP0vS";
 
 impl Alertmanager {
     /// `webhook`: deliver to this hale URL with this bearer token; `None`: no
@@ -119,25 +151,145 @@ impl Alertmanager {
     /// A real Alertmanager running `config` (YAML text).
     pub async fn with_config(config: &str) -> Alertmanager {
         let dir = tempfile::tempdir().unwrap();
+        Self::launch(
+            dir,
+            config,
+            Access {
+                client: reqwest::Client::new(),
+                basic: false,
+            },
+        )
+        .await
+    }
+
+    /// A real Alertmanager running `config` behind its own TLS (a CA made for the
+    /// test) and basic auth (`--web.config.file`), as a site guards one.
+    pub async fn guarded(config: &str) -> (Alertmanager, Guard) {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let openssl = |args: &[&str]| {
+            let out = Command::new(require("openssl"))
+                .args(args)
+                .current_dir(d)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "openssl {args:?}: {out:?}");
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        openssl(
+            &[
+                &["req", "-x509"][..],
+                &ec,
+                &[
+                    "-keyout",
+                    "ca.key",
+                    "-out",
+                    "ca.crt",
+                    "-days",
+                    "2",
+                    "-subj",
+                    "/CN=hale-e2e-ca",
+                ],
+            ]
+            .concat(),
+        );
+        openssl(
+            &[
+                &["req"][..],
+                &ec,
+                &[
+                    "-keyout",
+                    "server.key",
+                    "-out",
+                    "server.csr",
+                    "-subj",
+                    "/CN=127.0.0.1",
+                ],
+            ]
+            .concat(),
+        );
+        std::fs::write(
+            d.join("server.ext"),
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+        ]);
+        std::fs::write(
+            d.join("web.yml"),
+            format!(
+                "tls_server_config:\n  cert_file: {}\n  key_file: {}\nbasic_auth_users:\n  {AM_USER}: '{AM_PASSWORD_BCRYPT}'\n",
+                d.join("server.crt").display(),
+                d.join("server.key").display()
+            ),
+        )
+        .unwrap();
+        std::fs::write(d.join("password"), format!("{AM_PASSWORD}\n")).unwrap();
+        let ca = d.join("ca.crt");
+        let pem = std::fs::read(&ca).unwrap();
+        hale::init_tls();
+        let client = reqwest::Client::builder()
+            .tls_certs_only([reqwest::Certificate::from_pem(&pem).unwrap()])
+            .build()
+            .unwrap();
+        let guard = Guard {
+            ca,
+            password_file: d.join("password"),
+        };
+        let am = Self::launch(
+            dir,
+            config,
+            Access {
+                client,
+                basic: true,
+            },
+        )
+        .await;
+        (am, guard)
+    }
+
+    async fn launch(dir: tempfile::TempDir, config: &str, access: Access) -> Alertmanager {
         let port = free_port();
         std::fs::write(dir.path().join("am.yml"), config).unwrap();
         let child = Self::spawn(dir.path(), port);
+        let scheme = if access.basic { "https" } else { "http" };
         let am = Alertmanager {
-            url: format!("http://127.0.0.1:{port}"),
+            url: format!("{scheme}://127.0.0.1:{port}"),
             child,
             resend: Arc::default(),
             port,
             dir,
+            access,
         };
-        let (url, resend) = (am.url.clone(), am.resend.clone());
+        let (url, resend, access) = (am.url.clone(), am.resend.clone(), am.access.clone());
         tokio::spawn(async move {
-            let http = reqwest::Client::new();
             loop {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 let alerts: Vec<Value> = resend.lock().unwrap().clone();
                 if !alerts.is_empty() {
-                    let _ = http
-                        .post(format!("{url}/api/v2/alerts"))
+                    let _ = access
+                        .request(reqwest::Method::POST, format!("{url}/api/v2/alerts"))
                         .json(&with_times(&alerts, 3600))
                         .send()
                         .await;
@@ -149,11 +301,16 @@ impl Alertmanager {
     }
 
     fn spawn(dir: &Path, port: u16) -> Child {
+        let web = dir.join("web.yml");
         Command::new(require("prometheus-alertmanager"))
             .arg(format!("--config.file={}", dir.join("am.yml").display()))
             .arg(format!("--storage.path={}", dir.join("data").display()))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .arg("--cluster.listen-address=")
+            .args(
+                web.exists()
+                    .then(|| format!("--web.config.file={}", web.display())),
+            )
             .stdout(Stdio::null())
             .stderr(
                 std::fs::OpenOptions::new()
@@ -169,7 +326,12 @@ impl Alertmanager {
     async fn ready(&self) {
         let ready = format!("{}/-/ready", self.url);
         eventually("alertmanager ready", Duration::from_secs(20), || async {
-            let r = reqwest::get(&ready).await.ok()?;
+            let r = self
+                .access
+                .request(reqwest::Method::GET, ready.clone())
+                .send()
+                .await
+                .ok()?;
             r.status().is_success().then_some(())
         })
         .await;
@@ -197,8 +359,9 @@ impl Alertmanager {
                 }
             }
         }
-        let resp = reqwest::Client::new()
-            .post(format!("{}/api/v2/alerts", self.url))
+        let resp = self
+            .access
+            .request(reqwest::Method::POST, format!("{}/api/v2/alerts", self.url))
             .json(&with_times(alerts, ends_in_s))
             .send()
             .await
@@ -223,8 +386,12 @@ impl Alertmanager {
             "endsAt": (now + TimeDelta::hours(1)).to_rfc3339(),
             "createdBy": "e2e", "comment": "maintenance",
         });
-        let resp = reqwest::Client::new()
-            .post(format!("{}/api/v2/silences", self.url))
+        let resp = self
+            .access
+            .request(
+                reqwest::Method::POST,
+                format!("{}/api/v2/silences", self.url),
+            )
             .json(&body)
             .send()
             .await

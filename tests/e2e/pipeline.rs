@@ -402,3 +402,62 @@ async fn a_job_failure_delivered_and_polled_counts_once() {
     let events = hale.events("n1", "type=job_failure_attributed").await;
     assert_eq!(events["events"].as_array().unwrap().len(), 1, "{events}");
 }
+
+#[tokio::test]
+async fn an_alertmanager_behind_tls_and_basic_auth_is_polled_with_the_password_read_each_time() {
+    let (am, guard) =
+        Alertmanager::guarded("route:\n  receiver: hale\nreceivers:\n  - name: hale\n").await;
+    assert!(am.url.starts_with("https://"), "{}", am.url);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let am_keys = format!(
+        "pollInterval: 1s, caFile: '{}', basicAuth: {{ username: {AM_USER}, passwordFile: '{}' }}",
+        guard.ca.display(),
+        guard.password_file.display()
+    );
+    let hale = Hale::start_with(
+        dir.path(),
+        port,
+        &config(dir.path(), port, &am.url, &am_keys, ""),
+    )
+    .await;
+    am.fire(&[watchdog(), heartbeat("n1"), smart_failing("n1")])
+        .await;
+    hale.wait_node("scored through TLS and basic auth", "n1", |n| {
+        n["score"] == 60
+    })
+    .await;
+
+    // A password changed under the running hale is read at the next poll: a wrong
+    // one is refused (and said so), the right one works again.
+    std::fs::write(&guard.password_file, "not-the-password\n").unwrap();
+    eventually("the refusal logged", Duration::from_secs(20), || async {
+        hale.log()
+            .contains("answered HTTP 401 (it refused the credentials of alertmanager.basicAuth)")
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        metric(&hale.metrics().await, "hale_alert_source_up", &[]),
+        Some(0.0)
+    );
+    let n1 = hale.node("n1").await.unwrap();
+    assert!(
+        has_condition(&n1, "disk_degraded"),
+        "a refused poll clears nothing"
+    );
+    std::fs::write(&guard.password_file, format!("{AM_PASSWORD}\n")).unwrap();
+    am.resolve(&[smart_failing("n1")]).await;
+    hale.wait_node_within(
+        "cleared once polls are let in again",
+        "n1",
+        Duration::from_secs(40),
+        |n| !has_condition(n, "disk_degraded"),
+    )
+    .await;
+    let log = hale.log();
+    assert!(
+        !log.contains(AM_PASSWORD) && !log.contains("not-the-password"),
+        "{log}"
+    );
+}

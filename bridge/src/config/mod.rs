@@ -137,6 +137,22 @@ pub struct AlertmanagerConfig {
     /// Longer than the longest `for:` of the alerts routed to hale.
     #[serde(deserialize_with = "de_duration")]
     pub hold_after_restart: Duration,
+    /// An https Alertmanager's certificate is checked against these CAs (PEM)
+    /// alone, not the system's.
+    pub ca_file: Option<PathBuf>,
+    /// Alertmanager's own `basic_auth_users` (its `--web.config.file`).
+    pub basic_auth: Option<BasicAuth>,
+    /// A bearer token, for a proxy in front of Alertmanager (kube-rbac-proxy,
+    /// oauth2-proxy). Read at every request, as a projected token rotates.
+    pub bearer_token_file: Option<PathBuf>,
+}
+
+/// A user and the file holding its password, read at every request.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BasicAuth {
+    pub username: String,
+    pub password_file: PathBuf,
 }
 
 impl Default for AlertmanagerConfig {
@@ -150,6 +166,9 @@ impl Default for AlertmanagerConfig {
             timeout: Duration::from_secs(60),
             max_webhook_bytes: 4 << 20,
             hold_after_restart: DEFAULT_HOLD_AFTER_RESTART,
+            ca_file: None,
+            basic_auth: None,
+            bearer_token_file: None,
         }
     }
 }
@@ -811,14 +830,52 @@ impl Config {
             ));
         }
         let am = &self.alertmanager;
-        match reqwest::Url::parse(&am.url) {
-            Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+        let url = match reqwest::Url::parse(&am.url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") => u,
             _ => {
                 return Err(err(
                     "alertmanager.url",
                     format!("`{}` is not an http(s) URL", crate::shown_address(&am.url)),
                 ));
             }
+        };
+        if am.ca_file.is_some() && url.scheme() == "http" {
+            return Err(err(
+                "alertmanager.caFile",
+                "is for an https Alertmanager; alertmanager.url is http".into(),
+            ));
+        }
+        let in_url = !url.username().is_empty() || url.password().is_some();
+        match (&am.basic_auth, &am.bearer_token_file) {
+            (Some(_), Some(_)) => {
+                return Err(err(
+                    "alertmanager.bearerTokenFile",
+                    "and alertmanager.basicAuth both given: a request carries one".into(),
+                ));
+            }
+            (Some(_), None) | (None, Some(_)) if in_url => {
+                let key = if am.basic_auth.is_some() {
+                    "alertmanager.basicAuth"
+                } else {
+                    "alertmanager.bearerTokenFile"
+                };
+                return Err(err(
+                    key,
+                    "given while alertmanager.url holds a user too: keep the credentials in one place (the files)".into(),
+                ));
+            }
+            (Some(auth), None)
+                if auth.username.is_empty()
+                    || auth.username.contains(':')
+                    || auth.username.chars().any(char::is_control) =>
+            {
+                return Err(err(
+                    "alertmanager.basicAuth.username",
+                    "must be a name without `:` or control characters (basic auth sends `user:password`)"
+                        .into(),
+                ));
+            }
+            _ => {}
         }
         if am.receiver.trim().is_empty() {
             return Err(err("alertmanager.receiver", "must not be empty".into()));
@@ -1017,6 +1074,12 @@ impl Config {
             .api_token_file
             .iter()
             .map(|p| ("apiTokenFile".to_string(), p))
+            .chain(
+                self.alertmanager
+                    .bearer_token_file
+                    .iter()
+                    .map(|p| ("alertmanager.bearerTokenFile".to_string(), p)),
+            )
             .chain(self.federation.token_files())
             .map(|(key, path)| (key, read_token(path)));
         let mut secrets: BTreeMap<String, Result<Secret, String>> = self
@@ -1027,6 +1090,10 @@ impl Config {
                 let key = format!("nodeEventWebhooks[{i}].secretFile");
                 (key, read_secret(&w.secret_file))
             })
+            .chain(self.alertmanager.basic_auth.iter().map(|b| {
+                let key = "alertmanager.basicAuth.passwordFile".to_string();
+                (key, read_secret(&b.password_file))
+            }))
             .chain(tokens)
             .collect();
         let files_read = self
@@ -1049,6 +1116,12 @@ impl Config {
                     .map(|(k, p)| (format!("store.nats.{k}"), p)),
             )
             .chain(self.federation.ca_files())
+            .chain(
+                self.alertmanager
+                    .ca_file
+                    .iter()
+                    .map(|p| ("alertmanager.caFile".to_string(), p)),
+            )
             .chain(
                 self.orchestrator
                     .files()
@@ -1091,6 +1164,9 @@ impl Config {
                 first.message.push_str(&format!("\n{more}"));
             }
             return Err(first);
+        }
+        if let Some(ca) = &self.alertmanager.ca_file {
+            crate::certificates(ca).map_err(|e| err("alertmanager.caFile", e))?;
         }
         self.orchestrator
             .validate()
@@ -2416,6 +2492,90 @@ mod tests {
             let e = load(&text).unwrap_err();
             assert_eq!((e.key.as_str(), e.line), (key, Some(line)), "{text}: {e}");
             assert!(e.message.contains(says), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn alertmanager_credentials_and_ca_are_checked_and_name_the_key_at_fault() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        std::fs::write(dir.path().join("password"), "s3cret\n").unwrap();
+        std::fs::write(dir.path().join("token"), "t0k3n\n").unwrap();
+        std::fs::write(dir.path().join("empty"), "\n").unwrap();
+        std::fs::write(dir.path().join("not-a-ca.pem"), "hello\n").unwrap();
+        let l = load(&format!(
+            "alertmanager:\n  url: https://am:9093\n  basicAuth: {{ username: hale, passwordFile: {d}/password }}\n"
+        ))
+        .unwrap();
+        let basic = l.config.alertmanager.basic_auth.unwrap();
+        assert_eq!(basic.username, "hale");
+        let l = load(&format!(
+            "alertmanager:\n  url: http://am:9093\n  bearerTokenFile: {d}/token\n"
+        ))
+        .unwrap();
+        assert!(l.config.alertmanager.bearer_token_file.is_some());
+        for (text, line, key, says) in [
+            (
+                format!("alertmanager:\n  url: http://am:9093\n  caFile: {d}/not-a-ca.pem\n"),
+                3,
+                "alertmanager.caFile",
+                "https Alertmanager",
+            ),
+            (
+                format!("alertmanager:\n  url: https://am:9093\n  caFile: {d}/not-a-ca.pem\n"),
+                3,
+                "alertmanager.caFile",
+                "no PEM certificate",
+            ),
+            (
+                format!(
+                    "alertmanager:\n  basicAuth: {{ username: hale, passwordFile: {d}/password }}\n  bearerTokenFile: {d}/token\n"
+                ),
+                3,
+                "alertmanager.bearerTokenFile",
+                "a request carries one",
+            ),
+            (
+                format!(
+                    "alertmanager:\n  url: http://u:p@am:9093\n  basicAuth: {{ username: hale, passwordFile: {d}/password }}\n"
+                ),
+                3,
+                "alertmanager.basicAuth",
+                "holds a user too",
+            ),
+            (
+                format!(
+                    "alertmanager:\n  basicAuth:\n    username: 'ha:le'\n    passwordFile: {d}/password\n"
+                ),
+                3,
+                "alertmanager.basicAuth.username",
+                "without `:`",
+            ),
+            (
+                format!(
+                    "alertmanager:\n  basicAuth: {{ username: hale, passwordFile: {d}/empty }}\n"
+                ),
+                2,
+                "alertmanager.basicAuth.passwordFile",
+                "is empty",
+            ),
+            (
+                "alertmanager:\n  bearerTokenFile: /nonexistent/t\n".into(),
+                2,
+                "alertmanager.bearerTokenFile",
+                "cannot read",
+            ),
+            (
+                "alertmanager:\n  basicAuth: { username: hale }\n".into(),
+                2,
+                "alertmanager.basicAuth.passwordFile",
+                "missing field `passwordFile`",
+            ),
+        ] {
+            let e = load(&text).unwrap_err();
+            assert_eq!((e.key.as_str(), e.line), (key, Some(line)), "{text}: {e}");
+            assert!(e.message.contains(says), "{text}: {e}");
+            assert!(!e.to_string().contains("s3cret"), "{e}");
         }
     }
 

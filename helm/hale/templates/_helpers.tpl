@@ -174,6 +174,20 @@ values.config that must agree with how the pod is built. Renders nothing.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- $alertmanagerFiles := list }}
+{{- range .Values.alertmanagerSecrets }}
+{{- $file := printf "/etc/hale/secrets/alertmanager/%s" .name }}
+{{- if has $file $alertmanagerFiles }}
+{{- fail (printf "alertmanagerSecrets: %s is named twice; each name is a file of its own" .name) }}
+{{- end }}
+{{- $alertmanagerFiles = append $alertmanagerFiles $file }}
+{{- end }}
+{{- $am := $c.alertmanager | default dict }}
+{{- range $key, $file := dict "caFile" $am.caFile "bearerTokenFile" $am.bearerTokenFile "basicAuth.passwordFile" ($am.basicAuth | default dict).passwordFile }}
+{{- if and $file (not (has (toString $file) $alertmanagerFiles)) }}
+{{- fail (printf "config.alertmanager.%s %s is not a mounted secret: add it to alertmanagerSecrets and use /etc/hale/secrets/alertmanager/<name>" $key (toString $file)) }}
+{{- end }}
+{{- end }}
 {{- $kind := (($c.orchestrator | default dict).kind | default "none") }}
 {{- $storeKind := (($c.store | default dict).kind | default "sqlite") }}
 {{- /* Replicas elect a leader on the Kubernetes Lease or on the shared store;
