@@ -425,6 +425,11 @@ impl Trust {
                 .is_some_and(|seen| started > seen + CLOCK_GRAIN)
             {
                 let until = started.checked_add_signed(hold).unwrap_or(started);
+                // Its watchdog is the one Prometheus sends it now: moves count from
+                // what that shows, not from an expiry the lost one had (a watchdog
+                // once posted by hand for a day, a validity Prometheus shortened
+                // since), which none of its sends might pass for as long.
+                trust.watchdog_expires = None;
                 if trust.hold(
                     now,
                     until,

@@ -164,6 +164,53 @@ fn an_alertmanager_restart_holds_every_absence_for_hold_after_restart() {
     assert_eq!(s.took(), ["n2 CONDITION_CLEARED", "n2 SCORE_CHANGED"]);
 }
 
+/// A watchdog once posted by hand with a long expiry, then lost with an
+/// Alertmanager restart: Prometheus's own, expiring sooner, is what moves from
+/// then on. Measured against the hand-posted expiry, no move would count for an
+/// hour, and no alert that left would end (outside pass H).
+#[test]
+fn after_an_alertmanager_restart_the_watchdog_moves_from_what_the_new_one_shows() {
+    let mut s = script("alertmanager: { holdAfterRestart: 60s }");
+    poll_from(
+        &mut s,
+        0,
+        -86_400,
+        &[watchdog().expires(3600), heartbeat("n1")],
+    );
+    poll_from(
+        &mut s,
+        30,
+        -86_400,
+        &[watchdog().expires(3600), heartbeat("n1")],
+    );
+    // Alertmanager restarts at 100 s, its alerts gone; Prometheus re-sends.
+    poll_from(&mut s, 110, 100, &[watchdog_sent(105), heartbeat("n1")]);
+    let mut sent = 105;
+    // Past the hold, an alert raised and left: two moves of the watchdog after
+    // it left, it ends.
+    for at in [170, 200] {
+        sent += 30;
+        poll_from(
+            &mut s,
+            at,
+            100,
+            &[
+                watchdog_sent(sent),
+                heartbeat("n1"),
+                edac("n1").expires(at + 60),
+            ],
+        );
+    }
+    assert!(s.node("n1").conditions.contains_key("memory_errors"));
+    s.took();
+    for at in [270, 300, 330] {
+        sent += 30;
+        poll_from(&mut s, at, 100, &[watchdog_sent(sent), heartbeat("n1")]);
+    }
+    assert!(!s.node("n1").conditions.contains_key("memory_errors"));
+    assert_eq!(s.took(), ["n1 CONDITION_CLEARED", "n1 SCORE_CHANGED"]);
+}
+
 /// Heartbeats lost with an Alertmanager restart (its alerts gone until Prometheus
 /// sends them again) get a full window from the restart to come back, as they do
 /// when trust returns — with or without a watchdog.
