@@ -107,7 +107,13 @@ impl NatsLease {
 
 /// What one round found.
 enum Round {
-    Held(u64),
+    /// The key, at this revision; `resumed`: this replica's own chain of writes
+    /// kept it (its renewal against the revision it last wrote landed), so no
+    /// other replica can have led since, however long this one could not renew.
+    Held {
+        revision: u64,
+        resumed: bool,
+    },
     Other(Option<String>),
 }
 
@@ -116,7 +122,12 @@ async fn attempt(me: &NatsLease) -> Result<Round, String> {
     let mine = me.state.lock().expect("lease lock").revision;
     if let Some(rev) = mine {
         match bucket.update(KEY, me.identity.clone().into(), rev).await {
-            Ok(rev) => return Ok(Round::Held(rev)),
+            Ok(revision) => {
+                return Ok(Round::Held {
+                    revision,
+                    resumed: true,
+                });
+            }
             // Someone wrote the key since, or this replica's own renewal landed
             // and its answer was lost: the key says which.
             Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {}
@@ -127,13 +138,19 @@ async fn attempt(me: &NatsLease) -> Result<Round, String> {
         // This process's own (the identity names the process): held, at the
         // revision the key has now.
         Some(e) if e.operation == kv::Operation::Put && e.value == me.identity.as_bytes() => {
-            Ok(Round::Held(e.revision))
+            Ok(Round::Held {
+                revision: e.revision,
+                resumed: mine.is_some(),
+            })
         }
         Some(e) if e.operation == kv::Operation::Put => Ok(Round::Other(Some(
             String::from_utf8_lossy(&e.value).into_owned(),
         ))),
         _ => match bucket.create(KEY, me.identity.clone().into()).await {
-            Ok(rev) => Ok(Round::Held(rev)),
+            Ok(revision) => Ok(Round::Held {
+                revision,
+                resumed: false,
+            }),
             Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(Round::Other(None)),
             Err(e) => Err(e.to_string()),
         },
@@ -153,13 +170,19 @@ async fn run(me: Arc<NatsLease>) {
         {
             let mut s = me.state.lock().expect("lease lock");
             match round {
-                Ok(Ok(Round::Held(rev))) => {
-                    if s.until.is_none_or(|t| t <= Instant::now()) {
+                Ok(Ok(Round::Held { revision, resumed })) => {
+                    let lapsed = s.until.is_none_or(|t| t <= Instant::now());
+                    if lapsed && resumed && s.term > 0 {
+                        // The same term goes on: what this replica holds, written
+                        // or not yet, is still the record.
+                        info!(identity = %me.identity,
+                            "leading again: no other replica held the lease meanwhile");
+                    } else if lapsed {
                         s.term += 1;
                         info!(identity = %me.identity, "leading: this replica acts");
                     }
                     s.until = Some(sent + duration * 2 / 3);
-                    s.revision = Some(rev);
+                    s.revision = Some(revision);
                     s.holder = Some(me.identity.clone());
                 }
                 Ok(Ok(Round::Other(holder))) => {

@@ -912,3 +912,76 @@ async fn a_leader_cut_off_from_nats_stops_before_another_starts() {
         }
     }
 }
+
+/// Every server of `cluster` stopped (`SIGSTOP`) or let go on (`SIGCONT`): NATS
+/// hangs as a full or overloaded JetStream does, answering nothing, without
+/// losing what it holds or the leader's key.
+fn signal_all(cluster: &Cluster, signal: &str) {
+    for s in &cluster.servers {
+        let pid = s.child.as_ref().unwrap().id().to_string();
+        let done = Command::new("kill").args([signal, &pid]).status().unwrap();
+        assert!(done.success(), "kill {signal} {pid}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_that_leads_again_with_no_other_between_keeps_what_it_could_not_write() {
+    let cluster = Cluster::start().await;
+    let am = Alertmanager::start(None).await;
+    am.fire(&[watchdog(), heartbeat("n1")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let cfg = replica_config(dir.path(), port, &am.url, &cluster.urls(), "")
+        .replace("replicas: 3 }", "replicas: 3, leaseDuration: 30s }");
+    let hale = Hale::start_with(dir.path(), port, &cfg).await;
+    eventually("the replica leads", Duration::from_secs(20), || async {
+        leads(&hale).await?.then_some(())
+    })
+    .await;
+    hale.wait_node("n1 known", "n1", |_| true).await;
+
+    // NATS stops answering; an operator's cordon is taken in but cannot be
+    // written, and the lease's renewals fail until leadership lapses.
+    signal_all(&cluster, "-STOP");
+    let cordon = {
+        let url = format!("{}/cordon", hale.node_url("n1"));
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .post(url)
+                .bearer_auth(TOKEN)
+                .json(&serde_json::json!({"reason": "disk swap"}))
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+        })
+    };
+    eventually("leadership lapses", Duration::from_secs(30), || async {
+        (!leads(&hale).await?).then_some(())
+    })
+    .await;
+    signal_all(&cluster, "-CONT");
+    assert_eq!(
+        cordon.await.unwrap().ok(),
+        Some(200),
+        "the cordon was taken in"
+    );
+    eventually("leading again", Duration::from_secs(20), || async {
+        leads(&hale).await?.then_some(())
+    })
+    .await;
+    // No other replica led in between: the cordon is still this replica's
+    // record, and lands in the store (its event is read from there).
+    eventually("the cordon written", Duration::from_secs(20), || async {
+        let types = event_types(&hale, "n1").await;
+        types.iter().any(|t| t == "NODE_CORDONED").then_some(())
+    })
+    .await;
+    let n1 = hale.node("n1").await.unwrap();
+    assert_eq!(n1["status"], "Cordoned", "{n1}");
+    assert!(
+        hale.log()
+            .contains("leading again: no other replica held the lease meanwhile"),
+        "{}",
+        hale.log()
+    );
+}

@@ -801,17 +801,20 @@ impl Hale {
             }
             return None;
         }
-        if self
-            .writer
-            .lock()
-            .expect("writer lock")
-            .pending
-            .take()
-            .is_some()
         {
-            warn!(
-                "a change this replica could not write before it stopped leading is dropped: the leader's record stands"
-            );
+            let mut writer = self.writer.lock().expect("writer lock");
+            if writer.pending.is_some() {
+                // Until another replica is seen leading, this one may lead again in
+                // the same term (see `election`): what it could not write stays
+                // its record, kept and shown, and the store is not read over it.
+                if self.orchestrator.leader().is_none() {
+                    return seen;
+                }
+                writer.pending = None;
+                warn!(
+                    "a change this replica could not write before it stopped leading is dropped: the leader's record stands"
+                );
+            }
         }
         let store = self.maintenance.lock().expect("maintenance lock");
         let revision = match store.revision() {
