@@ -351,8 +351,8 @@ impl StoreConfig {
     /// leaders or placing its streams (too few servers yet: `Full`) — is waited
     /// for, a new try begun up to [`STORE_START_WAIT`] after the first, each
     /// failure logged with its cause. Files NATS's settings name that cannot be
-    /// read, and credentials or TLS NATS refused, fail at once, as do SQLite's
-    /// errors: waiting does not cure them.
+    /// read, credentials or TLS NATS refused, and more copies than a lone server
+    /// keeps fail at once, as do SQLite's errors: waiting does not cure them.
     pub fn open(&self, cluster: &str) -> Result<crate::store::Opened, crate::store::StoreError> {
         use crate::store::StoreError;
         let deadline = std::time::Instant::now() + STORE_START_WAIT;
@@ -362,6 +362,7 @@ impl StoreConfig {
                 Err(e @ (StoreError::Nats { op, .. } | StoreError::Full { op, .. }))
                     if !op.starts_with("read store.nats")
                         && op != crate::store::nats::REFUSED_CONNECT
+                        && op != crate::store::nats::REFUSED_REPLICAS
                         && std::time::Instant::now() + pause < deadline =>
                 {
                     tracing::warn!(error = %e, retry_in = ?pause, "the store cannot be opened yet: trying again");

@@ -206,11 +206,22 @@ fn unkey(k: &str) -> Option<String> {
 
 fn nats(op: &'static str) -> impl FnOnce(Box<dyn std::error::Error + Send + Sync>) -> StoreError {
     move |e| {
-        let cause = e.to_string();
+        let mut cause = e.to_string();
+        // The client's words for a JetStream API nobody answers.
+        if cause.contains("requested JetStream resource does not exist") {
+            cause.push_str(
+                " (no JetStream answers on these servers: is it enabled? `nats-server -js`, or `jetstream {}` in its configuration and the account's)",
+            );
+        }
         // JetStream's "insufficient resources" (10023), "resource limits exceeded
         // for account" (10002: the account's max_file) and the stream's limits: the
         // store is full, which must be said, not retried quietly.
-        if cause.contains("insufficient resources")
+        if cause.contains("replicas > 1 not supported in non-clustered mode") {
+            StoreError::Nats {
+                op: REFUSED_REPLICAS,
+                cause,
+            }
+        } else if cause.contains("insufficient resources")
             || cause.contains("resource limits exceeded")
             || cause.contains("maximum bytes")
             || cause.contains("storage limit")
@@ -271,7 +282,13 @@ pub async fn connect(cfg: &NatsConfig) -> Result<async_nats::Client> {
             | async_nats::ConnectErrorKind::Tls => REFUSED_CONNECT,
             _ => "connect",
         };
-        nats(op)(Box::new(e))
+        StoreError::Nats {
+            op,
+            cause: format!(
+                "{}: {e}",
+                crate::shown_urls(cfg.urls.iter().map(String::as_str))
+            ),
+        }
     })
 }
 
@@ -301,6 +318,10 @@ fn servers(urls: &[String]) -> Result<(Vec<async_nats::ServerAddr>, Option<UserI
     }
     Ok((addrs, userinfo))
 }
+
+/// The operation named by copies a single NATS server cannot keep: waiting does
+/// not cure it.
+pub const REFUSED_REPLICAS: &str = "open the store (refused: store.nats.replicas asks for more copies than one server keeps; a server outside a cluster keeps 1)";
 
 /// The operation named by a connection NATS refused (credentials, TLS).
 pub const REFUSED_CONNECT: &str = "connect (refused: check the credentials, store.nats.credsFile or the URLs' user:password@, and tls)";
@@ -1382,13 +1403,24 @@ impl Store for Nats {
             if let Some(mut config) = settings_of(js, &names.stream).await?
                 && (config.max_age != wanted.retention || config.num_replicas != wanted.replicas)
             {
+                let mut what = Vec::new();
+                if config.max_age != wanted.retention {
+                    what.push(format!(
+                        "max age {} -> {} (eventRetentionDays)",
+                        days(config.max_age),
+                        days(wanted.retention)
+                    ));
+                }
+                if config.num_replicas != wanted.replicas {
+                    what.push(format!(
+                        "copies {} -> {} (store.nats.replicas)",
+                        config.num_replicas, wanted.replicas
+                    ));
+                }
                 changed.push(format!(
-                    "the event stream {}: max age {} -> {} (eventRetentionDays), copies {} -> {} (store.nats.replicas)",
+                    "the event stream {}: {}",
                     names.stream,
-                    days(config.max_age),
-                    days(wanted.retention),
-                    config.num_replicas,
-                    wanted.replicas
+                    what.join(", ")
                 ));
                 config.max_age = wanted.retention;
                 config.num_replicas = wanted.replicas;
@@ -1834,6 +1866,30 @@ mod tests {
             .expect("nothing listens there");
         assert!(
             matches!(err, StoreError::Nats { op: "connect", .. }),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains(&cfg.urls[0]),
+            "names the server: {err}"
+        );
+    }
+
+    /// Three copies asked of one server outside a cluster can never be kept:
+    /// refused at once (`hale serve` does not wait 90 s for it), and said so.
+    #[test]
+    fn copies_a_lone_server_cannot_keep_are_refused_as_such() {
+        let server = server::Server::start_with("");
+        let mut cfg = server.config();
+        cfg.replicas = 3;
+        let err = Nats::open(&cfg, "c", 1).err().expect("one server keeps 1");
+        assert!(
+            matches!(
+                err,
+                StoreError::Nats {
+                    op: REFUSED_REPLICAS,
+                    ..
+                }
+            ),
             "{err}"
         );
     }
