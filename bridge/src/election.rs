@@ -9,7 +9,15 @@
 //! The rule is the Kubernetes Lease's: the holder counts itself leader only until
 //! two thirds of the lease after it *sent* the renewal that succeeded, while the key
 //! lives a whole lease after the server stored it. A holder cut off from NATS stops
-//! acting a third of a lease before anyone else can start.
+//! acting a third of a lease before anyone else can start. Only a write whose
+//! answer came extends a leadership: a key read naming this replica (a write whose
+//! answer was lost) gives the revision to renew against, nothing more.
+//!
+//! A term is a chain of writes, each against the revision of the one before; a
+//! leadership that lapsed (NATS hung or full, renewals unanswered) and comes back
+//! through its own chain is the same term, as no other replica can have written
+//! the key between: what it took in and could not write yet is still the record.
+//! A create starts a new term, and so does a chain a lost create may have broken.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -42,6 +50,13 @@ struct State {
     holder: Option<String>,
     /// The key's revision as this replica last wrote it.
     revision: Option<u64>,
+    /// `revision` continues, write after write each against the one before, the
+    /// chain of the current term: while it does, no other replica can have
+    /// written the key, so a leadership that lapsed (renewals unanswered) and
+    /// comes back through it is the same term.
+    chained: bool,
+    /// A create was sent and its answer has not come.
+    create_unanswered: bool,
 }
 
 impl NatsLease {
@@ -107,13 +122,17 @@ impl NatsLease {
 
 /// What one round found.
 enum Round {
-    /// The key, at this revision; `resumed`: this replica's own chain of writes
-    /// kept it (its renewal against the revision it last wrote landed), so no
-    /// other replica can have led since, however long this one could not renew.
+    /// This replica's conditional write of the key landed, at this revision:
+    /// `created` a new chain of writes, or renewed its own.
     Held {
         revision: u64,
-        resumed: bool,
+        created: bool,
     },
+    /// The key names this replica at this revision, read rather than written: a
+    /// write whose answer was lost landed. It extends nothing (when that write
+    /// landed is not known, and the read may come from a copy behind); the next
+    /// renewal, against it, does.
+    Landed(u64),
     Other(Option<String>),
 }
 
@@ -125,35 +144,41 @@ async fn attempt(me: &NatsLease) -> Result<Round, String> {
             Ok(revision) => {
                 return Ok(Round::Held {
                     revision,
-                    resumed: true,
+                    created: false,
                 });
             }
-            // Someone wrote the key since, or this replica's own renewal landed
+            // Someone wrote the key since, or this replica's own write landed
             // and its answer was lost: the key says which.
             Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {}
             Err(e) => return Err(e.to_string()),
         }
     }
     match bucket.entry(KEY).await.map_err(|e| e.to_string())? {
-        // This process's own (the identity names the process): held, at the
-        // revision the key has now.
+        // This process's own (the identity names the process), past the revision
+        // it last knew: a read at or before it is a copy behind.
         Some(e) if e.operation == kv::Operation::Put && e.value == me.identity.as_bytes() => {
-            Ok(Round::Held {
-                revision: e.revision,
-                resumed: mine.is_some(),
-            })
+            if mine.is_none_or(|r| e.revision > r) {
+                Ok(Round::Landed(e.revision))
+            } else {
+                Err("the key as read is behind what this replica wrote: asking again".into())
+            }
         }
         Some(e) if e.operation == kv::Operation::Put => Ok(Round::Other(Some(
             String::from_utf8_lossy(&e.value).into_owned(),
         ))),
-        _ => match bucket.create(KEY, me.identity.clone().into()).await {
-            Ok(revision) => Ok(Round::Held {
-                revision,
-                resumed: false,
-            }),
-            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(Round::Other(None)),
-            Err(e) => Err(e.to_string()),
-        },
+        _ => {
+            // Until its answer comes, a create may have landed: what the key then
+            // shows may start a chain of its own, not continue the last.
+            me.state.lock().expect("lease lock").create_unanswered = true;
+            match bucket.create(KEY, me.identity.clone().into()).await {
+                Ok(revision) => Ok(Round::Held {
+                    revision,
+                    created: true,
+                }),
+                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(Round::Other(None)),
+                Err(e) => Err(e.to_string()),
+            }
+        }
     }
 }
 
@@ -170,26 +195,36 @@ async fn run(me: Arc<NatsLease>) {
         {
             let mut s = me.state.lock().expect("lease lock");
             match round {
-                Ok(Ok(Round::Held { revision, resumed })) => {
+                Ok(Ok(Round::Held { revision, created })) => {
                     let lapsed = s.until.is_none_or(|t| t <= Instant::now());
-                    if lapsed && resumed && s.term > 0 {
+                    if lapsed && !created && s.chained && s.term > 0 {
                         // The same term goes on: what this replica holds, written
                         // or not yet, is still the record.
                         info!(identity = %me.identity,
                             "leading again: no other replica held the lease meanwhile");
-                    } else if lapsed {
+                    } else if lapsed || created {
                         s.term += 1;
                         info!(identity = %me.identity, "leading: this replica acts");
                     }
                     s.until = Some(sent + duration * 2 / 3);
                     s.revision = Some(revision);
                     s.holder = Some(me.identity.clone());
+                    s.chained = true;
+                    if created {
+                        s.create_unanswered = false;
+                    }
+                }
+                Ok(Ok(Round::Landed(revision))) => {
+                    s.revision = Some(revision);
+                    s.chained &= !s.create_unanswered;
+                    s.create_unanswered = false;
                 }
                 Ok(Ok(Round::Other(holder))) => {
                     if s.until.take().is_some_and(|t| Instant::now() < t) {
                         warn!("the NATS lease is held by another replica: stepping down");
                     }
                     s.revision = None;
+                    s.chained = false;
                     if holder.is_some() {
                         s.holder = holder;
                     }
@@ -199,8 +234,9 @@ async fn run(me: Arc<NatsLease>) {
                 Err(_) => warn!("NATS did not answer about the lease in time"),
             }
         }
-        // The holder renews every third of the lease; the others watch closer.
-        let holding = me.state.lock().expect("lease lock").revision.is_some();
+        // The leader renews every third of the lease; the others, and a holder
+        // whose leadership lapsed, try again sooner.
+        let holding = me.leads();
         tokio::time::sleep(if holding {
             duration / 3
         } else {

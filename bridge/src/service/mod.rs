@@ -763,7 +763,11 @@ impl Hale {
                     // The configuration's inventory is this process's, not the store's.
                     loaded.listed = std::mem::take(&mut fleet.listed);
                     *fleet = loaded;
-                    writer.pending = None;
+                    if writer.pending.take().is_some() {
+                        warn!(
+                            "a change this replica could not write in its last term is dropped: it leads in a new term, which may follow another replica's, so the store's record stands"
+                        );
+                    }
                     self.synced.store(term, Ordering::Release);
                     self.store_ok.store(true, Ordering::Relaxed);
                     info!(
@@ -806,8 +810,9 @@ impl Hale {
             if writer.pending.is_some() {
                 // Until another replica is seen leading, this one may lead again in
                 // the same term (see `election`): what it could not write stays
-                // its record, kept and shown, and the store is not read over it.
-                if self.orchestrator.leader().is_none() {
+                // its record, kept and shown, and the store is not read over it —
+                // nor once it leads again, which it may since `leads` was asked.
+                if self.orchestrator.leader().is_none() || self.orchestrator.leads() {
                     return seen;
                 }
                 writer.pending = None;
@@ -833,6 +838,11 @@ impl Hale {
         match store.load(now) {
             Ok(mut loaded) => {
                 let mut fleet = self.lock_fleet();
+                // Leading again in the same term since `leads` was asked, this
+                // replica may have written already: its own state stands.
+                if self.orchestrator.leads() {
+                    return seen;
+                }
                 loaded.listed = std::mem::take(&mut fleet.listed);
                 *fleet = loaded;
                 drop(fleet);
