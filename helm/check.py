@@ -237,6 +237,11 @@ CASES = [
                                   "caFile": "/etc/hale/secrets/alertmanager/ca",
                                   "basicAuth": {"username": "hale",
                                                 "passwordFile": "/etc/hale/secrets/alertmanager/password"}}}}),
+    # An Alertmanager behind kube-rbac-proxy, which takes the pod's own token.
+    Case("alertmanager-rbac-proxy", {"config": {"alertmanager": {
+        "url": "https://alertmanager-main.monitoring.svc:9095",
+        "caFile": "/var/run/secrets/kubernetes.io/serviceaccount/service-ca.crt",
+        "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"}}}),
     # Three replicas on an existing NATS (the official chart's Service): one
     # history, a leader elected on NATS, so webhooks are allowed.
     Case("nats-store", {
@@ -356,9 +361,8 @@ REFUSED = [
      {"config": {"alertmanager": {"basicAuth": {"username": "hale", "passwordFile": "/etc/hale/am-password"}}}},
      "config.alertmanager.basicAuth.passwordFile /etc/hale/am-password is not a mounted secret", False),
     ("an unmounted Alertmanager token",
-     {"config": {"alertmanager": {"bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"}}},
-     "config.alertmanager.bearerTokenFile /var/run/secrets/kubernetes.io/serviceaccount/token is not a mounted secret",
-     False),
+     {"config": {"alertmanager": {"bearerTokenFile": "/etc/hale/am-token"}}},
+     "config.alertmanager.bearerTokenFile /etc/hale/am-token is not a mounted secret", False),
     ("basic auth and a token for Alertmanager",
      {"alertmanagerSecrets": [{"name": "p", "existingSecret": "a", "key": "p"},
                               {"name": "t", "existingSecret": "a", "key": "t"}],

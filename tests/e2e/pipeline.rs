@@ -411,7 +411,7 @@ async fn an_alertmanager_behind_tls_and_basic_auth_is_polled_with_the_password_r
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let am_keys = format!(
-        "pollInterval: 1s, caFile: '{}', basicAuth: {{ username: {AM_USER}, passwordFile: '{}' }}",
+        "pollInterval: 1s, staleAfter: 60s, caFile: '{}', basicAuth: {{ username: {AM_USER}, passwordFile: '{}' }}",
         guard.ca.display(),
         guard.password_file.display()
     );
@@ -429,25 +429,33 @@ async fn an_alertmanager_behind_tls_and_basic_auth_is_polled_with_the_password_r
     .await;
 
     // A password changed under the running hale is read at the next poll: a wrong
-    // one is refused (and said so), the right one works again.
+    // one is refused (and said so), and polls refused clear nothing, though the
+    // fault resolved meanwhile; the right one works again (within `staleAfter`,
+    // so no hold of absences follows the gap).
     std::fs::write(&guard.password_file, "not-the-password\n").unwrap();
+    let refusal = "answered HTTP 401 (it refused the credentials of alertmanager.basicAuth)";
     eventually("the refusal logged", Duration::from_secs(20), || async {
-        hale.log()
-            .contains("answered HTTP 401 (it refused the credentials of alertmanager.basicAuth)")
-            .then_some(())
+        hale.log().contains(refusal).then_some(())
     })
     .await;
-    assert_eq!(
-        metric(&hale.metrics().await, "hale_alert_source_up", &[]),
-        Some(0.0)
-    );
+    am.resolve(&[smart_failing("n1")]).await;
+    let refused = hale.log().matches(refusal).count();
+    eventually(
+        "two more polls refused",
+        Duration::from_secs(20),
+        || async { (hale.log().matches(refusal).count() >= refused + 2).then_some(()) },
+    )
+    .await;
+    eventually("the source down", Duration::from_secs(20), || async {
+        (metric(&hale.metrics().await, "hale_alert_source_up", &[]) == Some(0.0)).then_some(())
+    })
+    .await;
     let n1 = hale.node("n1").await.unwrap();
     assert!(
         has_condition(&n1, "disk_degraded"),
-        "a refused poll clears nothing"
+        "a refused poll clears nothing: {n1}"
     );
     std::fs::write(&guard.password_file, format!("{AM_PASSWORD}\n")).unwrap();
-    am.resolve(&[smart_failing("n1")]).await;
     hale.wait_node_within(
         "cleared once polls are let in again",
         "n1",

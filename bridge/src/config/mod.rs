@@ -925,6 +925,20 @@ impl Config {
         let cluster_settings = overridden(&Settings::default(), "cluster", &self.node_health);
         // Legal, but probably not what was meant: said by check-config and at start.
         let mut odd: Vec<(String, String)> = Vec::new();
+        let am = &self.alertmanager;
+        if am.url.starts_with("http:") {
+            let key = match (&am.basic_auth, &am.bearer_token_file) {
+                (Some(_), _) => Some("alertmanager.basicAuth"),
+                (None, Some(_)) => Some("alertmanager.bearerTokenFile"),
+                (None, None) => None,
+            };
+            if let Some(key) = key {
+                odd.push((
+                    key.into(),
+                    "is sent in the clear: alertmanager.url is http".into(),
+                ));
+            }
+        }
         let labels = &self.node_identity.labels;
         for (i, label) in labels.iter().enumerate() {
             if labels[..i].contains(label) {
@@ -1768,6 +1782,24 @@ mod tests {
             let keys: Vec<&str> = l.warnings.iter().map(|w| w.key.as_str()).collect();
             assert_eq!(keys, [key], "{text}");
             assert!(l.warnings[0].line.is_some(), "{text}");
+        }
+        // Credentials for an http Alertmanager travel in the clear.
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "t0k3n\n").unwrap();
+        for (url, warned) in [("http://am:9093", true), ("https://am:9093", false)] {
+            let l = load(&format!(
+                "alertmanager:\n  url: {url}\n  bearerTokenFile: {}\n",
+                token.display()
+            ))
+            .unwrap();
+            let keys: Vec<&str> = l.warnings.iter().map(|w| w.key.as_str()).collect();
+            let want: &[&str] = if warned {
+                &["alertmanager.bearerTokenFile"]
+            } else {
+                &[]
+            };
+            assert_eq!(keys, want, "{url}");
         }
         // The defaults say nothing, nor does a pair that agrees, nor pools from
         // the narrowest to the widest.

@@ -72,6 +72,8 @@ pub(super) fn prefetch(p: *const u8) {
     unsafe {
         std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 fn key_of(name: &str) -> Option<Key> {

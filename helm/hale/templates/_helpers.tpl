@@ -182,10 +182,15 @@ values.config that must agree with how the pod is built. Renders nothing.
 {{- end }}
 {{- $alertmanagerFiles = append $alertmanagerFiles $file }}
 {{- end }}
-{{- $am := $c.alertmanager | default dict }}
-{{- range $key, $file := dict "caFile" $am.caFile "bearerTokenFile" $am.bearerTokenFile "basicAuth.passwordFile" ($am.basicAuth | default dict).passwordFile }}
+{{- /* A proxy such as kube-rbac-proxy takes the pod's own token, its
+       certificate signed by the cluster's (or OpenShift's service) CA. */}}
+{{- range list "token" "ca.crt" "service-ca.crt" }}
+{{- $alertmanagerFiles = append $alertmanagerFiles (printf "/var/run/secrets/kubernetes.io/serviceaccount/%s" .) }}
+{{- end }}
+{{- $amFiles := $c.alertmanager | default dict }}
+{{- range $key, $file := dict "caFile" $amFiles.caFile "bearerTokenFile" $amFiles.bearerTokenFile "basicAuth.passwordFile" ($amFiles.basicAuth | default dict).passwordFile }}
 {{- if and $file (not (has (toString $file) $alertmanagerFiles)) }}
-{{- fail (printf "config.alertmanager.%s %s is not a mounted secret: add it to alertmanagerSecrets and use /etc/hale/secrets/alertmanager/<name>" $key (toString $file)) }}
+{{- fail (printf "config.alertmanager.%s %s is not a mounted secret: add it to alertmanagerSecrets and use /etc/hale/secrets/alertmanager/<name> (or the pod's own /var/run/secrets/kubernetes.io/serviceaccount/token, ca.crt or service-ca.crt)" $key (toString $file)) }}
 {{- end }}
 {{- end }}
 {{- $kind := (($c.orchestrator | default dict).kind | default "none") }}
