@@ -29,6 +29,8 @@ pub enum IngestError {
     },
     #[error("not a valid {what}: {reason}")]
     Malformed { what: &'static str, reason: String },
+    #[error("cannot send Alertmanager the credentials of {key}: {reason}")]
+    Credentials { key: &'static str, reason: String },
     #[error("unsupported webhook payload version {0:?} (hale reads version \"4\")")]
     Version(String),
 }
@@ -49,8 +51,14 @@ fn refused_hint(status: u16, auth: &Option<&'static str>) -> String {
 impl IngestError {
     /// Low-cardinality label for failure counters.
     /// Every value [`IngestError::metric_label`] returns.
-    pub const METRIC_LABELS: [&'static str; 5] =
-        ["unreachable", "timeout", "status", "malformed", "version"];
+    pub const METRIC_LABELS: [&'static str; 6] = [
+        "unreachable",
+        "timeout",
+        "status",
+        "malformed",
+        "version",
+        "credentials",
+    ];
 
     pub fn metric_label(&self) -> &'static str {
         match self {
@@ -59,6 +67,7 @@ impl IngestError {
             IngestError::Status { .. } => "status",
             IngestError::Malformed { .. } => "malformed",
             IngestError::Version(_) => "version",
+            IngestError::Credentials { .. } => "credentials",
         }
     }
 }
@@ -246,6 +255,8 @@ pub struct Client {
 enum Auth {
     Basic(crate::config::BasicAuth),
     Bearer(std::path::PathBuf),
+    /// A user written into `alertmanager.url`, which the client sends itself.
+    InUrl,
 }
 
 impl Auth {
@@ -254,6 +265,7 @@ impl Auth {
         match self {
             Auth::Basic(_) => "alertmanager.basicAuth",
             Auth::Bearer(_) => "alertmanager.bearerTokenFile",
+            Auth::InUrl => "the user in alertmanager.url",
         }
     }
 }
@@ -313,6 +325,7 @@ impl Client {
         let auth = match (&cfg.basic_auth, &cfg.bearer_token_file) {
             (Some(basic), _) => Some(Auth::Basic(basic.clone())),
             (None, Some(file)) => Some(Auth::Bearer(file.clone())),
+            (None, None) if !base.username().is_empty() => Some(Auth::InUrl),
             (None, None) => None,
         };
         Client {
@@ -377,17 +390,17 @@ impl Client {
             .map_err(|e| unreachable(e.clone()))?
             .get(url)
             .header("accept", "application/json");
+        let unreadable = |key| move |reason| IngestError::Credentials { key, reason };
         Ok(match &self.auth {
-            None => request,
+            None | Some(Auth::InUrl) => request,
             Some(Auth::Basic(basic)) => {
-                let password = crate::secret_text(&basic.password_file).map_err(|e| {
-                    unreachable(format!("alertmanager.basicAuth.passwordFile: {e}"))
-                })?;
+                let password = crate::secret_text(&basic.password_file)
+                    .map_err(unreadable("alertmanager.basicAuth.passwordFile"))?;
                 request.basic_auth(&basic.username, Some(password))
             }
             Some(Auth::Bearer(file)) => {
-                let token = crate::token_text(file)
-                    .map_err(|e| unreachable(format!("alertmanager.bearerTokenFile: {e}")))?;
+                let token =
+                    crate::token_text(file).map_err(unreadable("alertmanager.bearerTokenFile"))?;
                 request.bearer_auth(token)
             }
         })
@@ -501,6 +514,48 @@ mod tests {
     const SAMPLE_V2: &str = include_str!("../tests/data/alertmanager-0.25-api-v2-alerts.json");
     const SAMPLE_WEBHOOKS: &str =
         include_str!("../tests/data/alertmanager-0.25-webhook-deliveries.json");
+
+    /// A refusal names the credentials hale sent, the user of the URL included;
+    /// a file that cannot be read is said as such, not as a network fault.
+    #[test]
+    fn refusals_name_the_credentials_sent() {
+        let key = |url: &str| {
+            Client::new(&AlertmanagerConfig {
+                url: url.into(),
+                ..AlertmanagerConfig::default()
+            })
+            .auth
+            .as_ref()
+            .map(Auth::key)
+        };
+        assert_eq!(key("http://am:9093"), None);
+        assert_eq!(
+            key("https://hale:pw@am:9093"),
+            Some("the user in alertmanager.url")
+        );
+        let refused = |status, auth| {
+            IngestError::Status {
+                url: "https://am:9093/api/v2/alerts".into(),
+                status,
+                auth,
+            }
+            .to_string()
+        };
+        assert!(
+            refused(401, Some("the user in alertmanager.url")).ends_with(
+                "answered HTTP 401 (it refused the credentials of the user in alertmanager.url)"
+            )
+        );
+        assert!(refused(401, None).contains("it asks for credentials"));
+        assert!(refused(403, Some("alertmanager.bearerTokenFile")).contains("lack the permission"));
+        assert!(refused(500, Some("alertmanager.basicAuth")).ends_with("HTTP 500"));
+        let unread = IngestError::Credentials {
+            key: "alertmanager.basicAuth.passwordFile",
+            reason: "/etc/hale/pw is empty".into(),
+        };
+        assert_eq!(unread.metric_label(), "credentials");
+        assert!(!unread.to_string().contains("reach"), "{unread}");
+    }
 
     #[test]
     fn the_receiver_is_asked_for_by_its_name_only() {
