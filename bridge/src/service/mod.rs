@@ -373,6 +373,13 @@ impl Hale {
         log_events(&outcome);
         let mut todo = writer.pending.take().unwrap_or_default();
         todo.absorb(outcome.take_writes());
+        // A leadership that lapsed while this step waited for the writer (behind
+        // a write NATS did not answer): nothing more is sent, as another replica
+        // may lead by now; the change is kept as one not written (see `follow`).
+        if !self.writes() {
+            writer.pending = Some(todo);
+            return Ok(outcome);
+        }
         let batch = Batch::of(&fleet, &todo);
         drop(fleet);
         let (nodes, events) = (batch.nodes.len(), batch.events.len());

@@ -607,7 +607,17 @@ impl Nats {
     /// Connect and open (creating when missing) `cluster`'s stream and buckets,
     /// their settings made `cfg`'s and `retention_days`'.
     pub fn open(cfg: &NatsConfig, cluster: &str, retention_days: u32) -> Result<Nats> {
-        Nats::open_as(cfg, cluster, Some(retention_days))
+        Nats::open_as(cfg, cluster, Some(retention_days)).map_err(|e| match e {
+            // A connection's error names the servers already.
+            StoreError::Nats { op, cause } if !op.starts_with("connect") => StoreError::Nats {
+                op,
+                cause: format!(
+                    "{}: {cause}",
+                    crate::shown_urls(cfg.urls.iter().map(String::as_str))
+                ),
+            },
+            e => e,
+        })
     }
 
     /// Open `cluster`'s stream and buckets as they are, changing none of their
