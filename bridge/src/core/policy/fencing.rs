@@ -122,6 +122,40 @@ impl Fleet {
                 node.policy.fence_held = false;
                 out.dirty.insert(node.id.clone());
             }
+            // Back before its power-off was done: the fence is withdrawn, as a
+            // node that reports is no node to switch off.
+            let power_off = |p: &&super::Pending| {
+                matches!(
+                    p.action,
+                    Action::Power {
+                        op: PowerOp::Off,
+                        ..
+                    }
+                )
+            };
+            if back
+                && node
+                    .policy
+                    .fence
+                    .as_ref()
+                    .is_some_and(|f| f.step == FenceStep::Off)
+                && let Some(off) = node.policy.pending.iter().find(power_off).map(|p| p.id)
+            {
+                node.policy.pending.retain(|p| p.id != off);
+                node.policy.fence = None;
+                node.policy.fence_withdrawn = Some(off);
+                out.dirty.insert(node.id.clone());
+                out.events.push(event(
+                    &node.id,
+                    now,
+                    EventKind::RemediationFailed {
+                        action: FENCE.into(),
+                        step: FenceStep::Off.as_str().into(),
+                        cancelled: true,
+                    },
+                    "fence withdrawn: the node reports again before it was powered off".into(),
+                ));
+            }
             if back
                 && let Some(fence) = node.policy.fence.as_mut()
                 && fence.step == FenceStep::Fenced
@@ -245,6 +279,7 @@ impl Fleet {
                 step: FenceStep::Off,
                 since: now,
             });
+            node.policy.fence_withdrawn = None;
             node.policy.push(Action::Power {
                 op: PowerOp::Off,
                 force: true,

@@ -216,6 +216,28 @@ impl Fleet {
                 out.dirty.insert(id.into());
                 return out;
             }
+            // The power-off of a fence withdrawn while it was under way (the node
+            // had reported again): landed now, the machine is powered on again.
+            None if node.policy.fence_withdrawn == Some(done_action.id) => {
+                node.policy.fence_withdrawn = None;
+                node.policy.push(Action::Power {
+                    op: PowerOp::On,
+                    force: false,
+                });
+                out.dirty.insert(id.into());
+                out.events.push(super::event(
+                    id,
+                    now,
+                    EventKind::RemediationStep {
+                        action: super::fencing::FENCE.into(),
+                        step: "on".into(),
+                        diagnostics: None,
+                    },
+                    "the withdrawn fence's power-off was under way and landed: powering on again"
+                        .into(),
+                ));
+                return out;
+            }
             None => return out,
         };
         out.dirty.insert(id.into());

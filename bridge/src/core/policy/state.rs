@@ -130,6 +130,11 @@ pub struct NodePolicy {
         with = "crate::core::stamp::option"
     )]
     pub fence_failed_at: Option<Time>,
+    /// The power-off of a fence withdrawn because the node reported again before
+    /// it was done: should it land all the same (it was under way), the machine is
+    /// powered on again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence_withdrawn: Option<u64>,
     /// Reboots alerts asked for that succeeded in the last day: a fault a reboot
     /// does not cure is not rebooted without end.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -890,6 +890,49 @@ fn a_fence_whose_power_on_fails_stays_counted_until_the_node_reports() {
     assert!(s.node(&id).policy.fence.is_none());
 }
 
+/// A node that reports again before its fence's power-off is done is no node to
+/// switch off: the fence is withdrawn, said as cancelled; a power-off already under
+/// way that lands all the same is followed by a power-on.
+#[test]
+fn a_fence_is_withdrawn_when_the_node_reports_before_its_power_off() {
+    for under_way in [false, true] {
+        let mut s = fleet(FENCED);
+        let rack = ["n0", "n1", "n2", "n3", "n4"];
+        s.at(0).poll(&beating(&[]));
+        s.at(5).poll(&beating(&rack)).at(30).tick();
+        s.at(100).poll(&beating(&rack)).flows();
+        let id = rack
+            .iter()
+            .find(|n| s.node(n).policy.fence.is_some())
+            .unwrap()
+            .to_string();
+        let off = s.fleet.next_action(&id).expect("its power-off queued");
+        assert_eq!(off.action.name(), "power_off");
+        s.took();
+        // Back: every node of the rack reports again.
+        s.at(110).poll(&beating(&[])).flows();
+        assert!(s.node(&id).policy.fence.is_none(), "under way: {under_way}");
+        assert!(s.node(&id).policy.pending.is_empty());
+        let cancelled: Vec<&str> = s
+            .events
+            .iter()
+            .filter(|e| e.message.contains("fence withdrawn"))
+            .map(|e| e.node_id.as_str())
+            .collect();
+        assert_eq!(cancelled, [id.as_str()]);
+        if under_way {
+            let out = s
+                .fleet
+                .action_done(&s.cfg, s.now, &id, &off, &Done::default());
+            s.record(out);
+            assert_eq!(s.act(), [format!("{id}:power_on")]);
+            assert!(s.node(&id).policy.fence_withdrawn.is_none());
+        } else {
+            assert!(s.act().is_empty(), "nothing switched off");
+        }
+    }
+}
+
 #[test]
 fn no_fencing_while_stale_in_observe_or_past_three_a_day() {
     let mut s = fleet(FENCED);
