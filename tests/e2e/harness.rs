@@ -151,6 +151,7 @@ impl Alertmanager {
     /// A real Alertmanager running `config` (YAML text).
     pub async fn with_config(config: &str) -> Alertmanager {
         let dir = tempfile::tempdir().unwrap();
+        hale::init_tls();
         Self::launch(
             dir,
             config,
