@@ -819,21 +819,31 @@ fn a_rack_gone_silent_fences_no_more_than_max_percent() {
     );
 }
 
+/// Five nodes of ten, a rack, silent since 5 s.
+const RACK: [&str; 5] = ["n0", "n1", "n2", "n3", "n4"];
+
+/// [`RACK`] gone silent, looked at 100 s in: one of its nodes fenced (its power-off
+/// queued), the others held back by `maxPercent`; the script and that node.
+fn rack_with_one_fenced() -> (Script, String) {
+    let mut s = fleet(FENCED);
+    s.at(0).poll(&beating(&[]));
+    s.at(5).poll(&beating(&RACK)).at(30).tick();
+    s.at(100).poll(&beating(&RACK)).flows();
+    let id = RACK
+        .iter()
+        .find(|n| s.node(n).policy.fence.is_some())
+        .unwrap()
+        .to_string();
+    (s, id)
+}
+
 /// A fence whose power-on fails leaves the machine off and its work released: it
 /// stays fenced — counted toward `maxPercent`, so the rest of a silent rack is not
 /// fenced in its place — and its release is taken back once it reports.
 #[test]
 fn a_fence_whose_power_on_fails_stays_counted_until_the_node_reports() {
-    let mut s = fleet(FENCED);
-    let rack = ["n0", "n1", "n2", "n3", "n4"];
-    s.at(0).poll(&beating(&[]));
-    s.at(5).poll(&beating(&rack)).at(30).tick();
-    s.at(100).poll(&beating(&rack)).flows();
-    let id = rack
-        .iter()
-        .find(|n| s.node(n).policy.fence.is_some())
-        .unwrap()
-        .to_string();
+    let (mut s, id) = rack_with_one_fenced();
+    let rack = RACK;
     let mut done = Vec::new();
     while let Some(p) = s.fleet.next_action(&id) {
         done.push(p.action.name());
@@ -896,16 +906,7 @@ fn a_fence_whose_power_on_fails_stays_counted_until_the_node_reports() {
 #[test]
 fn a_fence_is_withdrawn_when_the_node_reports_before_its_power_off() {
     for under_way in [false, true] {
-        let mut s = fleet(FENCED);
-        let rack = ["n0", "n1", "n2", "n3", "n4"];
-        s.at(0).poll(&beating(&[]));
-        s.at(5).poll(&beating(&rack)).at(30).tick();
-        s.at(100).poll(&beating(&rack)).flows();
-        let id = rack
-            .iter()
-            .find(|n| s.node(n).policy.fence.is_some())
-            .unwrap()
-            .to_string();
+        let (mut s, id) = rack_with_one_fenced();
         let off = s.fleet.next_action(&id).expect("its power-off queued");
         assert_eq!(off.action.name(), "power_off");
         s.took();
