@@ -369,6 +369,21 @@ impl Fleet {
             if by == Actor::Hale {
                 node.policy.retry_after =
                     Some(now + chrono::TimeDelta::from_std(TERMINATE_RETRY).expect("minutes"));
+            } else {
+                // Hale's own is said by the halt its next decision records; an
+                // operator's, whose NODE_CORDONED stands in the history, here.
+                let settings = cfg.settings_for(&node.labels);
+                out.events.push(super::policy_verdict(
+                    node,
+                    settings,
+                    now,
+                    "cordon",
+                    Some("orchestrator"),
+                    format!(
+                        "the operator's cordon was refused: {}; the node stays in service",
+                        crate::core::labels::clip(why)
+                    ),
+                ));
             }
             node.status = Status::Ready;
             // A fault eviction queued behind the cordon goes with it, and its

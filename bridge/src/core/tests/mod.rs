@@ -2382,6 +2382,27 @@ fn operator_verbs_name_their_reason_when_given() {
     );
 }
 
+/// An operator's cordon the orchestrator refuses is said in the history beside
+/// its NODE_CORDONED, with why: the node stays in service.
+#[test]
+fn a_refused_operator_cordon_is_recorded_with_why() {
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &[], low);
+    let out = s.fleet.cordon(s.now, "g-0", "firmware update").unwrap();
+    s.record(out);
+    assert_eq!(s.policy_events(), ["g-0 NODE_CORDONED operator"]);
+    s.refuse_cordon("g-0");
+    assert_eq!(s.node("g-0").status, Status::Ready);
+    assert!(
+        s.events.iter().any(|e| e
+            .message
+            .contains("the operator's cordon was refused: refused: not ours")),
+        "why is said"
+    );
+    assert_eq!(s.policy_events(), ["g-0 POLICY_HALTED cordon orchestrator"]);
+}
+
 #[test]
 fn operator_cordons_count_against_the_ceiling() {
     let mut s = pool_script("cordon");
