@@ -298,12 +298,7 @@ fn enqueue_node(
     }
     // Cordoned by a flow this store has no record of (another replica's, or a
     // store lost): what it did is unknown, so an operator decides.
-    let orphan = node.policy.flow_failed_at.is_none()
-        && node
-            .policy
-            .cordon
-            .as_ref()
-            .is_some_and(|c| c.by == Actor::Hale && c.reason.starts_with(CORDON_REASON));
+    let orphan = node.policy.flow_failed_at.is_none() && flow_cordon(node.policy.cordon.as_ref());
     // Recommended (observe) or refused: said once per episode, not queued.
     let guardrail = if observe {
         Some(None)
@@ -349,6 +344,12 @@ fn enqueue_node(
 
 /// The start of every cordon reason a reboot flow writes.
 pub(super) const CORDON_REASON: &str = "hale reboot: ";
+
+/// Whether the node's cordon is one a reboot flow made (hale's, its reason the
+/// flow's).
+fn flow_cordon(cordon: Option<&super::Cordon>) -> bool {
+    cordon.is_some_and(|c| c.by == Actor::Hale && c.reason.starts_with(CORDON_REASON))
+}
 
 /// Whether hale cannot see the node now: silent, or not ready.
 fn gone(node: &Node) -> bool {
@@ -967,12 +968,8 @@ impl Fleet {
         // The cordon an earlier flow of this node left when it failed (one this
         // store recorded failing): this flow's to lift when it cures the node, not
         // someone else's that stays — nor an unknown flow's.
-        let left_by_a_flow = node.policy.flow_failed_at.is_some()
-            && node
-                .policy
-                .cordon
-                .as_ref()
-                .is_some_and(|c| c.by == Actor::Hale && c.reason.starts_with(CORDON_REASON));
+        let left_by_a_flow =
+            node.policy.flow_failed_at.is_some() && flow_cordon(node.policy.cordon.as_ref());
         let reason = format!("{CORDON_REASON}{}", flow.reason);
         if in_service {
             flow.cordoned = true;
@@ -1212,12 +1209,7 @@ impl Fleet {
             return self.flow_succeeded(now, id, out);
         }
         let flow = node.policy.flow.as_mut().expect("flow under way");
-        let ours = flow.cordoned
-            && node
-                .policy
-                .cordon
-                .as_ref()
-                .is_some_and(|c| c.by == Actor::Hale && c.reason.starts_with(CORDON_REASON));
+        let ours = flow.cordoned && flow_cordon(node.policy.cordon.as_ref());
         out.events.push(step_event(
             id,
             now,
