@@ -43,6 +43,9 @@ use crate::hex;
 /// How long one request to JetStream may take before the write fails (and is
 /// retried with the next one).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a write waits for the client to find a server again before it fails.
+const RECONNECT_GRACE: Duration = Duration::from_millis(500);
 /// How long JetStream remembers a message id: longer than any retry of a failed
 /// write or a failover, so a step taken again publishes nothing twice.
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(600);
@@ -896,6 +899,18 @@ impl Nats {
         }
     }
 
+    /// Refuse a write while the client holds no connection and finds none within
+    /// [`RECONNECT_GRACE`] (moving to another server of the cluster takes less):
+    /// each of its publishes would wait out its timeout, and the step behind it
+    /// holds the fleet, which every read waits for.
+    fn connected_soon(&self, op: &'static str) -> Result<()> {
+        let deadline = std::time::Instant::now() + RECONNECT_GRACE;
+        while self.connected(op).is_err() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.connected(op)
+    }
+
     /// Durable webhook delivery from the event stream.
     pub fn outbox(&self) -> Outbox {
         Outbox {
@@ -1145,6 +1160,7 @@ impl Store for Nats {
     }
 
     fn write(&mut self, batch: &Batch<'_>) -> Result<Vec<String>> {
+        self.connected_soon("write")?;
         // Ids first, from the mark as it stands: a retry draws the same ones.
         let anchor =
             (!batch.events.is_empty()).then(|| next_anchor(&self.mark.lock().expect("mark lock")));
@@ -2064,6 +2080,32 @@ mod tests {
             ledger: ledger.map(str::to_string),
             ..Batch::default()
         }
+    }
+
+    /// With every server gone a write fails at once, saying so: waiting out each
+    /// publish's timeout held the step behind it, and with it every read.
+    #[test]
+    fn a_write_with_no_server_left_fails_as_not_connected() {
+        let server = server::Server::start();
+        let now = chrono::Utc::now();
+        let mut store = Nats::open(&server.config(), "c", 90).unwrap();
+        store.load(now).unwrap();
+        let events = [decommissioned("n1", now, "gone")];
+        store.write(&batch_of(&events, None)).unwrap();
+        drop(server);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while store.connected("probe").is_ok() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the client never saw the server go"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let err = store.write(&batch_of(&events, None)).unwrap_err();
+        assert!(
+            err.to_string().contains("not connected to any NATS server"),
+            "{err}"
+        );
     }
 
     /// The consumers of endpoints no longer configured are deleted, the others
