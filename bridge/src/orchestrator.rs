@@ -31,6 +31,10 @@ pub enum Class {
     Transient,
     /// Refused for good (the node is not the orchestrator's to change, a 4xx).
     Refused,
+    /// Taken, and never seen done (a BMC that took a power-off and never showed
+    /// the machine off): it may have happened, so it is neither tried again nor
+    /// taken as not done.
+    Unconfirmed,
 }
 
 impl OrchestratorError {
@@ -40,6 +44,10 @@ impl OrchestratorError {
 
     pub fn refused(detail: impl Into<String>) -> Self {
         Self::of(Class::Refused, detail)
+    }
+
+    pub fn unconfirmed(detail: impl Into<String>) -> Self {
+        Self::of(Class::Unconfirmed, detail)
     }
 
     fn of(class: Class, detail: impl Into<String>) -> Self {
@@ -69,13 +77,14 @@ impl OrchestratorError {
     }
 
     /// Every value [`OrchestratorError::metric_label`] returns.
-    pub const METRIC_LABELS: [&'static str; 2] = ["transient", "refused"];
+    pub const METRIC_LABELS: [&'static str; 3] = ["transient", "refused", "unconfirmed"];
 
     /// Low-cardinality label for failure counters.
     pub fn metric_label(&self) -> &'static str {
         match self.class {
             Class::Transient => "transient",
             Class::Refused => "refused",
+            Class::Unconfirmed => "unconfirmed",
         }
     }
 

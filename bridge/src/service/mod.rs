@@ -1621,6 +1621,14 @@ impl Hale {
                 warn!(node, action = name, error = %e, "not done yet; tried again shortly");
                 Ok(Outcome::default())
             }
+            Err(e) if e.class == orchestrator::Class::Unconfirmed => {
+                error!(node, action = name, error = %e, "taken but never confirmed; not tried again");
+                let why = e.to_string();
+                this.apply(|fleet, cfg, now| {
+                    this.actions_recorded.fetch_add(1, Ordering::AcqRel);
+                    Ok(fleet.action_unconfirmed(cfg, now, &node, pending.id, &why))
+                })
+            }
             Err(e) => {
                 error!(node, action = name, error = %e, "refused; dropped");
                 let why = e.to_string();

@@ -359,6 +359,9 @@ impl Hale {
                 by_bmc: true,
                 ..Done::default()
             }),
+            Err(e) if e.class == crate::bmc::Failure::Unconfirmed => {
+                Err(OrchestratorError::unconfirmed(e.to_string()))
+            }
             Err(e) => Err(OrchestratorError::refused(e.to_string())),
         }
     }

@@ -37,6 +37,10 @@ pub enum FenceStep {
     On,
     /// Off and on again, its work released: waiting for it to report.
     Fenced,
+    /// Its power-off was taken and the machine never seen off: perhaps off, its
+    /// work not released. Counted toward `maxPercent`, never powered off again,
+    /// until it reports (the fence then failed at off) or an operator looks at it.
+    Unconfirmed,
     /// Reporting again: taking the release back.
     Restore,
 }
@@ -48,6 +52,7 @@ impl FenceStep {
             FenceStep::Release => "release",
             FenceStep::On => "on",
             FenceStep::Fenced => "fenced",
+            FenceStep::Unconfirmed => "unconfirmed",
             FenceStep::Restore => "restore",
         }
     }
@@ -56,7 +61,9 @@ impl FenceStep {
 /// What keeps an operator's power verb off `node`: a reboot flow under way, or a
 /// fence — short of its end, or a verb that does not leave the machine on
 /// (`powering_on`: on, cycle, reset): fenced, hale only waits for the node to
-/// report, and an operator may power on a machine whose power-on failed.
+/// report, and an operator may power on a machine whose power-on failed. A fence
+/// whose power-off went unconfirmed keeps none off: the machine is the operator's
+/// to look at.
 pub fn power_busy(node: &Node, powering_on: bool) -> Option<String> {
     if let Some(f) = &node.policy.flow
         && f.step != super::FlowStep::Queued
@@ -66,7 +73,11 @@ pub fn power_busy(node: &Node, powering_on: bool) -> Option<String> {
     node.policy
         .fence
         .as_ref()
-        .filter(|f| f.step != FenceStep::Fenced || !powering_on)
+        .filter(|f| match f.step {
+            FenceStep::Unconfirmed => false,
+            FenceStep::Fenced => !powering_on,
+            _ => true,
+        })
         .map(|f| format!("a fence is at step {}", f.step.as_str()))
 }
 
@@ -108,6 +119,7 @@ impl Fleet {
         let Some(f) = &cfg.fencing else {
             return;
         };
+        let mut ended = false;
         for node in self.nodes.values_mut() {
             // Back: with an orchestrator, Ready again (the heartbeat's exporter may
             // itself be held off by the out-of-service taint); without, reporting.
@@ -156,6 +168,30 @@ impl Fleet {
                     "fence withdrawn: the node reports again before it was powered off".into(),
                 ));
             }
+            // Back after a power-off never confirmed: it never went off, or was
+            // started again. The fence failed at off, and its place is free.
+            if back
+                && node
+                    .policy
+                    .fence
+                    .as_ref()
+                    .is_some_and(|f| f.step == FenceStep::Unconfirmed)
+            {
+                node.policy.fence = None;
+                node.policy.fence_failed_at = Some(now);
+                ended = true;
+                out.dirty.insert(node.id.clone());
+                out.events.push(event(
+                    &node.id,
+                    now,
+                    EventKind::RemediationFailed {
+                        action: FENCE.into(),
+                        step: FenceStep::Off.as_str().into(),
+                        cancelled: false,
+                    },
+                    "fence failed at off: its power-off was never confirmed, and the node reports again".into(),
+                ));
+            }
             if back
                 && let Some(fence) = node.policy.fence.as_mut()
                 && fence.step == FenceStep::Fenced
@@ -171,6 +207,9 @@ impl Fleet {
                     "reporting again: taking the release of its work back".into(),
                 ));
             }
+        }
+        if ended {
+            self.pools = None;
         }
         if self.trust.stale || !self.trust.source_up {
             return;
@@ -403,6 +442,57 @@ impl Fleet {
         }
     }
 
+    /// A fence's power-off was taken and the machine never seen off: it may be
+    /// off, so the fence stays, counted toward `maxPercent` and toward the day's
+    /// fences, and nothing more is sent (a second power-off, or a release of work
+    /// that may still run). Returns whether `action_id` was that power-off.
+    pub(super) fn fence_step_unconfirmed(
+        &mut self,
+        now: Time,
+        id: &str,
+        action_id: u64,
+        why: &str,
+        out: &mut Outcome,
+    ) -> bool {
+        let Some(node) = self.nodes.get_mut(id) else {
+            return false;
+        };
+        let Some(at) = node.policy.pending.iter().position(|p| {
+            p.id == action_id
+                && matches!(
+                    p.action,
+                    Action::Power {
+                        op: PowerOp::Off,
+                        ..
+                    }
+                )
+        }) else {
+            return false;
+        };
+        let Some(fence) = node
+            .policy
+            .fence
+            .as_mut()
+            .filter(|f| f.step == FenceStep::Off)
+        else {
+            return false;
+        };
+        node.policy.pending.remove(at);
+        fence.step = FenceStep::Unconfirmed;
+        fence.since = now;
+        node.policy.fences.push(now);
+        out.dirty.insert(id.into());
+        out.events.push(step_event(
+            id,
+            now,
+            FenceStep::Unconfirmed,
+            format!(
+                "power-off taken, the machine never seen off: {why}; it may be off, so it counts as fenced, its work not released, until it reports again: look at it (hale node power {id} status)",
+            ),
+        ));
+        true
+    }
+
     /// A fence's action was refused: the fence fails at its step. A node that never
     /// went off is not fenced (tried again after `fencing.after`); one that did stays
     /// counted until it reports.
@@ -467,7 +557,7 @@ impl Fleet {
                 });
             }
             FenceStep::Restore => node.policy.fence = None,
-            FenceStep::Fenced => {}
+            FenceStep::Fenced | FenceStep::Unconfirmed => {}
         }
         out.dirty.insert(id.into());
         out.events.push(event(

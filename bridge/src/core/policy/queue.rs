@@ -330,6 +330,24 @@ impl Fleet {
         out
     }
 
+    /// The pending action `action_id` was taken and never seen done: a fence's
+    /// power-off stays counted as one that may have happened
+    /// (`fence_step_unconfirmed`); any other action fails as refused.
+    pub fn action_unconfirmed(
+        &mut self,
+        cfg: &CoreSettings,
+        now: Time,
+        id: &str,
+        action_id: u64,
+        why: &str,
+    ) -> Outcome {
+        let mut out = Outcome::default();
+        if self.fence_step_unconfirmed(now, id, action_id, why, &mut out) {
+            return out;
+        }
+        self.action_failed(cfg, now, id, action_id, why)
+    }
+
     /// The orchestrator refused the pending action `action_id` for good (transient
     /// failures are retried by the service). It is dropped; a refused termination is
     /// not counted against the budget and is tried again after `TERMINATE_RETRY`.

@@ -900,6 +900,60 @@ fn a_fence_whose_power_on_fails_stays_counted_until_the_node_reports() {
     assert!(s.node(&id).policy.fence.is_none());
 }
 
+/// A fence whose power-off the BMC took without ever showing the machine off may
+/// have switched it off: it stays counted toward `maxPercent` (the rest of a silent
+/// rack is not fenced in its place), is not powered off again, leaves the
+/// operator's power verbs free, and fails at off once the node reports.
+#[test]
+fn a_fence_whose_power_off_goes_unconfirmed_stays_counted_until_the_node_reports() {
+    let (mut s, id) = rack_with_one_fenced();
+    let off = s.fleet.next_action(&id).expect("its power-off queued");
+    assert_eq!(off.action.name(), "power_off");
+    s.took();
+    let out = s.fleet.action_unconfirmed(
+        &s.cfg,
+        s.now,
+        &id,
+        off.id,
+        "the machine still reads on after 60s (asked for off)",
+    );
+    s.record(out);
+    s.flows();
+    assert_eq!(
+        s.node(&id).policy.fence.as_ref().unwrap().step,
+        FenceStep::Unconfirmed
+    );
+    assert!(s.node(&id).policy.pending.is_empty(), "nothing more sent");
+    assert_eq!(s.node(&id).policy.fences.len(), 1, "one of the day's three");
+    assert!(
+        s.events.iter().any(|e| e.node_id == id
+            && e.message.contains("it may be off")
+            && e.message.contains(&format!("hale node power {id} status"))),
+        "the event says what is left to do"
+    );
+    assert_eq!(crate::core::policy::power_busy(s.node(&id), false), None);
+    assert_eq!(crate::core::policy::power_busy(s.node(&id), true), None);
+    // Well past `fencing.after`, the rack still silent: no other node fenced, and
+    // no second power-off.
+    s.at(400).poll(&beating(&RACK)).flows();
+    assert!(s.act().is_empty());
+    assert_eq!(
+        RACK.iter()
+            .filter(|n| s.node(n).policy.fence.is_some())
+            .collect::<Vec<_>>(),
+        [&id.as_str()]
+    );
+    // It reports again: the fence failed at off, and its place goes to the next.
+    let others: Vec<&str> = RACK.iter().copied().filter(|n| **n != id).collect();
+    s.at(410).poll(&beating(&others)).flows();
+    assert!(s.node(&id).policy.fence.is_none());
+    assert!(s.events.iter().any(|e| e.node_id == id
+        && matches!(&e.kind, EventKind::RemediationFailed { step, cancelled: false, .. } if step == "off")));
+    let next = s.act();
+    assert_eq!(next.len(), 3, "one other node fenced: {next:?}");
+    assert!(!next[0].starts_with(&format!("{id}:")), "{next:?}");
+}
+
 /// A node that reports again before its fence's power-off is done is no node to
 /// switch off: the fence is withdrawn, said as cancelled; a power-off already under
 /// way that lands all the same is followed by a power-on.
