@@ -311,6 +311,7 @@ impl Fuzzball {
             gated: None,
             evicted: None,
             not_ready: matches!(status, Status::NotReady | Status::Offline),
+            released: false,
             orchestrator_health: (health.is_some() || score.is_some()).then(|| {
                 OrchestratorHealth {
                     state: health.unwrap_or_else(|| "unknown".into()),

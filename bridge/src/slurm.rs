@@ -266,6 +266,7 @@ fn observed(n: &Value, jobs: &HashMap<String, u32>) -> Option<Observed> {
         gated: weight.map(|w| w == GATE_WEIGHT),
         evicted: None,
         not_ready,
+        released: false,
         orchestrator_health: None,
     })
 }

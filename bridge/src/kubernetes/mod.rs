@@ -434,8 +434,15 @@ pub fn observed(node: &Node) -> Observed {
         Some("operator") if unschedulable => Some(Actor::Operator),
         _ => None,
     };
+    let tainted = |key: &str| {
+        node.spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|ts| ts.iter().any(|t| t.key == key))
+    };
     Observed {
         not_ready: !ready,
+        released: tainted(OUT_OF_SERVICE_TAINT),
         orchestrator_health: None,
         id: meta.name.clone().unwrap_or_default(),
         uid: meta.uid.clone(),
@@ -444,12 +451,7 @@ pub fn observed(node: &Node) -> Observed {
         provisioned: owned_by_claim || annotations.contains_key(pods::CAPI_MACHINE),
         labels,
         allocations: None,
-        gated: Some(
-            node.spec
-                .as_ref()
-                .and_then(|s| s.taints.as_ref())
-                .is_some_and(|ts| ts.iter().any(|t| t.key == GATE_TAINT)),
-        ),
+        gated: Some(tainted(GATE_TAINT)),
         evicted: annotations
             .get(pods::EVICTED)
             .filter(|_| unschedulable)
@@ -806,6 +808,12 @@ mod tests {
         ));
         assert_eq!(o.labels["pool"], "gpu");
         assert_eq!(o.hostname.as_deref(), Some("f.example"));
+        assert!(!o.released && o.gated == Some(false));
+        // A fence's taint, whoever put it there: the node's work is released.
+        let o = observed(&node(
+            json!({"metadata": {"name": "g"}, "spec": {"taints": [{"key": OUT_OF_SERVICE_TAINT, "value": "nodeshutdown", "effect": "NoExecute"}]}}),
+        ));
+        assert!(o.released && o.gated == Some(false));
     }
 
     #[test]

@@ -219,7 +219,10 @@ impl Fleet {
         let mut candidates: Vec<(Time, String)> = self
             .nodes
             .values()
-            .filter(|n| n.policy.fence.is_none())
+            // A node whose work the orchestrator shows released already: fenced by
+            // a replica that led before this one on a store of its own, or by an
+            // operator (its taint is theirs to take back).
+            .filter(|n| n.policy.fence.is_none() && !n.policy.released)
             .filter(|n| {
                 n.policy
                     .flow
@@ -242,14 +245,15 @@ impl Fleet {
             return;
         }
         candidates.sort();
-        // Each pool's size and the nodes of it fenced and not reporting yet.
+        // Each pool's size and the nodes of it fenced and not reporting yet, or
+        // whose work is released.
         let mut pools: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
         for node in self.nodes.values() {
             let p = pools
                 .entry(cfg.settings_for(&node.labels).name.as_str())
                 .or_default();
             p.0 += 1;
-            p.1 += u32::from(node.policy.fence.is_some());
+            p.1 += u32::from(node.policy.fence.is_some() || node.policy.released);
         }
         let mut pools: BTreeMap<String, (u32, u32)> =
             pools.into_iter().map(|(k, v)| (k.to_string(), v)).collect();

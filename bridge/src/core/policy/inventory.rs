@@ -37,6 +37,11 @@ pub struct Observed {
     /// Not ready, whatever `status` shows (a cordoned node's readiness is hidden
     /// behind `Cordoned`): what fencing and the reboot flow's return look at.
     pub not_ready: bool,
+    /// Its work released to run elsewhere (Kubernetes: the `out-of-service`
+    /// taint), by whoever: a fence of this hale's, of a replica that led before it
+    /// on a store of its own, or an operator's — a machine off, as far as the
+    /// orchestrator is concerned.
+    pub released: bool,
     /// The orchestrator's own judgement of the node's health, where it makes one
     /// (Fuzzball): shown beside hale's, never part of it.
     pub orchestrator_health: Option<OrchestratorHealth>,
@@ -130,6 +135,7 @@ impl Fleet {
                     node.status,
                     node.policy.pending.len(),
                     node.policy.not_ready,
+                    node.policy.released,
                     node.policy.orchestrator_health.clone(),
                 )
             };
@@ -142,6 +148,7 @@ impl Fleet {
                     .extend(l.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
             node.policy.not_ready = o.not_ready;
+            node.policy.released = o.released;
             node.policy.orchestrator_health = o.orchestrator_health.clone();
             node.hostname = listed
                 .and_then(|l| l.hostname.clone())

@@ -187,9 +187,13 @@ pub(in crate::core) fn count<N: std::ops::Deref<Target = Node>>(
 
 /// Whether the node counts as out of its pool's service: not ready or cordoned as
 /// the orchestrator shows it, fenced (powered off, or not yet back — without an
-/// orchestrator nothing else shows it), or recommended out in observe.
+/// orchestrator nothing else shows it) or its work released, or recommended out
+/// in observe.
 fn counted_out(node: &Node, settings: &Settings) -> bool {
-    node.status != Status::Ready || node.policy.fence.is_some() || would_be_out(node, settings)
+    node.status != Status::Ready
+        || node.policy.fence.is_some()
+        || node.policy.released
+        || would_be_out(node, settings)
 }
 
 /// Whether the policy has anything to decide about a scored node: a steady healthy

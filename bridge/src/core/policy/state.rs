@@ -146,6 +146,9 @@ pub struct NodePolicy {
     /// The orchestrator says it is not ready, whatever its status shows.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub not_ready: bool,
+    /// The orchestrator shows its work released (see [`super::Observed::released`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub released: bool,
     /// The orchestrator's own health of the node (Fuzzball's), shown beside hale's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub orchestrator_health: Option<super::OrchestratorHealth>,

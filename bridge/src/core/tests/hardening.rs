@@ -940,6 +940,7 @@ fn a_pool_shown_not_ready_for_a_moment_is_cordoned_no_further_than_the_limit() {
         ids.iter()
             .map(|id| policy::Observed {
                 not_ready: status == Status::NotReady,
+                released: false,
                 ..shown(id, status)
             })
             .collect()

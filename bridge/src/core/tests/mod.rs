@@ -3517,6 +3517,7 @@ fn the_orchestrators_inventory_records_cordons_made_outside_hale() {
     s.at(0).report(&ids, &[], low);
     let seen = |id: &str, status: Status| policy::Observed {
         not_ready: false,
+        released: false,
         orchestrator_health: None,
         hostname: Some(format!("{id}.example")),
         provisioned: true,
@@ -3699,6 +3700,7 @@ fn what_the_cluster_shows_done_is_not_done_again() {
     // This replica follows: the leader cordoned the node (its record on it).
     let seen = |status: Status, gated: bool| policy::Observed {
         not_ready: false,
+        released: false,
         orchestrator_health: None,
         cordoned_by: (status == Status::Cordoned).then(|| {
             (
@@ -3747,6 +3749,7 @@ fn an_uncordon_seen_in_the_cluster_withdraws_a_queued_eviction() {
     };
     let seen = |status: Status, evicted: Option<&str>| policy::Observed {
         not_ready: false,
+        released: false,
         orchestrator_health: None,
         cordoned_by: (status == Status::Cordoned).then(|| (by, reason.clone())),
         evicted: evicted.map(str::to_string),
@@ -3772,6 +3775,7 @@ fn an_eviction_the_cluster_shows_done_is_not_done_again() {
     s.at(30).report(&ids, &["gpu-14"], low);
     let seen = |evicted: &str| policy::Observed {
         not_ready: false,
+        released: false,
         orchestrator_health: None,
         evicted: Some(evicted.into()),
         ..shown("gpu-14", Status::Cordoned)
@@ -3800,6 +3804,7 @@ fn each_family_of_queued_actions_is_judged_by_its_last_entry() {
     s.at(0).report(&ids, &[], low);
     let seen = |status: Status, by: Option<(policy::Actor, &str)>, gated: bool| policy::Observed {
         not_ready: false,
+        released: false,
         orchestrator_health: None,
         cordoned_by: by.map(|(a, r)| (a, r.to_string())),
         gated: Some(gated),
@@ -3938,6 +3943,7 @@ fn inventory_labels_go_on_top_of_the_orchestrators() {
 fn shown(id: &str, status: Status) -> policy::Observed {
     policy::Observed {
         not_ready: false,
+        released: false,
         orchestrator_health: None,
         uid: None,
         id: id.into(),
@@ -4120,6 +4126,7 @@ fn a_gate_the_orchestrator_lost_is_set_again() {
     s.fleet.nodes.get_mut("g-0").unwrap().policy.gated = true;
     let seen = |gated: bool| policy::Observed {
         not_ready: false,
+        released: false,
         orchestrator_health: None,
         gated: Some(gated),
         ..shown("g-0", Status::Ready)

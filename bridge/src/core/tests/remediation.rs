@@ -1307,6 +1307,54 @@ fn a_cordoned_node_that_stops_being_ready_is_fenced_and_restored_when_ready() {
     assert!(s.node("k1").policy.fence.is_none());
 }
 
+/// A node whose work the orchestrator shows released (the `out-of-service` taint a
+/// replica that led before this one left, on a store of its own, or an operator's)
+/// is fenced already as far as the cluster goes: never fenced again, and counted
+/// toward `maxPercent`, so no other node of its pool is fenced in its place.
+#[test]
+fn a_node_released_by_another_counts_as_fenced_and_is_not_fenced_again() {
+    let mut s = script(
+        "nodeHealth: { mode: cordon }\nfencing: { after: 1m, maxPercent: 50 }\norchestrator: { kind: kubernetes }\n",
+    );
+    let seen = |id: &str, released: bool| {
+        let mut o = super::shown(id, Status::NotReady);
+        o.not_ready = true;
+        o.released = released;
+        o
+    };
+    let out = s.fleet.observe(
+        s.now,
+        &[
+            super::shown("k1", Status::Ready),
+            super::shown("k2", Status::Ready),
+        ],
+    );
+    s.record(out);
+    s.at(0).poll(&[watchdog(), beat("k1"), beat("k2")]);
+    // Both go silent and not ready; k1's work was released by the leader before.
+    s.at(5).poll(&[watchdog()]).at(30).tick();
+    let out = s
+        .fleet
+        .observe(s.now, &[seen("k1", true), seen("k2", false)]);
+    s.record(out);
+    s.at(100).poll(&[watchdog()]).flows();
+    assert!(s.act().is_empty(), "50% of 2 is one, and k1 is it");
+    assert!(s.node("k1").policy.fence.is_none() && s.node("k2").policy.fence.is_none());
+    assert_eq!(
+        s.took_of(&["POLICY_HALTED"]),
+        ["k2 POLICY_HALTED"],
+        "k2 held back by maxPercent"
+    );
+    // The taint taken back by an operator, both still silent: one fenced (k1,
+    // silent as long as k2 and first by name).
+    let out = s
+        .fleet
+        .observe(s.now, &[seen("k1", false), seen("k2", false)]);
+    s.record(out);
+    s.at(101).flows();
+    assert_eq!(s.act(), ["k1:power_off", "k1:release", "k1:power_on"]);
+}
+
 #[test]
 fn an_inventory_that_lists_no_node_retires_none() {
     let mut s = script("orchestrator: { kind: kubernetes }\n");
