@@ -287,6 +287,9 @@ impl Fleet {
 /// family (cordon/uncordon/passive drain; the gate) is judged by its last queued
 /// entry — the state the node must end in — and by the last cordon or uncordon in
 /// it, so a cordon by someone else does not stand for hale's record of who and why.
+/// hale's own cordon is done whatever reason the node shows: a follower decides
+/// the same cordon as its leader a poll apart, with the score of its own poll, and
+/// kept queued it hid an operator's uncordon and was sent once the follower led.
 fn confirm_done(pending: &mut Vec<Pending>, o: &Observed) {
     let cordoned = o.status == Status::Cordoned;
     let shown = |a: &Action| match a {
@@ -294,7 +297,7 @@ fn confirm_done(pending: &mut Vec<Pending>, o: &Observed) {
             cordoned
                 && o.cordoned_by
                     .as_ref()
-                    .is_some_and(|(b, r)| b == by && r == reason)
+                    .is_some_and(|(b, r)| b == by && (*by == Actor::Hale || r == reason))
         }
         Action::Drain { active: false, .. } => cordoned,
         Action::Uncordon => !cordoned,

@@ -3575,6 +3575,43 @@ fn the_orchestrators_inventory_records_cordons_made_outside_hale() {
     );
 }
 
+/// A follower (on a store of its own) decides the cordon its leader made, with a
+/// reason of its own poll: the node shown cordoned by hale is that cordon done, so
+/// an operator's uncordon is one — recorded, the window started, nothing left
+/// queued to be sent once this replica leads.
+#[test]
+fn a_cordon_shown_done_by_hale_for_another_reason_is_done() {
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &["g-0"], low);
+    s.at(30).report(&ids, &["g-0"], low);
+    assert!(
+        s.node("g-0")
+            .policy
+            .pending
+            .iter()
+            .any(|p| matches!(p.action, policy::Action::Cordon { .. })),
+        "this replica's cordon queued"
+    );
+    s.policy_events();
+    let mut by_leader = shown("g-0", Status::Cordoned);
+    by_leader.cordoned_by = Some((policy::Actor::Hale, "the leader's own words".into()));
+    let out = s.fleet.observe(s.now, &[by_leader]);
+    s.record(out);
+    assert!(s.fleet.pending().is_empty(), "{:?}", s.fleet.pending());
+    // kubectl uncordon: the operator's, with its window.
+    s.at(60);
+    let out = s.fleet.observe(s.now, &[shown("g-0", Status::Ready)]);
+    s.record(out);
+    assert_eq!(s.policy_events(), ["g-0 NODE_UNCORDONED operator"]);
+    assert!(s.fleet.pending().is_empty());
+    s.at(90).report(&ids, &["g-0"], low);
+    assert_eq!(
+        s.policy_events(),
+        ["g-0 POLICY_HALTED cordon cordonSuppressionMinutes"]
+    );
+}
+
 #[test]
 fn a_refused_cordon_leaves_the_node_in_service_and_is_not_an_uncordon() {
     let mut s = pool_script("cordon");
