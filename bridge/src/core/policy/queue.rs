@@ -191,9 +191,11 @@ impl Fleet {
             .position(|p| p.id == done_action.id)
         {
             Some(at) => node.policy.pending.remove(at).action,
+            // Withdrawn while under way and landed all the same: what it did is
+            // recorded (a termination's machine is gone, and counted).
             None if matches!(
                 done_action.action,
-                Action::Evict { .. } | Action::Drain { active: true, .. }
+                Action::Evict { .. } | Action::Drain { active: true, .. } | Action::Terminate
             ) =>
             {
                 done_action.action.clone()

@@ -2941,6 +2941,32 @@ fn an_operator_taking_the_node_over_withdraws_a_queued_termination() {
     }
 }
 
+/// A termination already under way when an operator takes the node over lands all
+/// the same: the machine is gone, so its `NODE_REPLACED` is recorded and it is
+/// counted against the hour's replacements.
+#[test]
+fn a_termination_under_way_when_an_operator_takes_the_node_over_is_recorded() {
+    let mut s = pool_script("replace");
+    let ids = replace_pool(&mut s, 10);
+    s.at(0).report(&ids, &["c-0"], very_low);
+    s.at(30).report(&ids, &["c-0"], very_low);
+    counted(&mut s, &["c-0"]);
+    s.tick();
+    act_but_terminate(&mut s);
+    let terminate = s.fleet.next_action("c-0").expect("its termination next");
+    assert_eq!(terminate.action, policy::Action::Terminate);
+    let out = s.fleet.cordon(s.now, "c-0", "investigating").unwrap();
+    s.record(out);
+    s.policy_events();
+    let out = s
+        .fleet
+        .action_done(&s.cfg, s.now, "c-0", &terminate, &policy::Done::default());
+    s.record(out);
+    assert_eq!(s.policy_events(), ["c-0 NODE_REPLACED"]);
+    assert!(!s.fleet.nodes.contains_key("c-0"));
+    assert_eq!(s.fleet.ledger.replacements.values().flatten().count(), 1);
+}
+
 /// Every pending action but a termination done, as an orchestrator that is still
 /// being asked to terminate.
 fn act_but_terminate(s: &mut Script) {
