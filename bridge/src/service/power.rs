@@ -217,7 +217,7 @@ impl Hale {
             return Err(PowerError::NoBmc { node, detail });
         }
         let reason = if reason.trim().is_empty() {
-            "operator asked".to_string()
+            "no reason given".to_string()
         } else {
             reason.trim().to_string()
         };
