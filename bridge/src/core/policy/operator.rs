@@ -44,6 +44,21 @@ impl Fleet {
             }
             out.events.push(cordoned_by_operator(id, now, reason));
             out.dirty.insert(id.into());
+        } else if let Some(cordon) = node
+            .policy
+            .cordon
+            .as_mut()
+            .filter(|c| !reason.is_empty() && c.reason != reason)
+        {
+            // Cordoned by an operator already: a new reason replaces the old, on
+            // the node too, and is recorded; the same one again changes nothing.
+            cordon.reason = reason.into();
+            node.policy.push(Action::Cordon {
+                by: Actor::Operator,
+                reason: reason.into(),
+            });
+            out.events.push(cordoned_by_operator(id, now, reason));
+            out.dirty.insert(id.into());
         }
         Ok(out)
     }

@@ -2422,6 +2422,37 @@ fn operator_cordons_count_against_the_ceiling() {
     assert_eq!(s.node("g-5").status, Status::Ready);
 }
 
+/// An operator's cordon asked again with a new reason records it (the node's
+/// record and the event); asked again with the same one, it changes nothing.
+#[test]
+fn an_operators_cordon_asked_again_records_a_new_reason_only() {
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &[], low);
+    s.policy_events();
+    for reason in ["first", "second", "second", ""] {
+        let out = s.fleet.cordon(s.now, "g-0", reason).unwrap();
+        s.record(out);
+    }
+    assert_eq!(
+        s.policy_events(),
+        ["g-0 NODE_CORDONED operator", "g-0 NODE_CORDONED operator"]
+    );
+    let cordon = s.node("g-0").policy.cordon.clone().unwrap();
+    assert_eq!(
+        (cordon.by, cordon.reason.as_str()),
+        (policy::Actor::Operator, "second")
+    );
+    assert!(
+        s.node("g-0").policy.pending.iter().any(|p| p.action
+            == policy::Action::Cordon {
+                by: policy::Actor::Operator,
+                reason: "second".into()
+            }),
+        "the node's record on the cluster follows"
+    );
+}
+
 #[test]
 fn a_manual_uncordon_holds_automation_off_for_the_window() {
     let mut s = pool_script("cordon");
