@@ -180,7 +180,7 @@ fn unquote(raw: &str) -> Result<String, String> {
 pub struct WindowConfig {
     /// `mon` … `sun`; every day when omitted.
     #[serde(default)]
-    pub days: Vec<String>,
+    pub days: Option<Vec<String>>,
     /// `HH:MM`.
     pub start: String,
     pub end: String,
@@ -326,16 +326,26 @@ impl RemediationConfig {
 fn window(w: &WindowConfig) -> Result<Window, (String, String)> {
     let fail = |key: &str, message: String| Err((format!("window.{key}"), message));
     let mut days = BTreeSet::new();
-    for d in &w.days {
-        match DAYS.iter().position(|x| x.eq_ignore_ascii_case(d.trim())) {
-            Some(i) => {
-                days.insert(i as u8);
-            }
-            None => return fail("days", format!("`{d}` is not a day ({})", DAYS.join(", "))),
+    match &w.days {
+        None => days = (0..7).collect(),
+        Some(named) if named.is_empty() => {
+            return fail(
+                "days",
+                "is empty, so the window would never open: leave the key out for every day, or name the days".into(),
+            );
         }
-    }
-    if w.days.is_empty() {
-        days = (0..7).collect();
+        Some(named) => {
+            for d in named {
+                match DAYS.iter().position(|x| x.eq_ignore_ascii_case(d.trim())) {
+                    Some(i) => {
+                        days.insert(i as u8);
+                    }
+                    None => {
+                        return fail("days", format!("`{d}` is not a day ({})", DAYS.join(", ")));
+                    }
+                }
+            }
+        }
     }
     let Some(start) = minutes(&w.start) else {
         return fail("start", format!("`{}` is not a time like 09:00", w.start));
@@ -360,11 +370,9 @@ fn window(w: &WindowConfig) -> Result<Window, (String, String)> {
         zone,
         shown: format!(
             "{} {}-{} {name}",
-            if w.days.is_empty() {
-                "daily".to_string()
-            } else {
-                w.days.join(",")
-            },
+            w.days
+                .as_ref()
+                .map_or_else(|| "daily".to_string(), |d| d.join(",")),
             w.start,
             w.end
         ),
@@ -403,7 +411,7 @@ mod tests {
     fn windows_follow_their_zone_days_and_midnight() {
         let w = |days: &[&str], start: &str, end: &str, tz: &str| {
             window(&WindowConfig {
-                days: days.iter().map(|d| d.to_string()).collect(),
+                days: Some(days.iter().map(|d| d.to_string()).collect()),
                 start: start.into(),
                 end: end.into(),
                 time_zone: Some(tz.into()),
@@ -449,17 +457,25 @@ mod tests {
     fn bad_windows_and_matchers_name_their_key() {
         let bad = |w: WindowConfig| window(&w).unwrap_err().0;
         let base = WindowConfig {
-            days: vec![],
+            days: None,
             start: "09:00".into(),
             end: "17:00".into(),
             time_zone: None,
         };
         assert_eq!(
             bad(WindowConfig {
-                days: vec!["fun".into()],
+                days: Some(vec!["fun".into()]),
                 ..base.clone()
             }),
             "window.days"
+        );
+        assert_eq!(
+            bad(WindowConfig {
+                days: Some(vec![]),
+                ..base.clone()
+            }),
+            "window.days",
+            "a window that never opens"
         );
         assert_eq!(
             bad(WindowConfig {
