@@ -725,7 +725,7 @@ pub struct Notice {
     pub message: String,
 }
 
-/// `10.0.0.14:9100` → `10.0.0.14`, `[fe80::1]:9100` and `[fe80::1]` → `fe80::1` (the
+/// `10.0.0.14:9100` and `10.0.0.14:` → `10.0.0.14`, `[fe80::1]:9100` and `[fe80::1]` → `fe80::1` (the
 /// address as a `node` label or an inventory writes it); values without a numeric
 /// port, or bare IPv6 addresses, are left alone. A URL (a blackbox probe's
 /// `instance`) is its host: `http://h1.example:9100/metrics` → `h1.example`.
@@ -744,10 +744,10 @@ pub fn strip_port(value: &str) -> &str {
         }
         _ => value,
     };
+    // An empty port (`h11:`) is a port left out, as in a URL.
     let host = match value.rsplit_once(':') {
         Some((host, port))
-            if !port.is_empty()
-                && port.bytes().all(|b| b.is_ascii_digit())
+            if port.bytes().all(|b| b.is_ascii_digit())
                 && (!host.contains(':') || (host.starts_with('[') && host.ends_with(']'))) =>
         {
             host
@@ -905,6 +905,10 @@ mod tests {
             // A port and no host names no node (found by fuzzing).
             (&[("instance", ":9100")], None),
             (&[("instance", " :9100")], None),
+            (&[("instance", ":")], None),
+            (&[("instance", "h11:")], Some("h11")),
+            (&[("instance", "[fe80::1]:")], Some("fe80::1")),
+            (&[("instance", "fe80::")], Some("fe80::")),
             (&[("node", " gpu-14 ")], Some("gpu-14")),
             (&[("instance", "\t10.0.0.14:9100 ")], Some("10.0.0.14")),
             (&[("node", " "), ("instance", "h:9100")], Some("h")),
