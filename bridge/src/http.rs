@@ -3,6 +3,7 @@
 //! endpoints and the receiver require the bearer token when one is configured.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use axum::Json;
 use axum::Router;
@@ -1162,7 +1163,10 @@ async fn webhook(State(hale): State<Arc<Hale>>, headers: HeaderMap, body: Body) 
     let answer = receive(hale.clone(), headers, body).await;
     let response = match answer {
         Ok(result) => Json(result).into_response(),
-        Err(e) => e.into_response(),
+        Err(e) => {
+            log_refused(&e);
+            e.into_response()
+        }
     };
     hale.metrics
         .webhook_requests
@@ -1171,6 +1175,47 @@ async fn webhook(State(hale): State<Arc<Hale>>, headers: HeaderMap, body: Body) 
         })
         .inc();
     response
+}
+
+/// When a refused delivery was last logged (unix seconds), and how many were
+/// refused since.
+static REFUSED_LOGGED: AtomicI64 = AtomicI64::new(0);
+static REFUSED_SINCE: AtomicU64 = AtomicU64::new(0);
+
+/// Say a refused Alertmanager delivery in the log — the first, then at most one
+/// every 10 s with how many were refused meanwhile: the sender may be an
+/// Alertmanager whose credentials do not match `apiTokenFile`, or a sender
+/// repeating a malformed body, and either would otherwise go unseen on hale's side
+/// (or fill its log). A leader's refusal on a follower is no fault and says
+/// nothing.
+fn log_refused(e: &ApiError) {
+    if e.status == StatusCode::SERVICE_UNAVAILABLE {
+        return;
+    }
+    let refused = REFUSED_SINCE.fetch_add(1, Ordering::Relaxed) + 1;
+    let now = chrono::Utc::now().timestamp();
+    let last = REFUSED_LOGGED.load(Ordering::Relaxed);
+    if now - last < 10
+        || REFUSED_LOGGED
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
+        return;
+    }
+    REFUSED_SINCE.fetch_sub(refused, Ordering::Relaxed);
+    let hint = match e.status {
+        StatusCode::UNAUTHORIZED => {
+            ": the receiver's credentials (http_config.authorization.credentials_file) must be apiTokenFile's token"
+        }
+        _ => "",
+    };
+    tracing::warn!(
+        status = e.status.as_u16(),
+        error = e.error,
+        refused,
+        "an Alertmanager webhook delivery was refused: {}{hint}",
+        e.detail
+    );
 }
 
 async fn receive(

@@ -170,6 +170,22 @@ async fn bad_webhook_input_changes_nothing() {
     assert_eq!(r.headers()["www-authenticate"], r#"Bearer realm="hale""#);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"], "unauthorized");
+    // Said on hale's side too: an Alertmanager with the wrong token went unseen.
+    let line = eventually(
+        "the refusal logged",
+        std::time::Duration::from_secs(10),
+        || async {
+            hale.log()
+                .lines()
+                .find(|l| l.contains("an Alertmanager webhook delivery was refused"))
+                .map(str::to_string)
+        },
+    )
+    .await;
+    assert!(
+        line.contains("apiTokenFile") && line.contains("status=401"),
+        "{line}"
+    );
 
     let resolved_all = json!({"version": "4", "alerts": [
         {"status": "resolved", "labels": {"node": "rack1/n:3", "alertname": "SmartFailing",
