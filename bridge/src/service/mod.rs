@@ -282,8 +282,14 @@ impl Hale {
             .iter()
             .map(InventoryNode::listed)
             .collect();
-        self.apply(|fleet, cfg, now| Ok(fleet.register(cfg, now, &inventory)))
-            .expect("registering cannot fail");
+        // Nothing automation queued in a pool that observes is done: a stop, or
+        // another leader, may lie between the decision and now.
+        self.apply(|fleet, cfg, now| {
+            let mut out = fleet.register(cfg, now, &inventory);
+            out.absorb(fleet.observe_withdraws(cfg, now));
+            Ok(out)
+        })
+        .expect("registering cannot fail");
     }
 
     /// The federation members as configured now.
@@ -1309,10 +1315,18 @@ impl Hale {
         if sooner {
             self.poll_now.notify_one();
         }
-        if applied.contains(&"inventory") {
-            self.apply(|fleet, cfg, now| Ok(fleet.register(cfg, now, &inventory)))
-                .expect("registering cannot fail");
-        }
+        let registers = applied.contains(&"inventory");
+        self.apply(|fleet, cfg, now| {
+            let mut out = if registers {
+                fleet.register(cfg, now, &inventory)
+            } else {
+                Outcome::default()
+            };
+            // A pool switched to observe: what automation queued there stops.
+            out.absorb(fleet.observe_withdraws(cfg, now));
+            Ok(out)
+        })
+        .expect("registering cannot fail");
         info!(config = %path.display(), applied = %applied.join(", "), "configuration reloaded");
         Ok(warnings)
     }
@@ -1884,6 +1898,94 @@ mod tests {
             let after = Config::parse("after.yaml", after).unwrap();
             assert_eq!(restart_only(&before, &after), *refused, "{after:?}");
         }
+    }
+
+    /// What automation queued in a pool that then observes is never done: a reload
+    /// to observe withdraws it, and so does a start with observe on a store that
+    /// kept it (a stop between the decision and the action).
+    #[tokio::test]
+    async fn observe_withdraws_what_automation_queued_at_reload_and_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hale.yaml");
+        let yaml = |mode: &str| {
+            let mut y = format!(
+                "alertmanager: {{ pollInterval: 0, requireWatchdog: false }}
+store: {{ path: {} }}
+pools: [{{ name: gpu, selector: {{ pool: gpu }}, nodeHealth: {{ mode: {mode} }} }}]
+inventory:
+",
+                dir.path().display()
+            );
+            for i in 0..10 {
+                y.push_str(&format!(
+                    "  - {{ id: g{i}, labels: {{ pool: gpu }} }}
+"
+                ));
+            }
+            y
+        };
+        let open = |mode: &str| {
+            std::fs::write(&path, yaml(mode)).unwrap();
+            Hale::open(Config::load(Some(&path)).unwrap(), Arc::new(NoOrchestrator)).unwrap()
+        };
+        // A first score moves nothing: a warning first, then critical alerts.
+        let sick = |hale: &Hale| {
+            let alert = |name: &str, severity: &str| {
+                format!(
+                    r#"{{"status":"firing","labels":{{"alertname":"{name}","node":"g0","severity":"{severity}"}},"annotations":{{}},"startsAt":"2026-12-01T00:00:00Z","fingerprint":"{name}"}}"#
+                )
+            };
+            let mut alerts = vec![alert("Early", "warning")];
+            for more in [
+                vec![],
+                vec![
+                    alert("DiskFailing", "critical"),
+                    alert("EccFailing", "critical"),
+                ],
+            ] {
+                alerts.extend(more);
+                let body = format!(
+                    r#"{{"version":"4","status":"firing","receiver":"hale","groupKey":"g","truncatedAlerts":0,"alerts":[{}]}}"#,
+                    alerts.join(",")
+                );
+                hale.ingest_webhook(body.as_bytes()).unwrap();
+            }
+        };
+        let queued = |hale: &Hale| hale.lock_fleet().pending().len();
+        let halted = |hale: &Hale| {
+            hale.events(
+                "g0",
+                &EventQuery {
+                    types: vec!["POLICY_HALTED".into()],
+                    page_size: 10,
+                    ..EventQuery::default()
+                },
+            )
+            .unwrap()
+            .unwrap()
+            .events
+            .len()
+        };
+        // No act loop runs here: the cordon stays queued, as behind an
+        // orchestrator that does not answer.
+        let hale = open("cordon");
+        sick(&hale);
+        assert_eq!(queued(&hale), 1, "the cordon queued");
+        std::fs::write(&path, yaml("observe")).unwrap();
+        hale.reload().unwrap();
+        assert_eq!(queued(&hale), 0, "withdrawn at the reload");
+        assert_eq!(halted(&hale), 1);
+        assert_eq!(hale.node("g0").unwrap().status, crate::core::Status::Ready);
+        drop(hale);
+
+        std::fs::write(&path, yaml("cordon")).unwrap();
+        let hale = open("cordon");
+        sick(&hale);
+        assert_eq!(queued(&hale), 1);
+        drop(hale);
+        let hale = open("observe");
+        assert_eq!(queued(&hale), 0, "withdrawn at the start");
+        assert_eq!(halted(&hale), 2);
     }
 
     /// Every order pages through every match exactly once, in the order a plain

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::{Actor, Conclusion, Guardrail, Moves, Policy, TERMINATE_RETRY, Verdict, blind, event};
 use crate::core::events::with_reason;
 use crate::core::outcome::Outcome;
-use crate::core::settings::CoreSettings;
+use crate::core::settings::{CoreSettings, Mode};
 use crate::core::{EventKind, Fleet, Status, Time};
 
 /// An action decided and not yet confirmed done; `id` tells two equal ones apart.
@@ -348,6 +348,83 @@ impl Fleet {
             return out;
         }
         self.action_failed(cfg, now, id, action_id, why)
+    }
+
+    /// Pools in `observe` (a reload set it, or a process started or took over
+    /// with it): what automation queued for their nodes and has not done — its
+    /// cordon and the drain, evictions or termination behind it — is withdrawn,
+    /// as observe changes nothing from the moment it is set. An operator's
+    /// actions, the gate, and reboot flows and fences go on. A cordon withdrawn
+    /// before it was done leaves the node in service; one done stays (automation
+    /// never uncordons). Each node says so (`POLICY_HALTED`, guardrail
+    /// `observe`), and observe's own recommendation follows.
+    pub fn observe_withdraws(&mut self, cfg: &CoreSettings, now: Time) -> Outcome {
+        let mut out = Outcome::default();
+        let automated = |a: &Action| {
+            matches!(
+                a,
+                Action::Cordon {
+                    by: Actor::Hale,
+                    ..
+                } | Action::Drain { .. }
+                    | Action::Evict { .. }
+                    | Action::Terminate
+            )
+        };
+        for node in self.nodes.values_mut() {
+            let settings = cfg.settings_for(&node.labels);
+            let hales = node.policy.cordon.as_ref().is_some_and(|c| {
+                c.by == Actor::Hale && !c.reason.starts_with(super::remediation::CORDON_REASON)
+            });
+            if settings.mode != Mode::Observe
+                || !hales
+                || !node.policy.pending.iter().any(|p| automated(&p.action))
+            {
+                continue;
+            }
+            let undone = node
+                .policy
+                .pending
+                .iter()
+                .any(|p| matches!(p.action, Action::Cordon { .. }));
+            let mut what: Vec<&'static str> = Vec::new();
+            for p in node.policy.pending.iter().filter(|p| automated(&p.action)) {
+                if let Action::Evict { fault_class, .. } = &p.action {
+                    node.policy.evicted.remove(fault_class);
+                }
+                if !what.contains(&p.action.name()) {
+                    what.push(p.action.name());
+                }
+            }
+            node.policy.pending.retain(|p| !automated(&p.action));
+            node.policy.conclusion = None;
+            if undone {
+                node.policy.cordon = None;
+                node.status = Status::Ready;
+            }
+            out.dirty.insert(node.id.clone());
+            out.events.push(super::policy_verdict(
+                node,
+                settings,
+                now,
+                what[0],
+                Some("observe"),
+                format!(
+                    "withdrawn before it was done ({}): pool {} is in observe now, which changes nothing; the node {}",
+                    what.join(", "),
+                    settings.name,
+                    if undone {
+                        "stays in service"
+                    } else {
+                        "stays cordoned (automation never uncordons)"
+                    }
+                ),
+            ));
+        }
+        if !out.dirty.is_empty() {
+            self.pools = None;
+        }
+        out
     }
 
     /// The orchestrator refused the pending action `action_id` for good (transient

@@ -2998,6 +2998,62 @@ fn a_termination_under_way_when_an_operator_takes_the_node_over_is_recorded() {
     assert_eq!(s.fleet.ledger.replacements.values().flatten().count(), 1);
 }
 
+/// A pool switched to observe (a reload, or a start with it) stops what automation
+/// queued there and has not done: a cordon not yet done is withdrawn and the node
+/// stays in service; behind a cordon done, a termination is withdrawn and the
+/// cordon stays. Each said; observe's recommendation follows.
+#[test]
+fn a_pool_switched_to_observe_withdraws_what_automation_queued() {
+    // A cordon decided and not yet done (the orchestrator not answering).
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &["g-0"], low);
+    s.at(30).report(&ids, &["g-0"], low);
+    assert_eq!(s.node("g-0").status, Status::Cordoned);
+    assert!(!s.node("g-0").policy.pending.is_empty());
+    let untouched = s.fleet.observe_withdraws(&s.cfg, s.now);
+    assert!(untouched.events.is_empty(), "the pool still cordons");
+    s.policy_events();
+    s.cfg = pool_script("observe").cfg;
+    let out = s.fleet.observe_withdraws(&s.cfg, s.now);
+    s.record(out);
+    assert_eq!(s.policy_events(), ["g-0 POLICY_HALTED cordon observe"]);
+    assert!(s.fleet.pending().is_empty());
+    assert_eq!(s.node("g-0").status, Status::Ready);
+    assert!(s.node("g-0").policy.cordon.is_none());
+    s.at(60).report(&ids, &["g-0"], low);
+    assert_eq!(s.policy_events(), ["g-0 POLICY_RECOMMENDED cordon"]);
+
+    // A replacement: cordoned and drained, its termination queued.
+    let mut s = pool_script("replace");
+    let ids = replace_pool(&mut s, 10);
+    s.at(0).report(&ids, &["c-0"], very_low);
+    s.at(30).report(&ids, &["c-0"], very_low);
+    counted(&mut s, &["c-0"]);
+    s.tick();
+    act_but_terminate(&mut s);
+    assert_eq!(
+        s.fleet.next_action("c-0").map(|p| p.action),
+        Some(policy::Action::Terminate)
+    );
+    s.policy_events();
+    s.cfg = pool_script("observe").cfg;
+    let out = s.fleet.observe_withdraws(&s.cfg, s.now);
+    assert!(
+        out.events[0].message.contains("stays cordoned"),
+        "{:?}",
+        out.events
+    );
+    s.record(out);
+    assert_eq!(s.policy_events(), ["c-0 POLICY_HALTED terminate observe"]);
+    assert_eq!(s.fleet.next_action("c-0"), None);
+    assert_eq!(
+        s.node("c-0").status,
+        Status::Cordoned,
+        "automation never uncordons"
+    );
+}
+
 /// Every pending action but a termination done, as an orchestrator that is still
 /// being asked to terminate.
 fn act_but_terminate(s: &mut Script) {
