@@ -139,9 +139,11 @@ impl Step<'_> {
 
 /// Whether `node` has outlived its evidence: known from alerts alone, named by none
 /// since `before`, and holding nothing an operator must see to — no sticky
-/// condition, no cordon or action of the policy's. Its gate does not keep it: no
-/// orchestrator lists the node, so the gate marks nothing outside hale, and a
-/// node gone silent is blind, so its gate would never lift.
+/// condition, no cordon or action of the policy's, no fence (a machine hale
+/// switched off, counted toward `fencing.maxPercent` until it reports) and no
+/// reboot flow under way. Its gate does not keep it: no orchestrator lists the
+/// node, so the gate marks nothing outside hale, and a node gone silent is blind,
+/// so its gate would never lift.
 pub(super) fn retirable(node: &Node, before: Time) -> bool {
     node.known_from == Origin::Alerts
         && node
@@ -151,6 +153,12 @@ pub(super) fn retirable(node: &Node, before: Time) -> bool {
         && !node.conditions.values().any(|c| c.sticky)
         && node.policy.cordon.is_none()
         && node.policy.pending.is_empty()
+        && node.policy.fence.is_none()
+        && node
+            .policy
+            .flow
+            .as_ref()
+            .is_none_or(|f| f.step == super::policy::FlowStep::Queued)
 }
 
 /// Forget job-failure instances that started before `before` (their key is

@@ -560,8 +560,15 @@ fn nodes_known_only_from_alerts_retire_after_forget_after() {
         sticky,
         heartbeat("cordoned"),
         heartbeat("back"),
+        heartbeat("fenced"),
     ]);
     s.fleet.cordon(s.now, "cordoned", "maintenance").unwrap();
+    // A machine a fence left off (its power-on failed), never heard from again:
+    // counted toward fencing.maxPercent until it reports, so kept.
+    s.fleet.nodes.get_mut("fenced").unwrap().policy.fence = Some(policy::Fence {
+        step: policy::FenceStep::Fenced,
+        since: s.now,
+    });
     s.took();
     // `gated` scores 20, is gated on its second report, then goes silent: blind,
     // its gate stays, yet it changes nothing outside hale for a node no
@@ -591,7 +598,7 @@ fn nodes_known_only_from_alerts_retire_after_forget_after() {
     let ids: Vec<&str> = s.fleet.nodes.keys().map(String::as_str).collect();
     assert_eq!(
         ids,
-        ["back", "cordoned", inv, "sticky"],
+        ["back", "cordoned", "fenced", inv, "sticky"],
         "retired: known from alerts, named by none for 7 days, holding nothing"
     );
     let retired: Vec<(String, String)> = s
