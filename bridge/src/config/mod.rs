@@ -17,8 +17,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 use crate::core::settings::{
-    CoreSettings, DefaultPenalty, Identity, Mode, Pool, Settings, Source, de_duration,
-    de_opt_duration,
+    CoreSettings, Identity, Mode, Pool, Settings, Source, de_duration, de_opt_duration,
 };
 use crate::core::{BLIND_CONDITIONS, EVENT_TYPES, Listed};
 
@@ -254,7 +253,17 @@ pub struct NodeHealthOverrides {
     /// Points by reason; merged over the built-in table of DESIGN §4.
     pub penalties: Option<BTreeMap<String, u32>>,
     /// Points for reasons missing from the table, by severity.
-    pub default_penalty: Option<DefaultPenalty>,
+    pub default_penalty: Option<DefaultPenaltyOverrides>,
+}
+
+/// `defaultPenalty` as written: each severity optional, so a pool (or the cluster,
+/// over the built-in table) changes only those it names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DefaultPenaltyOverrides {
+    pub info: Option<u32>,
+    pub warning: Option<u32>,
+    pub critical: Option<u32>,
 }
 
 /// These settings with `overrides` applied key by key, under a new name.
@@ -303,8 +312,17 @@ fn overridden(base: &Settings, name: &str, o: &NodeHealthOverrides) -> Settings 
     if let Some(v) = &o.penalties {
         s.penalties.extend(v.iter().map(|(k, p)| (k.clone(), *p)));
     }
-    if let Some(v) = o.default_penalty {
-        s.default_penalty = v;
+    if let Some(d) = o.default_penalty {
+        let mine = &mut s.default_penalty;
+        for (set, to) in [
+            (&mut mine.info, d.info),
+            (&mut mine.warning, d.warning),
+            (&mut mine.critical, d.critical),
+        ] {
+            if let Some(v) = to {
+                *set = v;
+            }
+        }
     }
     s
 }
@@ -1483,8 +1501,17 @@ fn check_settings(
         }
     }
     let d = s.default_penalty;
-    if d.info.max(d.warning).max(d.critical) > 100 {
-        return fail("defaultPenalty", "points are outside 0..=100".into());
+    for (severity, points) in [
+        ("info", d.info),
+        ("warning", d.warning),
+        ("critical", d.critical),
+    ] {
+        if points > 100 {
+            return fail(
+                &format!("defaultPenalty.{severity}"),
+                format!("{points} is outside 0..=100"),
+            );
+        }
     }
     Ok(())
 }
@@ -2144,6 +2171,41 @@ mod tests {
         assert_eq!(other.name, "cluster");
         assert_eq!(other.penalty("GpuThrottling", Severity::Warning), 10);
         assert_eq!(other.penalty("SomethingNew", Severity::Critical), 25);
+
+        // defaultPenalty too, severity by severity: the cluster's critical stays
+        // under a pool that names only warning.
+        let l = load(
+            "nodeHealth: { defaultPenalty: { critical: 50 } }
+pools:
+  - name: gpu
+    selector: { pool: gpu }
+    nodeHealth: { defaultPenalty: { warning: 20 } }
+",
+        )
+        .unwrap();
+        let gpu = l
+            .core
+            .settings_for(&BTreeMap::from([("pool".into(), "gpu".into())]));
+        assert_eq!(gpu.penalty("SomethingNew", Severity::Critical), 50);
+        assert_eq!(gpu.penalty("SomethingNew", Severity::Warning), 20);
+        assert_eq!(gpu.penalty("SomethingNew", Severity::Info), 0);
+        let other = l.core.settings_for(&BTreeMap::new());
+        assert_eq!(other.penalty("SomethingNew", Severity::Critical), 50);
+        assert_eq!(other.penalty("SomethingNew", Severity::Warning), 5);
+        // Out of range: the severity's key and its line.
+        let e = load(
+            "nodeHealth:
+  defaultPenalty:
+    warning: 5
+    critical: 250
+",
+        )
+        .unwrap_err();
+        assert_eq!(
+            (e.key.as_str(), e.line),
+            ("nodeHealth.defaultPenalty.critical", Some(4)),
+            "{e}"
+        );
     }
 
     #[test]

@@ -21,8 +21,7 @@ pub enum Mode {
 }
 
 /// Points deducted for a reason missing from the penalty table, by severity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DefaultPenalty {
     pub info: u32,
     pub warning: u32,
