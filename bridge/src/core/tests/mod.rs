@@ -2932,7 +2932,8 @@ fn switching_from_observe_cordons_what_observe_recommended() {
 /// outside it: the node is no longer hale's to replace.
 #[test]
 fn an_operator_taking_the_node_over_withdraws_a_queued_termination() {
-    for outside in [false, true] {
+    for how in ["cordon", "drain", "outside"] {
+        let outside = how == "outside";
         let mut s = pool_script("replace");
         let ids = replace_pool(&mut s, 10);
         s.at(0).report(&ids, &["c-0"], very_low);
@@ -2946,6 +2947,8 @@ fn an_operator_taking_the_node_over_withdraws_a_queued_termination() {
             taken.cordoned_by = Some((policy::Actor::Operator, "ops: bios update".into()));
             taken.provisioned = true;
             s.fleet.observe(s.now, &[taken])
+        } else if how == "drain" {
+            s.fleet.drain(s.now, "c-0", false, "investigating").unwrap()
         } else {
             s.fleet.cordon(s.now, "c-0", "investigating").unwrap()
         };
@@ -2956,8 +2959,13 @@ fn an_operator_taking_the_node_over_withdraws_a_queued_termination() {
                 .pending
                 .iter()
                 .all(|p| p.action != policy::Action::Terminate),
-            "outside hale: {outside}: {:?}",
+            "{how}: {:?}",
             s.node("c-0").policy.pending
+        );
+        assert_eq!(
+            s.node("c-0").policy.cordon.as_ref().map(|c| c.by),
+            Some(policy::Actor::Operator),
+            "{how}"
         );
         assert_ne!(
             s.fleet.next_action("c-0").map(|p| p.action),
