@@ -486,7 +486,9 @@ impl Node {
         let Some(score) = &self.score else {
             return Health::Unknown;
         };
-        if u32::from(score.value) <= settings.degraded_at_or_below {
+        // Degraded takes evidence: a score nothing was deducted from is none, even
+        // under `degradedAtOrBelow: 100` (which then degrades any deduction).
+        if score.value < 100 && u32::from(score.value) <= settings.degraded_at_or_below {
             Health::Degraded
         } else if BLIND_CONDITIONS
             .iter()

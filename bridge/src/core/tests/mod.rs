@@ -970,6 +970,21 @@ fn health_state_table() {
             s.node("n1").conditions
         );
     }
+    // Degraded takes evidence: at `degradedAtOrBelow: 100` any deduction
+    // degrades, and a node nothing was deducted from — silent, say — is not.
+    let strict = "nodeHealth: { degradedAtOrBelow: 100 }";
+    let mut s = script(strict);
+    s.at(0).poll(&[watchdog(), heartbeat("n1"), heartbeat("n2")]);
+    s.at(90).poll(&[
+        watchdog(),
+        heartbeat("n2"),
+        alert("Odd").on("n2").label("severity", "info"),
+        alert("Minor").on("n2").label("severity", "warning"),
+    ]);
+    assert_eq!(s.score("n1"), Some(100));
+    assert!(s.node("n1").conditions.contains_key(HEARTBEAT_MISSED));
+    assert_eq!(s.health("n1"), Health::Unknown, "silent, no evidence");
+    assert_eq!((s.score("n2"), s.health("n2")), (Some(95), Health::Degraded));
 }
 
 #[test]
