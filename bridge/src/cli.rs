@@ -36,7 +36,7 @@ pub enum Command {
     /// Run the service: poll and receive Alertmanager, score nodes, serve the API.
     Serve {
         /// Configuration file; without it the built-in defaults apply.
-        #[arg(long, short = 'c', env = "HALE_CONFIG")]
+        #[arg(long, short = 'c', env = CONFIG_VAR)]
         config: Option<PathBuf>,
         /// `text` (colours only on a terminal) or `json`, one object per line, for
         /// log collectors.
@@ -316,9 +316,12 @@ fn one_line<T: serde::Serialize + serde::de::DeserializeOwned>(view: &T) -> T {
 }
 
 /// The environment variables the arguments read that, set empty, are unset.
-/// Not `HALE_CONFIG`: set empty, it names no file, which is refused rather
-/// than read as the built-in defaults.
+/// Not [`CONFIG_VAR`]: set empty, it names no file, which `hale serve` refuses
+/// rather than run on the built-in defaults.
 pub const ENV_VARS: [&str; 3] = ["HALE_LOG_FORMAT", "HALE_SERVER", "HALE_TOKEN_FILE"];
+
+/// `hale serve`'s configuration file.
+pub const CONFIG_VAR: &str = "HALE_CONFIG";
 
 /// A node id as the CLI takes it: not empty (the API would answer "node  is not
 /// known"), nor white space alone, nor one no node can have.

@@ -24,6 +24,13 @@ fn main() -> std::process::ExitCode {
             unsafe { std::env::remove_var(var) };
         }
     }
+    // All but HALE_CONFIG: set empty it names no file, and `hale serve` on the
+    // built-in defaults in place of a configuration meant is refused (`run`).
+    if std::env::var_os(cli::CONFIG_VAR).is_some_and(|v| v.is_empty()) {
+        EMPTY_CONFIG_VAR.store(true, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { std::env::remove_var(cli::CONFIG_VAR) };
+    }
     hale::service::tune_allocator();
     // A panic ends the process at once (release builds abort): the lines queued
     // for the log, the ones that tell what led to it, are written first.
@@ -47,8 +54,18 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// `HALE_CONFIG` was set, and empty.
+static EMPTY_CONFIG_VAR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if let Command::Serve { config: None, .. } = &cli.command
+        && EMPTY_CONFIG_VAR.load(std::sync::atomic::Ordering::Relaxed)
+    {
+        anyhow::bail!(
+            "HALE_CONFIG is set but empty, so it names no configuration file: name the file (or pass --config), or unset HALE_CONFIG to run on the built-in defaults"
+        );
+    }
     if !matches!(cli.command, Command::Serve { .. }) {
         // A client's output piped into `head` ends quietly when the reader has
         // had enough, as other command-line tools do, instead of panicking on

@@ -581,6 +581,19 @@ async fn logs_are_plain_off_a_terminal_and_json_when_asked() {
     let (code, said) = refused("HALE_LOG_FORMAT", "xml");
     assert_eq!(code, Some(2), "{said}");
     assert!(said.contains("HALE_LOG_FORMAT"), "{said}");
+    // HALE_CONFIG set empty names no file: `hale serve` without --config says so
+    // (not the built-in defaults, nor the parser's words about `--config`).
+    let out = exits_within(
+        std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+            .arg("serve")
+            .env("HALE_CONFIG", ""),
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.starts_with("error: HALE_CONFIG is set but empty"),
+        "{said}"
+    );
 }
 
 /// A store has one writer: a second `hale serve` on the same directory stops at

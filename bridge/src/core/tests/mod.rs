@@ -974,7 +974,8 @@ fn health_state_table() {
     // degrades, and a node nothing was deducted from — silent, say — is not.
     let strict = "nodeHealth: { degradedAtOrBelow: 100 }";
     let mut s = script(strict);
-    s.at(0).poll(&[watchdog(), heartbeat("n1"), heartbeat("n2")]);
+    s.at(0)
+        .poll(&[watchdog(), heartbeat("n1"), heartbeat("n2")]);
     s.at(90).poll(&[
         watchdog(),
         heartbeat("n2"),
@@ -984,7 +985,10 @@ fn health_state_table() {
     assert_eq!(s.score("n1"), Some(100));
     assert!(s.node("n1").conditions.contains_key(HEARTBEAT_MISSED));
     assert_eq!(s.health("n1"), Health::Unknown, "silent, no evidence");
-    assert_eq!((s.score("n2"), s.health("n2")), (Some(95), Health::Degraded));
+    assert_eq!(
+        (s.score("n2"), s.health("n2")),
+        (Some(95), Health::Degraded)
+    );
 }
 
 #[test]
