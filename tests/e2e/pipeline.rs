@@ -209,6 +209,43 @@ async fn alertmanager_killed_clears_nothing() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("source_unavailable"));
 }
 
+/// The first read of the alerts in a while is one poll's answer: its list and the
+/// source's state, and the nodes it shows, come from the same answer — not a list
+/// fetched past the poll the rest of the picture is from.
+#[tokio::test]
+async fn the_first_read_of_the_alerts_is_one_polls_answer() {
+    let am = Alertmanager::start(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    // Polled at start, then not for ten minutes.
+    am.fire(&[watchdog(), heartbeat("n1")]).await;
+    let port = free_port();
+    let config = config(dir.path(), port, &am.url, "pollInterval: 10m", "");
+    let hale = Hale::start_with(dir.path(), port, &config).await;
+    hale.wait_node("the first poll", "n1", |n| n["score"] == 100)
+        .await;
+    am.fire(&[gpu_ecc_uncorrectable("n1")]).await;
+    let r: Value = reqwest::get(format!("{}/api/v1/alerts", hale.url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        r["alerts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["alertname"] == "GpuEccUncorrectable"),
+        "{r}"
+    );
+    assert_eq!(r["source"]["up"], true, "{r}");
+    let n1 = hale.node("n1").await.unwrap();
+    assert!(
+        has_condition(&n1, "gpu_ecc_errors"),
+        "the answer listed is the one the nodes show: {n1}"
+    );
+}
+
 #[tokio::test]
 async fn heartbeat_missed_when_a_node_goes_quiet() {
     let am = Alertmanager::start(None).await;

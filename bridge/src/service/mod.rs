@@ -100,6 +100,8 @@ pub struct Hale {
     /// The receiver's alerts as the last poll read them, kept while someone asks
     /// (`GET /api/v1/alerts`).
     seen: Mutex<SeenAlerts>,
+    /// Woken each time a poll has kept its list in `seen`.
+    alerts_kept: Notify,
     /// One fetch at a time for `GET /api/v1/alerts` when no poll can answer it.
     fetching: tokio::sync::Mutex<()>,
     /// The blocking alerts as last read (the reboot flow's admission).
@@ -259,6 +261,7 @@ impl Hale {
             publish_now: Notify::new(),
             liveness,
             seen: Mutex::new(SeenAlerts::default()),
+            alerts_kept: Notify::new(),
             fetching: tokio::sync::Mutex::new(()),
             facts: Mutex::new(Default::default()),
             facts_read: AtomicBool::new(false),
@@ -594,7 +597,12 @@ impl Hale {
             let cfg = self.config();
             render_alerts(&alerts, &cfg, &self.unknown_nodes(&alerts, &cfg))
         });
-        self.seen.lock().expect("seen lock").alerts = list.map(|l| (Instant::now(), Ok(l)));
+        if let Some(l) = list {
+            self.seen.lock().expect("seen lock").alerts = Some((Instant::now(), Ok(l)));
+            self.alerts_kept.notify_waiters();
+        } else {
+            self.seen.lock().expect("seen lock").alerts = None;
+        }
         drop(alerts);
         drop(body);
         release_freed_memory();
@@ -625,6 +633,7 @@ impl Hale {
         // The last answer is no longer what Alertmanager holds: `GET
         // /api/v1/alerts` says it cannot be read rather than show it.
         self.seen.lock().expect("seen lock").alerts = Some((Instant::now(), Err(e.clone())));
+        self.alerts_kept.notify_waiters();
         warn!(error = %e, "poll failed: nothing is cleared");
         self.count_poll(e.metric_label());
         let reason = e.to_string();
@@ -1073,6 +1082,24 @@ impl Hale {
         };
         if let Some(list) = cached() {
             return list;
+        }
+        // Polling, the list is the next poll's, kept now that it is wanted: the
+        // alerts and the source's state then come from one answer. Only past the
+        // poll's allowance (a follower, which leaves polling to the leader; a poll
+        // stuck) is Alertmanager asked from here.
+        if !am.poll_interval.is_zero() && self.writes() {
+            let kept = self.alerts_kept.notified();
+            tokio::pin!(kept);
+            kept.as_mut().enable();
+            self.poll_now.notify_one();
+            let allowance = self.client.read().expect("client lock").allowance();
+            if tokio::time::timeout(allowance + Duration::from_secs(5), kept)
+                .await
+                .is_ok()
+                && let Some(list) = cached()
+            {
+                return list;
+            }
         }
         let _one = self.fetching.lock().await;
         if let Some(list) = cached() {
