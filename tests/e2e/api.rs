@@ -150,6 +150,41 @@ async fn bad_operator_bodies_are_json_errors_and_change_nothing() {
     assert_eq!(after["failures"], before["failures"]);
 }
 
+/// Alert texts reach the log escaped: a line break cannot forge a line, nor a
+/// bidirectional override reorder what `kubectl logs` shows of the rest.
+#[tokio::test]
+async fn alert_texts_reach_the_log_escaped() {
+    let (_am, _dir, hale) = running().await;
+    let mut a = smart_failing("n9");
+    a["annotations"]["summary"] = json!("red \u{1b}[31mALERT\nERROR forged \u{202E}evil");
+    let r = reqwest::Client::new()
+        .post(format!("{}/api/v1/alertmanager", hale.url))
+        .bearer_auth(TOKEN)
+        .body(delivery(&[(&a, "firing")]).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let line = eventually(
+        "the condition logged",
+        std::time::Duration::from_secs(10),
+        || async {
+            hale.log()
+                .lines()
+                .find(|l| l.contains("n9") && l.contains("disk_degraded raised"))
+                .map(str::to_string)
+        },
+    )
+    .await;
+    assert!(line.contains("\\u{202e}evil"), "{line}");
+    let log = hale.log();
+    assert!(
+        !log.contains('\u{202E}') && !log.contains('\u{1b}'),
+        "{log}"
+    );
+    assert!(!log.lines().any(|l| l.starts_with("ERROR forged")), "{log}");
+}
+
 #[tokio::test]
 async fn bad_webhook_input_changes_nothing() {
     let (_am, _dir, hale) = running().await;

@@ -210,20 +210,39 @@ fn upper(class: &str) -> super::Name {
 /// what would forge a log line, or show as another id.
 pub fn unprintable(value: &str) -> bool {
     value.bytes().any(|b| b < 0x20 || b == 0x7f)
-        || (!value.is_ascii()
-            && value.chars().any(|c| {
-                c.is_control()
-                    || matches!(
-                        c,
-                        '\u{AD}'
-                            | '\u{61C}'
-                            | '\u{180E}'
-                            | '\u{200B}'..='\u{200F}'
-                            | '\u{202A}'..='\u{202E}'
-                            | '\u{2060}'..='\u{2069}'
-                            | '\u{FEFF}'
-                    )
-            }))
+        || (!value.is_ascii() && value.chars().any(|c| c.is_control() || invisible(c)))
+}
+
+/// A bidirectional override or isolate, or a character that shows as nothing.
+fn invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{AD}'
+            | '\u{61C}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2069}'
+            | '\u{FEFF}'
+    )
+}
+
+/// `text` for a log line: a bidirectional override or an invisible character is
+/// written `\u{..}` (the log's own escaping covers control characters), so a line
+/// read in `kubectl logs` shows what it holds, in its order.
+pub fn loggable(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.is_ascii() || !text.chars().any(invisible) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if invisible(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// Empty or only whitespace: a value that counts as absent. Decided by its first
@@ -881,6 +900,19 @@ mod tests {
         assert_eq!(a.severity(), Severity::Critical);
         assert!(a.sticky());
         assert_eq!(a.notes(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_log_line_shows_overrides_and_invisible_characters_escaped() {
+        assert!(matches!(
+            loggable("disk sda: ok"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(loggable("résumé"), "résumé");
+        assert_eq!(
+            loggable("line2 \u{202E}evil \u{200B}x\u{FEFF}"),
+            "line2 \\u{202e}evil \\u{200b}x\\u{feff}"
+        );
     }
 
     #[test]

@@ -1809,7 +1809,12 @@ fn log_events(outcome: &Outcome) {
             EventKind::ConditionCleared { condition, .. } if condition == TELEMETRY_STALE => {
                 fresh += 1
             }
-            kind => info!(node = %e.node_id, event = kind.name(), "{}", e.message),
+            kind => info!(
+                node = %e.node_id,
+                event = kind.name(),
+                "{}",
+                crate::core::labels::loggable(&e.message)
+            ),
         }
     }
     if stale > 0 {
