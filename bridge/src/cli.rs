@@ -445,7 +445,14 @@ pub fn run_backtest(verb: PolicyVerb) -> anyhow::Result<()> {
     let known = store.load(now)?.nodes;
     // All of it: what came before the window rebuilds the state it starts in.
     let history = store.history(0)?;
-    let report = hale::core::replay::backtest(&loaded.core, &known, &history, Some(since), now);
+    let inventory: Vec<hale::core::Listed> = loaded
+        .config
+        .inventory
+        .iter()
+        .map(hale::config::InventoryNode::listed)
+        .collect();
+    let report =
+        hale::core::replay::backtest(&loaded.core, &known, &inventory, &history, Some(since), now);
     if output == Output::Json {
         print_json(&report);
     } else {

@@ -12,8 +12,8 @@ use serde::Serialize;
 use super::policy::{Done, RECOVERY_HOLD};
 use super::settings::CoreSettings;
 use super::{
-    Condition, Event, EventKind, Fleet, HEARTBEAT_MISSED, Name, Node, Score, Severity, SmallMap,
-    Time,
+    Condition, Event, EventKind, Fleet, HEARTBEAT_MISSED, Listed, Name, Node, Score, Severity,
+    SmallMap, Time,
 };
 
 /// What one configuration did, or would have done, to one node.
@@ -82,12 +82,14 @@ pub struct Side {
 }
 
 /// Replay `history` (every node's events, oldest first) on nodes that start as
-/// `known` (labels kept, evidence cleared) under `cfg`, counting from `since`: what
-/// came before only rebuilds the state the window starts in. Nothing is replayed
-/// after `now`: a report the replay would take later has not happened yet.
+/// `known` (labels kept, evidence cleared) under `cfg`, with the candidate's
+/// `inventory` on top, counting from `since`: what came before only rebuilds the
+/// state the window starts in. Nothing is replayed after `now`: a report the
+/// replay would take later has not happened yet.
 pub fn backtest(
     cfg: &CoreSettings,
     known: &BTreeMap<String, Box<Node>>,
+    inventory: &[Listed],
     history: &[Event],
     since: Option<Time>,
     now: Time,
@@ -108,20 +110,38 @@ pub fn backtest(
     // healthy node reports without recording events, so one known before the
     // history begins has reported before; one whose record began within it starts
     // unscored, as it did, so its first score is one the policy does not act on.
+    let reported_before = |n: &mut Node| {
+        n.policy.scored_reports = 1;
+        n.score = Some(Score {
+            value: 100,
+            breakdown: Vec::new(),
+            scored_by: Name::default(),
+        });
+    };
     for (id, k) in known {
         let mut n = Node::new(id);
         n.labels = k.labels.clone();
         n.hostname = k.hostname.clone();
         n.policy.provisioned = k.policy.provisioned;
         if k.known_since.is_none_or(|t| t < start) {
-            n.policy.scored_reports = 1;
-            n.score = Some(Score {
-                value: 100,
-                breakdown: Vec::new(),
-                scored_by: Name::default(),
-            });
+            reported_before(&mut n);
         }
         fleet.nodes.insert(id.clone(), Box::new(n));
+    }
+    // The candidate's inventory as `hale serve` with it would read it: its labels
+    // on top of those known (a node it moves to another pool is replayed there),
+    // and the nodes it adds in their pools from the start.
+    for l in inventory {
+        let n = fleet.nodes.entry(l.id.clone()).or_insert_with(|| {
+            let mut n = Node::new(&l.id);
+            reported_before(&mut n);
+            Box::new(n)
+        });
+        n.labels
+            .extend(l.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if l.hostname.is_some() {
+            n.hostname = l.hostname.clone();
+        }
     }
     let mut steps: BTreeMap<Time, BTreeSet<String>> = BTreeMap::new();
     let mut by_time: BTreeMap<Time, Vec<&Event>> = BTreeMap::new();
@@ -136,7 +156,8 @@ pub fn backtest(
                 .recorded
                 .count(e);
         }
-        let interval = known
+        let interval = fleet
+            .nodes
             .get(&e.node_id)
             .map_or(cfg.settings_for(&BTreeMap::new()), |n| {
                 cfg.settings_for(&n.labels)

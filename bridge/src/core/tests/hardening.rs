@@ -752,7 +752,7 @@ fn the_backtest_names_each_halts_guardrail() {
     s.at(30).report(&ids, &["g-0"], low);
     let history: Vec<Event> = std::mem::take(&mut s.events);
     let candidate = pool_script("observe").cfg;
-    let report = replay::backtest(&candidate, &s.fleet.nodes, &history, None, s.now);
+    let report = replay::backtest(&candidate, &s.fleet.nodes, &[], &history, None, s.now);
     assert_eq!(
         report.candidate.halted_by,
         [("maxUnavailablePercent".to_string(), 1)].into()

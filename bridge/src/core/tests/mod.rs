@@ -378,7 +378,7 @@ fn a_late_failure_report_keeps_when_the_job_failed() {
     s.at(2 * WEEK + 30).poll(&[watchdog(), heartbeat("n1")]);
     s.at(2 * WEEK + 60).poll(&[watchdog(), heartbeat("n1")]);
     assert_eq!(s.score("n1"), Some(78));
-    let r = replay::backtest(&s.cfg, &s.fleet.nodes, &s.events, None, s.now);
+    let r = replay::backtest(&s.cfg, &s.fleet.nodes, &[], &s.events, None, s.now);
     assert!(r.recorded.is_empty(), "{r:?}");
     assert_eq!(r.candidate, r.recorded, "{r:?}");
 }
@@ -3381,7 +3381,7 @@ fn backtest_replays_history_with_a_candidate_and_reproduces_the_running_config()
     history.append(&mut s.events);
     let known = s.fleet.nodes.clone();
 
-    let same = replay::backtest(&s.cfg, &known, &history, None, s.now);
+    let same = replay::backtest(&s.cfg, &known, &[], &history, None, s.now);
     assert_eq!(
         same.recorded.recommendations, 3,
         "cordon, then drain for g-1: {same:?}"
@@ -3392,11 +3392,32 @@ fn backtest_replays_history_with_a_candidate_and_reproduces_the_running_config()
     );
 
     let drain = pool_script("drain");
-    let r = replay::backtest(&drain.cfg, &known, &history, None, s.now);
+    let r = replay::backtest(&drain.cfg, &known, &[], &history, None, s.now);
     assert_eq!(r.candidate.recommendations, 0);
     assert_eq!((r.candidate.cordons, r.candidate.drains), (2, 2), "{r:?}");
     assert_eq!(r.nodes["g-1"].candidate.drains, 1);
     assert_eq!(r.nodes["g-1"].recorded.recommendations, 2);
+
+    // A candidate whose inventory moves g-1 to a pool of its own, which cordons
+    // and never drains: g-1 is replayed there, g-2 where it was.
+    let moved = script(
+        "pools:\n  - { name: strict, selector: { pool: strict }, nodeHealth: { mode: cordon, drainBelow: 0, maxUnavailablePercent: 100 } }\n  - { name: gpu, selector: { pool: gpu }, nodeHealth: { mode: observe } }\n",
+    );
+    let inventory = [Listed {
+        id: "g-1".into(),
+        hostname: None,
+        labels: [("pool".to_string(), "strict".to_string())].into(),
+    }];
+    let r = replay::backtest(&moved.cfg, &known, &inventory, &history, None, s.now);
+    assert_eq!(
+        (
+            r.nodes["g-1"].candidate.cordons,
+            r.nodes["g-1"].candidate.drains
+        ),
+        (1, 0),
+        "{r:?}"
+    );
+    assert_eq!(r.nodes["g-2"].candidate.cordons, 0, "{r:?}");
 }
 
 /// A silenced fault stays suppressed through what it does while silenced: it
@@ -3441,7 +3462,7 @@ fn a_silenced_sticky_fault_stays_suppressed_through_escalation_and_its_end() {
     assert!(c.sources.is_empty() && c.sticky && c.suppressed(), "{c:?}");
     assert_eq!(s.score("g-1"), Some(100));
     assert!(s.fleet.pending().is_empty(), "{:?}", s.fleet.pending());
-    let r = replay::backtest(&s.cfg, &s.fleet.nodes, &s.events, None, s.now);
+    let r = replay::backtest(&s.cfg, &s.fleet.nodes, &[], &s.events, None, s.now);
     assert!(r.recorded.is_empty(), "{r:?}");
     assert_eq!(r.candidate, r.recorded, "{r:?}");
     // A live alert feeds it: it costs points, and evicts.
@@ -3469,13 +3490,13 @@ fn backtest_keeps_silenced_faults_silent() {
         s.at(t).report(&ids, &["g-1"], silenced);
     }
     let known = s.fleet.nodes.clone();
-    let r = replay::backtest(&s.cfg, &known, &s.events, None, s.now);
+    let r = replay::backtest(&s.cfg, &known, &[], &s.events, None, s.now);
     assert!(r.recorded.is_empty(), "{r:?}");
     assert_eq!(r.candidate, r.recorded, "{r:?}");
     for t in (600..1200).step_by(30) {
         s.at(t).report(&ids, &["g-1"], very_low);
     }
-    let r = replay::backtest(&s.cfg, &s.fleet.nodes, &s.events, None, s.now);
+    let r = replay::backtest(&s.cfg, &s.fleet.nodes, &[], &s.events, None, s.now);
     assert!(!r.recorded.is_empty(), "{r:?}");
     assert_eq!(r.candidate, r.recorded, "{r:?}");
 }
@@ -3492,12 +3513,12 @@ fn backtest_of_new_nodes_reproduces_that_their_first_score_moved_nothing() {
         .collect();
     s.at(20).webhook(&sick);
     assert_eq!(s.score("x0"), Some(55));
-    let r = replay::backtest(&s.cfg, &s.fleet.nodes, &s.events, None, s.now);
+    let r = replay::backtest(&s.cfg, &s.fleet.nodes, &[], &s.events, None, s.now);
     assert!(r.recorded.is_empty(), "{r:?}");
     assert_eq!(r.candidate, r.recorded, "{r:?}");
     // Their next report is acted on, live and in the replay alike.
     s.at(50).webhook(&sick);
-    let r = replay::backtest(&s.cfg, &s.fleet.nodes, &s.events, None, s.now);
+    let r = replay::backtest(&s.cfg, &s.fleet.nodes, &[], &s.events, None, s.now);
     assert!(!r.recorded.is_empty(), "{r:?}");
     assert_eq!(r.candidate, r.recorded, "{r:?}");
 }

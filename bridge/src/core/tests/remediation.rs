@@ -296,7 +296,7 @@ fn the_backtest_leaves_the_reboot_flow_out() {
                 .any(|e| e.node_id == "n1" && e.kind.name() == flow_did),
             "{mode}: {history:?}"
         );
-        let r = crate::core::replay::backtest(&s.cfg, &s.fleet.nodes, &history, None, s.now);
+        let r = crate::core::replay::backtest(&s.cfg, &s.fleet.nodes, &[], &history, None, s.now);
         assert!(r.recorded.is_empty(), "{mode}: {r:?}");
         assert_eq!(r.candidate, r.recorded, "{mode}: {r:?}");
     }
