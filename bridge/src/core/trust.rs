@@ -419,6 +419,8 @@ impl Trust {
         let trust = self;
         trust.asked_since_start = true;
         trust.interval_shortened = None;
+        // Why this answer lacks alerts, when it says: a restart just seen.
+        let mut restarted = None;
         if let Some(started) = answer.started {
             if trust
                 .alertmanager_started
@@ -430,16 +432,14 @@ impl Trust {
                 // once posted by hand for a day, a validity Prometheus shortened
                 // since), which none of its sends might pass for as long.
                 trust.watchdog_expires = None;
-                if trust.hold(
-                    now,
-                    until,
-                    format!(
-                        "Alertmanager restarted at {} and keeps no alerts across a restart",
-                        started.to_rfc3339()
-                    ),
-                ) {
+                let why = format!(
+                    "Alertmanager restarted at {} and keeps no alerts across a restart",
+                    started.to_rfc3339()
+                );
+                if trust.hold(now, until, why.clone()) {
                     held = trust.hold_reason.clone();
                 }
+                restarted = Some(why);
             }
             trust.alertmanager_started = trust.alertmanager_started.max(Some(started));
         }
@@ -495,10 +495,13 @@ impl Trust {
         } else {
             trust.source_up = false;
             trust.last_error = Some("the watchdog alert is missing from the answer".into());
+            // Missing from an Alertmanager that has just restarted, it is the restart
+            // the hold is said to be for.
             if trust.hold(
                 now,
                 now.checked_add_signed(hold).unwrap_or(now),
-                "the watchdog is missing from Alertmanager's answer".into(),
+                restarted
+                    .unwrap_or_else(|| "the watchdog is missing from Alertmanager's answer".into()),
             ) {
                 held = trust.hold_reason.clone();
             }

@@ -162,6 +162,16 @@ fn an_alertmanager_restart_holds_every_absence_for_hold_after_restart() {
     assert!(!s.node("n2").conditions.contains_key("disk_degraded"));
     assert!(s.node("n1").conditions.contains_key("memory_errors"));
     assert_eq!(s.took(), ["n2 CONDITION_CLEARED", "n2 SCORE_CHANGED"]);
+
+    // Asked before Prometheus re-sent anything, a restarted Alertmanager answers
+    // without the watchdog too: the hold is said to be for the restart.
+    let mut s = script("");
+    poll_from(&mut s, 0, -86_400, &all(0));
+    poll_from(&mut s, 30, -86_400, &all(0));
+    poll_from(&mut s, 101, 100, &[]);
+    assert!(s.fleet.trust.holding(s.now));
+    let why = s.fleet.trust.hold_reason.clone().unwrap_or_default();
+    assert!(why.contains("Alertmanager restarted"), "{why}");
 }
 
 /// A watchdog once posted by hand with a long expiry, then lost with an
