@@ -287,17 +287,21 @@ impl Fleet {
 /// family (cordon/uncordon/passive drain; the gate) is judged by its last queued
 /// entry — the state the node must end in — and by the last cordon or uncordon in
 /// it, so a cordon by someone else does not stand for hale's record of who and why.
-/// hale's own cordon is done whatever reason the node shows: a follower decides
-/// the same cordon as its leader a poll apart, with the score of its own poll, and
-/// kept queued it hid an operator's uncordon and was sent once the follower led.
+/// The score policy's cordon is done whatever score the reason the node shows
+/// names: a follower decides the same cordon as its leader a poll apart, with the
+/// score of its own poll, and kept queued it hid an operator's uncordon and was
+/// sent once the follower led. A reboot flow's reason is not one of those words:
+/// a flow's cordon handed to the policy (the reboot did not cure the node) is
+/// written with the policy's reason.
 fn confirm_done(pending: &mut Vec<Pending>, o: &Observed) {
     let cordoned = o.status == Status::Cordoned;
+    let flows = |reason: &str| reason.starts_with(super::remediation::CORDON_REASON);
     let shown = |a: &Action| match a {
         Action::Cordon { by, reason } => {
             cordoned
-                && o.cordoned_by
-                    .as_ref()
-                    .is_some_and(|(b, r)| b == by && (*by == Actor::Hale || r == reason))
+                && o.cordoned_by.as_ref().is_some_and(|(b, r)| {
+                    b == by && (r == reason || (*by == Actor::Hale && !flows(r) && !flows(reason)))
+                })
         }
         Action::Drain { active: false, .. } => cordoned,
         Action::Uncordon => !cordoned,

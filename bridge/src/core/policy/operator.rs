@@ -93,12 +93,15 @@ impl Fleet {
             });
         }
         let mut out = Outcome::default();
-        // hale's own cordon (not a reboot flow's) is the operator's now, as with
-        // `hale node cordon`: a drain is a cordon and more, and the node is never
-        // replaced behind the operator's back.
-        let hales = node.policy.cordon.as_ref().is_some_and(|c| {
-            c.by == Actor::Hale && !c.reason.starts_with(super::remediation::CORDON_REASON)
-        });
+        // hale's own cordon (the policy's or a reboot flow's) is the operator's
+        // now, as with `hale node cordon`: a drain is a cordon and more — the node
+        // is never replaced behind the operator's back, and a flow under way leaves
+        // it cordoned at its end.
+        let hales = node
+            .policy
+            .cordon
+            .as_ref()
+            .is_some_and(|c| c.by == Actor::Hale);
         if node.policy.cordon.is_none() {
             take_out(node, Actor::Operator, reason, now);
             out.events.push(cordoned_by_operator(id, now, reason));

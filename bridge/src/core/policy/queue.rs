@@ -221,23 +221,7 @@ impl Fleet {
             // The power-off of a fence withdrawn while it was under way (the node
             // had reported again): landed now, the machine is powered on again.
             None if node.policy.fence_withdrawn == Some(done_action.id) => {
-                node.policy.fence_withdrawn = None;
-                node.policy.push(Action::Power {
-                    op: PowerOp::On,
-                    force: false,
-                });
-                out.dirty.insert(id.into());
-                out.events.push(super::event(
-                    id,
-                    now,
-                    EventKind::RemediationStep {
-                        action: super::fencing::FENCE.into(),
-                        step: "on".into(),
-                        diagnostics: None,
-                    },
-                    "the withdrawn fence's power-off was under way and landed: powering on again"
-                        .into(),
-                ));
+                power_on_after_withdrawn(node, now, "landed", &mut out);
                 return out;
             }
             None => return out,
@@ -347,37 +331,64 @@ impl Fleet {
         if self.fence_step_unconfirmed(now, id, action_id, why, &mut out) {
             return out;
         }
+        // The power-off of a fence withdrawn while it was under way: it may have
+        // landed, so the machine is powered on (a machine on stays on).
+        if let Some(node) = self.nodes.get_mut(id)
+            && node.policy.fence_withdrawn == Some(action_id)
+        {
+            power_on_after_withdrawn(node, now, "may have landed", &mut out);
+            return out;
+        }
         self.action_failed(cfg, now, id, action_id, why)
     }
 
     /// Pools in `observe` (a reload set it, or a process started or took over
-    /// with it): what automation queued for their nodes and has not done — its
-    /// cordon and the drain, evictions or termination behind it — is withdrawn,
-    /// as observe changes nothing from the moment it is set. An operator's
-    /// actions, the gate, and reboot flows and fences go on. A cordon withdrawn
-    /// before it was done leaves the node in service; one done stays (automation
-    /// never uncordons). Each node says so (`POLICY_HALTED`, guardrail
-    /// `observe`), and observe's own recommendation follows.
+    /// with it): what the score policy queued for their nodes and has not done —
+    /// its cordon and the passive drain or termination behind it — is withdrawn,
+    /// as observe changes nothing from the moment it is set. What runs in every
+    /// mode goes on: fault evictions and their cordon, the gate, an operator's
+    /// actions, and reboot flows and fences. A cordon withdrawn before it was done
+    /// leaves the node in service; one done stays (automation never uncordons).
+    /// Each node says so (`POLICY_HALTED`, guardrail `observe`), and observe's own
+    /// recommendation follows.
     pub fn observe_withdraws(&mut self, cfg: &CoreSettings, now: Time) -> Outcome {
         let mut out = Outcome::default();
-        let automated = |a: &Action| {
-            matches!(
-                a,
-                Action::Cordon {
-                    by: Actor::Hale,
-                    ..
-                } | Action::Drain { .. }
-                    | Action::Evict { .. }
-                    | Action::Terminate
-            )
+        let flows = |reason: &str| reason.starts_with(super::remediation::CORDON_REASON);
+        let automated = |a: &Action| match a {
+            Action::Cordon {
+                by: Actor::Hale,
+                reason,
+            }
+            | Action::Drain {
+                active: false,
+                reason,
+            } => !flows(reason),
+            Action::Terminate => true,
+            _ => false,
         };
         for node in self.nodes.values_mut() {
             let settings = cfg.settings_for(&node.labels);
-            let hales = node.policy.cordon.as_ref().is_some_and(|c| {
-                c.by == Actor::Hale && !c.reason.starts_with(super::remediation::CORDON_REASON)
-            });
+            // The score policy's own cordon: not a flow's, nor one a fault
+            // eviction made or stands behind (evictions run in every mode).
+            let policys = node
+                .policy
+                .cordon
+                .as_ref()
+                .is_some_and(|c| c.by == Actor::Hale && !flows(&c.reason))
+                && node.policy.evicted.is_empty()
+                && !node
+                    .policy
+                    .pending
+                    .iter()
+                    .any(|p| matches!(p.action, Action::Evict { .. }));
+            let flowing = node
+                .policy
+                .flow
+                .as_ref()
+                .is_some_and(|f| f.step != super::FlowStep::Queued);
             if settings.mode != Mode::Observe
-                || !hales
+                || !policys
+                || flowing
                 || !node.policy.pending.iter().any(|p| automated(&p.action))
             {
                 continue;
@@ -389,9 +400,6 @@ impl Fleet {
                 .any(|p| matches!(p.action, Action::Cordon { .. }));
             let mut what: Vec<&'static str> = Vec::new();
             for p in node.policy.pending.iter().filter(|p| automated(&p.action)) {
-                if let Action::Evict { fault_class, .. } = &p.action {
-                    node.policy.evicted.remove(fault_class);
-                }
                 if !what.contains(&p.action.name()) {
                     what.push(p.action.name());
                 }
@@ -564,4 +572,30 @@ fn held(blocked: u32) -> String {
         return String::new();
     }
     format!("; {blocked} held on the node by a disruption budget past the timeout")
+}
+
+/// The power-off of a fence withdrawn while it was under way `landed` (or may
+/// have): the machine, back in service, is powered on again.
+fn power_on_after_withdrawn(
+    node: &mut crate::core::Node,
+    now: Time,
+    landed: &str,
+    out: &mut Outcome,
+) {
+    node.policy.fence_withdrawn = None;
+    node.policy.push(Action::Power {
+        op: PowerOp::On,
+        force: false,
+    });
+    out.dirty.insert(node.id.clone());
+    out.events.push(super::event(
+        &node.id,
+        now,
+        EventKind::RemediationStep {
+            action: super::fencing::FENCE.into(),
+            step: "on".into(),
+            diagnostics: None,
+        },
+        format!("the withdrawn fence's power-off was under way and {landed}: powering on again"),
+    ));
 }

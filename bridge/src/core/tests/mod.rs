@@ -3079,6 +3079,27 @@ fn a_pool_switched_to_observe_withdraws_what_automation_queued() {
         Status::Cordoned,
         "automation never uncordons"
     );
+
+    // A fault eviction runs in every mode: its cordon and eviction, queued in an
+    // observe pool, stay through a reload or a start.
+    let mut s = script("nodeHealth: { evictOnFaultClasses: [GPU_ECC_ERRORS] }");
+    let mut ids = s.pool("g", 9, "gpu");
+    ids.push("gpu-14".into());
+    s.at(0).report(&ids, &[], low);
+    s.at(30).report(&ids, &["gpu-14"], low);
+    let queued = s.fleet.pending();
+    assert!(
+        queued
+            .iter()
+            .any(|(_, p)| matches!(p.action, policy::Action::Evict { .. }))
+    );
+    let out = s.fleet.observe_withdraws(&s.cfg, s.now);
+    assert!(
+        out.events.is_empty() && out.dirty.is_empty(),
+        "{:?}",
+        out.events
+    );
+    assert_eq!(s.fleet.pending(), queued);
 }
 
 /// Every pending action but a termination done, as an orchestrator that is still
@@ -3770,6 +3791,25 @@ fn a_cordon_shown_done_by_hale_for_another_reason_is_done() {
     assert_eq!(
         s.policy_events(),
         ["g-0 POLICY_HALTED cordon cordonSuppressionMinutes"]
+    );
+
+    // A reboot flow's reason on the node is not the policy's cordon done: the
+    // policy's words are still to be written there.
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &["g-0"], low);
+    s.at(30).report(&ids, &["g-0"], low);
+    let mut by_flow = shown("g-0", Status::Cordoned);
+    by_flow.cordoned_by = Some((policy::Actor::Hale, "hale reboot: kernel".into()));
+    let out = s.fleet.observe(s.now, &[by_flow]);
+    s.record(out);
+    assert!(
+        s.fleet
+            .pending()
+            .iter()
+            .any(|(_, p)| matches!(p.action, policy::Action::Cordon { .. })),
+        "{:?}",
+        s.fleet.pending()
     );
 }
 

@@ -259,6 +259,12 @@ fn an_operators_drain_during_a_flow_is_the_operators() {
     assert!(s.step("n1").is_some());
     let out = s.fleet.drain(s.now, "n1", true, "disk dying").unwrap();
     s.record(out);
+    // The flow's cordon is the operator's now, as an operator's cordon makes it:
+    // the flow, verified, leaves the node cordoned.
+    assert_eq!(
+        s.node("n1").policy.cordon.as_ref().map(|c| c.by),
+        Some(crate::core::policy::Actor::Operator)
+    );
     s.act();
     let drains: Vec<(String, String)> = s
         .events
@@ -959,7 +965,7 @@ fn a_fence_whose_power_off_goes_unconfirmed_stays_counted_until_the_node_reports
 /// way that lands all the same is followed by a power-on.
 #[test]
 fn a_fence_is_withdrawn_when_the_node_reports_before_its_power_off() {
-    for under_way in [false, true] {
+    for (under_way, confirmed) in [(false, true), (true, true), (true, false)] {
         let (mut s, id) = rack_with_one_fenced();
         let off = s.fleet.next_action(&id).expect("its power-off queued");
         assert_eq!(off.action.name(), "power_off");
@@ -976,11 +982,20 @@ fn a_fence_is_withdrawn_when_the_node_reports_before_its_power_off() {
             .collect();
         assert_eq!(cancelled, [id.as_str()]);
         if under_way {
-            let out = s
-                .fleet
-                .action_done(&s.cfg, s.now, &id, &off, &Done::default());
+            // Landed, or taken and never seen done (it may have landed): on again.
+            let out = if confirmed {
+                s.fleet
+                    .action_done(&s.cfg, s.now, &id, &off, &Done::default())
+            } else {
+                s.fleet
+                    .action_unconfirmed(&s.cfg, s.now, &id, off.id, "still reads on")
+            };
             s.record(out);
-            assert_eq!(s.act(), [format!("{id}:power_on")]);
+            assert_eq!(
+                s.act(),
+                [format!("{id}:power_on")],
+                "confirmed: {confirmed}"
+            );
             assert!(s.node(&id).policy.fence_withdrawn.is_none());
         } else {
             assert!(s.act().is_empty(), "nothing switched off");
