@@ -44,8 +44,9 @@ use crate::hex;
 /// retried with the next one).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long a write waits for the client to find a server again before it fails.
-const RECONNECT_GRACE: Duration = Duration::from_millis(500);
+/// How long writes wait, from the first that met no connection, for the client to
+/// find a server again: a connection attempt's timeout, and a little.
+const RECONNECT_GRACE: Duration = Duration::from_secs(6);
 /// How long JetStream remembers a message id: longer than any retry of a failed
 /// write or a failover, so a step taken again publishes nothing twice.
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(600);
@@ -604,6 +605,8 @@ pub struct Nats {
     mark: Mutex<String>,
     /// Revisions of the ledger's keys as this writer last loaded or wrote them.
     revisions: Mutex<HashMap<String, u64>>,
+    /// Since when a write has found the client holding no connection.
+    disconnected: Mutex<Option<std::time::Instant>>,
 }
 
 impl Nats {
@@ -822,6 +825,7 @@ impl Nats {
             }),
             mark: Mutex::default(),
             revisions: Mutex::default(),
+            disconnected: Mutex::default(),
         };
         nats.upkeep()?;
         Ok(nats)
@@ -878,6 +882,7 @@ impl Nats {
             shared: writer.shared.clone(),
             mark: Mutex::default(),
             revisions: Mutex::default(),
+            disconnected: Mutex::default(),
         };
         Ok(Opened {
             writer: Box::new(writer),
@@ -899,16 +904,29 @@ impl Nats {
         }
     }
 
-    /// Refuse a write while the client holds no connection and finds none within
-    /// [`RECONNECT_GRACE`] (moving to another server of the cluster takes less):
-    /// each of its publishes would wait out its timeout, and the step behind it
-    /// holds the fleet, which every read waits for.
+    /// Refuse a write while the client holds no connection and has found none
+    /// within [`RECONNECT_GRACE`] of the first write that met it without one. The
+    /// grace is a reconnection's (to another server of the cluster, one that is
+    /// gone tried first costing a connection timeout), so a failover delays a
+    /// write as before; past it — every server gone — each write fails at once,
+    /// where its publishes would each wait out their timeout while the step
+    /// behind it held the fleet, which every read waits for.
     fn connected_soon(&self, op: &'static str) -> Result<()> {
-        let deadline = std::time::Instant::now() + RECONNECT_GRACE;
+        let mut since = self.disconnected.lock().expect("disconnected lock");
+        if self.connected(op).is_ok() {
+            *since = None;
+            return Ok(());
+        }
+        let deadline = *since.get_or_insert_with(std::time::Instant::now) + RECONNECT_GRACE;
+        drop(since);
         while self.connected(op).is_err() && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
-        self.connected(op)
+        let connected = self.connected(op);
+        if connected.is_ok() {
+            *self.disconnected.lock().expect("disconnected lock") = None;
+        }
+        connected
     }
 
     /// Durable webhook delivery from the event stream.
@@ -2082,8 +2100,9 @@ mod tests {
         }
     }
 
-    /// With every server gone a write fails at once, saying so: waiting out each
-    /// publish's timeout held the step behind it, and with it every read.
+    /// With every server gone a write fails, saying so, once the client has found
+    /// none for a reconnection's grace: waiting out each publish's timeout held the
+    /// step behind it, and with it every read.
     #[test]
     fn a_write_with_no_server_left_fails_as_not_connected() {
         let server = server::Server::start();
@@ -2101,11 +2120,14 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        let err = store.write(&batch_of(&events, None)).unwrap_err();
-        assert!(
-            err.to_string().contains("not connected to any NATS server"),
-            "{err}"
-        );
+        // The first waits a reconnection's grace; the next, past it, not again.
+        for _ in 0..2 {
+            let err = store.write(&batch_of(&events, None)).unwrap_err();
+            assert!(
+                err.to_string().contains("not connected to any NATS server"),
+                "{err}"
+            );
+        }
     }
 
     /// The consumers of endpoints no longer configured are deleted, the others
