@@ -557,8 +557,21 @@ impl Hale {
                 Ok(out)
             })
             .expect("a poll cannot fail");
-        let mut slices = slices.expect("begun above");
+        // A step runs only while this replica writes: one that stopped leading
+        // meanwhile (its lease lapsed during the fetch, or between slices) leaves
+        // the answer to the next leader, whole.
+        let Some(mut slices) = slices else {
+            self.delivered_during_poll.lock().expect("poll lock").take();
+            return;
+        };
         while !slices.done() {
+            if !self.writes() {
+                self.delivered_during_poll.lock().expect("poll lock").take();
+                warn!(
+                    "stopped leading during a poll: the rest of its answer is left to the next leader"
+                );
+                return;
+            }
             self.fleet.let_waiters_in();
             let out = self
                 .apply(|fleet, cfg, now| {
@@ -1062,8 +1075,9 @@ impl Hale {
 
     /// What hale sees: the receiver's alerts, each read through the label contract,
     /// rendered as the JSON array of `GET /api/v1/alerts` — from the last poll while
-    /// polling (a request costs a copy, never a fetch), else fetched at most once
-    /// every [`ALERTS_FRESH`] however many ask; a failure to read it likewise.
+    /// polling (a request costs a copy; the first in a while asks for a poll and
+    /// waits for it), else fetched at most once every [`ALERTS_FRESH`] however many
+    /// ask; a failure to read it likewise.
     pub async fn alerts(self: &Arc<Self>) -> Result<axum::body::Bytes, IngestError> {
         let am = self.config().config.alertmanager.clone();
         // A poll's list serves until the next poll is overdue.
