@@ -1195,7 +1195,8 @@ fn log_refused(e: &ApiError) {
     let refused = REFUSED_SINCE.fetch_add(1, Ordering::Relaxed) + 1;
     let now = chrono::Utc::now().timestamp();
     let last = REFUSED_LOGGED.load(Ordering::Relaxed);
-    if now - last < 10
+    // A clock set back counts as time gone by, not as a silence until it catches up.
+    if (last..last + 10).contains(&now)
         || REFUSED_LOGGED
             .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
             .is_err()
@@ -1214,7 +1215,7 @@ fn log_refused(e: &ApiError) {
         error = e.error,
         refused,
         "an Alertmanager webhook delivery was refused: {}{hint}",
-        e.detail
+        crate::core::labels::loggable(&e.detail)
     );
 }
 
