@@ -2953,12 +2953,7 @@ fn switching_from_observe_cordons_what_observe_recommended() {
 fn an_operator_taking_the_node_over_withdraws_a_queued_termination() {
     for how in ["cordon", "drain", "outside"] {
         let outside = how == "outside";
-        let mut s = pool_script("replace");
-        let ids = replace_pool(&mut s, 10);
-        s.at(0).report(&ids, &["c-0"], very_low);
-        s.at(30).report(&ids, &["c-0"], very_low);
-        counted(&mut s, &["c-0"]);
-        s.tick();
+        let (mut s, ids) = c0_termination_queued();
         pending_id(&s, "c-0", &policy::Action::Terminate);
         act_but_terminate(&mut s);
         let out = if outside {
@@ -3004,12 +2999,7 @@ fn an_operator_taking_the_node_over_withdraws_a_queued_termination() {
 /// counted against the hour's replacements.
 #[test]
 fn a_termination_under_way_when_an_operator_takes_the_node_over_is_recorded() {
-    let mut s = pool_script("replace");
-    let ids = replace_pool(&mut s, 10);
-    s.at(0).report(&ids, &["c-0"], very_low);
-    s.at(30).report(&ids, &["c-0"], very_low);
-    counted(&mut s, &["c-0"]);
-    s.tick();
+    let (mut s, _) = c0_termination_queued();
     act_but_terminate(&mut s);
     let terminate = s.fleet.next_action("c-0").expect("its termination next");
     assert_eq!(terminate.action, policy::Action::Terminate);
@@ -3052,12 +3042,7 @@ fn a_pool_switched_to_observe_withdraws_what_automation_queued() {
     assert_eq!(s.policy_events(), ["g-0 POLICY_RECOMMENDED cordon"]);
 
     // A replacement: cordoned and drained, its termination queued.
-    let mut s = pool_script("replace");
-    let ids = replace_pool(&mut s, 10);
-    s.at(0).report(&ids, &["c-0"], very_low);
-    s.at(30).report(&ids, &["c-0"], very_low);
-    counted(&mut s, &["c-0"]);
-    s.tick();
+    let (mut s, _) = c0_termination_queued();
     act_but_terminate(&mut s);
     assert_eq!(
         s.fleet.next_action("c-0").map(|p| p.action),
@@ -3100,6 +3085,18 @@ fn a_pool_switched_to_observe_withdraws_what_automation_queued() {
         out.events
     );
     assert_eq!(s.fleet.pending(), queued);
+}
+
+/// A pool of ten in `replace`, c-0 sick enough to go, its work counted: its
+/// cordon, drain and termination queued.
+fn c0_termination_queued() -> (Script, Vec<String>) {
+    let mut s = pool_script("replace");
+    let ids = replace_pool(&mut s, 10);
+    s.at(0).report(&ids, &["c-0"], very_low);
+    s.at(30).report(&ids, &["c-0"], very_low);
+    counted(&mut s, &["c-0"]);
+    s.tick();
+    (s, ids)
 }
 
 /// Every pending action but a termination done, as an orchestrator that is still
@@ -3645,12 +3642,7 @@ fn the_replacement_budget_counts_terminations_decided_in_the_same_report() {
 
 #[test]
 fn an_operator_uncordon_withdraws_what_was_queued_to_take_the_node_out() {
-    let mut s = pool_script("replace");
-    let ids = replace_pool(&mut s, 10);
-    s.at(0).report(&ids, &["c-0"], very_low);
-    s.at(30).report(&ids, &["c-0"], very_low);
-    counted(&mut s, &["c-0"]);
-    s.tick();
+    let (mut s, ids) = c0_termination_queued();
     assert!(actions(&s).contains(&("c-0".to_string(), policy::Action::Terminate)));
     let out = s.fleet.uncordon(s.now, "c-0", "not this one").unwrap();
     s.record(out);
