@@ -14,6 +14,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
+use crate::Joined as _;
 use crate::alertmanager::IngestError;
 use crate::bmc::Verb;
 use crate::core::policy::Remediations;
@@ -425,8 +426,8 @@ fn check_pool(hale: &Hale, query: &NodeQuery) -> ApiResult<()> {
 
 pub(crate) async fn local_nodes(hale: Arc<Hale>, query: NodeQuery) -> NodeList {
     tokio::task::spawn_blocking(move || hale.nodes(&query))
+        .joined()
         .await
-        .expect("node listing panicked")
 }
 
 /// `allClusters=true`: this hale's nodes, then each member's in the order
@@ -721,8 +722,8 @@ pub fn node_query(raw: &str) -> ApiResult<NodeQuery> {
 async fn view(hale: Arc<Hale>, id: String) -> ApiResult<crate::view::NodeView> {
     let shown = id.clone();
     tokio::task::spawn_blocking(move || hale.node(&id))
+        .joined()
         .await
-        .expect("node view panicked")
         .ok_or_else(|| unknown(&shown))
 }
 
@@ -932,8 +933,8 @@ async fn reboot(
     let h = hale.clone();
     let node = id.clone();
     tokio::task::spawn_blocking(move || h.request_reboot(&node, &req.reason, req.force))
-        .await
-        .expect("reboot request panicked")?;
+        .joined()
+        .await?;
     Ok((StatusCode::ACCEPTED, Json(view(hale, id).await?)))
 }
 
@@ -948,8 +949,8 @@ async fn remediations(
     no_parameters(raw)?;
     Ok(Json(
         tokio::task::spawn_blocking(move || hale.remediations())
-            .await
-            .expect("remediation listing panicked"),
+            .joined()
+            .await,
     ))
 }
 
@@ -1305,9 +1306,7 @@ where
     T: Send + 'static,
     E: Send + 'static,
 {
-    tokio::task::spawn_blocking(f)
-        .await
-        .expect("blocking task panicked")
+    tokio::task::spawn_blocking(f).joined().await
 }
 
 #[cfg(test)]

@@ -24,6 +24,24 @@ pub mod store;
 pub mod ui;
 pub mod view;
 
+/// Awaiting a blocking task: its panic is carried on; cancelled — which happens
+/// only while the runtime shuts down, dropping the task that awaits it too — it
+/// never returns, where unwrapping the error would abort the process on its way
+/// out (a SIGTERM while a Slurm command ran).
+pub trait Joined<T> {
+    fn joined(self) -> impl std::future::Future<Output = T> + Send;
+}
+
+impl<T: Send + 'static> Joined<T> for tokio::task::JoinHandle<T> {
+    async fn joined(self) -> T {
+        match self.await {
+            Ok(value) => value,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => std::future::pending().await,
+        }
+    }
+}
+
 /// Install the TLS crypto provider reqwest uses (ring: aws-lc-rs would add a long C
 /// build). Idempotent; every HTTP client constructor calls it.
 pub fn init_tls() {
@@ -225,6 +243,32 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 
 /// The module picture of the README's layout, held true: each module imports only
 /// from layers below its own, so there is no cycle and the core stands on nothing.
+#[cfg(test)]
+mod tests {
+    use super::Joined as _;
+    use futures::FutureExt as _;
+
+    /// A blocking task's panic goes on to its awaiter; a cancelled one (the
+    /// runtime shutting down) leaves it waiting, never a panic.
+    #[tokio::test]
+    async fn a_cancelled_task_is_waited_for_and_a_panic_carried_on() {
+        let task = tokio::spawn(std::future::pending::<u8>());
+        task.abort();
+        while !task.is_finished() {
+            tokio::task::yield_now().await;
+        }
+        let waited = std::panic::AssertUnwindSafe(task.joined())
+            .catch_unwind()
+            .now_or_never();
+        assert!(waited.is_none(), "no answer, and no panic");
+        let panicked = tokio::task::spawn_blocking(|| -> u8 { panic!("inside") });
+        let carried = std::panic::AssertUnwindSafe(panicked.joined())
+            .catch_unwind()
+            .await;
+        assert!(carried.is_err());
+    }
+}
+
 #[cfg(test)]
 mod layers {
     /// Bottom up.

@@ -18,6 +18,7 @@ use chrono::Utc;
 use tokio::sync::Notify;
 use tracing::{error, info, warn};
 
+use crate::Joined as _;
 use crate::alertmanager::{self, Answer, IngestError};
 use crate::config::{Config, ConfigError, InventoryNode, Loaded};
 use crate::core::labels::{Alert, AlertState, Signal};
@@ -320,8 +321,8 @@ impl Hale {
     {
         let this = self.clone();
         tokio::task::spawn_blocking(move || work(&this))
+            .joined()
             .await
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
     }
 
     /// Run one step of the core and persist its outcome. The fleet lock is held until
@@ -1064,8 +1065,8 @@ impl Hale {
     pub async fn clusters(self: &Arc<Self>, local: bool) -> Vec<ClusterView> {
         let this = self.clone();
         let own = tokio::task::spawn_blocking(move || this.cluster())
-            .await
-            .expect("cluster summary panicked");
+            .joined()
+            .await;
         let mut rows = vec![own];
         if !local {
             rows.extend(self.federation().clusters().await);
@@ -1129,8 +1130,8 @@ impl Hale {
                         render_alerts(&alerts, &cfg, &this.unknown_nodes(&alerts, &cfg))
                     })
                 })
+                .joined()
                 .await
-                .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
             }
             Err(e) => Err(e),
         };

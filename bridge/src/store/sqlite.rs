@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 use super::{
     Batch, EventPage, EventQuery, Fetched, Fut, Opened, Result, Store, StoreError, StoredEvent,
 };
+use crate::Joined as _;
 use crate::core::policy::Moves;
 use crate::core::{Event, Fleet, Node, Time, Trust};
 
@@ -694,9 +695,7 @@ struct Pending {
 
 /// Run blocking store work from async code.
 async fn off_runtime<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
-    tokio::task::spawn_blocking(work)
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    tokio::task::spawn_blocking(work).joined().await
 }
 
 impl super::Outbox for Outbox {

@@ -26,6 +26,7 @@ use chrono::Utc;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
+use crate::Joined as _;
 use crate::core::{CoreError, EventKind, Time};
 use crate::http::{listing, same_origin};
 use crate::secrets_equal;
@@ -423,8 +424,8 @@ async fn node(
                 let h = hale.clone();
                 let node = id.clone();
                 tokio::task::spawn_blocking(move || h.node(&node))
+                    .joined()
                     .await
-                    .expect("node view panicked")
                     .ok_or_else(|| (StatusCode::NOT_FOUND, format!("hale knows no node {id:?}")))
             }
             Some(m) => fed.node(m, &id).await.map_err(|e| match e {
@@ -526,8 +527,8 @@ async fn read_events(
     let h = hale.clone();
     let node = id.to_string();
     tokio::task::spawn_blocking(move || h.events(&node, &q))
+        .joined()
         .await
-        .expect("event read panicked")
         .map_err(|e| format!("the store did not answer: {e}"))
         .map(|page| {
             page.map_or((Vec::new(), None), |p| {
@@ -572,8 +573,8 @@ async fn confirm(
     let node = {
         let (h, id) = (hale.clone(), id.clone());
         tokio::task::spawn_blocking(move || h.node(&id))
+            .joined()
             .await
-            .expect("node view panicked")
     };
     let Some(node) = node else {
         return refused(
@@ -731,8 +732,8 @@ async fn act(
             _ => fleet.clear_condition(cfg, now, &node, &condition, &reason),
         })
     })
-    .await
-    .expect("verb panicked");
+    .joined()
+    .await;
     match result {
         Ok(_) => redirect(&format!("{back}{}", query(&[("done", &verb)]))),
         Err(e) => {
