@@ -3,7 +3,6 @@
 //! endpoints and the receiver require the bearer token when one is configured.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use axum::Json;
 use axum::Router;
@@ -1178,45 +1177,88 @@ async fn webhook(State(hale): State<Arc<Hale>>, headers: HeaderMap, body: Body) 
     response
 }
 
-/// When a refused delivery was last logged (unix seconds), and how many were
-/// refused since.
-static REFUSED_LOGGED: AtomicI64 = AtomicI64::new(0);
-static REFUSED_SINCE: AtomicU64 = AtomicU64::new(0);
+/// The refused deliveries the log has not said yet, by answer.
+struct Refusals {
+    /// When the last line was written.
+    said: Option<std::time::Instant>,
+    /// (status, error) → how many since, and the last one's detail.
+    since: std::collections::BTreeMap<(u16, &'static str), (u64, String)>,
+    /// A line for them is due.
+    due: bool,
+}
 
-/// Say a refused Alertmanager delivery in the log — the first, then at most one
-/// every 10 s with how many were refused meanwhile: the sender may be an
-/// Alertmanager whose credentials do not match `apiTokenFile`, or a sender
-/// repeating a malformed body, and either would otherwise go unseen on hale's side
-/// (or fill its log). A leader's refusal on a follower is no fault and says
-/// nothing.
+static REFUSALS: std::sync::Mutex<Refusals> = std::sync::Mutex::new(Refusals {
+    said: None,
+    since: std::collections::BTreeMap::new(),
+    due: false,
+});
+
+/// The quietest the log is about refused deliveries.
+const REFUSALS_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Say a refused Alertmanager delivery in the log: at once when none was said in
+/// the last 10 s, else at the end of those 10 s, with how many were refused
+/// meanwhile for each answer (one line per kind of refusal). The sender may be an
+/// Alertmanager whose credentials do not match `apiTokenFile`, or one repeating a
+/// malformed body: either would otherwise go unseen on hale's side, or fill its
+/// log. A leader's refusal on a follower is no fault and says nothing.
 fn log_refused(e: &ApiError) {
     if e.status == StatusCode::SERVICE_UNAVAILABLE {
         return;
     }
-    let refused = REFUSED_SINCE.fetch_add(1, Ordering::Relaxed) + 1;
-    let now = chrono::Utc::now().timestamp();
-    let last = REFUSED_LOGGED.load(Ordering::Relaxed);
-    // A clock set back counts as time gone by, not as a silence until it catches up.
-    if (last..last + 10).contains(&now)
-        || REFUSED_LOGGED
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_err()
-    {
+    let now = std::time::Instant::now();
+    let mut r = REFUSALS.lock().expect("refusals lock");
+    let quiet = r
+        .said
+        .is_none_or(|t| now.duration_since(t) >= REFUSALS_EVERY);
+    if quiet && !r.due {
+        r.said = Some(now);
+        drop(r);
+        say_refused(e.status.as_u16(), e.error, 1, &e.detail);
         return;
     }
-    REFUSED_SINCE.fetch_sub(refused, Ordering::Relaxed);
-    let hint = match e.status {
-        StatusCode::UNAUTHORIZED => {
-            ": the receiver's credentials (http_config.authorization.credentials_file) must be apiTokenFile's token"
-        }
-        _ => "",
+    let seen = r
+        .since
+        .entry((e.status.as_u16(), e.error))
+        .or_insert((0, String::new()));
+    seen.0 += 1;
+    seen.1.clone_from(&e.detail);
+    if !r.due {
+        r.due = true;
+        let wait = r.said.map_or(std::time::Duration::ZERO, |t| {
+            REFUSALS_EVERY.saturating_sub(now.duration_since(t))
+        });
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            let mut r = REFUSALS.lock().expect("refusals lock");
+            r.due = false;
+            r.said = Some(std::time::Instant::now());
+            let since = std::mem::take(&mut r.since);
+            drop(r);
+            for ((status, error), (refused, detail)) in since {
+                say_refused(status, error, refused, &detail);
+            }
+        });
+    }
+}
+
+fn say_refused(status: u16, error: &str, refused: u64, detail: &str) {
+    let hint = if status == StatusCode::UNAUTHORIZED.as_u16() {
+        ": the receiver's credentials (http_config.authorization.credentials_file) must be apiTokenFile's token"
+    } else {
+        ""
     };
     tracing::warn!(
-        status = e.status.as_u16(),
-        error = e.error,
+        status,
+        error,
         refused,
-        "an Alertmanager webhook delivery was refused: {}{hint}",
-        crate::core::labels::loggable(&e.detail)
+        "{} refused: {}{hint}",
+        if refused == 1 {
+            "an Alertmanager webhook delivery was".to_string()
+        } else {
+            format!("{refused} Alertmanager webhook deliveries were")
+        },
+        crate::core::labels::loggable(detail)
     );
 }
 

@@ -294,6 +294,35 @@ async fn bad_webhook_input_changes_nothing() {
         },
     )
     .await;
+    // The refusals after the first, within its 10 s, are said at their end, one
+    // line per kind: the five unreadable bodies, and the wrong token.
+    let said = eventually(
+        "the refusals after the first said",
+        std::time::Duration::from_secs(20),
+        || async {
+            let log = hale.log();
+            let said: Vec<String> = log
+                .lines()
+                .filter(|l| l.contains("refused:"))
+                .map(str::to_string)
+                .collect();
+            (said.len() >= 3).then_some(said)
+        },
+    )
+    .await;
+    assert!(
+        said.iter().any(
+            |l| l.contains("5 Alertmanager webhook deliveries were refused")
+                && l.contains("status=400")
+        ),
+        "{said:#?}"
+    );
+    assert!(
+        said.iter().any(|l| l.contains("status=401")
+            && l.contains("refused=1")
+            && l.contains("apiTokenFile")),
+        "{said:#?}"
+    );
 }
 
 #[tokio::test]
