@@ -424,7 +424,7 @@ impl Default for StoreConfig {
 
 /// An optional key that, when given, must hold a value: `key:` with nothing after
 /// it is refused ("empty: …") rather than read as the key left out.
-fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+pub(super) fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: Deserialize<'de>,
@@ -765,18 +765,21 @@ impl Config {
                 };
             } else if let Some(field) = named("missing field `") {
                 // Said at a key inside a flow mapping (the path read there is the
-                // mapping's), or at a block mapping's last key, whose sibling the
-                // missing one is.
-                let at_mapping = at
-                    .and_then(|l| {
-                        let text = source.lines().nth(l.line().checked_sub(1)? as usize)?;
-                        let before: String = text
-                            .chars()
-                            .take(l.column().checked_sub(1)? as usize)
-                            .collect();
-                        before.trim_end().chars().last()
-                    })
-                    .is_some_and(|c| matches!(c, '{' | ','));
+                // mapping's), at a flow mapping's own `{` (an empty one, `window:
+                // {}`: the path read there is its key's), or at a block mapping's
+                // last key, whose sibling the missing one is.
+                let at_mapping = at.is_some_and(|l| {
+                    let Some(text) = l
+                        .line()
+                        .checked_sub(1)
+                        .and_then(|n| source.lines().nth(n as usize))
+                    else {
+                        return false;
+                    };
+                    let column = l.column().saturating_sub(1) as usize;
+                    let before: String = text.chars().take(column).collect();
+                    text.chars().nth(column) == Some('{') || before.trim_end().ends_with(['{', ','])
+                });
                 key = match key.rsplit_once('.') {
                     _ if key == "-" => field,
                     _ if at_mapping || key.ends_with(']') => format!("{key}.{field}"),
@@ -2582,6 +2585,26 @@ pools:
                 3,
                 "federation.members[0].url",
                 "missing field `url`",
+            ),
+            // An empty flow mapping is its key's: the missing one is inside it.
+            (
+                "remediation:\n  window: {}\n".into(),
+                2,
+                "remediation.window.start",
+                "missing field `start`",
+            ),
+            (
+                "remediation: { drainTimeout: 10m, window: { days: [mon] } }\n".into(),
+                1,
+                "remediation.window.start",
+                "missing field `start`",
+            ),
+            // `days:` left empty is refused, as `[]` is; left out, every day.
+            (
+                "remediation:\n  window:\n    days:\n    start: '09:00'\n    end: '17:00'\n".into(),
+                3,
+                "remediation.window.days",
+                "empty: give it a value",
             ),
         ] {
             let e = load(&text).unwrap_err();

@@ -178,8 +178,9 @@ fn unquote(raw: &str) -> Result<String, String> {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct WindowConfig {
-    /// `mon` … `sun`; every day when omitted.
-    #[serde(default)]
+    /// `mon` … `sun`; every day when omitted. Left empty (`days:`) it is refused,
+    /// as `[]` is.
+    #[serde(default, deserialize_with = "super::present")]
     pub days: Option<Vec<String>>,
     /// `HH:MM`.
     pub start: String,
