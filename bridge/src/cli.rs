@@ -1179,12 +1179,15 @@ pub fn node_detail(n: &NodeView) -> String {
     let _ = writeln!(o, "Status:    {:?}", n.status);
     if let Some(c) = &n.cordon {
         let drained = if c.drained { ", drained" } else { "" };
+        let reason = match c.reason.trim() {
+            "" => String::new(),
+            reason => format!(": {reason}"),
+        };
         let _ = writeln!(
             o,
-            "Cordoned:  by {} at {}{drained}: {}",
+            "Cordoned:  by {} at {}{drained}{reason}",
             c.by.as_str(),
             c.at.to_rfc3339(),
-            c.reason
         );
     }
     if n.gated {
@@ -1583,6 +1586,16 @@ mod tests {
             text.contains("its alerts came while hale did not trust"),
             "{text}"
         );
+        // A cordon asked for without a reason shows none, not an empty one.
+        let mut cordoned = view("disk_degraded");
+        for (reason, shown) in [("", "drained\n"), ("BIOS update", "drained: BIOS update\n")] {
+            cordoned.cordon = serde_json::from_value(serde_json::json!({
+                "by": "operator", "reason": reason, "at": "2026-12-01T00:00:00Z", "drained": true
+            }))
+            .unwrap();
+            let text = node_detail(&cordoned);
+            assert!(text.contains(shown), "{text}");
+        }
     }
 
     /// `hale store copy` refuses what `store.eventRetentionDays` refuses, and
