@@ -241,6 +241,11 @@ impl Fleet {
                     out.events
                         .extend(put_back(node, "uncordoned outside hale", now));
                 }
+                // Its own cordon shown: what the node is now, whatever hale last
+                // read of it (not ready while its controller restarted, say).
+                Status::Cordoned if node.policy.cordon.is_some() => {
+                    node.status = Status::Cordoned;
+                }
                 Status::NotReady | Status::Offline => node.status = o.status,
                 Status::Ready if node.status != Status::Cordoned => node.status = Status::Ready,
                 _ => {}

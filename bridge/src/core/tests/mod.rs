@@ -3805,6 +3805,30 @@ fn a_cordon_shown_done_by_hale_for_another_reason_is_done() {
     );
 }
 
+/// A node hale cordoned while the orchestrator showed it not ready (its controller
+/// restarting) reads Cordoned once the cordon is shown: it stayed NotReady, taken
+/// for unseen by the reboot flow and fencing, and left out of `--status Cordoned`.
+#[test]
+fn a_cordon_shown_after_the_node_read_not_ready_is_its_status() {
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &[], low);
+    let out = s.fleet.cordon(s.now, "g-0", "bios").unwrap();
+    s.record(out);
+    let mut unknown = shown("g-0", Status::NotReady);
+    unknown.not_ready = true;
+    let out = s.fleet.observe(s.now, &[unknown]);
+    s.record(out);
+    assert_eq!(s.node("g-0").status, Status::NotReady);
+    act(&mut s);
+    let mut drained = shown("g-0", Status::Cordoned);
+    drained.cordoned_by = Some((policy::Actor::Operator, "bios".into()));
+    let out = s.fleet.observe(s.now, &[drained]);
+    s.record(out);
+    assert_eq!(s.node("g-0").status, Status::Cordoned);
+    assert!(!s.node("g-0").policy.not_ready);
+}
+
 #[test]
 fn a_refused_cordon_leaves_the_node_in_service_and_is_not_an_uncordon() {
     let mut s = pool_script("cordon");
