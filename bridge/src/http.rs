@@ -1181,8 +1181,9 @@ async fn webhook(State(hale): State<Arc<Hale>>, headers: HeaderMap, body: Body) 
 struct Refusals {
     /// When the last line was written.
     said: Option<std::time::Instant>,
-    /// (status, error) → how many since, and the last one's detail.
-    since: std::collections::BTreeMap<(u16, &'static str), (u64, String)>,
+    /// (status, error, the detail without its numbers) → how many since, and the
+    /// last one's detail.
+    since: std::collections::BTreeMap<(u16, &'static str, String), (u64, String)>,
     /// A line for them is due.
     due: bool,
 }
@@ -1217,10 +1218,23 @@ fn log_refused(e: &ApiError) {
         say_refused(e.status.as_u16(), e.error, 1, &e.detail);
         return;
     }
-    let seen = r
-        .since
-        .entry((e.status.as_u16(), e.error))
-        .or_insert((0, String::new()));
+    // One line per reason: a body that is no payload and one sent for another
+    // receiver are told apart, not counted as the last one's (at most 16 kinds a
+    // window; more are counted under the last).
+    let mut kind = (
+        e.status.as_u16(),
+        e.error,
+        // Positions and sizes in the detail make no reason of their own.
+        e.detail
+            .chars()
+            .filter(|c| !c.is_ascii_digit())
+            .take(200)
+            .collect(),
+    );
+    if r.since.len() >= 16 && !r.since.contains_key(&kind) {
+        kind = r.since.keys().next_back().cloned().expect("sixteen kinds");
+    }
+    let seen = r.since.entry(kind).or_insert((0, String::new()));
     seen.0 += 1;
     seen.1.clone_from(&e.detail);
     if !r.due {
@@ -1235,7 +1249,7 @@ fn log_refused(e: &ApiError) {
             r.said = Some(std::time::Instant::now());
             let since = std::mem::take(&mut r.since);
             drop(r);
-            for ((status, error), (refused, detail)) in since {
+            for ((status, error, _), (refused, detail)) in since {
                 say_refused(status, error, refused, &detail);
             }
         });
