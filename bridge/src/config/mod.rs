@@ -2599,6 +2599,13 @@ pools:
                 "remediation.window.start",
                 "missing field `start`",
             ),
+            // A window left empty is refused: not read as no window at all.
+            (
+                "remediation:\n  window:\n".into(),
+                2,
+                "remediation.window",
+                "empty: give it a value",
+            ),
             // `days:` left empty is refused, as `[]` is; left out, every day.
             (
                 "remediation:\n  window:\n    days:\n    start: '09:00'\n    end: '17:00'\n".into(),

@@ -26,6 +26,9 @@ pub struct RemediationConfig {
     pub max_failures_per_hour: u32,
     /// Nothing new is admitted while one of these fires.
     pub blocking_alerts: Vec<AlertMatch>,
+    /// Left empty (`window:`) it is refused: commented out, its body would leave
+    /// reboots at any hour.
+    #[serde(default, deserialize_with = "super::present")]
     pub window: Option<WindowConfig>,
     pub node_types: Vec<NodeTypeConfig>,
 }
