@@ -473,18 +473,7 @@ pub fn terminal(text: &str) -> std::borrow::Cow<'_, str> {
         (c.is_control() && c != '\n' && c != '\t')
             || matches!(c, '\u{200e}' | '\u{200f}' | '\u{61c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
     };
-    if !text.chars().any(unsafe_char) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        if unsafe_char(c) {
-            out.push_str(&format!("\\u{{{:x}}}", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    std::borrow::Cow::Owned(out)
+    hale::core::labels::escaped(text, unsafe_char)
 }
 
 fn backtest_table(r: &hale::core::replay::Backtest, candidate: &str) -> String {

@@ -231,12 +231,21 @@ fn invisible(c: char) -> bool {
 /// written `\u{..}` (the log's own escaping covers control characters), so a line
 /// read in `kubectl logs` shows what it holds, in its order.
 pub fn loggable(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.is_ascii() || !text.chars().any(invisible) {
+    if text.is_ascii() {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    escaped(text, invisible)
+}
+
+/// `text` with each character `unsafe_char` picks written `\u{..}`; borrowed when
+/// it picks none.
+pub fn escaped(text: &str, unsafe_char: impl Fn(char) -> bool) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(&unsafe_char) {
         return std::borrow::Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 16);
     for c in text.chars() {
-        if invisible(c) {
+        if unsafe_char(c) {
             out.push_str(&format!("\\u{{{:x}}}", c as u32));
         } else {
             out.push(c);

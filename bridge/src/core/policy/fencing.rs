@@ -93,6 +93,24 @@ fn silent_for(node: &Node, after: Duration, needs_not_ready: bool, now: Time) ->
     ((now - missed.first_seen).to_std().unwrap_or_default() >= after).then_some(missed.first_seen)
 }
 
+/// `node`'s fence, back before its machine was seen off, ends at `off`:
+/// `cancelled` (withdrawn before its power-off was done) or failed (a power-off
+/// never confirmed).
+fn off_ended(node: &mut Node, now: Time, cancelled: bool, message: &str, out: &mut Outcome) {
+    node.policy.fence = None;
+    out.dirty.insert(node.id.clone());
+    out.events.push(event(
+        &node.id,
+        now,
+        EventKind::RemediationFailed {
+            action: FENCE.into(),
+            step: FenceStep::Off.as_str().into(),
+            cancelled,
+        },
+        message.into(),
+    ));
+}
+
 fn step_event(id: &str, now: Time, step: FenceStep, message: String) -> crate::core::Event {
     event(
         id,
@@ -154,19 +172,15 @@ impl Fleet {
                 && let Some(off) = node.policy.pending.iter().find(power_off).map(|p| p.id)
             {
                 node.policy.pending.retain(|p| p.id != off);
-                node.policy.fence = None;
                 node.policy.fence_withdrawn = Some(off);
-                out.dirty.insert(node.id.clone());
-                out.events.push(event(
-                    &node.id,
+                ended = true;
+                off_ended(
+                    node,
                     now,
-                    EventKind::RemediationFailed {
-                        action: FENCE.into(),
-                        step: FenceStep::Off.as_str().into(),
-                        cancelled: true,
-                    },
-                    "fence withdrawn: the node reports again before it was powered off".into(),
-                ));
+                    true,
+                    "fence withdrawn: the node reports again before it was powered off",
+                    out,
+                );
             }
             // Back after a power-off never confirmed: it never went off, or was
             // started again. The fence failed at off, and its place is free.
@@ -177,20 +191,15 @@ impl Fleet {
                     .as_ref()
                     .is_some_and(|f| f.step == FenceStep::Unconfirmed)
             {
-                node.policy.fence = None;
                 node.policy.fence_failed_at = Some(now);
                 ended = true;
-                out.dirty.insert(node.id.clone());
-                out.events.push(event(
-                    &node.id,
+                off_ended(
+                    node,
                     now,
-                    EventKind::RemediationFailed {
-                        action: FENCE.into(),
-                        step: FenceStep::Off.as_str().into(),
-                        cancelled: false,
-                    },
-                    "fence failed at off: its power-off was never confirmed, and the node reports again".into(),
-                ));
+                    false,
+                    "fence failed at off: its power-off was never confirmed, and the node reports again",
+                    out,
+                );
             }
             if back
                 && let Some(fence) = node.policy.fence.as_mut()
