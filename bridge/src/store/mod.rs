@@ -119,12 +119,13 @@ pub struct Batch<'e> {
 impl<'e> Batch<'e> {
     /// The writes `outcome` calls for, read from `fleet` after the step.
     pub fn of(fleet: &Fleet, outcome: &'e Outcome) -> Batch<'e> {
-        let nodes = outcome
+        let dirty: Vec<&crate::core::Node> = outcome
             .dirty
             .iter()
             .filter_map(|id| fleet.nodes.get(id))
-            .map(|n| (n.id.clone(), json(n)))
+            .map(|n| &**n)
             .collect();
+        let nodes = spread(&dirty, |n| (n.id.clone(), json(n)));
         let liveness = outcome
             .touched
             .iter()
@@ -150,6 +151,43 @@ impl<'e> Batch<'e> {
                 .collect(),
         }
     }
+}
+
+/// Fewer items than this per thread are serialised on the calling thread: a
+/// thread costs tens of microseconds, a node record a few.
+const PER_THREAD: usize = 512;
+
+/// `f` over `items` in order, spread over the machine's cores when there are
+/// enough items to pay for the threads: a first poll serialises every node
+/// record while the fleet is locked (10,000 records, 30 MiB, in 74 ms on one core).
+pub(crate) fn spread<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = cores().min(items.len() / PER_THREAD).max(1);
+    if threads == 1 {
+        return items.iter().map(f).collect();
+    }
+    let share = items.len().div_ceil(threads);
+    let f = &f;
+    std::thread::scope(|s| {
+        let rest: Vec<_> = items
+            .chunks(share)
+            .skip(1)
+            .map(|chunk| s.spawn(move || chunk.iter().map(f).collect::<Vec<R>>()))
+            .collect();
+        let mut out: Vec<R> = Vec::with_capacity(items.len());
+        out.extend(items[..share].iter().map(f));
+        for part in rest {
+            match part.join() {
+                Ok(part) => out.extend(part),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        out
+    })
+}
+
+/// The cores this process may use (its CPU quota where one is set).
+pub(crate) fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
 }
 
 /// A record as JSON, as `serde_json` writes it, written by sonic-rs: its
@@ -669,8 +707,29 @@ pub(crate) mod suite {
 
 #[cfg(test)]
 mod tests {
-    use super::json;
+    use super::{PER_THREAD, json, spread};
     use crate::core::{Event, EventKind, Node};
+
+    /// Spread over threads or not, the results come back whole and in order,
+    /// each from its own item.
+    #[test]
+    fn spread_keeps_every_result_in_order() {
+        for n in [
+            0,
+            1,
+            PER_THREAD - 1,
+            PER_THREAD,
+            2 * PER_THREAD - 1,
+            2 * PER_THREAD,
+            2 * PER_THREAD + 1,
+            9 * PER_THREAD + 7,
+        ] {
+            let items: Vec<usize> = (0..n).collect();
+            let out = spread(&items, |i| format!("record {i}"));
+            let want: Vec<String> = items.iter().map(|i| format!("record {i}")).collect();
+            assert_eq!(out, want, "{n} items");
+        }
+    }
 
     /// Every character, escaped or not, as serde_json writes it.
     #[test]

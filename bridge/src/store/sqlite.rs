@@ -192,6 +192,95 @@ impl Sqlite {
         Ok(())
     }
 
+    /// [`Sqlite::write`]'s transaction, `bodies` the JSON of the batch's events.
+    fn transact(
+        &mut self,
+        batch: &Batch<'_>,
+        bodies: impl FnOnce() -> Vec<String>,
+    ) -> Result<Vec<String>> {
+        let instance = self.instance.clone();
+        let tx = self.conn.transaction().op("begin")?;
+        let mut ids = Vec::with_capacity(batch.events.len());
+        {
+            // Deletes first: a node removed and then re-created (by a retried batch)
+            // must end up present.
+            let mut del = tx
+                .prepare_cached("DELETE FROM nodes WHERE id = ?1")
+                .op("prepare node delete")?;
+            let mut del_live = tx
+                .prepare_cached("DELETE FROM liveness WHERE id = ?1")
+                .op("prepare liveness delete")?;
+            for id in &batch.removed {
+                del.execute(params![id]).op("delete node")?;
+                del_live.execute(params![id]).op("delete liveness")?;
+            }
+            let mut put = tx
+                .prepare_cached("INSERT OR REPLACE INTO nodes (id, body) VALUES (?1, ?2)")
+                .op("prepare node write")?;
+            for (id, body) in &batch.nodes {
+                put.execute(params![id, body]).op("write node")?;
+            }
+            let mut live = tx
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO liveness (id, last_report, last_heartbeat) VALUES (?1, ?2, ?3)",
+                )
+                .op("prepare liveness write")?;
+            for l in &batch.liveness {
+                live.execute(params![l.id, l.last_report, l.last_heartbeat])
+                    .op("write liveness")?;
+            }
+            let mut add = tx
+                .prepare_cached(
+                    "INSERT INTO events (node_id, type, occurred_at, body) VALUES (?1, ?2, ?3, ?4)",
+                )
+                .op("prepare event write")?;
+            for (e, body) in batch.events.iter().zip(bodies()) {
+                add.execute(params![
+                    e.node_id,
+                    e.kind.name(),
+                    e.occurred_at.timestamp_millis(),
+                    body
+                ])
+                .op("write event")?;
+                ids.push(event_id(&instance, tx.last_insert_rowid()));
+            }
+            tx.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('trust', ?1)",
+                params![batch.trust],
+            )
+            .op("write trust")?;
+            if let Some(ledger) = &batch.ledger {
+                tx.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('ledger', ?1)",
+                    params![ledger],
+                )
+                .op("write ledger")?;
+            }
+            let mut put = tx
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO restarts (owner, count, last) VALUES (?1, ?2, ?3)",
+                )
+                .op("prepare restart write")?;
+            let mut forget = tx
+                .prepare_cached("DELETE FROM restarts WHERE owner = ?1")
+                .op("prepare restart delete")?;
+            for (owner, moves) in &batch.restarts {
+                match moves {
+                    Some(m) => put
+                        .execute(params![
+                            owner,
+                            m.count,
+                            m.last.map(|t| t.timestamp_millis())
+                        ])
+                        .op("write restarts")?,
+                    None => forget.execute(params![owner]).op("forget restarts")?,
+                };
+            }
+        }
+        tx.commit().op("commit")?;
+        Ok(ids)
+    }
+
     /// Leave copying the write-ahead log into the database to [`Sqlite::checkpoint`]
     /// (another connection's, on a timer), so no write waits for it: SQLite otherwise
     /// runs it inside the commit that fills the log past 1,000 pages.
@@ -407,88 +496,17 @@ impl Store for Sqlite {
     /// Write one batch atomically; returns its events with the ids they were given.
     fn write(&mut self, batch: &Batch<'_>) -> Result<Vec<String>> {
         self.still_there()?;
-        let instance = self.instance.clone();
-        let tx = self.conn.transaction().op("begin")?;
-        let mut ids = Vec::with_capacity(batch.events.len());
-        {
-            // Deletes first: a node removed and then re-created (by a retried batch)
-            // must end up present.
-            let mut del = tx
-                .prepare_cached("DELETE FROM nodes WHERE id = ?1")
-                .op("prepare node delete")?;
-            let mut del_live = tx
-                .prepare_cached("DELETE FROM liveness WHERE id = ?1")
-                .op("prepare liveness delete")?;
-            for id in &batch.removed {
-                del.execute(params![id]).op("delete node")?;
-                del_live.execute(params![id]).op("delete liveness")?;
-            }
-            let mut put = tx
-                .prepare_cached("INSERT OR REPLACE INTO nodes (id, body) VALUES (?1, ?2)")
-                .op("prepare node write")?;
-            for (id, body) in &batch.nodes {
-                put.execute(params![id, body]).op("write node")?;
-            }
-            let mut live = tx
-                .prepare_cached(
-                    "INSERT OR REPLACE INTO liveness (id, last_report, last_heartbeat) VALUES (?1, ?2, ?3)",
-                )
-                .op("prepare liveness write")?;
-            for l in &batch.liveness {
-                live.execute(params![l.id, l.last_report, l.last_heartbeat])
-                    .op("write liveness")?;
-            }
-            let mut add = tx
-                .prepare_cached(
-                    "INSERT INTO events (node_id, type, occurred_at, body) VALUES (?1, ?2, ?3, ?4)",
-                )
-                .op("prepare event write")?;
-            for e in batch.events {
-                let body = super::json(e);
-                add.execute(params![
-                    e.node_id,
-                    e.kind.name(),
-                    e.occurred_at.timestamp_millis(),
-                    body
-                ])
-                .op("write event")?;
-                ids.push(event_id(&instance, tx.last_insert_rowid()));
-            }
-            tx.execute(
-                "INSERT OR REPLACE INTO meta (key, value) VALUES ('trust', ?1)",
-                params![batch.trust],
-            )
-            .op("write trust")?;
-            if let Some(ledger) = &batch.ledger {
-                tx.execute(
-                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('ledger', ?1)",
-                    params![ledger],
-                )
-                .op("write ledger")?;
-            }
-            let mut put = tx
-                .prepare_cached(
-                    "INSERT OR REPLACE INTO restarts (owner, count, last) VALUES (?1, ?2, ?3)",
-                )
-                .op("prepare restart write")?;
-            let mut forget = tx
-                .prepare_cached("DELETE FROM restarts WHERE owner = ?1")
-                .op("prepare restart delete")?;
-            for (owner, moves) in &batch.restarts {
-                match moves {
-                    Some(m) => put
-                        .execute(params![
-                            owner,
-                            m.count,
-                            m.last.map(|t| t.timestamp_millis())
-                        ])
-                        .op("write restarts")?,
-                    None => forget.execute(params![owner]).op("forget restarts")?,
-                };
-            }
-        }
-        tx.commit().op("commit")?;
-        Ok(ids)
+        let bodies = |events: &[Event]| events.iter().map(super::json).collect::<Vec<_>>();
+        // A large step's event bodies (a first poll of 10,000 nodes has 41,000) are
+        // serialised on another core while its node records are written.
+        std::thread::scope(|s| {
+            let early = (batch.events.len() >= super::PER_THREAD && super::cores() > 1)
+                .then(|| s.spawn(|| bodies(batch.events)));
+            self.transact(batch, || match early {
+                Some(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                None => bodies(batch.events),
+            })
+        })
     }
 
     /// Every node's events from `since` (Unix ms) on, in the order they were recorded.
