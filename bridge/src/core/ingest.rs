@@ -2,8 +2,9 @@
 //! partial one), the passing of time, the inventory, and an operator's clear, failure
 //! report or decommission. Each is one [`Step`] ending in `finish`.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
-use std::ops::Bound;
+use std::ops::{Bound, Range};
 
 use super::conditions::{apply_alerts, count_failure};
 use super::labels::{Alert, AlertState, Signal};
@@ -11,7 +12,9 @@ use super::outcome::{CoreError, Outcome};
 use super::settings::{CoreSettings, Identity};
 use super::step::{Recorder, Scope, Step, group_by_key};
 use super::trust::{Judged, Keep, NONE_NEWER};
-use super::{EventKind, Fleet, HEARTBEAT_MISSED, Origin, TELEMETRY_STALE, Time};
+use super::{
+    Event, EventKind, Fleet, HEARTBEAT_MISSED, Node, Origin, TELEMETRY_STALE, Time, spread,
+};
 
 /// A node an inventory lists before it reports (bare metal: the configuration's
 /// `inventory`).
@@ -254,13 +257,21 @@ impl Fleet {
             .max_nodes
             .saturating_sub(step.fleet.nodes.len());
         let mut budget = nodes;
+        // The walk decides which nodes this slice applies and creates the new ones;
+        // what each node's alerts do to it is then worked out on the machine's cores.
+        let mut shares: Vec<Share<'_>> = Vec::new();
         let mut fresh: Vec<&Alert<'_>> = Vec::new();
         while budget > 0 {
             if let Some(id) = slices.silent.pop() {
                 budget -= 1;
                 // Retired or decommissioned between two slices: gone, not revived.
                 if step.fleet.nodes.contains_key(&id) {
-                    step.apply_node(&id, &[], true, trusted);
+                    shares.push(Share {
+                        id: Cow::Owned(id),
+                        alerts: fresh.len()..fresh.len(),
+                        full: true,
+                        born: Vec::new(),
+                    });
                 }
                 continue;
             }
@@ -303,22 +314,33 @@ impl Fleet {
             ahead(4).for_each(Alert::prefetch_labels);
             ahead(2).for_each(Alert::prefetch_text);
             let id = node_of(range);
-            fresh.clear();
+            let start = fresh.len();
             fresh.extend(
                 slices.items[range.clone()]
                     .iter()
                     .map(|&i| &alerts[i as usize])
                     .filter(|a| !newer.contains(a.fingerprint.as_ref())),
             );
-            if !step.fleet.nodes.contains_key(id) && !step.admits(id, &fresh, &mut room) {
-                continue;
-            }
+            let mine = start..fresh.len();
             // Every alert of the node came newer by delivery: what the whole picture
             // says of a node it does not name, or, untrusted, nothing.
-            if !fresh.is_empty() || trusted {
-                step.apply_node(id, &fresh, trusted, trusted);
+            let applies = (!mine.is_empty() || trusted)
+                && (step.fleet.nodes.contains_key(id)
+                    || step.admits(id, &fresh[mine.clone()], &mut room));
+            if !applies {
+                fresh.truncate(start);
+                continue;
             }
+            let recorded = step.out.events.len();
+            step.ensure(id);
+            shares.push(Share {
+                id: Cow::Borrowed(id),
+                alerts: mine,
+                full: trusted,
+                born: step.out.events.split_off(recorded),
+            });
         }
+        step.apply_shares(shares, &fresh, trusted);
         step.finish(Scope::Slice)
     }
 
@@ -649,6 +671,57 @@ impl<'f> Step<'f> {
         apply_alerts(node, &mut rec, cfg, alerts, full, trusted, self.keep);
     }
 
+    /// Apply each share's alerts to its node, spread over the machine's cores,
+    /// then record what they did in the order the walk met the nodes: the same
+    /// outcome, event for event, as applying them one by one.
+    fn apply_shares(&mut self, shares: Vec<Share<'_>>, alerts: &[&Alert<'_>], trusted: bool) {
+        let (cfg, now, keep) = (self.cfg, self.now, self.keep);
+        let apply = |share: &Share<'_>, node: &mut Node, out: &mut Outcome| {
+            let mut rec = Recorder {
+                out,
+                now,
+                id: &share.id,
+            };
+            let theirs = &alerts[share.alerts.clone()];
+            apply_alerts(node, &mut rec, cfg, theirs, share.full, trusted, keep);
+        };
+        let Some(nodes) = in_order(&mut self.fleet.nodes, &shares) else {
+            // Not in the map's order (never, as the walk goes): one by one.
+            for mut share in shares {
+                self.out.events.append(&mut share.born);
+                let node = self.fleet.nodes.get_mut(&*share.id).expect("ensured");
+                apply(&share, node, &mut self.out);
+            }
+            return;
+        };
+        let mut work: Vec<(&Share<'_>, &mut Node)> = shares.iter().zip(nodes).collect();
+        // Each chunk's outcome, and where each of its nodes' events end.
+        let parts = spread::chunks(&mut work, |chunk| {
+            let mut out = Outcome::default();
+            let ends: Vec<usize> = chunk
+                .iter_mut()
+                .map(|(share, node)| {
+                    apply(share, node, &mut out);
+                    out.events.len()
+                })
+                .collect();
+            (out, ends)
+        });
+        drop(work);
+        let mut shares = shares.into_iter();
+        for (mut out, ends) in parts {
+            let mut events = std::mem::take(&mut out.events).into_iter();
+            let mut from = 0;
+            for end in ends {
+                let share = shares.next().expect("a share per end");
+                self.out.events.extend(share.born);
+                self.out.events.extend(events.by_ref().take(end - from));
+                from = end;
+            }
+            self.out.absorb(out);
+        }
+    }
+
     pub(super) fn count_failure(&mut self, id: &str, job: &str, reason: &str, at: Time) {
         self.ensure(id);
         let node = self.fleet.nodes.get_mut(id).expect("created above");
@@ -659,4 +732,37 @@ impl<'f> Step<'f> {
         };
         count_failure(node, &mut rec, job, reason, at);
     }
+}
+
+/// One node a poll's slice applies: its id, its alerts (a range of the slice's
+/// list), whether they are all of its alerts, and the events its creation recorded.
+struct Share<'a> {
+    id: Cow<'a, str>,
+    alerts: Range<usize>,
+    full: bool,
+    born: Vec<Event>,
+}
+
+/// The nodes of `shares`, each once, borrowed together: `None` unless the shares
+/// name nodes of `nodes` in its (ascending) order, each once.
+fn in_order<'n>(
+    nodes: &'n mut BTreeMap<String, Box<Node>>,
+    shares: &[Share<'_>],
+) -> Option<Vec<&'n mut Node>> {
+    let (Some(first), Some(last)) = (shares.first(), shares.last()) else {
+        return Some(Vec::new());
+    };
+    if first.id > last.id {
+        return None;
+    }
+    let mut wanted = shares.iter().map(|s| &*s.id).peekable();
+    let mut found = Vec::with_capacity(shares.len());
+    let bounds = (Bound::Included(&*first.id), Bound::Included(&*last.id));
+    for (id, node) in nodes.range_mut::<str, _>(bounds) {
+        if wanted.peek() == Some(&id.as_str()) {
+            wanted.next();
+            found.push(&mut **node);
+        }
+    }
+    (found.len() == shares.len()).then_some(found)
 }

@@ -12,6 +12,7 @@ pub mod policy;
 pub mod replay;
 pub mod settings;
 mod small_map;
+pub mod spread;
 mod stamp;
 mod step;
 mod sweep;

@@ -17,7 +17,7 @@ use super::{
 };
 use crate::Joined as _;
 use crate::core::policy::Moves;
-use crate::core::{Event, Fleet, Node, Time, Trust};
+use crate::core::{Event, Fleet, Node, Time, Trust, spread};
 
 trait Op<T> {
     fn op(self, op: &'static str) -> Result<T>;
@@ -500,7 +500,7 @@ impl Store for Sqlite {
         // A large step's event bodies (a first poll of 10,000 nodes has 41,000) are
         // serialised on another core while its node records are written.
         std::thread::scope(|s| {
-            let early = (batch.events.len() >= super::PER_THREAD && super::cores() > 1)
+            let early = (batch.events.len() >= spread::PER_THREAD && spread::cores() > 1)
                 .then(|| s.spawn(|| bodies(batch.events)));
             self.transact(batch, || match early {
                 Some(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),

@@ -4407,3 +4407,82 @@ fn a_gate_the_orchestrator_lost_is_set_again() {
     s.record(out);
     assert_eq!(gates(&s), 0, "shown set again: done");
 }
+
+/// A poll spread over the machine's cores (thousands of nodes in one slice) is
+/// the same poll on one thread: the same fleet, and the same events in the same
+/// order, new nodes' first events (born stale) included.
+#[test]
+fn a_poll_spread_over_cores_is_the_poll_on_one() {
+    let cfg = config("alertmanager: { staleAfter: 90s }\nnodeHealth: { mode: cordon }");
+    let nodes = 4 * super::spread::PER_THREAD + 3;
+    let node = |i: usize| format!("n{i:05}");
+    // Untrusted and stale (no watchdog past staleAfter): half the nodes, new.
+    let stale = |i: usize| {
+        let mut alerts = vec![heartbeat(&node(i)).0];
+        if i % 2 == 0 {
+            alerts.push(gpu_ecc_correctable(&node(i), "0").0);
+        }
+        alerts
+    };
+    // Trusted: every node, faults on some.
+    let faults = |i: usize| {
+        let mut alerts = vec![heartbeat(&node(i)).0];
+        if i % 7 == 0 {
+            alerts.push(smart_failing(&node(i)).0);
+        }
+        if i % 3 == 0 {
+            alerts.push(gpu_ecc_correctable(&node(i), "0").0);
+        }
+        if i % 11 == 0 {
+            alerts.push(gpu_ecc_uncorrectable(&node(i), "1").0);
+        }
+        alerts
+    };
+    // Churn: faults moved, one text changed, some nodes silent, new ones.
+    let churn = |i: usize| {
+        let mut alerts = Vec::new();
+        if i % 13 != 0 {
+            alerts.push(heartbeat(&node(i)).0);
+        }
+        if i % 3 == 1 {
+            alerts.push(gpu_ecc_correctable(&node(i), "0").0);
+        }
+        if i % 11 == 0 {
+            alerts.push(gpu_ecc_uncorrectable(&node(i), "1").0);
+        }
+        if i % 5 == 0 {
+            alerts.push(smart_failing(&node(i)).summary("SMART: 12 reallocated").0);
+        }
+        alerts
+    };
+    type Answer<'m> = &'m dyn Fn(usize) -> Vec<Alert<'static>>;
+    let rounds: [(i64, bool, usize, Answer<'_>); 3] = [
+        (120, false, nodes / 2, &stale),
+        (150, true, nodes, &faults),
+        (180, true, nodes + 50, &churn),
+    ];
+    let mut spread = Fleet::new(t0());
+    let mut one = Fleet::new(t0());
+    for (at, trusted, count, make) in rounds {
+        let now = t0() + TimeDelta::seconds(at);
+        let mut alerts: Vec<Alert<'static>> = (0..count).flat_map(make).collect();
+        if trusted {
+            alerts.push(watchdog().0);
+        }
+        let spread_out = spread.poll(&cfg, now, &alerts);
+        let one_out = super::spread::on_one_thread(|| one.poll(&cfg, now, &alerts));
+        assert_eq!(spread_out.events, one_out.events, "at {at} s");
+        assert_eq!(spread_out, one_out, "at {at} s");
+        assert_eq!(spread, one, "at {at} s");
+        if !trusted {
+            let born = spread_out.events.iter().filter(|e| {
+                matches!(&e.kind, EventKind::ConditionRaised { condition, .. } if condition == TELEMETRY_STALE)
+            });
+            assert_eq!(born.count(), count, "every new node born stale");
+        }
+    }
+    let named = (nodes..nodes + 50)
+        .filter(|&i| !churn(i).is_empty())
+        .count();
+    assert_eq!(spread.nodes.len(), nodes + named, "the new nodes created");
+}
