@@ -1,7 +1,7 @@
 //! Work spread over the machine's cores: the nodes of a poll's slice, the records
 //! of a large write. The result is the same as one thread's, in the same order.
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 /// Fewer items than this per thread stay on the calling thread: a thread costs
 /// tens of microseconds; a node's share of a poll, or its record, a few.
@@ -16,48 +16,97 @@ pub fn cores() -> usize {
 /// The threads a spread may use here.
 fn allowed() -> usize {
     #[cfg(test)]
-    if ONE_THREAD.with(std::cell::Cell::get) {
-        return 1;
+    if let Some(n) = THREADS.with(std::cell::Cell::get) {
+        return n;
     }
     cores()
 }
 
 #[cfg(test)]
 thread_local! {
-    static ONE_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static THREADS: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+    static SPAWNED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    static REFUSED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// `f` with every spread it makes kept to this thread: what a spread is
-/// compared with.
+/// `f` as on a system that gives no more threads.
 #[cfg(test)]
-pub fn on_one_thread<R>(f: impl FnOnce() -> R) -> R {
-    ONE_THREAD.with(|one| one.set(true));
+pub fn refusing_threads<R>(f: impl FnOnce() -> R) -> R {
+    REFUSED.with(|r| r.set(true));
     let r = f();
-    ONE_THREAD.with(|one| one.set(false));
+    REFUSED.with(|r| r.set(false));
     r
+}
+
+/// `f` with the spreads it makes allowed `threads` threads, whatever the machine
+/// has; and how many threads they started.
+#[cfg(test)]
+pub fn with_threads<R>(threads: usize, f: impl FnOnce() -> R) -> (R, usize) {
+    THREADS.with(|t| t.set(Some(threads)));
+    SPAWNED.with(|s| s.set(0));
+    let r = f();
+    THREADS.with(|t| t.set(None));
+    (r, SPAWNED.with(std::cell::Cell::get))
+}
+
+/// A scoped thread running `f`, if the system gives one (a container's process
+/// limit may not): the caller then runs `f` itself.
+pub fn spawn<'scope, R: Send + 'scope>(
+    s: &'scope std::thread::Scope<'scope, '_>,
+    f: impl FnOnce() -> R + Send + 'scope,
+) -> Option<std::thread::ScopedJoinHandle<'scope, R>> {
+    #[cfg(test)]
+    if REFUSED.with(std::cell::Cell::get) {
+        return None;
+    }
+    let handle = std::thread::Builder::new().spawn_scoped(s, f).ok();
+    #[cfg(test)]
+    if handle.is_some() {
+        SPAWNED.with(|n| n.set(n.get() + 1));
+    }
+    handle
+}
+
+/// What a scoped thread returned, its panic raised again here.
+pub fn joined<R>(handle: std::thread::ScopedJoinHandle<'_, R>) -> R {
+    handle
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 /// `f` over consecutive chunks of `items`, one chunk per thread when there are
 /// enough items to pay for the threads (else one chunk, on this thread); the
-/// chunks' results in order.
+/// chunks' results in order. A chunk whose thread could not be started is run
+/// here.
 pub fn chunks<T: Send, R: Send>(items: &mut [T], f: impl Fn(&mut [T]) -> R + Sync) -> Vec<R> {
     let threads = allowed().min(items.len() / PER_THREAD).max(1);
     if threads == 1 {
         return vec![f(items)];
     }
     let share = items.len().div_ceil(threads);
-    let f = &f;
+    // Each chunk is taken from its slot by whichever thread runs it.
+    let slots: Vec<Mutex<Option<&mut [T]>>> = items
+        .chunks_mut(share)
+        .map(|chunk| Mutex::new(Some(chunk)))
+        .collect();
+    let run = |slot: &Mutex<Option<&mut [T]>>| {
+        let chunk = slot
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .expect("each chunk runs once");
+        f(chunk)
+    };
+    let run = &run;
     std::thread::scope(|s| {
-        let mut parts = items.chunks_mut(share);
-        let first = parts.next().expect("more than one chunk");
-        let rest: Vec<_> = parts.map(|chunk| s.spawn(move || f(chunk))).collect();
-        let mut out = Vec::with_capacity(threads);
-        out.push(f(first));
-        for part in rest {
-            match part.join() {
-                Ok(r) => out.push(r),
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
+        let rest: Vec<_> = slots[1..]
+            .iter()
+            .map(|slot| (slot, spawn(s, move || run(slot))))
+            .collect();
+        let mut out = Vec::with_capacity(slots.len());
+        out.push(run(&slots[0]));
+        for (slot, handle) in rest {
+            out.push(handle.map_or_else(|| run(slot), joined));
         }
         out
     })
@@ -76,7 +125,7 @@ pub fn map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> 
 
 #[cfg(test)]
 mod tests {
-    use super::{PER_THREAD, chunks, map};
+    use super::{PER_THREAD, chunks, map, refusing_threads, with_threads};
 
     /// Spread over threads or not, every result comes back, in order, each from
     /// its own item; the chunks cover the items once.
@@ -92,18 +141,30 @@ mod tests {
             2 * PER_THREAD + 1,
             9 * PER_THREAD + 7,
         ] {
+            // Up to four threads, whatever this machine has.
+            let threads = 4.min(n / PER_THREAD).max(1);
             let items: Vec<usize> = (0..n).collect();
-            let out = map(&items, |i| format!("record {i}"));
+            let (out, spawned) = with_threads(4, || map(&items, |i| format!("record {i}")));
             let want: Vec<String> = items.iter().map(|i| format!("record {i}")).collect();
             assert_eq!(out, want, "{n} items");
+            assert_eq!(spawned, threads - 1, "{n} items");
 
             let mut owned = items.clone();
-            let parts = chunks(&mut owned, |chunk| {
-                chunk.iter_mut().for_each(|i| *i += 1);
-                chunk.len()
+            let (parts, _) = with_threads(4, || {
+                chunks(&mut owned, |chunk| {
+                    chunk.iter_mut().for_each(|i| *i += 1);
+                    chunk.len()
+                })
             });
+            assert_eq!(parts.len(), threads, "{n} items");
             assert_eq!(parts.iter().sum::<usize>(), n, "{n} items");
             assert!(owned.iter().zip(&items).all(|(a, b)| *a == b + 1));
+
+            // No thread to be had: every chunk runs here, the same result.
+            let (refused, spawned) = with_threads(4, || {
+                refusing_threads(|| map(&items, |i| format!("record {i}")))
+            });
+            assert_eq!((refused, spawned), (want, 0), "{n} items");
         }
     }
 }

@@ -501,10 +501,10 @@ impl Store for Sqlite {
         // serialised on another core while its node records are written.
         std::thread::scope(|s| {
             let early = (batch.events.len() >= spread::PER_THREAD && spread::cores() > 1)
-                .then(|| s.spawn(|| bodies(batch.events)));
-            self.transact(batch, || match early {
-                Some(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-                None => bodies(batch.events),
+                .then(|| spread::spawn(s, || bodies(batch.events)))
+                .flatten();
+            self.transact(batch, || {
+                early.map_or_else(|| bodies(batch.events), spread::joined)
             })
         })
     }
