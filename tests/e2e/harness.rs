@@ -745,10 +745,25 @@ impl Hale {
         limit: Duration,
         check: impl Fn(&Value) -> bool,
     ) -> Value {
-        eventually(what, limit, || async {
-            self.node(id).await.filter(|n| check(n))
-        })
-        .await
+        let deadline = Instant::now() + limit;
+        loop {
+            let node = self.node(id).await;
+            if let Some(n) = node.as_ref().filter(|n| check(n)) {
+                return n.clone();
+            }
+            if Instant::now() >= deadline {
+                // What a failure in CI needs to be read: the node as hale last
+                // showed it and what hale said meanwhile.
+                let log = self.log();
+                let lines: Vec<&str> = log.lines().collect();
+                let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+                let shown = node.map_or_else(|| "not known".to_string(), |n| n.to_string());
+                panic!(
+                    "timed out waiting for {what}: node {id} is {shown}\nhale's log, last lines:\n{tail}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Run the `hale` CLI against this server.
