@@ -4,8 +4,9 @@
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 /// Fewer items than this per thread stay on the calling thread: a thread costs
-/// tens of microseconds; a node's share of a poll, or its record, a few.
-pub const PER_THREAD: usize = 512;
+/// tens of microseconds; a node's share of a poll, or its record, a few. A poll
+/// slice of 1,024 nodes is spread over four cores at the most.
+pub const PER_THREAD: usize = 256;
 
 /// The cores this process may use (its CPU quota, where one is set).
 pub fn cores() -> usize {
