@@ -444,10 +444,27 @@ pub(crate) mod suite {
             events,
             ..Outcome::default()
         };
-        open(dir.path())
+        let ids = open(dir.path())
             .write(&Batch::of(&fleet, &outcome))
             .unwrap();
         assert_eq!(open(dir.path()).history(0).unwrap(), outcome.events);
+        // The ids the write gave are the ones each node's history shows (SQLite
+        // writes 256 rows a statement: nodes at those seams and in the remainder).
+        assert_eq!(ids.iter().collect::<BTreeSet<_>>().len(), ids.len());
+        let store = open(dir.path());
+        for i in [0, 127, 128, 4991, 4992, 4999] {
+            let page = store
+                .events(
+                    &outcome.events[2 * i].node_id,
+                    &EventQuery {
+                        page_size: 10,
+                        ..EventQuery::default()
+                    },
+                )
+                .unwrap();
+            let shown: Vec<_> = page.events.iter().map(|e| &e.id).collect();
+            assert_eq!(shown, [&ids[2 * i], &ids[2 * i + 1]], "node {i}");
+        }
         let loaded = open(dir.path()).load(now).unwrap();
         assert_eq!(loaded.nodes.len(), fleet.nodes.len());
         for (id, node) in &fleet.nodes {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, ToSql, params, params_from_iter};
 use tokio::sync::Notify;
 
 use super::{
@@ -34,6 +34,37 @@ impl<T> Op<T> for rusqlite::Result<T> {
 
 /// The database file inside the store directory.
 pub const FILE: &str = "hale.db";
+
+/// Rows one statement inserts (a first poll of 10,000 nodes writes 41,000 events).
+const ROWS: usize = 256;
+
+/// `rows` inserted by `head` followed by `row` once for each: [`ROWS`] rows to a
+/// statement, the rest one at a time, each row's values from `bind`. A statement's
+/// fixed cost (its set-up, and the read and write of the sequence table that
+/// AUTOINCREMENT makes) is paid once for many rows: a first poll's events went in a
+/// tenth faster so.
+fn insert_rows<'r, R, const N: usize>(
+    tx: &rusqlite::Transaction<'_>,
+    (head, row): (&str, &str),
+    rows: &'r [R],
+    what: &'static str,
+    bind: impl Fn(&'r R) -> [&'r dyn ToSql; N],
+) -> Result<()> {
+    let sql = |rows: usize| format!("{head}{}", vec![row; rows].join(", "));
+    let mut chunks = rows.chunks_exact(ROWS);
+    if rows.len() >= ROWS {
+        let mut many = tx.prepare_cached(&sql(ROWS)).op(what)?;
+        for chunk in chunks.by_ref() {
+            many.execute(params_from_iter(chunk.iter().flat_map(&bind)))
+                .op(what)?;
+        }
+    }
+    let mut one = tx.prepare_cached(&sql(1)).op(what)?;
+    for r in chunks.remainder() {
+        one.execute(params_from_iter(bind(r))).op(what)?;
+    }
+    Ok(())
+}
 
 fn event_id(instance: &str, seq: i64) -> String {
     format!("{instance}-{seq}")
@@ -214,12 +245,13 @@ impl Sqlite {
                 del.execute(params![id]).op("delete node")?;
                 del_live.execute(params![id]).op("delete liveness")?;
             }
-            let mut put = tx
-                .prepare_cached("INSERT OR REPLACE INTO nodes (id, body) VALUES (?1, ?2)")
-                .op("prepare node write")?;
-            for (id, body) in &batch.nodes {
-                put.execute(params![id, body]).op("write node")?;
-            }
+            insert_rows(
+                &tx,
+                ("INSERT OR REPLACE INTO nodes (id, body) VALUES ", "(?, ?)"),
+                &batch.nodes,
+                "write node",
+                |(id, body)| [id as &dyn ToSql, body],
+            )?;
             let mut live = tx
                 .prepare_cached(
                     "INSERT OR REPLACE INTO liveness (id, last_report, last_heartbeat) VALUES (?1, ?2, ?3)",
@@ -229,20 +261,32 @@ impl Sqlite {
                 live.execute(params![l.id, l.last_report, l.last_heartbeat])
                     .op("write liveness")?;
             }
-            let mut add = tx
-                .prepare_cached(
-                    "INSERT INTO events (node_id, type, occurred_at, body) VALUES (?1, ?2, ?3, ?4)",
-                )
-                .op("prepare event write")?;
-            for (e, body) in batch.events.iter().zip(bodies()) {
-                add.execute(params![
-                    e.node_id,
-                    e.kind.name(),
-                    e.occurred_at.timestamp_millis(),
-                    body
-                ])
-                .op("write event")?;
-                ids.push(event_id(&instance, tx.last_insert_rowid()));
+            let bodies = bodies();
+            let rows: Vec<(&str, &str, i64, &str)> = batch
+                .events
+                .iter()
+                .zip(&bodies)
+                .map(|(e, body)| {
+                    let at = e.occurred_at.timestamp_millis();
+                    (e.node_id.as_str(), e.kind.name(), at, body.as_str())
+                })
+                .collect();
+            insert_rows(
+                &tx,
+                (
+                    "INSERT INTO events (node_id, type, occurred_at, body) VALUES ",
+                    "(?, ?, ?, ?)",
+                ),
+                &rows,
+                "write event",
+                |(node, kind, at, body)| [node as &dyn ToSql, kind, at, body],
+            )?;
+            // One writer appending: the batch's events took consecutive sequence
+            // numbers, the last of them the last.
+            if !rows.is_empty() {
+                let last = tx.last_insert_rowid();
+                let first = last - rows.len() as i64 + 1;
+                ids.extend((first..=last).map(|seq| event_id(&instance, seq)));
             }
             tx.execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES ('trust', ?1)",
