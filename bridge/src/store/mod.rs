@@ -165,18 +165,18 @@ impl<'e> Batch<'e> {
 /// zeroes; 41,000 event bodies took three times as long so.
 pub(crate) fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {
     thread_local! {
-        static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        static BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
     }
-    BUFFER.with_borrow_mut(|buffer| {
-        buffer.clear();
-        sonic_rs::to_writer(&mut *buffer, value).expect("records serialise");
-        let text = String::from_utf8(buffer.clone()).expect("JSON is UTF-8");
-        // A rare large record (a node with thousands of conditions) is not held on to.
-        if buffer.capacity() > BUFFER_KEPT {
-            *buffer = Vec::new();
-        }
-        text
-    })
+    // Taken out while in use: a record serialised within another's gets a new one.
+    let mut buffer = BUFFER.take();
+    buffer.clear();
+    sonic_rs::to_writer(&mut buffer, value).expect("records serialise");
+    let text = String::from_utf8(buffer.clone()).expect("JSON is UTF-8");
+    // A rare large record (a node with thousands of conditions) is not held on to.
+    if buffer.capacity() <= BUFFER_KEPT {
+        BUFFER.set(buffer);
+    }
+    text
 }
 
 /// The most a thread's JSON buffer keeps between records.
@@ -469,7 +469,8 @@ pub(crate) mod suite {
             .unwrap();
         assert_eq!(open(dir.path()).history(0).unwrap(), outcome.events);
         // The ids the write gave are the ones each node's history shows (SQLite
-        // writes 256 rows a statement: nodes at those seams and in the remainder).
+        // writes 256 rows a statement: these nodes' events straddle the first seam
+        // and the last, and are among the 16 written one at a time).
         assert_eq!(ids.iter().collect::<BTreeSet<_>>().len(), ids.len());
         let store = open(dir.path());
         for i in [0, 127, 128, 4991, 4992, 4999] {
