@@ -93,40 +93,40 @@ pub struct NodeGroups {
 impl NodeGroups {
     pub fn of(alerts: &[Alert<'_>], identity: &Identity) -> NodeGroups {
         // Each alert is read where it lies, out of every cache after the parse: the
-        // answer is read in consecutive parts, one a core, each alert's reading
-        // written beside it (the threads allocate nothing), then gathered in the
-        // answer's order.
-        let mut read: Vec<(&Alert<'_>, Read<'_>)> =
-            alerts.iter().map(|a| (a, Read::Nameless)).collect();
-        spread::chunks(&mut read, |part| {
-            for k in 0..part.len() {
-                if let Some((ahead, _)) = part.get(k + 16) {
+        // answer is read in consecutive parts, one a core, joined in its order.
+        let mut indexed: Vec<(u32, &Alert<'_>)> = alerts
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (i as u32, a))
+            .collect();
+        let sorted = spread::chunks(&mut indexed, |part| {
+            let mut named = Vec::with_capacity(part.len());
+            let (mut watchdogs, mut unmatched) = (Vec::new(), Vec::new());
+            for (k, &(i, alert)) in part.iter().enumerate() {
+                if let Some((_, ahead)) = part.get(k + 16) {
                     ahead.prefetch_labels();
                 }
-                if let Some((ahead, _)) = part.get(k + 8) {
+                if let Some((_, ahead)) = part.get(k + 8) {
                     ahead.prefetch_text();
                 }
-                let alert = part[k].0;
                 let signal = alert.signal();
-                part[k].1 = if signal == Signal::Watchdog {
-                    Read::Watchdog
-                } else {
-                    match alert.node(identity) {
-                        Some(node) if !alert.claims_own_condition(&signal) => Read::Node(node),
-                        _ => Read::Nameless,
-                    }
-                };
+                if signal == Signal::Watchdog {
+                    watchdogs.push(i);
+                    continue;
+                }
+                match alert.node(identity) {
+                    Some(node) if !alert.claims_own_condition(&signal) => named.push((node, i)),
+                    _ => unmatched.push(i),
+                }
             }
+            (named, watchdogs, unmatched)
         });
         let mut named = Vec::with_capacity(alerts.len());
         let (mut watchdogs, mut unmatched) = (Vec::new(), Vec::new());
-        for (i, (_, r)) in read.into_iter().enumerate() {
-            let i = i as u32;
-            match r {
-                Read::Watchdog => watchdogs.push(i),
-                Read::Nameless => unmatched.push(i),
-                Read::Node(node) => named.push((node, i)),
-            }
+        for (n, w, u) in sorted {
+            named.extend(n);
+            watchdogs.extend(w);
+            unmatched.extend(u);
         }
         let (groups, items) = group_by_key(named).into_ranges();
         NodeGroups {
@@ -137,14 +137,6 @@ impl NodeGroups {
             identity: identity.clone(),
         }
     }
-}
-
-/// What an alert of an answer is to the grouping.
-enum Read<'a> {
-    Watchdog,
-    /// It names no node, or claims a condition of its own (blind to its node).
-    Nameless,
-    Node(&'a str),
 }
 
 impl PollSlices {
