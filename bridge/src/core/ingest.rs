@@ -78,7 +78,6 @@ pub struct PollSlices {
 /// alerts that name no node set apart: the part of a poll that needs no fleet,
 /// worked out before the fleet is locked, so that deliveries do not wait for a
 /// pass over every alert of the answer.
-#[derive(Debug, PartialEq)]
 pub struct NodeGroups {
     /// Each node's alerts (their indices), by node in the order of the nodes' ids:
     /// each group a range of `items`.
@@ -92,41 +91,25 @@ pub struct NodeGroups {
 
 impl NodeGroups {
     pub fn of(alerts: &[Alert<'_>], identity: &Identity) -> NodeGroups {
-        // Each alert is read where it lies, out of every cache after the parse: the
-        // answer is read in consecutive parts, one a core, joined in its order.
-        let mut indexed: Vec<(u32, &Alert<'_>)> = alerts
-            .iter()
-            .enumerate()
-            .map(|(i, a)| (i as u32, a))
-            .collect();
-        let sorted = spread::chunks(&mut indexed, |part| {
-            let mut named = Vec::with_capacity(part.len());
-            let (mut watchdogs, mut unmatched) = (Vec::new(), Vec::new());
-            for (k, &(i, alert)) in part.iter().enumerate() {
-                if let Some((_, ahead)) = part.get(k + 16) {
-                    ahead.prefetch_labels();
-                }
-                if let Some((_, ahead)) = part.get(k + 8) {
-                    ahead.prefetch_text();
-                }
-                let signal = alert.signal();
-                if signal == Signal::Watchdog {
-                    watchdogs.push(i);
-                    continue;
-                }
-                match alert.node(identity) {
-                    Some(node) if !alert.claims_own_condition(&signal) => named.push((node, i)),
-                    _ => unmatched.push(i),
-                }
-            }
-            (named, watchdogs, unmatched)
-        });
         let mut named = Vec::with_capacity(alerts.len());
         let (mut watchdogs, mut unmatched) = (Vec::new(), Vec::new());
-        for (n, w, u) in sorted {
-            named.extend(n);
-            watchdogs.extend(w);
-            unmatched.extend(u);
+        for (i, alert) in alerts.iter().enumerate() {
+            if let Some(ahead) = alerts.get(i + 16) {
+                ahead.prefetch_labels();
+            }
+            if let Some(ahead) = alerts.get(i + 8) {
+                ahead.prefetch_text();
+            }
+            let i = i as u32;
+            let signal = alert.signal();
+            if signal == Signal::Watchdog {
+                watchdogs.push(i);
+                continue;
+            }
+            match alert.node(identity) {
+                Some(node) if !alert.claims_own_condition(&signal) => named.push((node, i)),
+                _ => unmatched.push(i),
+            }
         }
         let (groups, items) = group_by_key(named).into_ranges();
         NodeGroups {

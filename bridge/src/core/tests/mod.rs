@@ -4411,31 +4411,6 @@ fn a_gate_the_orchestrator_lost_is_set_again() {
 /// A poll spread over threads (thousands of nodes in one slice) is the same poll
 /// on one thread: the same fleet, and the same events in the same
 /// order, new nodes' first events (born stale) included.
-/// An answer read in parts on several threads is grouped as on one: each node's
-/// alerts in the answer's order, however the parts cut them, and the watchdogs and
-/// the alerts that name no node in it too.
-#[test]
-fn an_answer_grouped_over_cores_is_grouped_as_on_one() {
-    let cfg = config("");
-    let count = 4 * super::spread::PER_THREAD + 3;
-    // Nodes out of order and each named in every part; watchdogs, nameless alerts
-    // and a node's own heartbeat scattered among them.
-    let alerts: Vec<Alert<'static>> = (0..count)
-        .map(|i| match i % 10 {
-            0 => watchdog().label("seen", &i.to_string()).0,
-            3 => alert("NoNode").label("seen", &i.to_string()).0,
-            7 => heartbeat(&format!("n{}", (i * 7) % 13)).0,
-            _ => gpu_ecc_correctable(&format!("n{}", (i * 7) % 13), &i.to_string()).0,
-        })
-        .collect();
-    let (spread, threads) =
-        super::spread::with_threads(3, || crate::core::NodeGroups::of(&alerts, &cfg.identity));
-    assert!(threads >= 1, "spread over {threads} more threads");
-    let (one, _) =
-        super::spread::with_threads(1, || crate::core::NodeGroups::of(&alerts, &cfg.identity));
-    assert_eq!(spread, one);
-}
-
 #[test]
 fn a_poll_spread_over_cores_is_the_poll_on_one() {
     let cfg = config("alertmanager: { staleAfter: 90s }\nnodeHealth: { mode: cordon }");
