@@ -494,6 +494,22 @@ pub(crate) mod suite {
             assert_eq!(back.hostname, node.hostname);
             assert_eq!(back.last_report, node.last_report);
         }
+        // Every node reported and nothing else changed: their report times alone
+        // are written, and come back.
+        for node in fleet.nodes.values_mut() {
+            node.last_report = Some(now + chrono::TimeDelta::seconds(30));
+        }
+        let reported = Outcome {
+            touched: fleet.nodes.keys().cloned().collect(),
+            ..Outcome::default()
+        };
+        let batch = Batch::of(&fleet, &reported);
+        assert_eq!((batch.nodes.len(), batch.liveness.len()), (0, 5_000));
+        open(dir.path()).write(&batch).unwrap();
+        let loaded = open(dir.path()).load(now).unwrap();
+        for (id, node) in &fleet.nodes {
+            assert_eq!(loaded.nodes[id].last_report, node.last_report, "{id}");
+        }
     }
 
     pub fn the_policy_ledger_outlives_its_writer(open: Open) {
