@@ -127,8 +127,8 @@ impl Cycle {
     }
 }
 
-/// The median cycle of `cycles` by total time.
-fn median_cycle(mut cycles: Vec<Cycle>) -> Cycle {
+/// The median cycle of `cycles` by total time (`cycles` left sorted).
+fn median_cycle(cycles: &mut [Cycle]) -> Cycle {
     cycles.sort_by_key(Cycle::total);
     cycles[cycles.len() / 2]
 }
@@ -387,26 +387,25 @@ fn ingest(
         println!("{}", cold.line());
         return Ok(None);
     }
-    let steady = median_cycle((0..5).map(|_| cycle(&base, &mut fleet)).collect());
+    let steady = median_cycle(&mut (0..5).map(|_| cycle(&base, &mut fleet)).collect::<Vec<_>>());
     let mut churns = Vec::new();
     for r in 1..=7 {
         let body = answer(nodes, r, false);
         churns.push(cycle(&body, &mut fleet));
     }
-    let churn = median_cycle(churns);
+    let churn = median_cycle(&mut churns);
     let mut resends = Vec::new();
     for r in 8..=12 {
         let body = answer(nodes, r, true);
         resends.push(cycle(&body, &mut fleet));
     }
-    let resent = median_cycle(resends);
+    let resent = median_cycle(&mut resends);
     let parse = parse_before.min(parse_time(&base));
     drop(base);
     let ticked = tick_holds(&mut fleet, &cfg, start + TimeDelta::seconds(30 * round));
     let rss_fleet = rss_kib(std::process::id()).unwrap_or(0);
     let mut colds = [cold, apart[0], apart[1]];
-    colds.sort_by_key(Cycle::total);
-    let cold = colds[1];
+    let cold = median_cycle(&mut colds);
 
     println!("ingest (in process); baseline: hale's own parse of the answer");
     println!("  parse (sonic-rs, borrowed)  {:>9.1} ms", ms(parse));
