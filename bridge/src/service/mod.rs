@@ -1201,14 +1201,14 @@ impl Hale {
                 let this = self.clone();
                 let step = tokio::task::spawn_blocking(move || {
                     let mut applied = false;
-                    let _ = this.apply(|fleet, _, now| {
+                    let _ = this.apply(|fleet, cfg, now| {
                         // An action recorded meanwhile (under this same lock) makes
                         // the view older than the books: not applied.
                         if this.actions_recorded.load(Ordering::Acquire) != taken {
                             return Ok(Outcome::default());
                         }
                         applied = true;
-                        Ok(fleet.observe(now, &observed))
+                        Ok(fleet.observe(cfg, now, &observed))
                     });
                     applied
                 })

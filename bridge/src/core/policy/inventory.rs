@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Action, Actor, Cordon, Pending, event, put_back};
 use crate::core::outcome::Outcome;
+use crate::core::settings::CoreSettings;
 use crate::core::{EventKind, Fleet, Node, Origin, Status, Time};
 
 /// A node as the orchestrator sees it.
@@ -67,7 +68,11 @@ impl Fleet {
     /// lists has left the cluster, and a name it lists with a new uid is a new
     /// machine. Either way the old record is retired (its history stays) and its
     /// queued actions go with it.
-    pub fn observe(&mut self, now: Time, observed: &[Observed]) -> Outcome {
+    ///
+    /// New labels can move a node into a pool that observes: what automation queued
+    /// for it there and has not done is withdrawn, as on a reload that switches its
+    /// pool ([`Fleet::observe_withdraws`]).
+    pub fn observe(&mut self, cfg: &CoreSettings, now: Time, observed: &[Observed]) -> Outcome {
         self.pools = None;
         // New labels may put a node in a pool with another miss window, and this is
         // no step that would lower the kept deadline for it: the next tick looks.
@@ -254,6 +259,7 @@ impl Fleet {
                 out.dirty.insert(o.id.clone());
             }
         }
+        out.absorb(self.observe_withdraws(cfg, now));
         out
     }
 

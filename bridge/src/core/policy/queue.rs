@@ -367,6 +367,10 @@ impl Fleet {
             _ => false,
         };
         for node in self.nodes.values_mut() {
+            // Looked at first: nearly every node has nothing queued.
+            if !node.policy.pending.iter().any(|p| automated(&p.action)) {
+                continue;
+            }
             let settings = cfg.settings_for(&node.labels);
             // The score policy's own cordon: not a flow's, nor one a fault
             // eviction made or stands behind (evictions run in every mode).
@@ -386,11 +390,7 @@ impl Fleet {
                 .flow
                 .as_ref()
                 .is_some_and(|f| f.step != super::FlowStep::Queued);
-            if settings.mode != Mode::Observe
-                || !policys
-                || flowing
-                || !node.policy.pending.iter().any(|p| automated(&p.action))
-            {
+            if settings.mode != Mode::Observe || !policys || flowing {
                 continue;
             }
             let undone = node

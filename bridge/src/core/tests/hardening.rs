@@ -777,7 +777,7 @@ fn a_node_gone_from_the_cluster_or_renamed_onto_a_new_machine_is_retired() {
     a.uid = Some("uid-a1".into());
     let mut b = shown("b", Status::Ready);
     b.uid = Some("uid-b".into());
-    let out = s.fleet.observe(s.now, &[a.clone(), b.clone()]);
+    let out = s.fleet.observe(&s.cfg, s.now, &[a.clone(), b.clone()]);
     s.record(out);
     s.at(0).poll(&[
         watchdog(),
@@ -790,7 +790,7 @@ fn a_node_gone_from_the_cluster_or_renamed_onto_a_new_machine_is_retired() {
     // `b` is deleted from the cluster; `a`'s name now belongs to a new machine.
     a.uid = Some("uid-a2".into());
     let now = s.at(60).now;
-    let out = s.fleet.observe(now, &[a]);
+    let out = s.fleet.observe(&s.cfg, now, &[a]);
     s.record(out);
     assert!(
         !s.fleet.nodes.contains_key("b"),
@@ -862,7 +862,7 @@ fn replace_pool() -> (Script, Vec<String>) {
         .iter()
         .map(|id| provisioned(id, Status::Ready))
         .collect();
-    let out = s.fleet.observe(s.now, &all);
+    let out = s.fleet.observe(&s.cfg, s.now, &all);
     s.record(out);
     s.at(0).report(&ids, &["c-0"], very_low);
     (s, ids)
@@ -884,7 +884,7 @@ fn c0_cordoned_and_empty(s: &mut Script, ids: &[String]) {
         .map(|id| provisioned(id, Status::Ready))
         .collect();
     now[0] = provisioned("c-0", Status::Cordoned);
-    let out = s.fleet.observe(s.now, &now);
+    let out = s.fleet.observe(&s.cfg, s.now, &now);
     s.record(out);
 }
 
@@ -925,7 +925,7 @@ fn a_node_being_replaced_leaves_the_inventory_replaced_not_gone() {
         .iter()
         .map(|id| provisioned(id, Status::Ready))
         .collect();
-    let out = s.fleet.observe(s.now, &rest);
+    let out = s.fleet.observe(&s.cfg, s.now, &rest);
     s.record(out);
     assert!(s.fleet.nodes.contains_key("c-0"));
     act(&mut s);
@@ -962,7 +962,7 @@ fn a_pool_shown_not_ready_for_a_moment_is_cordoned_no_further_than_the_limit() {
             })
             .collect()
     };
-    let out = s.fleet.observe(s.now, &listed(Status::Ready));
+    let out = s.fleet.observe(&s.cfg, s.now, &listed(Status::Ready));
     s.record(out);
     s.at(0).report(&ids, &["s-0", "s-1"], low);
     s.at(30).report(&ids, &["s-0", "s-1"], low);
@@ -986,7 +986,7 @@ fn a_pool_shown_not_ready_for_a_moment_is_cordoned_no_further_than_the_limit() {
             o.status = Status::Cordoned;
         }
     }
-    let out = s.fleet.observe(s.now, &restarting);
+    let out = s.fleet.observe(&s.cfg, s.now, &restarting);
     s.record(out);
     s.at(45).tick();
     s.at(60).report(&ids, &["s-0", "s-1"], low);
@@ -1004,7 +1004,7 @@ fn a_pool_shown_not_ready_for_a_moment_is_cordoned_no_further_than_the_limit() {
             ..o
         })
         .collect();
-    let out = s.fleet.observe(s.now, &back);
+    let out = s.fleet.observe(&s.cfg, s.now, &back);
     s.record(out);
     s.at(90).report(&ids, &["s-0", "s-1"], low);
     act(&mut s);

@@ -853,7 +853,7 @@ fn new_labels_from_the_inventory_bring_a_miss_forward() {
     );
     let mut cpu = shown("n1", Status::Ready);
     cpu.labels = [("pool".to_string(), "cpu".to_string())].into();
-    let out = s.fleet.observe(s.now, &[cpu]);
+    let out = s.fleet.observe(&s.cfg, s.now, &[cpu]);
     s.record(out);
     // Missed 100 s after its last heartbeat in the cluster, 20 s in the pool.
     let every_10s = heartbeat("n1").label("hale_report_interval", "10s");
@@ -864,7 +864,7 @@ fn new_labels_from_the_inventory_bring_a_miss_forward() {
     s.took();
     // Now in the gpu pool, which misses a heartbeat after two intervals, not ten.
     let now = s.at(62).now;
-    let out = s.fleet.observe(now, &[shown("n1", Status::Ready)]);
+    let out = s.fleet.observe(&s.cfg, now, &[shown("n1", Status::Ready)]);
     s.record(out);
     s.at(63).tick();
     assert_eq!(s.took(), ["n1 HEARTBEAT_MISSED"]);
@@ -1809,7 +1809,9 @@ fn decommission_forgets_the_node() {
     let out = s.fleet.decommission(&s.cfg, s.now, &ids[0]).unwrap();
     assert_eq!(out.removed, [ids[0].clone()]);
     // So does one the orchestrator lists: it goes when it leaves the cluster.
-    let out = s.fleet.observe(s.now, &[shown("k1", Status::Ready)]);
+    let out = s
+        .fleet
+        .observe(&s.cfg, s.now, &[shown("k1", Status::Ready)]);
     s.record(out);
     let e = s.fleet.decommission(&s.cfg, s.now, "k1").unwrap_err();
     assert!(e.to_string().contains("listed by the orchestrator"), "{e}");
@@ -2607,7 +2609,7 @@ fn a_cordon_landing_after_an_operators_uncordon_is_undone() {
         labels: [("pool".to_string(), "gpu".to_string())].into(),
         ..shown("g-0", Status::Ready)
     };
-    let out = s.fleet.observe(s.now, std::slice::from_ref(&ready));
+    let out = s.fleet.observe(&s.cfg, s.now, std::slice::from_ref(&ready));
     s.record(out);
     assert!(s.fleet.pending().is_empty(), "the uncordon taken for done");
     let out = s
@@ -2816,12 +2818,16 @@ fn a_replaced_nodes_lingering_alerts_move_nothing() {
     // The orchestrator's listing takes the mark as the alerts do, and a marked
     // record that leaves the cluster leaves no departure in the history.
     s.fleet.ledger.replaced.insert("k9".into(), s.now);
-    let out = s.fleet.observe(s.now, &[shown("k9", Status::Ready)]);
+    let out = s
+        .fleet
+        .observe(&s.cfg, s.now, &[shown("k9", Status::Ready)]);
     assert!(out.ledger);
     s.record(out);
     assert_eq!(s.node("k9").policy.replaced_at, Some(s.now));
     s.took();
-    let out = s.fleet.observe(s.now, &[shown("k8", Status::Ready)]);
+    let out = s
+        .fleet
+        .observe(&s.cfg, s.now, &[shown("k8", Status::Ready)]);
     assert_eq!(out.removed, ["k9"]);
     s.record(out);
     assert!(!s.took().iter().any(|e| e.starts_with("k9")));
@@ -2840,11 +2846,11 @@ fn the_replacement_hold_follows_the_name_and_then_ends() {
     };
     s.fleet.ledger.replaced.insert("k7".into(), s.now);
     let replaced_at = s.now;
-    let out = s.fleet.observe(s.now, &listed("u1"));
+    let out = s.fleet.observe(&s.cfg, s.now, &listed("u1"));
     s.record(out);
     assert_eq!(s.node("k7").policy.replaced_at, Some(replaced_at));
     s.at(60);
-    let out = s.fleet.observe(s.now, &listed("u2"));
+    let out = s.fleet.observe(&s.cfg, s.now, &listed("u2"));
     s.record(out);
     assert_eq!(s.node("k7").uid.as_deref(), Some("u2"));
     assert_eq!(
@@ -2864,7 +2870,9 @@ fn the_replacement_hold_follows_the_name_and_then_ends() {
         .poll(&[watchdog(), heartbeat("k7"), heartbeat("k8")]);
     assert_eq!(s.node("k7").policy.replaced_at, None);
     s.took();
-    let out = s.fleet.observe(s.now, &[shown("k8", Status::Ready)]);
+    let out = s
+        .fleet
+        .observe(&s.cfg, s.now, &[shown("k8", Status::Ready)]);
     s.record(out);
     assert!(s.took().contains(&"k7 NODE_DECOMMISSIONED".to_string()));
     // An entry older than the hold marks no record made under the name.
@@ -2873,6 +2881,7 @@ fn the_replacement_hold_follows_the_name_and_then_ends() {
         .replaced
         .insert("k6".into(), s.now - chrono::TimeDelta::minutes(20));
     let out = s.fleet.observe(
+        &s.cfg,
         s.now,
         &[shown("k8", Status::Ready), shown("k6", Status::Ready)],
     );
@@ -2960,7 +2969,7 @@ fn an_operator_taking_the_node_over_withdraws_a_queued_termination() {
             let mut taken = shown("c-0", Status::Cordoned);
             taken.cordoned_by = Some((policy::Actor::Operator, "ops: bios update".into()));
             taken.provisioned = true;
-            s.fleet.observe(s.now, &[taken])
+            s.fleet.observe(&s.cfg, s.now, &[taken])
         } else if how == "drain" {
             s.fleet.drain(s.now, "c-0", false, "investigating").unwrap()
         } else {
@@ -3085,6 +3094,66 @@ fn a_pool_switched_to_observe_withdraws_what_automation_queued() {
         out.events
     );
     assert_eq!(s.fleet.pending(), queued);
+}
+
+/// New labels from the orchestrator move a node into a pool that observes: the
+/// cordon automation queued for it in its old pool, not yet done, is withdrawn
+/// there and then (the node stays in service), as a reload switching its pool
+/// would; observe's recommendation follows. A node that stays put keeps its own.
+#[test]
+fn relabelled_into_an_observing_pool_a_node_loses_what_automation_queued() {
+    let mut s = script(
+        "orchestrator: { kind: kubernetes }\n\
+         pools: [{ name: gpu, selector: { pool: gpu }, nodeHealth: { mode: cordon } },\n\
+                 { name: lab, selector: { pool: lab }, nodeHealth: { mode: observe } }]",
+    );
+    // Ten in each pool: one node out of either stays within the guardrail.
+    let ids: Vec<String> = (0..20)
+        .map(|i| format!("{}-{}", if i < 10 { "g" } else { "l" }, i % 10))
+        .collect();
+    let inventory = |moved: &[&str]| -> Vec<policy::Observed> {
+        ids.iter()
+            .map(|id| {
+                let mut o = shown(id, Status::Ready);
+                if id.starts_with("l-") || moved.contains(&id.as_str()) {
+                    o.labels = [("pool".to_string(), "lab".to_string())].into();
+                }
+                o
+            })
+            .collect()
+    };
+    let out = s.fleet.observe(&s.cfg, s.now, &inventory(&[]));
+    s.record(out);
+    s.at(0).report(&ids, &["g-0", "g-1"], low);
+    s.at(30).report(&ids, &["g-0", "g-1"], low);
+    for id in ["g-0", "g-1"] {
+        assert!(
+            s.node(id)
+                .policy
+                .pending
+                .iter()
+                .any(|p| matches!(p.action, policy::Action::Cordon { .. })),
+            "{id}: its cordon queued and not done (the inventory still shows it ready)"
+        );
+    }
+    s.policy_events();
+    s.at(40);
+    let out = s.fleet.observe(&s.cfg, s.now, &inventory(&["g-0"]));
+    s.record(out);
+    assert_eq!(s.policy_events(), ["g-0 POLICY_HALTED cordon observe"]);
+    assert!(s.node("g-0").policy.pending.is_empty());
+    assert_eq!(s.node("g-0").status, Status::Ready);
+    assert!(s.node("g-0").policy.cordon.is_none());
+    assert!(
+        !s.node("g-1").policy.pending.is_empty(),
+        "g-1 stays in its cordoning pool"
+    );
+    s.at(60).report(&ids, &["g-0", "g-1"], low);
+    let events = s.policy_events();
+    assert!(
+        events.contains(&"g-0 POLICY_RECOMMENDED cordon".to_string()),
+        "observe recommends what it no longer does: {events:?}"
+    );
 }
 
 /// A pool of ten in `replace`, c-0 sick enough to go, its work counted: its
@@ -3698,14 +3767,18 @@ fn the_orchestrators_inventory_records_cordons_made_outside_hale() {
         allocations: Some(3),
         ..shown(id, status)
     };
-    let out = s.fleet.observe(s.now, &[seen("g-1", Status::Cordoned)]);
+    let out = s
+        .fleet
+        .observe(&s.cfg, s.now, &[seen("g-1", Status::Cordoned)]);
     s.record(out);
     assert_eq!(s.policy_events(), ["g-1 NODE_CORDONED operator"]);
     assert_eq!(s.node("g-1").policy.allocations, 3);
     assert!(s.node("g-1").policy.provisioned);
     // kubectl uncordon: recorded, and automation stays off for the window.
     s.at(30);
-    let out = s.fleet.observe(s.now, &[seen("g-1", Status::Ready)]);
+    let out = s
+        .fleet
+        .observe(&s.cfg, s.now, &[seen("g-1", Status::Ready)]);
     s.record(out);
     assert_eq!(s.policy_events(), ["g-1 NODE_UNCORDONED operator"]);
     s.at(60).report(&ids, &["g-1"], low);
@@ -3718,7 +3791,9 @@ fn the_orchestrators_inventory_records_cordons_made_outside_hale() {
     s.at(120).report(&ids, &["g-2"], low);
     s.at(150).report(&ids, &["g-2"], low);
     assert_eq!(s.node("g-2").status, Status::Cordoned);
-    let out = s.fleet.observe(s.now, &[seen("g-2", Status::Ready)]);
+    let out = s
+        .fleet
+        .observe(&s.cfg, s.now, &[seen("g-2", Status::Ready)]);
     s.record(out);
     assert_eq!(s.node("g-2").status, Status::Cordoned);
     assert!(s.node("g-2").policy.cordon.is_some());
@@ -3727,7 +3802,7 @@ fn the_orchestrators_inventory_records_cordons_made_outside_hale() {
     s.policy_events();
     let mut by_hale = seen("g-5", Status::Cordoned);
     by_hale.cordoned_by = Some((policy::Actor::Hale, "score below cordonBelow 60".into()));
-    let out = s.fleet.observe(s.now, &[by_hale]);
+    let out = s.fleet.observe(&s.cfg, s.now, &[by_hale]);
     s.record(out);
     assert_eq!(s.policy_events(), ["g-5 NODE_CORDONED hale"]);
     let cordon = s.node("g-5").policy.cordon.clone().unwrap();
@@ -3738,7 +3813,9 @@ fn the_orchestrators_inventory_records_cordons_made_outside_hale() {
     let mut by_operator = seen("g-5", Status::Cordoned);
     by_operator.cordoned_by = Some((policy::Actor::Operator, "ops: bios update".into()));
     for _ in 0..2 {
-        let out = s.fleet.observe(s.now, std::slice::from_ref(&by_operator));
+        let out = s
+            .fleet
+            .observe(&s.cfg, s.now, std::slice::from_ref(&by_operator));
         s.record(out);
     }
     assert_eq!(s.policy_events(), ["g-5 NODE_CORDONED operator"]);
@@ -3770,12 +3847,14 @@ fn a_cordon_shown_done_by_hale_for_another_reason_is_done() {
     s.policy_events();
     let mut by_leader = shown("g-0", Status::Cordoned);
     by_leader.cordoned_by = Some((policy::Actor::Hale, "the leader's own words".into()));
-    let out = s.fleet.observe(s.now, &[by_leader]);
+    let out = s.fleet.observe(&s.cfg, s.now, &[by_leader]);
     s.record(out);
     assert!(s.fleet.pending().is_empty(), "{:?}", s.fleet.pending());
     // kubectl uncordon: the operator's, with its window.
     s.at(60);
-    let out = s.fleet.observe(s.now, &[shown("g-0", Status::Ready)]);
+    let out = s
+        .fleet
+        .observe(&s.cfg, s.now, &[shown("g-0", Status::Ready)]);
     s.record(out);
     assert_eq!(s.policy_events(), ["g-0 NODE_UNCORDONED operator"]);
     assert!(s.fleet.pending().is_empty());
@@ -3793,7 +3872,7 @@ fn a_cordon_shown_done_by_hale_for_another_reason_is_done() {
     s.at(30).report(&ids, &["g-0"], low);
     let mut by_flow = shown("g-0", Status::Cordoned);
     by_flow.cordoned_by = Some((policy::Actor::Hale, "hale reboot: kernel".into()));
-    let out = s.fleet.observe(s.now, &[by_flow]);
+    let out = s.fleet.observe(&s.cfg, s.now, &[by_flow]);
     s.record(out);
     assert!(
         s.fleet
@@ -3817,13 +3896,13 @@ fn a_cordon_shown_after_the_node_read_not_ready_is_its_status() {
     s.record(out);
     let mut unknown = shown("g-0", Status::NotReady);
     unknown.not_ready = true;
-    let out = s.fleet.observe(s.now, &[unknown]);
+    let out = s.fleet.observe(&s.cfg, s.now, &[unknown]);
     s.record(out);
     assert_eq!(s.node("g-0").status, Status::NotReady);
     act(&mut s);
     let mut drained = shown("g-0", Status::Cordoned);
     drained.cordoned_by = Some((policy::Actor::Operator, "bios".into()));
-    let out = s.fleet.observe(s.now, &[drained]);
+    let out = s.fleet.observe(&s.cfg, s.now, &[drained]);
     s.record(out);
     assert_eq!(s.node("g-0").status, Status::Cordoned);
     assert!(!s.node("g-0").policy.not_ready);
@@ -3965,7 +4044,9 @@ fn what_the_cluster_shows_done_is_not_done_again() {
         gated: Some(gated),
         ..shown("g-0", status)
     };
-    let out = s.fleet.observe(s.now, &[seen(Status::Cordoned, false)]);
+    let out = s
+        .fleet
+        .observe(&s.cfg, s.now, &[seen(Status::Cordoned, false)]);
     s.record(out);
     assert!(!queued(&s).contains(&"cordon"), "{:?}", queued(&s));
     assert_eq!(
@@ -3975,7 +4056,9 @@ fn what_the_cluster_shows_done_is_not_done_again() {
     );
     // An operator's uncordon is then seen for what it is, on every replica.
     s.at(60);
-    let out = s.fleet.observe(s.now, &[seen(Status::Ready, false)]);
+    let out = s
+        .fleet
+        .observe(&s.cfg, s.now, &[seen(Status::Ready, false)]);
     s.record(out);
     assert_eq!(s.policy_events(), ["g-0 NODE_UNCORDONED operator"]);
     assert!(queued(&s).is_empty(), "{:?}", queued(&s));
@@ -4011,11 +4094,13 @@ fn an_uncordon_seen_in_the_cluster_withdraws_a_queued_eviction() {
     };
     // Another replica cordoned it; an operator then put it back in service before
     // this one performed the eviction it had queued.
-    let out = s.fleet.observe(s.now, &[seen(Status::Cordoned, None)]);
+    let out = s
+        .fleet
+        .observe(&s.cfg, s.now, &[seen(Status::Cordoned, None)]);
     s.record(out);
     assert_eq!(queued(&s), ["evict"]);
     s.at(40);
-    let out = s.fleet.observe(s.now, &[seen(Status::Ready, None)]);
+    let out = s.fleet.observe(&s.cfg, s.now, &[seen(Status::Ready, None)]);
     s.record(out);
     assert!(queued(&s).is_empty(), "{:?}", queued(&s));
 }
@@ -4043,10 +4128,10 @@ fn an_eviction_the_cluster_shows_done_is_not_done_again() {
             .count()
     };
     // An eviction for another fault says nothing about this one.
-    let out = s.fleet.observe(s.now, &[seen("DISK_DEGRADED")]);
+    let out = s.fleet.observe(&s.cfg, s.now, &[seen("DISK_DEGRADED")]);
     s.record(out);
     assert_eq!(evicts(&s), 1);
-    let out = s.fleet.observe(s.now, &[seen("GPU_ECC_ERRORS")]);
+    let out = s.fleet.observe(&s.cfg, s.now, &[seen("GPU_ECC_ERRORS")]);
     s.record(out);
     assert_eq!(evicts(&s), 0);
 }
@@ -4084,6 +4169,7 @@ fn each_family_of_queued_actions_is_judged_by_its_last_entry() {
     s.record(out);
     assert_eq!(queued(&s).len(), 2, "{:?}", queued(&s));
     let out = s.fleet.observe(
+        &s.cfg,
         s.now,
         &[seen(
             Status::Cordoned,
@@ -4095,6 +4181,7 @@ fn each_family_of_queued_actions_is_judged_by_its_last_entry() {
     assert_eq!(queued(&s).len(), 2, "kept: {:?}", queued(&s));
     // Shown as the operator's new cordon: both done.
     let out = s.fleet.observe(
+        &s.cfg,
         s.now,
         &[seen(
             Status::Cordoned,
@@ -4114,7 +4201,9 @@ fn each_family_of_queued_actions_is_judged_by_its_last_entry() {
         Some((policy::Actor::Operator, "more rack work")),
         false,
     );
-    let out = s.fleet.observe(s.now, std::slice::from_ref(&cordoned));
+    let out = s
+        .fleet
+        .observe(&s.cfg, s.now, std::slice::from_ref(&cordoned));
     s.record(out);
     assert!(queued(&s).is_empty(), "{:?}", queued(&s));
     // Shown on while the last queued says off: both stay, in order.
@@ -4123,7 +4212,7 @@ fn each_family_of_queued_actions_is_judged_by_its_last_entry() {
     node.policy.push(policy::Action::Gate { on: false });
     let mut gated = cordoned;
     gated.gated = Some(true);
-    let out = s.fleet.observe(s.now, &[gated]);
+    let out = s.fleet.observe(&s.cfg, s.now, &[gated]);
     s.record(out);
     assert_eq!(
         queued(&s),
@@ -4145,7 +4234,9 @@ fn inventory_labels_go_on_top_of_the_orchestrators() {
         s.node(id).labels.clone().into_iter().collect()
     };
     let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
-    let out = s.fleet.observe(s.now, &[shown("n1", Status::Ready)]);
+    let out = s
+        .fleet
+        .observe(&s.cfg, s.now, &[shown("n1", Status::Ready)]);
     s.record(out);
     let listed = |labels: &[(&str, &str)], hostname: Option<&str>| Listed {
         id: "n1".into(),
@@ -4161,7 +4252,9 @@ fn inventory_labels_go_on_top_of_the_orchestrators() {
         s.fleet.register(&s.cfg, s.now, std::slice::from_ref(&rack));
         assert_eq!(labels(&s, "n1"), [pair("pool", "gpu"), pair("rack", "r2")]);
         assert_eq!(s.node("n1").hostname.as_deref(), Some("n1.example"));
-        let out = s.fleet.observe(s.now, &[shown("n1", Status::Ready)]);
+        let out = s
+            .fleet
+            .observe(&s.cfg, s.now, &[shown("n1", Status::Ready)]);
         s.record(out);
         assert_eq!(labels(&s, "n1"), [pair("pool", "gpu"), pair("rack", "r2")]);
         assert_eq!(s.node("n1").hostname.as_deref(), Some("n1.example"));
@@ -4169,7 +4262,9 @@ fn inventory_labels_go_on_top_of_the_orchestrators() {
     // Where both name a label, the configuration's value.
     s.fleet
         .register(&s.cfg, s.now, &[listed(&[("pool", "cpu")], None)]);
-    let out = s.fleet.observe(s.now, &[shown("n1", Status::Ready)]);
+    let out = s
+        .fleet
+        .observe(&s.cfg, s.now, &[shown("n1", Status::Ready)]);
     s.record(out);
     assert_eq!(labels(&s, "n1"), [pair("pool", "cpu")]);
     // A node the configuration alone lists has its labels alone.
@@ -4393,17 +4488,17 @@ fn a_gate_the_orchestrator_lost_is_set_again() {
             .filter(|p| matches!(p.action, policy::Action::Gate { on: true }))
             .count()
     };
-    let out = s.fleet.observe(s.now, &[seen(true)]);
+    let out = s.fleet.observe(&s.cfg, s.now, &[seen(true)]);
     s.record(out);
     assert_eq!(gates(&s), 0, "shown gated: nothing to do");
     // Slurm reconfigured: its weights back, the gate gone.
-    let out = s.fleet.observe(s.now, &[seen(false)]);
+    let out = s.fleet.observe(&s.cfg, s.now, &[seen(false)]);
     s.record(out);
     assert_eq!(gates(&s), 1);
-    let out = s.fleet.observe(s.now, &[seen(false)]);
+    let out = s.fleet.observe(&s.cfg, s.now, &[seen(false)]);
     s.record(out);
     assert_eq!(gates(&s), 1, "queued once");
-    let out = s.fleet.observe(s.now, &[seen(true)]);
+    let out = s.fleet.observe(&s.cfg, s.now, &[seen(true)]);
     s.record(out);
     assert_eq!(gates(&s), 0, "shown set again: done");
 }

@@ -1287,6 +1287,7 @@ fn a_cordoned_node_that_stops_being_ready_is_fenced_and_restored_when_ready() {
         o
     };
     let out = s.fleet.observe(
+        &s.cfg,
         s.now,
         &[
             seen("k1", Status::Cordoned, false),
@@ -1298,6 +1299,7 @@ fn a_cordoned_node_that_stops_being_ready_is_fenced_and_restored_when_ready() {
     // k1 hangs while cordoned: its status still reads Cordoned, its readiness is gone.
     s.at(5).poll(&[watchdog(), beat("k2")]).at(30).tick();
     let out = s.fleet.observe(
+        &s.cfg,
         s.now,
         &[
             seen("k1", Status::Cordoned, true),
@@ -1310,6 +1312,7 @@ fn a_cordoned_node_that_stops_being_ready_is_fenced_and_restored_when_ready() {
     // Ready again, its heartbeat not yet back (its exporter may be held off by the
     // taint): the release is taken back all the same.
     let out = s.fleet.observe(
+        &s.cfg,
         s.now,
         &[
             seen("k1", Status::Cordoned, false),
@@ -1338,6 +1341,7 @@ fn a_node_released_by_another_counts_as_fenced_and_is_not_fenced_again() {
         o
     };
     let out = s.fleet.observe(
+        &s.cfg,
         s.now,
         &[
             super::shown("k1", Status::Ready),
@@ -1350,7 +1354,7 @@ fn a_node_released_by_another_counts_as_fenced_and_is_not_fenced_again() {
     s.at(5).poll(&[watchdog()]).at(30).tick();
     let out = s
         .fleet
-        .observe(s.now, &[seen("k1", true), seen("k2", false)]);
+        .observe(&s.cfg, s.now, &[seen("k1", true), seen("k2", false)]);
     s.record(out);
     s.at(100).poll(&[watchdog()]).flows();
     assert!(s.act().is_empty(), "50% of 2 is one, and k1 is it");
@@ -1364,7 +1368,7 @@ fn a_node_released_by_another_counts_as_fenced_and_is_not_fenced_again() {
     // silent as long as k2 and first by name).
     let out = s
         .fleet
-        .observe(s.now, &[seen("k1", false), seen("k2", false)]);
+        .observe(&s.cfg, s.now, &[seen("k1", false), seen("k2", false)]);
     s.record(out);
     s.at(101).flows();
     assert_eq!(s.act(), ["k1:power_off", "k1:release", "k1:power_on"]);
@@ -1374,6 +1378,7 @@ fn a_node_released_by_another_counts_as_fenced_and_is_not_fenced_again() {
 fn an_inventory_that_lists_no_node_retires_none() {
     let mut s = script("orchestrator: { kind: kubernetes }\n");
     let out = s.fleet.observe(
+        &s.cfg,
         s.now,
         &[
             super::shown("k1", Status::Ready),
@@ -1381,11 +1386,13 @@ fn an_inventory_that_lists_no_node_retires_none() {
         ],
     );
     s.record(out);
-    let out = s.fleet.observe(s.now, &[]);
+    let out = s.fleet.observe(&s.cfg, s.now, &[]);
     assert!(out.removed.is_empty() && out.events.is_empty());
     assert_eq!(s.fleet.nodes.len(), 2);
     // One node gone from a list that still names the other: retired.
-    let out = s.fleet.observe(s.now, &[super::shown("k1", Status::Ready)]);
+    let out = s
+        .fleet
+        .observe(&s.cfg, s.now, &[super::shown("k1", Status::Ready)]);
     assert_eq!(out.removed, ["k2"]);
 }
 
