@@ -145,6 +145,7 @@ impl Fleet {
                 )
             };
             let before = seen(node);
+            let recorded = out.events.len();
             // What the configuration's inventory says of the node goes on top.
             let listed = self.listed.get(&o.id);
             node.labels = o.labels.clone();
@@ -255,7 +256,7 @@ impl Fleet {
                 Status::Ready if node.status != Status::Cordoned => node.status = Status::Ready,
                 _ => {}
             }
-            if before != seen(node) || !out.events.is_empty() {
+            if before != seen(node) || out.events.len() != recorded {
                 out.dirty.insert(o.id.clone());
             }
         }

@@ -841,6 +841,39 @@ fn heartbeat_thresholds() {
     }
 }
 
+/// An inventory that changes one node of many writes that one: an event recorded
+/// for a node (a cordon made outside hale) does not mark every node after it.
+#[test]
+fn an_inventory_writes_only_the_nodes_it_changed() {
+    let mut s = script("orchestrator: { kind: kubernetes }");
+    let ids = ["k1", "k2", "k3", "k4"];
+    let all = |cordoned: &str| -> Vec<policy::Observed> {
+        ids.iter()
+            .map(|id| {
+                let status = if *id == cordoned {
+                    Status::Cordoned
+                } else {
+                    Status::Ready
+                };
+                shown(id, status)
+            })
+            .collect()
+    };
+    let out = s.fleet.observe(&s.cfg, s.now, &all(""));
+    assert_eq!(out.dirty.len(), 4, "each new node written once");
+    let out = s.fleet.observe(&s.cfg, s.now, &all(""));
+    assert!(out.dirty.is_empty(), "{:?}", out.dirty);
+    let out = s.fleet.observe(&s.cfg, s.now, &all("k2"));
+    assert_eq!(
+        out.events
+            .iter()
+            .map(|e| e.node_id.as_str())
+            .collect::<Vec<_>>(),
+        ["k2"]
+    );
+    assert_eq!(out.dirty.iter().collect::<Vec<_>>(), ["k2"]);
+}
+
 /// A tick waits for the earliest deadline the last look found; labels the
 /// orchestrator's inventory changes may bring a node's deadline forward, and the
 /// next tick looks again.
