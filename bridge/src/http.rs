@@ -128,6 +128,9 @@ impl From<CoreError> for ApiError {
             CoreError::UnknownNode(_) | CoreError::UnknownCondition { .. } => {
                 ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string())
             }
+            CoreError::Forgotten { .. } => {
+                ApiError::new(StatusCode::BAD_REQUEST, "bad_request", e.to_string())
+            }
             CoreError::NotClearable { .. }
             | CoreError::NotDrainable { .. }
             | CoreError::Busy { .. }
@@ -147,9 +150,25 @@ impl From<JsonRejection> for ApiError {
                 e.body_text(),
             ),
             JsonRejection::BytesRejection(e) => e.into(),
+            // Worded as an operator verb's body is: what is wrong, and where.
+            JsonRejection::JsonDataError(ref inner) => malformed(&e, inner),
+            JsonRejection::JsonSyntaxError(ref inner) => malformed(&e, inner),
             _ => ApiError::new(StatusCode::BAD_REQUEST, "bad_request", e.body_text()),
         }
     }
+}
+
+/// A JSON body that did not read as its request: `the request body: ` and what
+/// serde said, the field at fault first.
+fn malformed(e: &JsonRejection, inner: &dyn std::error::Error) -> ApiError {
+    let why = inner
+        .source()
+        .map_or_else(|| e.body_text(), ToString::to_string);
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+        format!("the request body: {why}"),
+    )
 }
 
 /// A request body that could not be read: too large (axum's default limit), or
@@ -1391,6 +1410,36 @@ mod tests {
             optional_body::<OperateRequest>(sent).unwrap().reason,
             "bios"
         );
+    }
+
+    /// A failure report that does not read is said as an operator verb's body is:
+    /// `the request body: `, the field at fault, what is wrong with it.
+    #[tokio::test]
+    async fn a_failure_report_that_does_not_read_names_its_field() {
+        use axum::extract::FromRequest as _;
+        for (body, says) in [
+            ("{}", "the request body: missing field `job`"),
+            (
+                r#"{"job": "j", "occurredAt": "yesterday"}"#,
+                "the request body: occurredAt: input contains invalid characters",
+            ),
+            (
+                r#"{"job": "j", "node": "n1"}"#,
+                "the request body: node: unknown field `node`",
+            ),
+            (r#"{"job": "#, "the request body: job: EOF while parsing"),
+        ] {
+            let request = axum::extract::Request::builder()
+                .header("content-type", "application/json")
+                .body(Body::from(body))
+                .unwrap();
+            let rejection = Json::<FailureReport>::from_request(request, &())
+                .await
+                .unwrap_err();
+            let e = ApiError::from(rejection);
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{body}");
+            assert!(e.detail.starts_with(says), "{body}: {}", e.detail);
+        }
     }
 
     #[test]

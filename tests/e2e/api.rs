@@ -103,6 +103,31 @@ async fn bad_operator_bodies_are_json_errors_and_change_nothing() {
         e["detail"].as_str().unwrap().contains("in the future"),
         "{e}"
     );
+    // Older than nodeIdentity.forgetAfter (7 days by default): not counted, as a
+    // job_failure alert that started then is not; a body missing its job is said
+    // as an operator verb's is.
+    for (body, says) in [
+        (
+            json!({"job": "j1", "occurredAt": "1970-01-01T00:00:00Z"}),
+            "more than nodeIdentity.forgetAfter (168h) ago",
+        ),
+        (
+            json!({"reason": "oom"}),
+            "the request body: missing field `job`",
+        ),
+    ] {
+        let r = client
+            .post(format!("{node}/failures"))
+            .bearer_auth(TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{body}");
+        let e: Value = r.json().await.unwrap();
+        assert_eq!(e["error"], "bad_request", "{e}");
+        assert!(e["detail"].as_str().unwrap().contains(says), "{e}");
+    }
     // A body past the 2 MiB limit is a 413 in JSON, whichever verb it was sent to,
     // refused from its declared length before it is read (one sent in chunks is
     // refused once it passes the limit: a unit test in http.rs).

@@ -545,6 +545,18 @@ impl Fleet {
         if !self.nodes.contains_key(node_id) {
             return Err(CoreError::UnknownNode(node_id.into()));
         }
+        let forget = cfg.identity.forget_after;
+        if let Some(at) = occurred_at
+            && chrono::TimeDelta::from_std(forget)
+                .ok()
+                .and_then(|f| now.checked_sub_signed(f))
+                .is_some_and(|horizon| at < horizon)
+        {
+            return Err(CoreError::Forgotten {
+                at: at.to_rfc3339(),
+                hours: forget.as_secs() / 3600,
+            });
+        }
         let mut step = Step::new(self, cfg, now);
         let at = occurred_at.map_or(now, |t| t.min(now));
         step.count_failure(node_id, job, reason.unwrap_or("unspecified"), at);

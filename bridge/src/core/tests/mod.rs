@@ -383,6 +383,47 @@ fn a_late_failure_report_keeps_when_the_job_failed() {
     assert_eq!(r.candidate, r.recorded, "{r:?}");
 }
 
+/// A failure reported as older than `forgetAfter` is refused, as a `job_failure`
+/// alert that started then is not counted: nothing changes, and the error says
+/// why. One just inside it counts.
+#[test]
+fn a_failure_older_than_forget_after_is_refused() {
+    let mut s = script("nodeIdentity: { forgetAfter: 7d }");
+    s.at(0).poll(&[watchdog(), heartbeat("n1")]);
+    s.at(2 * WEEK).poll(&[watchdog(), heartbeat("n1")]);
+    s.took();
+    let before = s.node("n1").clone();
+    for failed in [
+        chrono::DateTime::UNIX_EPOCH,
+        s.now - TimeDelta::seconds(WEEK + 1),
+    ] {
+        let refused = s
+            .fleet
+            .attribute_failure(&s.cfg, s.now, "n1", "old-job", None, Some(failed))
+            .unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("more than nodeIdentity.forgetAfter (168h) ago"),
+            "{refused}"
+        );
+    }
+    assert_eq!(*s.node("n1"), before, "nothing counted");
+    let out = s
+        .fleet
+        .attribute_failure(
+            &s.cfg,
+            s.now,
+            "n1",
+            "late-job",
+            None,
+            Some(s.now - TimeDelta::seconds(WEEK - 60)),
+        )
+        .unwrap();
+    s.record(out);
+    assert_eq!(s.node("n1").failures.total, 1);
+}
+
 #[test]
 fn failure_deduction_table() {
     let settings = config("").cluster;
