@@ -106,10 +106,12 @@ pub fn backtest(
             .count(),
         ..Backtest::default()
     };
-    // The pool sizes are today's: every node the store knows, evidence cleared. A
-    // healthy node reports without recording events, so one known before the
-    // history begins has reported before; one whose record began within it starts
-    // unscored, as it did, so its first score is one the policy does not act on.
+    // The pools are today's nodes, evidence cleared, each from when its record
+    // began. A healthy node reports without recording events, so one known before
+    // the history begins has reported before; one whose record began within it
+    // joins then (its first event, if sooner), unscored, as it did: the pool a
+    // decision was made in is the pool it had, and the node's first score is one
+    // the policy does not act on.
     let reported_before = |n: &mut Node| {
         n.policy.scored_reports = 1;
         n.score = Some(Score {
@@ -118,31 +120,45 @@ pub fn backtest(
             scored_by: Name::default(),
         });
     };
+    let mut joining: BTreeMap<String, (Time, Box<Node>)> = BTreeMap::new();
     for (id, k) in known {
         let mut n = Node::new(id);
         n.labels = k.labels.clone();
         n.hostname = k.hostname.clone();
         n.policy.provisioned = k.policy.provisioned;
-        if k.known_since.is_none_or(|t| t < start) {
-            reported_before(&mut n);
+        match k.known_since.filter(|t| *t >= start) {
+            Some(since) => {
+                joining.insert(id.clone(), (since, Box::new(n)));
+            }
+            None => {
+                reported_before(&mut n);
+                fleet.nodes.insert(id.clone(), Box::new(n));
+            }
         }
-        fleet.nodes.insert(id.clone(), Box::new(n));
     }
     // The candidate's inventory as `hale serve` with it would read it: its labels
     // on top of those known (a node it moves to another pool is replayed there),
     // and the nodes it adds in their pools from the start.
     for l in inventory {
-        let n = fleet.nodes.entry(l.id.clone()).or_insert_with(|| {
-            let mut n = Node::new(&l.id);
-            reported_before(&mut n);
-            Box::new(n)
-        });
+        let n = match joining.get_mut(&l.id) {
+            Some((_, n)) => n,
+            None => fleet.nodes.entry(l.id.clone()).or_insert_with(|| {
+                let mut n = Node::new(&l.id);
+                reported_before(&mut n);
+                Box::new(n)
+            }),
+        };
         n.labels
             .extend(l.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
         if l.hostname.is_some() {
             n.hostname = l.hostname.clone();
         }
     }
+    // When each joins, soonest first.
+    let mut joins: BTreeSet<(Time, String)> = joining
+        .iter()
+        .map(|(id, (since, _))| (*since, id.clone()))
+        .collect();
     let mut steps: BTreeMap<Time, BTreeSet<String>> = BTreeMap::new();
     let mut by_time: BTreeMap<Time, Vec<&Event>> = BTreeMap::new();
     let counted = |t: Time| since.is_none_or(|s| t >= s);
@@ -159,6 +175,7 @@ pub fn backtest(
         let interval = fleet
             .nodes
             .get(&e.node_id)
+            .or_else(|| joining.get(&e.node_id).map(|(_, n)| n))
             .map_or(cfg.settings_for(&BTreeMap::new()), |n| {
                 cfg.settings_for(&n.labels)
             })
@@ -171,7 +188,19 @@ pub fn backtest(
         }
     }
     for (at, touched) in steps.into_iter().take_while(|(at, _)| *at <= now) {
-        for e in by_time.remove(&at).unwrap_or_default() {
+        let events = by_time.remove(&at).unwrap_or_default();
+        let mut due: Vec<String> = events.iter().map(|e| e.node_id.clone()).collect();
+        while joins.first().is_some_and(|(since, _)| *since <= at) {
+            due.extend(joins.pop_first().map(|(_, id)| id));
+        }
+        for id in due {
+            if let Some((since, n)) = joining.remove(&id) {
+                joins.remove(&(since, id.clone()));
+                fleet.nodes.insert(id, n);
+                fleet.pools = None;
+            }
+        }
+        for e in events {
             let node = fleet
                 .nodes
                 .entry(e.node_id.clone())

@@ -3684,6 +3684,44 @@ fn backtest_of_new_nodes_reproduces_that_their_first_score_moved_nothing() {
     assert_eq!(r.candidate, r.recorded, "{r:?}");
 }
 
+/// Nodes that joined after a decision are not in the pool it was made in: the
+/// replay adds each when its record began, so a halt for room in a pool of five
+/// stays a halt though ten more nodes joined later.
+#[test]
+fn backtest_counts_a_pool_as_it_was_when_each_decision_was_made() {
+    let mut s = script("alertmanager: { pollInterval: 0, requireWatchdog: false }");
+    let first: Vec<String> = (1..=5).map(|i| format!("p{i}")).collect();
+    let heartbeats = |ids: &[String]| ids.iter().map(|id| heartbeat(id)).collect::<Vec<A>>();
+    s.at(10).webhook(&heartbeats(&first));
+    s.at(15);
+    let out = s.fleet.cordon(s.now, "p5", "maintenance").unwrap();
+    s.record(out);
+    let sick = || vec![heartbeat("p1"), gpu_ecc_uncorrectable("p1", "0")];
+    s.at(20).webhook(&sick());
+    s.at(50).webhook(&sick());
+    let mut history = s.events.clone();
+    assert_eq!(
+        s.policy_events(),
+        [
+            "p5 NODE_CORDONED operator",
+            "p1 POLICY_HALTED cordon maxUnavailablePercent"
+        ]
+    );
+    let later: Vec<String> = (1..=10).map(|i| format!("q{i}")).collect();
+    s.at(100).webhook(&heartbeats(&later));
+    s.at(130).webhook(&heartbeats(&later));
+    history.extend(s.events.iter().cloned());
+    // Live, p1 is recommended its cordon once the pool has room.
+    assert_eq!(s.policy_events(), ["p1 POLICY_RECOMMENDED cordon"]);
+    let r = replay::backtest(&s.cfg, &s.fleet.nodes, &[], &history, None, s.now);
+    assert_eq!(
+        (r.recorded.halts, r.recorded.recommendations),
+        (1, 1),
+        "{r:?}"
+    );
+    assert_eq!(r.candidate, r.recorded, "{r:?}");
+}
+
 #[test]
 fn the_gate_follows_the_score_in_every_mode_and_never_an_unscored_node() {
     let mut s = script("nodeHealth: { penalties: { SmartFailing: 60 } }");
