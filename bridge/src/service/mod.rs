@@ -170,6 +170,8 @@ pub struct WebhookResult {
     pub alerts: usize,
     pub trusted: bool,
     pub unmatched: u64,
+    /// New nodes the delivery named beyond `nodeIdentity.maxNodes`, refused.
+    pub refused: usize,
 }
 
 impl Hale {
@@ -709,6 +711,7 @@ impl Hale {
             alerts: delivery.alerts.len(),
             trusted: outcome.trusted,
             unmatched: outcome.unmatched,
+            refused: outcome.refused.len(),
         })
     }
 
@@ -1945,6 +1948,44 @@ mod tests {
             let after = Config::parse("after.yaml", after).unwrap();
             assert_eq!(restart_only(&before, &after), *refused, "{after:?}");
         }
+    }
+
+    /// A delivery's answer counts the new nodes `nodeIdentity.maxNodes` refused,
+    /// beside its alerts: the sender sees that some of them went nowhere.
+    #[tokio::test]
+    async fn a_webhook_answer_counts_the_nodes_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hale.yaml");
+        std::fs::write(
+            &path,
+            format!(
+                "alertmanager: {{ pollInterval: 0, requireWatchdog: false }}\n\
+                 nodeIdentity: {{ maxNodes: 3 }}\n\
+                 store: {{ path: {} }}\n",
+                dir.path().display()
+            ),
+        )
+        .unwrap();
+        let hale =
+            Hale::open(Config::load(Some(&path)).unwrap(), Arc::new(NoOrchestrator)).unwrap();
+        let alert = |node: &str| {
+            format!(
+                r#"{{"status":"firing","labels":{{"alertname":"HaleNodeReporting","hale_signal":"heartbeat","node":"{node}"}},"annotations":{{}},"startsAt":"2026-12-01T00:00:00Z","fingerprint":"hb-{node}"}}"#
+            )
+        };
+        let deliver = |nodes: &[&str]| {
+            let alerts: Vec<String> = nodes.iter().map(|n| alert(n)).collect();
+            let body = format!(
+                r#"{{"version":"4","status":"firing","receiver":"hale","groupKey":"g","truncatedAlerts":0,"alerts":[{}]}}"#,
+                alerts.join(",")
+            );
+            hale.ingest_webhook(body.as_bytes()).unwrap()
+        };
+        let first = deliver(&["n1", "n2"]);
+        assert_eq!((first.alerts, first.refused), (2, 0));
+        let more = deliver(&["n1", "n3", "n4", "n5"]);
+        assert_eq!((more.alerts, more.unmatched, more.refused), (4, 0, 2));
+        assert!(hale.node("n3").is_some() && hale.node("n4").is_none());
     }
 
     /// What automation queued in a pool that then observes is never done: a reload
