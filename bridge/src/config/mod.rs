@@ -1474,6 +1474,21 @@ fn check_settings(
             "an empty class names no fault".into(),
         );
     }
+    // hale's own conditions for what it cannot see: nothing acts on a node that
+    // has one, so a class naming one never evicts.
+    for (i, class) in written.evict_on_fault_classes.iter().flatten().enumerate() {
+        if BLIND_CONDITIONS
+            .iter()
+            .any(|b| b.eq_ignore_ascii_case(class))
+        {
+            odd.push((
+                format!("{at}.evictOnFaultClasses[{i}]"),
+                format!(
+                    "{class} is hale's own condition for a node it cannot see, and nothing acts on such a node: this class never evicts"
+                ),
+            ));
+        }
+    }
     if s.heartbeat_miss_threshold == 0 {
         return fail("heartbeatMissThreshold", "must be at least 1".into());
     }
@@ -1806,6 +1821,14 @@ mod tests {
             (
                 "orchestrator: { kind: slurm }\nfencing: { after: 30s }",
                 "fencing",
+            ),
+            (
+                "nodeHealth:\n  evictOnFaultClasses: [GPU_ECC_ERRORS, heartbeat_missed]",
+                "nodeHealth.evictOnFaultClasses[1]",
+            ),
+            (
+                "pools:\n  - { name: a, selector: {p: a}, nodeHealth: { evictOnFaultClasses: [COLLECTOR_FAILED] } }",
+                "pools[0].nodeHealth.evictOnFaultClasses[0]",
             ),
         ] {
             let l = load(text).unwrap_or_else(|e| panic!("{text}: {e}"));
