@@ -1190,11 +1190,15 @@ impl Config {
                 (key, unreadable)
             })
             .collect::<Vec<_>>();
-        let mut unreadable = secrets
+        let mut unreadable: Vec<ConfigError> = secrets
             .iter()
             .map(|(key, read)| (key.clone(), read.as_ref().err().cloned()))
             .chain(files_read)
-            .filter_map(|(key, problem)| Some(err(&key, problem?)));
+            .filter_map(|(key, problem)| Some(err(&key, problem?)))
+            .collect();
+        // In the file's order, as one reads it top to bottom.
+        unreadable.sort_by_key(|e| e.line.unwrap_or(u64::MAX));
+        let mut unreadable = unreadable.into_iter();
         if let Some(mut first) = unreadable.next() {
             for more in unreadable {
                 first.message.push_str(&format!("\n{more}"));
@@ -2419,28 +2423,34 @@ pools:
         let dir = tempfile::tempdir().unwrap();
         let empty = dir.path().join("empty");
         std::fs::write(&empty, "\n").unwrap();
+        // Named in the file's order, whatever kind of file each is.
         let text = format!(
-            "apiTokenFile: {}/token\nnodeEventWebhooks:\n  - url: http://127.0.0.1:1/a\n    secretFile: {}/secret\n  - url: http://127.0.0.1:1/b\n    secretFile: {}\n",
+            "bmc: {{ caFile: {}/ca.pem }}\napiTokenFile: {}/token\nnodeEventWebhooks:\n  - url: http://127.0.0.1:1/a\n    secretFile: {}/secret\n  - url: http://127.0.0.1:1/b\n    secretFile: {}\n",
+            dir.path().display(),
             dir.path().display(),
             dir.path().display(),
             empty.display()
         );
         let e = load(&text).unwrap_err();
-        assert_eq!((e.key.as_str(), e.line), ("apiTokenFile", Some(1)), "{e}");
+        assert_eq!((e.key.as_str(), e.line), ("bmc.caFile", Some(1)), "{e}");
         let shown = e.to_string();
         let lines: Vec<&str> = shown.lines().collect();
-        assert_eq!(lines.len(), 3, "{shown}");
+        assert_eq!(lines.len(), 4, "{shown}");
         assert!(
-            lines[0].starts_with("hale.yaml:1: apiTokenFile: cannot read"),
+            lines[0].starts_with("hale.yaml:1: bmc.caFile: cannot read"),
             "{shown}"
         );
         assert!(
-            lines[1].starts_with("hale.yaml:4: nodeEventWebhooks[0].secretFile: cannot read"),
+            lines[1].starts_with("hale.yaml:2: apiTokenFile: cannot read"),
             "{shown}"
         );
         assert!(
-            lines[2].starts_with("hale.yaml:6: nodeEventWebhooks[1].secretFile:")
-                && lines[2].ends_with("is empty"),
+            lines[2].starts_with("hale.yaml:5: nodeEventWebhooks[0].secretFile: cannot read"),
+            "{shown}"
+        );
+        assert!(
+            lines[3].starts_with("hale.yaml:7: nodeEventWebhooks[1].secretFile:")
+                && lines[3].ends_with("is empty"),
             "{shown}"
         );
         // A token written with or without its trailing newline reads the same.
