@@ -109,7 +109,7 @@ async fn bad_operator_bodies_are_json_errors_and_change_nothing() {
     for (body, says) in [
         (
             json!({"job": "j1", "occurredAt": "1970-01-01T00:00:00Z"}),
-            "more than nodeIdentity.forgetAfter (168h) ago",
+            "more than nodeIdentity.forgetAfter (7d) ago",
         ),
         (
             json!({"reason": "oom"}),

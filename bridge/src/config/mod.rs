@@ -1989,6 +1989,8 @@ mod tests {
     fn errors_name_the_key_at_fault_among_keys_of_the_same_name() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().display();
+        // The node's credentials read; the cluster's, under the same key, do not.
+        std::fs::create_dir(dir.path().join("a")).unwrap();
         for (text, line, key) in [
             (
                 "pools:\n  - name: gpu\n    selector: { pool: gpu }\n    nodeHealth:\n      cordonBelow: 70\nnodeHealth:\n  cordonBelow: 150\n".to_string(),

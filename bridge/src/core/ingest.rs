@@ -554,7 +554,7 @@ impl Fleet {
         {
             return Err(CoreError::Forgotten {
                 at: at.to_rfc3339(),
-                hours: forget.as_secs() / 3600,
+                after: spelled(forget),
             });
         }
         let mut step = Step::new(self, cfg, now);
@@ -777,4 +777,21 @@ fn in_order<'n>(
         }
     }
     (found.len() == shares.len()).then_some(found)
+}
+
+/// A duration as the configuration writes one: `7d`, `1h30m`, `45s`.
+fn spelled(d: std::time::Duration) -> String {
+    let mut left = d.as_secs();
+    let mut out = String::new();
+    for (unit, secs) in [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)] {
+        if left >= secs {
+            out.push_str(&format!("{}{unit}", left / secs));
+            left %= secs;
+        }
+    }
+    if out.is_empty() {
+        format!("{}ms", d.as_millis())
+    } else {
+        out
+    }
 }

@@ -93,9 +93,9 @@ pub enum CoreError {
     /// A failure reported as older than `nodeIdentity.forgetAfter`: a
     /// `job_failure` alert that started then is not counted either.
     #[error(
-        "occurredAt {at} is more than nodeIdentity.forgetAfter ({hours}h) ago: not counted, as a job_failure alert that started then would not be"
+        "occurredAt {at} is more than nodeIdentity.forgetAfter ({after}) ago: not counted, as a job_failure alert that started then would not be"
     )]
-    Forgotten { at: String, hours: u64 },
+    Forgotten { at: String, after: String },
     /// A node the inventory or the orchestrator lists: they would bring it back.
     #[error("node {node} is listed {by}, which would bring it back: {leave}")]
     Listed {

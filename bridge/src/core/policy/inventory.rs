@@ -137,6 +137,7 @@ impl Fleet {
                     node.hostname.clone(),
                     node.policy.provisioned,
                     node.policy.allocations,
+                    node.policy.work_counted,
                     node.status,
                     node.policy.pending.len(),
                     node.policy.not_ready,

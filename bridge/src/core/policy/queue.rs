@@ -342,8 +342,9 @@ impl Fleet {
         self.action_failed(cfg, now, id, action_id, why)
     }
 
-    /// Pools in `observe` (a reload set it, or a process started or took over
-    /// with it): what the score policy queued for their nodes and has not done —
+    /// Pools in `observe` (a reload set it, a process started or took over with
+    /// it, or the inventory's labels moved a node into one): what the score policy
+    /// queued for their nodes and has not done —
     /// its cordon and the passive drain or termination behind it — is withdrawn,
     /// as observe changes nothing from the moment it is set. What runs in every
     /// mode goes on: fault evictions and their cordon, the gate, an operator's

@@ -404,10 +404,25 @@ fn a_failure_older_than_forget_after_is_refused() {
         assert!(
             refused
                 .to_string()
-                .contains("more than nodeIdentity.forgetAfter (168h) ago"),
+                .contains("more than nodeIdentity.forgetAfter (7d) ago"),
             "{refused}"
         );
     }
+    // Said as the configuration writes it.
+    let mut short = script("nodeIdentity: { forgetAfter: 90m }");
+    short.at(0).poll(&[watchdog(), heartbeat("n1")]);
+    let refused = short
+        .fleet
+        .attribute_failure(
+            &short.cfg,
+            short.now,
+            "n1",
+            "j",
+            None,
+            Some(t0() - TimeDelta::hours(2)),
+        )
+        .unwrap_err();
+    assert!(refused.to_string().contains("(1h30m) ago"), "{refused}");
     assert_eq!(*s.node("n1"), before, "nothing counted");
     let out = s
         .fleet
@@ -912,6 +927,14 @@ fn an_inventory_writes_only_the_nodes_it_changed() {
             .collect::<Vec<_>>(),
         ["k2"]
     );
+    assert_eq!(out.dirty.iter().collect::<Vec<_>>(), ["k2"]);
+    // Its work counted on the cordoned node, and nothing else: written too (a
+    // restart, or another leader, would otherwise wait on the count again).
+    let mut counted = all("k2");
+    counted[1].allocations = Some(0);
+    assert!(!s.node("k2").policy.work_counted);
+    let out = s.fleet.observe(&s.cfg, s.now, &counted);
+    assert!(s.node("k2").policy.work_counted);
     assert_eq!(out.dirty.iter().collect::<Vec<_>>(), ["k2"]);
 }
 
