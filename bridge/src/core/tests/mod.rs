@@ -3121,6 +3121,44 @@ fn a_termination_under_way_when_an_operator_takes_the_node_over_is_recorded() {
     assert_eq!(s.fleet.ledger.replacements.values().flatten().count(), 1);
 }
 
+/// An operator's uncordon ends the episode: the drain it reached is not kept
+/// behind the suppression, and once that lapses the policy decides afresh from
+/// the score then — between the thresholds, a cordon and no drain.
+#[test]
+fn an_uncordon_ends_the_episode_and_the_policy_decides_afresh() {
+    let mut s = pool_script("drain");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &["g-0"], very_low);
+    s.at(30).report(&ids, &["g-0"], very_low);
+    let events = s.policy_events();
+    assert!(
+        events.contains(&"g-0 POLICY_ACTED drain".to_string()),
+        "{events:?}"
+    );
+    s.at(60).report(&ids, &["g-0"], low);
+    assert!(s.policy_events().is_empty(), "the drain stands");
+    let out = s.fleet.uncordon(s.now, "g-0", "checked it").unwrap();
+    s.record(out);
+    s.at(90).report(&ids, &["g-0"], low);
+    assert_eq!(
+        s.policy_events(),
+        [
+            "g-0 NODE_UNCORDONED operator",
+            "g-0 POLICY_HALTED cordon cordonSuppressionMinutes"
+        ]
+    );
+    s.at(90 + 1800).report(&ids, &["g-0"], low);
+    // The gate lifts too: the score held above drainBelow past the recovery hold.
+    assert_eq!(
+        s.policy_events(),
+        [
+            "g-0 POLICY_ACTED ungate",
+            "g-0 NODE_CORDONED hale",
+            "g-0 POLICY_ACTED cordon"
+        ]
+    );
+}
+
 /// A pool switched to observe (a reload, or a start with it) stops what automation
 /// queued there and has not done: a cordon not yet done is withdrawn and the node
 /// stays in service; behind a cordon done, a termination is withdrawn and the
