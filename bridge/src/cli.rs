@@ -974,14 +974,20 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
             reason,
         } => {
             // `node show` prints a condition's title beside its type: either names it.
+            // The type as written first; then in any case, or by its title.
             let shown: NodeView = client.get(&["api", "v1", "nodes", &id]).await?;
+            let wanted = condition.trim();
             let condition = shown
                 .conditions
                 .iter()
-                .find(|c| {
-                    c.ctype == condition || title(&c.ctype).eq_ignore_ascii_case(condition.trim())
+                .find(|c| c.ctype == wanted)
+                .or_else(|| {
+                    shown.conditions.iter().find(|c| {
+                        c.ctype.eq_ignore_ascii_case(wanted)
+                            || title(&c.ctype).eq_ignore_ascii_case(wanted)
+                    })
                 })
-                .map_or(condition, |c| c.ctype.to_string());
+                .map_or(condition.clone(), |c| c.ctype.to_string());
             let url = client.url(&["api", "v1", "nodes", &id, "conditions", &condition, "clear"]);
             let node: NodeView = client
                 .send(client.http.post(url).json(&ClearRequest { reason }))

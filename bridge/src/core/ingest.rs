@@ -501,7 +501,11 @@ impl Fleet {
             .nodes
             .get_mut(node_id)
             .ok_or_else(|| CoreError::UnknownNode(node_id.into()))?;
-        if condition == HEARTBEAT_MISSED || condition == TELEMETRY_STALE {
+        // hale's own, in whatever case it is named: never an alert's.
+        if [HEARTBEAT_MISSED, TELEMETRY_STALE]
+            .iter()
+            .any(|own| own.eq_ignore_ascii_case(condition.trim()))
+        {
             return Err(CoreError::NotClearable {
                 node: node_id.into(),
                 condition: condition.into(),

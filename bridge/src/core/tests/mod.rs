@@ -534,6 +534,20 @@ fn sticky_stays_until_an_operator_clears_it() {
         .unwrap();
     s.record(out);
     assert_eq!(s.score("n1"), Some(100));
+    // hale's own conditions are never cleared by hand, in whatever case named.
+    for own in ["heartbeat_missed", "Heartbeat_Missed", "TELEMETRY_STALE"] {
+        let refused = s
+            .fleet
+            .clear_condition(&s.cfg, s.now, "n1", own, "x")
+            .unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                crate::core::outcome::CoreError::NotClearable { .. }
+            ),
+            "{own}: {refused}"
+        );
+    }
     let events = std::mem::take(&mut s.events);
     assert_eq!(
         events[0].message,
