@@ -973,8 +973,8 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
             condition,
             reason,
         } => {
-            // `node show` prints a condition's title beside its type: either names it.
-            // The type as written first; then in any case, or by its title.
+            // `node show` prints a condition's title beside its type: either names
+            // it. The type as written first; then in any case, or by its title.
             let shown: NodeView = client.get(&["api", "v1", "nodes", &id]).await?;
             let wanted = condition.trim();
             let condition = shown
