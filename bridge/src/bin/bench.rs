@@ -5,7 +5,8 @@
 //! `target/release/bench live [NODES]` for the real Alertmanager and `hale serve`
 //! alone.
 //!
-//! 1. A realistic Alertmanager v2 answer, and the same fleet's answers as they move:
+//! 1. A realistic Alertmanager v2 answer, in Alertmanager's order (by fingerprint, so
+//!    a node's alerts lie scattered over it), and the same fleet's answers as they move:
 //!    each later round changes a tenth of the alerts (their summaries count up, their
 //!    timestamps move) and moves a critical alert from 0.5 % of the nodes to another
 //!    0.5 % (1 % of the nodes change score; new and resolved alerts); then the same
@@ -1921,17 +1922,24 @@ fn epoch() -> chrono::DateTime<Utc> {
 /// The whole answer of `GET /api/v2/alerts` in `round`: an alert carries the
 /// timestamps of the round it last changed in, or — `resent` — of this round, as
 /// when Prometheus has re-sent every alert since (it does every minute by default,
-/// and Alertmanager moves each one's expiry).
+/// and Alertmanager moves each one's expiry). In Alertmanager's order, by
+/// fingerprint, which scatters a node's alerts over the whole answer.
 fn answer(nodes: usize, round: usize, resent: bool) -> Vec<u8> {
-    let mut out = Vec::with_capacity(nodes * PER_NODE * 800);
-    out.push(b'[');
+    let mut listed = Vec::with_capacity(nodes * PER_NODE);
     synthesize(0..nodes, nodes, round, |a| {
-        if out.len() > 1 {
+        let sent = if resent { round } else { a.changed };
+        let alert = serde_json::to_vec(&a.gettable(sent)).expect("writes to memory");
+        listed.push((a.fingerprint(), alert));
+    });
+    listed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let mut out = Vec::with_capacity(listed.iter().map(|(_, a)| a.len() + 1).sum::<usize>() + 2);
+    out.push(b'[');
+    for (i, (_, alert)) in listed.iter().enumerate() {
+        if i > 0 {
             out.push(b',');
         }
-        let sent = if resent { round } else { a.changed };
-        serde_json::to_writer(&mut out, &a.gettable(sent)).expect("writes to memory");
-    });
+        out.extend_from_slice(alert);
+    }
     out.push(b']');
     out
 }
