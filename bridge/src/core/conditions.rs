@@ -10,7 +10,7 @@ use chrono::{DateTime, TimeDelta};
 
 use super::labels::{Alert, AlertState, Signal};
 use super::settings::{CoreSettings, Settings};
-use super::step::{Recorder, group_by_key};
+use super::step::{Keyed, Recorder, group_by_key};
 use super::trust::Keep;
 use super::{
     COLLECTOR_FAILED, Condition, EventKind, HEARTBEAT_MISSED, Heartbeat, Name, Node,
@@ -36,7 +36,7 @@ pub(super) fn apply_alerts(
 ) {
     let now = rec.now;
     let settings = cfg.settings_for(&node.labels);
-    let mut fresh: Vec<(&str, &Alert<'_>)> = Vec::new();
+    let mut fresh: Vec<(Keyed<'_>, &Alert<'_>)> = Vec::new();
     let mut ended: Vec<(&str, &str, Option<Time>)> = Vec::new();
     let mut heartbeat: Option<Option<Duration>> = None;
     let mut unavailable: BTreeMap<&str, &str> = BTreeMap::new();
@@ -60,7 +60,7 @@ pub(super) fn apply_alerts(
         named = true;
         match signal {
             Signal::Heartbeat { interval } => heartbeat = Some(interval),
-            Signal::CollectorFailed { .. } => fresh.push((COLLECTOR_FAILED, alert)),
+            Signal::CollectorFailed { .. } => fresh.push((Keyed::new(COLLECTOR_FAILED), alert)),
             Signal::Unavailable { signal } => {
                 unavailable.insert(alert.fingerprint.as_ref(), signal);
             }
@@ -76,7 +76,7 @@ pub(super) fn apply_alerts(
                 let silenced = alert.state == AlertState::Suppressed;
                 failures.push((key, job, alert.reason(), at, silenced));
             }
-            Signal::Condition => fresh.push((alert.condition_type(), alert)),
+            Signal::Condition => fresh.push((Keyed::new(alert.condition_type()), alert)),
             Signal::Watchdog => {}
         }
     }

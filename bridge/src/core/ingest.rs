@@ -10,7 +10,7 @@ use super::conditions::{apply_alerts, count_failure};
 use super::labels::{Alert, AlertState, Signal};
 use super::outcome::{CoreError, Outcome};
 use super::settings::{CoreSettings, Identity};
-use super::step::{Recorder, Scope, Step, group_by_key};
+use super::step::{Keyed, Recorder, Scope, Step, group_by_key};
 use super::trust::{Judged, Keep, NONE_NEWER};
 use super::{
     Event, EventKind, Fleet, HEARTBEAT_MISSED, Node, Origin, TELEMETRY_STALE, Time, spread,
@@ -91,35 +91,57 @@ pub struct NodeGroups {
 
 impl NodeGroups {
     pub fn of(alerts: &[Alert<'_>], identity: &Identity) -> NodeGroups {
-        let mut named = Vec::with_capacity(alerts.len());
-        let (mut watchdogs, mut unmatched) = (Vec::new(), Vec::new());
-        for (i, alert) in alerts.iter().enumerate() {
-            if let Some(ahead) = alerts.get(i + 16) {
-                ahead.prefetch_labels();
+        // Each core reads its part of the answer and sorts what it found; the sort
+        // of their parts together then merges the sorted runs.
+        let parts = spread::ranges(alerts.len(), |range| {
+            let mut part = Part::default();
+            for i in range {
+                if let Some(ahead) = alerts.get(i + 16) {
+                    ahead.prefetch_labels();
+                }
+                if let Some(ahead) = alerts.get(i + 8) {
+                    ahead.prefetch_text();
+                }
+                let alert = &alerts[i];
+                let i = i as u32;
+                let signal = alert.signal();
+                if signal == Signal::Watchdog {
+                    part.watchdogs.push(i);
+                    continue;
+                }
+                match alert.node(identity) {
+                    Some(node) if !alert.claims_own_condition(&signal) => {
+                        part.named.push((Keyed::new(node), i));
+                    }
+                    _ => part.unmatched.push(i),
+                }
             }
-            if let Some(ahead) = alerts.get(i + 8) {
-                ahead.prefetch_text();
-            }
-            let i = i as u32;
-            let signal = alert.signal();
-            if signal == Signal::Watchdog {
-                watchdogs.push(i);
-                continue;
-            }
-            match alert.node(identity) {
-                Some(node) if !alert.claims_own_condition(&signal) => named.push((node, i)),
-                _ => unmatched.push(i),
-            }
+            part.named.sort_by(|a, b| a.0.order(&b.0));
+            part
+        });
+        let mut whole = Part::default();
+        for mut part in parts {
+            whole.named.append(&mut part.named);
+            whole.watchdogs.append(&mut part.watchdogs);
+            whole.unmatched.append(&mut part.unmatched);
         }
-        let (groups, items) = group_by_key(named).into_ranges();
+        let (groups, items) = group_by_key(whole.named).into_ranges();
         NodeGroups {
             groups,
             items,
-            watchdogs,
-            unmatched,
+            watchdogs: whole.watchdogs,
+            unmatched: whole.unmatched,
             identity: identity.clone(),
         }
     }
+}
+
+/// What one core found in its part of an answer, by [`NodeGroups::of`].
+#[derive(Default)]
+struct Part<'a> {
+    named: Vec<(Keyed<'a>, u32)>,
+    watchdogs: Vec<u32>,
+    unmatched: Vec<u32>,
 }
 
 impl PollSlices {
@@ -311,6 +333,7 @@ impl Fleet {
                     .into_iter()
                     .flat_map(|r| slices.items[r.clone()].iter().map(|&i| &alerts[i as usize]))
             };
+            ahead(8).for_each(Alert::prefetch);
             ahead(4).for_each(Alert::prefetch_labels);
             ahead(2).for_each(Alert::prefetch_text);
             let id = node_of(range);
@@ -627,14 +650,16 @@ impl<'f> Step<'f> {
     /// A delivery's alerts: each node they name gets them as partial news.
     pub(super) fn ingest(&mut self, alerts: &[Alert<'_>], trusted: bool) {
         let identity = &self.cfg.identity;
-        let mut named: Vec<(&str, &Alert<'_>)> = Vec::with_capacity(alerts.len());
+        let mut named: Vec<(Keyed<'_>, &Alert<'_>)> = Vec::with_capacity(alerts.len());
         for alert in alerts {
             let signal = alert.signal();
             if signal == Signal::Watchdog {
                 continue;
             }
             match alert.node(identity) {
-                Some(node) if !alert.claims_own_condition(&signal) => named.push((node, alert)),
+                Some(node) if !alert.claims_own_condition(&signal) => {
+                    named.push((Keyed::new(node), alert));
+                }
                 _ => self.out.unmatched += 1,
             }
         }

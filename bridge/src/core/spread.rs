@@ -1,5 +1,6 @@
-//! Work spread over the machine's cores: the nodes of a poll's slice, the records
-//! of a large write. The result is the same as one thread's, in the same order.
+//! Work spread over the machine's cores: an answer's alerts grouped by node, the
+//! nodes of a poll's slice, the records of a large write. The result is the same as
+//! one thread's, in the same order.
 
 use std::sync::{Mutex, OnceLock, PoisonError};
 
@@ -80,23 +81,48 @@ pub fn joined<R>(handle: std::thread::ScopedJoinHandle<'_, R>) -> R {
 /// chunks' results in order. A chunk whose thread could not be started is run
 /// here.
 pub fn chunks<T: Send, R: Send>(items: &mut [T], f: impl Fn(&mut [T]) -> R + Sync) -> Vec<R> {
-    let threads = allowed().min(items.len() / PER_THREAD).max(1);
+    let threads = threads_for(items.len());
     if threads == 1 {
         return vec![f(items)];
     }
     let share = items.len().div_ceil(threads);
-    // Each chunk is taken from its slot by whichever thread runs it.
-    let slots: Vec<Mutex<Option<&mut [T]>>> = items
-        .chunks_mut(share)
-        .map(|chunk| Mutex::new(Some(chunk)))
-        .collect();
-    let run = |slot: &Mutex<Option<&mut [T]>>| {
-        let chunk = slot
+    each(items.chunks_mut(share).collect(), f)
+}
+
+/// `f` over consecutive ranges of `0..len`, spread as [`chunks`]: for work that
+/// reads a list it shares rather than changing one of its own.
+pub fn ranges<R: Send>(len: usize, f: impl Fn(std::ops::Range<usize>) -> R + Sync) -> Vec<R> {
+    let threads = threads_for(len);
+    if threads == 1 {
+        return vec![f(0..len)];
+    }
+    let share = len.div_ceil(threads);
+    each(
+        (0..len)
+            .step_by(share)
+            .map(|s| s..len.min(s + share))
+            .collect(),
+        f,
+    )
+}
+
+/// How many threads `items` items pay for.
+fn threads_for(items: usize) -> usize {
+    allowed().min(items / PER_THREAD).max(1)
+}
+
+/// `f` over each of `parts`, the first on this thread and each other on one of its
+/// own; the results in order.
+fn each<P: Send, R: Send>(parts: Vec<P>, f: impl Fn(P) -> R + Sync) -> Vec<R> {
+    // Each part is taken from its slot by whichever thread runs it.
+    let slots: Vec<Mutex<Option<P>>> = parts.into_iter().map(|p| Mutex::new(Some(p))).collect();
+    let run = |slot: &Mutex<Option<P>>| {
+        let part = slot
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take()
-            .expect("each chunk runs once");
-        f(chunk)
+            .expect("each part runs once");
+        f(part)
     };
     let run = &run;
     std::thread::scope(|s| {
@@ -126,7 +152,7 @@ pub fn map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> 
 
 #[cfg(test)]
 mod tests {
-    use super::{PER_THREAD, chunks, map, refusing_threads, with_threads};
+    use super::{PER_THREAD, chunks, map, ranges, refusing_threads, with_threads};
 
     /// Spread over threads or not, every result comes back, in order, each from
     /// its own item; the chunks cover the items once.
@@ -160,6 +186,10 @@ mod tests {
             assert_eq!(parts.len(), threads, "{n} items");
             assert_eq!(parts.iter().sum::<usize>(), n, "{n} items");
             assert!(owned.iter().zip(&items).all(|(a, b)| *a == b + 1));
+
+            let (parts, spawned) = with_threads(4, || ranges(n, |range| range));
+            assert_eq!((parts.len(), spawned), (threads, threads - 1), "{n} items");
+            assert_eq!(parts.into_iter().flatten().collect::<Vec<_>>(), items);
 
             // No thread to be had: every chunk runs here, the same result.
             let (refused, spawned) = with_threads(4, || {

@@ -328,17 +328,57 @@ pub(super) fn rescore(node: &mut Node, rec: &mut Recorder<'_, '_>, cfg: &CoreSet
     }
 }
 
+/// A key to group by, its first [`Keyed::HEAD`] bytes read into one number when it
+/// is made, where its text is at hand. Sorting 50,000 alerts in Alertmanager's order
+/// (by fingerprint, which scatters a node's alerts over the whole answer) then
+/// compares numbers and reads a key's text only past them, as the text is by then
+/// in no cache.
+#[derive(Clone, Copy)]
+pub(super) struct Keyed<'k> {
+    head: u128,
+    key: &'k str,
+}
+
+impl<'k> Keyed<'k> {
+    const HEAD: usize = 16;
+
+    pub(super) fn new(key: &'k str) -> Self {
+        let mut head = [0u8; Self::HEAD];
+        let n = key.len().min(Self::HEAD);
+        head[..n].copy_from_slice(&key.as_bytes()[..n]);
+        Keyed {
+            head: u128::from_be_bytes(head),
+            key,
+        }
+    }
+
+    /// The keys' order as text. Equal heads differ past them, or only in length
+    /// where either key ends within them (the shorter then begins the longer).
+    pub(super) fn order(&self, other: &Self) -> std::cmp::Ordering {
+        self.head.cmp(&other.head).then_with(|| {
+            let (a, b) = (self.key.as_bytes(), other.key.as_bytes());
+            if a.len() > Self::HEAD && b.len() > Self::HEAD {
+                a[Self::HEAD..].cmp(&b[Self::HEAD..])
+            } else {
+                a.len().cmp(&b.len())
+            }
+        })
+    }
+}
+
 /// Group (key, item) pairs by key, keys in order, each group's items in the order they
 /// came (the sort is stable). For 50,000 alerts a sort beats a map of vectors.
-pub(super) fn group_by_key<'k, T>(mut pairs: Vec<(&'k str, T)>) -> Grouped<'k, T> {
-    pairs.sort_by(|a, b| a.0.cmp(b.0));
+pub(super) fn group_by_key<'k, T>(mut pairs: Vec<(Keyed<'k>, T)>) -> Grouped<'k, T> {
+    pairs.sort_by(|a, b| a.0.order(&b.0));
     let mut groups: Vec<(&'k str, std::ops::Range<usize>)> = Vec::new();
     let mut items = Vec::with_capacity(pairs.len());
+    let mut last: Option<Keyed<'k>> = None;
     for (key, item) in pairs {
         match groups.last_mut() {
-            Some((k, range)) if *k == key => range.end += 1,
-            _ => groups.push((key, items.len()..items.len() + 1)),
+            Some((_, range)) if last.is_some_and(|k| k.order(&key).is_eq()) => range.end += 1,
+            _ => groups.push((key.key, items.len()..items.len() + 1)),
         }
+        last = Some(key);
         items.push(item);
     }
     Grouped { items, groups }

@@ -4774,3 +4774,79 @@ fn a_poll_spread_over_cores_is_the_poll_on_one() {
         .count();
     assert_eq!(spread.nodes.len(), nodes + named, "the new nodes created");
 }
+
+/// Keys that a sort by their first 16 bytes alone would misorder or merge: equal
+/// heads differing past them, a key that is another's head, keys ending in NUL
+/// bytes inside the head, text past ASCII.
+#[test]
+fn grouping_orders_and_joins_keys_as_their_text_does() {
+    let keys = [
+        "rack-07-chassis-01-gpu",
+        "rack-07-chassis-01",
+        "rack-07-chassis-0",
+        "rack-07-chassis-01-gp",
+        "rack-07-chassis-02",
+        "rack-07-chassis-01-gpu",
+        "n1",
+        "n1\0",
+        "n1\0\0",
+        "n10",
+        "",
+        "ñodo-β",
+        "n1",
+        "rack-07-chassis-0",
+        "ñodo-α-with-a-long-tail",
+    ];
+    let pairs = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (super::step::Keyed::new(k), i))
+        .collect();
+    let grouped: Vec<(&str, Vec<usize>)> = super::step::group_by_key(pairs)
+        .iter()
+        .map(|(k, items)| (k, items.to_vec()))
+        .collect();
+    let mut want: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, k) in keys.iter().enumerate() {
+        want.entry(k).or_default().push(i);
+    }
+    assert_eq!(grouped, want.into_iter().collect::<Vec<_>>());
+}
+
+/// An answer grouped by node on four cores, each reading and sorting its part,
+/// leaves the fleet as one core does: the parts' nodes meet in one group each.
+#[test]
+fn an_answer_grouped_on_several_cores_applies_as_on_one() {
+    // Enough alerts for four threads, each node's alerts scattered over the
+    // answer as Alertmanager's order by fingerprint scatters them.
+    let mut answer = vec![watchdog()];
+    for round in 0..3 {
+        for i in 0..400 {
+            let node = if i % 2 == 0 {
+                format!("rack-07-chassis-{i:03}-gpu")
+            } else {
+                format!("n{i}")
+            };
+            answer.push(match round {
+                0 => heartbeat(&node),
+                1 => smart_failing(&node),
+                _ => gpu_ecc_correctable(&node, "0"),
+            });
+        }
+    }
+    answer.push(alert("NoNode").condition("disk_degraded", "NoNode"));
+    let alerts: Vec<Alert<'static>> = answer.iter().map(|a| a.0.clone()).collect();
+    let applied = |threads| {
+        let mut s = script("");
+        let (out, _) =
+            crate::core::spread::with_threads(threads, || s.fleet.poll(&s.cfg, s.now, &alerts));
+        (s.fleet, out)
+    };
+    let (one, one_out) = applied(1);
+    let (four, four_out) = applied(4);
+    assert_eq!(one.nodes.len(), 400);
+    assert!(one.nodes.values().all(|n| n.conditions.len() == 2));
+    assert_eq!((one_out.unmatched, one_out.trusted), (1, true));
+    assert_eq!(four.nodes, one.nodes);
+    assert_eq!(four_out, one_out);
+}
