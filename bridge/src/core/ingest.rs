@@ -739,13 +739,23 @@ impl<'f> Step<'f> {
         // Each chunk's outcome, and where each of its nodes' events end.
         let parts = spread::chunks(&mut work, |chunk| {
             let mut out = Outcome::default();
-            let ends: Vec<usize> = chunk
-                .iter_mut()
-                .map(|(share, node)| {
-                    apply(share, node, &mut out);
-                    out.events.len()
-                })
-                .collect();
+            let mut ends = Vec::with_capacity(chunk.len());
+            // Each core hints its own nodes' alerts some way ahead, as the walk did
+            // for the whole slice: by the time a node is applied here, what the
+            // walk brought near has left the walk's core's caches.
+            for at in 0..chunk.len() {
+                let ahead = |by: usize| {
+                    chunk
+                        .get(at + by)
+                        .into_iter()
+                        .flat_map(|(share, _)| &alerts[share.alerts.clone()])
+                };
+                ahead(4).for_each(|a| a.prefetch_labels());
+                ahead(2).for_each(|a| a.prefetch_text());
+                let (share, node) = &mut chunk[at];
+                apply(share, node, &mut out);
+                ends.push(out.events.len());
+            }
             (out, ends)
         });
         drop(work);
