@@ -333,9 +333,12 @@ impl Fleet {
                     .into_iter()
                     .flat_map(|r| slices.items[r.clone()].iter().map(|&i| &alerts[i as usize]))
             };
+            // The text of a node's first alert only, whose node name the walk reads:
+            // the cores applying the slice hint the rest for themselves, and text
+            // hinted here would only crowd this core's caches.
             ahead(8).for_each(Alert::prefetch);
             ahead(4).for_each(Alert::prefetch_labels);
-            ahead(2).for_each(Alert::prefetch_text);
+            ahead(2).take(1).for_each(Alert::prefetch_text);
             let id = node_of(range);
             let start = fresh.len();
             fresh.extend(
