@@ -180,24 +180,38 @@ pub fn shown_url(url: &reqwest::Url) -> String {
 }
 
 /// A webhook endpoint as logs and metric labels show it: scheme, host and port,
-/// and in place of its path `…` and 8 hex digits of an HMAC-SHA256 of the path
-/// keyed by the endpoint's signing `secret`. Chat services put a secret in the
-/// path (`hooks.slack.com/services/T…/B…/<secret>`), so a path is never shown;
-/// the digest still tells two endpoints on one host apart, and, keyed, cannot
-/// be matched against guessed paths by whoever reads the open `/metrics`.
+/// and in place of the rest (path, query, credentials) `…` and 8 hex digits of an
+/// HMAC-SHA256 of it keyed by the endpoint's signing `secret`. Chat services put
+/// a secret in the path (`hooks.slack.com/services/T…/B…/<secret>`), others in
+/// the query (`?token=…`), so neither is ever shown; the digest still tells two
+/// endpoints on one host apart, and, keyed, cannot be matched against guessed
+/// paths by whoever reads the open `/metrics`. An endpoint with a path alone keeps
+/// the digest of its path.
 pub fn shown_endpoint(url: &reqwest::Url, secret: &[u8]) -> String {
     use hmac::{Hmac, KeyInit, Mac};
     let origin = url.origin().ascii_serialization();
-    match url.path() {
-        "" | "/" => origin,
-        path => {
-            let mut mac =
-                Hmac::<sha2::Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
-            mac.update(path.as_bytes());
-            let digest = mac.finalize().into_bytes();
-            format!("{origin}/…{}", hex(&digest[..4]))
-        }
+    let path = match url.path() {
+        "/" => "",
+        path => path,
+    };
+    let credentials = !url.username().is_empty() || url.password().is_some();
+    if path.is_empty() && url.query().is_none() && !credentials {
+        return origin;
     }
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
+    mac.update(path.as_bytes());
+    if let Some(query) = url.query() {
+        mac.update(b"?");
+        mac.update(query.as_bytes());
+    }
+    if credentials {
+        mac.update(b"\0");
+        mac.update(url.username().as_bytes());
+        mac.update(b":");
+        mac.update(url.password().unwrap_or("").as_bytes());
+    }
+    let digest = mac.finalize().into_bytes();
+    format!("{origin}/…{}", hex(&digest[..4]))
 }
 
 /// Text meant as a URL or an address, as it may be shown whether or not it parses

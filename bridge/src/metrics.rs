@@ -230,7 +230,7 @@ impl Metrics {
         );
         registry.register(
             "hale_orchestrator_failures",
-            "Orchestrator operations that failed, by operation and reason (transient, refused)",
+            "Orchestrator operations that failed, by operation and reason (transient, refused, unconfirmed)",
             m.orchestrator_failures.clone(),
         );
         registry.register(
@@ -240,7 +240,7 @@ impl Metrics {
         );
         registry.register(
             "hale_remediations",
-            "Remediations finished, by action (reboot, fence) and result (succeeded, failed)",
+            "Remediations finished, by action (reboot, fence) and result (succeeded, failed, cancelled)",
             m.remediations.clone(),
         );
         registry.register(

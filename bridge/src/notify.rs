@@ -5,8 +5,9 @@
 //! jitter. A slow or dead receiver costs waiting events and, past `queueSize`,
 //! counted drops of the oldest — never ingest.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
@@ -26,16 +27,34 @@ use crate::store::{Outbox, Pending};
 
 pub const CONTENT_TYPE: &str = "application/cloudevents+json; charset=utf-8";
 
-/// Delivery counters, shared by every endpoint (and kept across reloads).
+/// Delivery counters, shared by every endpoint (and kept across reloads for the
+/// endpoints a reload keeps).
 #[derive(Debug, Default, Clone)]
 pub struct WebhookMetrics {
     /// Final outcome per event: `delivered` or `failed`.
-    pub deliveries: Family<Vec<(&'static str, String)>, Counter>,
+    pub deliveries: Counters,
     /// Attempts that did not succeed, by reason.
-    pub attempt_failures: Family<Vec<(&'static str, String)>, Counter>,
+    pub attempt_failures: Counters,
     /// Events given up: `overflow` (queue full), `exhausted` (attempts used up),
     /// `rejected` (a 4xx that retrying cannot fix).
-    pub dropped: Family<Vec<(&'static str, String)>, Counter>,
+    pub dropped: Counters,
+    /// The series made so far, by endpoint, so that a reload can take away those
+    /// of the endpoints it drops (`status_<code>` is an open set).
+    made: Arc<std::sync::Mutex<Made>>,
+}
+
+/// Each endpoint's series: their family and the value of their second label.
+type Made = BTreeMap<String, BTreeSet<(Series, String)>>;
+
+/// One family of an endpoint's counters: `endpoint` and one label more.
+pub type Counters = Family<Vec<(&'static str, String)>, Counter>;
+
+/// Which of [`WebhookMetrics`]' families a series is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Series {
+    Deliveries,
+    AttemptFailures,
+    Dropped,
 }
 
 impl WebhookMetrics {
@@ -57,43 +76,60 @@ impl WebhookMetrics {
         );
     }
 
+    /// Take away every series of the endpoints not in `kept`: a reload dropped
+    /// them, or renamed them (a new secret changes an endpoint's digest).
+    fn keep_only(&self, kept: &BTreeSet<String>) {
+        let mut made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
+        made.retain(|endpoint, series| {
+            if kept.contains(endpoint) {
+                return true;
+            }
+            for (family, value) in series.iter() {
+                let (family, key) = self.family(*family);
+                family.remove(&labels(endpoint, key, value));
+            }
+            false
+        });
+    }
+
     /// Create the zero series of an endpoint's fixed outcomes, so `rate()` and the
     /// dashboard see them before the first failure rather than only after it.
     fn init(&self, endpoint: &str) {
         for result in ["delivered", "failed"] {
-            Self::touch(&self.deliveries, endpoint, "result", result);
+            self.touch(Series::Deliveries, endpoint, result);
         }
         for reason in ["overflow", "exhausted", "rejected"] {
-            Self::touch(&self.dropped, endpoint, "reason", reason);
+            self.touch(Series::Dropped, endpoint, reason);
         }
         // `status_<code>` is an open set: each appears with its first failure.
         for reason in ["timeout", "transport"] {
-            Self::touch(&self.attempt_failures, endpoint, "reason", reason);
+            self.touch(Series::AttemptFailures, endpoint, reason);
         }
     }
 
-    fn count(
-        family: &Family<Vec<(&'static str, String)>, Counter>,
-        endpoint: &str,
-        k: &'static str,
-        v: &str,
-    ) {
-        Self::touch(family, endpoint, k, v).inc();
+    fn family(&self, series: Series) -> (&Counters, &'static str) {
+        match series {
+            Series::Deliveries => (&self.deliveries, "result"),
+            Series::AttemptFailures => (&self.attempt_failures, "reason"),
+            Series::Dropped => (&self.dropped, "reason"),
+        }
     }
 
-    fn touch(
-        family: &Family<Vec<(&'static str, String)>, Counter>,
-        endpoint: &str,
-        k: &'static str,
-        v: &str,
-    ) -> Counter {
-        family
-            .get_or_create(&vec![
-                ("endpoint", endpoint.to_string()),
-                (k, v.to_string()),
-            ])
-            .clone()
+    fn touch(&self, series: Series, endpoint: &str, value: &str) -> Counter {
+        self.made
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(endpoint.to_string())
+            .or_default()
+            .insert((series, value.to_string()));
+        let (family, key) = self.family(series);
+        family.get_or_create(&labels(endpoint, key, value)).clone()
     }
+}
+
+/// The labels of one endpoint's series.
+fn labels(endpoint: &str, key: &'static str, value: &str) -> Vec<(&'static str, String)> {
+    vec![("endpoint", endpoint.to_string()), (key, value.to_string())]
 }
 
 /// The CloudEvents 1.0 structured-mode envelope.
@@ -241,12 +277,9 @@ impl Endpoint {
             Err(e) if e.is_timeout() => AttemptError::Timeout,
             Err(e) => AttemptError::Transport(crate::error_chain(&e.without_url())),
         };
-        WebhookMetrics::count(
-            &self.metrics.attempt_failures,
-            &self.shown,
-            "reason",
-            &error.metric_label(),
-        );
+        self.metrics
+            .touch(Series::AttemptFailures, &self.shown, &error.metric_label())
+            .inc();
         Err(error)
     }
 
@@ -267,7 +300,9 @@ impl Endpoint {
             .await;
         let m = &self.metrics;
         match result {
-            Ok(()) => WebhookMetrics::count(&m.deliveries, &self.shown, "result", "delivered"),
+            Ok(()) => {
+                m.touch(Series::Deliveries, &self.shown, "delivered").inc();
+            }
             Err(e) => {
                 let why = if e.is_retriable() {
                     "exhausted"
@@ -276,8 +311,8 @@ impl Endpoint {
                 };
                 warn!(endpoint = %self.shown, event_id = %event.id, event = event.kind,
                     error = %e, reason = why, "webhook delivery failed; event dropped");
-                WebhookMetrics::count(&m.deliveries, &self.shown, "result", "failed");
-                WebhookMetrics::count(&m.dropped, &self.shown, "reason", why);
+                m.touch(Series::Deliveries, &self.shown, "failed").inc();
+                m.touch(Series::Dropped, &self.shown, why).inc();
             }
         }
     }
@@ -401,6 +436,7 @@ impl Notifier {
             generation: durable.feeds.generation.fetch_add(1, Ordering::AcqRel) + 1,
         };
         forget.spawn();
+        metrics.keep_only(&hooks.iter().map(Webhook::shown).collect());
         for (hook, key) in hooks.iter().zip(keys) {
             let endpoint = Endpoint {
                 shown: hook.shown(),
@@ -531,7 +567,7 @@ impl DurableTask {
                     queue_size = self.endpoint.hook.queue_size,
                     "webhook queue full; the oldest events waiting dropped");
                 let m = &self.endpoint.metrics;
-                WebhookMetrics::touch(&m.dropped, &self.endpoint.shown, "reason", "overflow")
+                m.touch(Series::Dropped, &self.endpoint.shown, "overflow")
                     .inc_by(fetched.overflowed);
             }
             if fetched.events.is_empty() && idle.elapsed() >= IDLE_BEAT {

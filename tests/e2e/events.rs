@@ -2,7 +2,7 @@
 //! against a real HTTP receiver (and the example receiver), retries, a hanging
 //! receiver, overflow, filters, reload, and crash consistency of state and events.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -475,6 +475,29 @@ async fn sighup_reloads_endpoints_and_penalties_and_a_bad_file_changes_nothing()
         (receiver.got("/before").len() == 1).then_some(())
     })
     .await;
+    // Every endpoint a webhook series names, with its count of delivered events.
+    let endpoints = || async {
+        let text = hale.metrics().await;
+        let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+            .expect("an exposition parses");
+        let mut named = BTreeMap::new();
+        for s in &scrape.samples {
+            if !s.metric.starts_with("hale_webhook_") {
+                continue;
+            }
+            let endpoint = s.labels.get("endpoint").unwrap_or_default().to_string();
+            let delivered = named.entry(endpoint).or_insert(0.0);
+            if s.metric == "hale_webhook_deliveries_total"
+                && s.labels.get("result") == Some("delivered")
+                && let prometheus_parse::Value::Counter(v) = s.value
+            {
+                *delivered = v;
+            }
+        }
+        named
+    };
+    let before = endpoints().await;
+    assert_eq!(before.values().collect::<Vec<_>>(), [&1.0], "{before:?}");
 
     std::fs::write(
         dir.path().join("hale.yaml"),
@@ -497,6 +520,21 @@ async fn sighup_reloads_endpoints_and_penalties_and_a_bad_file_changes_nothing()
         receiver.got("/before").len(),
         1,
         "the old endpoint gets nothing new"
+    );
+    // The old endpoint's series went with it; the new one's count from zero.
+    eventually(
+        "the new endpoint's delivery counted",
+        Duration::from_secs(10),
+        || async {
+            let after = endpoints().await;
+            (after.values().collect::<Vec<_>>() == [&1.0]).then_some(after)
+        },
+    )
+    .await;
+    let after = endpoints().await;
+    assert!(
+        after.keys().all(|e| !before.contains_key(e)),
+        "{before:?} {after:?}"
     );
     assert!(
         hale.log().contains("applied=nodeHealth, nodeEventWebhooks"),

@@ -806,7 +806,7 @@ impl Config {
                 "a configuration is one YAML document; this file holds more (`---`)"
             } else if said.starts_with("cannot deserialize null") {
                 // serde's advice to the program ("use Option<…>") is not the user's.
-                "empty: give it a value, or leave the key out for its default"
+                "empty: give it a value (a key with a default may be left out)"
             } else {
                 said
             };
@@ -1287,6 +1287,17 @@ impl Config {
                     return Err(err(&format!("{at}.url"), "is not an http(s) URL".into()));
                 }
             };
+            // Two entries for one URL would send it every event twice, under one
+            // name in metrics and logs. (The URL is not repeated: it may hold a
+            // secret.)
+            if let Some(j) = webhooks.iter().position(|h: &Webhook| h.url == url) {
+                return Err(err(
+                    &format!("{at}.url"),
+                    format!(
+                        "is nodeEventWebhooks[{j}]'s URL too: an endpoint takes one entry, with every event type it wants in its `events`"
+                    ),
+                ));
+            }
             let signing = secret(&format!("{at}.secretFile"));
             let events = match &w.events {
                 None => None,
@@ -2281,6 +2292,26 @@ pools:
             !shown.contains("XYZSECRET") && !shown.contains("services"),
             "{shown}"
         );
+        // Endpoints that differ only in their query or credentials are named
+        // apart; one with no path, query or credentials by its origin alone.
+        let named = |url: &str| {
+            let text = text.replace("https://user:pw@hooks.example/hale?k=v", url);
+            load(&text).unwrap().webhooks[0].shown()
+        };
+        let names = [
+            named("https://hooks.example/hale"),
+            named("https://hooks.example/hale?token=QSECRET"),
+            named("https://hooks.example/hale?token=OTHER"),
+            named("https://u:QSECRET@hooks.example/hale"),
+            named("https://hooks.example/?token=QSECRET"),
+        ];
+        assert_eq!(
+            names.iter().collect::<BTreeSet<_>>().len(),
+            names.len(),
+            "{names:?}"
+        );
+        assert!(names.iter().all(|n| !n.contains("QSECRET")), "{names:?}");
+        assert_eq!(named("https://hooks.example/"), "https://hooks.example");
         assert_eq!(
             w.events.as_ref().unwrap().iter().collect::<Vec<_>>(),
             ["POLICY_ACTED", "SCORE_CHANGED"]
@@ -2308,6 +2339,20 @@ pools:
             ("nodeEventWebhooks[0].events", Some(4))
         );
         assert!(e.message.contains("would receive nothing"), "{e}");
+        // The same URL twice is one endpoint sent everything twice: refused, at
+        // the second entry's URL, without repeating it.
+        let entry = text.split_once('\n').unwrap().1;
+        let twice = format!("{text}{}", entry.replace("score_changed, ", ""));
+        let e = load(&twice).unwrap_err();
+        assert_eq!(
+            (e.key.as_str(), e.line),
+            ("nodeEventWebhooks[1].url", Some(5)),
+            "{e}"
+        );
+        assert!(e.message.contains("nodeEventWebhooks[0]'s URL too"), "{e}");
+        assert!(!e.to_string().contains("pw@"), "{e}");
+        let apart = twice.replacen("hale?k=v", "hale?k=w", 1);
+        assert_eq!(load(&apart).unwrap().webhooks.len(), 2);
     }
 
     #[test]
