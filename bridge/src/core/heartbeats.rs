@@ -88,11 +88,18 @@ impl<'f> Step<'f> {
         if trust.stale || !trust.source_up || !trust.trusted_since_start() {
             return;
         }
+        // And only as far as trusted input has shown it: a node is late once input
+        // that proved the pipeline alive arrived after its deadline without its
+        // heartbeat. The watchdog and the heartbeats stopping together leave every
+        // node as last seen until the source goes stale, however long that is.
+        let Some(seen) = trust.last_trusted.map(|t| t.min(self.now)) else {
+            return;
+        };
         // Nobody can be late before the earliest deadline the last look found, as
         // long as no step since made one earlier (see `HeartbeatsDue`).
         if let Some(due) = &self.fleet.heartbeats_due
             && due.since == trust.heartbeats_since()
-            && self.now < due.at
+            && seen < due.at
         {
             return;
         }
@@ -106,7 +113,7 @@ impl<'f> Step<'f> {
             let Some((deadline, after)) = deadline(self.cfg, trust.heartbeats_since(), node) else {
                 continue;
             };
-            if self.now < deadline {
+            if seen < deadline {
                 next = Some(next.map_or(deadline, |n| n.min(deadline)));
             } else if !node.conditions.contains_key(HEARTBEAT_MISSED) {
                 // The time first: a node's conditions are looked at only once it is late.

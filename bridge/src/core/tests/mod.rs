@@ -902,7 +902,8 @@ fn heartbeat_thresholds() {
             hb = hb.label("hale_report_interval", i);
         }
         s.at(0).poll(&[hb]);
-        s.at(*silence).tick();
+        // An answer without it, then: the pipeline shown alive past its window.
+        s.at(*silence).poll(&[]);
         assert_eq!(
             s.node("n1").conditions.contains_key(HEARTBEAT_MISSED),
             *missed,
@@ -1453,9 +1454,60 @@ fn heartbeats_gone_with_the_watchdog_are_not_missed() {
     s.at(300).poll(&[watchdog()]);
     s.at(320).tick();
     assert!(
-        s.node("n1").conditions.contains_key("heartbeat_missed"),
-        "trusted answers without it for a whole window: the node is missing"
+        !s.node("n1").conditions.contains_key("heartbeat_missed"),
+        "its window is over, but no trusted answer came since to show it missing"
     );
+    s.at(330).poll(&[watchdog()]);
+    assert!(
+        s.node("n1").conditions.contains_key("heartbeat_missed"),
+        "a trusted answer without it after a whole window: the node is missing"
+    );
+}
+
+/// With polling off the watchdog may come as seldom as `staleAfter` allows:
+/// heartbeats that stop with it leave every node as last seen until the source is
+/// stale (so nothing acts on them missing: no fence).
+#[test]
+fn heartbeats_that_stop_with_the_watchdog_by_webhook_are_not_missed() {
+    let mut s =
+        script("alertmanager: { pollInterval: 0, staleAfter: 90s }\nnodeHealth: { mode: cordon }");
+    let beat = |node: &str| heartbeat(node).label("hale_report_interval", "5s");
+    s.at(0).webhook(&[watchdog(), beat("n1"), beat("n2")]);
+    for t in 1..=89 {
+        s.at(t).tick();
+    }
+    assert!(!s.fleet.trust.stale);
+    for n in ["n1", "n2"] {
+        assert!(
+            !s.node(n).conditions.contains_key(HEARTBEAT_MISSED),
+            "{n} missed on no news"
+        );
+    }
+    s.at(90).tick();
+    assert!(s.fleet.trust.stale, "the source is stale at staleAfter");
+    assert!(
+        s.events.iter().all(|e| !matches!(
+            e.kind,
+            EventKind::HeartbeatMissed { .. } | EventKind::RemediationStarted { .. }
+        )),
+        "{:?}",
+        s.events
+    );
+
+    // n1's heartbeats keep coming without the watchdog (applied as trusted until
+    // stale), n2's stop: a delivery of n1's shows nothing of n2's group, so n2 is
+    // missing only once the watchdog comes again, past n2's window.
+    let mut s = script("alertmanager: { pollInterval: 0, staleAfter: 90s }");
+    s.at(0).webhook(&[watchdog(), beat("n1"), beat("n2")]);
+    for t in (3..60).step_by(3) {
+        s.at(t).webhook(&[beat("n1")]);
+        s.tick();
+    }
+    assert!(!s.node("n2").conditions.contains_key(HEARTBEAT_MISSED));
+    s.at(60).webhook(&[watchdog()]);
+    s.tick();
+    assert!(s.node("n2").conditions.contains_key(HEARTBEAT_MISSED));
+    assert!(!s.node("n1").conditions.contains_key(HEARTBEAT_MISSED));
 }
 
 #[test]

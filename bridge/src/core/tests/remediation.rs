@@ -195,7 +195,7 @@ fn a_rack_at_a_time_in_priority_order_each_node_through_every_step() {
     );
     // Gone: the heartbeats stop, and are missed.
     s.at(10).poll(&all_beating(&["n3", "n4"], &uptimes)).flows();
-    s.at(30).tick().flows();
+    s.at(30).poll(&all_beating(&["n3", "n4"], &uptimes)).flows();
     assert!(s.node("n3").policy.flow.as_ref().unwrap().away);
     // Back, and the uptime alert ended: judged once it has settled (half of
     // verifyTimeout) with a poll since, then put back.
@@ -376,7 +376,7 @@ fn a_condition_still_raised_after_the_reboot_fails_at_verify_and_waits_retry_aft
     s.at(0).poll(&[watchdog(), beat("n1"), up.clone()]).flows();
     s.act();
     s.at(5).poll(&[watchdog(), up.clone()]).flows();
-    s.at(30).tick().flows();
+    s.at(30).poll(&[watchdog(), up.clone()]).flows();
     s.at(35).poll(&[watchdog(), beat("n1"), up.clone()]).flows();
     assert_eq!(s.step("n1"), Some(FlowStep::Verify));
     s.at(100)
@@ -406,7 +406,7 @@ fn a_condition_still_raised_after_the_reboot_fails_at_verify_and_waits_retry_aft
     // and the node goes back in service (not "out of service before the flow").
     s.act();
     s.at(3705).poll(&[watchdog()]).flows();
-    s.at(3730).tick().flows();
+    s.at(3730).poll(&[watchdog()]).flows();
     s.at(3735).poll(&[watchdog(), beat("n1")]).flows();
     s.act();
     s.at(3800).poll(&[watchdog(), beat("n1")]).flows();
@@ -677,7 +677,10 @@ fn a_fenced_node_counts_against_max_unavailable_for_reboots() {
         "nodeHealth: { mode: cordon, maxUnavailablePercent: 10 }\nfencing: { after: 1m, maxPercent: 10 }\ninventory: [ { id: n0 }, { id: n1 }, { id: n2 }, { id: n3 }, { id: n4 }, { id: n5 }, { id: n6 }, { id: n7 }, { id: n8 }, { id: n9 } ]\n",
     );
     s.at(0).poll(&beating(&[]));
-    s.at(5).poll(&beating(&["n0"])).at(30).tick();
+    s.at(5)
+        .poll(&beating(&["n0"]))
+        .at(30)
+        .poll(&beating(&["n0"]));
     s.at(100).poll(&beating(&["n0"])).flows();
     assert!(s.node("n0").policy.fence.is_some());
     s.act();
@@ -715,7 +718,7 @@ fn observe_recommends_no_more_fences_than_max_percent() {
     let mut s = fleet(&FENCED.replace("mode: cordon", "mode: observe"));
     let rack = ["n0", "n1", "n2", "n3", "n4"];
     s.at(0).poll(&beating(&[]));
-    s.at(5).poll(&beating(&rack)).at(30).tick();
+    s.at(5).poll(&beating(&rack)).at(30).poll(&beating(&rack));
     s.at(100).poll(&beating(&rack)).flows();
     assert!(rack.iter().all(|n| s.node(n).policy.fence.is_none()));
     let verdicts = s.took_of(&["POLICY_RECOMMENDED", "POLICY_HALTED"]);
@@ -763,7 +766,7 @@ fn a_rack_gone_silent_fences_no_more_than_max_percent() {
     let mut s = fleet(FENCED);
     let rack = ["n0", "n1", "n2", "n3", "n4"];
     s.at(0).poll(&beating(&[]));
-    s.at(5).poll(&beating(&rack)).at(30).tick();
+    s.at(5).poll(&beating(&rack)).at(30).poll(&beating(&rack));
     s.at(100).poll(&beating(&rack)).flows();
     let fenced: Vec<&str> = rack
         .iter()
@@ -833,7 +836,7 @@ const RACK: [&str; 5] = ["n0", "n1", "n2", "n3", "n4"];
 fn rack_with_one_fenced() -> (Script, String) {
     let mut s = fleet(FENCED);
     s.at(0).poll(&beating(&[]));
-    s.at(5).poll(&beating(&RACK)).at(30).tick();
+    s.at(5).poll(&beating(&RACK)).at(30).poll(&beating(&RACK));
     s.at(100).poll(&beating(&RACK)).flows();
     let id = RACK
         .iter()
@@ -1007,7 +1010,10 @@ fn a_fence_is_withdrawn_when_the_node_reports_before_its_power_off() {
 fn no_fencing_while_stale_in_observe_or_past_three_a_day() {
     let mut s = fleet(FENCED);
     s.at(0).poll(&beating(&[]));
-    s.at(5).poll(&beating(&["n0"])).at(30).tick();
+    s.at(5)
+        .poll(&beating(&["n0"]))
+        .at(30)
+        .poll(&beating(&["n0"]));
     // Stale: the watchdog is gone, and with it hale's sight.
     s.at(100)
         .poll(&beating(&["n0"])[1..])
@@ -1018,7 +1024,10 @@ fn no_fencing_while_stale_in_observe_or_past_three_a_day() {
 
     let mut s = fleet(&FENCED.replace("mode: cordon", "mode: observe"));
     s.at(0).poll(&beating(&[]));
-    s.at(5).poll(&beating(&["n0"])).at(30).tick();
+    s.at(5)
+        .poll(&beating(&["n0"]))
+        .at(30)
+        .poll(&beating(&["n0"]));
     s.at(100).poll(&beating(&["n0"])).flows().flows();
     assert!(s.node("n0").policy.fence.is_none());
     assert_eq!(
@@ -1029,7 +1038,10 @@ fn no_fencing_while_stale_in_observe_or_past_three_a_day() {
     let mut s = fleet(FENCED);
     s.at(0).poll(&beating(&[]));
     s.fleet.nodes.get_mut("n0").unwrap().policy.fences = vec![t0(), t0(), t0()];
-    s.at(5).poll(&beating(&["n0"])).at(30).tick();
+    s.at(5)
+        .poll(&beating(&["n0"]))
+        .at(30)
+        .poll(&beating(&["n0"]));
     s.at(100).poll(&beating(&["n0"])).flows();
     assert!(s.node("n0").policy.fence.is_none());
     assert_eq!(s.took_of(&["POLICY_HALTED"]), ["n0 POLICY_HALTED"]);
@@ -1044,7 +1056,10 @@ fn a_node_under_a_reboot_flow_is_never_fenced() {
     s.flows();
     s.act();
     assert_eq!(s.step("n0"), Some(FlowStep::Return));
-    s.at(5).poll(&beating(&["n0"])).at(30).tick();
+    s.at(5)
+        .poll(&beating(&["n0"]))
+        .at(30)
+        .poll(&beating(&["n0"]));
     s.at(200).poll(&beating(&["n0"])).flows();
     assert!(s.node("n0").policy.fence.is_none());
     assert!(s.node("n0").policy.flow.as_ref().unwrap().away);
@@ -1297,7 +1312,10 @@ fn a_cordoned_node_that_stops_being_ready_is_fenced_and_restored_when_ready() {
     s.record(out);
     s.at(0).poll(&[watchdog(), beat("k1"), beat("k2")]);
     // k1 hangs while cordoned: its status still reads Cordoned, its readiness is gone.
-    s.at(5).poll(&[watchdog(), beat("k2")]).at(30).tick();
+    s.at(5)
+        .poll(&[watchdog(), beat("k2")])
+        .at(30)
+        .poll(&[watchdog(), beat("k2")]);
     let out = s.fleet.observe(
         &s.cfg,
         s.now,
@@ -1351,7 +1369,7 @@ fn a_node_released_by_another_counts_as_fenced_and_is_not_fenced_again() {
     s.record(out);
     s.at(0).poll(&[watchdog(), beat("k1"), beat("k2")]);
     // Both go silent and not ready; k1's work was released by the leader before.
-    s.at(5).poll(&[watchdog()]).at(30).tick();
+    s.at(5).poll(&[watchdog()]).at(30).poll(&[watchdog()]);
     let out = s
         .fleet
         .observe(&s.cfg, s.now, &[seen("k1", true), seen("k2", false)]);
