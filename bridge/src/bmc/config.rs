@@ -215,6 +215,13 @@ impl Directory {
                     )
                 })?,
             };
+            if matches!(address, Address::Ipmi { .. }) {
+                let from = match &b.credentials_file {
+                    Some(_) => at("credentialsFile"),
+                    None => "bmc.credentialsFile".to_string(),
+                };
+                super::ipmi::takes(&credentials).map_err(|e| (from, e))?;
+            }
             nodes.insert(
                 id.clone(),
                 Target {
@@ -447,6 +454,26 @@ mod tests {
         assert!(e.1.contains("no PEM certificate"), "{e:?}");
         let e = Directory::resolve(&with_ca(dir.path().join("nope.pem")), &[]).unwrap_err();
         assert!(e.1.contains("cannot read"), "{e:?}");
+
+        // IPMI takes at most 20 bytes of password; Redfish, any.
+        let long = dir.path().join("long");
+        std::fs::write(&long, "admin:twenty-one-bytes-pw!!\n").unwrap();
+        let on = |address: &str| NodeBmc {
+            address: address.into(),
+            credentials_file: Some(long.clone()),
+            ca_file: None,
+            insecure: None,
+        };
+        let e = Directory::resolve(
+            &BmcConfig::default(),
+            &[("a".into(), &on("ipmi://10.0.0.1"))],
+        )
+        .unwrap_err();
+        assert_eq!(e.0, "inventory[0].bmc.credentialsFile");
+        assert!(e.1.contains("21 bytes, and IPMI takes at most 20"), "{e:?}");
+        assert!(!e.1.contains("twenty-one"), "{e:?}");
+        let redfish = on("redfish+https://10.0.0.1/redfish/v1/Systems/1");
+        Directory::resolve(&BmcConfig::default(), &[("a".into(), &redfish)]).unwrap();
 
         let bare = Directory::resolve(&BmcConfig::default(), &[]).unwrap();
         let e = bare.target("c", None, &none, None, false).unwrap_err();

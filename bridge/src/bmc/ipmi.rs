@@ -35,6 +35,19 @@ impl Ipmi {
 
     /// `ipmitool … chassis power WORD`; its standard output.
     async fn power(&self, word: &str) -> Result<String> {
+        // A password IPMI cannot take (one read from a template's credentials,
+        // which the configuration could not check) is said as what it is: ipmitool
+        // refuses it before sending anything, in words hale would read as the
+        // BMC's refusal.
+        takes(&self.credentials).map_err(|e| {
+            BmcError::new(
+                Failure::Auth,
+                format!(
+                    "{}:{}: chassis power {word}: {e}: nothing was sent",
+                    self.host, self.port
+                ),
+            )
+        })?;
         let program = std::env::var(IPMITOOL_ENV).unwrap_or_else(|_| "ipmitool".into());
         // One session attempt per two seconds of the budget, at least one.
         let retries = (self.timing.timeout.as_secs() / 2).clamp(1, 5);
@@ -117,6 +130,20 @@ impl Ipmi {
             format!("{}:{}: chassis power {word}: {said}", self.host, self.port),
         ))
     }
+}
+
+/// The most bytes of password an IPMI 2.0 session takes.
+const MAX_PASSWORD: usize = 20;
+
+/// Whether IPMI can take `credentials`: why not, if it cannot.
+pub(super) fn takes(credentials: &Credentials) -> std::result::Result<(), String> {
+    let n = credentials.password().len();
+    if n > MAX_PASSWORD {
+        return Err(format!(
+            "the password is {n} bytes, and IPMI takes at most {MAX_PASSWORD}"
+        ));
+    }
+    Ok(())
 }
 
 /// `Chassis Power is on|off`.

@@ -238,7 +238,13 @@ impl Address {
             }
             "ipmi" => {
                 let rest = rest.trim_end_matches('/');
-                if rest.contains('@') || rest.contains('/') {
+                if rest.contains('@') {
+                    return Err(
+                        "a BMC address carries no credentials: put them in a credentialsFile"
+                            .into(),
+                    );
+                }
+                if rest.contains('/') {
                     return Err(format!("`{shown}` is not an address like ipmi://host:623"));
                 }
                 let (host, port) = match rest.rsplit_once(':') {
@@ -687,6 +693,7 @@ mod tests {
                 "redfish+https://root:pw@10.1.0.14/redfish/v1/Systems/1",
                 Err("no credentials"),
             ),
+            ("ipmi://root:pw@10.1.0.15:623", Err("no credentials")),
             ("ipmi://10.1.0.15:x", Err("not a port")),
             ("ipmi://", Err("names no host")),
             ("idrac://10.1.0.15", Err("not a BMC scheme")),
