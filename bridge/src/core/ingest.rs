@@ -743,9 +743,9 @@ impl<'f> Step<'f> {
         let parts = spread::chunks(&mut work, |chunk| {
             let mut out = Outcome::default();
             let mut ends = Vec::with_capacity(chunk.len());
-            // Each core hints its own nodes' alerts some way ahead, as the walk did
-            // for the whole slice: by the time a node is applied here, what the
-            // walk brought near has left the walk's core's caches.
+            // Each core hints its own nodes' labels and text some way ahead: what
+            // the walk brought near for the whole slice has left the walk's core's
+            // caches by the time a node is applied here.
             for at in 0..chunk.len() {
                 let ahead = |by: usize| {
                     chunk
