@@ -1,5 +1,6 @@
 //! Missed heartbeats: a node whose heartbeat was seen and has gone quiet for its
-//! window is recorded as no longer reporting — only while the source is trusted.
+//! window is recorded as no longer reporting — only while the source is trusted,
+//! and once trusted input that came after the window showed it still quiet.
 
 use std::time::Duration;
 
