@@ -38,13 +38,19 @@ pub struct WebhookMetrics {
     /// Events given up: `overflow` (queue full), `exhausted` (attempts used up),
     /// `rejected` (a 4xx that retrying cannot fix).
     pub dropped: Counters,
-    /// The series made so far, by endpoint, so that a reload can take away those
-    /// of the endpoints it drops (`status_<code>` is an open set).
+    /// The endpoints configured and the series made so far, so that a reload can
+    /// take away those of the endpoints it drops.
     made: Arc<std::sync::Mutex<Made>>,
 }
 
-/// Each endpoint's series: their family and the value of their second label.
-type Made = BTreeMap<String, BTreeSet<(Series, String)>>;
+/// The endpoints the running configuration has, and each endpoint's series:
+/// their family and the value of their second label (`status_<code>` is an open
+/// set).
+#[derive(Debug, Default)]
+struct Made {
+    configured: BTreeSet<String>,
+    series: BTreeMap<String, BTreeSet<(Series, String)>>,
+}
 
 /// One family of an endpoint's counters: `endpoint` and one label more.
 pub type Counters = Family<Vec<(&'static str, String)>, Counter>;
@@ -76,11 +82,13 @@ impl WebhookMetrics {
         );
     }
 
-    /// Take away every series of the endpoints not in `kept`: a reload dropped
-    /// them, or renamed them (a new secret changes an endpoint's digest).
-    fn keep_only(&self, kept: &BTreeSet<String>) {
+    /// The endpoints of the running configuration are `kept`: every series of
+    /// another is taken away (a reload dropped it, or renamed it: a new secret
+    /// changes an endpoint's digest), and what its delivery under way still counts
+    /// is counted nowhere, so the series does not come back.
+    fn keep_only(&self, kept: BTreeSet<String>) {
         let mut made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
-        made.retain(|endpoint, series| {
+        made.series.retain(|endpoint, series| {
             if kept.contains(endpoint) {
                 return true;
             }
@@ -90,6 +98,7 @@ impl WebhookMetrics {
             }
             false
         });
+        made.configured = kept;
     }
 
     /// Create the zero series of an endpoint's fixed outcomes, so `rate()` and the
@@ -116,9 +125,11 @@ impl WebhookMetrics {
     }
 
     fn touch(&self, series: Series, endpoint: &str, value: &str) -> Counter {
-        self.made
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        let mut made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
+        if !made.configured.contains(endpoint) {
+            return Counter::default();
+        }
+        made.series
             .entry(endpoint.to_string())
             .or_default()
             .insert((series, value.to_string()));
@@ -436,7 +447,7 @@ impl Notifier {
             generation: durable.feeds.generation.fetch_add(1, Ordering::AcqRel) + 1,
         };
         forget.spawn();
-        metrics.keep_only(&hooks.iter().map(Webhook::shown).collect());
+        metrics.keep_only(hooks.iter().map(Webhook::shown).collect());
         for (hook, key) in hooks.iter().zip(keys) {
             let endpoint = Endpoint {
                 shown: hook.shown(),
@@ -626,6 +637,40 @@ impl DurableTask {
 mod tests {
     use super::*;
     use crate::core::{Event, EventKind};
+
+    /// A reload that drops an endpoint takes its series away, and the retries of
+    /// the delivery it had under way do not bring them back.
+    #[test]
+    fn a_dropped_endpoint_keeps_no_series() {
+        let m = WebhookMetrics::default();
+        let (a, b) = ("http://a/…00000000".to_string(), "http://b".to_string());
+        m.keep_only([a.clone(), b.clone()].into());
+        m.init(&a);
+        m.init(&b);
+        m.touch(Series::AttemptFailures, &a, "status_500").inc();
+        let has = |endpoint: &str, key, value: &str| {
+            let family = match key {
+                "result" => &m.deliveries,
+                _ => &m.attempt_failures,
+            };
+            family.get(&labels(endpoint, key, value)).is_some()
+        };
+        assert!(has(&a, "reason", "status_500") && has(&a, "result", "delivered"));
+        m.keep_only([b.clone()].into());
+        assert!(!has(&a, "reason", "status_500") && !has(&a, "result", "delivered"));
+        assert!(!has(&a, "reason", "timeout"));
+        m.touch(Series::AttemptFailures, &a, "status_500").inc();
+        m.touch(Series::Deliveries, &a, "failed").inc();
+        assert!(!has(&a, "reason", "status_500") && !has(&a, "result", "failed"));
+        // The kept endpoint's series carry on.
+        m.touch(Series::Deliveries, &b, "delivered").inc();
+        assert_eq!(
+            m.deliveries
+                .get_or_create(&labels(&b, "result", "delivered"))
+                .get(),
+            1
+        );
+    }
 
     #[test]
     fn signature_matches_a_known_vector() {

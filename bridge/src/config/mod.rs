@@ -1288,9 +1288,17 @@ impl Config {
                 }
             };
             // Two entries for one URL would send it every event twice, under one
-            // name in metrics and logs. (The URL is not repeated: it may hold a
-            // secret.)
-            if let Some(j) = webhooks.iter().position(|h: &Webhook| h.url == url) {
+            // name in metrics and logs; a fragment is never sent, so it tells
+            // none apart. (The URL is not repeated: it may hold a secret.)
+            let sent = |u: &reqwest::Url| {
+                let mut u = u.clone();
+                u.set_fragment(None);
+                u
+            };
+            if let Some(j) = webhooks
+                .iter()
+                .position(|h: &Webhook| sent(&h.url) == sent(&url))
+            {
                 return Err(err(
                     &format!("{at}.url"),
                     format!(
@@ -2353,6 +2361,9 @@ pools:
         assert!(!e.to_string().contains("pw@"), "{e}");
         let apart = twice.replacen("hale?k=v", "hale?k=w", 1);
         assert_eq!(load(&apart).unwrap().webhooks.len(), 2);
+        let fragment = twice.replacen("hale?k=v", "hale?k=v#dup", 1);
+        let e = load(&fragment).unwrap_err();
+        assert_eq!(e.key, "nodeEventWebhooks[1].url", "{e}");
     }
 
     #[test]
