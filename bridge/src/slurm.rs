@@ -66,13 +66,27 @@ impl Config {
                 format!("cannot read {}: {e}", p.display()),
             ));
         }
-        if let Some(d) = &self.bin_dir
-            && !d.is_dir()
-        {
-            return Err((
-                "binDir".into(),
-                format!("{} is not a directory", d.display()),
-            ));
+        if let Some(d) = &self.bin_dir {
+            if !d.is_dir() {
+                return Err((
+                    "binDir".into(),
+                    format!("{} is not a directory", d.display()),
+                ));
+            }
+            // Found missing at run time, an operator's cordon would be refused.
+            for command in COMMANDS {
+                let path = d.join(command);
+                if !executable(&path) {
+                    return Err((
+                        "binDir".into(),
+                        format!(
+                            "{} is missing or not executable (hale runs {} from binDir)",
+                            path.display(),
+                            COMMANDS.join(", ")
+                        ),
+                    ));
+                }
+            }
         }
         if self.timeout.is_zero() {
             return Err(("timeout".into(), "must be longer than 0".into()));
@@ -87,6 +101,15 @@ impl Config {
             comments: Mutex::new(HashMap::new()),
         }))
     }
+}
+
+/// The Slurm commands hale runs.
+const COMMANDS: [&str; 4] = ["sinfo", "squeue", "scontrol", "scancel"];
+
+/// Whether `path` is a file this process may run.
+fn executable(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// The scheduling weight of a gated node: Slurm places work on the lowest weight
@@ -283,7 +306,7 @@ impl Slurm {
         if let Some(conf) = &self.cfg.slurm_conf {
             cmd.env("SLURM_CONF", conf);
         }
-        let shown = format!("{command} {}", args.join(" "));
+        let shown = format!("{} {}", program.display(), args.join(" "));
         run_command(cmd, &shown, self.cfg.timeout)
             .await
             .map_err(|failed| match failed {
@@ -637,6 +660,35 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// A `binDir` is checked at load for every command hale runs from it.
+    #[test]
+    fn a_bin_dir_lacking_a_command_is_refused_at_load() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            bin_dir: Some(dir.path().to_path_buf()),
+            ..Config::default()
+        };
+        let place = |name: &str, mode: u32| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        for command in ["sinfo", "squeue", "scancel"] {
+            place(command, 0o755);
+        }
+        let (key, message) = cfg.validate().unwrap_err();
+        assert_eq!(key, "binDir");
+        assert!(
+            message.contains("scontrol is missing or not executable"),
+            "{message}"
+        );
+        place("scontrol", 0o644);
+        assert!(cfg.validate().is_err());
+        place("scontrol", 0o755);
+        cfg.validate().unwrap();
+    }
 
     #[test]
     fn hostlists_expand() {

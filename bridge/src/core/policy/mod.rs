@@ -720,6 +720,17 @@ impl Policy<'_, '_> {
                     None if *action == Verdict::Replace => {
                         "replace: drained and empty, terminating".to_string()
                     }
+                    // Someone else's cordon already keeps the node out: the
+                    // policy's verdict holds without hale doing anything.
+                    None if *action == Verdict::Cordon
+                        && let Some(c) = node.policy.cordon.as_ref()
+                        && c.by != Actor::Hale =>
+                    {
+                        format!(
+                            "cordon: score {score}; cordoned by {} already, so nothing done",
+                            c.by.as_str()
+                        )
+                    }
                     None => format!("{}: score {score}", action.as_str()),
                 };
                 (
