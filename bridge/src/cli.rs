@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::de::DeserializeOwned;
 
 use hale::core::Status;
-use hale::core::policy::{Conclusion, Entry, Remediations};
+use hale::core::policy::{Actor, Conclusion, Entry, Remediations};
 use hale::store::StoreError;
 use hale::view::{
     AlertsView, ClearRequest, DrainRequest, ErrorBody, EventsView, NodeList, NodeView,
@@ -589,6 +589,10 @@ pub enum NodeVerb {
         /// Why: recorded on the event.
         #[arg(long, default_value = "")]
         reason: String,
+        /// How long to wait for the orchestrator to do it; not done by then, the
+        /// exit status is 1 (hale goes on trying). 0s: record it and return.
+        #[arg(long, default_value = "10s", value_parser = hale::core::settings::parse_duration)]
+        wait: Duration,
     },
     /// Return a node to service. Automation then leaves it alone for
     /// cordonSuppressionMinutes.
@@ -597,6 +601,10 @@ pub enum NodeVerb {
         id: String,
         #[arg(long, default_value = "")]
         reason: String,
+        /// How long to wait for the orchestrator to do it; not done by then, the
+        /// exit status is 1 (hale goes on trying). 0s: record it and return.
+        #[arg(long, default_value = "10s", value_parser = hale::core::settings::parse_duration)]
+        wait: Duration,
     },
     /// Cordon, then let running work finish (passive) or move it (--active).
     Drain {
@@ -612,6 +620,11 @@ pub enum NodeVerb {
         active: bool,
         #[arg(long, default_value = "")]
         reason: String,
+        /// How long to wait for the orchestrator to cordon the node; not cordoned
+        /// by then, the exit status is 1 (hale goes on trying). 0s: record it and
+        /// return. The drain itself is not waited for.
+        #[arg(long, default_value = "10s", value_parser = hale::core::settings::parse_duration)]
+        wait: Duration,
     },
     /// Power through the node's BMC, confirmed by reading the state back:
     /// status, on, off (graceful, forced after bmc.gracefulTimeout), cycle, reset.
@@ -787,6 +800,62 @@ fn report(json: bool, node: &NodeView, done: &str) {
     }
 }
 
+/// After a verb: wait up to `wait` for the orchestrator to do the `actions` the
+/// verb queued on `node`, then print the node with `done`, or say what is not
+/// done yet. Not done in time is an error (exit status 1: the node is not yet as
+/// asked), though hale goes on trying.
+async fn settle(
+    client: &Client,
+    json: bool,
+    mut node: NodeView,
+    actions: &[&str],
+    wait: Duration,
+    done: &str,
+) -> anyhow::Result<()> {
+    let held = |n: &NodeView| {
+        n.pending
+            .iter()
+            .find(|p| actions.contains(&p.action.as_str()))
+            .cloned()
+    };
+    let deadline = tokio::time::Instant::now() + wait;
+    while held(&node).is_some() {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        tokio::time::sleep(left.min(Duration::from_millis(200))).await;
+        node = client.get(&["api", "v1", "nodes", &node.id]).await?;
+    }
+    let Some(pending) = held(&node) else {
+        report(json, &node, done);
+        return Ok(());
+    };
+    if wait.is_zero() {
+        let queued = format!(
+            "{}: {} recorded, not waited for (`hale node show {}` lists it until done)",
+            node.id, pending.action, node.id
+        );
+        report(json, &node, &queued);
+        return Ok(());
+    }
+    report(
+        json,
+        &node,
+        &format!("{}: {} recorded, not done yet", node.id, pending.action),
+    );
+    let why = match &pending.last_error {
+        Some(e) => format!("its last try failed: {e}"),
+        None => "the orchestrator has not answered yet".into(),
+    };
+    bail!(
+        "{} of {} not done within {wait:?}: {why}; hale goes on trying (`hale node show {}`)",
+        pending.action,
+        node.id,
+        node.id
+    )
+}
+
 /// Run a client verb, printing to stdout.
 pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
     let client = Client::new(&args)?;
@@ -877,29 +946,49 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                 }
             }
         }
-        NodeVerb::Cordon { id, reason } => {
+        NodeVerb::Cordon { id, reason, wait } => {
+            let before: NodeView = client.get(&["api", "v1", "nodes", &id]).await?;
+            let same = before.cordon.as_ref().is_some_and(|c| {
+                c.by == Actor::Operator && (reason.is_empty() || c.reason == reason)
+            });
             let node = client
                 .operate(&id, "cordon", &OperateRequest { reason })
                 .await?;
-            report(json, &node, &format!("{id} cordoned"));
+            let done = if same {
+                format!(
+                    "{id} was cordoned by an operator already, for this reason: nothing new recorded"
+                )
+            } else {
+                format!("{id} cordoned")
+            };
+            settle(&client, json, node, &["cordon"], wait, &done).await?;
         }
-        NodeVerb::Uncordon { id, reason } => {
+        NodeVerb::Uncordon { id, reason, wait } => {
+            let before: NodeView = client.get(&["api", "v1", "nodes", &id]).await?;
+            let cordoned = before.cordon.is_some() || before.status == Status::Cordoned;
             let node = client
                 .operate(&id, "uncordon", &OperateRequest { reason })
                 .await?;
-            report(json, &node, &format!("{id} uncordoned"));
+            let done = if cordoned {
+                format!("{id} uncordoned")
+            } else {
+                format!("{id} was not cordoned: nothing done")
+            };
+            settle(&client, json, node, &["uncordon"], wait, &done).await?;
         }
         NodeVerb::Drain {
             id: Some(id),
             active,
             reason,
+            wait,
             ..
         } => {
             let node = client
                 .operate(&id, "drain", &DrainRequest { active, reason })
                 .await?;
             let how = if active { "active" } else { "passive" };
-            report(json, &node, &format!("{id} drained ({how})"));
+            let done = format!("{id} drained ({how})");
+            settle(&client, json, node, &["cordon"], wait, &done).await?;
         }
         NodeVerb::Drain {
             id: None,
@@ -1184,6 +1273,17 @@ pub fn node_detail(n: &NodeView) -> String {
             c.by.as_str(),
             c.at.to_rfc3339(),
         );
+    }
+    for p in &n.pending {
+        let _ = match (&p.last_try, &p.last_error) {
+            (Some(at), Some(e)) => writeln!(
+                o,
+                "Pending:   {} (not done yet; the try at {} failed: {e})",
+                p.action,
+                at.to_rfc3339()
+            ),
+            _ => writeln!(o, "Pending:   {} (not done yet)", p.action),
+        };
     }
     if n.gated {
         let _ = writeln!(
@@ -1591,6 +1691,17 @@ mod tests {
             let text = node_detail(&cordoned);
             assert!(text.contains(shown), "{text}");
         }
+        // What is decided and not yet done says so, with why its last try failed.
+        cordoned.pending = serde_json::from_value(serde_json::json!([
+            {"action": "cordon", "lastError": "node n1: cordon: refused\nforged", "lastTry": "2026-12-01T00:00:01Z"},
+            {"action": "drain"}
+        ]))
+        .unwrap();
+        let text = node_detail(&cordoned);
+        assert!(
+            text.contains("Pending:   cordon (not done yet; the try at 2026-12-01T00:00:01+00:00 failed: node n1: cordon: refused\\nforged)\nPending:   drain (not done yet)\n"),
+            "{text}"
+        );
     }
 
     /// `hale store copy` refuses what `store.eventRetentionDays` refuses, and

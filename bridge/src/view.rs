@@ -79,6 +79,27 @@ pub struct NodeView {
     /// them), beside hale's and never part of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub orchestrator_health: Option<OrchestratorHealth>,
+    /// Actions decided (by an operator or the policy) and not yet done, in the
+    /// order they will be done: a status of `Cordoned` with a `cordon` here is
+    /// hale's record, not yet the orchestrator's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<PendingView>,
+}
+
+/// An action decided and not yet done.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingView {
+    /// Its id among the node's actions (not shown: only the server matches it).
+    #[serde(skip)]
+    pub id: u64,
+    /// `cordon`, `uncordon`, `drain`, … (as `hale_policy_actions_total` names it).
+    pub action: String,
+    /// Why its last try failed, while it is to be tried again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_try: Option<Time>,
 }
 
 impl NodeView {
@@ -143,6 +164,17 @@ impl NodeView {
             remediation: node.policy.flow.clone(),
             fence: node.policy.fence.clone(),
             orchestrator_health: node.policy.orchestrator_health.clone(),
+            pending: node
+                .policy
+                .pending
+                .iter()
+                .map(|p| PendingView {
+                    id: p.id,
+                    action: p.action.name().to_string(),
+                    last_error: None,
+                    last_try: None,
+                })
+                .collect(),
         }
     }
 }

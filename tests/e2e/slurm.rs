@@ -446,6 +446,36 @@ async fn slurmctld_stopped_is_a_clear_error_and_nothing_is_done_until_it_is_back
     // Slurm answers with no nodes and an error: no node is taken for gone.
     let n2 = hale.events("n2", "").await;
     assert!(!n2.to_string().contains("NODE_DECOMMISSIONED"), "{n2}");
+    // An operator's cordon meanwhile is recorded, and not claimed done: the CLI
+    // waits, says so and exits 1; the node lists it pending, with why.
+    let out = hale.cli(&["node", "cordon", "n1", "--reason", "ops", "--wait", "2s"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.starts_with("n1: cordon recorded, not done yet"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("cordon of n1 not done within 2s"),
+        "{stderr}"
+    );
+    let n1 = hale
+        .wait_node("the failed try shown", "n1", |n| {
+            n["pending"][0]["lastError"]
+                .as_str()
+                .is_some_and(|e| e.contains("scontrol update"))
+        })
+        .await;
+    assert_eq!(n1["pending"][0]["action"], "cordon", "{n1}");
+    let show = hale.cli_ok(&["node", "show", "n1"]);
+    let show = String::from_utf8_lossy(&show.stdout);
+    assert!(
+        show.contains("Pending:   cordon (not done yet; the try at"),
+        "{show}"
+    );
     assert!(!drained(&slurm.node("n1")));
     slurm.start_ctld();
     eventually(
@@ -454,6 +484,16 @@ async fn slurmctld_stopped_is_a_clear_error_and_nothing_is_done_until_it_is_back
         || async { drained(&slurm.node("n1")).then_some(()) },
     )
     .await;
+    let n1 = hale
+        .wait_node("nothing left pending", "n1", |n| n["pending"].is_null())
+        .await;
+    assert_eq!(n1["cordon"]["by"], "operator", "{n1}");
+    let again = hale.cli_ok(&["node", "cordon", "n1", "--reason", "ops"]);
+    let again = String::from_utf8_lossy(&again.stdout);
+    assert!(
+        again.starts_with("n1 was cordoned by an operator already, for this reason"),
+        "{again}"
+    );
 }
 
 /// hale in cordon mode on `slurm` with `orchestrator.reboot` (no BMC), asked by an

@@ -6,7 +6,7 @@ mod power;
 
 pub use power::{PowerError, PowerReport};
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -91,6 +91,9 @@ pub struct Hale {
     orchestrator: Arc<dyn Orchestrator>,
     /// Nodes whose pending actions are being performed right now.
     acting: Mutex<BTreeSet<String>>,
+    /// The last failed try of each node's first pending action, while it is still
+    /// to be tried again: what the node's view says holds it up (memory only).
+    tried: Mutex<HashMap<String, Tried>>,
     /// Actions recorded done or refused, counted under the fleet lock: an inventory
     /// taken before one of them is older than the books and is not applied.
     actions_recorded: AtomicU64,
@@ -155,6 +158,14 @@ struct SeenAlerts {
     /// asks a failing Alertmanager itself.
     alerts: Option<(Instant, Result<axum::body::Bytes, IngestError>)>,
     wanted_until: Option<Instant>,
+}
+
+/// A pending action's last try, failed and to be tried again.
+struct Tried {
+    /// The action's id among the node's.
+    id: u64,
+    error: String,
+    at: Time,
 }
 
 /// The store and what it has not managed to write yet.
@@ -259,6 +270,7 @@ impl Hale {
             delivered_during_poll: Mutex::new(None),
             orchestrator,
             acting: Mutex::new(BTreeSet::new()),
+            tried: Mutex::new(HashMap::new()),
             actions_recorded: AtomicU64::new(0),
             act_now: Notify::new(),
             publish_now: Notify::new(),
@@ -992,14 +1004,23 @@ impl Hale {
 
     pub fn node(&self, id: &str) -> Option<NodeView> {
         let cfg = self.config();
-        let fleet = self.lock_fleet();
-        let n = fleet.nodes.get(id)?;
-        Some(NodeView::of(
-            n,
-            &cfg.config.cluster,
-            cfg.core.settings_for(&n.labels),
-            Utc::now(),
-        ))
+        let mut view = {
+            let fleet = self.lock_fleet();
+            let n = fleet.nodes.get(id)?;
+            NodeView::of(
+                n,
+                &cfg.config.cluster,
+                cfg.core.settings_for(&n.labels),
+                Utc::now(),
+            )
+        };
+        if let Some(tried) = self.tried.lock().expect("tried lock").get(id)
+            && let Some(p) = view.pending.iter_mut().find(|p| p.id == tried.id)
+        {
+            p.last_error = Some(tried.error.clone());
+            p.last_try = Some(tried.at);
+        }
+        Some(view)
     }
 
     /// This hale's own row of the overview: counts by health, the lowest score,
@@ -1650,6 +1671,24 @@ impl Hale {
             Ok(_) => ("done", true),
             Err(e) => ("failed", !e.is_retriable()),
         };
+        {
+            let mut tried = self.tried.lock().expect("tried lock");
+            match &result {
+                Err(e) if e.is_retriable() => {
+                    tried.insert(
+                        node.to_string(),
+                        Tried {
+                            id: pending.id,
+                            error: e.to_string(),
+                            at: Utc::now(),
+                        },
+                    );
+                }
+                _ => {
+                    tried.remove(node);
+                }
+            }
+        }
         if let Err(e) = &result {
             self.metrics
                 .orchestrator_failures

@@ -521,6 +521,16 @@ pub fn node(p: &NodePage<'_>) -> String {
             ),
         );
     }
+    for a in &n.pending {
+        let failed = match (a.last_try, &a.last_error) {
+            (Some(at), Some(e)) => format!("; the try at {} failed: {}", when(Some(at)), esc(e)),
+            _ => String::new(),
+        };
+        fact(
+            "Pending",
+            format!("{}: decided, not done yet{failed}", esc(&a.action)),
+        );
+    }
     if let Some(c) = &n.policy {
         use crate::core::policy::Conclusion;
         fact(
@@ -941,6 +951,46 @@ mod tests {
         assert!(page.contains("&lt;b&gt;n1&lt;/b&gt;"));
         assert!(!page.contains("<b>n1"));
         assert!(page.contains("maxUnavailablePercent"));
+    }
+
+    /// An action decided and not yet done shows on the node's page, with why its
+    /// last try failed, as text.
+    #[test]
+    fn a_pending_action_shows_with_its_failed_try() {
+        let view: NodeView = serde_json::from_value(serde_json::json!({
+            "id": "n1", "cluster": "default", "hostname": "n1", "status": "Cordoned",
+            "health": "Healthy", "score": 100, "scoredBy": "cluster", "breakdown": [],
+            "conditions": [],
+            "failures": { "total": 0, "last": null, "deduction": 0, "byReason": {} },
+            "lastReport": null, "lastHeartbeat": null, "unavailableSignals": [],
+            "jobs": 0, "gated": false,
+            "pending": [{"action": "cordon", "lastError": "refused <b>x</b>",
+                         "lastTry": "2026-12-01T00:00:01Z"}]
+        }))
+        .unwrap();
+        let at = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let page = node(&NodePage {
+            node: &view,
+            member: None,
+            member_url: None,
+            window: DEFAULT_WINDOW,
+            from: at,
+            to: at,
+            changes: Ok(Vec::new()),
+            changes_cut: false,
+            events: Ok((Vec::new(), None)),
+            types: &[],
+            order: "latest",
+            auth: &Auth::NoToken,
+        });
+        assert!(
+            page.contains("<dt>Pending</dt><dd>cordon: decided, not done yet; the try at "),
+            "{page}"
+        );
+        assert!(
+            page.contains("failed: refused &lt;b&gt;x&lt;/b&gt;</dd>"),
+            "{page}"
+        );
     }
 
     #[test]
