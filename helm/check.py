@@ -242,6 +242,20 @@ CASES = [
         "url": "https://alertmanager-main.monitoring.svc:9095",
         "caFile": "/var/run/secrets/kubernetes.io/serviceaccount/service-ca.crt",
         "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"}}}),
+    # The Lease in a namespace of its own: the Role that lets hale hold it is there.
+    Case("lease-elsewhere", {"config": {"orchestrator": {"kind": "kubernetes",
+                                                         "lease": {"name": "hale-dc1", "namespace": "kube-system"}}}}),
+    # The bundled Alertmanager sends to the receiver hale reads, by its name.
+    Case("monitoring-receiver", {"monitoring": {"enabled": True},
+                                 "config": {"alertmanager": {"receiver": "hale-prod"}}}),
+    # A NATS that wants credentials and TLS, both from Secrets.
+    Case("nats-credentials", {
+        "replicaCount": 3,
+        "natsSecrets": [{"name": "creds", "existingSecret": "hale-nats", "key": "hale.creds"},
+                        {"name": "ca", "existingSecret": "nats-tls", "key": "ca.crt"}],
+        "config": {"store": {"kind": "nats", "nats": {
+            "urls": ["tls://nats.nats.svc:4222"], "credsFile": "/etc/hale/secrets/nats/creds",
+            "tls": {"caFile": "/etc/hale/secrets/nats/ca"}}}}}),
     # Three replicas on an existing NATS (the official chart's Service): one
     # history, a leader elected on NATS, so webhooks are allowed.
     Case("nats-store", {
@@ -263,6 +277,23 @@ REFUSED = [
     ("a claimed store in a rolling update",
      {"replicaCount": 1, "storage": {"volume": {"persistentVolumeClaim": {"claimName": "a"}}}},
      "a store has one writer: set replicaCount: 1 and strategy: {type: Recreate}", False),
+    ("a host path store on two replicas", {"storage": {"volume": {"hostPath": {"path": "/var/lib/hale"}}}},
+     "storage.volume.hostPath: one store for every pod that mounts it", False),
+    ("an NFS store in a rolling update",
+     {"replicaCount": 1, "storage": {"volume": {"nfs": {"server": "nfs.example", "path": "/hale"}}}},
+     "storage.volume.nfs: one store for every pod that mounts it", False),
+    ("an Alertmanager CA with the bundled monitoring",
+     {"monitoring": {"enabled": True},
+      "alertmanagerSecrets": [{"name": "ca", "existingSecret": "alertmanager-tls", "key": "ca.crt"}],
+      "config": {"alertmanager": {"url": "https://alertmanager.monitoring.svc:9093",
+                                  "caFile": "/etc/hale/secrets/alertmanager/ca"}}},
+     "config.alertmanager.caFile with monitoring.enabled", False),
+    ("a receiver named as the bundled Alertmanager's other",
+     {"monitoring": {"enabled": True}, "config": {"alertmanager": {"receiver": "default"}}},
+     "config.alertmanager.receiver default: the bundled Alertmanager", False),
+    ("Kubernetes rights for the namespace's default account",
+     {"serviceAccount": {"create": False}, "config": {"orchestrator": {"kind": "kubernetes"}}},
+     "serviceAccount.create false with rbac.create and orchestrator kubernetes", False),
     ("two store volumes", {"storage": {"volume": {"persistentVolumeClaim": {"claimName": "a"},
                                                   "hostPath": {"path": "/var/lib/hale"}}}},
      "storage.volume: one volume source, not hostPath, persistentVolumeClaim", False),
@@ -279,9 +310,29 @@ REFUSED = [
      "without a leader election every replica delivers", False),
     ("NATS store without servers", {"config": {"store": {"kind": "nats", "nats": {"urls": []}}}},
      "/config/store/nats/urls", True),
-    ("NATS credentials the chart cannot mount",
+    ("unmounted NATS credentials",
      {"config": {"store": {"kind": "nats", "nats": {"urls": ["nats://nats:4222"], "credsFile": "/x"}}}},
-     "additional properties 'credsFile' not allowed", True),
+     "config.store.nats.credsFile /x is not a mounted secret", False),
+    ("an unmounted NATS CA",
+     {"natsSecrets": [{"name": "creds", "existingSecret": "hale-nats", "key": "hale.creds"}],
+      "config": {"store": {"kind": "nats", "nats": {"urls": ["tls://nats:4222"],
+                                                     "tls": {"caFile": "/etc/hale/secrets/nats/ca"}}}}},
+     "config.store.nats.tls.caFile /etc/hale/secrets/nats/ca is not a mounted secret", False),
+    ("a NATS URL with credentials",
+     {"config": {"store": {"kind": "nats", "nats": {"urls": ["nats://hale:s3cret@nats:4222"]}}}},
+     "/config/store/nats/urls/0", True),
+    ("an Alertmanager URL with credentials",
+     {"config": {"alertmanager": {"url": "http://hale:s3cret@alertmanager:9093"}}},
+     "/config/alertmanager/url", True),
+    ("a store in /tmp", {"config": {"store": {"path": "/tmp"}}}, "config.store.path /tmp: the chart mounts /tmp there", False),
+    ("a store among the secrets", {"config": {"store": {"path": "/etc/hale/secrets/store"}}},
+     "the chart mounts /etc/hale there", False),
+    ("a relative store path", {"config": {"store": {"path": "hale-data"}}}, "config.store.path hale-data: an absolute path", False),
+    ("a pod label the chart selects by", {"podLabels": {"app.kubernetes.io/component": "api"}},
+     "podLabels: app.kubernetes.io/component is the chart's own label", False),
+    ("port 0 to listen on", {"config": {"listen": "0.0.0.0:0"}}, "/config/listen", True),
+    ("a port past 65535 to listen on", {"config": {"listen": "0.0.0.0:65536"}}, "/config/listen", True),
+    ("no apiToken section", {"apiToken": None}, "missing property 'apiToken'", True),
     ("a key of another orchestrator kind", {"config": {"orchestrator": {"kind": "none", "conditionPrefix": "Hale"}}},
      "invalid propertyName 'conditionPrefix'", True),
     ("condition prefix with a space", {"config": {"orchestrator": {"kind": "kubernetes", "conditionPrefix": "Alert Manager"}}},
@@ -499,7 +550,7 @@ def check_hale_config(case, tmp):
         path = secrets / str(len(list(secrets.iterdir())))
         path.write_text(TEST_CA)
         return f"{m.group(1)}{path}"
-    local = re.sub(r"(?m)^(\s*(?:-\s+)?(?:apiTokenFile|secretFile|tokenFile|passwordFile|bearerTokenFile):\s*)\S+", fake, text)
+    local = re.sub(r"(?m)^(\s*(?:-\s+)?(?:apiTokenFile|secretFile|tokenFile|passwordFile|bearerTokenFile|credsFile):\s*)\S+", fake, text)
     local = re.sub(r"(?m)^(\s*(?:-\s+)?credentialsFile:\s*)\S+", fake_bmc, local)
     local = re.sub(r"(?m)^(\s*(?:-\s+)?caFile:\s*)\S+", fake_ca, local)
     f = tmp / f"hale-{case.name}.yaml"
@@ -571,6 +622,8 @@ def check_deployment(case):
         wanted[f"/etc/hale/secrets/orchestrator/{s['name']}"] = (s["existingSecret"], s["key"])
     for s in values["alertmanagerSecrets"]:
         wanted[f"/etc/hale/secrets/alertmanager/{s['name']}"] = (s["existingSecret"], s["key"])
+    for s in values["natsSecrets"]:
+        wanted[f"/etc/hale/secrets/nats/{s['name']}"] = (s["existingSecret"], s["key"])
     expect(files == wanted, f"{case.name}: mounted secrets {files}, wanted {wanted}")
     for w in values["config"].get("nodeEventWebhooks", []):
         expect(w["secretFile"] in files, f"{case.name}: {w['secretFile']} is not mounted")
@@ -617,6 +670,14 @@ def check_rbac(case):
     sa = case.one("ServiceAccount")["metadata"]["name"]
     expect(case.one("Deployment", RELEASE)["spec"]["template"]["spec"]["serviceAccountName"] == sa,
            f"{case.name}: the Deployment does not run as {sa}")
+    orchestrator = helm_values(case)["config"].get("orchestrator") or {}
+    # Only the Kubernetes orchestrator calls the API server: any other kind gets
+    # no rights at all.
+    if orchestrator.get("kind", "none") != "kubernetes":
+        granted = [d["kind"] for d in case.docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")]
+        expect(not granted, f"{case.name}: orchestrator {orchestrator.get('kind', 'none')} is granted {granted}")
+        return
+    lease_namespace = (orchestrator.get("lease") or {}).get("namespace") or NAMESPACE
     def access(role):
         return {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
                 for r in rule["resources"] for v in rule["verbs"]}
@@ -631,7 +692,9 @@ def check_rbac(case):
         expect(b["roleRef"]["name"] == case.one(role_kind)["metadata"]["name"]
                and b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}],
                f"{case.name}: {kind} {b}")
-    expect(case.one("Role")["metadata"]["namespace"] == NAMESPACE, f"{case.name}: the Lease Role is not in the release namespace")
+    for kind in ("Role", "RoleBinding"):
+        expect(case.one(kind)["metadata"]["namespace"] == lease_namespace,
+               f"{case.name}: the Lease {kind} is not in the Lease's namespace, {lease_namespace}")
 
 
 def check_monitoring_objects(case):
@@ -720,7 +783,13 @@ def check_bundled_monitoring(case, tmp):
     # The routing must stay that of examples/alertmanager.yml; only where the
     # webhook goes and where its token comes from differ.
     example = load((ROOT / "examples" / "alertmanager.yml").read_text())
-    (hook,) = next(r for r in am["receivers"] if r["name"] == "hale")["webhook_configs"]
+    # hale's receiver is the one config.alertmanager.receiver names.
+    receiver = helm_values(case)["config"]["alertmanager"].get("receiver", "hale")
+    (hook,) = next(r for r in am["receivers"] if r["name"] == receiver)["webhook_configs"]
+    for rcv in [*am["receivers"], *am["route"]["routes"]]:
+        for key in ("name", "receiver"):
+            if rcv.get(key) == receiver:
+                rcv[key] = "hale"
     expect(hook["url"] == f"http://{RELEASE}.{NAMESPACE}.svc:9470/api/v1/alertmanager", f"{case.name}: webhook {hook['url']}")
     token = helm_values(case)["apiToken"]["existingSecret"]
     expect(("http_config" in hook) == bool(token), f"{case.name}: webhook token {hook.get('http_config')}")

@@ -193,8 +193,35 @@ values.config that must agree with how the pod is built. Renders nothing.
 {{- fail (printf "config.alertmanager.%s %s is not a mounted secret: add it to alertmanagerSecrets and use /etc/hale/secrets/alertmanager/<name> (or the pod's own /var/run/secrets/kubernetes.io/serviceaccount/token, ca.crt or service-ca.crt)" $key (toString $file)) }}
 {{- end }}
 {{- end }}
+{{- $natsFiles := list }}
+{{- range .Values.natsSecrets }}
+{{- $file := printf "/etc/hale/secrets/nats/%s" .name }}
+{{- if has $file $natsFiles }}
+{{- fail (printf "natsSecrets: %s is named twice; each name is a file of its own" .name) }}
+{{- end }}
+{{- $natsFiles = append $natsFiles $file }}
+{{- end }}
+{{- $nats := (($c.store | default dict).nats | default dict) }}
+{{- $natsTls := $nats.tls | default dict }}
+{{- range $key, $file := dict "credsFile" $nats.credsFile "tls.caFile" $natsTls.caFile "tls.certFile" $natsTls.certFile "tls.keyFile" $natsTls.keyFile }}
+{{- if and $file (not (has (toString $file) $natsFiles)) }}
+{{- fail (printf "config.store.nats.%s %s is not a mounted secret: add it to natsSecrets and use /etc/hale/secrets/nats/<name>" $key (toString $file)) }}
+{{- end }}
+{{- end }}
+{{- /* With the bundled monitoring, hale polls its Alertmanager (plain http,
+     no authentication): the keys for reaching another have nothing to do. */}}
+{{- if .Values.monitoring.enabled }}
+{{- range $key := list "caFile" "bearerTokenFile" "basicAuth" }}
+{{- if hasKey $amFiles $key }}
+{{- fail (printf "config.alertmanager.%s with monitoring.enabled: hale polls the bundled Alertmanager, over http and without authentication; remove the key, or set monitoring.enabled to false to poll the Alertmanager it is for" $key) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- $kind := (($c.orchestrator | default dict).kind | default "none") }}
 {{- $storeKind := (($c.store | default dict).kind | default "sqlite") }}
+{{- if and .Values.rbac.create (eq $kind "kubernetes") (not .Values.serviceAccount.create) (not .Values.serviceAccount.name) }}
+{{- fail "serviceAccount.create false with rbac.create and orchestrator kubernetes: set serviceAccount.name; the chart will not bind hale's rights (Nodes, evictions, Machines) to the namespace's default account, which every pod that names none runs as" }}
+{{- end }}
 {{- /* Replicas elect a leader on the Kubernetes Lease or on the shared store;
      otherwise each acts on its own. */}}
 {{- if and (gt (int .Values.replicaCount) 1) (ne $kind "kubernetes") (ne $storeKind "nats") }}
@@ -252,7 +279,24 @@ values.config that must agree with how the pod is built. Renders nothing.
 {{- fail (printf "config.pools[%d].nodeHealth: drainBelow %d is above cordonBelow %d: drain is the stronger step and must trigger lower" $i $pd $pc) }}
 {{- end }}
 {{- end }}
-{{- $_ := required "config.store.path must be set: the store volume is mounted there" ($c.store | default dict).path }}
+{{- $storePath := toString (required "config.store.path must be set: the store volume is mounted there" ($c.store | default dict).path) | trimSuffix "/" }}
+{{- if not (hasPrefix "/" $storePath) }}
+{{- fail (printf "config.store.path %s: an absolute path, where the store volume is mounted (e.g. /var/lib/hale)" $storePath) }}
+{{- end }}
+{{- range list "/tmp" "/etc/hale" }}
+{{- if or (eq $storePath .) (hasPrefix (printf "%s/" .) $storePath) (hasPrefix (printf "%s/" $storePath) .) (eq $storePath "") }}
+{{- fail (printf "config.store.path %s: the chart mounts %s there; choose another (e.g. /var/lib/hale)" (toString $c.store.path) .) }}
+{{- end }}
+{{- end }}
+{{- /* The labels that pick hale's pods are the chart's: one set again would
+     change which pods the Deployment and the Services select. */}}
+{{- range $what, $labels := dict "podLabels" .Values.podLabels "serviceMonitor.additionalLabels" .Values.serviceMonitor.additionalLabels "prometheusRule.additionalLabels" .Values.prometheusRule.additionalLabels }}
+{{- range $key := list "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/component" "app.kubernetes.io/version" "app.kubernetes.io/managed-by" "helm.sh/chart" }}
+{{- if hasKey ($labels | default dict) $key }}
+{{- fail (printf "%s: %s is the chart's own label (it picks hale's pods); use another key" $what $key) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*

@@ -33,6 +33,11 @@ examples/alertmanager.yml (explained there), with hale's Service as the webhook
 and the token from apiToken.existingSecret.
 */}}
 {{- define "hale.alertmanagerConfig" -}}
+{{- /* The receiver hale reads (config.alertmanager.receiver). */}}
+{{- $receiver := ((.Values.config.alertmanager | default dict).receiver | default "hale") }}
+{{- if has $receiver (list "default" "blackhole") }}
+{{- fail (printf "config.alertmanager.receiver %s: the bundled Alertmanager (monitoring.enabled) has a receiver of that name for other alerts; name hale's another" $receiver) }}
+{{- end }}
 route:
   receiver: default
   group_by: [alertname, cluster]
@@ -40,7 +45,7 @@ route:
   group_interval: 5m
   repeat_interval: 4h
   routes:
-    - receiver: hale
+    - receiver: {{ $receiver | quote }}
       continue: true
       group_by: [node]
       group_wait: 0s
@@ -53,7 +58,7 @@ route:
 receivers:
   - name: default
   - name: blackhole
-  - name: hale
+  - name: {{ $receiver | quote }}
     webhook_configs:
       - url: http://{{ include "hale.fullname" . }}.{{ .Release.Namespace }}.svc:{{ .Values.service.port }}/api/v1/alertmanager
         send_resolved: true
