@@ -330,6 +330,8 @@ REFUSED = [
     ("a relative store path", {"config": {"store": {"path": "hale-data"}}}, "config.store.path hale-data: an absolute path", False),
     ("a pod label the chart selects by", {"podLabels": {"app.kubernetes.io/component": "api"}},
      "podLabels: app.kubernetes.io/component is the chart's own label", False),
+    ("an unmounted kubeconfig", {"config": {"orchestrator": {"kind": "kubernetes", "kubeconfig": "/etc/hale/kubeconfig"}}},
+     "config.orchestrator.kubeconfig /etc/hale/kubeconfig is not a mounted secret", False),
     ("port 0 to listen on", {"config": {"listen": "0.0.0.0:0"}}, "/config/listen", True),
     ("a port past 65535 to listen on", {"config": {"listen": "0.0.0.0:65536"}}, "/config/listen", True),
     ("no apiToken section", {"apiToken": None}, "missing property 'apiToken'", True),

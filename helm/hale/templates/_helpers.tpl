@@ -167,7 +167,7 @@ values.config that must agree with how the pod is built. Renders nothing.
 {{- end }}
 {{- $orchestratorFiles = append $orchestratorFiles $file }}
 {{- end }}
-{{- range $key := list "tokenFile" "caFile" }}
+{{- range $key := list "tokenFile" "caFile" "kubeconfig" }}
 {{- with index ($c.orchestrator | default dict) $key }}
 {{- if not (has (toString .) $orchestratorFiles) }}
 {{- fail (printf "config.orchestrator.%s %s is not a mounted secret: add it to orchestratorSecrets and use /etc/hale/secrets/orchestrator/<name>" $key (toString .)) }}
