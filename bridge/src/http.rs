@@ -14,14 +14,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::Joined as _;
-use crate::alertmanager::IngestError;
 use crate::bmc::Verb;
 use crate::core::policy::Remediations;
 use crate::core::settings::parse_duration;
 use crate::core::{CoreError, EVENT_TYPES, Fleet, Health, Outcome, Status, Time};
 use crate::federation::MemberError;
 use crate::metrics::CodeLabel;
-use crate::service::{Hale, PowerError, PowerReport};
+use crate::service::{Hale, PowerError, PowerReport, StepError};
 use crate::store::EventQuery;
 use crate::view::{
     ClearRequest, ClusterList, DrainRequest, ErrorBody, EventsView, FailureReport, NodeList,
@@ -137,6 +136,23 @@ impl From<CoreError> for ApiError {
             | CoreError::Listed { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string())
             }
+        }
+    }
+}
+
+impl From<StepError> for ApiError {
+    fn from(e: StepError) -> Self {
+        match e {
+            StepError::Core(e) => e.into(),
+            StepError::Input(e) => {
+                ApiError::new(StatusCode::BAD_REQUEST, "bad_request", e.to_string())
+            }
+            // Alertmanager and the CLI try a 503 again; the step is idempotent.
+            StepError::Unwritten(_) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                e.to_string(),
+            ),
         }
     }
 }
@@ -776,7 +792,8 @@ async fn decommission(
 ) -> ApiResult<StatusCode> {
     authorize(&hale, &headers)?;
     leader(&hale)?;
-    blocking(move || hale.apply(|fleet, cfg, now| fleet.decommission(cfg, now, &id))).await?;
+    blocking(move || hale.apply_durable(|fleet, cfg, now| fleet.decommission(cfg, now, &id)))
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -808,7 +825,7 @@ async fn attribute_failure(
     let h = hale.clone();
     let node = id.clone();
     blocking(move || {
-        h.apply(|fleet, cfg, now| {
+        h.apply_durable(|fleet, cfg, now| {
             fleet.attribute_failure(
                 cfg,
                 now,
@@ -842,7 +859,7 @@ async fn clear_condition(
     let h = hale.clone();
     let node = id.clone();
     blocking(move || {
-        h.apply(|fleet, cfg, now| fleet.clear_condition(cfg, now, &node, &ctype, &reason))
+        h.apply_durable(|fleet, cfg, now| fleet.clear_condition(cfg, now, &node, &ctype, &reason))
     })
     .await?;
     Ok(Json(view(hale, id).await?))
@@ -913,6 +930,7 @@ impl From<PowerError> for ApiError {
             PowerError::Observe { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "observe", e.to_string())
             }
+            PowerError::Unwritten(e) => e.into(),
         }
     }
 }
@@ -988,7 +1006,7 @@ async fn operate(
     leader(&hale)?;
     let h = hale.clone();
     let node = id.clone();
-    blocking(move || h.apply(|fleet, _, now| verb(fleet, now, &node))).await?;
+    blocking(move || h.apply_durable(|fleet, _, now| verb(fleet, now, &node))).await?;
     Ok(Json(view(hale, id).await?))
 }
 
@@ -1328,11 +1346,7 @@ async fn receive(
             too_large()
         }
     })?;
-    blocking(move || hale.ingest_webhook(&bytes))
-        .await
-        .map_err(|e: IngestError| {
-            ApiError::new(StatusCode::BAD_REQUEST, "bad_request", e.to_string())
-        })
+    Ok(blocking(move || hale.ingest_webhook(&bytes)).await?)
 }
 
 async fn metrics(State(hale): State<Arc<Hale>>) -> impl IntoResponse {

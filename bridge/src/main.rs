@@ -328,10 +328,15 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
     )
     .await;
     // A last step writes what is held only in memory, and anything a failed write
-    // left pending.
-    hale.apply(|fleet, cfg, now| Ok(fleet.stop(cfg, now)))?;
+    // left pending; what the store will not take now is lost, and the exit says so.
+    let last = hale.apply_durable(|fleet, cfg, now| Ok(fleet.stop(cfg, now)));
     hale.step_down().await;
-    Ok(())
+    match last {
+        Err(hale::service::StepError::Unwritten(why)) => anyhow::bail!(
+            "stopped with changes the store did not take ({why}): they are lost; the next start has the store as last written"
+        ),
+        last => last.map(drop).context("the last step"),
+    }
 }
 
 /// SIGHUP re-reads the configuration; a bad file is logged and the running one stays.

@@ -819,6 +819,130 @@ async fn a_store_it_cannot_write_is_refused_at_start() {
     );
 }
 
+/// A tmpfs mounted for a test, unmounted when it ends (however it ends).
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &std::path::Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(at).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(at)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mount a tmpfs (the suite runs as root)");
+        Tmpfs(at.to_path_buf())
+    }
+
+    /// Fill it up: a file of every byte left.
+    fn fill(&self) -> std::path::PathBuf {
+        let filler = self.0.join("filler");
+        let _ = std::process::Command::new("dd")
+            .args(["if=/dev/zero", "bs=4k"])
+            .arg(format!("of={}", filler.display()))
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        filler
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// A change the store does not take is never answered as kept: while the disk
+/// under the store is full, a delivery is a 503 (Alertmanager sends it again) and
+/// an operator's verb fails, each saying why; once there is room, the same
+/// delivery is taken and a restart has it. A stop with a change still not
+/// taken exits 1 saying it is lost, rather than 0.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_the_store_does_not_take_is_never_answered_as_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = Tmpfs::mount(&dir.path().join("data"), "4m");
+    let mut hale = Hale::webhook_only(dir.path(), "").await;
+    let first = delivery(&[(&smart_failing("n1"), "firing")]);
+    assert_eq!(hale.deliver(&first).await, 200);
+    hale.wait_node("n1 recorded", "n1", |n| has_condition(n, "disk_degraded"))
+        .await;
+
+    // The write-ahead log has room for a few more writes: new nodes until one
+    // is refused.
+    let filler = disk.fill();
+    let mut refused = None;
+    for i in 0..500 {
+        let second = delivery(&[(&smart_failing(&format!("m{i}")), "firing")]);
+        let answer = reqwest::Client::new()
+            .post(format!("{}/api/v1/alertmanager", hale.url))
+            .bearer_auth(TOKEN)
+            .json(&second)
+            .send()
+            .await
+            .unwrap();
+        if answer.status() != 200 {
+            refused = Some((i, second, answer));
+            break;
+        }
+    }
+    let (i, second, answer) = refused.expect("a full disk refuses a write");
+    assert_eq!(answer.status(), 503);
+    let body: Value = answer.json().await.unwrap();
+    assert_eq!(body["error"], "store_unavailable", "{body}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("not written to the store"),
+        "{body}"
+    );
+    let out = hale.cli(&["node", "cordon", "n1", "--reason", "disk swap"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("not written to the store"), "{said}");
+
+    std::fs::remove_file(&filler).unwrap();
+    assert_eq!(hale.deliver(&second).await, 200, "taken once there is room");
+    hale.stop();
+    hale.restart().await;
+    let kept = hale
+        .node(&format!("m{i}"))
+        .await
+        .expect("the refused node kept across the restart, once sent again");
+    assert!(has_condition(&kept, "disk_degraded"), "{kept}");
+    // The cordon answered as failed was taken in memory, and written with the
+    // delivery after it: sent again, it changes nothing.
+    let n1 = hale.node("n1").await.unwrap();
+    assert_eq!(n1["cordon"]["reason"], "disk swap", "{n1}");
+
+    let filler = disk.fill();
+    let mut sent = 0;
+    while hale
+        .deliver(&delivery(&[(
+            &smart_failing(&format!("k{sent}")),
+            "firing",
+        )]))
+        .await
+        == 200
+    {
+        sent += 1;
+        assert!(sent < 500, "a full disk refuses a write");
+    }
+    let status = hale.stopped();
+    assert_eq!(status.code(), Some(1), "{}", hale.log());
+    let log = hale.log();
+    assert!(
+        log.contains("stopped with changes the store did not take"),
+        "{log}"
+    );
+    std::fs::remove_file(&filler).unwrap();
+}
+
 /// A trust record that does not read is started over, and said so in the log.
 #[tokio::test]
 async fn an_unreadable_trust_record_is_said() {

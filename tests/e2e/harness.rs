@@ -619,9 +619,14 @@ impl Hale {
 
     /// SIGTERM, as an orchestrator stops a pod, and wait for hale to exit.
     pub fn stop(&mut self) {
-        self.signal("TERM");
-        let status = self.child.take().expect("running").wait().unwrap();
+        let status = self.stopped();
         assert!(status.success(), "hale stopped with {status}");
+    }
+
+    /// SIGTERM, and how hale exited.
+    pub fn stopped(&mut self) -> std::process::ExitStatus {
+        self.signal("TERM");
+        self.child.take().expect("running").wait().unwrap()
     }
 
     pub fn pid(&self) -> u32 {

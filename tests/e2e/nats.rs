@@ -826,11 +826,15 @@ async fn a_leader_cut_off_from_nats_stops_before_another_starts() {
 
     ns.partition(true);
     let cut = Instant::now();
-    // Still leading for a moment: it takes the delivery in, and cannot write it.
+    // Still leading for a moment: it takes the delivery in, cannot write it,
+    // and says so (Alertmanager sends it again, to whoever leads then).
     let taken = a
         .deliver(&delivery(&[(&smart_failing("lost"), "firing")]))
         .await;
-    assert_eq!(taken, 200, "taken in by a leader that cannot write it");
+    assert_eq!(
+        taken, 503,
+        "not answered as kept by a leader that cannot write it"
+    );
     let a_stopped = eventually(
         "the cut-off leader stops",
         Duration::from_secs(20),
@@ -941,7 +945,8 @@ async fn a_leader_that_leads_again_with_no_other_between_keeps_what_it_could_not
     hale.wait_node("n1 known", "n1", |_| true).await;
 
     // NATS stops answering; an operator's cordon is taken in but cannot be
-    // written, and the lease's renewals fail until leadership lapses.
+    // written (answered 503: not kept yet), and the lease's renewals fail until
+    // leadership lapses.
     signal_all(&cluster, "-STOP");
     let cordon = {
         let url = format!("{}/cordon", hale.node_url("n1"));
@@ -962,8 +967,8 @@ async fn a_leader_that_leads_again_with_no_other_between_keeps_what_it_could_not
     signal_all(&cluster, "-CONT");
     assert_eq!(
         cordon.await.unwrap().ok(),
-        Some(200),
-        "the cordon was taken in"
+        Some(503),
+        "the cordon was taken in, and not answered as kept while unwritten"
     );
     eventually("leading again", Duration::from_secs(20), || async {
         leads(&hale).await?.then_some(())

@@ -160,6 +160,20 @@ struct SeenAlerts {
     wanted_until: Option<Instant>,
 }
 
+/// Why a step taken for someone waiting on its answer did not go through.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error(transparent)]
+    Core(#[from] CoreError),
+    #[error(transparent)]
+    Input(#[from] IngestError),
+    /// Taken in memory; the store did not write it (yet).
+    #[error(
+        "taken in, but not written to the store ({0}); send it again until it is answered as written"
+    )]
+    Unwritten(String),
+}
+
 /// A pending action's last try, failed and to be tried again.
 struct Tried {
     /// The action's id among the node's.
@@ -341,14 +355,38 @@ impl Hale {
 
     /// Run one step of the core and persist its outcome. The fleet lock is held until
     /// the writer lock is taken, so writes land in the order steps happened. The
-    /// step's events move to the store; the outcome returned keeps the rest.
+    /// step's events move to the store; the outcome returned keeps the rest. A
+    /// change the store did not take stays in memory, written with the next step.
     pub fn apply<F>(&self, step: F) -> Result<Outcome, CoreError>
+    where
+        F: FnOnce(&mut Fleet, &CoreSettings, Time) -> Result<Outcome, CoreError>,
+    {
+        self.step(step).map(|(outcome, _)| outcome)
+    }
+
+    /// [`Hale::apply`] for a step taken for someone waiting on its answer (an
+    /// Alertmanager delivery, an operator's verb): a change the store did not
+    /// take is an error, so that they send it again rather than take it as kept —
+    /// a stop before the store takes it would lose it.
+    pub fn apply_durable<F>(&self, step: F) -> Result<Outcome, StepError>
+    where
+        F: FnOnce(&mut Fleet, &CoreSettings, Time) -> Result<Outcome, CoreError>,
+    {
+        match self.step(step)? {
+            (outcome, None) => Ok(outcome),
+            (_, Some(why)) => Err(StepError::Unwritten(why)),
+        }
+    }
+
+    /// [`Hale::apply`], and why the step's change is not in the store yet, if it
+    /// is not.
+    fn step<F>(&self, step: F) -> Result<(Outcome, Option<String>), CoreError>
     where
         F: FnOnce(&mut Fleet, &CoreSettings, Time) -> Result<Outcome, CoreError>,
     {
         // On a shared store only the leader that took in the store's state writes.
         if !self.writes() {
-            return Ok(Outcome::default());
+            return Ok((Outcome::default(), None));
         }
         let mut fleet = self.lock_fleet();
         // Read under the fleet lock, which a reload holds while it swaps them.
@@ -392,7 +430,7 @@ impl Hale {
         let mut writer = self.writer.lock().expect("writer lock");
         // Even a step that changed nothing retries a write that failed before.
         if unchanged && writer.pending.is_none() {
-            return Ok(outcome);
+            return Ok((outcome, None));
         }
         log_events(&outcome);
         let mut todo = writer.pending.take().unwrap_or_default();
@@ -402,11 +440,15 @@ impl Hale {
         // may lead by now; the change is kept as one not written (see `follow`).
         if !self.writes() {
             writer.pending = Some(todo);
-            return Ok(outcome);
+            return Ok((
+                outcome,
+                Some("this replica stopped leading before it could write it".into()),
+            ));
         }
         let batch = Batch::of(&fleet, &todo);
         drop(fleet);
         let (nodes, events) = (batch.nodes.len(), batch.events.len());
+        let mut unwritten = None;
         match writer.store.write(&batch) {
             Ok(_) => {
                 self.store_ok.store(true, Ordering::Relaxed);
@@ -435,6 +477,7 @@ impl Hale {
                     .inc();
                 writer.pending = None;
                 self.synced.store(u64::MAX, Ordering::Release);
+                unwritten = Some(e.to_string());
             }
             Err(e) => {
                 error!(error = %e, nodes, events,
@@ -445,6 +488,7 @@ impl Hale {
                         reason: e.metric_label().into(),
                     })
                     .inc();
+                unwritten = Some(e.to_string());
                 writer.pending = Some(todo);
                 if self.shared {
                     self.store_ok.store(false, Ordering::Relaxed);
@@ -452,7 +496,7 @@ impl Hale {
             }
         }
         self.check_size(writer.store.bytes_used(), writer.store.limit());
-        Ok(outcome)
+        Ok((outcome, unwritten))
     }
 
     /// Count the remediations a step finished, and those under way when it
@@ -687,7 +731,7 @@ impl Hale {
     }
 
     /// Ingest one Alertmanager webhook body. A malformed body changes nothing.
-    pub fn ingest_webhook(&self, body: &[u8]) -> Result<WebhookResult, IngestError> {
+    pub fn ingest_webhook(&self, body: &[u8]) -> Result<WebhookResult, StepError> {
         let delivery = alertmanager::parse_webhook(body)?;
         // hale reads only its receiver's alerts: a delivery for another is a route
         // pointed at hale by mistake, refused so Alertmanager's log says so.
@@ -698,7 +742,8 @@ impl Hale {
                 reason: format!(
                     "it was sent for receiver {got:?}; hale reads only alertmanager.receiver {want:?}"
                 ),
-            });
+            }
+            .into());
         }
         if let Some(newer) = self
             .delivered_during_poll
@@ -708,9 +753,8 @@ impl Hale {
         {
             newer.extend(delivery.alerts.iter().map(|a| a.fingerprint.to_string()));
         }
-        let outcome = self
-            .apply(|fleet, cfg, now| Ok(fleet.webhook(cfg, now, &delivery.alerts)))
-            .expect("a webhook cannot fail");
+        let outcome =
+            self.apply_durable(|fleet, cfg, now| Ok(fleet.webhook(cfg, now, &delivery.alerts)))?;
         if delivery.truncated > 0 {
             info!(
                 truncated = delivery.truncated,

@@ -37,6 +37,18 @@ pub enum PowerError {
     Observe { node: String, pool: String },
     #[error(transparent)]
     Bmc(BmcError),
+    /// Taken in memory; the store did not write it (yet).
+    #[error(transparent)]
+    Unwritten(super::StepError),
+}
+
+impl From<super::StepError> for PowerError {
+    fn from(e: super::StepError) -> Self {
+        match e {
+            super::StepError::Core(c) => PowerError::Core(c),
+            e => PowerError::Unwritten(e),
+        }
+    }
 }
 
 /// What a manual power verb found and did.
@@ -237,7 +249,8 @@ impl Hale {
                 pool,
             });
         }
-        let out = self.apply(|fleet, _, now| fleet.request_reboot(now, id, &reason, force))?;
+        let out =
+            self.apply_durable(|fleet, _, now| fleet.request_reboot(now, id, &reason, force))?;
         // Its BMC is looked for now, not at the next round.
         self.facts_now.notify_one();
         Ok(out)

@@ -30,7 +30,7 @@ use crate::Joined as _;
 use crate::core::{CoreError, EventKind, Time};
 use crate::http::{listing, same_origin};
 use crate::secrets_equal;
-use crate::service::Hale;
+use crate::service::{Hale, StepError};
 use crate::store::EventQuery;
 use chart::Change;
 use html::{node_href, query};
@@ -725,7 +725,7 @@ async fn act(
     let node = id.clone();
     let v = verb.clone();
     let result = tokio::task::spawn_blocking(move || {
-        h.apply(|fleet, cfg, now| match v.as_str() {
+        h.apply_durable(|fleet, cfg, now| match v.as_str() {
             "cordon" => fleet.cordon(now, &node, &reason),
             "uncordon" => fleet.uncordon(now, &node, &reason),
             "drain" => fleet.drain(now, &node, active, &reason),
@@ -737,17 +737,18 @@ async fn act(
     match result {
         Ok(_) => redirect(&format!("{back}{}", query(&[("done", &verb)]))),
         Err(e) => {
-            let status = match e {
-                CoreError::UnknownNode(_) | CoreError::UnknownCondition { .. } => {
-                    StatusCode::NOT_FOUND
+            let (status, title) = match e {
+                StepError::Core(CoreError::UnknownNode(_) | CoreError::UnknownCondition { .. }) => {
+                    (StatusCode::NOT_FOUND, "refused")
                 }
-                _ => StatusCode::CONFLICT,
+                StepError::Unwritten(_) => (StatusCode::SERVICE_UNAVAILABLE, "not written"),
+                _ => (StatusCode::CONFLICT, "refused"),
             };
             refused(
                 &auth,
                 &back,
                 status,
-                &format!("{} refused", pages::title(&verb)),
+                &format!("{} {title}", pages::title(&verb)),
                 e.to_string(),
             )
         }
