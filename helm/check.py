@@ -121,7 +121,8 @@ FULL = {
     "config": {
         "cluster": "dc1",
         "apiTokenFile": None,
-        "alertmanager": {"pollInterval": "15s", "staleAfter": "45s", "maxWebhookBytes": 8388608},
+        "alertmanager": {"pollInterval": "15s", "staleAfter": "45s", "maxWebhookBytes": 8388608,
+                         "maxAnswerBytes": 2147483648},
         "nodeIdentity": {"labels": ["node", "instance"], "stripPort": True},
         "nodeHealth": {"mode": "observe", "cordonBelow": 70, "penalties": {"SmartFailing": 30},
                        "defaultPenalty": {"info": 0, "warning": 5, "critical": 25}},

@@ -33,6 +33,10 @@ pub enum IngestError {
     Credentials { key: &'static str, reason: String },
     #[error("unsupported webhook payload version {0:?} (hale reads version \"4\")")]
     Version(String),
+    #[error(
+        "Alertmanager at {url} sent an answer past alertmanager.maxAnswerBytes ({limit} bytes): cut off there, nothing applied"
+    )]
+    TooLarge { url: String, limit: usize },
 }
 
 /// What a refusal says about the credentials hale sent (`auth`: their key).
@@ -51,13 +55,14 @@ fn refused_hint(status: u16, auth: &Option<&'static str>) -> String {
 impl IngestError {
     /// Low-cardinality label for failure counters.
     /// Every value [`IngestError::metric_label`] returns.
-    pub const METRIC_LABELS: [&'static str; 6] = [
+    pub const METRIC_LABELS: [&'static str; 7] = [
         "unreachable",
         "timeout",
         "status",
         "malformed",
         "version",
         "credentials",
+        "too_large",
     ];
 
     pub fn metric_label(&self) -> &'static str {
@@ -68,6 +73,7 @@ impl IngestError {
             IngestError::Malformed { .. } => "malformed",
             IngestError::Version(_) => "version",
             IngestError::Credentials { .. } => "credentials",
+            IngestError::TooLarge { .. } => "too_large",
         }
     }
 }
@@ -245,6 +251,8 @@ pub struct Client {
     alerts_url: reqwest::Url,
     status_url: reqwest::Url,
     timeout: Duration,
+    /// Largest answer read (`alertmanager.maxAnswerBytes`).
+    max_answer: usize,
     /// How long the last whole answer took to arrive.
     last_answer: std::sync::Arc<std::sync::Mutex<Option<Duration>>>,
 }
@@ -334,6 +342,7 @@ impl Client {
             alerts_url: url,
             status_url: under(&["api", "v2", "status"]),
             timeout: cfg.timeout,
+            max_answer: cfg.max_answer_bytes,
             last_answer: Default::default(),
         }
     }
@@ -485,8 +494,13 @@ impl Client {
             .and_then(|d| d.to_str().ok())
             .and_then(|d| chrono::DateTime::parse_from_rfc2822(d).ok())
             .map(|d| d.with_timezone(&chrono::Utc));
-        // Collected into one buffer, so the conversion reuses it rather than copying.
-        let body = resp.bytes().await.map_err(unreachable)?.into();
+        let body = self.read_body(resp).await.map_err(|e| match e {
+            Read::Failed(e) => unreachable(e),
+            Read::TooLarge => IngestError::TooLarge {
+                url: self.shown_url(),
+                limit: self.max_answer,
+            },
+        })?;
         *self.last_answer.lock().expect("answer time lock") = Some(began.elapsed());
         let started = self.started().await.map_err(|e| e.to_string());
         Ok(Answer {
@@ -494,6 +508,33 @@ impl Client {
             date,
             started,
         })
+    }
+}
+
+/// Why an answer's body was not read whole.
+enum Read {
+    Failed(reqwest::Error),
+    /// Past `alertmanager.maxAnswerBytes`.
+    TooLarge,
+}
+
+impl Client {
+    /// The answer's body, refused past `alertmanager.maxAnswerBytes` — as soon as
+    /// its declared length says so, else as its bytes come — so an answer without
+    /// end (a proxy gone wrong) costs that much memory at most.
+    async fn read_body(&self, mut resp: reqwest::Response) -> std::result::Result<Vec<u8>, Read> {
+        let declared = resp.content_length().map(|n| n as usize);
+        if declared.is_some_and(|n| n > self.max_answer) {
+            return Err(Read::TooLarge);
+        }
+        let mut body = Vec::with_capacity(declared.unwrap_or(0));
+        while let Some(chunk) = resp.chunk().await.map_err(Read::Failed)? {
+            if body.len() + chunk.len() > self.max_answer {
+                return Err(Read::TooLarge);
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
     }
 }
 

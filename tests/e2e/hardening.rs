@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use serde_json::{Value, json};
 
 use crate::harness::*;
@@ -254,6 +255,72 @@ async fn reading_the_alerts_costs_no_fetch_and_every_request_says_who_asks() {
         "{} fetches for 20 reads of a failing Alertmanager",
         proxy.asked("/api/v2/alerts") - before
     );
+}
+
+/// An answer without end (a proxy gone wrong) is read up to
+/// `alertmanager.maxAnswerBytes` and no further: the poll fails as `too_large`,
+/// said in the log, nothing the source said before is cleared, and hale's memory
+/// stays near the limit rather than growing until the kernel kills it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_without_end_is_cut_off_at_its_limit() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let alert = r#"{"labels":{"alertname":"SmartFailing","node":"n1"},"annotations":{},"startsAt":"2026-12-01T00:00:00Z","endsAt":"2026-12-01T00:10:00Z","updatedAt":"2026-12-01T00:00:00Z","fingerprint":"f","receivers":[{"name":"hale"}],"status":{"state":"active","silencedBy":[],"inhibitedBy":[]}},"#;
+    let chunk = axum::body::Bytes::from(alert.repeat(64));
+    let app = axum::Router::new().route(
+        "/api/v2/alerts",
+        axum::routing::get(move || {
+            let chunk = chunk.clone();
+            async move {
+                let endless = futures::stream::once(async { axum::body::Bytes::from("[") })
+                    .chain(futures::stream::repeat(chunk))
+                    .map(Ok::<_, std::convert::Infallible>);
+                axum::body::Body::from_stream(endless)
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let hale = Hale::start_with(
+        dir.path(),
+        port,
+        &config(
+            dir.path(),
+            port,
+            &url,
+            "pollInterval: 2s, staleAfter: 1h, requireWatchdog: false, maxAnswerBytes: 16777216",
+            "",
+        ),
+    )
+    .await;
+    let fault = delivery(&[(&smart_failing("n0"), "firing")]);
+    assert_eq!(hale.deliver(&fault).await, 200);
+    eventually("a poll cut off", Duration::from_secs(30), || async {
+        let text = hale.metrics().await;
+        (metric(
+            &text,
+            "hale_alertmanager_polls_total",
+            &[("result", "too_large")],
+        )? >= 1.0)
+            .then_some(())
+    })
+    .await;
+    assert!(
+        hale.log()
+            .contains("past alertmanager.maxAnswerBytes (16777216 bytes)"),
+        "{}",
+        hale.log()
+    );
+    let n0 = hale.node("n0").await.unwrap();
+    assert!(has_condition(&n0, "disk_degraded"), "nothing cleared: {n0}");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", hale.pid())).unwrap();
+    let rss_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    assert!(rss_kib < 256 * 1024, "peak RSS {rss_kib} KiB");
 }
 
 #[tokio::test]

@@ -130,6 +130,9 @@ pub struct AlertmanagerConfig {
     pub timeout: Duration,
     /// Largest webhook body accepted, in bytes; larger bodies get 413.
     pub max_webhook_bytes: usize,
+    /// Largest poll answer read, in bytes: one past it fails the poll
+    /// (`too_large`), so an answer without end costs that much memory at most.
+    pub max_answer_bytes: usize,
     /// After Alertmanager restarts (it keeps no alerts) or the watchdog comes back
     /// from a gap (Prometheus restarted: its `for:` alerts return only once their
     /// `for` has elapsed again), an alert's absence ends nothing for this long.
@@ -164,6 +167,7 @@ impl Default for AlertmanagerConfig {
             stale_after: None,
             timeout: Duration::from_secs(60),
             max_webhook_bytes: 4 << 20,
+            max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
             hold_after_restart: DEFAULT_HOLD_AFTER_RESTART,
             ca_file: None,
             basic_auth: None,
@@ -171,6 +175,9 @@ impl Default for AlertmanagerConfig {
         }
     }
 }
+
+/// Nearly three times the answer for 100,000 nodes and 500,000 alerts (370 MiB).
+pub const DEFAULT_MAX_ANSWER_BYTES: usize = 1 << 30;
 
 /// Longer than the longest `for:` of the alerts shipped in `alerts/` (15m).
 pub const DEFAULT_HOLD_AFTER_RESTART: Duration = Duration::from_secs(20 * 60);
@@ -924,6 +931,12 @@ impl Config {
             return Err(err(
                 "alertmanager.maxWebhookBytes",
                 "must be at least 1024".into(),
+            ));
+        }
+        if am.max_answer_bytes < 1 << 20 {
+            return Err(err(
+                "alertmanager.maxAnswerBytes",
+                "must be at least 1048576 (1 MiB)".into(),
             ));
         }
         if self.node_identity.labels.is_empty() {
@@ -2139,6 +2152,10 @@ mod tests {
             (
                 "alertmanager: { pollInterval: 1ms }",
                 "alertmanager.pollInterval",
+            ),
+            (
+                "alertmanager: { maxAnswerBytes: 65536 }",
+                "alertmanager.maxAnswerBytes",
             ),
             (
                 "nodeIdentity: { labels: [node, ''] }",
