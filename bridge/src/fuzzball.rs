@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::Value;
+use tracing::warn;
 
 use crate::core::Status;
 use crate::core::policy::{Done, Observed, OrchestratorHealth};
@@ -129,6 +130,9 @@ pub struct Fuzzball {
     ids: Mutex<HashMap<String, String>>,
     /// Running jobs per node, as the last inventory counted them.
     jobs: Mutex<HashMap<String, u32>>,
+    /// Names more than one node had at the last inventory, with their ids (said
+    /// once in the log).
+    shared: Mutex<BTreeMap<String, Vec<String>>>,
 }
 
 impl Fuzzball {
@@ -155,6 +159,7 @@ impl Fuzzball {
             node_name: cfg.node_name,
             ids: Mutex::new(HashMap::new()),
             jobs: Mutex::new(HashMap::new()),
+            shared: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -248,6 +253,29 @@ impl Fuzzball {
                 }
                 CommandFailed::Exited { message, .. } => OrchestratorError::transient(message),
             })
+    }
+
+    /// Warn of the names that more than one node of Fuzzball's has, once for each
+    /// set of ids (every round would fill the log).
+    fn say_shared(
+        &self,
+        shared: &BTreeMap<String, Vec<String>>,
+        named: &BTreeMap<String, (Observed, String)>,
+    ) {
+        let mut said = self.shared.lock().expect("shared lock");
+        if *said == *shared {
+            return;
+        }
+        for (name, ids) in shared {
+            if said.get(name) != Some(ids) {
+                let kept = named.get(name).map_or("", |(_, id)| id.as_str());
+                warn!(
+                    node = %name, ids = %ids.join(", "), kept,
+                    "Fuzzball lists more than one node under this name: hale keeps one (the one it had, else the first listed) and leaves the others out; name nodes by id (orchestrator.nodeName: id) or give each its own hostName"
+                );
+            }
+        }
+        *said = shared.clone();
     }
 
     /// One listed node as hale's policy sees it.
@@ -352,15 +380,40 @@ impl Orchestrator for Fuzzball {
                 .and_then(Value::as_array)
                 .cloned()
                 .unwrap_or_default();
+            let before = self.ids.lock().expect("ids lock").clone();
+            let mut named: BTreeMap<String, (Observed, String)> = BTreeMap::new();
+            let mut shared: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for n in &listed {
+                let Some((o, id)) = self.observed(n) else {
+                    continue;
+                };
+                match named.get_mut(&o.id) {
+                    None => {
+                        named.insert(o.id.clone(), (o, id));
+                    }
+                    // Two machines under one name: the alerts naming it cannot
+                    // say which they are about. The one hale had keeps the name
+                    // (else the first listed), so the node is not retired and
+                    // made anew at every round.
+                    Some(kept) => {
+                        let ids = shared
+                            .entry(o.id.clone())
+                            .or_insert_with(|| vec![kept.1.clone()]);
+                        ids.push(id.clone());
+                        if before.get(&o.id) == Some(&id) {
+                            *kept = (o, id);
+                        }
+                    }
+                }
+            }
+            self.say_shared(&shared, &named);
             let mut ids = HashMap::new();
             let mut jobs = HashMap::new();
             let mut nodes = Vec::new();
-            for n in &listed {
-                if let Some((o, id)) = self.observed(n) {
-                    ids.insert(o.id.clone(), id);
-                    jobs.insert(o.id.clone(), o.allocations.unwrap_or(0));
-                    nodes.push(o);
-                }
+            for (name, (o, id)) in named {
+                jobs.insert(name.clone(), o.allocations.unwrap_or(0));
+                ids.insert(name, id);
+                nodes.push(o);
             }
             *self.ids.lock().expect("ids lock") = ids;
             *self.jobs.lock().expect("jobs lock") = jobs;

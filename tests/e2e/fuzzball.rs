@@ -333,6 +333,31 @@ async fn fuzzball_inventory_cordons_drains_and_operators_through_the_cli() {
         "{halted:?}"
     );
     assert_eq!(fake.node("fz-4").await["status"], "NODE_STATUS_READY");
+
+    // Two machines under one hostName: hale keeps the one it had and says so
+    // once, rather than retire the node and make it anew at every round.
+    let mut nodes = fake.state().await["nodes"].clone();
+    nodes
+        .as_array_mut()
+        .unwrap()
+        .push(fz_node("fz-9", "c1", "READY", 5));
+    fake.set(json!({ "nodes": nodes })).await;
+    let shared = "Fuzzball lists more than one node under this name";
+    eventually("the shared name said", Duration::from_secs(30), || async {
+        hale.log().contains(shared).then_some(())
+    })
+    .await;
+    // An inventory comes before each poll.
+    hale.after_polls(3.0).await;
+    assert_eq!(hale.log().matches(shared).count(), 1, "said once");
+    let retired = events_of(&hale.events("c1", "").await, "NODE_DECOMMISSIONED");
+    assert!(retired.is_empty(), "{retired:?}");
+    let c1 = hale.node("c1").await.unwrap();
+    assert_eq!(
+        (&c1["status"], &c1["jobs"]),
+        (&json!("Cordoned"), &json!(0)),
+        "still fz-1: {c1}"
+    );
     assert!(!fake.log().contains("off spec"), "{}", fake.log());
 }
 
