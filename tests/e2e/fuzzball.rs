@@ -457,3 +457,60 @@ async fn fuzzball_down_or_refusing_the_token_acts_on_nothing_and_says_why() {
     assert!(!hale.log().contains(FUZZBALL_TOKEN));
     assert!(!fake.log().contains("off spec"), "{}", fake.log());
 }
+
+/// A Fuzzball API that takes connections and never answers holds no poll behind
+/// it: polls go on with the last inventory (none here), trusted, and the source
+/// never goes stale, while the log says the inventory is slow.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fuzzball_api_that_never_answers_holds_no_poll_behind_it() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api = format!("http://{}/v4", listener.local_addr().unwrap());
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = held.clone();
+    tokio::spawn(async move {
+        while let Ok((conn, _)) = listener.accept().await {
+            keep.lock().unwrap().push(conn);
+        }
+    });
+    let am = Alertmanager::start(None).await;
+    am.fire(&[watchdog()]).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("fz-token"), "t\n").unwrap();
+    let port = free_port();
+    let extra = format!(
+        "orchestrator: {{ kind: fuzzball, url: '{api}', tokenFile: {}, cli: /bin/true }}\n",
+        dir.path().join("fz-token").display()
+    );
+    let hale = Hale::start_with(
+        dir.path(),
+        port,
+        &config(
+            dir.path(),
+            port,
+            &am.url,
+            "pollInterval: 1s, staleAfter: 10s",
+            &extra,
+        ),
+    )
+    .await;
+    // Each poll waits 1 s for the inventory (its default timeout is 30 s).
+    hale.after_polls(8.0).await;
+    let text = hale.metrics().await;
+    assert!(
+        metric(
+            &text,
+            "hale_alertmanager_polls_total",
+            &[("result", "trusted")]
+        )
+        .is_some_and(|n| n >= 8.0),
+        "{text}"
+    );
+    assert_eq!(metric(&text, "hale_alert_source_up", &[]), Some(1.0));
+    let log = hale.log();
+    assert!(!log.contains("no trusted alert data"), "{log}");
+    assert!(
+        log.contains("the orchestrator's inventory is slow: polls go on"),
+        "{log}"
+    );
+    assert!(!held.lock().unwrap().is_empty(), "asked the API");
+}

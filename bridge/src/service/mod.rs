@@ -66,6 +66,12 @@ const FOLLOW_EVERY: Duration = Duration::from_millis(500);
 /// How often a loop with nothing to do still goes round, to show it is alive.
 const IDLE_BEAT: Duration = Duration::from_secs(60);
 
+/// How long a poll waits for the orchestrator's inventory before it: half the
+/// poll interval, between 1 s and 5 s.
+fn inventory_wait(poll_interval: Duration) -> Duration {
+    (poll_interval / 2).clamp(Duration::from_secs(1), Duration::from_secs(5))
+}
+
 /// Shared state of one hale process.
 pub struct Hale {
     config: Arc<RwLock<Arc<Loaded>>>,
@@ -91,6 +97,8 @@ pub struct Hale {
     orchestrator: Arc<dyn Orchestrator>,
     /// Nodes whose pending actions are being performed right now.
     acting: Mutex<BTreeSet<String>>,
+    /// The inventory a poll stopped waiting for, still under way.
+    inventory_task: tokio::sync::Mutex<Option<tokio::task::JoinHandle<bool>>>,
     /// The last failed try of each node's first pending action, while it is still
     /// to be tried again: what the node's view says holds it up (memory only).
     tried: Mutex<HashMap<String, Tried>>,
@@ -285,6 +293,7 @@ impl Hale {
             orchestrator,
             acting: Mutex::new(BTreeSet::new()),
             tried: Mutex::new(HashMap::new()),
+            inventory_task: tokio::sync::Mutex::new(None),
             actions_recorded: AtomicU64::new(0),
             act_now: Notify::new(),
             publish_now: Notify::new(),
@@ -1253,8 +1262,36 @@ impl Hale {
             if !self.writes() {
                 continue;
             }
-            self.sync_inventory().await;
+            self.inventory_before_poll(am.poll_interval).await;
             self.poll_once().await;
+        }
+    }
+
+    /// Take in the orchestrator's view before a poll, waiting for it
+    /// [`inventory_wait`] at most: an orchestrator slow to answer (an API that
+    /// hangs, a Slurm controller under load) must not hold ingest behind it, or
+    /// every node would go stale while Alertmanager answers. One that takes
+    /// longer goes on in the background, taken in when it comes; the poll, and the
+    /// policy after it, go on with the last view.
+    async fn inventory_before_poll(self: &Arc<Self>, poll_interval: Duration) {
+        let mut slot = self.inventory_task.lock().await;
+        let (mut task, new) = match slot.take() {
+            Some(task) if !task.is_finished() => (task, false),
+            _ => {
+                let this = self.clone();
+                (
+                    tokio::spawn(async move { this.sync_inventory().await }),
+                    true,
+                )
+            }
+        };
+        let wait = inventory_wait(poll_interval);
+        if tokio::time::timeout(wait, &mut task).await.is_err() {
+            // Said once for each inventory, however many polls it outlasts.
+            if new {
+                warn!(waited = ?wait, "the orchestrator's inventory is slow: polls go on with the last one, and take the new one in when it comes");
+            }
+            *slot = Some(task);
         }
     }
 
