@@ -60,7 +60,8 @@ pub struct NodeView {
     /// Who took the node out of service and why, while it is out.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cordon: Option<Cordon>,
-    /// The scheduling gate: new work kept off while the score is below drainBelow.
+    /// The scheduling gate: new work kept off while the score is below drainBelow
+    /// (false where the orchestrator refused it: it has none).
     pub gated: bool,
     /// The policy's standing conclusion about the node, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -154,7 +155,7 @@ impl NodeView {
             unavailable_signals: unavailable,
             jobs: u64::from(node.policy.allocations),
             cordon: node.policy.cordon.clone(),
-            gated: node.policy.gated,
+            gated: node.policy.gate_holds(),
             policy: node.policy.conclusion.clone(),
             policy_lifts_at: node
                 .policy

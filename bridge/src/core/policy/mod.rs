@@ -360,6 +360,7 @@ impl Policy<'_, '_> {
         };
         if gate != node.policy.gated {
             node.policy.gated = gate;
+            node.policy.gate_refused = false;
             node.policy.ungate_since = None;
             node.policy.push(Action::Gate { on: gate });
             self.out.dirty.insert(node.id.clone());

@@ -505,6 +505,9 @@ impl Fleet {
             return out;
         }
         if action != Action::Terminate {
+            if action == (Action::Gate { on: true }) {
+                node.policy.gate_refused = true;
+            }
             // Its event was recorded when it was queued (a drain, an eviction): the
             // refusal is said next to it, as a halt, with why. Not asked again.
             let what = match &action {

@@ -50,9 +50,14 @@ pub struct NodePolicy {
         with = "crate::core::stamp::option"
     )]
     pub replaced_at: Option<Time>,
-    /// New work kept off (the scheduling gate).
+    /// New work kept off (the scheduling gate): the policy's decision.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub gated: bool,
+    /// The orchestrator refused the gate decided (Fuzzball has none): the node
+    /// is not gated, though the decision stands (asked again only when it
+    /// changes).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gate_refused: bool,
     /// The orchestrator provisioned it (it may be terminated in `replace` mode).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub provisioned: bool,
@@ -259,6 +264,11 @@ impl Guardrail {
 }
 
 impl NodePolicy {
+    /// New work is kept off: the gate decided, and not refused.
+    pub fn gate_holds(&self) -> bool {
+        self.gated && !self.gate_refused
+    }
+
     /// Queue `action` for the orchestrator.
     pub fn push(&mut self, action: Action) {
         self.last_action += 1;

@@ -2783,6 +2783,42 @@ fn a_gate_done_keeps_the_pools_counted() {
     }
 }
 
+/// A gate the orchestrator refuses (Fuzzball has none short of a cordon): the
+/// node is not shown gated, and later reports do not ask again while the
+/// decision stands; a new decision (lifted, then gated again) asks afresh.
+#[test]
+fn a_refused_gate_is_not_shown_and_not_asked_again() {
+    let mut s = pool_script("observe");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &["g-0"], very_low);
+    s.at(30).report(&ids, &["g-0"], very_low);
+    let gate = |s: &Script| {
+        s.fleet
+            .pending()
+            .into_iter()
+            .find(|(_, p)| p.action == policy::Action::Gate { on: true })
+    };
+    let (id, p) = gate(&s).expect("the gate decided");
+    let out = s
+        .fleet
+        .action_failed(&s.cfg, s.now, &id, p.id, "no scheduling gate");
+    s.record(out);
+    let shown = |s: &Script| s.node("g-0").policy.gate_holds();
+    assert!(!shown(&s), "refused: not gated");
+    s.at(60).report(&ids, &["g-0"], very_low);
+    assert!(
+        gate(&s).is_none(),
+        "not asked again while the decision stands"
+    );
+    assert!(!shown(&s));
+    // Recovered past the hold, then down again: a new decision, asked again.
+    s.at(90).report(&ids, &[], very_low);
+    s.at(90 + 16 * 60).report(&ids, &[], very_low);
+    s.at(2000).report(&ids, &["g-0"], very_low);
+    assert!(gate(&s).is_some(), "a new decision asks again");
+    assert!(shown(&s), "decided and not refused: shown gated");
+}
+
 /// An operator's uncordon while hale's cordon is still under way (an orchestrator
 /// slow to answer): the node shows in service meanwhile, which takes the queued
 /// uncordon for done; the cordon that lands after is undone, not left standing.
