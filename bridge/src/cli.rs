@@ -14,7 +14,7 @@ use hale::core::policy::{Actor, Conclusion, Entry, Remediations};
 use hale::store::StoreError;
 use hale::view::{
     AlertsView, ClearRequest, DrainRequest, ErrorBody, EventsView, NodeList, NodeView,
-    OperateRequest, PowerRequest, RebootRequest,
+    OperateRequest, PendingView, PowerRequest, RebootRequest,
 };
 
 /// How often the CLI asks again when a follower answered instead of the leader.
@@ -800,18 +800,39 @@ fn report(json: bool, node: &NodeView, done: &str) {
     }
 }
 
-/// After a verb: wait up to `wait` for the orchestrator to do the `actions` the
-/// verb queued on `node`, then print the node with `done`, or say what is not
-/// done yet. Not done in time is an error (exit status 1: the node is not yet as
-/// asked), though hale goes on trying.
-async fn settle(
+/// Where a verb's actions stand once waited for.
+enum Settled {
+    /// Done: the node is as asked.
+    Done(NodeView),
+    /// Still queued when the wait ended: the action, and why its last try failed.
+    Pending(NodeView, PendingView),
+    /// Taken off the queue without the node being as asked: the orchestrator
+    /// refused it (why is in the node's POLICY_HALTED event).
+    Refused(NodeView),
+}
+
+/// Wait up to `wait` for the orchestrator to do the `actions` a verb queued on
+/// `node`; `holds` says whether the node is then as the verb asked.
+async fn settled(
     client: &Client,
-    json: bool,
-    mut node: NodeView,
+    node: NodeView,
     actions: &[&str],
     wait: Duration,
-    done: &str,
-) -> anyhow::Result<()> {
+    holds: fn(&NodeView) -> bool,
+) -> anyhow::Result<Settled> {
+    let mut all = settled_all(client, vec![node], actions, wait, holds).await?;
+    Ok(all.pop().expect("one node asked, one answered"))
+}
+
+/// [`settled`] for many nodes at once: each round asks again only for those
+/// still waiting, in the order given.
+async fn settled_all(
+    client: &Client,
+    mut nodes: Vec<NodeView>,
+    actions: &[&str],
+    wait: Duration,
+    holds: fn(&NodeView) -> bool,
+) -> anyhow::Result<Vec<Settled>> {
     let held = |n: &NodeView| {
         n.pending
             .iter()
@@ -819,41 +840,101 @@ async fn settle(
             .cloned()
     };
     let deadline = tokio::time::Instant::now() + wait;
-    while held(&node).is_some() {
+    loop {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        if left.is_zero() {
+        if left.is_zero() || !nodes.iter().any(|n| held(n).is_some()) {
             break;
         }
         tokio::time::sleep(left.min(Duration::from_millis(200))).await;
-        node = client.get(&["api", "v1", "nodes", &node.id]).await?;
+        for n in nodes.iter_mut().filter(|n| held(n).is_some()) {
+            *n = client.get(&["api", "v1", "nodes", &n.id]).await?;
+        }
     }
-    let Some(pending) = held(&node) else {
-        report(json, &node, done);
-        return Ok(());
-    };
-    if wait.is_zero() {
-        let queued = format!(
-            "{}: {} recorded, not waited for (`hale node show {}` lists it until done)",
-            node.id, pending.action, node.id
-        );
-        report(json, &node, &queued);
-        return Ok(());
+    Ok(nodes
+        .into_iter()
+        .map(|node| match held(&node) {
+            Some(pending) => Settled::Pending(node, pending),
+            None if holds(&node) => Settled::Done(node),
+            None => Settled::Refused(node),
+        })
+        .collect())
+}
+
+/// Why the orchestrator refused what was asked of `node`: its latest halt.
+async fn refusal(client: &Client, node: &str) -> String {
+    let mut url = client.url(&["api", "v1", "nodes", node, "events"]);
+    url.query_pairs_mut()
+        .append_pair("type", "POLICY_HALTED")
+        .append_pair("latest", "true")
+        .append_pair("pageSize", "1");
+    let page: anyhow::Result<EventsView> = client.send(client.http.get(url)).await;
+    page.ok()
+        .and_then(|p| p.events.last().map(|e| e.event.message.clone()))
+        .unwrap_or_else(|| format!("see `hale node events {node} --type POLICY_HALTED`"))
+}
+
+/// After a verb: wait up to `wait` for the orchestrator to do the `actions` the
+/// verb queued on `node`, then print the node with `done`, or say what is not
+/// done yet or was refused. Either is an error (exit status 1: the node is not
+/// as asked); what is not done yet, hale goes on trying.
+async fn settle(
+    client: &Client,
+    json: bool,
+    node: NodeView,
+    actions: &[&str],
+    (wait, holds): (Duration, fn(&NodeView) -> bool),
+    done: &str,
+) -> anyhow::Result<()> {
+    match settled(client, node, actions, wait, holds).await? {
+        Settled::Done(node) => {
+            report(json, &node, done);
+            Ok(())
+        }
+        Settled::Refused(node) => {
+            let action = actions[0];
+            report(json, &node, &format!("{}: {action} refused", node.id));
+            let why = refusal(client, &node.id).await;
+            bail!(
+                "the orchestrator refused the {action} of {}: {why}",
+                node.id
+            )
+        }
+        Settled::Pending(node, pending) if wait.is_zero() => {
+            let queued = format!(
+                "{}: {} recorded, not waited for (`hale node show {}` lists it until done)",
+                node.id, pending.action, node.id
+            );
+            report(json, &node, &queued);
+            Ok(())
+        }
+        Settled::Pending(node, pending) => {
+            report(
+                json,
+                &node,
+                &format!("{}: {} recorded, not done yet", node.id, pending.action),
+            );
+            let why = match &pending.last_error {
+                Some(e) => format!("its last try failed: {e}"),
+                None => "the orchestrator has not answered yet".into(),
+            };
+            bail!(
+                "{} of {} not done within {wait:?}: {why}; hale goes on trying (`hale node show {}`)",
+                pending.action,
+                node.id,
+                node.id
+            )
+        }
     }
-    report(
-        json,
-        &node,
-        &format!("{}: {} recorded, not done yet", node.id, pending.action),
-    );
-    let why = match &pending.last_error {
-        Some(e) => format!("its last try failed: {e}"),
-        None => "the orchestrator has not answered yet".into(),
-    };
-    bail!(
-        "{} of {} not done within {wait:?}: {why}; hale goes on trying (`hale node show {}`)",
-        pending.action,
-        node.id,
-        node.id
-    )
+}
+
+/// Whether a node is out of service, as a cordon or a drain asks.
+fn out_of_service(n: &NodeView) -> bool {
+    n.cordon.is_some()
+}
+
+/// Whether a node is back in service, as an uncordon asks.
+fn in_service(n: &NodeView) -> bool {
+    n.cordon.is_none() && n.status != Status::Cordoned
 }
 
 /// Run a client verb, printing to stdout.
@@ -961,7 +1042,15 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
             } else {
                 format!("{id} cordoned")
             };
-            settle(&client, json, node, &["cordon"], wait, &done).await?;
+            settle(
+                &client,
+                json,
+                node,
+                &["cordon"],
+                (wait, out_of_service),
+                &done,
+            )
+            .await?;
         }
         NodeVerb::Uncordon { id, reason, wait } => {
             let before: NodeView = client.get(&["api", "v1", "nodes", &id]).await?;
@@ -974,7 +1063,15 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
             } else {
                 format!("{id} was not cordoned: nothing done")
             };
-            settle(&client, json, node, &["uncordon"], wait, &done).await?;
+            settle(
+                &client,
+                json,
+                node,
+                &["uncordon"],
+                (wait, in_service),
+                &done,
+            )
+            .await?;
         }
         NodeVerb::Drain {
             id: Some(id),
@@ -988,17 +1085,27 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                 .await?;
             let how = if active { "active" } else { "passive" };
             let done = format!("{id} drained ({how})");
-            settle(&client, json, node, &["cordon"], wait, &done).await?;
+            settle(
+                &client,
+                json,
+                node,
+                &["cordon"],
+                (wait, out_of_service),
+                &done,
+            )
+            .await?;
         }
         NodeVerb::Drain {
             id: None,
             active,
             reason,
+            wait,
             ..
         } => {
-            // Only ready nodes are drained, so the count is what this took out.
+            // Only ready nodes are drained, and only those the orchestrator took
+            // out count.
             let list = every_node(&client, &[("status", "Ready")]).await?;
-            let mut drained = Vec::new();
+            let mut asked = Vec::new();
             for n in list.nodes.iter().filter(|n| n.status == Status::Ready) {
                 let req = DrainRequest {
                     active,
@@ -1006,17 +1113,46 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                 };
                 // A node that left Ready since the listing is skipped, not fatal.
                 match client.operate(&n.id, "drain", &req).await {
-                    Ok(_) => drained.push(n.id.clone()),
+                    Ok(node) => asked.push(node),
                     Err(e) if e.to_string().contains("(409)") => {
                         eprintln!("skipped {}: {}", n.id, terminal(&e.to_string()));
                     }
                     Err(e) => return Err(e),
                 }
             }
+            let (mut drained, mut refused, mut pending) = (Vec::new(), Vec::new(), Vec::new());
+            for settled in settled_all(&client, asked, &["cordon"], wait, out_of_service).await? {
+                match settled {
+                    Settled::Done(n) => drained.push(n.id),
+                    Settled::Refused(n) => {
+                        let why = refusal(&client, &n.id).await;
+                        eprintln!("refused {}: {}", n.id, terminal(&why));
+                        refused.push(n.id);
+                    }
+                    Settled::Pending(n, _) => pending.push(n.id),
+                }
+            }
             if json {
-                print_json(&serde_json::json!({"drained": drained.len(), "nodes": drained}));
+                print_json(&serde_json::json!({
+                    "drained": drained.len(), "nodes": drained,
+                    "refused": refused, "pending": pending,
+                }));
             } else {
                 println!("Cordoned {} node(s)", drained.len());
+                if !pending.is_empty() {
+                    println!(
+                        "{} not done yet (hale goes on trying): {}",
+                        pending.len(),
+                        pending.join(", ")
+                    );
+                }
+            }
+            if !(refused.is_empty() && (pending.is_empty() || wait.is_zero())) {
+                bail!(
+                    "{} node(s) refused by the orchestrator, {} not cordoned within {wait:?}",
+                    refused.len(),
+                    pending.len()
+                );
             }
         }
         NodeVerb::Power { id, action, force } => {

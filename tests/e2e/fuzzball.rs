@@ -358,6 +358,35 @@ async fn fuzzball_inventory_cordons_drains_and_operators_through_the_cli() {
         (&json!("Cordoned"), &json!(0)),
         "still fz-1: {c1}"
     );
+
+    // An operator's cordon Fuzzball refuses is said as refused, with Fuzzball's
+    // reason, and fails; so does `drain --all`, counting only what it took out.
+    let out = hale.cli(&["node", "cordon", "c4", "--reason", "rack work"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!out.status.success(), "{stdout}");
+    assert!(stdout.starts_with("c4: cordon refused"), "{stdout}");
+    assert!(
+        stderr.contains("the orchestrator refused the cordon of c4")
+            && stderr.contains("cannot be drained"),
+        "{stderr}"
+    );
+    let out = hale.cli(&[
+        "node",
+        "drain",
+        "--all",
+        "--reason",
+        "maintenance",
+        "-o",
+        "json",
+    ]);
+    assert!(!out.status.success());
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["refused"], json!(["c4"]), "{r}");
+    assert_eq!(r["nodes"], json!(["c3"]), "{r}");
+    assert_eq!(r["drained"], 1, "{r}");
     assert!(!fake.log().contains("off spec"), "{}", fake.log());
 }
 
