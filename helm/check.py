@@ -558,7 +558,14 @@ def check_hale_config(case, tmp):
     local = re.sub(r"(?m)^(\s*(?:-\s+)?caFile:\s*)\S+", fake_ca, local)
     f = tmp / f"hale-{case.name}.yaml"
     f.write_text(local)
-    r = run([HALE, "check-config", f], env={**os.environ, "RUST_BACKTRACE": "0"})
+    # The image's programs hale runs (orchestrator.cli): stand-ins on PATH.
+    image_bin = tmp / "image-bin"
+    image_bin.mkdir(exist_ok=True)
+    cli = image_bin / "fuzzball"
+    cli.write_text("#!/bin/sh\nexit 0\n")
+    cli.chmod(0o755)
+    path = f"{image_bin}:{os.environ.get('PATH', '')}"
+    r = run([HALE, "check-config", f], env={**os.environ, "RUST_BACKTRACE": "0", "PATH": path})
     expect(r.returncode == 0, f"{case.name}: hale check-config refused the chart's hale.yaml:\n{r.stdout}{r.stderr}\n{local}")
 
 

@@ -103,6 +103,10 @@ impl Config {
         if self.cli.as_os_str().is_empty() {
             return fail("cli", "must name the fuzzball CLI".into());
         }
+        // Found missing at run time, every cordon and drain would fail.
+        if let Some(why) = crate::orchestrator::unrunnable(&self.cli) {
+            return fail("cli", format!("{why} (hale acts on nodes through it)"));
+        }
         for (key, d) in [("cliTimeout", self.cli_timeout), ("timeout", self.timeout)] {
             if d.is_zero() {
                 return fail(key, "must be longer than 0".into());

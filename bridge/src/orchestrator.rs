@@ -279,6 +279,30 @@ pub fn identity() -> String {
 /// its standard output. A failure is (the message, its standard error folded to
 /// one line) for the adapter to tell a refusal from a passing failure; a command
 /// that cannot start, or runs past `limit`, is an error of its own.
+/// Whether `path` is a file this process may run.
+pub fn executable(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Why `program` cannot be run, if it cannot: a path that is no executable file,
+/// or a bare name found on no directory of `PATH`.
+pub fn unrunnable(program: &std::path::Path) -> Option<String> {
+    if program.components().count() > 1 {
+        return (!executable(program))
+            .then(|| format!("{} is missing or not executable", program.display()));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path).any(|dir| executable(&dir.join(program)));
+    (!found).then(|| {
+        format!(
+            "`{}` is on no directory of PATH ({}); name its path",
+            program.display(),
+            path.to_string_lossy()
+        )
+    })
+}
+
 pub async fn run_command(
     mut command: tokio::process::Command,
     shown: &str,
@@ -289,8 +313,10 @@ pub async fn run_command(
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
+    // A program missing or not executable is no refusal of the node: it is
+    // tried again (and shown as the pending action's last error) until fixed.
     let child = command.spawn().map_err(|e| {
-        CommandFailed::Error(OrchestratorError::refused(format!(
+        CommandFailed::Error(OrchestratorError::transient(format!(
             "cannot run `{shown}`: {e}"
         )))
     })?;

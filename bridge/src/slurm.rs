@@ -76,7 +76,7 @@ impl Config {
             // Found missing at run time, an operator's cordon would be refused.
             for command in COMMANDS {
                 let path = d.join(command);
-                if !executable(&path) {
+                if !crate::orchestrator::executable(&path) {
                     return Err((
                         "binDir".into(),
                         format!(
@@ -105,12 +105,6 @@ impl Config {
 
 /// The Slurm commands hale runs.
 const COMMANDS: [&str; 4] = ["sinfo", "squeue", "scontrol", "scancel"];
-
-/// Whether `path` is a file this process may run.
-fn executable(path: &std::path::Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
 
 /// The scheduling weight of a gated node: Slurm places work on the lowest weight
 /// first, so a gated node is chosen last.

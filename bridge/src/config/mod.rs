@@ -2158,6 +2158,14 @@ mod tests {
                 "alertmanager.maxAnswerBytes",
             ),
             (
+                "orchestrator: { kind: fuzzball, url: 'https://f.example/v4', cli: /nonexistent/fuzzball }",
+                "orchestrator.cli",
+            ),
+            (
+                "orchestrator: { kind: fuzzball, url: 'https://f.example/v4', cli: no-such-fuzzball-cli }",
+                "orchestrator.cli",
+            ),
+            (
                 "nodeIdentity: { labels: [node, ''] }",
                 "nodeIdentity.labels[1]",
             ),
