@@ -17,6 +17,10 @@ use hale::view::{
     OperateRequest, PendingView, PowerRequest, RebootRequest,
 };
 
+/// The least `node power` waits for hale's answer: hale answers once the BMC
+/// confirms the change, after a graceful shutdown's timeout at worst.
+const POWER_WAIT: Duration = Duration::from_secs(30 * 60);
+
 /// How often the CLI asks again when a follower answered instead of the leader.
 const LEADER_ATTEMPTS: u64 = 5;
 
@@ -676,6 +680,10 @@ pub struct ClientArgs {
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Table, global = true)]
     output: Output,
+    /// How long to wait for each of hale's answers (`node power` waits 30m at
+    /// least, for the BMC's confirmation).
+    #[arg(long, default_value = "60s", value_parser = duration, global = true)]
+    timeout: Duration,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -687,6 +695,7 @@ pub enum Output {
 struct Client {
     http: reqwest::Client,
     base: reqwest::Url,
+    timeout: Duration,
     token: Option<String>,
 }
 
@@ -702,9 +711,11 @@ impl Client {
         Ok(Client {
             http: reqwest::Client::builder()
                 .user_agent(hale::USER_AGENT)
+                .connect_timeout(args.timeout.min(Duration::from_secs(10)))
                 .build()
                 .context("building the HTTP client")?,
             base,
+            timeout: args.timeout,
             token,
         })
     }
@@ -723,22 +734,40 @@ impl Client {
     /// follower, which answers 503 `not_leader`: asked again, the Service soon
     /// picks the leader.
     async fn send<T: DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> anyhow::Result<T> {
+        self.send_within(req, self.timeout).await
+    }
+
+    /// [`Client::send`], waiting `limit` for the whole answer: a hale that takes
+    /// the connection and never answers (wedged, or a network path that drops
+    /// what comes back) is an error, not a wait without end.
+    async fn send_within<T: DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+        limit: Duration,
+    ) -> anyhow::Result<T> {
+        let req = req.timeout(limit);
         let mut req = match &self.token {
             Some(t) => req.bearer_auth(t),
             None => req,
         };
+        let failed = |e: reqwest::Error, doing: &str| {
+            let at = hale::shown_url(&self.base);
+            if e.is_timeout() {
+                anyhow::anyhow!("hale at {at} did not answer within {limit:?} (--timeout)")
+            } else {
+                let why = hale::error_chain(&e.without_url());
+                anyhow::anyhow!("{doing} hale at {at}: {why}")
+            }
+        };
         let mut attempt = 1;
         let (status, text) = loop {
             let again = req.try_clone();
-            let resp = req.send().await.map_err(|e| {
-                let why = hale::error_chain(&e.without_url());
-                anyhow::anyhow!(
-                    "cannot reach hale at {}: {why}",
-                    hale::shown_url(&self.base)
-                )
-            })?;
+            let resp = req.send().await.map_err(|e| failed(e, "cannot reach"))?;
             let status = resp.status();
-            let text = resp.text().await.context("reading hale's answer")?;
+            let text = resp
+                .text()
+                .await
+                .map_err(|e| failed(e, "reading the answer of"))?;
             let follower = status == reqwest::StatusCode::SERVICE_UNAVAILABLE
                 && serde_json::from_str::<ErrorBody>(&text).is_ok_and(|e| e.error == "not_leader");
             match again {
@@ -1158,7 +1187,10 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
         NodeVerb::Power { id, action, force } => {
             let url = client.url(&["api", "v1", "nodes", &id, "power"]);
             let req = PowerRequest { action, force };
-            let done: serde_json::Value = client.send(client.http.post(url).json(&req)).await?;
+            let limit = client.timeout.max(POWER_WAIT);
+            let done: serde_json::Value = client
+                .send_within(client.http.post(url).json(&req), limit)
+                .await?;
             if json {
                 print_json(&done);
             } else {

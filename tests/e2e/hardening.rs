@@ -884,6 +884,57 @@ async fn a_store_it_cannot_write_is_refused_at_start() {
         said.contains(&format!("store {}: cannot be written", db.display())),
         "{said}"
     );
+    // A store directory it may not write (root's): said as such, naming the lock
+    // file it could not make, not as a directory it could not create.
+    let theirs = dir.path().join("root-owned");
+    std::fs::create_dir(&theirs).unwrap();
+    let config = std::fs::read_to_string(dir.path().join("hale.yaml"))
+        .unwrap()
+        .replace(
+            &dir.path().join("data").display().to_string(),
+            &theirs.display().to_string(),
+        );
+    std::fs::write(dir.path().join("theirs.yaml"), config).unwrap();
+    let out = exits_within(
+        std::process::Command::new("setpriv")
+            .args([
+                &format!("--reuid={nobody}"),
+                &format!("--regid={nobody}"),
+                "--clear-groups",
+            ])
+            .arg(&binary)
+            .args(["serve", "--config"])
+            .arg(dir.path().join("theirs.yaml")),
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!(
+            "store {}: cannot be written (its lock file hale.lock: Permission denied",
+            theirs.display()
+        )),
+        "{said}"
+    );
+}
+
+/// A server that takes the connection and never answers (a wedged hale, a path
+/// that drops what comes back) is an error after `--timeout`, not a CLI that
+/// waits for ever.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_stops_waiting_for_a_server_that_never_answers() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let held = std::thread::spawn(move || listener.incoming().take(1).collect::<Vec<_>>());
+    let out = exits_within(hale_cmd().args(["node", "list", "--timeout", "2s", "--server", &url]));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!(
+            "hale at {url}/ did not answer within 2s (--timeout)"
+        )),
+        "{said}"
+    );
+    drop(held);
 }
 
 /// A tmpfs mounted for a test, unmounted when it ends (however it ends).

@@ -29,6 +29,13 @@ pub enum StoreError {
         cause: std::io::Error,
     },
     #[error(
+        "store {path}: cannot be written (its lock file hale.lock: {cause}): every change is recorded there; give this user write access to the directory"
+    )]
+    LockFile {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
+    #[error(
         "store {path}: in use by {holder}: a store has one writer; stop that one first, or give this one a store.path of its own"
     )]
     InUse { path: PathBuf, holder: String },
@@ -85,7 +92,9 @@ impl StoreError {
 
     pub fn metric_label(&self) -> &'static str {
         match self {
-            StoreError::Create { .. } | StoreError::ReadOnly { .. } => "create",
+            StoreError::Create { .. }
+            | StoreError::LockFile { .. }
+            | StoreError::ReadOnly { .. } => "create",
             StoreError::InUse { .. } => "in_use",
             StoreError::Gone { .. } => "gone",
             StoreError::Sqlite { .. } => "sqlite",

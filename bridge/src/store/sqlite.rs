@@ -392,8 +392,8 @@ fn lock(dir: &Path, by: &str) -> Result<File> {
         cause,
     })?;
     let path = dir.join(LOCK);
-    let create = |cause| StoreError::Create {
-        path: path.clone(),
+    let create = |cause| StoreError::LockFile {
+        path: dir.to_path_buf(),
         cause,
     };
     let mut file = std::fs::OpenOptions::new()
