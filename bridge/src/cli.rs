@@ -1764,6 +1764,9 @@ async fn every_node(client: &Client, filters: &[(&str, &str)]) -> anyhow::Result
         unreachable: Vec::new(),
     };
     let mut token: Option<String> = None;
+    // A server whose pages never end (a member answering the same page again)
+    // would hold the CLI for ever: a token seen before ends the listing.
+    let mut seen = std::collections::HashSet::new();
     loop {
         let mut url = client.url(&["api", "v1", "nodes"]);
         {
@@ -1780,8 +1783,13 @@ async fn every_node(client: &Client, filters: &[(&str, &str)]) -> anyhow::Result
         list.nodes.extend(page.nodes);
         list.unreachable.extend(page.unreachable);
         token = page.next_page_token;
-        if token.is_none() {
-            return Ok(list);
+        match &token {
+            None => return Ok(list),
+            Some(t) if !seen.insert(t.clone()) => bail!(
+                "the listing does not move on: page token {t:?} came back a second time after {} node(s); a federation member (or a proxy) answers the same page again",
+                list.nodes.len()
+            ),
+            Some(_) => {}
         }
     }
 }

@@ -31,12 +31,14 @@ struct Remote {
 /// A member's refusal as said: a 401 or 403 is this hale's token, not the
 /// reader's, so it says which.
 fn refused(status: u16, detail: &str) -> String {
-    if matches!(status, 401 | 403) {
-        format!(
-            "{detail} (the member refused this hale: the member's tokenFile in federation.members)"
-        )
-    } else {
-        detail.to_string()
+    match status {
+        // Its words are not passed on: a proxy in front of it may echo the
+        // credentials it was sent, and the overview is read without a token.
+        401 | 403 => format!(
+            "answered HTTP {status}: the member refused this hale (the member's tokenFile in federation.members)"
+        ),
+        400 | 404 => detail.to_string(),
+        _ => format!("answered HTTP {status}: {detail}"),
     }
 }
 

@@ -662,15 +662,21 @@ async fn clusters(
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<ClusterList>> {
     authorize_read(&hale, &headers)?;
-    let mut local = false;
+    let mut local = None;
     for (key, value) in form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
-        match (key.as_ref(), value.as_ref()) {
-            ("local", "true" | "1" | "") => local = true,
-            ("local", "false" | "0") => local = false,
+        let given = match (key.as_ref(), value.as_ref()) {
+            ("local", "true" | "1" | "") => true,
+            ("local", "false" | "0") => false,
             ("local", _) => return Err(bad_request("local must be true or false")),
             (other, _) => return Err(bad_request(format!("unknown parameter {other:?}"))),
+        };
+        if local.replace(given).is_some() {
+            return Err(bad_request("local is given once"));
         }
     }
+    // A hub's request is answered from this cluster alone, whatever it asks: two
+    // hales naming each other must not ask each other round.
+    let local = local.unwrap_or(false) || headers.contains_key(crate::federation::FEDERATED);
     Ok(Json(ClusterList {
         clusters: hale.clusters(local).await,
     }))
@@ -716,7 +722,7 @@ pub fn node_query(raw: &str) -> ApiResult<NodeQuery> {
                 })?
             }
             "q" => {
-                let text = value.trim().to_ascii_lowercase();
+                let text = value.trim().to_lowercase();
                 q.search = Some(text).filter(|t| !t.is_empty());
             }
             "total" => q.count = flag("total", &value)?,

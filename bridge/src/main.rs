@@ -213,6 +213,9 @@ impl std::io::Write for LogOut {
     }
 }
 
+/// The crate whose log lines only repeat an error hale reports itself.
+const QUIET: &str = "rustls_platform_verifier";
+
 /// Start the log: `HALE_LOG` filters it; colours only on a terminal, so a file or
 /// `kubectl logs` reads clean; JSON lines for collectors.
 /// A `HALE_LOG` that is not a filter stops the start, as a bad configuration does.
@@ -250,6 +253,13 @@ fn log(format: LogFormat) -> anyhow::Result<()> {
         }
         Err(std::env::VarError::NotPresent) => "info".into(),
         Err(std::env::VarError::NotUnicode(_)) => anyhow::bail!("HALE_LOG is not UTF-8"),
+    };
+    // A certificate that does not verify is said by what hale was doing (a
+    // federation member's row, a poll's error), with whom: the verifier's own
+    // error line, naming no one, once per request, only when asked for by name.
+    let filter = match std::env::var("HALE_LOG") {
+        Ok(spec) if spec.contains(QUIET) => filter,
+        _ => filter.add_directive(format!("{QUIET}=off").parse().expect("a directive")),
     };
     let log = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -383,8 +383,12 @@ pub struct NodeQuery {
     pub all_clusters: bool,
 }
 
-/// `text` holds `needle` (already lowercase), ASCII case ignored.
+/// `text` holds `needle` (already lowercase), case ignored: byte by byte for an
+/// ASCII text (ids mostly are), else through its lowercase.
 pub fn holds(text: &str, needle: &str) -> bool {
+    if !text.is_ascii() {
+        return text.to_lowercase().contains(needle);
+    }
     let (hay, needle) = (text.as_bytes(), needle.as_bytes());
     needle.is_empty()
         || hay.windows(needle.len()).any(|w| {
@@ -657,4 +661,26 @@ pub struct EventsView {
 pub struct ErrorBody {
     pub error: String,
     pub detail: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holds;
+
+    /// A search ignores case beyond ASCII too (`?q=É` finds `uni-é`), the
+    /// needle lowercased as the query parser leaves it.
+    #[test]
+    fn a_search_ignores_case_in_any_script() {
+        for (text, query, found) in [
+            ("rack1/N:3", "N:3", true),
+            ("spare-1", "SPARE", true),
+            ("uni-é", "É", true),
+            ("UNI-É", "uni-é", true),
+            ("Straße-1", "STRASSE", false),
+            ("gpu-14", "gpu-15", false),
+            ("gpu-14", "", true),
+        ] {
+            assert_eq!(holds(text, &query.to_lowercase()), found, "{text} {query}");
+        }
+    }
 }

@@ -787,8 +787,10 @@ async fn the_listing_sorts_searches_counts_and_refuses_what_it_cannot_do() {
     assert_eq!(row["health"]["nodes"], 2);
     assert_eq!(row["health"]["lowestScore"], 60);
     assert_eq!(row["health"]["source"]["up"], true);
-    let (status, _) = get(format!("{}/api/v1/clusters?local=perhaps", hale.url)).await;
-    assert_eq!(status, 400);
+    for query in ["local=perhaps", "local=true&local=false"] {
+        let (status, _) = get(format!("{}/api/v1/clusters?{query}", hale.url)).await;
+        assert_eq!(status, 400, "{query}");
+    }
 }
 
 /// A verb, a webhook or a reload that a browser says another site sent is refused

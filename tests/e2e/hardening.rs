@@ -937,6 +937,28 @@ async fn the_cli_stops_waiting_for_a_server_that_never_answers() {
     drop(held);
 }
 
+/// A listing whose pages never end (a federation member answering the same page
+/// again, through its hub) ends with an error, not a CLI that asks for ever.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_listing_that_does_not_move_on_is_an_error() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = axum::Router::new().route(
+        "/api/v1/nodes",
+        axum::routing::get(|| async {
+            axum::Json(json!({"nodes": [], "nextPageToken": "6c6f6f70"}))
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let out = exits_within(hale_cmd().args(["node", "list", "--server", &url]));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("page token \"6c6f6f70\" came back a second time"),
+        "{said}"
+    );
+}
+
 /// A tmpfs mounted for a test, unmounted when it ends (however it ends).
 struct Tmpfs(std::path::PathBuf);
 

@@ -505,4 +505,29 @@ async fn an_alertmanager_behind_tls_and_basic_auth_is_polled_with_the_password_r
         !log.contains(AM_PASSWORD) && !log.contains("not-the-password"),
         "{log}"
     );
+
+    // Without the CA, the certificate does not verify: said once per poll by
+    // hale, with whom, and not again by the verifier in a line naming no one.
+    let other = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let untrusting = Hale::start_with(
+        other.path(),
+        port,
+        &config(other.path(), port, &am.url, "pollInterval: 1s", ""),
+    )
+    .await;
+    let said = eventually("the poll's refusal", Duration::from_secs(20), || async {
+        untrusting
+            .log()
+            .lines()
+            .find(|l| l.contains("poll failed") && l.contains("UnknownIssuer"))
+            .map(str::to_string)
+    })
+    .await;
+    assert!(
+        said.contains(&am.url.trim_end_matches('/').to_string()),
+        "{said}"
+    );
+    let log = untrusting.log();
+    assert!(!log.contains("rustls_platform_verifier"), "{log}");
 }

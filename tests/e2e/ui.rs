@@ -468,6 +468,24 @@ async fn a_member_refusing_the_hub_names_the_hubs_token() {
             .contains("the member's tokenFile in federation.members"),
         "{row}"
     );
+    // Asked by another hub, a hale answers for its own cluster only, as
+    // `local=true` asks: two hales naming each other never ask each other round.
+    let federated: Value = reqwest::Client::new()
+        .get(format!("{}/api/v1/clusters", hub.url))
+        .header("X-Hale-Federated", "1")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let names: Vec<&str> = federated["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["hub"], "{federated}");
     let r = reqwest::get(format!("{}/api/v1/nodes?cluster=locked", hub.url))
         .await
         .unwrap();
