@@ -192,16 +192,23 @@ impl Fuzzball {
         })?;
         let status = response.status();
         if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
-            let file = self.token_file.as_ref().map_or_else(
-                || "no tokenFile is set".to_string(),
-                |p| format!("the token in {}", p.display()),
-            );
-            // 401: no valid token (wrong, or expired: the file is read again at the
-            // next request); 403: a valid one without the permission.
-            let why = if status == reqwest::StatusCode::UNAUTHORIZED {
-                format!("the Fuzzball API refused {file} (wrong or expired)")
-            } else {
-                format!("{file} is valid but lacks the permission for this request")
+            // 401: no valid token (none sent, wrong, or expired: the file is read
+            // again at the next request); 403: a valid one without the permission.
+            let why = match (
+                &self.token_file,
+                status == reqwest::StatusCode::UNAUTHORIZED,
+            ) {
+                (None, _) => {
+                    "the Fuzzball API wants a token: set orchestrator.tokenFile".to_string()
+                }
+                (Some(p), true) => format!(
+                    "the Fuzzball API refused the token in {} (wrong or expired)",
+                    p.display()
+                ),
+                (Some(p), false) => format!(
+                    "the token in {} is valid but lacks the permission for this request",
+                    p.display()
+                ),
             };
             return Err(OrchestratorError::refused(format!(
                 "{shown}: {status}: {why}"

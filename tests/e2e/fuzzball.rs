@@ -484,6 +484,26 @@ async fn fuzzball_down_or_refusing_the_token_acts_on_nothing_and_says_why() {
         assert!(!hale2.log().contains(token), "{token} in the log");
     }
     assert!(!hale.log().contains(FUZZBALL_TOKEN));
+
+    // No tokenFile at all: said as a token wanted, naming the key to set.
+    let dir3 = tempfile::tempdir().unwrap();
+    let tokenless = fuzzball_config(dir3.path(), &fake, "unused").replace(
+        &format!("tokenFile: {}, ", dir3.path().join("fz-token").display()),
+        "",
+    );
+    assert!(!tokenless.contains("tokenFile"), "{tokenless}");
+    let hale3 = Hale::start(dir3.path(), &am.url, &tokenless).await;
+    eventually(
+        "the missing token said",
+        Duration::from_secs(60),
+        || async {
+            hale3
+                .log()
+                .contains("the Fuzzball API wants a token: set orchestrator.tokenFile")
+                .then_some(())
+        },
+    )
+    .await;
     assert!(!fake.log().contains("off spec"), "{}", fake.log());
 }
 

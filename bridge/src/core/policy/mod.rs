@@ -767,11 +767,12 @@ impl Policy<'_, '_> {
                         "an operator took it out of service: left as it is".into()
                     }
                     Guardrail::TerminationRejected => {
-                        "the orchestrator refused to terminate it".into()
+                        format!("the orchestrator refused to terminate it{}", refusal(node))
                     }
-                    Guardrail::CordonRefused => {
-                        "the orchestrator refused to take it out of service; asked again in 10 minutes".into()
-                    }
+                    Guardrail::CordonRefused => format!(
+                        "the orchestrator refused to take it out of service{}; asked again in 10 minutes",
+                        refusal(node)
+                    ),
                 };
                 let message = if settings.mode == Mode::Observe {
                     format!(
@@ -841,6 +842,7 @@ fn take_out(node: &mut Node, by: Actor, reason: &str, now: Time) {
     node.policy.work_counted = false;
     // A refusal before is behind it: a later termination is not a retry of one.
     node.policy.retry_after = None;
+    node.policy.refusal = None;
     node.policy.cordon = Some(Cordon {
         by,
         reason: reason.into(),
@@ -870,9 +872,22 @@ fn taken_over(node: &mut Node, reason: &str) {
 /// episode's conclusion over, automation suppressed from `now`, and what was queued
 /// to take the node out (an eviction, a termination, a reboot flow) withdrawn. The
 /// events say so. A fence goes on: it concerns the machine, not the node's service.
+/// Why the orchestrator refused what the node waits to ask again, as ` (…)`.
+fn refusal(node: &Node) -> String {
+    node.policy
+        .refusal
+        .as_deref()
+        .map(|why| format!(" ({why})"))
+        .unwrap_or_default()
+}
+
 fn put_back(node: &mut Node, reason: &str, now: Time) -> Vec<Event> {
     node.policy.cordon = None;
     node.policy.conclusion = None;
+    // What hale asked before and was refused is behind it: the operator's
+    // uncordon holds automation back now (cordonSuppressionMinutes).
+    node.policy.retry_after = None;
+    node.policy.refusal = None;
     node.policy.uncordoned_at = Some(now);
     node.status = Status::Ready;
     let fencing = node.policy.fence.is_some();

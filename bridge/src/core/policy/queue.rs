@@ -475,6 +475,7 @@ impl Fleet {
             if by == Actor::Hale {
                 node.policy.retry_after =
                     Some(now + chrono::TimeDelta::from_std(TERMINATE_RETRY).expect("minutes"));
+                node.policy.refusal = Some(crate::core::labels::clip(why).to_string());
             } else {
                 // Hale's own is said by the halt its next decision records; an
                 // operator's, whose NODE_CORDONED stands in the history, here.
@@ -530,6 +531,7 @@ impl Fleet {
         }
         node.policy.retry_after =
             Some(now + chrono::TimeDelta::from_std(TERMINATE_RETRY).expect("minutes"));
+        node.policy.refusal = Some(crate::core::labels::clip(why).to_string());
         if blind(node) {
             return out;
         }

@@ -100,6 +100,9 @@ pub struct NodePolicy {
         with = "crate::core::stamp::option"
     )]
     pub retry_after: Option<Time>,
+    /// Why the orchestrator refused it, for the halts that say so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
     /// The reboot flow, queued or under way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flow: Option<super::Flow>,

@@ -4223,9 +4223,8 @@ fn a_refused_cordon_leaves_the_node_in_service_and_is_not_an_uncordon() {
     s.at(30).report(&ids, &["g-0"], low);
     s.policy_events();
     let cordon = s.node("g-0").policy.pending[0].id;
-    let out = s
-        .fleet
-        .action_failed(&s.cfg, s.now, "g-0", cordon, "refused");
+    let why = "node fz-1 is NOT_READY and cannot be drained";
+    let out = s.fleet.action_failed(&s.cfg, s.now, "g-0", cordon, why);
     s.record(out);
     assert_eq!(s.node("g-0").status, Status::Ready);
     assert!(s.node("g-0").policy.cordon.is_none());
@@ -4235,8 +4234,11 @@ fn a_refused_cordon_leaves_the_node_in_service_and_is_not_an_uncordon() {
         Vec::<String>::new(),
         "no uncordon recorded"
     );
-    // The next report decides again: halted, said once, not asked again at once.
+    // The next report decides again: halted, said once with the orchestrator's
+    // reason, not asked again at once.
     s.at(60).report(&ids, &["g-0"], low);
+    let halt = s.events.last().unwrap().message.clone();
+    assert!(halt.contains(&format!("out of service ({why})")), "{halt}");
     assert_eq!(
         s.policy_events(),
         ["g-0 POLICY_HALTED cordon cordonRefused"]
@@ -4249,6 +4251,37 @@ fn a_refused_cordon_leaves_the_node_in_service_and_is_not_an_uncordon() {
     assert_eq!(
         s.policy_events(),
         ["g-0 NODE_CORDONED hale", "g-0 POLICY_ACTED cordon"]
+    );
+}
+
+/// An operator's uncordon puts behind it what the orchestrator refused before (a
+/// termination, the pool then set back to cordon): the next decision is held by
+/// the operator's uncordon, not blamed on a refusal that no longer stands.
+#[test]
+fn an_operators_uncordon_puts_a_refusal_behind_it() {
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &["g-0"], low);
+    s.at(30).report(&ids, &["g-0"], low);
+    act(&mut s);
+    assert_eq!(s.node("g-0").status, Status::Cordoned);
+    // As a refused termination leaves it.
+    let later = s.now + chrono::TimeDelta::minutes(10);
+    let node = s.fleet.nodes.get_mut("g-0").unwrap();
+    node.policy.retry_after = Some(later);
+    node.policy.refusal = Some("names no provisioner instance".into());
+    s.policy_events();
+    let out = s
+        .fleet
+        .observe(&s.cfg, s.now, &[shown("g-0", Status::Ready)]);
+    s.record(out);
+    s.at(60).report(&ids, &["g-0"], low);
+    assert_eq!(
+        s.policy_events(),
+        [
+            "g-0 NODE_UNCORDONED operator",
+            "g-0 POLICY_HALTED cordon cordonSuppressionMinutes"
+        ]
     );
 }
 
