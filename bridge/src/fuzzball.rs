@@ -137,6 +137,9 @@ pub struct Fuzzball {
     /// Names more than one node had at the last inventory, with their ids (said
     /// once in the log).
     shared: Mutex<BTreeMap<String, Vec<String>>>,
+    /// The reason of each node's cordon as this process sent it: an active drain
+    /// after it says the same (Fuzzball keeps one reason, the last one given).
+    reasons: Mutex<HashMap<String, String>>,
 }
 
 impl Fuzzball {
@@ -164,6 +167,7 @@ impl Fuzzball {
             ids: Mutex::new(HashMap::new()),
             jobs: Mutex::new(HashMap::new()),
             shared: Mutex::new(BTreeMap::new()),
+            reasons: Mutex::new(HashMap::new()),
         })
     }
 
@@ -438,8 +442,12 @@ impl Orchestrator for Fuzzball {
             let reason = format!("{by}: {reason}");
             self.cli(&["drain", &id, "--reason", &reason])
                 .await
-                .map(|_| ())
-                .map_err(|e| e.during(node, "cordon"))
+                .map_err(|e| e.during(node, "cordon"))?;
+            self.reasons
+                .lock()
+                .expect("reasons lock")
+                .insert(node.to_string(), reason);
+            Ok(())
         })
     }
 
@@ -448,8 +456,9 @@ impl Orchestrator for Fuzzball {
             let id = self.id_of(node);
             self.cli(&["uncordon", &id])
                 .await
-                .map(|_| ())
-                .map_err(|e| e.during(node, "uncordon"))
+                .map_err(|e| e.during(node, "uncordon"))?;
+            self.reasons.lock().expect("reasons lock").remove(node);
+            Ok(())
         })
     }
 
@@ -470,7 +479,14 @@ impl Orchestrator for Fuzzball {
             }
             let id = self.id_of(node);
             let running = self.jobs.lock().expect("jobs lock").get(node).copied();
-            self.cli(&["drain", &id, "--active", "--reason", "hale: active drain"])
+            let reason = self
+                .reasons
+                .lock()
+                .expect("reasons lock")
+                .get(node)
+                .cloned()
+                .unwrap_or_else(|| "hale: active drain".into());
+            self.cli(&["drain", &id, "--active", "--reason", &reason])
                 .await
                 .map_err(|e| e.during(node, "drain"))?;
             Ok(Done {

@@ -287,6 +287,12 @@ async fn fuzzball_inventory_cordons_drains_and_operators_through_the_cli() {
     .await;
     assert_eq!(drained["moved"], 2);
     assert_eq!(fake.node("fz-1").await["jobs"], json!([]));
+    // Fuzzball keeps one reason, the last given: the active drain keeps the
+    // operator's.
+    assert_eq!(
+        fake.state().await["reasons"]["fz-1"],
+        "operator: failing disk"
+    );
 
     // An operator's drain with the real verbs, outside hale: the operator's.
     let cli = fake.cli(dir.path());

@@ -867,17 +867,20 @@ async fn a_store_it_cannot_write_is_refused_at_start() {
     assert!(chown.success());
     let db = dir.path().join("data").join(hale::store::sqlite::FILE);
     std::fs::set_permissions(&db, std::os::unix::fs::PermissionsExt::from_mode(0o444)).unwrap();
-    let out = exits_within(
-        std::process::Command::new("setpriv")
-            .args([
-                &format!("--reuid={nobody}"),
-                &format!("--regid={nobody}"),
-                "--clear-groups",
-            ])
-            .arg(&binary)
-            .args(["serve", "--config"])
-            .arg(dir.path().join("hale.yaml")),
-    );
+    let serve_as_nobody = |config: &str| {
+        exits_within(
+            std::process::Command::new("setpriv")
+                .args([
+                    &format!("--reuid={nobody}"),
+                    &format!("--regid={nobody}"),
+                    "--clear-groups",
+                ])
+                .arg(&binary)
+                .args(["serve", "--config"])
+                .arg(dir.path().join(config)),
+        )
+    };
+    let out = serve_as_nobody("hale.yaml");
     let said = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(
@@ -895,17 +898,7 @@ async fn a_store_it_cannot_write_is_refused_at_start() {
             &theirs.display().to_string(),
         );
     std::fs::write(dir.path().join("theirs.yaml"), config).unwrap();
-    let out = exits_within(
-        std::process::Command::new("setpriv")
-            .args([
-                &format!("--reuid={nobody}"),
-                &format!("--regid={nobody}"),
-                "--clear-groups",
-            ])
-            .arg(&binary)
-            .args(["serve", "--config"])
-            .arg(dir.path().join("theirs.yaml")),
-    );
+    let out = serve_as_nobody("theirs.yaml");
     let said = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(
