@@ -912,15 +912,27 @@ async fn settle(
     node: NodeView,
     actions: &[&str],
     (wait, holds): (Duration, fn(&NodeView) -> bool),
-    done: &str,
+    done: impl Fn(&NodeView) -> String,
 ) -> anyhow::Result<()> {
-    match settled(client, node, actions, wait, holds).await? {
+    let settled = settled(client, node, actions, wait, holds).await?;
+    conclude(client, json, settled, actions[0], wait, done).await
+}
+
+/// Say where a verb's `action` stands once waited for `wait` (see [`settle`]).
+async fn conclude(
+    client: &Client,
+    json: bool,
+    settled: Settled,
+    action: &str,
+    wait: Duration,
+    done: impl Fn(&NodeView) -> String,
+) -> anyhow::Result<()> {
+    match settled {
         Settled::Done(node) => {
-            report(json, &node, done);
+            report(json, &node, &done(&node));
             Ok(())
         }
         Settled::Refused(node) => {
-            let action = actions[0];
             report(json, &node, &format!("{}: {action} refused", node.id));
             let why = refusal(client, &node.id).await;
             bail!(
@@ -1077,7 +1089,7 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                 node,
                 &["cordon"],
                 (wait, out_of_service),
-                &done,
+                |_: &NodeView| done.clone(),
             )
             .await?;
         }
@@ -1098,7 +1110,7 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                 node,
                 &["uncordon"],
                 (wait, in_service),
-                &done,
+                |_: &NodeView| done.clone(),
             )
             .await?;
         }
@@ -1113,15 +1125,29 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                 .operate(&id, "drain", &DrainRequest { active, reason })
                 .await?;
             let how = if active { "active" } else { "passive" };
+            // The cordon is what the verb answers for; the drain after it is
+            // waited for within the same --wait, and may go on past it (an
+            // active drain waits for its work to stop).
+            let started = tokio::time::Instant::now();
+            let cordon = match settled(&client, node, &["cordon"], wait, out_of_service).await? {
+                Settled::Done(n) if n.pending.iter().any(|p| p.action == "drain") => {
+                    let left = wait.saturating_sub(started.elapsed());
+                    match settled(&client, n, &["drain"], left, out_of_service).await? {
+                        Settled::Pending(n, _) => {
+                            let under_way =
+                                format!("{id} cordoned; the drain ({how}) is under way");
+                            report(json, &n, &under_way);
+                            return Ok(());
+                        }
+                        Settled::Done(n) | Settled::Refused(n) => Settled::Done(n),
+                    }
+                }
+                other => other,
+            };
             let done = format!("{id} drained ({how})");
-            settle(
-                &client,
-                json,
-                node,
-                &["cordon"],
-                (wait, out_of_service),
-                &done,
-            )
+            conclude(&client, json, cordon, "cordon", wait, |_: &NodeView| {
+                done.clone()
+            })
             .await?;
         }
         NodeVerb::Drain {
