@@ -161,9 +161,21 @@ async fn operator_verbs_are_events_and_drain_all_counts_what_it_took_out() {
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["drained"], 0, "nothing left to take out: {r}");
 
-    succeed(hale.cli(&["node", "drain", "a", "--active", "--reason", "failing disk"]));
+    // a is cordoned already: the verb waits for the drain after the cordon too,
+    // and says it is done only when nothing of it is pending.
+    let out = succeed(hale.cli(&["node", "drain", "a", "--active", "--reason", "failing disk"]));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.starts_with("a drained (active)\n"), "{said}");
+    assert!(!said.contains("Pending:"), "{said}");
     let out = succeed(hale.cli(&["node", "uncordon", "b"]));
     assert!(String::from_utf8_lossy(&out.stdout).contains("b uncordoned"));
+    // Asked again, an uncordon that changes nothing says so.
+    let out = succeed(hale.cli(&["node", "uncordon", "b"]));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("b was not cordoned: nothing done"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 
     let a = event_types(&hale.events("a", "").await);
     assert_eq!(
