@@ -1732,6 +1732,9 @@ impl Hale {
                         .with_jitter(),
                 )
                 .when(OrchestratorError::is_retriable)
+                // Each failed try is shown at once (`pending[].lastError`), not
+                // only once the tries are spent.
+                .notify(|e, _| self.tried_failed(node, pending.id, e))
                 .await
             }
         };
@@ -1752,22 +1755,10 @@ impl Hale {
             Ok(_) => ("done", true),
             Err(e) => ("failed", !e.is_retriable()),
         };
-        {
-            let mut tried = self.tried.lock().expect("tried lock");
-            match &result {
-                Err(e) if e.is_retriable() => {
-                    tried.insert(
-                        node.to_string(),
-                        Tried {
-                            id: pending.id,
-                            error: e.to_string(),
-                            at: Utc::now(),
-                        },
-                    );
-                }
-                _ => {
-                    tried.remove(node);
-                }
+        match &result {
+            Err(e) if e.is_retriable() => self.tried_failed(node, pending.id, e),
+            _ => {
+                self.tried.lock().expect("tried lock").remove(node);
             }
         }
         if let Err(e) = &result {
@@ -1822,6 +1813,18 @@ impl Hale {
             error!(error = %e, "recording an action failed");
         }
         next
+    }
+
+    /// Keep why the try of `node`'s action `id` failed, for its view.
+    fn tried_failed(&self, node: &str, id: u64, e: &OrchestratorError) {
+        self.tried.lock().expect("tried lock").insert(
+            node.to_string(),
+            Tried {
+                id,
+                error: e.to_string(),
+                at: Utc::now(),
+            },
+        );
     }
 
     /// Evaluate the time-driven rules every second.

@@ -7,7 +7,7 @@ use super::{Actor, Conclusion, Guardrail, Moves, Policy, TERMINATE_RETRY, Verdic
 use crate::core::events::with_reason;
 use crate::core::outcome::Outcome;
 use crate::core::settings::{CoreSettings, Mode};
-use crate::core::{EventKind, Fleet, Status, Time};
+use crate::core::{EventKind, Fleet, Node, Status, Time};
 
 /// An action decided and not yet confirmed done; `id` tells two equal ones apart.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -409,7 +409,7 @@ impl Fleet {
             node.policy.conclusion = None;
             if undone {
                 node.policy.cordon = None;
-                node.status = Status::Ready;
+                node.status = uncordoned_status(node);
             }
             out.dirty.insert(node.id.clone());
             out.events.push(super::policy_verdict(
@@ -487,12 +487,12 @@ impl Fleet {
                     "cordon",
                     Some("orchestrator"),
                     format!(
-                        "the operator's cordon was refused: {}; the node stays in service",
+                        "the operator's cordon was refused: {}; the node stays as the orchestrator shows it",
                         crate::core::labels::clip(why)
                     ),
                 ));
             }
-            node.status = Status::Ready;
+            node.status = uncordoned_status(node);
             // A fault eviction queued behind the cordon goes with it, and its
             // class is evicted again once the cordon may be asked again.
             for p in &node.policy.pending {
@@ -553,6 +553,18 @@ impl Fleet {
             },
         );
         out
+    }
+}
+
+/// The status of a node whose cordon never happened, as its orchestrator last
+/// showed it under the cordon hale recorded: not ready where it said so (the
+/// refusal Fuzzball gives such a node), else ready. The next inventory says it
+/// again.
+fn uncordoned_status(node: &Node) -> Status {
+    if node.policy.not_ready {
+        Status::NotReady
+    } else {
+        Status::Ready
     }
 }
 

@@ -2599,7 +2599,7 @@ fn operator_verbs_name_their_reason_when_given() {
 }
 
 /// An operator's cordon the orchestrator refuses is said in the history beside
-/// its NODE_CORDONED, with why: the node stays in service.
+/// its NODE_CORDONED, with why: the node stays as the orchestrator shows it.
 #[test]
 fn a_refused_operator_cordon_is_recorded_with_why() {
     let mut s = pool_script("cordon");
@@ -2617,6 +2617,17 @@ fn a_refused_operator_cordon_is_recorded_with_why() {
         "why is said"
     );
     assert_eq!(s.policy_events(), ["g-0 POLICY_HALTED cordon orchestrator"]);
+    // A node the orchestrator showed not ready (the one Fuzzball refuses to
+    // drain) stays not ready, not shown ready until the next inventory.
+    let mut down = shown("g-1", Status::NotReady);
+    down.not_ready = true;
+    let out = s.fleet.observe(&s.cfg, s.now, &[down]);
+    s.record(out);
+    let out = s.fleet.cordon(s.now, "g-1", "firmware update").unwrap();
+    s.record(out);
+    assert_eq!(s.node("g-1").status, Status::Cordoned);
+    s.refuse_cordon("g-1");
+    assert_eq!(s.node("g-1").status, Status::NotReady);
 }
 
 #[test]
