@@ -626,7 +626,8 @@ pub enum NodeVerb {
         reason: String,
         /// How long to wait for the orchestrator to cordon the node; not cordoned
         /// by then, the exit status is 1 (hale goes on trying). 0s: record it and
-        /// return. The drain itself is not waited for.
+        /// return. The drain after the cordon is waited for within the same time,
+        /// and may go on past it (said as under way).
         #[arg(long, default_value = "10s", value_parser = hale::core::settings::parse_duration)]
         wait: Duration,
     },
