@@ -830,7 +830,7 @@ fn report(json: bool, node: &NodeView, done: &str) {
     }
 }
 
-/// Where a verb's actions stand once waited for.
+/// Where a verb's action stands once waited for.
 enum Settled {
     /// Done: the node is as asked.
     Done(NodeView),
@@ -841,16 +841,16 @@ enum Settled {
     Refused(NodeView),
 }
 
-/// Wait up to `wait` for the orchestrator to do the `actions` a verb queued on
+/// Wait up to `wait` for the orchestrator to do the `action` a verb queued on
 /// `node`; `holds` says whether the node is then as the verb asked.
 async fn settled(
     client: &Client,
     node: NodeView,
-    actions: &[&str],
+    action: &str,
     wait: Duration,
     holds: fn(&NodeView) -> bool,
 ) -> anyhow::Result<Settled> {
-    let mut all = settled_all(client, vec![node], actions, wait, holds).await?;
+    let mut all = settled_all(client, vec![node], action, wait, holds).await?;
     Ok(all.pop().expect("one node asked, one answered"))
 }
 
@@ -859,16 +859,11 @@ async fn settled(
 async fn settled_all(
     client: &Client,
     mut nodes: Vec<NodeView>,
-    actions: &[&str],
+    action: &str,
     wait: Duration,
     holds: fn(&NodeView) -> bool,
 ) -> anyhow::Result<Vec<Settled>> {
-    let held = |n: &NodeView| {
-        n.pending
-            .iter()
-            .find(|p| actions.contains(&p.action.as_str()))
-            .cloned()
-    };
+    let held = |n: &NodeView| n.pending.iter().find(|p| p.action == action).cloned();
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -903,7 +898,7 @@ async fn refusal(client: &Client, node: &str) -> String {
         .unwrap_or_else(|| format!("see `hale node events {node} --type POLICY_HALTED`"))
 }
 
-/// After a verb: wait up to `wait` for the orchestrator to do the `actions` the
+/// After a verb: wait up to `wait` for the orchestrator to do the `action` the
 /// verb queued on `node`, then print the node with `done`, or say what is not
 /// done yet or was refused. Either is an error (exit status 1: the node is not
 /// as asked); what is not done yet, hale goes on trying.
@@ -911,12 +906,13 @@ async fn settle(
     client: &Client,
     json: bool,
     node: NodeView,
-    actions: &[&str],
-    (wait, holds): (Duration, fn(&NodeView) -> bool),
-    done: impl Fn(&NodeView) -> String,
+    action: &str,
+    wait: Duration,
+    holds: fn(&NodeView) -> bool,
+    done: &str,
 ) -> anyhow::Result<()> {
-    let settled = settled(client, node, actions, wait, holds).await?;
-    conclude(client, json, settled, actions[0], wait, done).await
+    let settled = settled(client, node, action, wait, holds).await?;
+    conclude(client, json, settled, action, wait, done).await
 }
 
 /// Say where a verb's `action` stands once waited for `wait` (see [`settle`]).
@@ -926,11 +922,11 @@ async fn conclude(
     settled: Settled,
     action: &str,
     wait: Duration,
-    done: impl Fn(&NodeView) -> String,
+    done: &str,
 ) -> anyhow::Result<()> {
     match settled {
         Settled::Done(node) => {
-            report(json, &node, &done(&node));
+            report(json, &node, done);
             Ok(())
         }
         Settled::Refused(node) => {
@@ -1084,15 +1080,7 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
             } else {
                 format!("{id} cordoned")
             };
-            settle(
-                &client,
-                json,
-                node,
-                &["cordon"],
-                (wait, out_of_service),
-                |_: &NodeView| done.clone(),
-            )
-            .await?;
+            settle(&client, json, node, "cordon", wait, out_of_service, &done).await?;
         }
         NodeVerb::Uncordon { id, reason, wait } => {
             let before: NodeView = client.get(&["api", "v1", "nodes", &id]).await?;
@@ -1105,15 +1093,7 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
             } else {
                 format!("{id} was not cordoned: nothing done")
             };
-            settle(
-                &client,
-                json,
-                node,
-                &["uncordon"],
-                (wait, in_service),
-                |_: &NodeView| done.clone(),
-            )
-            .await?;
+            settle(&client, json, node, "uncordon", wait, in_service, &done).await?;
         }
         NodeVerb::Drain {
             id: Some(id),
@@ -1130,10 +1110,10 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
             // waited for within the same --wait, and may go on past it (an
             // active drain waits for its work to stop).
             let started = tokio::time::Instant::now();
-            let cordon = match settled(&client, node, &["cordon"], wait, out_of_service).await? {
+            let cordon = match settled(&client, node, "cordon", wait, out_of_service).await? {
                 Settled::Done(n) if n.pending.iter().any(|p| p.action == "drain") => {
                     let left = wait.saturating_sub(started.elapsed());
-                    match settled(&client, n, &["drain"], left, out_of_service).await? {
+                    match settled(&client, n, "drain", left, out_of_service).await? {
                         Settled::Pending(n, _) => {
                             let under_way =
                                 format!("{id} cordoned; the drain ({how}) is under way");
@@ -1146,10 +1126,7 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                 other => other,
             };
             let done = format!("{id} drained ({how})");
-            conclude(&client, json, cordon, "cordon", wait, |_: &NodeView| {
-                done.clone()
-            })
-            .await?;
+            conclude(&client, json, cordon, "cordon", wait, &done).await?;
         }
         NodeVerb::Drain {
             id: None,
@@ -1177,7 +1154,7 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                 }
             }
             let (mut drained, mut refused, mut pending) = (Vec::new(), Vec::new(), Vec::new());
-            for settled in settled_all(&client, asked, &["cordon"], wait, out_of_service).await? {
+            for settled in settled_all(&client, asked, "cordon", wait, out_of_service).await? {
                 match settled {
                     Settled::Done(n) => drained.push(n.id),
                     Settled::Refused(n) => {

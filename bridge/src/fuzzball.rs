@@ -395,7 +395,6 @@ impl Orchestrator for Fuzzball {
                 .and_then(Value::as_array)
                 .cloned()
                 .unwrap_or_default();
-            let before = self.ids.lock().expect("ids lock").clone();
             let mut named: BTreeMap<String, (Observed, String)> = BTreeMap::new();
             let mut shared: BTreeMap<String, Vec<String>> = BTreeMap::new();
             for n in &listed {
@@ -415,7 +414,8 @@ impl Orchestrator for Fuzzball {
                             .entry(o.id.clone())
                             .or_insert_with(|| vec![kept.1.clone()]);
                         ids.push(id.clone());
-                        if before.get(&o.id) == Some(&id) {
+                        let had = self.ids.lock().expect("ids lock").get(&o.id) == Some(&id);
+                        if had {
                             *kept = (o, id);
                         }
                     }

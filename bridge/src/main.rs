@@ -220,7 +220,8 @@ const QUIET: &str = "rustls_platform_verifier";
 /// `kubectl logs` reads clean; JSON lines for collectors.
 /// A `HALE_LOG` that is not a filter stops the start, as a bad configuration does.
 fn log(format: LogFormat) -> anyhow::Result<()> {
-    let filter = match std::env::var("HALE_LOG") {
+    let spec = std::env::var("HALE_LOG");
+    let filter = match &spec {
         // Set empty (`Environment=HALE_LOG=`) is unset: no directive would log nothing.
         Ok(spec) if spec.trim().is_empty() => "info".into(),
         Ok(spec) => {
@@ -241,7 +242,7 @@ fn log(format: LogFormat) -> anyhow::Result<()> {
                 )));
             }
             // The parser's error repeats its cause as its source: said once.
-            let filter = tracing_subscriber::EnvFilter::try_new(&spec)
+            let filter = tracing_subscriber::EnvFilter::try_new(spec)
                 .map_err(|e| not_a_filter(e.to_string()))?;
             // Without a level of its own (`kube=debug`) the rest logs at info:
             // a filter for one crate must not silence hale's warnings and errors.
@@ -257,7 +258,7 @@ fn log(format: LogFormat) -> anyhow::Result<()> {
     // A certificate that does not verify is said by what hale was doing (a
     // federation member's row, a poll's error), with whom: the verifier's own
     // error line, naming no one, once per request, only when asked for by name.
-    let filter = match std::env::var("HALE_LOG") {
+    let filter = match spec {
         Ok(spec) if spec.contains(QUIET) => filter,
         _ => filter.add_directive(format!("{QUIET}=off").parse().expect("a directive")),
     };
