@@ -361,6 +361,8 @@ impl Fuzzball {
                     score,
                 }
             }),
+            version: None,
+            before: None,
         };
         Some((observed, id.to_string()))
     }

@@ -285,6 +285,8 @@ fn observed(n: &Value, jobs: &HashMap<String, u32>) -> Option<Observed> {
         not_ready,
         released: false,
         orchestrator_health: None,
+        version: None,
+        before: None,
     })
 }
 

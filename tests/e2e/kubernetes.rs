@@ -116,6 +116,85 @@ async fn the_kubernetes_adapter_uses_exactly_what_the_chart_grants() {
     );
 }
 
+/// The inventory shows the state a node left with its last change of service
+/// state, as the watch brought it: a replica whose poll comes only after its
+/// leader's cordon and the operator's uncordon behind it learns of both, in order,
+/// and does not keep its own cordon of the node queued (to send once it leads).
+/// A change of anything else leaves that state as it is; a node deleted takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inventory_shows_the_cordon_a_quick_uncordon_undid() {
+    use hale::kubernetes::{CORDON_REASON, CORDONED_BY};
+    use hale::orchestrator::Orchestrator;
+
+    let fake = FakeApi::start(vec![
+        ready_node("q-0", json!({})),
+        ready_node("q-1", json!({})),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let k8s = hale::kubernetes::Kubernetes::connect(&hale::kubernetes::Config {
+        kubeconfig: Some(kubeconfig(dir.path(), &fake.url)),
+        ..hale::kubernetes::Config::default()
+    })
+    .await
+    .unwrap();
+    let version = |name: &str| {
+        fake.node(name)["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
+    // The inventory once it shows `name` at the fake's version of it now.
+    let caught_up = |name: &'static str| {
+        let (k8s, want) = (k8s.clone(), version(name));
+        eventually("the watch caught up", Duration::from_secs(20), move || {
+            let k8s = k8s.clone();
+            async move {
+                let listed = k8s.inventory().await.unwrap().unwrap();
+                let o = listed.into_iter().find(|o| o.id == name);
+                o.filter(|o| o.version == Some(want))
+            }
+        })
+    };
+    let first = caught_up("q-0").await;
+    assert_eq!(first.status, hale::core::Status::Ready);
+    assert!(first.before.is_none(), "{first:?}");
+
+    fake.kubectl(
+        "q-0",
+        json!({"metadata": {"annotations": {CORDONED_BY: "hale", CORDON_REASON: "score below cordonBelow 60"}},
+            "spec": {"unschedulable": true}}),
+    );
+    let cordoned = version("q-0");
+    fake.kubectl("q-0", json!({"spec": {"unschedulable": null}}));
+    let now = caught_up("q-0").await;
+    assert_eq!(now.status, hale::core::Status::Ready);
+    let before = now.before.expect("the cordon the uncordon undid");
+    assert_eq!(before.status, hale::core::Status::Cordoned);
+    assert_eq!(before.version, Some(cordoned));
+    assert_eq!(
+        before.cordoned_by,
+        Some((
+            hale::core::policy::Actor::Hale,
+            "score below cordonBelow 60".to_string()
+        ))
+    );
+
+    // A label changes: not a change of service state, the cordon is still the
+    // state before.
+    fake.kubectl("q-0", json!({"metadata": {"labels": {"rack": "r7"}}}));
+    let now = caught_up("q-0").await;
+    assert_eq!(now.labels.get("rack").map(String::as_str), Some("r7"));
+    assert_eq!(now.before.map(|b| b.version), Some(Some(cordoned)));
+
+    // Deleted and made again: the new node has no state before.
+    fake.delete_node("q-0");
+    fake.put(ready_node("q-0", json!({})));
+    let now = caught_up("q-0").await;
+    assert!(now.before.is_none(), "{now:?}");
+}
+
 /// The Alertmanager polls hale has made so far, whatever their result.
 async fn polls(hale: &Hale) -> u64 {
     let text = hale.metrics().await;

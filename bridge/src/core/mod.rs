@@ -641,6 +641,9 @@ pub struct Fleet {
     /// memory only): its labels and hostname go on top of what an orchestrator's
     /// inventory says of the same node.
     pub listed: BTreeMap<String, Listed>,
+    /// The orchestrator's version of each node's view last taken in (this
+    /// process's memory only), where it keeps versions.
+    pub versions: BTreeMap<String, u64>,
 }
 
 impl Fleet {
@@ -657,6 +660,7 @@ impl Fleet {
             pools: None,
             rescore_all: true,
             listed: BTreeMap::new(),
+            versions: BTreeMap::new(),
         }
     }
 

@@ -98,6 +98,10 @@ pub struct Kubernetes {
     election: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Woken by every change the watch brings.
     changed: Arc<tokio::sync::Notify>,
+    /// Each node's state before its last change of service state, as the watch
+    /// brought it: a poll's inventory may come only after a cordon and the uncordon
+    /// behind it, and it shows both.
+    before: Arc<Mutex<HashMap<String, Observed>>>,
 }
 
 impl Kubernetes {
@@ -139,8 +143,18 @@ impl Kubernetes {
         let (store, writer) = reflector::store();
         // Relists read from etcd, not a lagging cache that could undo a write.
         let config = watcher::Config::default().list_semantic(watcher::ListSemantic::MostRecent);
+        let before: Arc<Mutex<HashMap<String, Observed>>> = Arc::default();
         let stream = watcher(nodes.clone(), config)
             .default_backoff()
+            // Before the store takes the change in: it still holds the state left.
+            .inspect({
+                let (store, before) = (store.clone(), before.clone());
+                move |event| {
+                    if let Ok(event) = event {
+                        note_change(&store, &before, event);
+                    }
+                }
+            })
             .reflect(writer);
         let changed = Arc::new(tokio::sync::Notify::new());
         let notify = changed.clone();
@@ -206,6 +220,7 @@ impl Kubernetes {
             lease_name: cfg.lease.name.clone(),
             election: Mutex::new(Some(election)),
             changed,
+            before,
         }))
     }
 
@@ -318,6 +333,13 @@ impl Kubernetes {
         if o.status == Status::Cordoned {
             o.allocations = Some(self.occupancy(&o.id).await?);
         }
+        o.before = self
+            .before
+            .lock()
+            .expect("before lock")
+            .get(&o.id)
+            .cloned()
+            .map(Box::new);
         Ok(o)
     }
 
@@ -357,11 +379,39 @@ impl Kubernetes {
 /// A node's resourceVersion as a number (opaque to clients, but an etcd revision on
 /// every API server; an unreadable one counts as oldest).
 fn version(node: &Node) -> u64 {
-    node.metadata
-        .resource_version
-        .as_deref()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    readable_version(node).unwrap_or(0)
+}
+
+fn readable_version(node: &Node) -> Option<u64> {
+    node.metadata.resource_version.as_deref()?.parse().ok()
+}
+
+/// Keep the state a node leaves when the watch brings a change of its service state
+/// (a cordon made or undone, by whoever), for the inventory to show before the
+/// state it is in; a node deleted takes its record along.
+fn note_change(
+    store: &Store<Node>,
+    before: &Mutex<HashMap<String, Observed>>,
+    event: &watcher::Event<Node>,
+) {
+    match event {
+        watcher::Event::Apply(node) | watcher::Event::InitApply(node) => {
+            let Some(old) = store.get(&ObjectRef::from_obj(node)) else {
+                return;
+            };
+            let (was, is) = (observed(&old), observed(node));
+            let service = |o: &Observed| (o.status == Status::Cordoned, o.cordoned_by.clone());
+            if service(&was) != service(&is) {
+                before.lock().expect("before lock").insert(is.id, was);
+            }
+        }
+        watcher::Event::Delete(node) => {
+            if let Some(name) = &node.metadata.name {
+                before.lock().expect("before lock").remove(name);
+            }
+        }
+        watcher::Event::Init | watcher::Event::InitDone => {}
+    }
 }
 
 /// Conflicts, throttling, server errors and the network are worth retrying; the
@@ -444,6 +494,8 @@ pub fn observed(node: &Node) -> Observed {
         not_ready: !ready,
         released: tainted(OUT_OF_SERVICE_TAINT),
         orchestrator_health: None,
+        version: readable_version(node),
+        before: None,
         id: meta.name.clone().unwrap_or_default(),
         uid: meta.uid.clone(),
         hostname: labels.get("kubernetes.io/hostname").cloned(),

@@ -46,6 +46,18 @@ pub struct Observed {
     /// The orchestrator's own judgement of the node's health, where it makes one
     /// (Fuzzball): shown beside hale's, never part of it.
     pub orchestrator_health: Option<OrchestratorHealth>,
+    /// The orchestrator's version of this view (a Kubernetes resourceVersion),
+    /// where it keeps one: what tells a state hale has not read from one it has.
+    pub version: Option<u64>,
+    /// The state the node was in before its last change of service state, where
+    /// the orchestrator saw one hale may not have read (a watch brings every
+    /// change; an inventory only the last): taken first, where it is newer than the
+    /// last view taken and shows done an action queued here. A follower that read
+    /// only the last of a cordon by its leader and an uncordon by the operator kept
+    /// its own cordon queued, and sent it once it led. Nothing else is taken from
+    /// it: the state before hale's own cordon, which hale has recorded done, is no
+    /// uncordon.
+    pub before: Option<Box<Observed>>,
 }
 
 /// An orchestrator's own health state and reliability score of a node.
@@ -106,167 +118,191 @@ impl Fleet {
             self.retire(&mut out, now, &id, "it is no longer in the cluster".into());
         }
         for o in observed {
-            let renewed = self
-                .nodes
-                .get(&o.id)
-                .and_then(|n| n.uid.as_deref())
-                .zip(o.uid.as_deref())
-                .filter(|(was, is)| was != is)
-                .map(|(was, is)| {
-                    format!("its name now belongs to a new machine (uid {is}, was {was})")
-                });
-            if let Some(why) = renewed {
-                self.retire(&mut out, now, &o.id, why);
-            }
-            let replaced = &mut self.ledger.replaced;
-            let node = self.nodes.entry(o.id.clone()).or_insert_with(|| {
-                let mut n = Node::new(&o.id);
-                n.known_since = Some(now);
-                n.policy.replaced_at = super::take_replaced(replaced, &o.id, now, &mut out.ledger);
-                Box::new(n)
-            });
-            if node.known_from != Origin::Orchestrator || node.uid != o.uid {
-                node.known_from = Origin::Orchestrator;
-                node.uid = o.uid.clone();
-                out.dirty.insert(o.id.clone());
-            }
-            // What of the node the inventory can change, to tell whether it did.
-            let seen = |node: &Node| {
-                (
-                    node.labels.clone(),
-                    node.hostname.clone(),
-                    node.policy.provisioned,
-                    node.policy.allocations,
-                    node.policy.work_counted,
-                    node.status,
-                    node.policy.pending.len(),
-                    node.policy.not_ready,
-                    node.policy.released,
-                    node.policy.orchestrator_health.clone(),
-                )
+            let newer = |b: &&Observed| {
+                b.version
+                    .zip(self.versions.get(&o.id))
+                    .is_none_or(|(was, taken)| was > *taken)
             };
-            let before = seen(node);
-            let recorded = out.events.len();
-            // What the configuration's inventory says of the node goes on top.
-            let listed = self.listed.get(&o.id);
-            node.labels = o.labels.clone();
-            if let Some(l) = listed {
-                node.labels
-                    .extend(l.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-            }
-            node.policy.not_ready = o.not_ready;
-            node.policy.released = o.released;
-            node.policy.orchestrator_health = o.orchestrator_health.clone();
-            node.hostname = listed
-                .and_then(|l| l.hostname.clone())
-                .or_else(|| o.hostname.clone());
-            node.policy.provisioned = o.provisioned;
-            if let Some(n) = o.allocations {
-                node.policy.allocations = n;
-                if o.status == Status::Cordoned && node.policy.cordon.is_some() {
-                    node.policy.work_counted = true;
-                }
-            }
-            confirm_done(&mut node.policy.pending, o);
-            let queued = |node: &Node, f: fn(&Action) -> bool| {
-                node.policy.pending.iter().any(|p| f(&p.action))
+            let shows_done = |b: &&Observed| {
+                self.nodes.get(&o.id).is_some_and(|n| {
+                    let mut pending = n.policy.pending.clone();
+                    confirm_done(&mut pending, b);
+                    pending.len() < n.policy.pending.len()
+                })
             };
-            // The gate hale holds is gone from the node (Slurm puts back the
-            // configured weights on a restart or `scontrol reconfigure`): set again,
-            // or new work lands on a node hale shows gated.
-            if node.policy.gated
-                && o.gated == Some(false)
-                && !queued(node, |a| matches!(a, Action::Gate { .. }))
-            {
-                node.policy.push(Action::Gate { on: true });
+            if let Some(before) = o.before.as_deref().filter(newer).filter(shows_done) {
+                self.take(&mut out, now, before);
             }
-            match o.status {
-                Status::Cordoned
-                    if node.policy.cordon.is_none()
-                        && !queued(node, |a| matches!(a, Action::Uncordon)) =>
-                {
-                    let (by, reason) = o
-                        .cordoned_by
-                        .clone()
-                        .unwrap_or((Actor::Operator, "cordoned outside hale".into()));
-                    node.status = Status::Cordoned;
-                    node.policy.cordon = Some(Cordon {
-                        by,
-                        reason: reason.clone(),
-                        at: now,
-                        drained: false,
-                    });
-                    out.events.push(event(
-                        &o.id,
-                        now,
-                        EventKind::NodeCordoned {
-                            by: by.as_str().into(),
-                            reason: reason.clone(),
-                        },
-                        format!("cordoned by {}: {reason}", by.as_str()),
-                    ));
-                }
-                // hale's cordon made again by someone else (`scontrol` with a reason
-                // of their own): the operator's now, never undone by hale (the reboot
-                // flow's uncordon included) nor replaced.
-                Status::Cordoned
-                    if node
-                        .policy
-                        .cordon
-                        .as_ref()
-                        .is_some_and(|c| c.by == Actor::Hale)
-                        && matches!(o.cordoned_by, Some((Actor::Operator, _)))
-                        && !queued(node, |a| {
-                            matches!(
-                                a,
-                                Action::Cordon { .. } | Action::Uncordon | Action::Drain { .. }
-                            )
-                        }) =>
-                {
-                    let reason = o
-                        .cordoned_by
-                        .as_ref()
-                        .map(|(_, r)| r.clone())
-                        .unwrap_or_default();
-                    super::taken_over(node, &reason);
-                    out.events.push(event(
-                        &o.id,
-                        now,
-                        EventKind::NodeCordoned {
-                            by: Actor::Operator.as_str().into(),
-                            reason: reason.clone(),
-                        },
-                        format!("cordoned by operator outside hale: {reason} (hale's cordon is the operator's now)"),
-                    ));
-                }
-                Status::Ready
-                    if node.policy.cordon.is_some()
-                        && !queued(node, |a| {
-                            matches!(a, Action::Cordon { .. } | Action::Drain { .. })
-                        }) =>
-                {
-                    out.events
-                        .extend(put_back(node, "uncordoned outside hale", now));
-                }
-                // Its own cordon shown: what the node is now, whatever hale last
-                // read of it (not ready while its controller restarted, say).
-                Status::Cordoned if node.policy.cordon.is_some() => {
-                    node.status = Status::Cordoned;
-                }
-                Status::NotReady | Status::Offline => node.status = o.status,
-                Status::Ready if node.status != Status::Cordoned => node.status = Status::Ready,
-                _ => {}
-            }
-            if before != seen(node) || out.events.len() != recorded {
-                out.dirty.insert(o.id.clone());
-            }
+            self.take(&mut out, now, o);
+            match o.version {
+                Some(v) => self.versions.insert(o.id.clone(), v),
+                None => self.versions.remove(&o.id),
+            };
         }
         out.absorb(self.observe_withdraws(cfg, now));
         out
     }
 
+    /// Take in one view of a node.
+    fn take(&mut self, out: &mut Outcome, now: Time, o: &Observed) {
+        let renewed = self
+            .nodes
+            .get(&o.id)
+            .and_then(|n| n.uid.as_deref())
+            .zip(o.uid.as_deref())
+            .filter(|(was, is)| was != is)
+            .map(|(was, is)| {
+                format!("its name now belongs to a new machine (uid {is}, was {was})")
+            });
+        if let Some(why) = renewed {
+            self.retire(out, now, &o.id, why);
+        }
+        let replaced = &mut self.ledger.replaced;
+        let node = self.nodes.entry(o.id.clone()).or_insert_with(|| {
+            let mut n = Node::new(&o.id);
+            n.known_since = Some(now);
+            n.policy.replaced_at = super::take_replaced(replaced, &o.id, now, &mut out.ledger);
+            Box::new(n)
+        });
+        if node.known_from != Origin::Orchestrator || node.uid != o.uid {
+            node.known_from = Origin::Orchestrator;
+            node.uid = o.uid.clone();
+            out.dirty.insert(o.id.clone());
+        }
+        // What of the node the inventory can change, to tell whether it did.
+        let seen = |node: &Node| {
+            (
+                node.labels.clone(),
+                node.hostname.clone(),
+                node.policy.provisioned,
+                node.policy.allocations,
+                node.policy.work_counted,
+                node.status,
+                node.policy.pending.len(),
+                node.policy.not_ready,
+                node.policy.released,
+                node.policy.orchestrator_health.clone(),
+            )
+        };
+        let before = seen(node);
+        let recorded = out.events.len();
+        // What the configuration's inventory says of the node goes on top.
+        let listed = self.listed.get(&o.id);
+        node.labels = o.labels.clone();
+        if let Some(l) = listed {
+            node.labels
+                .extend(l.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        node.policy.not_ready = o.not_ready;
+        node.policy.released = o.released;
+        node.policy.orchestrator_health = o.orchestrator_health.clone();
+        node.hostname = listed
+            .and_then(|l| l.hostname.clone())
+            .or_else(|| o.hostname.clone());
+        node.policy.provisioned = o.provisioned;
+        if let Some(n) = o.allocations {
+            node.policy.allocations = n;
+            if o.status == Status::Cordoned && node.policy.cordon.is_some() {
+                node.policy.work_counted = true;
+            }
+        }
+        confirm_done(&mut node.policy.pending, o);
+        let queued =
+            |node: &Node, f: fn(&Action) -> bool| node.policy.pending.iter().any(|p| f(&p.action));
+        // The gate hale holds is gone from the node (Slurm puts back the
+        // configured weights on a restart or `scontrol reconfigure`): set again,
+        // or new work lands on a node hale shows gated.
+        if node.policy.gated
+            && o.gated == Some(false)
+            && !queued(node, |a| matches!(a, Action::Gate { .. }))
+        {
+            node.policy.push(Action::Gate { on: true });
+        }
+        match o.status {
+            Status::Cordoned
+                if node.policy.cordon.is_none()
+                    && !queued(node, |a| matches!(a, Action::Uncordon)) =>
+            {
+                let (by, reason) = o
+                    .cordoned_by
+                    .clone()
+                    .unwrap_or((Actor::Operator, "cordoned outside hale".into()));
+                node.status = Status::Cordoned;
+                node.policy.cordon = Some(Cordon {
+                    by,
+                    reason: reason.clone(),
+                    at: now,
+                    drained: false,
+                });
+                out.events.push(event(
+                    &o.id,
+                    now,
+                    EventKind::NodeCordoned {
+                        by: by.as_str().into(),
+                        reason: reason.clone(),
+                    },
+                    format!("cordoned by {}: {reason}", by.as_str()),
+                ));
+            }
+            // hale's cordon made again by someone else (`scontrol` with a reason
+            // of their own): the operator's now, never undone by hale (the reboot
+            // flow's uncordon included) nor replaced.
+            Status::Cordoned
+                if node
+                    .policy
+                    .cordon
+                    .as_ref()
+                    .is_some_and(|c| c.by == Actor::Hale)
+                    && matches!(o.cordoned_by, Some((Actor::Operator, _)))
+                    && !queued(node, |a| {
+                        matches!(
+                            a,
+                            Action::Cordon { .. } | Action::Uncordon | Action::Drain { .. }
+                        )
+                    }) =>
+            {
+                let reason = o
+                    .cordoned_by
+                    .as_ref()
+                    .map(|(_, r)| r.clone())
+                    .unwrap_or_default();
+                super::taken_over(node, &reason);
+                out.events.push(event(
+                    &o.id,
+                    now,
+                    EventKind::NodeCordoned {
+                        by: Actor::Operator.as_str().into(),
+                        reason: reason.clone(),
+                    },
+                    format!("cordoned by operator outside hale: {reason} (hale's cordon is the operator's now)"),
+                ));
+            }
+            Status::Ready
+                if node.policy.cordon.is_some()
+                    && !queued(node, |a| {
+                        matches!(a, Action::Cordon { .. } | Action::Drain { .. })
+                    }) =>
+            {
+                out.events
+                    .extend(put_back(node, "uncordoned outside hale", now));
+            }
+            // Its own cordon shown: what the node is now, whatever hale last
+            // read of it (not ready while its controller restarted, say).
+            Status::Cordoned if node.policy.cordon.is_some() => {
+                node.status = Status::Cordoned;
+            }
+            Status::NotReady | Status::Offline => node.status = o.status,
+            Status::Ready if node.status != Status::Cordoned => node.status = Status::Ready,
+            _ => {}
+        }
+        if before != seen(node) || out.events.len() != recorded {
+            out.dirty.insert(o.id.clone());
+        }
+    }
+
     /// Forget node `id` for the orchestrator's reason `why`; its events stay.
     fn retire(&mut self, out: &mut Outcome, now: Time, id: &str, why: String) {
+        self.versions.remove(id);
         let Some(node) = self.nodes.remove(id) else {
             return;
         };

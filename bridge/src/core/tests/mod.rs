@@ -4080,6 +4080,8 @@ fn the_orchestrators_inventory_records_cordons_made_outside_hale() {
         not_ready: false,
         released: false,
         orchestrator_health: None,
+        version: None,
+        before: None,
         hostname: Some(format!("{id}.example")),
         provisioned: true,
         allocations: Some(3),
@@ -4200,6 +4202,98 @@ fn a_cordon_shown_done_by_hale_for_another_reason_is_done() {
         "{:?}",
         s.fleet.pending()
     );
+}
+
+/// The same where the follower's inventory came only after both changes: the state
+/// before the uncordon, newer than the last view taken and showing the queued
+/// cordon done, is taken first — once, however often it is shown again. One that
+/// shows nothing queued done is not: the watch brings the state a cordon of hale's
+/// own left after hale recorded the cordon done, and that is no uncordon.
+#[test]
+fn the_state_before_the_last_change_shows_a_queued_action_done_once() {
+    let at = |o: policy::Observed, version: u64| policy::Observed {
+        version: Some(version),
+        ..o
+    };
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    let out = s
+        .fleet
+        .observe(&s.cfg, s.now, &[at(shown("g-0", Status::Ready), 5)]);
+    s.record(out);
+    s.at(0).report(&ids, &["g-0"], low);
+    s.at(30).report(&ids, &["g-0"], low);
+    assert!(
+        !s.fleet.pending().is_empty(),
+        "this replica's cordon queued"
+    );
+    s.policy_events();
+    let mut by_leader = at(shown("g-0", Status::Cordoned), 6);
+    by_leader.cordoned_by = Some((policy::Actor::Hale, "the leader's own words".into()));
+    let uncordoned = policy::Observed {
+        before: Some(Box::new(by_leader)),
+        ..at(shown("g-0", Status::Ready), 7)
+    };
+    s.at(60);
+    for _ in 0..2 {
+        let out = s
+            .fleet
+            .observe(&s.cfg, s.now, std::slice::from_ref(&uncordoned));
+        s.record(out);
+    }
+    assert_eq!(s.policy_events(), ["g-0 NODE_UNCORDONED operator"]);
+    assert!(s.fleet.pending().is_empty(), "{:?}", s.fleet.pending());
+    assert_eq!(s.node("g-0").status, Status::Ready);
+    s.at(90).report(&ids, &["g-0"], low);
+    assert_eq!(
+        s.policy_events(),
+        ["g-0 POLICY_HALTED cordon cordonSuppressionMinutes"]
+    );
+    // Once the window is over the policy cordons g-0 again: the same old state,
+    // shown again (the watch has brought nothing since), is not that cordon done.
+    s.at(90 + 31 * 60).report(&ids, &["g-0"], low);
+    let cordon_queued = |s: &Script| {
+        s.fleet
+            .pending()
+            .iter()
+            .any(|(id, p)| id == "g-0" && matches!(p.action, policy::Action::Cordon { .. }))
+    };
+    assert!(cordon_queued(&s), "{:?}", s.policy_events());
+    s.policy_events();
+    let out = s
+        .fleet
+        .observe(&s.cfg, s.now, std::slice::from_ref(&uncordoned));
+    s.record(out);
+    assert!(s.policy_events().is_empty());
+    assert!(cordon_queued(&s));
+
+    // The operator's cordon through hale, done at version 6 after the view at
+    // version 3; the watch brings the state it left (version 5, a status write in
+    // between): newer than the view taken, but it shows nothing queued done, and
+    // is no uncordon.
+    let out = s
+        .fleet
+        .observe(&s.cfg, s.now, &[at(shown("g-1", Status::Ready), 3)]);
+    s.record(out);
+    let out = s.fleet.cordon(s.now, "g-1", "bios").unwrap();
+    s.record(out);
+    let (_, cordon) = s.fleet.pending().into_iter().next().unwrap();
+    let out = s
+        .fleet
+        .action_done(&s.cfg, s.now, "g-1", &cordon, &policy::Done::default());
+    s.record(out);
+    s.policy_events();
+    let mut cordoned = at(shown("g-1", Status::Cordoned), 6);
+    cordoned.cordoned_by = Some((policy::Actor::Operator, "bios".into()));
+    let shown_late = policy::Observed {
+        before: Some(Box::new(at(shown("g-1", Status::Ready), 5))),
+        ..cordoned
+    };
+    let out = s.fleet.observe(&s.cfg, s.now, &[shown_late]);
+    s.record(out);
+    assert!(s.policy_events().is_empty());
+    assert_eq!(s.node("g-1").status, Status::Cordoned);
+    assert_eq!(s.node("g-1").policy.cordon.as_ref().unwrap().reason, "bios");
 }
 
 /// A node hale cordoned while the orchestrator showed it not ready (its controller
@@ -4386,6 +4480,8 @@ fn what_the_cluster_shows_done_is_not_done_again() {
         not_ready: false,
         released: false,
         orchestrator_health: None,
+        version: None,
+        before: None,
         cordoned_by: (status == Status::Cordoned).then(|| {
             (
                 policy::Actor::Hale,
@@ -4439,6 +4535,8 @@ fn an_uncordon_seen_in_the_cluster_withdraws_a_queued_eviction() {
         not_ready: false,
         released: false,
         orchestrator_health: None,
+        version: None,
+        before: None,
         cordoned_by: (status == Status::Cordoned).then(|| (by, reason.clone())),
         evicted: evicted.map(str::to_string),
         ..shown("gpu-14", status)
@@ -4467,6 +4565,8 @@ fn an_eviction_the_cluster_shows_done_is_not_done_again() {
         not_ready: false,
         released: false,
         orchestrator_health: None,
+        version: None,
+        before: None,
         evicted: Some(evicted.into()),
         ..shown("gpu-14", Status::Cordoned)
     };
@@ -4496,6 +4596,8 @@ fn each_family_of_queued_actions_is_judged_by_its_last_entry() {
         not_ready: false,
         released: false,
         orchestrator_health: None,
+        version: None,
+        before: None,
         cordoned_by: by.map(|(a, r)| (a, r.to_string())),
         gated: Some(gated),
         ..shown("g-0", status)
@@ -4645,6 +4747,8 @@ fn shown(id: &str, status: Status) -> policy::Observed {
         not_ready: false,
         released: false,
         orchestrator_health: None,
+        version: None,
+        before: None,
         uid: None,
         id: id.into(),
         hostname: None,
@@ -4828,6 +4932,8 @@ fn a_gate_the_orchestrator_lost_is_set_again() {
         not_ready: false,
         released: false,
         orchestrator_health: None,
+        version: None,
+        before: None,
         gated: Some(gated),
         ..shown("g-0", Status::Ready)
     };
