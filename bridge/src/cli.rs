@@ -970,6 +970,12 @@ fn out_of_service(n: &NodeView) -> bool {
     n.cordon.is_some()
 }
 
+/// Whether a node is out of service and drained, as a drain asks (not where the
+/// orchestrator refused the drain).
+fn drained(n: &NodeView) -> bool {
+    n.cordon.as_ref().is_some_and(|c| c.drained)
+}
+
 /// Whether a node is back in service, as an uncordon asks.
 fn in_service(n: &NodeView) -> bool {
     n.cordon.is_none() && n.status != Status::Cordoned
@@ -1106,27 +1112,28 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                 .operate(&id, "drain", &DrainRequest { active, reason })
                 .await?;
             let how = if active { "active" } else { "passive" };
-            // The cordon is what the verb answers for; the drain after it is
-            // waited for within the same --wait, and may go on past it (an
-            // active drain waits for its work to stop).
+            // The cordon, then the drain after it, within the same --wait: the
+            // drain may go on past it (an active drain waits for its work to
+            // stop), and a drain the orchestrator refused is said so.
             let started = tokio::time::Instant::now();
-            let cordon = match settled(&client, node, "cordon", wait, out_of_service).await? {
-                Settled::Done(n) if n.pending.iter().any(|p| p.action == "drain") => {
-                    let left = wait.saturating_sub(started.elapsed());
-                    match settled(&client, n, "drain", left, out_of_service).await? {
-                        Settled::Pending(n, _) => {
-                            let under_way =
-                                format!("{id} cordoned; the drain ({how}) is under way");
-                            report(json, &n, &under_way);
-                            return Ok(());
+            let (settled, action) =
+                match settled(&client, node, "cordon", wait, out_of_service).await? {
+                    Settled::Done(n) => {
+                        let left = wait.saturating_sub(started.elapsed());
+                        match settled(&client, n, "drain", left, drained).await? {
+                            Settled::Pending(n, _) => {
+                                let under_way =
+                                    format!("{id} cordoned; the drain ({how}) is under way");
+                                report(json, &n, &under_way);
+                                return Ok(());
+                            }
+                            other => (other, "drain"),
                         }
-                        Settled::Done(n) | Settled::Refused(n) => Settled::Done(n),
                     }
-                }
-                other => other,
-            };
+                    other => (other, "cordon"),
+                };
             let done = format!("{id} drained ({how})");
-            conclude(&client, json, cordon, "cordon", wait, &done).await?;
+            conclude(&client, json, settled, action, wait, &done).await?;
         }
         NodeVerb::Drain {
             id: None,
@@ -1434,7 +1441,7 @@ pub fn node_detail(n: &NodeView) -> String {
     );
     let _ = writeln!(o, "Status:    {:?}", n.status);
     if let Some(c) = &n.cordon {
-        let drained = if c.drained { ", drained" } else { "" };
+        let drained = hale::view::drain_note(c);
         let reason = match c.reason.trim() {
             "" => String::new(),
             reason => format!(": {reason}"),

@@ -663,6 +663,15 @@ pub struct ErrorBody {
     pub detail: String,
 }
 
+/// How a cordon's drain reads beside it: `, drained`, `, drain refused`, or nothing.
+pub fn drain_note(c: &Cordon) -> &'static str {
+    match (c.drained, c.drain_refused) {
+        (true, _) => ", drained",
+        (false, true) => ", drain refused",
+        (false, false) => "",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::holds;

@@ -393,6 +393,35 @@ async fn fuzzball_inventory_cordons_drains_and_operators_through_the_cli() {
     assert_eq!(r["refused"], json!(["c4"]), "{r}");
     assert_eq!(r["nodes"], json!(["c3"]), "{r}");
     assert_eq!(r["drained"], 1, "{r}");
+
+    // An active drain Fuzzball refuses on a node it holds cordoned: said as
+    // refused, and fails; the node reads cordoned, its drain refused.
+    fake.set(json!({"refuse": ["fz-3", "fz-4"]})).await;
+    let out = hale.cli(&["node", "drain", "c3", "--active", "--reason", "rack work"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!out.status.success(), "{stdout}");
+    assert!(stdout.starts_with("c3: drain refused"), "{stdout}");
+    assert!(
+        stderr.contains("the orchestrator refused the drain of c3")
+            && stderr.contains("cannot be drained"),
+        "{stderr}"
+    );
+    let c3 = hale.node("c3").await.unwrap();
+    assert_eq!(
+        (
+            &c3["status"],
+            &c3["cordon"]["drained"],
+            &c3["cordon"]["drainRefused"]
+        ),
+        (&json!("Cordoned"), &json!(false), &json!(true)),
+        "{c3}"
+    );
+    let shown = hale.cli(&["node", "show", "c3"]);
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains(", drain refused: "), "{shown}");
     assert!(!fake.log().contains("off spec"), "{}", fake.log());
 }
 

@@ -516,7 +516,7 @@ pub fn node(p: &NodePage<'_>) -> String {
                 "by {} at {}{}: {}",
                 serde_plain(&c.by),
                 when(Some(c.at)),
-                if c.drained { ", drained" } else { "" },
+                crate::view::drain_note(c),
                 esc(&c.reason)
             ),
         );

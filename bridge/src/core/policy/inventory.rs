@@ -233,6 +233,7 @@ impl Fleet {
                     reason: reason.clone(),
                     at: now,
                     drained: false,
+                    drain_refused: false,
                 });
                 out.events.push(event(
                     &o.id,

@@ -521,9 +521,9 @@ impl Policy<'_, '_> {
             self.record_cordon(node, Actor::Hale, &reason);
         }
         let cordon = node.policy.cordon.as_mut().expect("cordoned above");
-        if verdict >= Verdict::Drain && !cordon.drained {
+        if verdict >= Verdict::Drain && !cordon.drained && !cordon.drain_refused {
             // Automated drains are passive: running work is left to finish.
-            cordon.drained = true;
+            cordon.drain();
             let reason = format!("score below drainBelow {}", settings.drain_below);
             node.policy.push(Action::Drain {
                 active: false,
@@ -658,7 +658,7 @@ impl Policy<'_, '_> {
                 let reason = format!("fault eviction: {class}");
                 take_out(node, Actor::Hale, &reason, self.now);
                 if let Some(cordon) = node.policy.cordon.as_mut() {
-                    cordon.drained = true;
+                    cordon.drain();
                 }
                 self.record_cordon(node, Actor::Hale, &reason);
             }
@@ -848,6 +848,7 @@ fn take_out(node: &mut Node, by: Actor, reason: &str, now: Time) {
         reason: reason.into(),
         at: now,
         drained: false,
+        drain_refused: false,
     });
     node.policy.push(Action::Cordon {
         by,

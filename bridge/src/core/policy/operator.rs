@@ -114,7 +114,7 @@ impl Fleet {
             out.events.push(cordoned_by_operator(id, now, reason));
         }
         let cordon = node.policy.cordon.as_mut().expect("taken out above");
-        cordon.drained = true;
+        cordon.drain();
         node.policy.push(Action::Drain {
             active,
             reason: reason.into(),

@@ -509,6 +509,10 @@ impl Fleet {
             if action == (Action::Gate { on: true }) {
                 node.policy.gate_refused = true;
             }
+            if let (Action::Drain { .. }, Some(c)) = (&action, node.policy.cordon.as_mut()) {
+                c.drained = false;
+                c.drain_refused = true;
+            }
             // Its event was recorded when it was queued (a drain, an eviction): the
             // refusal is said next to it, as a halt, with why. Not asked again.
             let what = match &action {

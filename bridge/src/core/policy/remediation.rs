@@ -1042,7 +1042,7 @@ impl Fleet {
         flow.since = now;
         let reason = format!("{CORDON_REASON}{}", flow.reason);
         if let Some(c) = node.policy.cordon.as_mut() {
-            c.drained = true;
+            c.drain();
         }
         node.policy.push(Action::Drain {
             active: true,

@@ -171,6 +171,19 @@ pub struct Cordon {
     /// A drain followed the cordon (passive unless an operator asked otherwise).
     #[serde(default)]
     pub drained: bool,
+    /// The orchestrator refused the drain that followed: the node is cordoned, not
+    /// drained, and the policy does not ask again while this cordon lasts (an
+    /// operator's drain does).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drain_refused: bool,
+}
+
+impl Cordon {
+    /// A drain follows the cordon, asked afresh.
+    pub fn drain(&mut self) {
+        self.drained = true;
+        self.drain_refused = false;
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

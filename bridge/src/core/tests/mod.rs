@@ -4391,7 +4391,8 @@ fn an_operators_uncordon_puts_a_refusal_behind_it() {
 }
 
 /// A drain the orchestrator refused for good was recorded when it was queued: the
-/// refusal is recorded beside it, with why, and it is not asked again.
+/// refusal is recorded beside it, with why, the node reads cordoned and not
+/// drained, and the policy does not ask again — an operator does.
 #[test]
 fn a_refused_drain_is_said_in_the_history() {
     let mut s = pool_script("drain");
@@ -4433,6 +4434,19 @@ fn a_refused_drain_is_said_in_the_history() {
             .iter()
             .any(|(_, p)| matches!(p.action, policy::Action::Drain { .. })),
         "not asked again"
+    );
+    let cordon = s.node("g-0").policy.cordon.clone().expect("still cordoned");
+    assert!(!cordon.drained && cordon.drain_refused, "{cordon:?}");
+    let out = s.fleet.drain(s.now, "g-0", false, "ops").unwrap();
+    s.record(out);
+    let cordon = s.node("g-0").policy.cordon.clone().expect("still cordoned");
+    assert!(cordon.drained && !cordon.drain_refused, "{cordon:?}");
+    assert!(
+        s.fleet
+            .pending()
+            .iter()
+            .any(|(_, p)| matches!(p.action, policy::Action::Drain { .. })),
+        "the operator's drain queued"
     );
 }
 

@@ -1258,6 +1258,7 @@ fn a_cordon_left_by_an_unknown_flow_is_left_for_an_operator() {
         reason: "hale reboot: WorkerUptimeTooHigh".into(),
         at: t0(),
         drained: true,
+        drain_refused: false,
     });
     s.at(5)
         .poll(&[watchdog(), beat("n1"), uptime("n1", "P3")])
