@@ -116,11 +116,12 @@ async fn the_kubernetes_adapter_uses_exactly_what_the_chart_grants() {
     );
 }
 
-/// The inventory shows the state a node left with its last change of service
-/// state, as the watch brought it: a replica whose poll comes only after its
-/// leader's cordon and the operator's uncordon behind it learns of both, in order,
-/// and does not keep its own cordon of the node queued (to send once it leads).
-/// A change of anything else leaves that state as it is; a node deleted takes it.
+/// The inventory shows the cordon a node left when uncordoned outside hale, as the
+/// watch brought it: a replica whose poll comes only after its leader's cordon
+/// and the operator's `kubectl uncordon` learns of both, in order, and does not
+/// keep its own cordon of the node queued (to send once it leads). A change of
+/// anything else, or hale's own uncordon, leaves it as it is; a node deleted
+/// takes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_inventory_shows_the_cordon_a_quick_uncordon_undid() {
     use hale::kubernetes::{CORDON_REASON, CORDONED_BY};
@@ -186,6 +187,22 @@ async fn the_inventory_shows_the_cordon_a_quick_uncordon_undid() {
     fake.kubectl("q-0", json!({"metadata": {"labels": {"rack": "r7"}}}));
     let now = caught_up("q-0").await;
     assert_eq!(now.labels.get("rack").map(String::as_str), Some("r7"));
+    assert_eq!(now.before.map(|b| b.version), Some(Some(cordoned)));
+
+    // Cordoned again and uncordoned as hale uncordons, its record taken off in the
+    // same write: hale's own, no cordon undone outside it.
+    fake.kubectl(
+        "q-0",
+        json!({"metadata": {"annotations": {CORDONED_BY: "operator", CORDON_REASON: "bios"}},
+            "spec": {"unschedulable": true}}),
+    );
+    fake.kubectl(
+        "q-0",
+        json!({"metadata": {"annotations": {CORDONED_BY: null, CORDON_REASON: null}},
+            "spec": {"unschedulable": null}}),
+    );
+    let now = caught_up("q-0").await;
+    assert_eq!(now.status, hale::core::Status::Ready);
     assert_eq!(now.before.map(|b| b.version), Some(Some(cordoned)));
 
     // Deleted and made again: the new node has no state before.

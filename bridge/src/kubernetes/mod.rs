@@ -15,7 +15,7 @@ mod config;
 mod lease;
 mod pods;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -98,9 +98,9 @@ pub struct Kubernetes {
     election: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Woken by every change the watch brings.
     changed: Arc<tokio::sync::Notify>,
-    /// Each node's state before its last change of service state, as the watch
-    /// brought it: a poll's inventory may come only after a cordon and the uncordon
-    /// behind it, and it shows both.
+    /// The cordon each node left when last uncordoned outside hale, as the watch
+    /// brought it: a poll's inventory may come only after the cordon and the
+    /// uncordon behind it, and it shows both.
     before: Arc<Mutex<HashMap<String, Observed>>>,
 }
 
@@ -328,18 +328,16 @@ impl Kubernetes {
 
     /// A node as the policy sees it; on a cordoned one, the pods a replacement
     /// waits for.
-    async fn observe(&self, node: Node) -> crate::orchestrator::Result<Observed> {
+    async fn observe(
+        &self,
+        node: Node,
+        before: Option<Observed>,
+    ) -> crate::orchestrator::Result<Observed> {
         let mut o = observed(&node);
         if o.status == Status::Cordoned {
             o.allocations = Some(self.occupancy(&o.id).await?);
         }
-        o.before = self
-            .before
-            .lock()
-            .expect("before lock")
-            .get(&o.id)
-            .cloned()
-            .map(Box::new);
+        o.before = before.map(Box::new);
         Ok(o)
     }
 
@@ -386,9 +384,11 @@ fn readable_version(node: &Node) -> Option<u64> {
     node.metadata.resource_version.as_deref()?.parse().ok()
 }
 
-/// Keep the state a node leaves when the watch brings a change of its service state
-/// (a cordon made or undone, by whoever), for the inventory to show before the
-/// state it is in; a node deleted takes its record along.
+/// Keep the cordon a node leaves when the watch brings its uncordon outside hale,
+/// for the inventory to show before the state it is in. Outside hale: hale's own
+/// uncordon takes its record of who and why off the node in the same write, where
+/// `kubectl uncordon` leaves it. A node deleted, or a new machine under its name,
+/// takes the record along.
 fn note_change(
     store: &Store<Node>,
     before: &Mutex<HashMap<String, Observed>>,
@@ -399,10 +399,22 @@ fn note_change(
             let Some(old) = store.get(&ObjectRef::from_obj(node)) else {
                 return;
             };
-            let (was, is) = (observed(&old), observed(node));
-            let service = |o: &Observed| (o.status == Status::Cordoned, o.cordoned_by.clone());
-            if service(&was) != service(&is) {
-                before.lock().expect("before lock").insert(is.id, was);
+            let name = node.metadata.name.clone().unwrap_or_default();
+            if old.metadata.uid != node.metadata.uid {
+                before.lock().expect("before lock").remove(&name);
+                return;
+            }
+            let cordoned = |n: &Node| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
+            let recorded = node
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(CORDONED_BY));
+            if cordoned(&old) && !cordoned(node) && recorded {
+                before
+                    .lock()
+                    .expect("before lock")
+                    .insert(name, observed(&old));
             }
         }
         watcher::Event::Delete(node) => {
@@ -613,7 +625,19 @@ impl Orchestrator for Kubernetes {
         Box::pin(async move {
             // A node on its way out (deleted, or its owner deleted by hale) is no
             // longer in the fleet hale schedules for.
-            let staying = self.current().into_iter().filter(|n| {
+            let nodes = self.current();
+            // Read with the nodes, so each is no newer than the node it goes with;
+            // a node deleted while the watch was away (no deletion seen) drops its.
+            let before = {
+                let names: HashSet<&str> = nodes
+                    .iter()
+                    .filter_map(|n| n.metadata.name.as_deref())
+                    .collect();
+                let mut kept = self.before.lock().expect("before lock");
+                kept.retain(|name, _| names.contains(name.as_str()));
+                kept.clone()
+            };
+            let staying = nodes.into_iter().filter(|n| {
                 n.metadata.deletion_timestamp.is_none()
                     && !n
                         .metadata
@@ -621,10 +645,18 @@ impl Orchestrator for Kubernetes {
                         .as_ref()
                         .is_some_and(|a| a.contains_key(pods::REPLACED_AT))
             });
-            let counted = futures::stream::iter(staying.map(|n| self.observe(n)))
-                .buffer_unordered(CONCURRENCY)
-                .collect::<Vec<_>>()
-                .await;
+            let counted = futures::stream::iter(staying.map(|n| {
+                let left = n
+                    .metadata
+                    .name
+                    .as_ref()
+                    .and_then(|k| before.get(k))
+                    .cloned();
+                self.observe(n, left)
+            }))
+            .buffer_unordered(CONCURRENCY)
+            .collect::<Vec<_>>()
+            .await;
             Ok(Some(counted.into_iter().collect::<Result<Vec<_>, _>>()?))
         })
     }

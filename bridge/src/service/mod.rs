@@ -866,7 +866,6 @@ impl Hale {
                     loaded.trust.take_up();
                     // The configuration's inventory is this process's, not the store's.
                     loaded.listed = std::mem::take(&mut fleet.listed);
-                    loaded.versions = std::mem::take(&mut fleet.versions);
                     *fleet = loaded;
                     if writer.pending.take().is_some() {
                         warn!(
@@ -949,7 +948,6 @@ impl Hale {
                     return seen;
                 }
                 loaded.listed = std::mem::take(&mut fleet.listed);
-                loaded.versions = std::mem::take(&mut fleet.versions);
                 *fleet = loaded;
                 drop(fleet);
                 self.store_ok.store(true, Ordering::Relaxed);

@@ -49,14 +49,12 @@ pub struct Observed {
     /// The orchestrator's version of this view (a Kubernetes resourceVersion),
     /// where it keeps one: what tells a state hale has not read from one it has.
     pub version: Option<u64>,
-    /// The state the node was in before its last change of service state, where
-    /// the orchestrator saw one hale may not have read (a watch brings every
-    /// change; an inventory only the last): taken first, where it is newer than the
-    /// last view taken and shows done an action queued here. A follower that read
-    /// only the last of a cordon by its leader and an uncordon by the operator kept
-    /// its own cordon queued, and sent it once it led. Nothing else is taken from
-    /// it: the state before hale's own cordon, which hale has recorded done, is no
-    /// uncordon.
+    /// The cordon a node left when it was uncordoned outside hale, where the
+    /// orchestrator saw that hale may not have read it (a watch brings every
+    /// change; an inventory only the last): taken first where this record missed
+    /// it (see `takes_before`). A follower that read only the last of its leader's
+    /// cordon and the operator's uncordon kept its own cordon queued, and sent it
+    /// once it led — or, never having seen the cordon, decided it anew.
     pub before: Option<Box<Observed>>,
 }
 
@@ -118,19 +116,12 @@ impl Fleet {
             self.retire(&mut out, now, &id, "it is no longer in the cluster".into());
         }
         for o in observed {
-            let newer = |b: &&Observed| {
-                b.version
-                    .zip(self.versions.get(&o.id))
-                    .is_none_or(|(was, taken)| was > *taken)
-            };
-            let shows_done = |b: &&Observed| {
-                self.nodes.get(&o.id).is_some_and(|n| {
-                    let mut pending = n.policy.pending.clone();
-                    confirm_done(&mut pending, b);
-                    pending.len() < n.policy.pending.len()
-                })
-            };
-            if let Some(before) = o.before.as_deref().filter(newer).filter(shows_done) {
+            let taken = self.versions.get(&o.id).copied();
+            if let Some(before) = o
+                .before
+                .as_deref()
+                .filter(|b| takes_before(self.nodes.get(&o.id).map(|n| &**n), taken, o, b))
+            {
                 self.take(&mut out, now, before);
             }
             self.take(&mut out, now, o);
@@ -329,6 +320,38 @@ impl Fleet {
             },
             format!("decommissioned: {why}"),
         ));
+    }
+}
+
+/// Whether `b`, the state `o` left with its last change, is taken before `o`: an
+/// uncordon made outside hale (see [`Observed::before`]) after a cordon this record
+/// has not read — one it queued itself (a follower's, its leader's done) or never
+/// saw at all. Only a state newer than the last view taken and older than `o`, of
+/// the same machine, is; and never one that would stand for anything else queued
+/// (an uncordon the operator asked of hale is sent, not taken for done).
+fn takes_before(node: Option<&Node>, taken: Option<u64>, o: &Observed, b: &Observed) -> bool {
+    let unread = matches!(
+        (taken, b.version, o.version),
+        (Some(taken), Some(was), Some(is)) if taken < was && was < is
+    );
+    let Some(node) = node.filter(|_| {
+        unread && b.status == Status::Cordoned && o.status != Status::Cordoned && b.uid == o.uid
+    }) else {
+        return false;
+    };
+    let pending = &node.policy.pending;
+    let last = pending
+        .iter()
+        .rev()
+        .find(|p| matches!(p.action, Action::Cordon { .. } | Action::Uncordon));
+    match last {
+        Some(p) if matches!(p.action, Action::Cordon { .. }) => {
+            let mut left = pending.clone();
+            confirm_done(&mut left, b);
+            left.len() < pending.len()
+        }
+        Some(_) => false,
+        None => node.policy.cordon.is_none(),
     }
 }
 

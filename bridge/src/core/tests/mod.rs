@@ -4204,13 +4204,15 @@ fn a_cordon_shown_done_by_hale_for_another_reason_is_done() {
     );
 }
 
-/// The same where the follower's inventory came only after both changes: the state
-/// before the uncordon, newer than the last view taken and showing the queued
-/// cordon done, is taken first — once, however often it is shown again. One that
-/// shows nothing queued done is not: the watch brings the state a cordon of hale's
-/// own left after hale recorded the cordon done, and that is no uncordon.
+/// The same where the follower's inventory came only after both changes: the cordon
+/// the operator's uncordon undid, newer than the last view taken and showing the
+/// queued cordon done, is taken first — once, however often it is shown again. A
+/// follower that never saw the cordon, with nothing queued, records both as its
+/// leader did. Not taken: a cordon of another machine under the name, and what is
+/// not a cordon undone (the state hale's own cordon left, brought by the watch
+/// after hale recorded the cordon done).
 #[test]
-fn the_state_before_the_last_change_shows_a_queued_action_done_once() {
+fn the_cordon_an_uncordon_undid_is_taken_once_where_it_was_missed() {
     let at = |o: policy::Observed, version: u64| policy::Observed {
         version: Some(version),
         ..o
@@ -4267,33 +4269,95 @@ fn the_state_before_the_last_change_shows_a_queued_action_done_once() {
     assert!(s.policy_events().is_empty());
     assert!(cordon_queued(&s));
 
-    // The operator's cordon through hale, done at version 6 after the view at
-    // version 3; the watch brings the state it left (version 5, a status write in
-    // between): newer than the view taken, but it shows nothing queued done, and
-    // is no uncordon.
+    // Never seen cordoned, nothing queued: the cordon and the operator's uncordon
+    // both recorded, as the leader recorded them, and the window holds.
     let out = s
         .fleet
         .observe(&s.cfg, s.now, &[at(shown("g-1", Status::Ready), 3)]);
     s.record(out);
-    let out = s.fleet.cordon(s.now, "g-1", "bios").unwrap();
+    s.policy_events();
+    let mut by_leader = at(shown("g-1", Status::Cordoned), 4);
+    by_leader.cordoned_by = Some((policy::Actor::Hale, "score below cordonBelow 60".into()));
+    let missed = policy::Observed {
+        before: Some(Box::new(by_leader)),
+        ..at(shown("g-1", Status::Ready), 5)
+    };
+    let out = s.fleet.observe(&s.cfg, s.now, &[missed]);
     s.record(out);
-    let (_, cordon) = s.fleet.pending().into_iter().next().unwrap();
+    assert_eq!(
+        s.policy_events(),
+        ["g-1 NODE_CORDONED hale", "g-1 NODE_UNCORDONED operator"]
+    );
+    s.at(90 + 32 * 60).report(&ids, &["g-1"], low);
+    assert!(
+        s.policy_events()
+            .contains(&"g-1 POLICY_HALTED cordon cordonSuppressionMinutes".to_string())
+    );
+
+    // A new machine under the name since: the old one's cordon is not its.
     let out = s
         .fleet
-        .action_done(&s.cfg, s.now, "g-1", &cordon, &policy::Done::default());
+        .observe(&s.cfg, s.now, &[at(shown("g-2", Status::Ready), 3)]);
     s.record(out);
     s.policy_events();
-    let mut cordoned = at(shown("g-1", Status::Cordoned), 6);
+    let mut old_machine = at(shown("g-2", Status::Cordoned), 4);
+    old_machine.uid = Some("old".into());
+    old_machine.cordoned_by = Some((policy::Actor::Hale, "score below cordonBelow 60".into()));
+    let renewed = policy::Observed {
+        uid: Some("new".into()),
+        before: Some(Box::new(old_machine)),
+        ..at(shown("g-2", Status::Ready), 5)
+    };
+    let out = s.fleet.observe(&s.cfg, s.now, &[renewed]);
+    s.record(out);
+    assert!(s.policy_events().is_empty());
+    // Nor a cordon newer than the view it comes with (the watch moved on while
+    // the inventory was read): the next inventory shows it with its own state.
+    let out = s
+        .fleet
+        .observe(&s.cfg, s.now, &[at(shown("g-4", Status::Ready), 3)]);
+    s.record(out);
+    let mut ahead = at(shown("g-4", Status::Cordoned), 6);
+    ahead.cordoned_by = Some((policy::Actor::Hale, "score below cordonBelow 60".into()));
+    let behind = policy::Observed {
+        before: Some(Box::new(ahead)),
+        ..at(shown("g-4", Status::Ready), 5)
+    };
+    let out = s.fleet.observe(&s.cfg, s.now, &[behind]);
+    s.record(out);
+    assert!(s.policy_events().is_empty());
+
+    // The operator's cordon through hale, done at version 6 after the view at
+    // version 3; the watch brings the state it left (version 5, a status write in
+    // between): newer than the view taken, but no cordon undone.
+    let out = s
+        .fleet
+        .observe(&s.cfg, s.now, &[at(shown("g-3", Status::Ready), 3)]);
+    s.record(out);
+    let out = s.fleet.cordon(s.now, "g-3", "bios").unwrap();
+    s.record(out);
+    let (_, cordon) = s
+        .fleet
+        .pending()
+        .into_iter()
+        .find(|(id, _)| id == "g-3")
+        .unwrap();
+    let out = s
+        .fleet
+        .action_done(&s.cfg, s.now, "g-3", &cordon, &policy::Done::default());
+    s.record(out);
+    s.policy_events();
+    let mut cordoned = at(shown("g-3", Status::Cordoned), 6);
     cordoned.cordoned_by = Some((policy::Actor::Operator, "bios".into()));
     let shown_late = policy::Observed {
-        before: Some(Box::new(at(shown("g-1", Status::Ready), 5))),
+        before: Some(Box::new(at(shown("g-3", Status::Ready), 5))),
         ..cordoned
     };
     let out = s.fleet.observe(&s.cfg, s.now, &[shown_late]);
     s.record(out);
     assert!(s.policy_events().is_empty());
-    assert_eq!(s.node("g-1").status, Status::Cordoned);
-    assert_eq!(s.node("g-1").policy.cordon.as_ref().unwrap().reason, "bios");
+    assert_eq!(s.node("g-3").status, Status::Cordoned);
+    assert_eq!(s.node("g-3").policy.cordon.as_ref().unwrap().reason, "bios");
 }
 
 /// A node hale cordoned while the orchestrator showed it not ready (its controller
