@@ -2,7 +2,7 @@
 //! running hale over its HTTP API (`--server` / `HALE_SERVER`).
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -296,8 +296,9 @@ pub enum Collect {
         #[arg(long, default_value = "10s", value_parser = duration)]
         timeout: Duration,
         /// Run every INTERVAL instead of once (for a container or a service
-        /// without a timer).
-        #[arg(long, value_parser = duration)]
+        /// without a timer): at least 1s, and under 5m (a textfile older than
+        /// that fails the collector).
+        #[arg(long, value_parser = collect_interval)]
         interval: Option<Duration>,
     },
 }
@@ -351,6 +352,17 @@ fn duration(text: &str) -> Result<Duration, String> {
             Ok(d)
         }
     })
+}
+
+/// How often `collect` runs its tool: not back to back.
+fn collect_interval(text: &str) -> Result<Duration, String> {
+    let every = duration(text)?;
+    if every < Duration::from_secs(1) {
+        return Err(
+            "must be at least 1s: nvidia-smi run back to back only loads the driver".into(),
+        );
+    }
+    Ok(every)
 }
 
 #[derive(Subcommand, Debug)]
@@ -1724,6 +1736,20 @@ pub async fn run_collect(what: Collect) -> anyhow::Result<()> {
         timeout,
         interval,
     } = what;
+    if let Some(every) = interval.filter(|i| *i >= gpu::STALE_AFTER) {
+        eprintln!(
+            "hale collect gpu: --interval {every:?} is not under {:?}: the rules take a textfile that old for a collector that stopped (GpuCollectorFailed), between every two runs",
+            gpu::STALE_AFTER
+        );
+    }
+    let missing = if nvidia_smi == Path::new("nvidia-smi") {
+        "nvidia-smi is on no PATH directory: no NVIDIA driver here, GPU health unavailable (give --nvidia-smi its path if it is installed elsewhere)".to_string()
+    } else {
+        format!(
+            "--nvidia-smi {} is on no PATH directory: GPU health unavailable (give it as a path if it is installed elsewhere)",
+            nvidia_smi.display()
+        )
+    };
     let mut tool = Tool::new(nvidia_smi, gpu::NVIDIA_SMI_ARGS, timeout);
     if let Some(marker) = output.marker("nvidia-smi") {
         tool = tool.remembering_in(marker);
@@ -1733,16 +1759,34 @@ pub async fn run_collect(what: Collect) -> anyhow::Result<()> {
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         every
     });
+    // Stopped, it kills the nvidia-smi it runs (its own process group) rather
+    // than leave it behind; a service stopped between runs ends cleanly.
+    use tokio::signal::unix::{SignalKind, signal};
+    let (mut term, mut int) = (
+        signal(SignalKind::terminate())?,
+        signal(SignalKind::interrupt())?,
+    );
     let mut first = true;
     loop {
-        if let Some(every) = every.as_mut() {
-            every.tick().await;
-        }
-        let collected = gpu::Collected::from_run(tool.run().await);
+        let run = async {
+            if let Some(every) = every.as_mut() {
+                every.tick().await;
+            }
+            tool.run().await
+        };
+        let stopped = tokio::select! {
+            run = run => Ok(run),
+            _ = term.recv() => Err("SIGTERM"),
+            _ = int.recv() => Err("SIGINT"),
+        };
+        let run = match stopped {
+            Ok(run) => run,
+            Err(_) if interval.is_some() => return Ok(()),
+            Err(signal) => bail!("stopped by {signal} before nvidia-smi answered: nothing written"),
+        };
+        let collected = gpu::Collected::from_run(run);
         if matches!(collected, gpu::Collected::NoDriver) && std::mem::take(&mut first) {
-            eprintln!(
-                "hale collect gpu: nvidia-smi is on no PATH directory: no NVIDIA driver here, GPU health unavailable (give --nvidia-smi its path if it is installed elsewhere)"
-            );
+            eprintln!("hale collect gpu: {missing}");
         }
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -1840,6 +1884,23 @@ mod tests {
             assert!(e.to_string().contains("no node has the id"), "{e}");
         }
         assert!(Cli::try_parse_from(["hale", "node", "show", "rack1/n:3"]).is_ok());
+    }
+
+    /// `collect --interval` runs nvidia-smi at most once a second.
+    #[test]
+    fn a_collect_interval_under_a_second_is_refused() {
+        for text in ["1ms", "999ms"] {
+            let e = Cli::try_parse_from(["hale", "collect", "gpu", "-o", "-", "--interval", text])
+                .expect_err(text);
+            assert!(e.to_string().contains("must be at least 1s"), "{e}");
+        }
+        for text in ["1s", "30s", "10m"] {
+            assert!(
+                Cli::try_parse_from(["hale", "collect", "gpu", "-o", "-", "--interval", text])
+                    .is_ok(),
+                "{text}"
+            );
+        }
     }
 
     /// A node no alert named is not said to have had alerts, when it has only

@@ -197,14 +197,32 @@ fn the_collector_writes_valid_metrics_for_every_state_of_a_gpu() {
         promtool_check_metrics(&text);
     }
 
-    // No nvidia-smi on PATH: no driver, nothing to verdict on.
+    // No nvidia-smi on PATH: no driver, nothing to verdict on. A name of the
+    // operator's own on no PATH directory is said as that name.
+    let nothing = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hale"))
+        .args(["collect", "gpu", "-o", "-"])
+        .env("PATH", nothing.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("nvidia-smi is on no PATH directory: no NVIDIA driver here"),
+        "{stderr}"
+    );
+    assert!(!text.contains("hale_gpu_collector_success"), "{text}");
+    promtool_check_metrics(&text);
     let out = collect_once(Path::new("hale-no-such-nvidia-smi"));
     let text = String::from_utf8(out.stdout).unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("no NVIDIA driver here"), "{stderr}");
+    assert!(
+        stderr.contains("--nvidia-smi hale-no-such-nvidia-smi is on no PATH directory"),
+        "{stderr}"
+    );
     assert!(!text.contains("hale_gpu_collector_success"), "{text}");
-    promtool_check_metrics(&text);
     // A path given that is not there is the operator's mistake, said as one.
     let out = collect_once(&dir.path().join("no-such-nvidia-smi"));
     let text = String::from_utf8(out.stdout).unwrap();

@@ -8,9 +8,11 @@
 //!
 //! `hale_gpu_collector_success` says whether nvidia-smi answered with a report
 //! for every GPU; 0 carries an `error` label: `timeout`, `failed` (it could not
-//! run or exited with an error), `unreadable` (its output is not the report) or
-//! `gpu_error` (it answered, but could not read a GPU: one that fell off the bus
-//! turns its fields into "Unknown Error"). Without nvidia-smi (no driver, so no
+//! run or exited with an error), `no_devices` (the driver sees no GPU),
+//! `unreadable` (its output is not the report) or `gpu_error` (it answered, but
+//! could not read a GPU: one that fell off the bus turns its fields into
+//! "Unknown Error"; a field it lacks the permission for, "Insufficient
+//! Permissions"). Without nvidia-smi (no driver, so no
 //! NVIDIA GPU to read) the file holds no success series: GPU health is then
 //! unavailable, not failed.
 
@@ -36,6 +38,10 @@ const CLOCK_EVENT_REASONS: &[(&str, u32)] = &[
     ("hw_power_brake_slowdown", 0x80),
     ("display_clocks_setting", 0x100),
 ];
+
+/// How old a textfile the rules take for a collector that stopped
+/// (`alerts/collectors.yml`).
+pub const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// What nvidia-smi prints in place of a value it could not read from a GPU.
 const UNREADABLE: &[&str] = &["Unknown Error", "GPU is lost", "GPU requires reset"];
@@ -70,6 +76,9 @@ pub struct Gpu {
     /// What the driver says the GPU needs to recover ("None" when nothing),
     /// drivers 550 and later.
     pub recovery_action: Option<String>,
+    /// Fields this reads that held neither a reading nor "N/A" (`ERR!`,
+    /// "Insufficient Permissions"): the GPU's health is not read whole.
+    pub odd: Vec<String>,
 }
 
 #[derive(Debug, Default, PartialEq)]
@@ -78,12 +87,13 @@ pub struct Ecc {
     pub uncorrectable: Option<u64>,
 }
 
+/// Each field on its own: one nvidia-smi could not read takes no other with it.
 #[derive(Debug, Default, PartialEq)]
 pub struct RemappedRows {
-    pub correctable: u64,
-    pub uncorrectable: u64,
-    pub pending: bool,
-    pub failure: bool,
+    pub correctable: Option<u64>,
+    pub uncorrectable: Option<u64>,
+    pub pending: Option<bool>,
+    pub failure: Option<bool>,
 }
 
 #[derive(Debug, Default, PartialEq)]
@@ -129,6 +139,9 @@ pub fn parse(xml: &str) -> Result<Report, String> {
             None if gpu.uuid.is_empty() => report
                 .unreadable
                 .push(format!("GPU {index} ({id}): no UUID")),
+            None if !gpu.odd.is_empty() => report
+                .unreadable
+                .push(format!("GPU {index} ({id}): {}", gpu.odd.join(", "))),
             None => {}
         }
         report.gpus.push(gpu);
@@ -147,71 +160,148 @@ fn read_gpu(index: usize, node: roxmltree::Node) -> Gpu {
     let pci_bus_id = text(node, &["pci", "pci_bus_id"])
         .or_else(|| node.attribute("id").map(str::to_string))
         .unwrap_or_default();
+    let mut odd = Vec::new();
+    let ecc_errors = child(node, "ecc_errors");
     Gpu {
         index,
         uuid: text(node, &["uuid"]).unwrap_or_default(),
         pci_bus_id,
         minor: number(node, &["minor_number"]),
         model: text(node, &["product_name"]).unwrap_or_default(),
-        ecc_volatile: ecc(child(node, "ecc_errors").and_then(|e| child(e, "volatile"))),
-        ecc_aggregate: ecc(child(node, "ecc_errors").and_then(|e| child(e, "aggregate"))),
-        remapped_rows: remapped_rows(node),
-        retired_pages: retired_pages(node),
+        ecc_volatile: ecc(ecc_errors.and_then(|e| child(e, "volatile")), &mut odd),
+        ecc_aggregate: ecc(ecc_errors.and_then(|e| child(e, "aggregate")), &mut odd),
+        remapped_rows: remapped_rows(node, &mut odd),
+        retired_pages: retired_pages(node, &mut odd),
         clock_event_reasons: clock_event_reasons(node),
         pcie_replays: number(node, &["pci", "replay_counter"]),
         recovery_action: text(node, &["gpu_recovery_action"]).filter(|a| a != "N/A"),
+        odd,
     }
+}
+
+/// What a field this reads holds.
+enum Field<T> {
+    /// A reading.
+    Read(T),
+    /// None: absent, empty or "N/A" (the GPU does not report it).
+    NotReported,
+    /// Neither: what nvidia-smi prints where it could not read the field
+    /// ("Unknown Error", said by `unreadable_field`) or any other text (`ERR!`,
+    /// "Insufficient Permissions", a count past 64 bits), noted in `odd`.
+    Odd,
+}
+
+impl<T> Field<T> {
+    fn read(self) -> Option<T> {
+        match self {
+            Field::Read(v) => Some(v),
+            Field::NotReported | Field::Odd => None,
+        }
+    }
+}
+
+/// The field `node` read with `parse`, any odd text noted in `odd`.
+fn field<T>(
+    node: Option<roxmltree::Node>,
+    odd: &mut Vec<String>,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Field<T> {
+    let Some(node) = node else {
+        return Field::NotReported;
+    };
+    let text = node.text().unwrap_or_default().trim();
+    if text.is_empty() || text == "N/A" {
+        return Field::NotReported;
+    }
+    if let Some(v) = parse(text) {
+        return Field::Read(v);
+    }
+    if !unreadable(text) {
+        odd.push(format!("{} is \"{text}\"", node.tag_name().name()));
+    }
+    Field::Odd
+}
+
+fn count_field(node: Option<roxmltree::Node>, odd: &mut Vec<String>) -> Field<u64> {
+    field(node, odd, |t| t.parse().ok())
+}
+
+fn flag_field(node: Option<roxmltree::Node>, odd: &mut Vec<String>) -> Field<bool> {
+    field(node, odd, |t| match t {
+        "Yes" => Some(true),
+        "No" => Some(false),
+        _ => None,
+    })
 }
 
 /// ECC counts in either layout: `sram_correctable`, `dram_uncorrectable`, … (the
 /// counts by memory, current drivers) or `single_bit`/`double_bit` with a
 /// `total` (older drivers). A sum of the parts that report a number; `None`
-/// when none does (ECC disabled, or no ECC).
-fn ecc(counts: Option<roxmltree::Node>) -> Ecc {
+/// when none does (ECC disabled, or no ECC) — or when a part holds something
+/// else: a total short of one part falls, which the rules read as a counter
+/// reset, and the next whole one then as new errors.
+fn ecc(counts: Option<roxmltree::Node>, odd: &mut Vec<String>) -> Ecc {
     let Some(counts) = counts else {
         return Ecc::default();
     };
-    let mut ecc = Ecc::default();
-    let add = |into: &mut Option<u64>, value: Option<u64>| {
-        if let Some(v) = value {
-            *into = Some(into.unwrap_or(0) + v);
-        }
-    };
+    // The sum so far, and whether a part spoiled it.
+    let (mut correctable, mut uncorrectable) = ((None, false), (None, false));
     for part in counts.children().filter(|c| c.is_element()) {
         let name = part.tag_name().name();
-        if name == "single_bit" {
-            add(&mut ecc.correctable, number(part, &["total"]));
+        let (sum, value) = if name == "single_bit" {
+            (&mut correctable, named(part, "total"))
         } else if name == "double_bit" {
-            add(&mut ecc.uncorrectable, number(part, &["total"]));
+            (&mut uncorrectable, named(part, "total"))
         } else if name.contains("_uncorrectable") {
-            add(&mut ecc.uncorrectable, parse_number(part.text()));
+            (&mut uncorrectable, Some(part))
         } else if name.ends_with("_correctable") {
-            add(&mut ecc.correctable, parse_number(part.text()));
+            (&mut correctable, Some(part))
+        } else {
+            continue;
+        };
+        match count_field(value, odd) {
+            Field::Read(v) => match sum.0.unwrap_or(0u64).checked_add(v) {
+                Some(total) => sum.0 = Some(total),
+                None => sum.1 = true,
+            },
+            Field::NotReported => {}
+            Field::Odd => sum.1 = true,
         }
     }
-    ecc
+    let whole = |(total, spoiled): (Option<u64>, bool)| total.filter(|_| !spoiled);
+    Ecc {
+        correctable: whole(correctable),
+        uncorrectable: whole(uncorrectable),
+    }
 }
 
 /// Ampere and later; "N/A" (no element children) before.
-fn remapped_rows(gpu: roxmltree::Node) -> Option<RemappedRows> {
+fn remapped_rows(gpu: roxmltree::Node, odd: &mut Vec<String>) -> Option<RemappedRows> {
     let rows = child(gpu, "remapped_rows")?;
     Some(RemappedRows {
-        correctable: number(rows, &["remapped_row_corr"])?,
-        uncorrectable: number(rows, &["remapped_row_unc"])?,
-        pending: yes(rows, "remapped_row_pending")?,
-        failure: yes(rows, "remapped_row_failure")?,
+        correctable: count_field(named(rows, "remapped_row_corr"), odd).read(),
+        uncorrectable: count_field(named(rows, "remapped_row_unc"), odd).read(),
+        pending: flag_field(named(rows, "remapped_row_pending"), odd).read(),
+        failure: flag_field(named(rows, "remapped_row_failure"), odd).read(),
     })
 }
 
 /// Before Ampere; "N/A" on later GPUs.
-fn retired_pages(gpu: roxmltree::Node) -> Option<RetiredPages> {
+fn retired_pages(gpu: roxmltree::Node, odd: &mut Vec<String>) -> Option<RetiredPages> {
     let pages = child(gpu, "retired_pages")?;
-    let single_bit = number(pages, &["multiple_single_bit_retirement", "retired_count"]);
-    let double_bit = number(pages, &["double_bit_retirement", "retired_count"]);
+    let mut retired = |section: &str| {
+        count_field(
+            named(pages, section).and_then(|s| named(s, "retired_count")),
+            odd,
+        )
+        .read()
+    };
+    let single_bit = retired("multiple_single_bit_retirement");
+    let double_bit = retired("double_bit_retirement");
     // `pending_retirement` on current drivers, `pending_blacklist` on older ones.
     let pending = ["pending_retirement", "pending_blacklist"]
         .iter()
-        .filter_map(|name| yes(pages, name))
+        .filter_map(|name| flag_field(named(pages, name), odd).read())
         .reduce(|a, b| a || b);
     if single_bit.is_none() && double_bit.is_none() && pending.is_none() {
         return None;
@@ -322,19 +412,7 @@ fn unreadable(text: &str) -> bool {
 }
 
 fn number(node: roxmltree::Node, path: &[&str]) -> Option<u64> {
-    parse_number(text(node, path).as_deref())
-}
-
-fn parse_number(text: Option<&str>) -> Option<u64> {
-    text?.trim().parse().ok()
-}
-
-fn yes(node: roxmltree::Node, name: &str) -> Option<bool> {
-    match text(node, &[name])?.as_str() {
-        "Yes" => Some(true),
-        "No" => Some(false),
-        _ => None,
-    }
+    text(node, path)?.parse().ok()
 }
 
 /// What one run found, ready to be written.
@@ -356,6 +434,13 @@ impl Collected {
     pub fn from_run(run: Result<String, ToolFailure>) -> Collected {
         match run {
             Ok(xml) => match parse(&xml) {
+                // An answer that lists no GPU, and counts none it could not list.
+                Ok(report) if report.gpus.is_empty() && report.unreadable.is_empty() => {
+                    Collected::Failed {
+                        error: "no_devices",
+                        message: "nvidia-smi's report lists no GPU".into(),
+                    }
+                }
                 Ok(report) => Collected::Report(report),
                 Err(e) => Collected::Failed {
                     error: "unreadable",
@@ -371,6 +456,10 @@ impl Collected {
                 error: "failed",
                 message,
             },
+            Err(ToolFailure::TooLarge(message)) => Collected::Failed {
+                error: "unreadable",
+                message,
+            },
             // nvidia-smi fails as a whole when one GPU is lost, yet may still
             // print the report of the others: kept, with the failure said.
             Err(ToolFailure::Exited { message, stdout }) => match parse(&stdout) {
@@ -380,7 +469,7 @@ impl Collected {
                 }
                 // The driver is loaded and sees no GPU: on a GPU node, GPUs that
                 // failed to come up; not a host to run this on otherwise.
-                Err(_) if stdout.contains("No devices were found") => Collected::Failed {
+                Err(_) if message.contains("No devices were found") => Collected::Failed {
                     error: "no_devices",
                     message,
                 },
@@ -499,11 +588,7 @@ fn render_gpus(out: &mut String, report: &Report) {
         "hale_gpu_remapped_rows_correctable_total",
         "counter",
         "Memory rows remapped to spares after correctable errors, over the GPU's life.",
-        &each(&|g| {
-            g.remapped_rows
-                .as_ref()
-                .and_then(|r| count(Some(r.correctable)))
-        }),
+        &each(&|g| g.remapped_rows.as_ref().and_then(|r| count(r.correctable))),
     );
     family(
         out,
@@ -513,7 +598,7 @@ fn render_gpus(out: &mut String, report: &Report) {
         &each(&|g| {
             g.remapped_rows
                 .as_ref()
-                .and_then(|r| count(Some(r.uncorrectable)))
+                .and_then(|r| count(r.uncorrectable))
         }),
     );
     family(
@@ -521,14 +606,22 @@ fn render_gpus(out: &mut String, report: &Report) {
         "hale_gpu_row_remap_pending",
         "gauge",
         "1 while a row remap waits for a GPU reset to take effect.",
-        &each(&|g| g.remapped_rows.as_ref().and_then(|r| flag(r.pending))),
+        &each(&|g| {
+            g.remapped_rows
+                .as_ref()
+                .and_then(|r| r.pending.and_then(flag))
+        }),
     );
     family(
         out,
         "hale_gpu_row_remap_failure",
         "gauge",
         "1 once a row remap has failed (no spare row left).",
-        &each(&|g| g.remapped_rows.as_ref().and_then(|r| flag(r.failure))),
+        &each(&|g| {
+            g.remapped_rows
+                .as_ref()
+                .and_then(|r| r.failure.and_then(flag))
+        }),
     );
     family(
         out,
@@ -655,13 +748,19 @@ mod tests {
                     correctable: Some(0),
                     uncorrectable: Some(0)
                 },
-                remapped_rows: Some(RemappedRows::default()),
+                remapped_rows: Some(RemappedRows {
+                    correctable: Some(0),
+                    uncorrectable: Some(0),
+                    pending: Some(false),
+                    failure: Some(false),
+                }),
                 // Hopper has no page retirement: every field is N/A.
                 retired_pages: None,
                 // Idle, and nothing else.
                 clock_event_reasons: Some(0x1),
                 pcie_replays: Some(0),
                 recovery_action: Some("None".into()),
+                odd: Vec::new(),
             }]
         );
     }
@@ -672,17 +771,17 @@ mod tests {
             "<remapped_row_unc>0</remapped_row_unc>",
             "<remapped_row_unc>2</remapped_row_unc>",
         ));
-        assert_eq!(g.remapped_rows.unwrap().uncorrectable, 2);
+        assert_eq!(g.remapped_rows.unwrap().uncorrectable, Some(2));
         let g = gpu(&faulted(
             "<remapped_row_failure>No</remapped_row_failure>",
             "<remapped_row_failure>Yes</remapped_row_failure>",
         ));
-        assert!(g.remapped_rows.unwrap().failure);
+        assert_eq!(g.remapped_rows.unwrap().failure, Some(true));
         let g = gpu(&faulted(
             "<remapped_row_pending>No</remapped_row_pending>",
             "<remapped_row_pending>Yes</remapped_row_pending>",
         ));
-        assert!(g.remapped_rows.unwrap().pending);
+        assert_eq!(g.remapped_rows.unwrap().pending, Some(true));
         let g = gpu(&faulted(
             "<clocks_event_reason_hw_slowdown>Not Active",
             "<clocks_event_reason_hw_slowdown>Active",
@@ -872,6 +971,125 @@ mod tests {
         assert_eq!(
             report.unreadable,
             ["the driver has 2 GPU(s), the report lists 1"]
+        );
+    }
+
+    /// A field nvidia-smi printed neither a reading nor "N/A" in (`ERR!`, a
+    /// permission it lacked) fails the run as a GPU error. An ECC total short of
+    /// that part is not written: it would fall, which the rules read as a counter
+    /// reset, and the next whole one rise, which they read as new errors. Each
+    /// remapped-row field stands on its own.
+    #[test]
+    fn an_odd_field_is_a_gpu_error_and_never_part_of_a_total() {
+        for (odd, said) in [
+            ("ERR!", "ERR!"),
+            ("Insufficient Permissions", "Insufficient Permissions"),
+            ("18446744073709551616", "18446744073709551616"),
+        ] {
+            let xml = faulted(
+                "<dram_uncorrectable>0</dram_uncorrectable>",
+                &format!("<dram_uncorrectable>{odd}</dram_uncorrectable>"),
+            );
+            let report = parse(&xml).unwrap();
+            assert_eq!(
+                report.unreadable,
+                [format!(
+                    "GPU 0 (00000000:00:06.0): dram_uncorrectable is \"{said}\""
+                )]
+            );
+            let g = &report.gpus[0];
+            assert_eq!(g.ecc_volatile.uncorrectable, None, "{odd}");
+            assert_eq!(g.ecc_volatile.correctable, Some(0), "{odd}");
+            let text = Collected::Report(report).render(1.0);
+            assert!(
+                text.contains("hale_gpu_collector_success{error=\"gpu_error\"} 0"),
+                "{text}"
+            );
+            assert!(
+                !text.contains("hale_gpu_ecc_volatile_uncorrectable_total{"),
+                "{text}"
+            );
+        }
+        // "Unknown Error" in a part (said as such) spoils the total too.
+        let lost = faulted(
+            "<dram_uncorrectable>0</dram_uncorrectable>",
+            "<dram_uncorrectable>Unknown Error</dram_uncorrectable>",
+        );
+        assert_eq!(gpu(&lost).ecc_volatile.uncorrectable, None);
+
+        let xml = faulted(
+            "<remapped_row_corr>0</remapped_row_corr>",
+            "<remapped_row_corr>Insufficient Permissions</remapped_row_corr>",
+        )
+        .replacen(
+            "<remapped_row_unc>0</remapped_row_unc>",
+            "<remapped_row_unc>4</remapped_row_unc>",
+            1,
+        )
+        .replacen(
+            "<remapped_row_failure>No</remapped_row_failure>",
+            "<remapped_row_failure>Yes</remapped_row_failure>",
+            1,
+        );
+        let report = parse(&xml).unwrap();
+        assert_eq!(
+            report.gpus[0].remapped_rows,
+            Some(RemappedRows {
+                correctable: None,
+                uncorrectable: Some(4),
+                pending: Some(false),
+                failure: Some(true),
+            })
+        );
+        assert_eq!(
+            report.unreadable,
+            ["GPU 0 (00000000:00:06.0): remapped_row_corr is \"Insufficient Permissions\""]
+        );
+        let text = Collected::Report(report).render(1.0);
+        assert!(text.contains("hale_gpu_row_remap_failure{"), "{text}");
+        assert!(
+            text.contains("hale_gpu_remapped_rows_uncorrectable_total{"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("hale_gpu_remapped_rows_correctable_total{"),
+            "{text}"
+        );
+    }
+
+    /// A report that lists no GPU, and counts none it could not list: the driver
+    /// sees none, as "No devices were found" says, wherever nvidia-smi says it.
+    #[test]
+    fn a_report_of_no_gpu_is_no_devices() {
+        let start = h200().find("<gpu id=").unwrap();
+        let end = h200().find("</gpu>").unwrap() + "</gpu>".len();
+        let xml = h200();
+        let empty = format!("{}{}", &xml[..start], &xml[end..]).replacen(
+            "<attached_gpus>1<",
+            "<attached_gpus>0<",
+            1,
+        );
+        let none = Collected::from_run(Ok(empty));
+        assert!(
+            none.render(1.0)
+                .contains("hale_gpu_collector_success{error=\"no_devices\"} 0"),
+            "{none:?}"
+        );
+        assert_eq!(none.problem().unwrap(), "nvidia-smi's report lists no GPU");
+        let on_stderr = Collected::from_run(Err(ToolFailure::Exited {
+            message: "`nvidia-smi -q -x` exited with exit status: 6: No devices were found".into(),
+            stdout: String::new(),
+        }));
+        assert!(
+            on_stderr
+                .render(1.0)
+                .contains("hale_gpu_collector_success{error=\"no_devices\"} 0")
+        );
+        let endless = Collected::from_run(Err(ToolFailure::TooLarge("printed too much".into())));
+        assert!(
+            endless
+                .render(1.0)
+                .contains("hale_gpu_collector_success{error=\"unreadable\"} 0")
         );
     }
 

@@ -28,7 +28,13 @@ pub enum ToolFailure {
     /// It exited with an error: what to say, and what it printed on standard
     /// output all the same.
     Exited { message: String, stdout: String },
+    /// It printed more than [`MAX_OUTPUT`] and was killed: no report is that
+    /// long (nvidia-smi's is some 30 KiB a GPU).
+    TooLarge(String),
 }
+
+/// The most a tool may print, on each of its outputs.
+pub const MAX_OUTPUT: u64 = 64 << 20;
 
 /// Runs one tool again and again, at most one copy at a time — across runs of
 /// this process too, where `marker` names a file to remember a hung copy in.
@@ -125,17 +131,21 @@ impl Tool {
             })?;
         let (mut stdout, mut stderr) = (child.stdout.take(), child.stderr.take());
         let (mut out, mut err) = (Vec::new(), Vec::new());
+        let group = child.id();
+        // A run given up on (its caller stopped) takes the tool's whole group.
+        let mut unfinished = Unfinished(group);
         let finished = tokio::time::timeout(self.timeout, async {
             // Both pipes read while waiting: a report larger than a pipe's buffer
             // would otherwise block the tool forever.
             let (_, _, status) = tokio::join!(
-                read_all(stdout.as_mut(), &mut out),
-                read_all(stderr.as_mut(), &mut err),
+                read_all(stdout.as_mut(), &mut out, group),
+                read_all(stderr.as_mut(), &mut err, group),
                 child.wait()
             );
             status
         })
         .await;
+        unfinished.0 = None;
         let status = match finished {
             Ok(status) => status,
             Err(_) => {
@@ -156,12 +166,25 @@ impl Tool {
         };
         let status = status
             .map_err(|e| ToolFailure::Failed(format!("waiting for `{}`: {e}", self.shown())))?;
+        if [&out, &err].iter().any(|o| o.len() as u64 > MAX_OUTPUT) {
+            return Err(ToolFailure::TooLarge(format!(
+                "`{}` printed more than {} MiB and was killed",
+                self.shown(),
+                MAX_OUTPUT >> 20
+            )));
+        }
         let stdout = String::from_utf8_lossy(&out).into_owned();
         if status.success() {
             return Ok(stdout);
         }
-        // nvidia-smi says what went wrong on standard output as often as on error.
-        let said = [String::from_utf8_lossy(&err).as_ref(), stdout.as_str()]
+        // nvidia-smi says what went wrong on standard output as often as on error;
+        // a report it printed all the same is read on its own, not said here.
+        let printed = if stdout.contains('<') {
+            ""
+        } else {
+            stdout.as_str()
+        };
+        let said = [String::from_utf8_lossy(&err).as_ref(), printed]
             .join(" ")
             .split_whitespace()
             .take(60)
@@ -176,6 +199,17 @@ impl Tool {
             message: format!("`{}` exited with {status}{said}", self.shown()),
             stdout,
         })
+    }
+}
+
+/// The process group of a tool still running, killed when this goes with the run.
+struct Unfinished(Option<u32>);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if let Some(group) = self.0 {
+            kill_group(group);
+        }
     }
 }
 
@@ -195,9 +229,18 @@ fn kill_group(pid: u32) {
     }
 }
 
-async fn read_all<R: tokio::io::AsyncRead + Unpin>(pipe: Option<&mut R>, into: &mut Vec<u8>) {
+/// Read `pipe` to its end, or to past [`MAX_OUTPUT`]: then the tool's process
+/// `group` is killed, or it would block writing the rest until its deadline.
+async fn read_all<R: tokio::io::AsyncRead + Unpin>(
+    pipe: Option<&mut R>,
+    into: &mut Vec<u8>,
+    group: Option<u32>,
+) {
     if let Some(pipe) = pipe {
-        let _ = pipe.read_to_end(into).await;
+        let _ = pipe.take(MAX_OUTPUT + 1).read_to_end(into).await;
+        if let Some(group) = group.filter(|_| into.len() as u64 > MAX_OUTPUT) {
+            kill_group(group);
+        }
     }
 }
 
@@ -332,6 +375,85 @@ mod tests {
         assert!(message.contains("exit status: 6"), "{message}");
         assert!(message.contains("No devices were found"), "{message}");
         assert!(message.contains("tool -q"), "{message}");
+    }
+
+    /// A report printed before the failure is read on its own: the message
+    /// says the status and what the tool said on error, not the report again.
+    #[tokio::test]
+    async fn a_failure_leaves_the_report_it_printed_out_of_its_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tool = Tool::new(
+            script(
+                dir.path(),
+                "echo '<?xml version=\"1.0\" ?><nvidia_smi_log></nvidia_smi_log>'; echo 'Unable to determine the device handle' >&2; exit 15",
+            ),
+            &[],
+            Duration::from_secs(20),
+        );
+        let ToolFailure::Exited { message, stdout } = tool.run().await.unwrap_err() else {
+            panic!("not a failure")
+        };
+        assert!(stdout.contains("<nvidia_smi_log>"), "{stdout}");
+        assert!(
+            message.ends_with("exit status: 15: Unable to determine the device handle"),
+            "{message}"
+        );
+    }
+
+    /// An answer without end is cut at [`MAX_OUTPUT`] and the tool killed there,
+    /// not read until memory runs out or the deadline.
+    #[tokio::test]
+    async fn an_answer_without_end_is_too_large() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tool = Tool::new(
+            script(dir.path(), "exec yes '<a>'"),
+            &[],
+            Duration::from_secs(120),
+        );
+        let ToolFailure::TooLarge(message) = tool.run().await.unwrap_err() else {
+            panic!("not too large")
+        };
+        assert!(message.contains("more than 64 MiB"), "{message}");
+    }
+
+    /// A run its caller gives up on (a SIGTERM to `hale collect`) takes the tool's
+    /// whole process group with it.
+    #[tokio::test]
+    async fn a_run_given_up_on_kills_the_tool() {
+        let dir = tempfile::tempdir().unwrap();
+        let child_pid = dir.path().join("child");
+        let mut tool = Tool::new(
+            script(
+                dir.path(),
+                &format!("sleep 60 & echo $! > {}; wait", child_pid.display()),
+            ),
+            &[],
+            Duration::from_secs(120),
+        );
+        let pid = tokio::select! {
+            _ = tool.run() => panic!("the tool ended on its own"),
+            pid = async {
+                loop {
+                    match std::fs::read_to_string(&child_pid).map(|t| t.trim().to_string()) {
+                        Ok(pid) if !pid.is_empty() => break pid,
+                        _ => tokio::time::sleep(Duration::from_millis(10)).await,
+                    }
+                }
+            } => pid,
+        };
+        let stat = format!("/proc/{pid}/stat");
+        let mut state = String::new();
+        for _ in 0..250 {
+            state = std::fs::read_to_string(&stat).unwrap_or_default();
+            if state.is_empty() || state.contains(") Z ") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            state.is_empty() || state.contains(") Z "),
+            "the tool's child lives on: {state}"
+        );
     }
 
     #[tokio::test]
