@@ -259,6 +259,79 @@ impl Drop for Collector {
     }
 }
 
+/// Stopped while nvidia-smi hangs, the collector takes it along rather than leave
+/// it running behind it: a single run fails, saying so and writing nothing; one
+/// repeating with `--interval` (a service being stopped) ends cleanly.
+#[test]
+fn a_stopped_collector_kills_the_nvidia_smi_it_runs() {
+    for repeating in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let smi = dir.path().join("nvidia-smi");
+        std::fs::write(
+            &smi,
+            format!(
+                "#!/bin/sh\necho $$ > '{}.tmp'; mv '{0}.tmp' '{0}'\nexec sleep 3600\n",
+                pid_file.display()
+            ),
+        )
+        .unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let out = dir.path().join("hale_gpu.prom");
+        let mut args = vec!["collect", "gpu", "--timeout", "1h", "--nvidia-smi"];
+        args.push(smi.to_str().unwrap());
+        args.extend(["-o", out.to_str().unwrap()]);
+        if repeating {
+            args.extend(["--interval", "30s"]);
+        }
+        let collector = Command::new(env!("CARGO_BIN_EXE_hale"))
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let smi_pid = loop {
+            if let Ok(pid) = std::fs::read_to_string(&pid_file) {
+                break pid.trim().to_string();
+            }
+            assert!(std::time::Instant::now() < deadline, "nvidia-smi never ran");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let killed = Command::new("kill")
+            .args(["-TERM", &collector.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let done = collector.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&done.stderr);
+        assert_eq!(done.status.success(), repeating, "{stderr}");
+        if !repeating {
+            assert!(
+                stderr.contains("stopped by SIGTERM before nvidia-smi answered"),
+                "{stderr}"
+            );
+        }
+        assert!(!out.exists(), "a file written for a run that never ended");
+        let stat = format!("/proc/{smi_pid}/stat");
+        let mut state = String::new();
+        while std::time::Instant::now() < deadline {
+            state = std::fs::read_to_string(&stat).unwrap_or_default();
+            if state.is_empty() || state.contains(") Z ") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(
+            state.is_empty() || state.contains(") Z "),
+            "nvidia-smi lives on after the collector: {state}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gpu_faults_read_by_the_collector_reach_hale_through_the_shipped_rules() {
     let dir = tempfile::tempdir().unwrap();
