@@ -1128,22 +1128,30 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
             // drain may go on past it (an active drain waits for its work to
             // stop), and a drain the orchestrator refused is said so.
             let started = tokio::time::Instant::now();
-            let (settled, action) =
-                match settled(&client, node, "cordon", wait, out_of_service).await? {
-                    Settled::Done(n) => {
-                        let left = wait.saturating_sub(started.elapsed());
-                        match settled(&client, n, "drain", left, drained).await? {
-                            Settled::Pending(n, _) => {
-                                let under_way =
-                                    format!("{id} cordoned; the drain ({how}) is under way");
-                                report(json, &n, &under_way);
-                                return Ok(());
-                            }
-                            other => (other, "drain"),
+            let (settled, action) = match settled(&client, node, "cordon", wait, out_of_service)
+                .await?
+            {
+                Settled::Done(n) => {
+                    let left = wait.saturating_sub(started.elapsed());
+                    match settled(&client, n, "drain", left, drained).await? {
+                        Settled::Pending(n, _) => {
+                            let under_way =
+                                format!("{id} cordoned; the drain ({how}) is under way");
+                            report(json, &n, &under_way);
+                            return Ok(());
                         }
+                        // Uncordoned meanwhile (by whoever): withdrawn, not refused.
+                        Settled::Refused(n) if n.cordon.is_none() => {
+                            report(json, &n, &format!("{id}: uncordoned before drained"));
+                            bail!(
+                                "{id} was put back in service before the drain was done: not drained"
+                            );
+                        }
+                        other => (other, "drain"),
                     }
-                    other => (other, "cordon"),
-                };
+                }
+                other => (other, "cordon"),
+            };
             let done = format!("{id} drained ({how})");
             conclude(&client, json, settled, action, wait, &done).await?;
         }

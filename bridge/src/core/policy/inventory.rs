@@ -368,7 +368,7 @@ fn takes_before(node: Option<&Node>, taken: Option<u64>, o: &Observed, b: &Obser
 /// written with the policy's reason.
 fn confirm_done(pending: &mut Vec<Pending>, o: &Observed) {
     let cordoned = o.status == Status::Cordoned;
-    let flows = |reason: &str| reason.starts_with(super::remediation::CORDON_REASON);
+    let flows = super::remediation::flows;
     let shown = |a: &Action| match a {
         Action::Cordon { by, reason } => {
             cordoned

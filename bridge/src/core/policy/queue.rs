@@ -227,6 +227,10 @@ impl Fleet {
             None => return out,
         };
         out.dirty.insert(id.into());
+        // Drained: one refused before it is behind it.
+        if let (Action::Drain { .. }, Some(c)) = (&action, node.policy.cordon.as_mut()) {
+            c.drain();
+        }
         if let Some(n) = done.remaining
             && matches!(action, Action::Cordon { .. } | Action::Drain { .. })
             && node.policy.cordon.is_some()
@@ -241,7 +245,7 @@ impl Fleet {
             } => {
                 // An active drain is an operator's, or a reboot flow's (its reason
                 // says so: an operator's drain during a flow is the operator's).
-                let by = if reason.starts_with(super::remediation::CORDON_REASON) {
+                let by = if super::remediation::flows(reason) {
                     Actor::Hale
                 } else {
                     Actor::Operator
@@ -354,7 +358,7 @@ impl Fleet {
     /// recommendation follows.
     pub fn observe_withdraws(&mut self, cfg: &CoreSettings, now: Time) -> Outcome {
         let mut out = Outcome::default();
-        let flows = |reason: &str| reason.starts_with(super::remediation::CORDON_REASON);
+        let flows = super::remediation::flows;
         let automated = |a: &Action| match a {
             Action::Cordon {
                 by: Actor::Hale,
@@ -509,9 +513,8 @@ impl Fleet {
             if action == (Action::Gate { on: true }) {
                 node.policy.gate_refused = true;
             }
-            if let (Action::Drain { .. }, Some(c)) = (&action, node.policy.cordon.as_mut()) {
-                c.drained = false;
-                c.drain_refused = true;
+            if matches!(action, Action::Drain { .. }) {
+                refuse_drain(node);
             }
             // Its event was recorded when it was queued (a drain, an eviction): the
             // refusal is said next to it, as a halt, with why. Not asked again.
@@ -557,6 +560,20 @@ impl Fleet {
             },
         );
         out
+    }
+}
+
+/// A drain the orchestrator refused: the node is cordoned, not drained — unless
+/// another drain is still to be done.
+pub(super) fn refuse_drain(node: &mut Node) {
+    let another = node
+        .policy
+        .pending
+        .iter()
+        .any(|p| matches!(p.action, Action::Drain { .. }));
+    if let Some(c) = node.policy.cordon.as_mut().filter(|_| !another) {
+        c.drained = false;
+        c.drain_refused = true;
     }
 }
 

@@ -345,10 +345,15 @@ fn enqueue_node(
 /// The start of every cordon reason a reboot flow writes.
 pub(super) const CORDON_REASON: &str = "hale reboot: ";
 
+/// Whether an action's reason is a reboot flow's.
+pub(super) fn flows(reason: &str) -> bool {
+    reason.starts_with(CORDON_REASON)
+}
+
 /// Whether the node's cordon is one a reboot flow made (hale's, its reason the
 /// flow's).
 fn flow_cordon(cordon: Option<&super::Cordon>) -> bool {
-    cordon.is_some_and(|c| c.by == Actor::Hale && c.reason.starts_with(CORDON_REASON))
+    cordon.is_some_and(|c| c.by == Actor::Hale && flows(&c.reason))
 }
 
 /// Whether hale cannot see the node now: silent, or not ready.
@@ -1156,15 +1161,25 @@ impl Fleet {
             return false;
         };
         let step = flow.step;
-        let ours = matches!(
-            (step, action),
+        let ours = match (step, action) {
             (FlowStep::Cordon, Action::Cordon { .. })
-                | (FlowStep::Drain, Action::Drain { active: true, .. })
-                | (FlowStep::Reboot, Action::Power { .. })
-                | (FlowStep::Uncordon, Action::Uncordon)
-        );
+            | (FlowStep::Reboot, Action::Power { .. })
+            | (FlowStep::Uncordon, Action::Uncordon) => true,
+            // An operator's drain during the flow is the operator's.
+            (
+                FlowStep::Drain,
+                Action::Drain {
+                    active: true,
+                    reason,
+                },
+            ) => flows(reason),
+            _ => false,
+        };
         if ours {
             self.fail_flow(cfg, now, id, step, why, out);
+            if let (Action::Drain { .. }, Some(node)) = (action, self.nodes.get_mut(id)) {
+                super::queue::refuse_drain(node);
+            }
         }
         ours
     }
@@ -1281,11 +1296,14 @@ impl Fleet {
         if node.policy.flow.take().is_none() {
             return;
         }
-        node.policy.pending.retain(|p| {
-            !matches!(
-                p.action,
-                Action::Drain { active: true, .. } | Action::Power { .. }
-            )
+        // The flow's own drain and power action; an operator's drain stays.
+        node.policy.pending.retain(|p| match &p.action {
+            Action::Drain {
+                active: true,
+                reason,
+            } => !flows(reason),
+            Action::Power { .. } => false,
+            _ => true,
         });
         node.policy.flow_failed_at = Some(now);
         self.ledger.flow_failures.push(now);

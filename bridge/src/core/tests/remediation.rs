@@ -280,6 +280,116 @@ fn an_operators_drain_during_a_flow_is_the_operators() {
     );
 }
 
+/// n1 in a flow, run up to the drain it queued; that drain's id.
+fn flow_at_its_drain(s: &mut Script) -> u64 {
+    s.at(0)
+        .poll(&all_beating(&[], &[uptime("n1", "P5")]))
+        .flows();
+    for _ in 0..20 {
+        let p = s.fleet.next_action("n1").expect("the flow goes on");
+        if let Action::Drain {
+            active: true,
+            reason,
+        } = &p.action
+            && reason.starts_with("hale reboot: ")
+        {
+            return p.id;
+        }
+        let out = s
+            .fleet
+            .action_done(&s.cfg, s.now, "n1", &p, &Done::default());
+        s.record(out);
+        s.flows();
+    }
+    panic!("the flow queued no drain");
+}
+
+/// A drain refused is the flow's or the operator's as its reason says. The flow's
+/// fails the flow, the node left cordoned and said not drained — but an
+/// operator's drain queued beside it is not the flow's to drop, and once done the
+/// node is drained. An operator's refused is no failure of the flow.
+#[test]
+fn a_refused_drain_is_the_flows_or_the_operators_as_its_reason_says() {
+    let drain = |s: &Script| s.node("n1").policy.cordon.clone().expect("cordoned");
+    let mut s = fleet(RACKS);
+    let flows = flow_at_its_drain(&mut s);
+    let out = s
+        .fleet
+        .action_failed(&s.cfg, s.now, "n1", flows, "n1 is NOT_READY");
+    s.record(out);
+    assert_eq!(s.step("n1"), None);
+    assert_eq!(
+        s.took_of(&["REMEDIATION_FAILED"]),
+        ["n1 REMEDIATION_FAILED"]
+    );
+    let c = drain(&s);
+    assert!(!c.drained && c.drain_refused, "{c:?}");
+
+    let mut s = fleet(RACKS);
+    let flows = flow_at_its_drain(&mut s);
+    let out = s.fleet.drain(s.now, "n1", true, "disk dying").unwrap();
+    s.record(out);
+    let out = s
+        .fleet
+        .action_failed(&s.cfg, s.now, "n1", flows, "n1 is NOT_READY");
+    s.record(out);
+    assert_eq!(s.step("n1"), None);
+    let c = drain(&s);
+    assert!(
+        c.drained && !c.drain_refused,
+        "the operator's still to do: {c:?}"
+    );
+    // The cordon the operator's drain made theirs, then that drain.
+    let cordon = s.fleet.next_action("n1").unwrap();
+    assert!(matches!(cordon.action, Action::Cordon { .. }), "{cordon:?}");
+    let out = s
+        .fleet
+        .action_done(&s.cfg, s.now, "n1", &cordon, &Done::default());
+    s.record(out);
+    let p = s
+        .fleet
+        .next_action("n1")
+        .expect("the operator's drain stays");
+    assert_eq!(
+        p.action,
+        Action::Drain {
+            active: true,
+            reason: "disk dying".into()
+        }
+    );
+    let out = s
+        .fleet
+        .action_done(&s.cfg, s.now, "n1", &p, &Done::default());
+    s.record(out);
+    let c = drain(&s);
+    assert!(c.drained && !c.drain_refused, "{c:?}");
+
+    let mut s = fleet(RACKS);
+    flow_at_its_drain(&mut s);
+    let out = s.fleet.drain(s.now, "n1", true, "disk dying").unwrap();
+    s.record(out);
+    let operators = s
+        .fleet
+        .pending()
+        .into_iter()
+        .find(|(_, p)| {
+            p.action
+                == Action::Drain {
+                    active: true,
+                    reason: "disk dying".into(),
+                }
+        })
+        .unwrap()
+        .1;
+    s.took();
+    let out = s
+        .fleet
+        .action_failed(&s.cfg, s.now, "n1", operators.id, "no");
+    s.record(out);
+    assert_eq!(s.step("n1"), Some(FlowStep::Drain));
+    assert!(s.took_of(&["REMEDIATION_FAILED"]).is_empty());
+}
+
 /// The backtest replays the score policy: the reboot flow's verdicts and cordons
 /// (which follow alerts asking for a reboot, not the score) are counted on neither
 /// side, so the running configuration still reproduces its record.
