@@ -274,14 +274,15 @@ impl Kubernetes {
         }
     }
 
-    /// Every node as hale last knew it. Own writes the watch has caught up with
-    /// (or whose node is gone) are forgotten here, so the overlay stays small.
-    fn current(&self) -> Vec<Node> {
+    /// Every node as hale last knew it, with the version the watch has brought
+    /// of it. Own writes the watch has caught up with (or whose node is gone) are
+    /// forgotten here, so the overlay stays small.
+    fn current(&self) -> Vec<(Node, u64)> {
         let mut written = self.written.lock().expect("written lock");
         let state = self.store.state();
-        let nodes: Vec<Node> = state
+        let nodes: Vec<(Node, u64)> = state
             .iter()
-            .map(|node| self.newest(Node::clone(node), &written))
+            .map(|node| (self.newest(Node::clone(node), &written), version(node)))
             .collect();
         let watched: HashMap<&str, u64> = state
             .iter()
@@ -328,15 +329,20 @@ impl Kubernetes {
 
     /// A node as the policy sees it; on a cordoned one, the pods a replacement
     /// waits for.
+    /// `node` as the policy sees it, with the version the watch brought (not that
+    /// of a write of this replica's the watch has yet to bring: the changes before
+    /// it would read as older than what was taken) and the cordon it left, if any.
     async fn observe(
         &self,
         node: Node,
+        watched: u64,
         before: Option<Observed>,
     ) -> crate::orchestrator::Result<Observed> {
         let mut o = observed(&node);
         if o.status == Status::Cordoned {
             o.allocations = Some(self.occupancy(&o.id).await?);
         }
+        o.version = Some(watched).filter(|v| *v > 0);
         o.before = before.map(Box::new);
         Ok(o)
     }
@@ -631,13 +637,13 @@ impl Orchestrator for Kubernetes {
             let before = {
                 let names: HashSet<&str> = nodes
                     .iter()
-                    .filter_map(|n| n.metadata.name.as_deref())
+                    .filter_map(|(n, _)| n.metadata.name.as_deref())
                     .collect();
                 let mut kept = self.before.lock().expect("before lock");
                 kept.retain(|name, _| names.contains(name.as_str()));
                 kept.clone()
             };
-            let staying = nodes.into_iter().filter(|n| {
+            let staying = nodes.into_iter().filter(|(n, _)| {
                 n.metadata.deletion_timestamp.is_none()
                     && !n
                         .metadata
@@ -645,14 +651,14 @@ impl Orchestrator for Kubernetes {
                         .as_ref()
                         .is_some_and(|a| a.contains_key(pods::REPLACED_AT))
             });
-            let counted = futures::stream::iter(staying.map(|n| {
+            let counted = futures::stream::iter(staying.map(|(n, watched)| {
                 let left = n
                     .metadata
                     .name
                     .as_ref()
                     .and_then(|k| before.get(k))
                     .cloned();
-                self.observe(n, left)
+                self.observe(n, watched, left)
             }))
             .buffer_unordered(CONCURRENCY)
             .collect::<Vec<_>>()
