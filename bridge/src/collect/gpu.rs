@@ -100,7 +100,8 @@ pub struct RemappedRows {
 pub struct RetiredPages {
     pub single_bit: Option<u64>,
     pub double_bit: Option<u64>,
-    pub pending: bool,
+    /// `None`: nvidia-smi printed something it could not read.
+    pub pending: Option<bool>,
 }
 
 /// Read `nvidia-smi -q -x`'s report.
@@ -298,18 +299,23 @@ fn retired_pages(gpu: roxmltree::Node, odd: &mut Vec<String>) -> Option<RetiredP
     };
     let single_bit = retired("multiple_single_bit_retirement");
     let double_bit = retired("double_bit_retirement");
-    // `pending_retirement` on current drivers, `pending_blacklist` on older ones.
-    let pending = ["pending_retirement", "pending_blacklist"]
-        .iter()
-        .filter_map(|name| flag_field(named(pages, name), odd).read())
-        .reduce(|a, b| a || b);
-    if single_bit.is_none() && double_bit.is_none() && pending.is_none() {
+    // `pending_retirement` on current drivers, `pending_blacklist` on older ones;
+    // neither read: none pending, as these GPUs always said.
+    let (mut pending, mut spoiled) = (None, false);
+    for name in ["pending_retirement", "pending_blacklist"] {
+        match flag_field(named(pages, name), odd) {
+            Field::Read(v) => pending = Some(pending.unwrap_or(false) || v),
+            Field::NotReported => {}
+            Field::Odd => spoiled = true,
+        }
+    }
+    if single_bit.is_none() && double_bit.is_none() && pending.is_none() && !spoiled {
         return None;
     }
     Some(RetiredPages {
         single_bit,
         double_bit,
-        pending: pending.unwrap_or(false),
+        pending: (!spoiled).then(|| pending.unwrap_or(false)),
     })
 }
 
@@ -642,7 +648,11 @@ fn render_gpus(out: &mut String, report: &Report) {
         "hale_gpu_retired_pages_pending",
         "gauge",
         "1 while pages wait to be retired at the next driver load.",
-        &each(&|g| g.retired_pages.as_ref().and_then(|p| flag(p.pending))),
+        &each(&|g| {
+            g.retired_pages
+                .as_ref()
+                .and_then(|p| p.pending.and_then(flag))
+        }),
     );
     family(
         out,
@@ -893,7 +903,7 @@ mod tests {
             Some(RetiredPages {
                 single_bit: Some(3),
                 double_bit: Some(1),
-                pending: true
+                pending: Some(true)
             })
         );
         assert_eq!(g.remapped_rows, None);

@@ -132,8 +132,13 @@ impl Tool {
         let (mut stdout, mut stderr) = (child.stdout.take(), child.stderr.take());
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let group = child.id();
-        // A run given up on (its caller stopped) takes the tool's whole group.
-        let mut unfinished = Unfinished(group);
+        // A run given up on (its caller stopped) takes the tool's whole group, and
+        // remembers it as a killed copy is remembered: one stuck in the kernel
+        // does not die, and the next run must not start beside it.
+        let mut unfinished = Unfinished {
+            group,
+            marker: self.marker.clone(),
+        };
         let finished = tokio::time::timeout(self.timeout, async {
             // Both pipes read while waiting: a report larger than a pipe's buffer
             // would otherwise block the tool forever.
@@ -145,7 +150,7 @@ impl Tool {
             status
         })
         .await;
-        unfinished.0 = None;
+        unfinished.group = None;
         let status = match finished {
             Ok(status) => status,
             Err(_) => {
@@ -202,13 +207,20 @@ impl Tool {
     }
 }
 
-/// The process group of a tool still running, killed when this goes with the run.
-struct Unfinished(Option<u32>);
+/// The process group of a tool still running, killed when this goes with the run
+/// and remembered in `marker`.
+struct Unfinished {
+    group: Option<u32>,
+    marker: Option<PathBuf>,
+}
 
 impl Drop for Unfinished {
     fn drop(&mut self) {
-        if let Some(group) = self.0 {
+        if let Some(group) = self.group {
             kill_group(group);
+            if let Some(marker) = &self.marker {
+                let _ = std::fs::write(marker, format!("{group}\n"));
+            }
         }
     }
 }
@@ -422,6 +434,7 @@ mod tests {
     async fn a_run_given_up_on_kills_the_tool() {
         let dir = tempfile::tempdir().unwrap();
         let child_pid = dir.path().join("child");
+        let marker = dir.path().join(".hale_gpu.prom.tool.hung");
         let mut tool = Tool::new(
             script(
                 dir.path(),
@@ -429,7 +442,8 @@ mod tests {
             ),
             &[],
             Duration::from_secs(120),
-        );
+        )
+        .remembering_in(marker.clone());
         let pid = tokio::select! {
             _ = tool.run() => panic!("the tool ended on its own"),
             pid = async {
@@ -454,6 +468,9 @@ mod tests {
             state.is_empty() || state.contains(") Z "),
             "the tool's child lives on: {state}"
         );
+        // Remembered as a killed copy is, should it not die.
+        let remembered = std::fs::read_to_string(&marker).unwrap();
+        assert!(remembered.trim().parse::<u32>().is_ok(), "{remembered}");
     }
 
     #[tokio::test]
