@@ -43,6 +43,10 @@ const CLOCK_EVENT_REASONS: &[(&str, u32)] = &[
 /// (`alerts/collectors.yml`).
 pub const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(300);
 
+/// What nvidia-smi prints in place of a value it may not or could not read, where
+/// a text would do (the driver's recovery action): no reading.
+const NOT_READ: &[&str] = &["ERR!", "Insufficient Permissions"];
+
 /// What nvidia-smi prints in place of a value it could not read from a GPU.
 const UNREADABLE: &[&str] = &["Unknown Error", "GPU is lost", "GPU requires reset"];
 
@@ -173,9 +177,16 @@ fn read_gpu(index: usize, node: roxmltree::Node) -> Gpu {
         ecc_aggregate: ecc(ecc_errors.and_then(|e| child(e, "aggregate")), &mut odd),
         remapped_rows: remapped_rows(node, &mut odd),
         retired_pages: retired_pages(node, &mut odd),
-        clock_event_reasons: clock_event_reasons(node),
-        pcie_replays: number(node, &["pci", "replay_counter"]),
-        recovery_action: text(node, &["gpu_recovery_action"]).filter(|a| a != "N/A"),
+        clock_event_reasons: clock_event_reasons(node, &mut odd),
+        pcie_replays: count_field(
+            named(node, "pci").and_then(|p| named(p, "replay_counter")),
+            &mut odd,
+        )
+        .read(),
+        recovery_action: field(named(node, "gpu_recovery_action"), &mut odd, |t| {
+            (!NOT_READ.contains(&t)).then(|| t.to_string())
+        })
+        .read(),
         odd,
     }
 }
@@ -211,7 +222,7 @@ fn field<T>(
         return Field::NotReported;
     };
     let text = node.text().unwrap_or_default().trim();
-    if text.is_empty() || text == "N/A" {
+    if text.is_empty() || matches!(text.trim_matches(['[', ']']), "N/A" | "Not Supported") {
         return Field::NotReported;
     }
     if let Some(v) = parse(text) {
@@ -312,18 +323,25 @@ fn retired_pages(gpu: roxmltree::Node, odd: &mut Vec<String>) -> Option<RetiredP
     if single_bit.is_none() && double_bit.is_none() && pending.is_none() && !spoiled {
         return None;
     }
+    // A field that says pages are pending stands, whatever the other holds.
+    let pending = match pending {
+        Some(true) => Some(true),
+        _ if spoiled => None,
+        known => Some(known.unwrap_or(false)),
+    };
     Some(RetiredPages {
         single_bit,
         double_bit,
-        pending: (!spoiled).then(|| pending.unwrap_or(false)),
+        pending,
     })
 }
 
 /// The mask of active reasons, from `<clocks_event_reasons>` (driver 535 and
 /// later) or `<clocks_throttle_reasons>` (before); `None` if neither has a
-/// reason with a reading.
-fn clock_event_reasons(gpu: roxmltree::Node) -> Option<u32> {
-    let mut mask = None;
+/// reason with a reading — or one holds something else: a mask short of a
+/// reason would say a HW slowdown is not there.
+fn clock_event_reasons(gpu: roxmltree::Node, odd: &mut Vec<String>) -> Option<u32> {
+    let (mut mask, mut spoiled) = (None, false);
     for (group, prefix) in [
         ("clocks_event_reasons", "clocks_event_reason_"),
         ("clocks_throttle_reasons", "clocks_throttle_reason_"),
@@ -341,16 +359,22 @@ fn clock_event_reasons(gpu: roxmltree::Node) -> Option<u32> {
             }) else {
                 continue;
             };
-            match reason.text().map(str::trim) {
-                Some("Active") => *mask.get_or_insert(0) |= bit,
-                Some("Not Active") => {
+            let active = field(Some(reason), odd, |t| match t {
+                "Active" => Some(true),
+                "Not Active" => Some(false),
+                _ => None,
+            });
+            match active {
+                Field::Read(true) => *mask.get_or_insert(0) |= bit,
+                Field::Read(false) => {
                     mask.get_or_insert(0);
                 }
-                _ => {}
+                Field::NotReported => {}
+                Field::Odd => spoiled = true,
             }
         }
     }
-    mask
+    mask.filter(|_| !spoiled)
 }
 
 /// The sections of a GPU's entry this reads; a field elsewhere nvidia-smi could
@@ -908,6 +932,17 @@ mod tests {
         );
         assert_eq!(g.remapped_rows, None);
         assert_eq!(g.pcie_replays, Some(2));
+        // A pending field unread beside one that says Yes: pending all the same;
+        // beside one that says No, not known.
+        let with = |blacklist: &str| {
+            old.replace(
+                "<pending_blacklist>Yes</pending_blacklist>",
+                &format!("<pending_blacklist>{blacklist}</pending_blacklist><pending_retirement>ERR!</pending_retirement>"),
+            )
+        };
+        let pending = |xml: &str| gpu(xml).retired_pages.unwrap().pending;
+        assert_eq!(pending(&with("Yes")), Some(true));
+        assert_eq!(pending(&with("No")), None);
     }
 
     /// The H200 sample as a node with two of it: GPU 1 another copy at another
@@ -1065,6 +1100,57 @@ mod tests {
             !text.contains("hale_gpu_remapped_rows_correctable_total{"),
             "{text}"
         );
+    }
+
+    /// The same for every other field read: a clock event reason (a mask short of
+    /// one would hide a HW slowdown), PCIe replays, the driver's recovery action
+    /// (never taken for an action to take). A reason N/A is left out of the mask.
+    #[test]
+    fn every_field_read_says_what_it_could_not_read() {
+        let cases = [
+            (
+                "<clocks_event_reason_hw_slowdown>Not Active</clocks_event_reason_hw_slowdown>",
+                "<clocks_event_reason_hw_slowdown>ERR!</clocks_event_reason_hw_slowdown>",
+                "clocks_event_reason_hw_slowdown is \"ERR!\"",
+            ),
+            (
+                "<replay_counter>0</replay_counter>",
+                "<replay_counter>Insufficient Permissions</replay_counter>",
+                "replay_counter is \"Insufficient Permissions\"",
+            ),
+            (
+                "<gpu_recovery_action>None</gpu_recovery_action>",
+                "<gpu_recovery_action>Insufficient Permissions</gpu_recovery_action>",
+                "gpu_recovery_action is \"Insufficient Permissions\"",
+            ),
+        ];
+        for (from, to, said) in cases {
+            let report = parse(&faulted(from, to)).unwrap();
+            assert_eq!(
+                report.unreadable,
+                [format!("GPU 0 (00000000:00:06.0): {said}")]
+            );
+            let g = gpu(&faulted(from, to));
+            let text = Collected::Report(report).render(1.0);
+            assert!(
+                text.contains("hale_gpu_collector_success{error=\"gpu_error\"} 0"),
+                "{text}"
+            );
+            if said.starts_with("clocks") {
+                assert_eq!(g.clock_event_reasons, None);
+            } else if said.starts_with("replay") {
+                assert_eq!(g.pcie_replays, None);
+            } else {
+                assert_eq!(g.recovery_action, None);
+                assert!(!text.contains("hale_gpu_recovery_action{"), "{text}");
+            }
+        }
+        let g = gpu(&faulted(
+            "<clocks_event_reason_hw_slowdown>Not Active</clocks_event_reason_hw_slowdown>",
+            "<clocks_event_reason_hw_slowdown>N/A</clocks_event_reason_hw_slowdown>",
+        ));
+        assert_eq!(g.clock_event_reasons, Some(0x1));
+        assert!(g.odd.is_empty(), "{:?}", g.odd);
     }
 
     /// A report that lists no GPU, and counts none it could not list: the driver

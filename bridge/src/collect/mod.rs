@@ -33,6 +33,9 @@ pub enum ToolFailure {
     TooLarge(String),
 }
 
+/// The most of what a failing tool said that its failure repeats, in characters.
+const SAID: usize = 400;
+
 /// The most a tool may print, on each of its outputs.
 pub const MAX_OUTPUT: u64 = 64 << 20;
 
@@ -189,12 +192,17 @@ impl Tool {
         } else {
             stdout.as_str()
         };
-        let said = [String::from_utf8_lossy(&err).as_ref(), printed]
+        let mut said = [String::from_utf8_lossy(&err).as_ref(), printed]
             .join(" ")
             .split_whitespace()
             .take(60)
             .collect::<Vec<_>>()
             .join(" ");
+        // Sixty words, and no more than a line's worth of them.
+        if let Some((cut, _)) = said.char_indices().nth(SAID) {
+            said.truncate(cut);
+            said.push('…');
+        }
         let said = if said.is_empty() {
             String::new()
         } else {
@@ -360,6 +368,21 @@ mod tests {
         path
     }
 
+    /// Wait for process `pid` to end (killed, it may linger a moment as a zombie
+    /// of init), failing as `what` living on after 5 s.
+    async fn ends(pid: &str, what: &str) {
+        let stat = format!("/proc/{pid}/stat");
+        let mut state = String::new();
+        for _ in 0..250 {
+            state = std::fs::read_to_string(&stat).unwrap_or_default();
+            if state.is_empty() || state.contains(") Z ") {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("{what} lives on: {state}");
+    }
+
     #[tokio::test]
     async fn a_large_answer_is_read_whole() {
         let dir = tempfile::tempdir().unwrap();
@@ -412,6 +435,25 @@ mod tests {
         );
     }
 
+    /// What a failing tool said is repeated a line's worth at most.
+    #[tokio::test]
+    async fn a_failure_repeats_a_line_of_what_was_said() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tool = Tool::new(
+            script(
+                dir.path(),
+                "head -c 100000 /dev/zero | tr '\\0' x >&2; exit 9",
+            ),
+            &[],
+            Duration::from_secs(20),
+        );
+        let ToolFailure::Exited { message, .. } = tool.run().await.unwrap_err() else {
+            panic!("not a failure")
+        };
+        assert!(message.ends_with("xxx…"), "{message}");
+        assert!(message.chars().count() < 500, "{} chars", message.len());
+    }
+
     /// An answer without end is cut at [`MAX_OUTPUT`] and the tool killed there,
     /// not read until memory runs out or the deadline.
     #[tokio::test]
@@ -455,19 +497,7 @@ mod tests {
                 }
             } => pid,
         };
-        let stat = format!("/proc/{pid}/stat");
-        let mut state = String::new();
-        for _ in 0..250 {
-            state = std::fs::read_to_string(&stat).unwrap_or_default();
-            if state.is_empty() || state.contains(") Z ") {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert!(
-            state.is_empty() || state.contains(") Z "),
-            "the tool's child lives on: {state}"
-        );
+        ends(&pid, "the tool's child").await;
         // Remembered as a killed copy is, should it not die.
         let remembered = std::fs::read_to_string(&marker).unwrap();
         assert!(remembered.trim().parse::<u32>().is_ok(), "{remembered}");
@@ -525,20 +555,7 @@ mod tests {
         );
         hung.wait().await.unwrap();
         let grandchild = std::fs::read_to_string(&child_pid).unwrap();
-        let proc = format!("/proc/{}", grandchild.trim());
-        for _ in 0..50 {
-            // Killed, it may linger a moment as a zombie of init.
-            let state = std::fs::read_to_string(format!("{proc}/stat")).unwrap_or_default();
-            if state.is_empty() || state.contains(") Z ") {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let state = std::fs::read_to_string(format!("{proc}/stat")).unwrap_or_default();
-        assert!(
-            state.is_empty() || state.contains(") Z "),
-            "the wrapper's child lives on: {state}"
-        );
+        ends(grandchild.trim(), "the wrapper's child").await;
 
         // A copy that does not die (stuck in the kernel, as the killed one would
         // be on a GPU that fell off the bus): no second copy is started beside it —
