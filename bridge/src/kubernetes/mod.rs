@@ -18,7 +18,7 @@ mod pods;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -57,6 +57,10 @@ const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 /// read by itself, and one a dropped connection leaves hanging would hold the
 /// inventory, and the poll behind it, until TCP gave up — a quarter of an hour.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the cordon a node left when uncordoned outside hale is shown beside
+/// it: inventories come every second or so, so a replica has long taken it in (or
+/// a newer view) by then.
+const BEFORE_KEPT: Duration = Duration::from_secs(600);
 /// Node writes in flight at once when publishing or counting pods.
 const CONCURRENCY: usize = 8;
 
@@ -99,9 +103,9 @@ pub struct Kubernetes {
     /// Woken by every change the watch brings.
     changed: Arc<tokio::sync::Notify>,
     /// The cordon each node left when last uncordoned outside hale, as the watch
-    /// brought it: a poll's inventory may come only after the cordon and the
-    /// uncordon behind it, and it shows both.
-    before: Arc<Mutex<HashMap<String, Observed>>>,
+    /// brought it, and when: a poll's inventory may come only after the cordon and
+    /// the uncordon behind it, and it shows both for [`BEFORE_KEPT`].
+    before: Arc<Mutex<HashMap<String, (Observed, Instant)>>>,
 }
 
 impl Kubernetes {
@@ -143,7 +147,7 @@ impl Kubernetes {
         let (store, writer) = reflector::store();
         // Relists read from etcd, not a lagging cache that could undo a write.
         let config = watcher::Config::default().list_semantic(watcher::ListSemantic::MostRecent);
-        let before: Arc<Mutex<HashMap<String, Observed>>> = Arc::default();
+        let before: Arc<Mutex<HashMap<String, (Observed, Instant)>>> = Arc::default();
         let stream = watcher(nodes.clone(), config)
             .default_backoff()
             // Before the store takes the change in: it still holds the state left.
@@ -327,11 +331,10 @@ impl Kubernetes {
         self.merge(node, patch).await
     }
 
-    /// A node as the policy sees it; on a cordoned one, the pods a replacement
-    /// waits for.
-    /// `node` as the policy sees it, with the version the watch brought (not that
-    /// of a write of this replica's the watch has yet to bring: the changes before
-    /// it would read as older than what was taken) and the cordon it left, if any.
+    /// `node` as the policy sees it: on a cordoned one, the pods a replacement
+    /// waits for; the version the watch brought (not that of a write of this
+    /// replica's the watch has yet to bring: the changes before it would read as
+    /// older than what was taken); the cordon it left, if any.
     async fn observe(
         &self,
         node: Node,
@@ -397,7 +400,7 @@ fn readable_version(node: &Node) -> Option<u64> {
 /// takes the record along.
 fn note_change(
     store: &Store<Node>,
-    before: &Mutex<HashMap<String, Observed>>,
+    before: &Mutex<HashMap<String, (Observed, Instant)>>,
     event: &watcher::Event<Node>,
 ) {
     match event {
@@ -420,7 +423,7 @@ fn note_change(
                 before
                     .lock()
                     .expect("before lock")
-                    .insert(name, observed(&old));
+                    .insert(name, (observed(&old), Instant::now()));
             }
         }
         watcher::Event::Delete(node) => {
@@ -633,15 +636,20 @@ impl Orchestrator for Kubernetes {
             // longer in the fleet hale schedules for.
             let nodes = self.current();
             // Read with the nodes, so each is no newer than the node it goes with;
-            // a node deleted while the watch was away (no deletion seen) drops its.
-            let before = {
+            // a node deleted while the watch was away (no deletion seen) drops its,
+            // and one an inventory has long shown is dropped.
+            let before: HashMap<String, Observed> = {
                 let names: HashSet<&str> = nodes
                     .iter()
                     .filter_map(|(n, _)| n.metadata.name.as_deref())
                     .collect();
                 let mut kept = self.before.lock().expect("before lock");
-                kept.retain(|name, _| names.contains(name.as_str()));
-                kept.clone()
+                kept.retain(|name, (_, at)| {
+                    names.contains(name.as_str()) && at.elapsed() < BEFORE_KEPT
+                });
+                kept.iter()
+                    .map(|(name, (o, _))| (name.clone(), o.clone()))
+                    .collect()
             };
             let staying = nodes.into_iter().filter(|(n, _)| {
                 n.metadata.deletion_timestamp.is_none()
