@@ -153,16 +153,15 @@ impl Tool {
             status
         })
         .await;
-        unfinished.group = None;
         let status = match finished {
-            Ok(status) => status,
+            Ok(status) => {
+                unfinished.group = None;
+                status
+            }
+            // Past its deadline: killed with its group and remembered, as a run
+            // given up on is.
             Err(_) => {
-                if let Some(pid) = child.id() {
-                    kill_group(pid);
-                    if let Some(marker) = &self.marker {
-                        let _ = std::fs::write(marker, format!("{pid}\n"));
-                    }
-                }
+                drop(unfinished);
                 let _ = child.start_kill();
                 self.hung = Some(child);
                 return Err(ToolFailure::Timeout(format!(
