@@ -513,7 +513,7 @@ impl Fleet {
             if action == (Action::Gate { on: true }) {
                 node.policy.gate_refused = true;
             }
-            if matches!(action, Action::Drain { .. }) {
+            if matches!(action, Action::Drain { .. } | Action::Evict { .. }) {
                 refuse_drain(node);
             }
             // Its event was recorded when it was queued (a drain, an eviction): the
@@ -563,15 +563,21 @@ impl Fleet {
     }
 }
 
-/// A drain the orchestrator refused: the node is cordoned, not drained — unless
-/// another drain is still to be done.
+/// A drain or fault eviction the orchestrator refused: the node its cordon said
+/// drained is cordoned, not drained — unless another drain or eviction is still
+/// to be done.
 pub(super) fn refuse_drain(node: &mut Node) {
     let another = node
         .policy
         .pending
         .iter()
-        .any(|p| matches!(p.action, Action::Drain { .. }));
-    if let Some(c) = node.policy.cordon.as_mut().filter(|_| !another) {
+        .any(|p| matches!(p.action, Action::Drain { .. } | Action::Evict { .. }));
+    if let Some(c) = node
+        .policy
+        .cordon
+        .as_mut()
+        .filter(|c| c.drained && !another)
+    {
         c.drained = false;
         c.drain_refused = true;
     }

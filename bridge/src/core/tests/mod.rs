@@ -3581,6 +3581,74 @@ fn a_fault_eviction_whose_cordon_is_refused_is_tried_again() {
     );
 }
 
+/// A fault eviction the orchestrator refused leaves the node it cordoned
+/// cordoned, not drained: said as a refused drain, and not asked again while
+/// that cordon lasts. Under an operator's cordon that drained nothing, a refusal
+/// says nothing about a drain.
+#[test]
+fn a_refused_fault_eviction_leaves_the_node_cordoned_not_drained() {
+    fn refuse_eviction(s: &mut Script, id: &str) {
+        let evict = s
+            .fleet
+            .pending()
+            .into_iter()
+            .find(|(n, p)| n == id && matches!(p.action, policy::Action::Evict { .. }))
+            .expect("an eviction queued")
+            .1;
+        let out = s
+            .fleet
+            .action_failed(&s.cfg, s.now, id, evict.id, "refused: not ours");
+        s.record(out);
+    }
+    let mut s = script("nodeHealth: { evictOnFaultClasses: [GPU_ECC_ERRORS] }");
+    let mut ids = s.pool("g", 8, "gpu");
+    ids.extend(["gpu-14".to_string(), "gpu-15".to_string()]);
+    s.at(0).report(&ids, &[], low);
+    s.fleet.cordon(s.now, "gpu-15", "firmware update").unwrap();
+    s.at(30).report(&ids, &["gpu-14", "gpu-15"], low);
+    for id in ["gpu-14", "gpu-15"] {
+        let done: Vec<_> = s
+            .fleet
+            .pending()
+            .into_iter()
+            .filter(|(n, p)| n == id && matches!(p.action, policy::Action::Cordon { .. }))
+            .collect();
+        for (_, cordon) in done {
+            let out = s
+                .fleet
+                .action_done(&s.cfg, s.now, id, &cordon, &policy::Done::default());
+            s.record(out);
+        }
+    }
+    let cordon = |s: &Script, id: &str| s.node(id).policy.cordon.clone().expect("cordoned");
+    assert!(
+        cordon(&s, "gpu-14").drained,
+        "the eviction empties the node"
+    );
+    assert!(!cordon(&s, "gpu-15").drained);
+    s.policy_events();
+    refuse_eviction(&mut s, "gpu-14");
+    refuse_eviction(&mut s, "gpu-15");
+    let c = cordon(&s, "gpu-14");
+    assert!(!c.drained && c.drain_refused, "{c:?}");
+    let c = cordon(&s, "gpu-15");
+    assert!(!c.drained && !c.drain_refused, "{c:?}");
+    assert_eq!(s.node("gpu-14").status, Status::Cordoned);
+    assert_eq!(
+        s.policy_events(),
+        [
+            "gpu-14 POLICY_HALTED evict orchestrator",
+            "gpu-15 POLICY_HALTED evict orchestrator"
+        ]
+    );
+    s.at(60).report(&ids, &["gpu-14", "gpu-15"], low);
+    assert!(
+        s.fleet.pending().is_empty(),
+        "neither asked again: {:?}",
+        s.fleet.pending()
+    );
+}
+
 /// A class matches written in any case: the default one is the upper-cased type,
 /// and the eviction (its `NODE_EVICTED`) names the class so.
 #[test]
