@@ -484,6 +484,24 @@ async fn slurmctld_stopped_is_a_clear_error_and_nothing_is_done_until_it_is_back
         || async { drained(&slurm.node("n1")).then_some(()) },
     )
     .await;
+    let back = eventually(
+        "the inventory said to answer again",
+        Duration::from_secs(30),
+        || async {
+            hale.log()
+                .lines()
+                .find(|l| l.contains("the orchestrator's inventory answers again"))
+                .map(str::to_string)
+        },
+    )
+    .await;
+    let failed: u64 = back
+        .split("failed=")
+        .nth(1)
+        .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("how often it failed, said: {back}"));
+    assert!(failed >= 1, "{back}");
     let n1 = hale
         .wait_node("nothing left pending", "n1", |n| n["pending"].is_null())
         .await;

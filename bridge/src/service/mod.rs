@@ -105,6 +105,8 @@ pub struct Hale {
     /// Actions recorded done or refused, counted under the fleet lock: an inventory
     /// taken before one of them is older than the books and is not applied.
     actions_recorded: AtomicU64,
+    /// The orchestrator's inventories failed in a row, to say when it answers again.
+    inventory_failures: AtomicU64,
     act_now: Notify,
     publish_now: Notify,
     /// Whether each loop is making progress (`/healthz`).
@@ -295,6 +297,7 @@ impl Hale {
             tried: Mutex::new(HashMap::new()),
             inventory_task: tokio::sync::Mutex::new(None),
             actions_recorded: AtomicU64::new(0),
+            inventory_failures: AtomicU64::new(0),
             act_now: Notify::new(),
             publish_now: Notify::new(),
             liveness,
@@ -1301,7 +1304,14 @@ impl Hale {
     /// now hold the orchestrator's view (or it keeps none).
     async fn sync_inventory(self: &Arc<Self>) -> bool {
         let taken = self.actions_recorded.load(Ordering::Acquire);
-        match self.orchestrator.inventory().await {
+        let inventory = self.orchestrator.inventory().await;
+        if inventory.is_ok() {
+            let failed = self.inventory_failures.swap(0, Ordering::Relaxed);
+            if failed > 0 {
+                info!(failed, "the orchestrator's inventory answers again");
+            }
+        }
+        match inventory {
             Ok(Some(observed)) => {
                 let this = self.clone();
                 let step = tokio::task::spawn_blocking(move || {
@@ -1325,7 +1335,8 @@ impl Hale {
             }
             Ok(None) => true,
             Err(e) => {
-                warn!(error = %e, "orchestrator inventory failed; the last one stands");
+                let failed = self.inventory_failures.fetch_add(1, Ordering::Relaxed) + 1;
+                warn!(error = %e, failed, "orchestrator inventory failed; the last one stands");
                 false
             }
         }
