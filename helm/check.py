@@ -219,6 +219,9 @@ CASES = [
     # A persistent store: one writer, so the old pod stops before the new starts.
     Case("persistent-store", {"replicaCount": 1, "strategy": {"type": "Recreate"},
                               "storage": {"volume": {"persistentVolumeClaim": {"claimName": "hale-data"}}}}),
+    Case("webhook-only", {"replicaCount": 1,
+                          "serviceMonitor": {"interval": "1m30s", "scrapeTimeout": "1m"},
+                          "config": {"alertmanager": {"url": None, "pollInterval": 0}}}),
     Case("dcgm-counters", {"dcgmExporter": {"counters": {"enabled": True, "namespace": "gpu-operator"}}}),
     # Two replicas in mode cordon with orchestrator none and no BMC: nothing acts
     # outside hale, so nothing acts twice.
@@ -437,6 +440,16 @@ REFUSED = [
     ("a pool named twice",
      {"config": {"pools": [{"name": "gpu", "selector": {"pool": "a"}}, {"name": "gpu", "selector": {"pool": "b"}}]}},
      "config.pools[1].name: pool gpu is defined twice", False),
+    ("no Alertmanager to poll", {"config": {"alertmanager": None}},
+     "config.alertmanager.url unset: hale would poll its own pod", False),
+    ("a loopback Alertmanager", {"config": {"alertmanager": {"url": "http://localhost:9093"}}},
+     "config.alertmanager.url http://localhost:9093: hale would poll its own pod", False),
+    ("a scrape timeout past the interval", {"serviceMonitor": {"interval": "30s", "scrapeTimeout": "1m"}},
+     "serviceMonitor.scrapeTimeout 1m is longer than serviceMonitor.interval 30s", False),
+    ("a scrape interval without a unit", {"serviceMonitor": {"interval": "30"}},
+     "/serviceMonitor/interval", True),
+    ("a name no object may carry", {"nameOverride": "Hale_X"}, "/nameOverride", True),
+    ("a full name over 63 characters", {"fullnameOverride": "h" * 64}, "/fullnameOverride", True),
     ("dcgm counters in a bad namespace", {"dcgmExporter": {"counters": {"enabled": True, "namespace": "GPU_Operator"}}},
      "/dcgmExporter/counters/namespace", True),
 ]

@@ -73,6 +73,16 @@ app.kubernetes.io/component: server
 {{- printf "http://%s.%s.svc:9093" (include "hale.suffixed" (list . "alertmanager")) .Release.Namespace }}
 {{- end }}
 
+{{/* A Prometheus duration (1m30s, 500ms), in milliseconds. */}}
+{{- define "hale.ms" -}}
+{{- $unit := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 "d" 86400000 "w" 604800000 "y" 31536000000 }}
+{{- $total := 0 }}
+{{- range regexFindAll "[0-9]+(ms|[ywdhms])" (toString .) -1 }}
+{{- $total = add $total (mul (regexReplaceAll "[a-z]+$" . "" | int64) (index $unit (regexReplaceAll "^[0-9]+" . ""))) }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
 {{/*
 hale.yaml: values.config as written, except that the bundled monitoring stack,
 when enabled, is the Alertmanager hale polls.
@@ -99,6 +109,21 @@ values.config that must agree with how the pod is built. Renders nothing.
 {{- end }}
 {{- if regexMatch "^(127\\.|localhost:|\\[::1\\]:)" $listen }}
 {{- fail (printf "config.listen %s is a loopback address: neither the Service nor the probes could reach hale; use 0.0.0.0:<port>" $listen) }}
+{{- end }}
+{{- if not .Values.monitoring.enabled }}
+{{- $am := $c.alertmanager | default dict }}
+{{- $amUrl := toString ($am.url | default "") }}
+{{- $webhookOnly := and (hasKey $am "pollInterval") (regexMatch "^(0|(0+(ms|s|m|h|d|w|y))+)$" (toString (index $am "pollInterval"))) }}
+{{- if and (not $webhookOnly) (or (not $amUrl) (regexMatch "^https?://(127\\.|localhost([:/]|$)|\\[::1\\])" $amUrl)) }}
+{{- fail (printf "config.alertmanager.url %s: hale would poll its own pod, where no Alertmanager runs (hale's default is http://127.0.0.1:9093); set it to your Alertmanager's Service, enable the bundled monitoring, or set config.alertmanager.pollInterval to 0 for webhook deliveries alone" (default "unset" $amUrl)) }}
+{{- end }}
+{{- end }}
+{{- if .Values.serviceMonitor.enabled }}
+{{- $interval := include "hale.ms" .Values.serviceMonitor.interval | int64 }}
+{{- $timeout := include "hale.ms" .Values.serviceMonitor.scrapeTimeout | int64 }}
+{{- if gt $timeout $interval }}
+{{- fail (printf "serviceMonitor.scrapeTimeout %s is longer than serviceMonitor.interval %s: Prometheus refuses such a scrape" .Values.serviceMonitor.scrapeTimeout .Values.serviceMonitor.interval) }}
+{{- end }}
 {{- end }}
 {{- $token := $c.apiTokenFile | default "" }}
 {{- if and $token (ne $token "/etc/hale/secrets/api-token") }}
