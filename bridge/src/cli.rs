@@ -988,6 +988,14 @@ fn drained(n: &NodeView) -> bool {
     n.cordon.as_ref().is_some_and(|c| c.drained)
 }
 
+/// Whether an uncordon has something to do: the node is out of service, or an
+/// uncordon asked before is not done yet (waited for as this one).
+fn out_of_service_or_leaving(n: &NodeView) -> bool {
+    n.cordon.is_some()
+        || n.status == Status::Cordoned
+        || n.pending.iter().any(|p| p.action == "uncordon")
+}
+
 /// Whether a node is back in service, as an uncordon asks.
 fn in_service(n: &NodeView) -> bool {
     n.cordon.is_none() && n.status != Status::Cordoned
@@ -1102,7 +1110,7 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
         }
         NodeVerb::Uncordon { id, reason, wait } => {
             let before: NodeView = client.get(&["api", "v1", "nodes", &id]).await?;
-            let cordoned = before.cordon.is_some() || before.status == Status::Cordoned;
+            let cordoned = out_of_service_or_leaving(&before);
             let node = client
                 .operate(&id, "uncordon", &OperateRequest { reason })
                 .await?;
@@ -1932,6 +1940,13 @@ mod tests {
         };
         let text = node_detail(&view("telemetry_stale"));
         assert!(text.contains("no alert has named this node yet"), "{text}");
+        // An uncordon asked and not yet done: another is waited for, not "not
+        // cordoned: nothing done".
+        let mut leaving = view("disk_degraded");
+        assert!(!out_of_service_or_leaving(&leaving));
+        leaving.pending =
+            serde_json::from_value(serde_json::json!([{"action": "uncordon"}])).unwrap();
+        assert!(out_of_service_or_leaving(&leaving));
         let text = node_detail(&view("disk_degraded"));
         assert!(
             text.contains("its alerts came while hale did not trust"),

@@ -598,3 +598,99 @@ async fn a_fuzzball_api_that_never_answers_holds_no_poll_behind_it() {
     );
     assert!(!held.lock().unwrap().is_empty(), "asked the API");
 }
+
+/// An operator's uncordon while hale's cordon is still under way (Fuzzball's CLI
+/// slow to answer): the node shows in service meanwhile, but the cordon may land
+/// yet — `hale node uncordon` waits for the uncordon sent after it, rather than
+/// saying the node is back while the cordon lands, and the node ends in service.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_uncordon_behind_a_cordon_under_way_waits_for_it_to_land() {
+    let fake = FakeFuzzball::start(json!([
+        fz_node("fz-1", "c1", "READY", 0),
+        fz_node("fz-2", "c2", "READY", 0),
+    ]))
+    .await;
+    let am = Alertmanager::start(None).await;
+    am.fire(&[watchdog(), heartbeat("c1"), heartbeat("c2")])
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = fuzzball_config(dir.path(), &fake, FUZZBALL_TOKEN);
+    // The CLI hale runs says it was called, then waits while `hold` is there.
+    let (called, hold) = (dir.path().join("called"), dir.path().join("hold"));
+    let slow = dir.path().join("slow-fuzzball");
+    std::fs::write(
+        &slow,
+        format!(
+            "#!/bin/sh\ntouch {}\nwhile [ -e {} ]; do sleep 0.1; done\nexec {} \"$@\"\n",
+            called.display(),
+            hold.display(),
+            fake.cli(dir.path()).display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = config.replace(
+        &format!("cli: {},", fake.cli(dir.path()).display()),
+        &format!("cli: {},", slow.display()),
+    );
+    assert!(config.contains("slow-fuzzball"), "{config}");
+    let hale = Hale::start(dir.path(), &am.url, &config).await;
+    hale.wait_node("inventory", "c2", |n| n["score"] == 100)
+        .await;
+
+    std::fs::write(&hold, "").unwrap();
+    let out = hale.cli_ok(&["node", "cordon", "c2", "--reason", "bios", "--wait", "0s"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("recorded, not waited for"));
+    eventually("the cordon under way", Duration::from_secs(20), || async {
+        called.exists().then_some(())
+    })
+    .await;
+    let mut uncordon = Command::new(env!("CARGO_BIN_EXE_hale"))
+        .args([
+            "node",
+            "uncordon",
+            "c2",
+            "--reason",
+            "wrong node",
+            "--wait",
+            "60s",
+        ])
+        .env("HALE_SERVER", &hale.url)
+        .env("HALE_TOKEN_FILE", hale.dir.join("token"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let c2 = hale
+        .wait_node("the uncordon recorded", "c2", |n| n["cordon"].is_null())
+        .await;
+    assert_eq!(c2["pending"][0]["action"], "uncordon", "{c2}");
+    // Inventories read meanwhile show c2 in service: not taken for the uncordon.
+    hale.after_polls(3.0).await;
+    assert!(
+        uncordon.try_wait().unwrap().is_none(),
+        "the uncordon said done while the cordon was under way"
+    );
+    let c2 = hale.node("c2").await.unwrap();
+    assert_eq!(c2["pending"][0]["action"], "uncordon", "{c2}");
+    std::fs::remove_file(&hold).unwrap();
+    let out = tokio::task::spawn_blocking(move || uncordon.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.starts_with("c2 uncordoned"), "{stdout}");
+    assert_eq!(fake.node("fz-2").await["status"], "NODE_STATUS_READY");
+    let events = hale.events("c2", "").await;
+    assert_eq!(events_of(&events, "NODE_CORDONED").len(), 1, "{events}");
+    assert_eq!(events_of(&events, "NODE_UNCORDONED").len(), 1, "{events}");
+    let c2 = hale
+        .wait_node("nothing left pending", "c2", |n| n["pending"].is_null())
+        .await;
+    assert_eq!(c2["status"], "Ready", "{c2}");
+}

@@ -644,6 +644,10 @@ pub struct Fleet {
     /// The orchestrator's version of each node's view last taken in (this
     /// process's memory only), where it keeps versions.
     pub versions: BTreeMap<String, u64>,
+    /// The action this process is performing on each node now (its memory only):
+    /// a cordon withdrawn by an uncordon while under way may still land, so the
+    /// uncordon queued behind it is not taken for done by an inventory read first.
+    pub under_way: BTreeMap<String, policy::Pending>,
 }
 
 impl Fleet {
@@ -661,6 +665,7 @@ impl Fleet {
             rescore_all: true,
             listed: BTreeMap::new(),
             versions: BTreeMap::new(),
+            under_way: BTreeMap::new(),
         }
     }
 

@@ -1676,9 +1676,9 @@ impl Hale {
                     let id = node.clone();
                     let next = this
                         .off_runtime(move |this| {
-                            let fleet = this.lock_fleet();
+                            let mut fleet = this.lock_fleet();
                             fleet
-                                .next_action(&id)
+                                .take_action(&id)
                                 .map(|p| (p, fleet.ledger.move_counts()))
                         })
                         .await;
@@ -1757,6 +1757,7 @@ impl Hale {
                     action = action.name(),
                     "withdrawn meanwhile: not tried again"
                 );
+                self.end_action(node, pending.id).await;
                 return true;
             }
             Err(e) => Err(e),
@@ -1800,6 +1801,7 @@ impl Hale {
             }
             Err(e) if e.is_retriable() => {
                 warn!(node, action = name, error = %e, "not done yet; tried again shortly");
+                this.lock_fleet().end_action(&node, pending.id);
                 Ok(Outcome::default())
             }
             Err(e) if e.class == orchestrator::Class::Unconfirmed => {
@@ -1824,6 +1826,13 @@ impl Hale {
             error!(error = %e, "recording an action failed");
         }
         next
+    }
+
+    /// The try of `node`'s action `id` is over with nothing to record.
+    async fn end_action(self: &Arc<Self>, node: &str, id: u64) {
+        let node = node.to_string();
+        self.off_runtime(move |this| this.lock_fleet().end_action(&node, id))
+            .await;
     }
 
     /// Keep why the try of `node`'s action `id` failed, for its view.

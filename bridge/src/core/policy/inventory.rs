@@ -197,7 +197,15 @@ impl Fleet {
                 node.policy.work_counted = true;
             }
         }
-        confirm_done(&mut node.policy.pending, o);
+        // A cordon an uncordon withdrew while under way may land yet: the node
+        // shown in service does not stand for the uncordon queued behind it.
+        let landing = self.under_way.get(&o.id).is_some_and(|p| {
+            matches!(
+                p.action,
+                Action::Cordon { .. } | Action::Drain { active: false, .. }
+            ) && !node.policy.pending.iter().any(|q| q.id == p.id)
+        });
+        confirm_done(&mut node.policy.pending, o, landing);
         let queued =
             |node: &Node, f: fn(&Action) -> bool| node.policy.pending.iter().any(|p| f(&p.action));
         // The gate hale holds is gone from the node (Slurm puts back the
@@ -347,7 +355,7 @@ fn takes_before(node: Option<&Node>, taken: Option<u64>, o: &Observed, b: &Obser
     match last {
         Some(p) if matches!(p.action, Action::Cordon { .. }) => {
             let mut left = pending.clone();
-            confirm_done(&mut left, b);
+            confirm_done(&mut left, b, false);
             left.len() < pending.len()
         }
         Some(_) => false,
@@ -365,8 +373,9 @@ fn takes_before(node: Option<&Node>, taken: Option<u64>, o: &Observed, b: &Obser
 /// score of its own poll, and kept queued it hid an operator's uncordon and was
 /// sent once the follower led. A reboot flow's reason is not one of those words:
 /// a flow's cordon handed to the policy (the reboot did not cure the node) is
-/// written with the policy's reason.
-fn confirm_done(pending: &mut Vec<Pending>, o: &Observed) {
+/// written with the policy's reason. With a withdrawn cordon still `landing`, an
+/// uncordon is not shown done by a node in service: it is sent after it.
+fn confirm_done(pending: &mut Vec<Pending>, o: &Observed, landing: bool) {
     let cordoned = o.status == Status::Cordoned;
     let flows = super::remediation::flows;
     let shown = |a: &Action| match a {
@@ -377,7 +386,7 @@ fn confirm_done(pending: &mut Vec<Pending>, o: &Observed) {
                 })
         }
         Action::Drain { active: false, .. } => cordoned,
-        Action::Uncordon => !cordoned,
+        Action::Uncordon => !cordoned && !landing,
         Action::Gate { on } => o.gated == Some(*on),
         Action::Evict { fault_class, .. } => o
             .evicted

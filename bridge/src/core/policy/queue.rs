@@ -162,6 +162,21 @@ impl Fleet {
         Some(next.clone())
     }
 
+    /// [`Fleet::next_action`], taken to be performed now: under way until
+    /// [`Fleet::end_action`] (or its outcome recorded).
+    pub fn take_action(&mut self, id: &str) -> Option<Pending> {
+        let next = self.next_action(id)?;
+        self.under_way.insert(id.into(), next.clone());
+        Some(next)
+    }
+
+    /// The try of action `action_id` on node `id` is over, whatever came of it.
+    pub fn end_action(&mut self, id: &str, action_id: u64) {
+        if self.under_way.get(id).is_some_and(|p| p.id == action_id) {
+            self.under_way.remove(id);
+        }
+    }
+
     /// The orchestrator did the pending action `done_action` on node `id`. Work
     /// moved off the node is recorded even when the action was withdrawn while it
     /// ran (an uncordon meanwhile): it happened.
@@ -173,6 +188,7 @@ impl Fleet {
         done_action: &Pending,
         done: &Done,
     ) -> Outcome {
+        self.end_action(id, done_action.id);
         let mut out = Outcome::default();
         // The occupancy kept between whole passes is counted afresh after what
         // can change it; a gate (new work kept off) leaves every node where it
@@ -331,6 +347,7 @@ impl Fleet {
         action_id: u64,
         why: &str,
     ) -> Outcome {
+        self.end_action(id, action_id);
         let mut out = Outcome::default();
         if self.fence_step_unconfirmed(now, id, action_id, why, &mut out) {
             return out;
@@ -451,6 +468,7 @@ impl Fleet {
         action_id: u64,
         why: &str,
     ) -> Outcome {
+        self.end_action(id, action_id);
         let mut out = Outcome::default();
         let Some(node) = self.nodes.get_mut(id) else {
             return out;

@@ -2830,43 +2830,77 @@ fn a_refused_gate_is_not_shown_and_not_asked_again() {
     assert!(shown(&s), "decided and not refused: shown gated");
 }
 
-/// An operator's uncordon while hale's cordon is still under way (an orchestrator
-/// slow to answer): the node shows in service meanwhile, which takes the queued
-/// uncordon for done; the cordon that lands after is undone, not left standing.
+/// An operator's uncordon while hale's cordon is under way (an orchestrator slow
+/// to answer): the node shows in service meanwhile, but the cordon may land yet,
+/// so the uncordon stays queued and is sent after it — the verb waits for that,
+/// rather than saying the node is back while the cordon lands. A cordon only
+/// queued, or one whose try ended without landing, is withdrawn: the node shown
+/// in service is the uncordon done.
 #[test]
-fn a_cordon_landing_after_an_operators_uncordon_is_undone() {
-    let mut s = pool_script("cordon");
-    let ids = s.pool("g", 10, "gpu");
-    s.at(0).report(&ids, &["g-0"], low);
-    s.at(30).report(&ids, &["g-0"], low);
-    let (_, cordon) = s
-        .fleet
-        .pending()
-        .into_iter()
-        .find(|(id, p)| id == "g-0" && matches!(p.action, policy::Action::Cordon { .. }))
-        .expect("hale's cordon queued");
-    let out = s.fleet.uncordon(s.now, "g-0", "changed my mind").unwrap();
-    s.record(out);
+fn an_uncordon_behind_a_cordon_under_way_is_sent_after_it() {
     let ready = policy::Observed {
         labels: [("pool".to_string(), "gpu".to_string())].into(),
         ..shown("g-0", Status::Ready)
     };
+    let queued = |s: &Script| -> Vec<policy::Action> {
+        s.fleet
+            .pending()
+            .into_iter()
+            .map(|(_, p)| p.action)
+            .collect()
+    };
+    let cordoned = |s: &mut Script| {
+        let ids = s.pool("g", 10, "gpu");
+        s.at(0).report(&ids, &["g-0"], low);
+        s.at(30).report(&ids, &["g-0"], low);
+    };
+    // Under way: it lands after the uncordon, which is then sent.
+    let mut s = pool_script("cordon");
+    cordoned(&mut s);
+    let cordon = s.fleet.take_action("g-0").expect("hale's cordon queued");
+    assert!(matches!(cordon.action, policy::Action::Cordon { .. }));
+    let out = s.fleet.uncordon(s.now, "g-0", "changed my mind").unwrap();
+    s.record(out);
     let out = s.fleet.observe(&s.cfg, s.now, std::slice::from_ref(&ready));
     s.record(out);
-    assert!(s.fleet.pending().is_empty(), "the uncordon taken for done");
+    assert_eq!(queued(&s), [policy::Action::Uncordon], "not taken for done");
     let out = s
         .fleet
         .action_done(&s.cfg, s.now, "g-0", &cordon, &policy::Done::default());
     s.record(out);
-    let queued: Vec<policy::Action> = s
-        .fleet
-        .pending()
-        .into_iter()
-        .map(|(_, p)| p.action)
-        .collect();
-    assert_eq!(queued, [policy::Action::Uncordon]);
+    assert_eq!(queued(&s), [policy::Action::Uncordon], "queued once");
     assert_eq!(s.node("g-0").status, Status::Ready);
     assert!(s.node("g-0").policy.cordon.is_none());
+    let uncordon = s.fleet.take_action("g-0").expect("the uncordon next");
+    let out = s
+        .fleet
+        .action_done(&s.cfg, s.now, "g-0", &uncordon, &policy::Done::default());
+    s.record(out);
+    assert!(queued(&s).is_empty());
+    assert!(s.fleet.under_way.is_empty());
+
+    // Under way and refused (never landed): the node in service is the uncordon.
+    let mut s = pool_script("cordon");
+    cordoned(&mut s);
+    let cordon = s.fleet.take_action("g-0").unwrap();
+    let out = s.fleet.uncordon(s.now, "g-0", "changed my mind").unwrap();
+    s.record(out);
+    let out = s
+        .fleet
+        .action_failed(&s.cfg, s.now, "g-0", cordon.id, "refused: not ours");
+    s.record(out);
+    let out = s.fleet.observe(&s.cfg, s.now, std::slice::from_ref(&ready));
+    s.record(out);
+    assert!(queued(&s).is_empty(), "{:?}", queued(&s));
+
+    // Only queued: withdrawn, and the node in service is the uncordon done.
+    let mut s = pool_script("cordon");
+    cordoned(&mut s);
+    let out = s.fleet.uncordon(s.now, "g-0", "changed my mind").unwrap();
+    s.record(out);
+    let out = s.fleet.observe(&s.cfg, s.now, std::slice::from_ref(&ready));
+    s.record(out);
+    assert!(queued(&s).is_empty(), "{:?}", queued(&s));
 }
 
 #[test]
