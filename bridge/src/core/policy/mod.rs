@@ -651,7 +651,7 @@ impl Policy<'_, '_> {
                 };
                 if let Some(guardrail) = guardrail {
                     return Some(Conclusion::Halted {
-                        action: Verdict::Drain,
+                        action: Verdict::Evict,
                         guardrail,
                     });
                 }
@@ -774,7 +774,8 @@ impl Policy<'_, '_> {
                         refusal(node)
                     ),
                 };
-                let message = if settings.mode == Mode::Observe {
+                // A fault eviction acts in every mode: its halt is one.
+                let message = if settings.mode == Mode::Observe && *action != Verdict::Evict {
                     format!(
                         "{} would be halted: {why} (observe mode changes nothing)",
                         action.as_str()
@@ -812,6 +813,7 @@ impl Policy<'_, '_> {
 
 fn threshold(settings: &Settings, verdict: Verdict) -> String {
     match verdict {
+        Verdict::Evict => "a fault class of evictOnFaultClasses".into(),
         Verdict::Cordon => format!("cordonBelow {}", settings.cordon_below),
         Verdict::Drain | Verdict::Replace => format!("drainBelow {}", settings.drain_below),
     }

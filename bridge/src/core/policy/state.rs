@@ -224,6 +224,9 @@ pub enum Conclusion {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
+    /// A fault eviction (`evictOnFaultClasses`, in every mode), below the score's
+    /// verdicts: a halt of one of those stands over a halted eviction.
+    Evict,
     Cordon,
     Drain,
     Replace,
@@ -232,6 +235,7 @@ pub enum Verdict {
 impl Verdict {
     pub fn as_str(self) -> &'static str {
         match self {
+            Verdict::Evict => "evict",
             Verdict::Cordon => "cordon",
             Verdict::Drain => "drain",
             Verdict::Replace => "replace",

@@ -3601,7 +3601,7 @@ fn a_fault_eviction_whose_cordon_is_refused_is_tried_again() {
     s.at(60).report(&ids, &["gpu-14"], low);
     assert_eq!(
         s.policy_events(),
-        ["gpu-14 POLICY_HALTED drain cordonRefused"],
+        ["gpu-14 POLICY_HALTED evict cordonRefused"],
         "said, not dropped"
     );
     // Ten minutes on: cordoned and evicted again.
@@ -4166,9 +4166,20 @@ fn an_eviction_the_ceiling_stops_is_one_event() {
     for t in (30..600).step_by(30) {
         s.at(t).report(&ids, &["g-0"], low);
     }
+    let halted: Vec<&Event> = s
+        .events
+        .iter()
+        .filter(|e| e.kind.name() == "POLICY_HALTED")
+        .collect();
+    assert_eq!(halted.len(), 1, "{halted:?}");
+    assert_eq!(
+        halted[0].message,
+        "evict halted: it would take more than 20% of pool cluster out of service",
+        "an eviction acts in every mode: halted, not 'would be' (the pool observes)"
+    );
     assert_eq!(
         s.policy_events(),
-        ["g-0 POLICY_HALTED drain maxUnavailablePercent"]
+        ["g-0 POLICY_HALTED evict maxUnavailablePercent"]
     );
     assert_eq!(s.node("g-0").status, Status::Ready);
 }
