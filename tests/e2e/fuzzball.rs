@@ -694,3 +694,86 @@ async fn an_uncordon_behind_a_cordon_under_way_waits_for_it_to_land() {
         .await;
     assert_eq!(c2["status"], "Ready", "{c2}");
 }
+
+/// A cordon Fuzzball's CLI keeps failing (a transient error) is tried a few times
+/// with backoff, then again every 10 s — not once more on every poll that wakes
+/// the actions, which asked a failing orchestrator several times a second.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_cordon_is_tried_again_every_ten_seconds_not_every_poll() {
+    let fake = FakeFuzzball::start(json!([
+        fz_node("fz-1", "c1", "READY", 0),
+        fz_node("fz-2", "c2", "READY", 0),
+    ]))
+    .await;
+    let am = Alertmanager::start(None).await;
+    am.fire(&[watchdog(), heartbeat("c1"), heartbeat("c2")])
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = fuzzball_config(dir.path(), &fake, FUZZBALL_TOKEN);
+    // Each call is written down with its time, and fails as a server error would.
+    let calls = dir.path().join("calls");
+    let failing = dir.path().join("failing-fuzzball");
+    std::fs::write(
+        &failing,
+        format!(
+            "#!/bin/sh\ndate +%s.%N >> {}\necho 'Error: internal server error' >&2\nexit 1\n",
+            calls.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&failing, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = config.replace(
+        &format!("cli: {},", fake.cli(dir.path()).display()),
+        &format!("cli: {},", failing.display()),
+    );
+    assert!(config.contains("failing-fuzzball"), "{config}");
+    let hale = Hale::start(dir.path(), &am.url, &config).await;
+    hale.wait_node("inventory", "c2", |n| n["score"] == 100)
+        .await;
+    // Alerts that change every poll keep the node's record changing, and with
+    // it waking the actions, as the tester's heartbeats did.
+    am.fire(&[smart_failing("c2")]).await;
+    let out = hale.cli(&["node", "cordon", "c2", "--reason", "bios", "--wait", "0s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let times = || -> Vec<f64> {
+        std::fs::read_to_string(&calls)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect()
+    };
+    // The first round of tries, then the next round: 10 s after the first ended.
+    let seen = eventually(
+        "a second round of tries",
+        Duration::from_secs(60),
+        || async {
+            let t = times();
+            t.windows(2)
+                .position(|w| w[1] - w[0] > 5.0)
+                .map(|at| (t.clone(), at))
+        },
+    )
+    .await;
+    let (t, gap) = seen;
+    assert!(
+        (1..=4).contains(&(gap + 1)),
+        "one round is a try and at most three more with backoff: {t:?}"
+    );
+    assert!(
+        t[gap + 1] - t[gap] >= 9.0,
+        "the next round 10 s after the last try: {t:?}"
+    );
+    let c2 = hale.node("c2").await.unwrap();
+    assert_eq!(c2["pending"][0]["action"], "cordon", "{c2}");
+    assert!(
+        c2["pending"][0]["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("internal server error")),
+        "{c2}"
+    );
+}

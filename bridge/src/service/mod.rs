@@ -1649,10 +1649,23 @@ impl Hale {
                 if this.writer.lock().expect("writer lock").pending.is_some() {
                     return BTreeSet::new();
                 }
-                this.lock_fleet()
+                let fleet = this.lock_fleet();
+                let tried = this.tried.lock().expect("tried lock");
+                // An action whose tries just failed waits `ACT_RETRY`, however
+                // often a poll or a verb wakes this: a failing orchestrator is not
+                // asked again every second.
+                let resting = |node: &str| {
+                    let next = fleet.next_action(node);
+                    tried.get(node).is_some_and(|t| {
+                        next.is_some_and(|p| p.id == t.id)
+                            && (Utc::now() - t.at).to_std().unwrap_or_default() < ACT_RETRY
+                    })
+                };
+                fleet
                     .pending()
                     .into_iter()
                     .map(|(node, _)| node)
+                    .filter(|node| !resting(node))
                     .collect()
             })
             .await;
