@@ -98,6 +98,12 @@ impl Config {
             crate::token_text(p).map_err(|e| ("tokenFile".to_string(), e))?;
         }
         if let Some(p) = &self.ca_file {
+            if !self.url.starts_with("https://") {
+                return fail(
+                    "caFile",
+                    "the API's url is not https: there is no certificate to check".into(),
+                );
+            }
             crate::certificates(p).map_err(|e| ("caFile".to_string(), e))?;
         }
         if self.cli.as_os_str().is_empty() {

@@ -245,7 +245,7 @@ pub trait Orchestrator: Send + Sync {
     fn reboot<'a>(&'a self, node: &'a str) -> Fut<'a, ()> {
         Box::pin(async move {
             Err(OrchestratorError::refused(
-                "the node has no BMC (inventory[].bmc, bmc.addressTemplate or the hale.dev/bmc-address annotation) and this orchestrator cannot reboot it",
+                "the node has no BMC (inventory[].bmc, bmc.addressTemplate or, on Kubernetes, the hale.dev/bmc-address annotation) and this orchestrator cannot reboot it",
             )
             .during(node, "reboot"))
         })
@@ -406,7 +406,7 @@ pub async fn perform(
         } => orchestrator.reboot(node).await.map_err(during)?,
         Action::Power { .. } => {
             return Err(during(OrchestratorError::refused(
-                "the node has no BMC (inventory[].bmc, bmc.addressTemplate or the hale.dev/bmc-address annotation)",
+                "the node has no BMC (inventory[].bmc, bmc.addressTemplate or, on Kubernetes, the hale.dev/bmc-address annotation)",
             )));
         }
         Action::Release { on } => orchestrator.release_work(node, *on).await.map_err(during)?,

@@ -722,6 +722,36 @@ fn check_config_names_file_line_and_key() {
         err.contains(&format!("{}:4: nodeHealth.drainBelow:", bad.display())),
         "{err}"
     );
+    // Kubernetes with no kubeconfig where the machine offers no cluster: `serve`
+    // would stop at start, so the check says so (a warning: the pod it is meant
+    // for has its service account); offered one, nothing is said.
+    let kube = dir.path().join("kube.yaml");
+    std::fs::write(&kube, "orchestrator: { kind: kubernetes }\n").unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let check = |kubeconfig: Option<&std::path::Path>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_hale"));
+        c.args(["check-config"])
+            .arg(&kube)
+            .env("HOME", home.path())
+            .env_remove("KUBECONFIG")
+            .env_remove("KUBERNETES_SERVICE_HOST");
+        if let Some(k) = kubeconfig {
+            c.env("KUBECONFIG", k);
+        }
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let said = check(None);
+    assert!(
+        said.contains("orchestrator.kubeconfig: not set, and this machine has no KUBECONFIG"),
+        "{said}"
+    );
+    assert!(!check(Some(&kube)).contains("orchestrator.kubeconfig"));
 }
 
 /// The listing's order, search and count over HTTP, the overview's row, and each

@@ -425,8 +425,7 @@ async fn shipped_rules_alerts_and_receiver_drive_hale() {
     let receiver = Receiver::start().await;
     receiver.fail_first("/events", 1);
     std::fs::write(dir.join("webhook-secret"), "e2e-webhook-secret").unwrap();
-    // One BMC every node's template names, so the remediation panels have a
-    // request to show.
+    // A BMC for disk-1, so the remediation panels have a request to show.
     let sushy = crate::bmc_sim::Sushy::start(&["bmc-1"], "e2e-bmc-password").await;
     std::fs::write(dir.join("bmc"), "admin:e2e-bmc-password\n").unwrap();
     let hale_config = format!(
@@ -434,7 +433,8 @@ async fn shipped_rules_alerts_and_receiver_drive_hale() {
          store: {{ path: {}, maxBytes: 1073741824 }}\n\
          alertmanager: {{ url: '{}', pollInterval: 1s, staleAfter: 20s, holdAfterRestart: 80s }}\n\
          nodeEventWebhooks: [{{ url: '{}/events', secretFile: {} }}]\n\
-         bmc: {{ credentialsFile: {}, addressTemplate: '{}', insecure: true }}\n",
+         bmc: {{ credentialsFile: {} }}\n\
+         inventory: [{{ id: disk-1, bmc: {{ address: '{}' }} }}]\n",
         hale_dir.join("token").display(),
         hale_dir.join("data").display(),
         am.url,

@@ -10,13 +10,14 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{Address, BmcError, Credentials, Failure, Target, Timing, Tls};
-use crate::core::settings::de_duration;
+use crate::core::settings::{de_duration, de_present};
 
 /// `bmc:` — what every node's BMC shares.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct BmcConfig {
     /// `username:password`, or a mounted Secret's directory (`username`, `password`).
+    #[serde(deserialize_with = "de_present")]
     pub credentials_file: Option<PathBuf>,
     /// IPMI cipher suite (`ipmitool -C`).
     pub cipher_suite: u8,
@@ -29,8 +30,10 @@ pub struct BmcConfig {
     pub graceful_timeout: Duration,
     /// An address for nodes that name none, with `{id}`, `{hostname}` and
     /// `{labels.KEY}` filled in: `ipmi://{hostname}-bmc:623`.
+    #[serde(deserialize_with = "de_present")]
     pub address_template: Option<String>,
     /// Trust only this CA for Redfish over https.
+    #[serde(deserialize_with = "de_present")]
     pub ca_file: Option<PathBuf>,
     /// Accept any certificate (self-signed BMCs).
     pub insecure: bool,
@@ -57,11 +60,11 @@ impl Default for BmcConfig {
 pub struct NodeBmc {
     pub address: String,
     /// Else `bmc.credentialsFile`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "de_present")]
     pub credentials_file: Option<PathBuf>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "de_present")]
     pub ca_file: Option<PathBuf>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "de_present")]
     pub insecure: Option<bool>,
 }
 
@@ -172,6 +175,19 @@ impl Directory {
             .transpose()
             .map_err(|e| ("bmc.credentialsFile".to_string(), e))?;
         if let Some(t) = &section.address_template {
+            // One address for every node would send each node's power changes to
+            // one machine's BMC.
+            if !["{id}", "{hostname}", "{labels."]
+                .iter()
+                .any(|p| t.contains(p))
+            {
+                return Err((
+                    "bmc.addressTemplate".into(),
+                    format!(
+                        "{t:?} names no node: every node's reboot and power-off would go to the same BMC; use {{id}}, {{hostname}} or {{labels.KEY}}"
+                    ),
+                ));
+            }
             // Its BMCs have no credentials of their own to fall back on.
             if default_credentials.is_none() {
                 return Err((
@@ -192,6 +208,12 @@ impl Directory {
                 Address::parse(&sample).map_err(|e| ("bmc.addressTemplate".to_string(), e))?;
             }
         }
+        if section.ca_file.is_some() && section.insecure {
+            return Err((
+                "bmc.insecure".into(),
+                "with bmc.caFile: a certificate is either checked against the CA or not checked at all; keep one".into(),
+            ));
+        }
         let tls = Tls {
             ca_file: section.ca_file.clone(),
             insecure: section.insecure,
@@ -203,6 +225,28 @@ impl Directory {
         for (i, (id, b)) in inventory.iter().enumerate() {
             let at = |key: &str| format!("inventory[{i}].bmc.{key}");
             let address = Address::parse(&b.address).map_err(|e| (at("address"), e))?;
+            let https =
+                matches!(&address, Address::Redfish { origin, .. } if origin.scheme() == "https");
+            if b.ca_file.is_some() && b.insecure == Some(true) {
+                return Err((
+                    at("insecure"),
+                    "with caFile: a certificate is either checked against the CA or not checked at all; keep one".into(),
+                ));
+            }
+            if !https && (b.ca_file.is_some() || b.insecure.is_some()) {
+                let key = if b.ca_file.is_some() {
+                    "caFile"
+                } else {
+                    "insecure"
+                };
+                return Err((
+                    at(key),
+                    format!(
+                        "{} has no certificate to check: {key} is for redfish+https only",
+                        b.address
+                    ),
+                ));
+            }
             if let Some(ca) = &b.ca_file {
                 read_ca(ca).map_err(|e| (at("caFile"), e))?;
             }
@@ -297,7 +341,7 @@ impl Directory {
             }
             (None, None) => {
                 return Err(missing(
-                    "no BMC: give the node one in inventory[].bmc, with bmc.addressTemplate, or with the hale.dev/bmc-address annotation".into(),
+                    "no BMC: give the node one in inventory[].bmc, with bmc.addressTemplate, or, on Kubernetes, with the hale.dev/bmc-address annotation".into(),
                 ));
             }
         };
@@ -414,7 +458,7 @@ mod tests {
         let own = dir.path().join("own");
         std::fs::write(&own, "root:pw-own\n").unwrap();
         let section = BmcConfig {
-            credentials_file: Some(creds),
+            credentials_file: Some(creds.clone()),
             address_template: Some("ipmi://{id}-bmc".into()),
             ..BmcConfig::default()
         };
@@ -493,5 +537,54 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.0, "bmc.credentialsFile", "{e:?}");
+        // A template that names no node would send every node's power to one BMC.
+        for template in ["", "redfish+http://127.0.0.1:8000/redfish/v1/Systems/1"] {
+            let e = Directory::resolve(
+                &BmcConfig {
+                    credentials_file: Some(creds.clone()),
+                    address_template: Some(template.into()),
+                    ..BmcConfig::default()
+                },
+                &[],
+            )
+            .unwrap_err();
+            assert_eq!(e.0, "bmc.addressTemplate", "{e:?}");
+            assert!(e.1.contains("names no node"), "{e:?}");
+        }
+        // TLS settings that contradict each other, or have no TLS to apply to.
+        let e = Directory::resolve(
+            &BmcConfig {
+                ca_file: Some(dir.path().join("nope.pem")),
+                insecure: true,
+                ..BmcConfig::default()
+            },
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(e.0, "bmc.insecure", "{e:?}");
+        for (address, ca, insecure, key) in [
+            ("ipmi://10.0.0.1", true, None, "caFile"),
+            (
+                "redfish+http://10.0.0.1/redfish/v1/Systems/1",
+                false,
+                Some(true),
+                "insecure",
+            ),
+            (
+                "redfish+https://10.0.0.1/redfish/v1/Systems/1",
+                true,
+                Some(true),
+                "insecure",
+            ),
+        ] {
+            let b = NodeBmc {
+                address: address.into(),
+                credentials_file: Some(creds.clone()),
+                ca_file: ca.then(|| dir.path().join("nope.pem")),
+                insecure,
+            };
+            let e = Directory::resolve(&BmcConfig::default(), &[("a".into(), &b)]).unwrap_err();
+            assert_eq!(e.0, format!("inventory[0].bmc.{key}"), "{address}: {e:?}");
+        }
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::Secret;
-use crate::core::settings::de_duration;
+use crate::core::settings::{de_duration, de_present};
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
@@ -48,10 +48,10 @@ pub struct MemberConfig {
     pub url: String,
     /// The member's API token, sent on every request (needed where the member has
     /// `ui.requireToken`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "de_present")]
     pub token_file: Option<PathBuf>,
     /// CA bundle (PEM) to verify an https member by, instead of the system's roots.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "de_present")]
     pub ca_file: Option<PathBuf>,
 }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 use crate::core::settings::{
-    CoreSettings, Identity, Mode, Pool, Settings, Source, de_duration, de_opt_duration,
+    CoreSettings, Identity, Mode, Pool, Settings, Source, de_duration, de_opt_duration, de_present,
 };
 use crate::core::{BLIND_CONDITIONS, EVENT_TYPES, Listed};
 
@@ -44,6 +44,12 @@ impl fmt::Display for ConfigError {
     }
 }
 
+/// The most events a webhook endpoint's queue may hold (`queueSize`).
+const MAX_QUEUE_SIZE: usize = 10_000_000;
+
+/// The most YAML nodes (scalars, sequences, mappings) a configuration may hold.
+const MAX_YAML_NODES: usize = 10_000_000;
+
 /// The whole configuration file. Every key is optional; omitted keys take the defaults
 /// of DESIGN §5 and §15.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -54,7 +60,9 @@ pub struct Config {
     /// Address the HTTP API, webhook receiver and `/metrics` listen on.
     pub listen: String,
     /// File holding the bearer token required by mutating endpoints and the webhook
-    /// receiver. Without it those endpoints are open (fine on loopback, not beyond).
+    /// receiver. Without it those endpoints are open (fine on loopback, not beyond);
+    /// written empty it is refused, never read as no token.
+    #[serde(deserialize_with = "de_present")]
     pub api_token_file: Option<PathBuf>,
     /// Where alerts come from.
     pub alertmanager: AlertmanagerConfig,
@@ -76,7 +84,9 @@ pub struct Config {
     pub bmc: crate::bmc::config::BmcConfig,
     /// The reboot flow (DESIGN §8).
     pub remediation: RemediationConfig,
-    /// Fencing silent nodes; off without this section.
+    /// Fencing silent nodes; off without this section (written empty it is
+    /// refused: `fencing: {}` is on with the defaults).
+    #[serde(deserialize_with = "de_present")]
     pub fencing: Option<FencingConfig>,
     /// The web UI at `/`.
     pub ui: UiConfig,
@@ -141,11 +151,14 @@ pub struct AlertmanagerConfig {
     pub hold_after_restart: Duration,
     /// An https Alertmanager's certificate is checked against these CAs (PEM)
     /// alone, not the system's.
+    #[serde(deserialize_with = "de_present")]
     pub ca_file: Option<PathBuf>,
     /// Alertmanager's own `basic_auth_users` (its `--web.config.file`).
+    #[serde(deserialize_with = "de_present")]
     pub basic_auth: Option<BasicAuth>,
     /// A bearer token, for a proxy in front of Alertmanager (kube-rbac-proxy,
     /// oauth2-proxy). Read at every request, as a projected token rotates.
+    #[serde(deserialize_with = "de_present")]
     pub bearer_token_file: Option<PathBuf>,
 }
 
@@ -429,19 +442,6 @@ impl Default for StoreConfig {
     }
 }
 
-/// An optional key that, when given, must hold a value: `key:` with nothing after
-/// it is refused ("empty: …") rather than read as the key left out.
-pub(super) fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    match Option::<T>::deserialize(d)? {
-        Some(v) => Ok(Some(v)),
-        None => Err(serde::de::Error::custom("cannot deserialize null")),
-    }
-}
-
 /// One `nodeEventWebhooks` entry.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -452,7 +452,7 @@ pub struct WebhookConfig {
     pub secret_file: PathBuf,
     /// Event types to send; omitted sends every type. Left empty (`events:`) it
     /// is refused, as `[]` is: an empty filter is never read as every type.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "de_present")]
     pub events: Option<Vec<String>>,
     /// Attempts per event, the first included, before it is dropped.
     #[serde(default = "default_max_attempts")]
@@ -807,10 +807,15 @@ impl Config {
                 .and_then(|rest| rest.split_once(": "))
                 .filter(|(at, _)| at.contains("column"))
                 .map_or(said, |(_, what)| what);
-            let said = if said.contains("multiple YAML documents") {
+            let said = if said.starts_with("budget breached") {
+                key = "-".into();
+                "too large: more than 10,000,000 YAML nodes (keys, values, entries); an inventory that size belongs in an orchestrator"
+            } else if said.contains("multiple YAML documents") {
                 // Said of the file, where its second document begins.
                 key = "-".into();
                 "a configuration is one YAML document; this file holds more (`---`)"
+            } else if said.starts_with("cannot deserialize null") && key == "fencing" {
+                "empty: `fencing: {}` turns fencing on with its defaults; leave the key out for none"
             } else if said.starts_with("cannot deserialize null") {
                 // serde's advice to the program ("use Option<…>") is not the user's.
                 "empty: give it a value (a key with a default may be left out)"
@@ -824,13 +829,23 @@ impl Config {
                 message: said.to_string(),
             }
         };
-        let kind = serde_saphyr::from_str::<KindProbe>(source)
+        // The parser's default budget (250,000 YAML nodes) is under a static
+        // inventory of 100,000 nodes with labels; aliases stay bounded as before.
+        let options = || {
+            serde_saphyr::options! {
+                budget: serde_saphyr::budget! {
+                    max_nodes: MAX_YAML_NODES,
+                    max_events: 2 * MAX_YAML_NODES,
+                },
+            }
+        };
+        let kind = serde_saphyr::from_str_with_options::<KindProbe>(source, options())
             .map_err(located)?
             .orchestrator
             .map(|o| o.kind)
             .unwrap_or_default();
         KIND.set(kind);
-        serde_saphyr::from_str::<Config>(source).map_err(located)
+        serde_saphyr::from_str_with_options::<Config>(source, options()).map_err(located)
     }
 
     /// Validate what serde cannot check and resolve per-pool settings.
@@ -961,9 +976,11 @@ impl Config {
         let mut odd: Vec<(String, String)> = Vec::new();
         let am = &self.alertmanager;
         if am.url.starts_with("http:") {
+            let in_url = reqwest::Url::parse(&am.url).is_ok_and(|u| !u.username().is_empty());
             let key = match (&am.basic_auth, &am.bearer_token_file) {
                 (Some(_), _) => Some("alertmanager.basicAuth"),
                 (None, Some(_)) => Some("alertmanager.bearerTokenFile"),
+                (None, None) if in_url => Some("alertmanager.url"),
                 (None, None) => None,
             };
             if let Some(key) = key {
@@ -995,10 +1012,16 @@ impl Config {
         let mut pools = Vec::new();
         for (i, pool) in self.pools.iter().enumerate() {
             let at = format!("pools[{i}]");
-            if pool.name.trim().is_empty() || pool.name == "cluster" {
+            if pool.name.trim().is_empty()
+                || pool.name.trim() != pool.name
+                || pool.name == "cluster"
+                || pool.name == "*"
+                || crate::core::labels::unprintable(&pool.name)
+            {
                 return Err(err(
                     &format!("{at}.name"),
-                    "must be non-empty and not `cluster`".into(),
+                    "must be a name: not empty, no spaces around it, no control, invisible or direction-changing characters, not `cluster` (nodes in no pool) nor `*`"
+                        .into(),
                 ));
             }
             if !names.insert(pool.name.clone()) {
@@ -1110,6 +1133,24 @@ impl Config {
                     seen_gone.as_secs()
                 ),
             ));
+        }
+        // Nodes whose alerts carry no interval of their own are seen gone only
+        // once their configured heartbeat is missed.
+        for s in std::iter::once(&cluster_settings).chain(pools.iter().map(|p: &Pool| &p.settings))
+        {
+            let missed = s.miss_after(s.report_interval);
+            if remediation.return_timeout <= missed {
+                odd.push((
+                    "remediation.returnTimeout".into(),
+                    format!(
+                        "{}s is not more than the {}s {} needs to miss a heartbeat (reportIntervalSeconds × heartbeatMissThreshold): a reboot of a node whose alerts carry no hale_report_interval would fail its return step",
+                        remediation.return_timeout.as_secs(),
+                        missed.as_secs(),
+                        if s.name == "cluster" { "the cluster".to_string() } else { format!("pool {}", s.name) }
+                    ),
+                ));
+                break;
+            }
         }
         let fencing = self
             .fencing
@@ -1285,6 +1326,37 @@ impl Config {
                 .map_err(|(key, message)| err(&format!("store.nats.{key}"), message))?,
             (StoreKind::Sqlite, None) => {}
         }
+        if self.store.kind == StoreKind::Nats {
+            // JetStream names a stream or bucket in at most 255 bytes; a KV
+            // bucket's stream is `KV_<bucket>`.
+            let names = crate::store::nats::Names::of(&self.cluster);
+            let longest = [
+                names.stream.len(),
+                3 + names.state.len(),
+                3 + names.ledger.len(),
+                3 + names.lease.len(),
+            ]
+            .into_iter()
+            .max()
+            .unwrap_or_default();
+            if longest > 255 {
+                return Err(err(
+                    "cluster",
+                    format!(
+                        "too long for the NATS store: its JetStream names would be {longest} bytes, and JetStream takes at most 255 (each byte but letters, digits and `-` counts three)"
+                    ),
+                ));
+            }
+        }
+        if self.store.path.is_file() {
+            return Err(err(
+                "store.path",
+                format!(
+                    "{} is a file: it must name the store's directory",
+                    self.store.path.display()
+                ),
+            ));
+        }
         if !(1..=36_500).contains(&self.store.event_retention_days) {
             return Err(err(
                 "store.eventRetentionDays",
@@ -1349,8 +1421,11 @@ impl Config {
                     "must be at least 1".into(),
                 ));
             }
-            if w.queue_size == 0 {
-                return Err(err(&format!("{at}.queueSize"), "must be at least 1".into()));
+            if !(1..=MAX_QUEUE_SIZE).contains(&w.queue_size) {
+                return Err(err(
+                    &format!("{at}.queueSize"),
+                    format!("must be 1..={MAX_QUEUE_SIZE}"),
+                ));
             }
             if w.timeout.is_zero() {
                 return Err(err(&format!("{at}.timeout"), "must be positive".into()));
@@ -1390,6 +1465,15 @@ impl Config {
                     "with orchestrator {}: a fenced node is powered off and on, but its work is not released to run elsewhere (only kubernetes does that)",
                     self.orchestrator.kind()
                 ),
+            ));
+        }
+        if let OrchestratorConfig::Kubernetes(k) = &self.orchestrator
+            && k.kubeconfig.is_none()
+            && !crate::kubernetes::ambient_cluster()
+        {
+            odd.push((
+                "orchestrator.kubeconfig".into(),
+                "not set, and this machine has no KUBECONFIG, ~/.kube/config or in-cluster service account: `hale serve` here would stop at start".into(),
             ));
         }
         let core = CoreSettings {
@@ -1803,6 +1887,20 @@ mod tests {
         Config::parse("hale.yaml", text)?.resolve("hale.yaml", text)
     }
 
+    /// A static inventory past the YAML parser's default budget (250,000 nodes) is
+    /// read: 40,000 entries with labels hold about 360,000.
+    #[test]
+    fn a_large_inventory_is_read() {
+        let mut text = String::from("inventory:\n");
+        for i in 0..40_000 {
+            text.push_str(&format!(
+                "  - {{ id: node-{i}, labels: {{ pool: gpu, rack: r{} }} }}\n",
+                i % 50
+            ));
+        }
+        assert_eq!(load(&text).unwrap().config.inventory.len(), 40_000);
+    }
+
     #[test]
     fn empty_file_is_the_defaults() {
         let l = load("").unwrap();
@@ -1866,6 +1964,15 @@ mod tests {
                 "pools:\n  - { name: a, selector: {p: a}, nodeHealth: { evictOnFaultClasses: [COLLECTOR_FAILED] } }",
                 "pools[0].nodeHealth.evictOnFaultClasses[0]",
             ),
+            // A reboot is seen only once a heartbeat is missed (3 × 30 s).
+            (
+                "remediation: { returnTimeout: 60s }",
+                "remediation.returnTimeout",
+            ),
+            (
+                "remediation: { returnTimeout: 20m }\npools:\n  - { name: a, selector: {p: a}, nodeHealth: { reportIntervalSeconds: 600 } }",
+                "remediation.returnTimeout",
+            ),
         ] {
             let l = load(text).unwrap_or_else(|e| panic!("{text}: {e}"));
             let keys: Vec<&str> = l.warnings.iter().map(|w| w.key.as_str()).collect();
@@ -1889,6 +1996,19 @@ mod tests {
                 &[]
             };
             assert_eq!(keys, want, "{url}");
+        }
+        for (url, warned) in [
+            ("http://hale:pw@am:9093", true),
+            ("https://hale:pw@am:9093", false),
+        ] {
+            let l = load(&format!("alertmanager:\n  url: {url}\n")).unwrap();
+            let keys: Vec<&str> = l.warnings.iter().map(|w| w.key.as_str()).collect();
+            let want: &[&str] = if warned { &["alertmanager.url"] } else { &[] };
+            assert_eq!(keys, want, "{url}");
+            assert!(
+                l.warnings.iter().all(|w| !w.message.contains("pw")),
+                "{url}"
+            );
         }
         // The defaults say nothing, nor does a pair that agrees, nor pools from
         // the narrowest to the widest.
@@ -2693,6 +2813,59 @@ pools:
                 "cluster",
                 "no spaces around it",
             ),
+            // A pool is named as a cluster is: its name comes back in the API.
+            (
+                "pools:\n  - { name: ' gpu', selector: { p: a } }\n".into(),
+                2,
+                "pools[0].name",
+                "no spaces around it",
+            ),
+            (
+                "pools:\n  - { name: \"g\\npu\", selector: { p: a } }\n".into(),
+                2,
+                "pools[0].name",
+                "no control",
+            ),
+            (
+                "pools:\n  - { name: '*', selector: { p: a } }\n".into(),
+                2,
+                "pools[0].name",
+                "nor `*`",
+            ),
+            (
+                format!(
+                    "cluster: {}\nstore:\n  kind: nats\n  nats: {{ urls: [nats://n:4222] }}\n",
+                    "b".repeat(243)
+                ),
+                1,
+                "cluster",
+                "JetStream takes at most 255",
+            ),
+            // Settings that contradict each other, or have nothing to apply to.
+            (
+                "store:\n  nats:\n    urls: ['nats://hale:pw@n:4222']\n    credsFile: /etc/passwd\n".into(),
+                4,
+                "store.nats.credsFile",
+                "keep one",
+            ),
+            (
+                "orchestrator:\n  kind: fuzzball\n  url: http://fuzzball.example/v4\n  caFile: /etc/passwd\n".into(),
+                4,
+                "orchestrator.caFile",
+                "not https",
+            ),
+            (
+                "store:\n  path: /etc/passwd\n".into(),
+                2,
+                "store.path",
+                "is a file",
+            ),
+            (
+                "nodeEventWebhooks:\n  - { url: 'https://x.example/h', secretFile: /etc/passwd, queueSize: 9223372036854775808 }\n".into(),
+                2,
+                "nodeEventWebhooks[0].queueSize",
+                "must be 1..=10000000",
+            ),
             (
                 "federation:\n  timeout: 2m\n".into(),
                 2,
@@ -2723,6 +2896,46 @@ pools:
                 "remediation:\n  window:\n".into(),
                 2,
                 "remediation.window",
+                "empty: give it a value",
+            ),
+            // A safeguard written empty is refused: never read as left out, which
+            // turns it off (fencing, the API token) or falls back to another
+            // (ambient credentials, the system's CAs).
+            (
+                "fencing:\n".into(),
+                1,
+                "fencing",
+                "empty: `fencing: {}` turns fencing on with its defaults",
+            ),
+            ("fencing: ~\n".into(), 1, "fencing", "empty: `fencing: {}`"),
+            (
+                "cluster: a\napiTokenFile:\n".into(),
+                2,
+                "apiTokenFile",
+                "empty: give it a value",
+            ),
+            (
+                "alertmanager:\n  url: https://am:9093\n  caFile:\n".into(),
+                3,
+                "alertmanager.caFile",
+                "empty: give it a value",
+            ),
+            (
+                "bmc:\n  credentialsFile: null\n".into(),
+                2,
+                "bmc.credentialsFile",
+                "empty: give it a value",
+            ),
+            (
+                "orchestrator:\n  kind: kubernetes\n  kubeconfig:\n".into(),
+                3,
+                "orchestrator.kubeconfig",
+                "empty: give it a value",
+            ),
+            (
+                "store:\n  nats:\n    urls: [nats://n:4222]\n    tls:\n".into(),
+                4,
+                "store.nats.tls",
                 "empty: give it a value",
             ),
             // `days:` left empty is refused, as `[]` is; left out, every day.

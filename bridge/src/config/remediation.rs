@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::core::settings::{Fencing, NodeType, Remediation, Window, de_duration, de_opt_duration};
+use crate::core::settings::{
+    Fencing, NodeType, Remediation, Window, de_duration, de_opt_duration, de_present,
+};
 
 /// `remediation:`; every key optional.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -28,7 +30,7 @@ pub struct RemediationConfig {
     pub blocking_alerts: Vec<AlertMatch>,
     /// Left empty (`window:`) it is refused: commented out, its body would leave
     /// reboots at any hour.
-    #[serde(default, deserialize_with = "super::present")]
+    #[serde(default, deserialize_with = "de_present")]
     pub window: Option<WindowConfig>,
     pub node_types: Vec<NodeTypeConfig>,
 }
@@ -183,7 +185,7 @@ fn unquote(raw: &str) -> Result<String, String> {
 pub struct WindowConfig {
     /// `mon` … `sun`; every day when omitted. Left empty (`days:`) it is refused,
     /// as `[]` is.
-    #[serde(default, deserialize_with = "super::present")]
+    #[serde(default, deserialize_with = "de_present")]
     pub days: Option<Vec<String>>,
     /// `HH:MM`.
     pub start: String,

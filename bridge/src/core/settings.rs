@@ -403,6 +403,21 @@ pub fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D
     parse_duration(&text).map_err(serde::de::Error::custom)
 }
 
+/// Serde: an optional key that, when given, must hold a value — `key:` with
+/// nothing after it is refused ("empty: …" in the configuration's error) rather
+/// than read as the key left out, which for a section or a file turns a
+/// safeguard off without a word.
+pub fn de_present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    match Option::<T>::deserialize(d)? {
+        Some(v) => Ok(Some(v)),
+        None => Err(serde::de::Error::custom("cannot deserialize null")),
+    }
+}
+
 /// Serde: an optional duration.
 pub fn de_opt_duration<'de, D: serde::Deserializer<'de>>(
     d: D,

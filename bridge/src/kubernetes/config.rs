@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::core::settings::de_duration;
+use crate::core::settings::{de_duration, de_present};
 
 /// The Kubernetes orchestrator's settings.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -15,9 +15,12 @@ pub struct Config {
     /// `kubernetes`.
     pub kind: String,
     /// The kubeconfig file; omitted: `KUBECONFIG`, `~/.kube/config`, or the
-    /// in-cluster service account.
+    /// in-cluster service account (written empty it is refused: never read as
+    /// whatever cluster those name).
+    #[serde(deserialize_with = "de_present")]
     pub kubeconfig: Option<PathBuf>,
     /// The kubeconfig context; omitted: its current context.
+    #[serde(deserialize_with = "de_present")]
     pub context: Option<String>,
     /// The prefix of the Node conditions hale owns (Sciuro's default).
     pub condition_prefix: String,
@@ -169,4 +172,16 @@ pub(super) fn first_line(e: &dyn std::fmt::Display) -> String {
         .unwrap_or_default()
         .trim_end()
         .to_string()
+}
+
+/// Whether this machine offers a cluster to a configuration that names no
+/// kubeconfig: `KUBECONFIG`, `~/.kube/config`, or a pod's service account.
+pub fn ambient_cluster() -> bool {
+    let set = |var: &str| std::env::var_os(var).is_some_and(|v| !v.is_empty());
+    set("KUBECONFIG")
+        || std::env::var_os("HOME")
+            .is_some_and(|home| PathBuf::from(home).join(".kube/config").is_file())
+        || (set("KUBERNETES_SERVICE_HOST")
+            && std::path::Path::new("/var/run/secrets/kubernetes.io/serviceaccount/token")
+                .is_file())
 }

@@ -31,7 +31,7 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 pub use conditions::{HEALTH, SCORE, condition_type};
-pub use config::{Config, LeaseConfig};
+pub use config::{Config, LeaseConfig, ambient_cluster};
 use lease::Leadership;
 pub use pods::{ON_NODE_FAULT, RESTART};
 
@@ -72,7 +72,9 @@ pub enum ConnectError {
         path: std::path::PathBuf,
         reason: String,
     },
-    #[error("no kubeconfig and not in a cluster: {0}")]
+    #[error(
+        "orchestrator.kubeconfig is not set, and no KUBECONFIG, ~/.kube/config or in-cluster service account is usable: {0}"
+    )]
     Infer(String),
     #[error("the Kubernetes client: {0}")]
     Client(String),

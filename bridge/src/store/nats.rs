@@ -65,9 +65,9 @@ pub struct NatsConfig {
     /// Servers to connect to (`nats://` or `tls://`); any one reachable will do.
     pub urls: Vec<String>,
     /// A NATS credentials file (user JWT and NKey seed).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::core::settings::de_present")]
     pub creds_file: Option<PathBuf>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::core::settings::de_present")]
     pub tls: Option<NatsTls>,
     /// Copies JetStream keeps of the event stream and the KV buckets: 1, 3 or 5.
     #[serde(default = "default_nats_replicas")]
@@ -97,11 +97,11 @@ fn default_nats_replicas() -> usize {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NatsTls {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::core::settings::de_present")]
     pub ca_file: Option<PathBuf>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::core::settings::de_present")]
     pub cert_file: Option<PathBuf>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::core::settings::de_present")]
     pub key_file: Option<PathBuf>,
 }
 
@@ -158,6 +158,12 @@ impl NatsConfig {
             return Err((
                 "replicas".into(),
                 "must be 1, 3 or 5 (JetStream keeps an odd number of copies)".into(),
+            ));
+        }
+        if self.creds_file.is_some() && userinfo.is_some_and(|(user, _)| !user.is_empty()) {
+            return Err((
+                "credsFile".into(),
+                "beside credentials in the URLs: the client logs in with one or the other; keep one".into(),
             ));
         }
         let tls = self.tls.as_ref();
