@@ -34,6 +34,10 @@ pub enum IngestError {
     #[error("unsupported webhook payload version {0:?} (hale reads version \"4\")")]
     Version(String),
     #[error(
+        "not an Alertmanager v2 alerts answer: {0} (is alertmanager.url an Alertmanager's, serving /api/v2?)"
+    )]
+    NotV2(&'static str),
+    #[error(
         "Alertmanager at {url} sent an answer past alertmanager.maxAnswerBytes ({limit} bytes): cut off there, nothing applied"
     )]
     TooLarge { url: String, limit: usize },
@@ -71,7 +75,7 @@ impl IngestError {
             IngestError::Timeout { .. } => "timeout",
             IngestError::Status { .. } => "status",
             IngestError::Malformed { .. } => "malformed",
-            IngestError::Version(_) => "version",
+            IngestError::Version(_) | IngestError::NotV2(_) => "version",
             IngestError::Credentials { .. } => "credentials",
             IngestError::TooLarge { .. } => "too_large",
         }
@@ -109,6 +113,13 @@ pub fn parse_v2(body: &[u8]) -> Result<Vec<Alert<'_>>> {
     };
     // One UTF-8 check of the whole body is cheaper than one per string.
     let text = std::str::from_utf8(body).map_err(|e| malformed(e.to_string()))?;
+    // The v1 API's envelope (`{"status":"success","data":[…]}`), an error
+    // object, a proxy's page: another shape than the v2 list, said as such.
+    if text.trim_start().starts_with('{') {
+        return Err(IngestError::NotV2(
+            "a JSON object where /api/v2/alerts answers a list (the v1 API's envelope?)",
+        ));
+    }
     let raw: Vec<V2Alert> = sonic_rs::from_str(text).map_err(|e| malformed(e.to_string()))?;
     Ok(raw
         .into_iter()
@@ -688,8 +699,12 @@ mod tests {
 
     #[test]
     fn garbage_from_the_api_is_an_error_not_an_empty_fleet() {
-        assert!(parse_v2(b"<html>proxy error</html>").is_err());
-        assert!(parse_v2(b"{}").is_err());
+        let label = |body: &[u8]| parse_v2(body).expect_err("refused").metric_label();
+        assert_eq!(label(b"<html>proxy error</html>"), "malformed");
+        // Another shape than the v2 list: the v1 API's envelope, an error object.
+        assert_eq!(label(br#"{"status":"success","data":[]}"#), "version");
+        assert_eq!(label(b"  {}"), "version");
+        assert_eq!(label(br#"[{"labels":{}}]"#), "malformed");
         assert_eq!(parse_v2(b"[]").unwrap().len(), 0);
     }
 

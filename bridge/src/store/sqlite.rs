@@ -676,10 +676,17 @@ impl Store for Sqlite {
     }
 
     /// Bytes the store occupies on disk (database plus write-ahead log).
+    /// Every file of the store's directory: the database, its WAL and shared
+    /// memory, and the webhook deliveries' own database beside it.
     fn bytes_used(&self) -> u64 {
-        let size = |p: PathBuf| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
-        let wal = PathBuf::from(format!("{}-wal", self.file.display()));
-        size(self.file.clone()) + size(wal)
+        let dir = self.file.parent().unwrap_or(Path::new("."));
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok()?.metadata().ok())
+            .filter(std::fs::Metadata::is_file)
+            .map(|m| m.len())
+            .sum()
     }
 
     fn mark_copying(&mut self, copying: bool) -> Result<()> {
@@ -1145,6 +1152,18 @@ mod tests {
 
     /// A store file removed under the running writer fails every later write,
     /// saying so, rather than writing into a file the next start will not find.
+    /// What the store keeps on disk is every file of its directory: the webhook
+    /// deliveries' database too, not only the events'.
+    #[test]
+    fn the_bytes_used_are_every_file_the_store_keeps() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Sqlite::open(dir.path()).unwrap();
+        let alone = store.bytes_used();
+        assert!(alone > 0);
+        std::fs::write(dir.path().join(PLACES), vec![0u8; 100_000]).unwrap();
+        assert_eq!(store.bytes_used(), alone + 100_000);
+    }
+
     #[test]
     fn a_store_file_removed_under_the_writer_fails_its_writes() {
         let dir = tempfile::tempdir().unwrap();
