@@ -32,8 +32,10 @@ pub struct Config {
     pub url: String,
     /// A bearer token for the API, read at every request (a rotated Secret is
     /// taken up without a reload).
+    #[serde(deserialize_with = "crate::core::settings::de_present")]
     pub token_file: Option<PathBuf>,
     /// Trust only this CA for the API (PEM).
+    #[serde(deserialize_with = "crate::core::settings::de_present")]
     pub ca_file: Option<PathBuf>,
     /// The `fuzzball` CLI, run without a shell; it uses its own login context.
     pub cli: PathBuf,

@@ -26,9 +26,11 @@ pub struct Config {
     /// `slurm`.
     pub kind: String,
     /// `SLURM_CONF` for every command; omitted: the environment's, else Slurm's
-    /// default.
+    /// default (written empty it is refused: never read as whichever that is).
+    #[serde(deserialize_with = "crate::core::settings::de_present")]
     pub slurm_conf: Option<PathBuf>,
     /// Where `sinfo`, `squeue`, `scontrol` and `scancel` are; omitted: `PATH`.
+    #[serde(deserialize_with = "crate::core::settings::de_present")]
     pub bin_dir: Option<PathBuf>,
     /// One command at most.
     #[serde(deserialize_with = "de_duration")]

@@ -765,7 +765,7 @@ async fn a_failing_cordon_is_tried_again_every_ten_seconds_not_every_poll() {
         "one round is a try and at most three more with backoff: {t:?}"
     );
     assert!(
-        t[gap + 1] - t[gap] >= 9.0,
+        (9.0..15.0).contains(&(t[gap + 1] - t[gap])),
         "the next round 10 s after the last try: {t:?}"
     );
     let c2 = hale.node("c2").await.unwrap();

@@ -211,7 +211,7 @@ impl Directory {
         if section.ca_file.is_some() && section.insecure {
             return Err((
                 "bmc.insecure".into(),
-                "with bmc.caFile: a certificate is either checked against the CA or not checked at all; keep one".into(),
+                "with bmc.caFile: insecure checks no certificate (the CA would check nothing) and lets redfish+http annotation addresses have the credentials; keep one".into(),
             ));
         }
         let tls = Tls {
@@ -233,7 +233,7 @@ impl Directory {
                     "with caFile: a certificate is either checked against the CA or not checked at all; keep one".into(),
                 ));
             }
-            if !https && (b.ca_file.is_some() || b.insecure.is_some()) {
+            if !https && (b.ca_file.is_some() || b.insecure == Some(true)) {
                 let key = if b.ca_file.is_some() {
                     "caFile"
                 } else {

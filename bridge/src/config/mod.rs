@@ -807,9 +807,16 @@ impl Config {
                 .and_then(|rest| rest.split_once(": "))
                 .filter(|(at, _)| at.contains("column"))
                 .map_or(said, |(_, what)| what);
-            let said = if said.starts_with("budget breached") {
+            let said = if said.starts_with("budget breached")
+                && ["Nodes", "Events", "ScalarBytes"]
+                    .iter()
+                    .any(|k| said.contains(k))
+            {
                 key = "-".into();
                 "too large: more than 10,000,000 YAML nodes (keys, values, entries); an inventory that size belongs in an orchestrator"
+            } else if said.starts_with("budget breached") {
+                key = "-".into();
+                "refused by the YAML reader's limits on aliases and nesting (more than a configuration needs)"
             } else if said.contains("multiple YAML documents") {
                 // Said of the file, where its second document begins.
                 key = "-".into();
@@ -836,6 +843,9 @@ impl Config {
                 budget: serde_saphyr::budget! {
                     max_nodes: MAX_YAML_NODES,
                     max_events: 2 * MAX_YAML_NODES,
+                    // One anchor (`&gpu`) named by every entry of an inventory is
+                    // fine; the alias replay limit still stops an alias bomb.
+                    enforce_alias_anchor_ratio: false,
                 },
             }
         };
@@ -1899,6 +1909,12 @@ mod tests {
             ));
         }
         assert_eq!(load(&text).unwrap().config.inventory.len(), 40_000);
+        // One anchor every entry names.
+        let mut text = String::from("inventory:\n  - { id: node-0, labels: &gpu { pool: gpu } }\n");
+        for i in 1..500 {
+            text.push_str(&format!("  - {{ id: node-{i}, labels: *gpu }}\n"));
+        }
+        assert_eq!(load(&text).unwrap().config.inventory.len(), 500);
     }
 
     #[test]
@@ -2930,6 +2946,18 @@ pools:
                 "orchestrator:\n  kind: kubernetes\n  kubeconfig:\n".into(),
                 3,
                 "orchestrator.kubeconfig",
+                "empty: give it a value",
+            ),
+            (
+                "orchestrator:\n  kind: slurm\n  slurmConf:\n".into(),
+                3,
+                "orchestrator.slurmConf",
+                "empty: give it a value",
+            ),
+            (
+                "orchestrator:\n  kind: fuzzball\n  url: https://f.example/v4\n  caFile:\n".into(),
+                4,
+                "orchestrator.caFile",
                 "empty: give it a value",
             ),
             (

@@ -190,6 +190,8 @@ struct Tried {
     id: u64,
     error: String,
     at: Time,
+    /// When, by the monotonic clock: the action rests `ACT_RETRY` from then.
+    since: Instant,
 }
 
 /// The store and what it has not managed to write yet.
@@ -867,8 +869,10 @@ impl Hale {
             match writer.store.load(now) {
                 Ok(mut loaded) => {
                     loaded.trust.take_up();
-                    // The configuration's inventory is this process's, not the store's.
+                    // The configuration's inventory is this process's, not the
+                    // store's; so are the actions its tasks are performing.
                     loaded.listed = std::mem::take(&mut fleet.listed);
+                    loaded.under_way = std::mem::take(&mut fleet.under_way);
                     *fleet = loaded;
                     if writer.pending.take().is_some() {
                         warn!(
@@ -951,6 +955,7 @@ impl Hale {
                     return seen;
                 }
                 loaded.listed = std::mem::take(&mut fleet.listed);
+                loaded.under_way = std::mem::take(&mut fleet.under_way);
                 *fleet = loaded;
                 drop(fleet);
                 self.store_ok.store(true, Ordering::Relaxed);
@@ -1518,9 +1523,23 @@ impl Hale {
             }
             tokio::select! {
                 () = self.act_now.notified() => {}
-                () = tokio::time::sleep(ACT_RETRY) => {}
+                () = tokio::time::sleep(self.next_retry()) => {}
             }
         }
+    }
+
+    /// How long until the first action resting after failed tries may be tried
+    /// again (at most `ACT_RETRY`): a retry comes `ACT_RETRY` after its last try,
+    /// not after the round of the loop that found it resting.
+    fn next_retry(&self) -> Duration {
+        self.tried
+            .lock()
+            .expect("tried lock")
+            .values()
+            .map(|t| ACT_RETRY.saturating_sub(t.since.elapsed()))
+            .min()
+            .unwrap_or(ACT_RETRY)
+            .max(Duration::from_millis(100))
     }
 
     /// Follow the orchestrator's inventory whatever the poll interval: at once when
@@ -1657,8 +1676,7 @@ impl Hale {
                 let resting = |node: &str| {
                     let next = fleet.next_action(node);
                     tried.get(node).is_some_and(|t| {
-                        next.is_some_and(|p| p.id == t.id)
-                            && (Utc::now() - t.at).to_std().unwrap_or_default() < ACT_RETRY
+                        next.is_some_and(|p| p.id == t.id) && t.since.elapsed() < ACT_RETRY
                     })
                 };
                 fleet
@@ -1856,6 +1874,7 @@ impl Hale {
                 id,
                 error: e.to_string(),
                 at: Utc::now(),
+                since: Instant::now(),
             },
         );
     }

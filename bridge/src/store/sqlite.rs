@@ -1150,8 +1150,6 @@ mod tests {
         suite::a_copys_mark_is_kept_until_cleared(&open);
     }
 
-    /// A store file removed under the running writer fails every later write,
-    /// saying so, rather than writing into a file the next start will not find.
     /// What the store keeps on disk is every file of its directory: the webhook
     /// deliveries' database too, not only the events'.
     #[test]
@@ -1164,6 +1162,8 @@ mod tests {
         assert_eq!(store.bytes_used(), alone + 100_000);
     }
 
+    /// A store file removed under the running writer fails every later write,
+    /// saying so, rather than writing into a file the next start will not find.
     #[test]
     fn a_store_file_removed_under_the_writer_fails_its_writes() {
         let dir = tempfile::tempdir().unwrap();

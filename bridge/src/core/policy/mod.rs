@@ -75,6 +75,9 @@ pub fn blind(node: &Node) -> bool {
         .any(|c| node.conditions.contains_key(*c))
 }
 
+/// The reason of the cordon a fault eviction makes, before its class.
+pub(super) const EVICTION_CORDON: &str = "fault eviction: ";
+
 /// The failure message of work a fault eviction could not move (the first seed's);
 /// the orchestrator adds how its work declares it may be moved instead
 /// ([`crate::orchestrator::Orchestrator::restart_hint`]).
@@ -438,11 +441,12 @@ impl Policy<'_, '_> {
                 Some(standing @ Conclusion::Acted { action: was, .. }),
                 Conclusion::Acted { action, .. },
             ) if action < *was => standing.clone(),
-            // Still halted: by what stops it now, for the most it was to do.
+            // Still halted: by what stops it now, for the most it was to do — but
+            // a held fault eviction is said as itself, over a score's halt.
             (
                 Some(Conclusion::Halted { action: was, .. }),
                 Conclusion::Halted { action, guardrail },
-            ) if action < *was => Conclusion::Halted {
+            ) if action < *was && action != Verdict::Evict => Conclusion::Halted {
                 action: *was,
                 guardrail,
             },
@@ -655,7 +659,7 @@ impl Policy<'_, '_> {
                         guardrail,
                     });
                 }
-                let reason = format!("fault eviction: {class}");
+                let reason = format!("{EVICTION_CORDON}{class}");
                 take_out(node, Actor::Hale, &reason, self.now);
                 if let Some(cordon) = node.policy.cordon.as_mut() {
                     cordon.drain();

@@ -531,7 +531,16 @@ impl Fleet {
             if action == (Action::Gate { on: true }) {
                 node.policy.gate_refused = true;
             }
-            if matches!(action, Action::Drain { .. } | Action::Evict { .. }) {
+            // An eviction drained only the cordon it made itself: one it found
+            // (drained by an earlier drain, or not) keeps what it says.
+            let evictions_own = node
+                .policy
+                .cordon
+                .as_ref()
+                .is_some_and(|c| c.reason.starts_with(super::EVICTION_CORDON));
+            if matches!(action, Action::Drain { .. })
+                || (matches!(action, Action::Evict { .. }) && evictions_own)
+            {
                 refuse_drain(node);
             }
             // Its event was recorded when it was queued (a drain, an eviction): the

@@ -3635,17 +3635,24 @@ fn a_refused_fault_eviction_leaves_the_node_cordoned_not_drained() {
         s.record(out);
     }
     let mut s = script("nodeHealth: { evictOnFaultClasses: [GPU_ECC_ERRORS] }");
-    let mut ids = s.pool("g", 8, "gpu");
-    ids.extend(["gpu-14".to_string(), "gpu-15".to_string()]);
+    let mut ids = s.pool("g", 12, "gpu");
+    ids.extend(["gpu-14", "gpu-15", "gpu-16"].map(String::from));
     s.at(0).report(&ids, &[], low);
     s.fleet.cordon(s.now, "gpu-15", "firmware update").unwrap();
-    s.at(30).report(&ids, &["gpu-14", "gpu-15"], low);
-    for id in ["gpu-14", "gpu-15"] {
+    s.fleet.drain(s.now, "gpu-16", false, "rack move").unwrap();
+    s.at(30).report(&ids, &["gpu-14", "gpu-15", "gpu-16"], low);
+    for id in ["gpu-14", "gpu-15", "gpu-16"] {
         let done: Vec<_> = s
             .fleet
             .pending()
             .into_iter()
-            .filter(|(n, p)| n == id && matches!(p.action, policy::Action::Cordon { .. }))
+            .filter(|(n, p)| {
+                n == id
+                    && matches!(
+                        p.action,
+                        policy::Action::Cordon { .. } | policy::Action::Drain { .. }
+                    )
+            })
             .collect();
         for (_, cordon) in done {
             let out = s
@@ -3663,19 +3670,26 @@ fn a_refused_fault_eviction_leaves_the_node_cordoned_not_drained() {
     s.policy_events();
     refuse_eviction(&mut s, "gpu-14");
     refuse_eviction(&mut s, "gpu-15");
+    refuse_eviction(&mut s, "gpu-16");
     let c = cordon(&s, "gpu-14");
     assert!(!c.drained && c.drain_refused, "{c:?}");
     let c = cordon(&s, "gpu-15");
     assert!(!c.drained && !c.drain_refused, "{c:?}");
+    let c = cordon(&s, "gpu-16");
+    assert!(
+        c.drained && !c.drain_refused,
+        "a drain done before stands: {c:?}"
+    );
     assert_eq!(s.node("gpu-14").status, Status::Cordoned);
     assert_eq!(
         s.policy_events(),
         [
             "gpu-14 POLICY_HALTED evict orchestrator",
-            "gpu-15 POLICY_HALTED evict orchestrator"
+            "gpu-15 POLICY_HALTED evict orchestrator",
+            "gpu-16 POLICY_HALTED evict orchestrator"
         ]
     );
-    s.at(60).report(&ids, &["gpu-14", "gpu-15"], low);
+    s.at(60).report(&ids, &["gpu-14", "gpu-15", "gpu-16"], low);
     assert!(
         s.fleet.pending().is_empty(),
         "neither asked again: {:?}",
@@ -4182,6 +4196,52 @@ fn an_eviction_the_ceiling_stops_is_one_event() {
         ["g-0 POLICY_HALTED evict maxUnavailablePercent"]
     );
     assert_eq!(s.node("g-0").status, Status::Ready);
+}
+
+/// A fault eviction held while the score's own halt already stands is said as
+/// the eviction's: it acts in every mode, where the score's halt in an observing
+/// pool changes nothing.
+#[test]
+fn an_eviction_held_after_the_scores_halt_is_said() {
+    fn memory(node: &str) -> A {
+        alert("MemoryEccUncorrectable")
+            .on(node)
+            .condition("memory_errors", "MemoryEccUncorrectable")
+            .critical()
+    }
+    // Below drainBelow with no fault of the class; then with one.
+    fn failing(node: &str) -> Vec<A> {
+        vec![heartbeat(node), smart_failing(node), memory(node)]
+    }
+    fn failing_gpu(node: &str) -> Vec<A> {
+        let mut a = failing(node);
+        a.push(ecc(node));
+        a
+    }
+    let mut s = script("nodeHealth: { evictOnFaultClasses: [GPU_ECC_ERRORS] }");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &[], low);
+    for id in ["g-8", "g-9"] {
+        let out = s.fleet.cordon(s.now, id, "maintenance").unwrap();
+        s.record(out);
+    }
+    s.policy_events();
+    s.at(30).report(&ids, &["g-0"], failing);
+    s.at(60).report(&ids, &["g-0"], failing);
+    let halted: Vec<String> = s
+        .policy_events()
+        .into_iter()
+        .filter(|e| e.starts_with("g-0 POLICY_HALTED"))
+        .collect();
+    assert_eq!(halted, ["g-0 POLICY_HALTED drain maxUnavailablePercent"]);
+    s.at(90).report(&ids, &["g-0"], failing_gpu);
+    s.at(120).report(&ids, &["g-0"], failing_gpu);
+    let halted: Vec<String> = s
+        .policy_events()
+        .into_iter()
+        .filter(|e| e.starts_with("g-0 POLICY_HALTED"))
+        .collect();
+    assert_eq!(halted, ["g-0 POLICY_HALTED evict maxUnavailablePercent"]);
 }
 
 #[test]
