@@ -245,34 +245,49 @@ impl Default for NodeIdentity {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NodeHealthOverrides {
     /// Consecutive missed reports before a node is recorded as no longer reporting.
+    #[serde(default, deserialize_with = "de_present")]
     pub heartbeat_miss_threshold: Option<u32>,
     /// Reporting interval assumed when a heartbeat alert carries no `hale_report_interval`.
+    #[serde(default, deserialize_with = "de_present")]
     pub report_interval_seconds: Option<u64>,
     /// `observe | cordon | drain | replace`.
+    #[serde(default, deserialize_with = "de_present")]
     pub mode: Option<Mode>,
     /// Cordon below this score.
+    #[serde(default, deserialize_with = "de_present")]
     pub cordon_below: Option<u32>,
     /// Drain (passively) and gate scheduling below this score.
+    #[serde(default, deserialize_with = "de_present")]
     pub drain_below: Option<u32>,
     /// A scored node at or below this is Degraded.
+    #[serde(default, deserialize_with = "de_present")]
     pub degraded_at_or_below: Option<u32>,
     /// Guardrail: never take more than this share of a pool out of service.
+    #[serde(default, deserialize_with = "de_present")]
     pub max_unavailable_percent: Option<u32>,
     /// Guardrail: leave a node alone this long after a manual uncordon.
+    #[serde(default, deserialize_with = "de_present")]
     pub cordon_suppression_minutes: Option<u64>,
     /// Guardrail: replacements per pool in a rolling hour.
+    #[serde(default, deserialize_with = "de_present")]
     pub max_replacements_per_hour: Option<u32>,
     /// Fault classes that evict work regardless of mode.
+    #[serde(default, deserialize_with = "de_present")]
     pub evict_on_fault_classes: Option<Vec<String>>,
     /// A workload moved more than this many times is failed instead.
+    #[serde(default, deserialize_with = "de_present")]
     pub max_eviction_restarts: Option<u32>,
     /// Points per attributed job failure, before decay.
+    #[serde(default, deserialize_with = "de_present")]
     pub failure_tally_penalty: Option<f64>,
     /// Half-life of the failure deduction, from the most recent failure.
+    #[serde(default, deserialize_with = "de_present")]
     pub failure_tally_half_life_hours: Option<f64>,
     /// Points by reason; merged over the built-in table of DESIGN §4.
+    #[serde(default, deserialize_with = "de_present")]
     pub penalties: Option<BTreeMap<String, u32>>,
     /// Points for reasons missing from the table, by severity.
+    #[serde(default, deserialize_with = "de_present")]
     pub default_penalty: Option<DefaultPenaltyOverrides>,
 }
 
@@ -281,8 +296,11 @@ pub struct NodeHealthOverrides {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DefaultPenaltyOverrides {
+    #[serde(default, deserialize_with = "de_present")]
     pub info: Option<u32>,
+    #[serde(default, deserialize_with = "de_present")]
     pub warning: Option<u32>,
+    #[serde(default, deserialize_with = "de_present")]
     pub critical: Option<u32>,
 }
 
@@ -2946,6 +2964,20 @@ pools:
                 "orchestrator:\n  kind: kubernetes\n  kubeconfig:\n".into(),
                 3,
                 "orchestrator.kubeconfig",
+                "empty: give it a value",
+            ),
+            // A setting written empty is refused as other keys are, not read as
+            // its default (`mode:` is not `observe` by a slip).
+            (
+                "nodeHealth:\n  mode:\n".into(),
+                2,
+                "nodeHealth.mode",
+                "empty: give it a value",
+            ),
+            (
+                "pools:\n  - name: a\n    selector: { p: a }\n    nodeHealth:\n      cordonBelow: ~\n".into(),
+                5,
+                "pools[0].nodeHealth.cordonBelow",
                 "empty: give it a value",
             ),
             (
