@@ -55,6 +55,10 @@ route:
       matchers:
         - hale_signal=~"watchdog|heartbeat|unavailable"
     - receiver: default
+inhibit_rules:
+  - source_matchers: [alertname="HaleNodeScoreBelowDrain"]
+    target_matchers: [alertname="HaleNodeScoreBelowCordon"]
+    equal: [cluster, node_id]
 receivers:
   - name: default
   - name: blackhole
