@@ -466,9 +466,17 @@ pub(super) fn set_sources(
                 cond.reason, cond.message
             )
         } else {
+            // The charged reason's alert ended: its message still leads, as it
+            // explains the points, and the count says why it is not among them.
+            let ended = !cond.sources.values().any(|s| s.reason == cond.reason);
             format!(
-                "{ctype} now fed by {} alert(s): {}",
+                "{ctype} now fed by {} alert(s){}: {}",
                 cond.sources.len() + cond.unkept as usize,
+                if ended {
+                    format!(", still charged for {} whose alert ended", cond.reason)
+                } else {
+                    String::new()
+                },
                 cond.message
             )
         };

@@ -862,7 +862,7 @@ pub fn confirm(id: &str, verb: &str, condition: Option<&str>, csrf: &str) -> Str
         ""
     };
     format!(
-        r#"<h1>{} {}?</h1><p>{what}</p><form method="post" action="/ui/nodes/{}/{verb}" id="confirm"><input type="hidden" name="csrf" value="{}"><input type="hidden" name="condition" value="{}"><label>Reason (recorded on the event) <input type="text" name="reason" required maxlength="500" id="reason"></label>{active}<div class="verbs"><button type="submit" id="confirm-{verb}">{}</button> <a href="{}">Cancel</a></div></form>"#,
+        r#"<h1>{} {}?</h1><p>{what}</p><form method="post" action="/ui/nodes/{}/{verb}" id="confirm"><input type="hidden" name="csrf" value="{}"><input type="hidden" name="condition" value="{}"><label>Reason (recorded on the event) <input type="text" name="reason" required maxlength="1024" id="reason"></label>{active}<div class="verbs"><button type="submit" id="confirm-{verb}">{}</button> <a href="{}">Cancel</a></div></form>"#,
         esc(&title(verb)),
         esc(id),
         segment(id),

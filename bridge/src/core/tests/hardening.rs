@@ -471,13 +471,20 @@ fn a_condition_fed_by_several_reasons_is_charged_for_one_and_says_which() {
                 reasons,
                 alerts,
                 ..
-            } => Some((reason.clone(), reasons.clone(), *alerts)),
+            } => Some((reason.clone(), reasons.clone(), *alerts, e.message.clone())),
             _ => None,
         })
         .unwrap();
     assert_eq!(
         updated,
-        ("SmartFailing".into(), vec!["IoErrors".to_string()], 1)
+        (
+            "SmartFailing".into(),
+            vec!["IoErrors".to_string()],
+            1,
+            "disk_degraded now fed by 1 alert(s), still charged for SmartFailing whose alert ended: \
+             SMART health check failing on /dev/sda; I/O errors on /dev/sda"
+                .to_string()
+        )
     );
 }
 
