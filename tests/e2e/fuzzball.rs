@@ -605,39 +605,18 @@ async fn a_fuzzball_api_that_never_answers_holds_no_poll_behind_it() {
 /// saying the node is back while the cordon lands, and the node ends in service.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_uncordon_behind_a_cordon_under_way_waits_for_it_to_land() {
-    let fake = FakeFuzzball::start(json!([
-        fz_node("fz-1", "c1", "READY", 0),
-        fz_node("fz-2", "c2", "READY", 0),
-    ]))
-    .await;
-    let am = Alertmanager::start(None).await;
-    am.fire(&[watchdog(), heartbeat("c1"), heartbeat("c2")])
-        .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = fuzzball_config(dir.path(), &fake, FUZZBALL_TOKEN);
     // The CLI hale runs says it was called, then waits while `hold` is there.
     let (called, hold) = (dir.path().join("called"), dir.path().join("hold"));
-    let slow = dir.path().join("slow-fuzzball");
-    std::fs::write(
-        &slow,
+    let (fake, _am, hale) = two_nodes_behind(dir.path(), |cli| {
         format!(
-            "#!/bin/sh\ntouch {}\nwhile [ -e {} ]; do sleep 0.1; done\nexec {} \"$@\"\n",
+            "touch {}\nwhile [ -e {} ]; do sleep 0.1; done\nexec {} \"$@\"\n",
             called.display(),
             hold.display(),
-            fake.cli(dir.path()).display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let config = config.replace(
-        &format!("cli: {},", fake.cli(dir.path()).display()),
-        &format!("cli: {},", slow.display()),
-    );
-    assert!(config.contains("slow-fuzzball"), "{config}");
-    let hale = Hale::start(dir.path(), &am.url, &config).await;
-    hale.wait_node("inventory", "c2", |n| n["score"] == 100)
-        .await;
+            cli.display()
+        )
+    })
+    .await;
 
     std::fs::write(&hold, "").unwrap();
     let out = hale.cli_ok(&["node", "cordon", "c2", "--reason", "bios", "--wait", "0s"]);
@@ -700,37 +679,16 @@ async fn an_uncordon_behind_a_cordon_under_way_waits_for_it_to_land() {
 /// the actions, which asked a failing orchestrator several times a second.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failing_cordon_is_tried_again_every_ten_seconds_not_every_poll() {
-    let fake = FakeFuzzball::start(json!([
-        fz_node("fz-1", "c1", "READY", 0),
-        fz_node("fz-2", "c2", "READY", 0),
-    ]))
-    .await;
-    let am = Alertmanager::start(None).await;
-    am.fire(&[watchdog(), heartbeat("c1"), heartbeat("c2")])
-        .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = fuzzball_config(dir.path(), &fake, FUZZBALL_TOKEN);
     // Each call is written down with its time, and fails as a server error would.
     let calls = dir.path().join("calls");
-    let failing = dir.path().join("failing-fuzzball");
-    std::fs::write(
-        &failing,
+    let (_fake, am, hale) = two_nodes_behind(dir.path(), |_| {
         format!(
-            "#!/bin/sh\ndate +%s.%N >> {}\necho 'Error: internal server error' >&2\nexit 1\n",
+            "date +%s.%N >> {}\necho 'Error: internal server error' >&2\nexit 1\n",
             calls.display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&failing, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let config = config.replace(
-        &format!("cli: {},", fake.cli(dir.path()).display()),
-        &format!("cli: {},", failing.display()),
-    );
-    assert!(config.contains("failing-fuzzball"), "{config}");
-    let hale = Hale::start(dir.path(), &am.url, &config).await;
-    hale.wait_node("inventory", "c2", |n| n["score"] == 100)
-        .await;
+        )
+    })
+    .await;
     // Alerts that change every poll keep the node's record changing, and with
     // it waking the actions, as the tester's heartbeats did.
     am.fire(&[smart_failing("c2")]).await;
@@ -776,4 +734,36 @@ async fn a_failing_cordon_is_tried_again_every_ten_seconds_not_every_poll() {
             .is_some_and(|e| e.contains("internal server error")),
         "{c2}"
     );
+}
+
+/// Fuzzball with c1 and c2, an Alertmanager firing their heartbeats, and hale
+/// running Fuzzball's CLI through a shell script of `body` (given the stand-in
+/// CLI's path), once hale holds c2.
+async fn two_nodes_behind(
+    dir: &Path,
+    body: impl FnOnce(&Path) -> String,
+) -> (FakeFuzzball, Alertmanager, Hale) {
+    let fake = FakeFuzzball::start(json!([
+        fz_node("fz-1", "c1", "READY", 0),
+        fz_node("fz-2", "c2", "READY", 0),
+    ]))
+    .await;
+    let am = Alertmanager::start(None).await;
+    am.fire(&[watchdog(), heartbeat("c1"), heartbeat("c2")])
+        .await;
+    let config = fuzzball_config(dir, &fake, FUZZBALL_TOKEN);
+    let cli = fake.cli(dir);
+    let script = dir.join("wrapped-fuzzball");
+    std::fs::write(&script, format!("#!/bin/sh\n{}", body(&cli))).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = config.replace(
+        &format!("cli: {},", cli.display()),
+        &format!("cli: {},", script.display()),
+    );
+    assert!(config.contains("wrapped-fuzzball"), "{config}");
+    let hale = Hale::start(dir, &am.url, &config).await;
+    hale.wait_node("inventory", "c2", |n| n["score"] == 100)
+        .await;
+    (fake, am, hale)
 }

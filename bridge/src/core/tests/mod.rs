@@ -212,16 +212,20 @@ impl Script {
     }
     /// The orchestrator refuses the cordon queued for `id`.
     fn refuse_cordon(&mut self, id: &str) -> &mut Self {
-        let cordon = self
+        self.refuse(id, |a| matches!(a, policy::Action::Cordon { .. }))
+    }
+    /// The orchestrator refuses the first action queued for `id` that `which` picks.
+    fn refuse(&mut self, id: &str, which: fn(&policy::Action) -> bool) -> &mut Self {
+        let action = self
             .fleet
             .pending()
             .into_iter()
-            .find(|(n, p)| n == id && matches!(p.action, policy::Action::Cordon { .. }))
-            .expect("a cordon queued")
+            .find(|(n, p)| n == id && which(&p.action))
+            .expect("such an action queued")
             .1;
         let out = self
             .fleet
-            .action_failed(&self.cfg, self.now, id, cordon.id, "refused: not ours");
+            .action_failed(&self.cfg, self.now, id, action.id, "refused: not ours");
         self.record(out)
     }
     /// Event types recorded since the last call, in order.
@@ -3622,17 +3626,7 @@ fn a_fault_eviction_whose_cordon_is_refused_is_tried_again() {
 #[test]
 fn a_refused_fault_eviction_leaves_the_node_cordoned_not_drained() {
     fn refuse_eviction(s: &mut Script, id: &str) {
-        let evict = s
-            .fleet
-            .pending()
-            .into_iter()
-            .find(|(n, p)| n == id && matches!(p.action, policy::Action::Evict { .. }))
-            .expect("an eviction queued")
-            .1;
-        let out = s
-            .fleet
-            .action_failed(&s.cfg, s.now, id, evict.id, "refused: not ours");
-        s.record(out);
+        s.refuse(id, |a| matches!(a, policy::Action::Evict { .. }));
     }
     let mut s = script("nodeHealth: { evictOnFaultClasses: [GPU_ECC_ERRORS] }");
     let mut ids = s.pool("g", 12, "gpu");
