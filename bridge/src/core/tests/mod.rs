@@ -4161,8 +4161,9 @@ fn an_operator_uncordon_withdraws_what_was_queued_to_take_the_node_out() {
     );
 }
 
-#[test]
-fn an_eviction_the_ceiling_stops_is_one_event() {
+/// GPU ECC faults evicted in ten nodes of which two an operator cordoned: the
+/// pool is at its 20 % out of service.
+fn evictions_at_the_ceiling() -> (Script, Vec<String>) {
     let mut s = script("nodeHealth: { evictOnFaultClasses: [GPU_ECC_ERRORS] }");
     let ids = s.pool("g", 10, "gpu");
     s.at(0).report(&ids, &[], low);
@@ -4171,6 +4172,21 @@ fn an_eviction_the_ceiling_stops_is_one_event() {
         s.record(out);
     }
     s.policy_events();
+    (s, ids)
+}
+
+/// `id`'s halts since the last look at the policy's events.
+fn halts_of(s: &mut Script, id: &str) -> Vec<String> {
+    let prefix = format!("{id} POLICY_HALTED");
+    s.policy_events()
+        .into_iter()
+        .filter(|e| e.starts_with(&prefix))
+        .collect()
+}
+
+#[test]
+fn an_eviction_the_ceiling_stops_is_one_event() {
+    let (mut s, ids) = evictions_at_the_ceiling();
     for t in (30..600).step_by(30) {
         s.at(t).report(&ids, &["g-0"], low);
     }
@@ -4212,29 +4228,14 @@ fn an_eviction_held_after_the_scores_halt_is_said() {
         a.push(ecc(node));
         a
     }
-    let mut s = script("nodeHealth: { evictOnFaultClasses: [GPU_ECC_ERRORS] }");
-    let ids = s.pool("g", 10, "gpu");
-    s.at(0).report(&ids, &[], low);
-    for id in ["g-8", "g-9"] {
-        let out = s.fleet.cordon(s.now, id, "maintenance").unwrap();
-        s.record(out);
-    }
-    s.policy_events();
+    let (mut s, ids) = evictions_at_the_ceiling();
     s.at(30).report(&ids, &["g-0"], failing);
     s.at(60).report(&ids, &["g-0"], failing);
-    let halted: Vec<String> = s
-        .policy_events()
-        .into_iter()
-        .filter(|e| e.starts_with("g-0 POLICY_HALTED"))
-        .collect();
+    let halted = halts_of(&mut s, "g-0");
     assert_eq!(halted, ["g-0 POLICY_HALTED drain maxUnavailablePercent"]);
     s.at(90).report(&ids, &["g-0"], failing_gpu);
     s.at(120).report(&ids, &["g-0"], failing_gpu);
-    let halted: Vec<String> = s
-        .policy_events()
-        .into_iter()
-        .filter(|e| e.starts_with("g-0 POLICY_HALTED"))
-        .collect();
+    let halted = halts_of(&mut s, "g-0");
     assert_eq!(halted, ["g-0 POLICY_HALTED evict maxUnavailablePercent"]);
 }
 
