@@ -210,6 +210,13 @@ impl Script {
             .unwrap();
         self.record(out)
     }
+    /// The events of type `kind` recorded since the last look.
+    fn recorded(&self, kind: &str) -> Vec<&Event> {
+        self.events
+            .iter()
+            .filter(|e| e.kind.name() == kind)
+            .collect()
+    }
     /// The orchestrator refuses the cordon queued for `id`.
     fn refuse_cordon(&mut self, id: &str) -> &mut Self {
         self.refuse(id, |a| matches!(a, policy::Action::Cordon { .. }))
@@ -4190,11 +4197,7 @@ fn an_eviction_the_ceiling_stops_is_one_event() {
     for t in (30..600).step_by(30) {
         s.at(t).report(&ids, &["g-0"], low);
     }
-    let halted: Vec<&Event> = s
-        .events
-        .iter()
-        .filter(|e| e.kind.name() == "POLICY_HALTED")
-        .collect();
+    let halted = s.recorded("POLICY_HALTED");
     assert_eq!(halted.len(), 1, "{halted:?}");
     assert_eq!(
         halted[0].message,
@@ -4647,11 +4650,7 @@ fn a_refused_drain_is_said_in_the_history() {
         .fleet
         .action_failed(&s.cfg, s.now, "g-0", drain.id, "the controller said no");
     s.record(out);
-    let halted: Vec<&Event> = s
-        .events
-        .iter()
-        .filter(|e| e.kind.name() == "POLICY_HALTED")
-        .collect();
+    let halted = s.recorded("POLICY_HALTED");
     assert_eq!(halted.len(), 1, "{halted:?}");
     assert_eq!(policy_detail(halted[0]), "POLICY_HALTED drain orchestrator");
     assert_eq!(
