@@ -1530,13 +1530,14 @@ impl Hale {
 
     /// How long until the first action resting after failed tries may be tried
     /// again (at most `ACT_RETRY`): a retry comes `ACT_RETRY` after its last try,
-    /// not after the round of the loop that found it resting.
+    /// not after the round of the loop that found it resting. A rest over (its
+    /// action tried since, or withdrawn) counts for nothing.
     fn next_retry(&self) -> Duration {
         self.tried
             .lock()
             .expect("tried lock")
             .values()
-            .map(|t| ACT_RETRY.saturating_sub(t.since.elapsed()))
+            .filter_map(|t| ACT_RETRY.checked_sub(t.since.elapsed()))
             .min()
             .unwrap_or(ACT_RETRY)
             .max(Duration::from_millis(100))
@@ -2161,6 +2162,48 @@ mod tests {
         let more = deliver(&["n1", "n3", "n4", "n5"]);
         assert_eq!((more.alerts, more.unmatched, more.refused), (4, 0, 2));
         assert!(hale.node("n3").is_some() && hale.node("n4").is_none());
+    }
+
+    /// The act loop sleeps until the first rest after failed tries ends, at most
+    /// `ACT_RETRY`; a rest over (its action tried since, or withdrawn) wakes no
+    /// one, or the loop would spin.
+    #[tokio::test]
+    async fn the_act_loop_wakes_when_a_rest_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hale.yaml");
+        std::fs::write(
+            &path,
+            format!("store: {{ path: {} }}\n", dir.path().join("data").display()),
+        )
+        .unwrap();
+        let hale =
+            Hale::open(Config::load(Some(&path)).unwrap(), Arc::new(NoOrchestrator)).unwrap();
+        assert_eq!(hale.next_retry(), ACT_RETRY);
+        let tried = |since| Tried {
+            id: 1,
+            error: "refused".into(),
+            at: Utc::now(),
+            since,
+        };
+        let ago = |secs| Instant::now() - Duration::from_secs(secs);
+        hale.tried
+            .lock()
+            .unwrap()
+            .insert("old".into(), tried(ago(20)));
+        assert_eq!(
+            hale.next_retry(),
+            ACT_RETRY,
+            "a rest over counts for nothing"
+        );
+        hale.tried
+            .lock()
+            .unwrap()
+            .insert("new".into(), tried(ago(4)));
+        let next = hale.next_retry();
+        assert!(
+            next > Duration::from_secs(5) && next <= Duration::from_secs(6),
+            "{next:?}"
+        );
     }
 
     /// What automation queued in a pool that then observes is never done: a reload
