@@ -225,7 +225,9 @@ pub enum Conclusion {
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     /// A fault eviction (`evictOnFaultClasses`, in every mode), below the score's
-    /// verdicts: a halt of one of those stands over a halted eviction.
+    /// verdicts: a score's halt after a held eviction replaces it, while an
+    /// eviction held after a score's halt is said as itself (the step-down rule in
+    /// `decide`).
     Evict,
     Cordon,
     Drain,
