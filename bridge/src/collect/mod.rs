@@ -367,6 +367,17 @@ mod tests {
         path
     }
 
+    /// Run a tool of `body` with `args`, which must exit failing: its message and
+    /// what it printed on standard output.
+    async fn failure(body: &str, args: &[&str]) -> (String, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tool = Tool::new(script(dir.path(), body), args, Duration::from_secs(20));
+        let ToolFailure::Exited { message, stdout } = tool.run().await.unwrap_err() else {
+            panic!("not a failure")
+        };
+        (message, stdout)
+    }
+
     /// Wait for process `pid` to end (killed, it may linger a moment as a zombie
     /// of init), failing as `what` living on after 5 s.
     async fn ends(pid: &str, what: &str) {
@@ -396,15 +407,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failure_says_the_status_and_what_the_tool_printed() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut tool = Tool::new(
-            script(dir.path(), "echo 'No devices were found'; exit 6"),
-            &["-q"],
-            Duration::from_secs(20),
-        );
-        let ToolFailure::Exited { message, stdout } = tool.run().await.unwrap_err() else {
-            panic!("not a failure")
-        };
+        let (message, stdout) = failure("echo 'No devices were found'; exit 6", &["-q"]).await;
         assert_eq!(stdout, "No devices were found\n");
         assert!(message.contains("exit status: 6"), "{message}");
         assert!(message.contains("No devices were found"), "{message}");
@@ -415,18 +418,11 @@ mod tests {
     /// says the status and what the tool said on error, not the report again.
     #[tokio::test]
     async fn a_failure_leaves_the_report_it_printed_out_of_its_message() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut tool = Tool::new(
-            script(
-                dir.path(),
-                "echo '<?xml version=\"1.0\" ?><nvidia_smi_log></nvidia_smi_log>'; echo 'Unable to determine the device handle' >&2; exit 15",
-            ),
+        let (message, stdout) = failure(
+            "echo '<?xml version=\"1.0\" ?><nvidia_smi_log></nvidia_smi_log>'; echo 'Unable to determine the device handle' >&2; exit 15",
             &[],
-            Duration::from_secs(20),
-        );
-        let ToolFailure::Exited { message, stdout } = tool.run().await.unwrap_err() else {
-            panic!("not a failure")
-        };
+        )
+        .await;
         assert!(stdout.contains("<nvidia_smi_log>"), "{stdout}");
         assert!(
             message.ends_with("exit status: 15: Unable to determine the device handle"),
@@ -437,18 +433,7 @@ mod tests {
     /// What a failing tool said is repeated a line's worth at most.
     #[tokio::test]
     async fn a_failure_repeats_a_line_of_what_was_said() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut tool = Tool::new(
-            script(
-                dir.path(),
-                "head -c 100000 /dev/zero | tr '\\0' x >&2; exit 9",
-            ),
-            &[],
-            Duration::from_secs(20),
-        );
-        let ToolFailure::Exited { message, .. } = tool.run().await.unwrap_err() else {
-            panic!("not a failure")
-        };
+        let (message, _) = failure("head -c 100000 /dev/zero | tr '\\0' x >&2; exit 9", &[]).await;
         assert!(message.ends_with("xxx…"), "{message}");
         assert!(message.chars().count() < 500, "{} chars", message.len());
     }

@@ -2126,24 +2126,23 @@ mod tests {
         }
     }
 
+    /// A hale on `extra` and a store in `dir`, with no orchestrator.
+    fn opened(dir: &std::path::Path, extra: &str) -> Arc<Hale> {
+        let path = dir.join("hale.yaml");
+        let store = format!("store: {{ path: {} }}\n", dir.join("data").display());
+        std::fs::write(&path, format!("{store}{extra}")).unwrap();
+        Hale::open(Config::load(Some(&path)).unwrap(), Arc::new(NoOrchestrator)).unwrap()
+    }
+
     /// A delivery's answer counts the new nodes `nodeIdentity.maxNodes` refused,
     /// beside its alerts: the sender sees that some of them went nowhere.
     #[tokio::test]
     async fn a_webhook_answer_counts_the_nodes_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("hale.yaml");
-        std::fs::write(
-            &path,
-            format!(
-                "alertmanager: {{ pollInterval: 0, requireWatchdog: false }}\n\
-                 nodeIdentity: {{ maxNodes: 3 }}\n\
-                 store: {{ path: {} }}\n",
-                dir.path().display()
-            ),
-        )
-        .unwrap();
-        let hale =
-            Hale::open(Config::load(Some(&path)).unwrap(), Arc::new(NoOrchestrator)).unwrap();
+        let hale = opened(
+            dir.path(),
+            "alertmanager: { pollInterval: 0, requireWatchdog: false }\nnodeIdentity: { maxNodes: 3 }\n",
+        );
         let alert = |node: &str| {
             format!(
                 r#"{{"status":"firing","labels":{{"alertname":"HaleNodeReporting","hale_signal":"heartbeat","node":"{node}"}},"annotations":{{}},"startsAt":"2026-12-01T00:00:00Z","fingerprint":"hb-{node}"}}"#
@@ -2170,14 +2169,7 @@ mod tests {
     #[tokio::test]
     async fn the_act_loop_wakes_when_a_rest_ends() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("hale.yaml");
-        std::fs::write(
-            &path,
-            format!("store: {{ path: {} }}\n", dir.path().join("data").display()),
-        )
-        .unwrap();
-        let hale =
-            Hale::open(Config::load(Some(&path)).unwrap(), Arc::new(NoOrchestrator)).unwrap();
+        let hale = opened(dir.path(), "");
         assert_eq!(hale.next_retry(), ACT_RETRY);
         let tried = |since| Tried {
             id: 1,
