@@ -844,6 +844,8 @@ impl Config {
             } else if said.starts_with("cannot deserialize null") {
                 // serde's advice to the program ("use Option<…>") is not the user's.
                 "empty: give it a value (a key with a default may be left out)"
+            } else if let Some(plain) = plain(said) {
+                plain
             } else {
                 said
             };
@@ -1546,6 +1548,24 @@ impl Config {
 /// `written`: the block as the file has it; `inherited`: for a pool, the cluster's
 /// `nodeHealth` it takes the rest from. A rule between two keys blames the one the
 /// block wrote and says where the other's value came from.
+/// The YAML reader's words for a value of the wrong shape, said as a user
+/// reads them (the reader names Rust's types and its own parse states).
+fn plain(said: &str) -> Option<&'static str> {
+    Some(match said {
+        "invalid u8" => "expected a whole number from 0 to 255",
+        "invalid u32" => "expected a whole number from 0 to 4294967295",
+        "invalid u64" | "invalid usize" => "expected a whole number, 0 or more",
+        "invalid floating point" => "expected a number",
+        "invalid boolean" => "expected true or false",
+        "expected string scalar" => "expected one value, not a list or a mapping",
+        "expected mapping start" => "expected a mapping (`key: value` entries)",
+        "expected sequence start" => "expected a list (`- item` entries or `[a, b]`)",
+        "externally tagged enum expected scalar or mapping" => "expected one name, not a list",
+        "unexpected value for unit enum variant" => "expected the name alone, with no value",
+        _ => return None,
+    })
+}
+
 fn check_settings(
     s: &Settings,
     at: &str,
@@ -2117,6 +2137,80 @@ mod tests {
             (Some(2), "alertmanager.pollInterval"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_shape_is_said_in_the_users_words() {
+        for (yaml, key, said) in [
+            (
+                "nodeHealth: { cordonBelow: -1 }",
+                "nodeHealth.cordonBelow",
+                "expected a whole number from 0 to 4294967295",
+            ),
+            (
+                "nodeHealth: { cordonBelow: 60.5 }",
+                "nodeHealth.cordonBelow",
+                "expected a whole number from 0 to 4294967295",
+            ),
+            (
+                "bmc: { cipherSuite: 300 }",
+                "bmc.cipherSuite",
+                "expected a whole number from 0 to 255",
+            ),
+            (
+                "alertmanager: { maxAnswerBytes: -5 }",
+                "alertmanager.maxAnswerBytes",
+                "expected a whole number, 0 or more",
+            ),
+            (
+                "nodeHealth: { failureTallyPenalty: lots }",
+                "nodeHealth.failureTallyPenalty",
+                "expected a number",
+            ),
+            (
+                "alertmanager: { requireWatchdog: 3 }",
+                "alertmanager.requireWatchdog",
+                "expected true or false",
+            ),
+            (
+                "cluster: [a]",
+                "cluster",
+                "expected one value, not a list or a mapping",
+            ),
+            (
+                "orchestrator: slurm",
+                "orchestrator",
+                "expected a mapping (`key: value` entries)",
+            ),
+            (
+                "pools: { name: x }",
+                "pools",
+                "expected a list (`- item` entries or `[a, b]`)",
+            ),
+            (
+                "nodeHealth: { mode: [observe] }",
+                "nodeHealth.mode",
+                "expected one name, not a list",
+            ),
+            (
+                "nodeHealth: { mode: { cordon: 1 } }",
+                "nodeHealth.mode.cordon",
+                "expected the name alone, with no value",
+            ),
+            (
+                "alertmanager: { pollInterval: 1.5s }",
+                "alertmanager.pollInterval",
+                "`1.5s` is not a duration: use whole numbers, like 1500ms or 1m30s",
+            ),
+            (
+                "alertmanager: { pollInterval: 5 s }",
+                "alertmanager.pollInterval",
+                "`5 s` is not a duration: write it with no spaces, like 30s or 1m30s",
+            ),
+        ] {
+            let e = load(&format!("{yaml}\n")).unwrap_err();
+            assert_eq!((e.key.as_str(), e.message.as_str()), (key, said), "{yaml}");
+        }
     }
 
     #[test]

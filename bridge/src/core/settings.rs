@@ -372,6 +372,16 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             "w" => (5, secs(7 * 86_400)),
             "y" => (6, secs(365 * 86_400)),
             "" => return Err(format!("`{t}` has no unit (use ms, s, m, h, d, w or y)")),
+            _ if unit.starts_with(['.', ',']) => {
+                return Err(format!(
+                    "`{t}` is not a duration: use whole numbers, like 1500ms or 1m30s"
+                ));
+            }
+            _ if unit.starts_with(char::is_whitespace) => {
+                return Err(format!(
+                    "`{t}` is not a duration: write it with no spaces, like 30s or 1m30s"
+                ));
+            }
             _ => {
                 return Err(format!(
                     "`{t}` has an unknown unit (use ms, s, m, h, d, w or y)"
