@@ -2376,6 +2376,26 @@ mod tests {
                 "orchestrator.lease.duration",
             ),
             (
+                "orchestrator: { kind: kubernetes, lease: { name: Hale } }",
+                "orchestrator.lease.name",
+            ),
+            (
+                "orchestrator: { kind: kubernetes, lease: { name: hale- } }",
+                "orchestrator.lease.name",
+            ),
+            (
+                "orchestrator: { kind: kubernetes, lease: { name: hale..x } }",
+                "orchestrator.lease.name",
+            ),
+            (
+                "orchestrator: { kind: kubernetes, lease: { namespace: ops.hale } }",
+                "orchestrator.lease.namespace",
+            ),
+            (
+                "orchestrator: { kind: kubernetes, lease: { namespace: \"\" } }",
+                "orchestrator.lease.namespace",
+            ),
+            (
                 "orchestrator: { kind: kubernetes, evictionTimeout: 0s }",
                 "orchestrator.evictionTimeout",
             ),
@@ -2478,6 +2498,9 @@ mod tests {
         ))
         .unwrap_err();
         assert_eq!(e.key, "nodeEventWebhooks[0].url", "{e}");
+        let lease =
+            "orchestrator: { kind: kubernetes, lease: { name: hale.ops-1, namespace: ops-2 } }";
+        load(lease).expect(lease);
     }
 
     #[test]

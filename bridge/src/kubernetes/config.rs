@@ -148,11 +148,42 @@ impl Config {
                 "at least 3s: the leader renews every third of it".into(),
             );
         }
-        if self.lease.name.is_empty() {
-            return fail("lease.name", "must not be empty".into());
+        if !dns_name(&self.lease.name, 253) {
+            return fail(
+                "lease.name",
+                format!(
+                    "`{}` is not a Kubernetes object name: lowercase letters, digits, `-` and `.`, starting and ending with a letter or digit, at most 253",
+                    self.lease.name
+                ),
+            );
+        }
+        if let Some(ns) = &self.lease.namespace
+            && (!dns_name(ns, 63) || ns.contains('.'))
+        {
+            return fail(
+                "lease.namespace",
+                format!(
+                    "`{ns}` is not a namespace name: lowercase letters, digits and `-`, starting and ending with a letter or digit, at most 63"
+                ),
+            );
         }
         Ok(())
     }
+}
+
+/// A name the API server takes for an object (RFC 1123 subdomain, `max` long):
+/// one it refuses would fail every renewal of the Lease, not the start.
+fn dns_name(name: &str, max: usize) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    name.len() <= max
+        && edge(name.chars().next())
+        && edge(name.chars().last())
+        && name
+            .split('.')
+            .all(|part| !part.is_empty() && !part.starts_with('-') && !part.ends_with('-'))
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
 }
 
 impl Config {
