@@ -1148,6 +1148,30 @@ impl Config {
             .remediation
             .resolve()
             .map_err(|(key, message)| err(&format!("remediation.{key}"), message))?;
+        // As pools: a node takes the first node type it matches.
+        let types = &self.remediation.node_types;
+        for (i, t) in types.iter().enumerate() {
+            let wider = |e: &&remediation::NodeTypeConfig| {
+                e.selector.iter().all(|(k, v)| t.selector.get(k) == Some(v))
+            };
+            if let Some((j, first)) = types[..i].iter().enumerate().find(|(_, e)| wider(e)) {
+                let name = first
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| format!("nodeTypes[{j}]"));
+                let what = if first.selector == t.selector {
+                    "has the same selector"
+                } else {
+                    "asks for part of this selector, so it matches every node this one does"
+                };
+                odd.push((
+                    format!("remediation.nodeTypes[{i}].selector"),
+                    format!(
+                        "node type `{name}` {what}: a node takes the first node type it matches, so this one takes none"
+                    ),
+                ));
+            }
+        }
         // A rebooted node must be seen gone before `returnTimeout` runs out: by a
         // missed heartbeat (or, with an orchestrator, by going not ready), which no
         // node shows sooner than 15 s. How much longer depends on each node's
@@ -2003,6 +2027,14 @@ mod tests {
                 "pools[1].selector",
             ),
             (
+                "remediation:\n  nodeTypes:\n    - { name: gpu, selector: {p: gpu} }\n    - { name: gpu-r1, selector: {p: gpu, rack: r1}, maxPerDomain: 2 }",
+                "remediation.nodeTypes[1].selector",
+            ),
+            (
+                "remediation:\n  nodeTypes:\n    - { selector: {p: gpu} }\n    - { name: b, selector: {p: gpu} }",
+                "remediation.nodeTypes[1].selector",
+            ),
+            (
                 "nodeIdentity: { labels: [node, node] }",
                 "nodeIdentity.labels[1]",
             ),
@@ -2033,6 +2065,9 @@ mod tests {
             assert_eq!(keys, [key], "{text}");
             assert!(l.warnings[0].line.is_some(), "{text}");
         }
+        // The narrowest first: each takes its own nodes.
+        let narrow_first = "remediation:\n  nodeTypes:\n    - { selector: {p: gpu, rack: r1} }\n    - { selector: {p: gpu} }\n    - { selector: {p: cpu} }";
+        assert!(load(narrow_first).unwrap().warnings.is_empty());
         // Credentials for an http Alertmanager travel in the clear.
         let dir = tempfile::tempdir().unwrap();
         let token = dir.path().join("token");
