@@ -123,6 +123,21 @@ struct Cluster {
     eviction_attempts: BTreeMap<(String, String), u32>,
     eviction_times: BTreeMap<(String, String), Vec<Instant>>,
     deleted: Vec<(String, String)>,
+    /// Namespaces being deleted: when the namespace controller deletes their
+    /// pods, and whether it has.
+    ending: BTreeMap<String, (Instant, bool)>,
+    /// What the next evictions meet before any pod is looked at, in order.
+    eviction_faults: std::collections::VecDeque<EvictionFault>,
+}
+
+/// An eviction answered by the API server's own trouble, not the pod's.
+#[derive(Clone, Copy, Debug)]
+pub enum EvictionFault {
+    /// API Priority and Fairness turning the request away: a 429 with no budget
+    /// behind it, a `Retry-After` of a second.
+    Throttled,
+    /// A 500, as the server answers while etcd changes leader.
+    Internal,
 }
 
 #[derive(Clone)]
@@ -962,6 +977,27 @@ impl Cluster {
     /// The terminating pods whose kubelet has confirmed them by now leave.
     fn sweep(&mut self) {
         let now = Instant::now();
+        // The namespace controller deletes an ending namespace's pods, gracefully.
+        let due: Vec<String> = self
+            .ending
+            .iter_mut()
+            .filter(|(_, (at, done))| !*done && *at <= now)
+            .map(|(ns, (_, done))| {
+                *done = true;
+                ns.clone()
+            })
+            .collect();
+        for ns in due {
+            let pods: Vec<(Key, Value)> = self
+                .objects
+                .iter()
+                .filter(|((resource, namespace, _), _)| resource == "pods" && *namespace == ns)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            for (key, pod) in pods {
+                self.delete_pod(&key, pod, None);
+            }
+        }
         let done: Vec<Key> = self
             .terminating
             .iter()
@@ -1452,6 +1488,25 @@ impl FakeApi {
         );
     }
 
+    /// `namespace` deleted: evictions in it are refused from now on, and the
+    /// namespace controller deletes its pods `after` from now.
+    pub fn end_namespace(&self, namespace: &str, after: Duration) {
+        self.state
+            .lock()
+            .unwrap()
+            .ending
+            .insert(namespace.into(), (Instant::now() + after, false));
+    }
+
+    /// The next evictions, whatever their pod, each meet one of `faults` in turn.
+    pub fn fault_evictions(&self, faults: &[EvictionFault]) {
+        self.state
+            .lock()
+            .unwrap()
+            .eviction_faults
+            .extend(faults.iter().copied());
+    }
+
     /// The pods evicted, as each eviction left them (marked for deletion, with the
     /// DisruptionTarget condition), in order; a pod evicted again while it
     /// terminates is not counted twice.
@@ -1595,6 +1650,43 @@ impl FakeApi {
         let pods = Kind::by_kind("Pod");
         let mut c = self.state.lock().unwrap();
         c.sweep();
+        match c.eviction_faults.pop_front() {
+            Some(EvictionFault::Throttled) => {
+                let mut r = failure(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "TooManyRequests",
+                    "Too many requests, please try again later.",
+                    Some(json!({"retryAfterSeconds": 1})),
+                );
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                return r;
+            }
+            Some(EvictionFault::Internal) => {
+                return status(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "InternalError",
+                    "Internal error occurred: etcdserver: leader changed",
+                );
+            }
+            None => {}
+        }
+        // NamespaceLifecycle admission, before the pod is looked for: nothing new
+        // (an Eviction is created) in a namespace being deleted.
+        if c.ending.contains_key(ns) {
+            return failure(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                &format!(
+                    "pods \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated"
+                ),
+                Some(json!({"name": name, "kind": "pods", "causes": [{
+                    "reason": "NamespaceTerminating",
+                    "message": format!("namespace {ns} is being terminated"),
+                    "field": "metadata.namespace",
+                }]})),
+            );
+        }
         let key = Cluster::key(pods, ns, name);
         let Some(mut pod) = c.objects.get(&key).cloned() else {
             return not_found(pods, name);

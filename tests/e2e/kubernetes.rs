@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::harness::*;
-use crate::kube_fake::{FakeApi, kubeconfig, kubeconfig_as, pod, ready_node};
+use crate::kube_fake::{EvictionFault, FakeApi, kubeconfig, kubeconfig_as, pod, ready_node};
 
 /// The User-Agent of the test's own requests to the fake, told apart from hale's.
 const TEST_AGENT: &str = "hale-e2e-test";
@@ -86,7 +86,7 @@ fn served(fake: &FakeApi) -> Served {
 /// exactly what the chart grants — no request it would refuse, no grant unused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kubernetes_adapter_uses_exactly_what_the_chart_grants() {
-    let (a, b, c, d, e, f, g) = tokio::join!(
+    let (a, b, c, d, e, f, g, h) = tokio::join!(
         nodes_cordons_and_the_gate_go_through_the_api_server(),
         conditions_are_sciuros_and_hales_view_is_in_annotations(),
         webhook_only_waits_for_the_whole_picture_and_follows_the_cluster(),
@@ -94,10 +94,11 @@ async fn the_kubernetes_adapter_uses_exactly_what_the_chart_grants() {
         drains_and_fault_evictions_go_through_the_eviction_api(),
         replacement_deletes_the_machine_or_nodeclaim_once_the_node_is_empty(),
         two_replicas_one_leader_and_a_handover_without_double_action(),
+        a_drain_rides_out_the_api_servers_own_refusals(),
     );
     let (f, first_replace) = f;
     let (mut cluster, mut namespace) = (BTreeSet::new(), BTreeSet::new());
-    for (c, n) in [a, b, c, d, e, f, g] {
+    for (c, n) in [a, b, c, d, e, f, g, h] {
         cluster.extend(c);
         namespace.extend(n);
     }
@@ -1346,6 +1347,113 @@ async fn drains_and_fault_evictions_go_through_the_eviction_api() -> Served {
         fake.eviction_attempts("data", "db-0") as usize,
         attempts,
         "retried after giving up"
+    );
+    served(&fake)
+}
+
+/// Refusals that are the API server's, not a budget's, met within one drain: a
+/// namespace being deleted (no eviction is taken there; the namespace controller
+/// deletes the pod a few seconds later), API Priority and Fairness's 429 with no
+/// budget behind it, and a 500. Each is asked again in the same drain, which ends
+/// with both pods moved, nothing held by a budget and no failed try.
+async fn a_drain_rides_out_the_api_servers_own_refusals() -> Served {
+    let fake = FakeApi::start(
+        (0..10)
+            .map(|i| ready_node(&format!("q-{i}"), json!({})))
+            .collect(),
+    )
+    .await;
+    fake.put_pod(pod(
+        "ci",
+        "build-0",
+        "q-1",
+        Some(("ReplicaSet", "build")),
+        json!({}),
+    ));
+    fake.put_pod(pod(
+        "shop",
+        "web-0",
+        "q-1",
+        Some(("ReplicaSet", "web")),
+        json!({}),
+    ));
+    let am = Alertmanager::start(None).await;
+    am.fire(&[watchdog()]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = kubeconfig(dir.path(), &fake.url);
+    let hale = Hale::start(
+        dir.path(),
+        &am.url,
+        &kube_extra(&kubeconfig, ", evictionTimeout: 60s"),
+    )
+    .await;
+    let mut alerts = vec![watchdog()];
+    alerts.extend((0..10).map(|i| heartbeat(&format!("q-{i}"))));
+    am.fire(&alerts).await;
+    hale.wait_node("reported", "q-1", |n| n["score"] == 100)
+        .await;
+    eventually("leading", Duration::from_secs(20), || async {
+        leads(&hale).await.then_some(())
+    })
+    .await;
+
+    fake.fault_evictions(&[
+        EvictionFault::Throttled,
+        EvictionFault::Internal,
+        EvictionFault::Throttled,
+    ]);
+    fake.end_namespace("ci", Duration::from_secs(4));
+    let r = reqwest::Client::new()
+        .post(format!("{}/drain", hale.node_url("q-1")))
+        .bearer_auth(TOKEN)
+        .json(&json!({"active": true, "reason": "kernel update"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let drained = eventually("the drain recorded", Duration::from_secs(45), || async {
+        let e = hale.events("q-1", "type=NODE_DRAINED").await;
+        e["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["active"] == true)
+            .cloned()
+    })
+    .await;
+    assert_eq!(
+        (drained["moved"].clone(), drained.get("blocked")),
+        (json!(2), None),
+        "{drained}"
+    );
+    // build-0 was asked for until its namespace's deletion took it; web-0 evicted.
+    assert!(
+        fake.eviction_attempts("ci", "build-0") >= 4,
+        "asked {} times",
+        fake.eviction_attempts("ci", "build-0")
+    );
+    let evicted: Vec<Value> = fake.evicted();
+    assert_eq!(evicted.len(), 1, "{evicted:?}");
+    assert_eq!(evicted[0]["metadata"]["name"], "web-0");
+    assert!(
+        fake.pods()
+            .iter()
+            .filter(|p| p["metadata"]["name"] == "build-0")
+            .all(|p| !p["metadata"]["deletionTimestamp"].is_null()),
+        "build-0 left by its namespace's deletion"
+    );
+    assert_eq!(
+        metric(
+            &hale.metrics().await,
+            "hale_orchestrator_failures_total",
+            &[("operation", "drain"), ("reason", "transient")]
+        ),
+        Some(0.0),
+        "the drain failed and was tried again as a whole"
+    );
+    assert!(
+        !hale.log().contains("PodDisruptionBudget"),
+        "a refusal read as a budget's"
     );
     served(&fake)
 }

@@ -107,6 +107,29 @@ fn replaced(status: &kube::core::Status) -> bool {
             .any(|m| status.message.contains(m))
 }
 
+/// A PodDisruptionBudget's 429: the cause says so (API Priority and Fairness
+/// answers 429 too, with no budget behind it).
+fn held_by_budget(status: &kube::core::Status) -> bool {
+    status.code == 429
+        && status
+            .details
+            .as_ref()
+            .is_some_and(|d| d.causes.iter().any(|c| c.reason == "DisruptionBudget"))
+}
+
+/// The 403 of an eviction in a namespace being deleted.
+fn namespace_ending(status: &kube::core::Status) -> bool {
+    status.code == 403
+        && status
+            .details
+            .as_ref()
+            .is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating"))
+}
+
+/// How often a pod whose namespace is being deleted is looked at again, as
+/// `kubectl drain` asks again.
+const NAMESPACE_WAIT: Duration = Duration::from_secs(5);
+
 /// The API resource of an owner kind whose annotation hale reads.
 fn owner_resource(kind: &str) -> Option<ApiResource> {
     let (group, version) = match kind {
@@ -198,7 +221,10 @@ impl Kubernetes {
     /// out of service (an operator who put it back withdrew the eviction: what is
     /// left stays). A PodDisruptionBudget's 429 is retried with backoff until
     /// `evictionTimeout` after the first attempt; from then on a pod a budget holds
-    /// is left where it is. A pod already gone counts as evicted. Each pod of
+    /// is left where it is. A pod already gone counts as evicted, and so does one
+    /// whose namespace is being deleted once it is marked for deletion. The API
+    /// server's own refusals (throttled, a 5xx, a conflict) are asked again until
+    /// the same deadline, then fail the eviction. Each pod of
     /// `failed`, once evicted, gets an Event with `message`. Returns the ids left
     /// on the node.
     pub(super) async fn evict_each(
@@ -238,7 +264,7 @@ impl Kubernetes {
                     // Gone, or gone and made again under its name (a StatefulSet's
                     // pod, perhaps on another node): what was listed is evicted.
                     Err(kube::Error::Api(s)) if s.code == 404 || replaced(&s) => break,
-                    Err(kube::Error::Api(s)) if s.code == 429 => {
+                    Err(kube::Error::Api(s)) if held_by_budget(&s) => {
                         // Tried until the deadline, and once more at it.
                         let now = Instant::now();
                         if now >= deadline {
@@ -267,6 +293,67 @@ impl Kubernetes {
                         warn!(node, pod = w.id, error = %s.message, "cannot evict the pod; it stays");
                         blocked.push(w.id.clone());
                         break;
+                    }
+                    // Its namespace is being deleted: no eviction is taken there, and
+                    // the namespace controller deletes the pod. As `kubectl drain`:
+                    // once it is marked for deletion (or gone) it counts as evicted;
+                    // until then, asked again.
+                    Err(kube::Error::Api(s)) if namespace_ending(&s) => {
+                        // Read as the node's pods (the chart grants pods `list`, not `get`).
+                        let leaving = match self.pods_on(node).await {
+                            Ok(pods) => pods.iter().find(|p| pod_id(p) == w.id).is_none_or(|p| {
+                                p.metadata.deletion_timestamp.is_some() || p.metadata.uid != w.uid
+                            }),
+                            Err(e) => {
+                                debug!(node, pod = w.id, error = %e, "could not read the node's pods");
+                                false
+                            }
+                        };
+                        if leaving {
+                            info!(
+                                node,
+                                pod = w.id,
+                                "its namespace is being deleted, and the pod with it"
+                            );
+                            break;
+                        }
+                        let now = Instant::now();
+                        if now >= deadline {
+                            warn!(
+                                node,
+                                pod = w.id,
+                                timeout_s = self.settings.eviction_timeout.as_secs(),
+                                "the pod's namespace is being deleted, but the pod was not by evictionTimeout; it stays"
+                            );
+                            blocked.push(w.id.clone());
+                            break;
+                        }
+                        debug!(
+                            node,
+                            pod = w.id,
+                            "the pod's namespace is being deleted; waiting for the pod's deletion"
+                        );
+                        tokio::time::sleep(NAMESPACE_WAIT.min(deadline - now)).await;
+                    }
+                    // The API server's own trouble (throttled, etcd changing leader,
+                    // a conflict on the budget it updates): asked again, after the
+                    // pause it names, until the deadline; past it the drain fails
+                    // and is tried again as a whole.
+                    Err(kube::Error::Api(s)) if s.code == 429 || s.code == 409 || s.code >= 500 => {
+                        let now = Instant::now();
+                        if now >= deadline {
+                            return Err(classify(kube::Error::Api(s)));
+                        }
+                        let pause = s
+                            .details
+                            .as_ref()
+                            .map(|d| Duration::from_secs(d.retry_after_seconds.into()))
+                            .filter(|d| !d.is_zero())
+                            .unwrap_or(wait)
+                            .min(Duration::from_secs(15));
+                        warn!(node, pod = w.id, code = s.code, error = %s.message, "the API server did not take the eviction; asking again");
+                        tokio::time::sleep(pause.min(deadline - now)).await;
+                        wait = (wait * 2).min(Duration::from_secs(15));
                     }
                     Err(e) => return Err(classify(e)),
                 }
