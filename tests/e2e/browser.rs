@@ -55,6 +55,7 @@ impl Browser {
         .await;
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
+            "goog:loggingPrefs": {"browser": "ALL"},
             "goog:chromeOptions": {
                 "binary": chromium,
                 "args": [
@@ -97,6 +98,25 @@ impl Browser {
             panic!("WebDriver {path}: {}", v["value"]);
         }
         v["value"].clone()
+    }
+
+    /// What the pages said to the console at level SEVERE since the last ask (a
+    /// script's error, a resource that failed to load), as chromedriver logs it.
+    pub async fn console_errors(&self) -> Vec<String> {
+        let entries = self
+            .call(
+                reqwest::Method::POST,
+                "/se/log",
+                Some(json!({"type": "browser"})),
+            )
+            .await;
+        entries
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["level"] == "SEVERE")
+            .map(|e| e["message"].as_str().unwrap_or_default().to_string())
+            .collect()
     }
 
     /// Load `url` and wait for it (WebDriver returns once the document has loaded).

@@ -80,6 +80,8 @@ async fn the_overview_shows_each_state_and_keeps_itself_current() {
         browser.js("return window.sameDocument === true;").await,
         true
     );
+    // Nothing the page asked for failed (its icon included), nor any script.
+    assert_eq!(browser.console_errors().await, Vec::<String>::new());
 }
 
 /// 10,000 nodes: the first page is a page of 50 with the count, a health filter
@@ -310,6 +312,13 @@ async fn an_operator_cordons_through_the_ui_with_the_token() {
             t.contains("That is not hale's API token")
         })
         .await;
+    // The header's own link on the sign-in page leads where the page does.
+    assert_eq!(
+        browser
+            .js("return [...document.querySelectorAll('a')].find(a => a.textContent == 'Sign in').getAttribute('href');")
+            .await,
+        "/ui/login?next=%2Fui%2Fnodes%2Fn1"
+    );
     browser.type_into("#token", TOKEN).await;
     browser.click("#sign-in").await;
     browser
@@ -320,6 +329,20 @@ async fn an_operator_cordons_through_the_ui_with_the_token() {
         .await
         .expect("a session cookie");
     assert!(!session.contains(TOKEN));
+    // Signed in, the sign-in page leads on to where signing in would.
+    let r = http
+        .get(format!("{}/ui/login?next=/ui/nodes/n1", hale.url))
+        .header("Cookie", format!("hale_session={session}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            r.status().as_u16(),
+            r.headers()["location"].to_str().unwrap()
+        ),
+        (303, "/ui/nodes/n1")
+    );
 
     // The session alone is not enough: the form's CSRF token must match it.
     let r = http
@@ -332,6 +355,22 @@ async fn an_operator_cordons_through_the_ui_with_the_token() {
         .unwrap();
     assert_eq!(r.status(), 403);
     assert_eq!(hale.node("n1").await.unwrap()["status"], "Ready");
+
+    // The field counts characters, the API bytes: 1,024 `é` are 2,048 bytes, a
+    // reason the API refuses, and so does the form.
+    browser.click("#verb-cordon").await;
+    browser
+        .wait_text("the confirmation", "h1", |t| t.starts_with("Cordon n1"))
+        .await;
+    browser.type_into("#reason", &"é".repeat(1024)).await;
+    browser.click("#confirm-cordon").await;
+    browser
+        .wait_text("the refusal", "main", |t| {
+            t.contains("The reason is too long") && t.contains("2048 bytes")
+        })
+        .await;
+    assert_eq!(hale.node("n1").await.unwrap()["status"], "Ready");
+    browser.goto(&format!("{}/ui/nodes/n1", hale.url)).await;
 
     browser.click("#verb-cordon").await;
     browser

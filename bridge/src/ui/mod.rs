@@ -45,6 +45,7 @@ const EVENTS_PER_PAGE: usize = 50;
 
 const CSS: &str = include_str!("static/hale.css");
 const JS: &str = include_str!("static/hale.js");
+const ICON: &str = include_str!("static/hale.svg");
 
 /// The UI's routes, to merge with the API's [`crate::http::router`].
 pub fn router(hale: Arc<Hale>) -> Router {
@@ -58,6 +59,7 @@ pub fn router(hale: Arc<Hale>) -> Router {
         .route("/ui/logout", post(logout))
         .route("/ui/static/hale.css", get(|| asset("text/css", CSS)))
         .route("/ui/static/hale.js", get(|| asset("text/javascript", JS)))
+        .route("/ui/static/hale.svg", get(|| asset("image/svg+xml", ICON)))
         .with_state(hale)
 }
 
@@ -712,6 +714,19 @@ async fn act(
             "Say why: the reason is recorded on the node's event.".into(),
         );
     }
+    if reason.len() > crate::view::MAX_REASON {
+        return refused(
+            &auth,
+            &back,
+            StatusCode::BAD_REQUEST,
+            "The reason is too long",
+            format!(
+                "{} bytes: at most {} are kept (a letter outside ASCII takes two to four). Say it shorter.",
+                reason.len(),
+                crate::view::MAX_REASON
+            ),
+        );
+    }
     if let Err(e) = hale.leading() {
         return refused(
             &auth,
@@ -774,11 +789,15 @@ async fn login_page(
             "This hale has no apiTokenFile: its UI is read-only.".into(),
         );
     }
+    // Signed in already: on to where signing in would lead.
+    if matches!(auth, Auth::Operator { .. }) {
+        return redirect(&next);
+    }
     html(
         StatusCode::OK,
         page(
             "Sign in",
-            "/ui/login",
+            &format!("/ui/login{}", query(&[("next", &next)])),
             &auth,
             None,
             &pages::login(&next, false),
@@ -794,7 +813,8 @@ fn local_path(next: &str) -> String {
     let plain = next
         .chars()
         .all(|c| !c.is_control() && !c.is_whitespace() && c != '\\');
-    if plain && next.starts_with('/') && !next.starts_with("//") {
+    // Never back to the sign-in page: signed in, it would only lead on again.
+    if plain && next.starts_with('/') && !next.starts_with("//") && !next.starts_with("/ui/login") {
         next.to_string()
     } else {
         "/".into()
@@ -825,7 +845,7 @@ async fn login(State(hale): State<Arc<Hale>>, headers: HeaderMap, body: Bytes) -
             StatusCode::UNAUTHORIZED,
             page(
                 "Sign in",
-                "/ui/login",
+                &format!("/ui/login{}", query(&[("next", &next)])),
                 &auth,
                 None,
                 &pages::login(&next, true),
@@ -897,6 +917,7 @@ mod tests {
             "/\n/evil.example",
             "/ /evil.example",
             "",
+            "/ui/login?next=%2Fui%2Fnodes",
         ] {
             assert_eq!(local_path(away), "/", "{away}");
         }

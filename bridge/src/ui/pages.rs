@@ -54,6 +54,11 @@ pub fn layout(c: &Chrome<'_>, body: &str) -> String {
         Auth::NoToken => {
             r#"<span class="muted" title="Operator verbs need hale's apiTokenFile">read-only</span>"#.to_string()
         }
+        // On the sign-in page itself, the link is that page as it stands: its
+        // `next` is where signing in leads, not back to signing in.
+        Auth::Reader if c.here.starts_with("/ui/login") => {
+            format!(r#"<a href="{}">Sign in</a>"#, esc(c.here))
+        }
         Auth::Reader => format!(
             r#"<a href="/ui/login{}">Sign in</a>"#,
             query(&[("next", c.here)])
@@ -75,7 +80,7 @@ pub fn layout(c: &Chrome<'_>, body: &str) -> String {
     format!(
         r#"<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title} · hale</title><link rel="stylesheet" href="/ui/static/hale.css"><script src="/ui/static/hale.js" defer></script></head>
+<title>{title} · hale</title><link rel="icon" href="/ui/static/hale.svg" type="image/svg+xml"><link rel="stylesheet" href="/ui/static/hale.css"><script src="/ui/static/hale.js" defer></script></head>
 <body><header><a class="brand" href="/">hale</a><nav><a href="/">Overview</a><a href="/ui/nodes">Nodes</a></nav><div class="who">{who}</div></header>
 <main id="live"{refresh}>{flash}{body}<p class="updated">Updated <time id="updated" datetime="{iso}">{shown}</time>{every}</p></main></body></html>
 "#,
