@@ -273,6 +273,29 @@ async fn a_node_page_draws_the_history_and_escapes_what_alerts_say() {
         .await;
     let types = browser.texts("#events tbody tr td:nth-child(2)").await;
     assert_eq!(types, ["SCORE_CHANGED"; 3]);
+
+    // A page the UI has not, an id with `/` pasted unescaped among them, is a page
+    // that says so.
+    for (path, says) in [
+        ("/ui/nodes/rack1/n:3", "written with %2F"),
+        ("/ui/nodes/", "no page at /ui/nodes/"),
+        ("/ui/what", "no page at /ui/what"),
+    ] {
+        let r = reqwest::get(format!("{}{path}", hale.url)).await.unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+        assert!(
+            r.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/html"),
+            "{path}"
+        );
+        let text = r.text().await.unwrap();
+        assert!(
+            text.contains("No such page") && text.contains(says),
+            "{path}: {text}"
+        );
+    }
 }
 
 /// Without a session a verb is refused and changes nothing; signed in with the

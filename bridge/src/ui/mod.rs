@@ -54,13 +54,37 @@ pub fn router(hale: Arc<Hale>) -> Router {
         .route("/ui/nodes", get(nodes))
         .route("/ui/nodes/{id}", get(node))
         .route("/ui/nodes/{id}/confirm", get(confirm))
-        .route("/ui/nodes/{id}/{verb}", post(act))
+        .route("/ui/nodes/{id}/{verb}", get(no_page).post(act))
         .route("/ui/login", get(login_page).post(login))
         .route("/ui/logout", post(logout))
         .route("/ui/static/hale.css", get(|| asset("text/css", CSS)))
         .route("/ui/static/hale.js", get(|| asset("text/javascript", JS)))
         .route("/ui/static/hale.svg", get(|| asset("image/svg+xml", ICON)))
+        .route("/ui/{*rest}", get(no_page))
         .with_state(hale)
+}
+
+/// A page the UI does not have, said as a page: most often a node id holding
+/// `/` pasted into the address unescaped.
+async fn no_page(
+    State(hale): State<Arc<Hale>>,
+    headers: HeaderMap,
+    uri: axum::http::Uri,
+) -> Response {
+    let auth = auth(&hale, &headers, Utc::now());
+    let path = uri.path();
+    let hint = if path.starts_with("/ui/nodes/") {
+        " A node id holding `/` is written with %2F in the address: /ui/nodes/rack1%2Fn-3."
+    } else {
+        ""
+    };
+    refused(
+        &auth,
+        "/",
+        StatusCode::NOT_FOUND,
+        "No such page",
+        format!("hale has no page at {path}.{hint}"),
+    )
 }
 
 async fn asset(kind: &'static str, body: &'static str) -> Response {
