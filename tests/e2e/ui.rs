@@ -273,6 +273,21 @@ async fn a_node_page_draws_the_history_and_escapes_what_alerts_say() {
         .await;
     let types = browser.texts("#events tbody tr td:nth-child(2)").await;
     assert_eq!(types, ["SCORE_CHANGED"; 3]);
+    // Another window keeps the filter.
+    browser.click("nav.windows a:nth-child(4)").await;
+    browser
+        .wait_text("the 7d window", "nav.windows a.chosen", |t| t == "7d")
+        .await;
+    let types = browser.texts("#events tbody tr td:nth-child(2)").await;
+    assert_eq!(types, ["SCORE_CHANGED"; 3]);
+    // A type that is none is said, not silently dropped.
+    browser
+        .goto(&format!("{}/ui/nodes/n1?type=BOGUS", hale.url))
+        .await;
+    assert_eq!(
+        browser.text(".flash.refused").await,
+        "type=\"BOGUS\" is not an event type: left out."
+    );
 
     // A page the UI has not, an id with `/` pasted unescaped among them, is a page
     // that says so.

@@ -397,14 +397,22 @@ async fn node(
         Vec::new(),
         None,
     );
+    // What the page cannot take is said above it, and left out.
+    let mut bad = Vec::new();
     for (key, value) in form_urlencoded::parse(raw.as_deref().unwrap_or("").as_bytes()) {
         let value = value.into_owned();
         match key.as_ref() {
             "cluster" if !value.is_empty() && value != local => member = Some(value),
             "window" if window(&value).is_some() => win = value,
+            "window" => bad.push(format!(
+                "window={value:?} is not one of {}",
+                pages::WINDOWS.join(", ")
+            )),
             "order" if value == "window" || value == "latest" => order = value,
+            "order" => bad.push(format!("order={value:?} is not latest or window")),
             "pageToken" if !value.is_empty() => token = Some(value),
             "type" if crate::core::EVENT_TYPES.contains(&value.as_str()) => types.push(value),
+            "type" => bad.push(format!("type={value:?} is not an event type")),
             "done" if VERBS.contains(&value.as_str()) => done = Some(value),
             _ => {}
         }
@@ -500,15 +508,19 @@ async fn node(
             .collect::<Vec<_>>()
     });
     let changes_cut = changes.as_ref().is_ok_and(|c| c.len() >= MAX_CHANGES);
-    let flash = done.map(|verb| {
-        (
-            Flash::Done,
-            format!(
-                "{}: done. The node below is as hale now holds it.",
-                pages::title(&verb)
-            ),
-        )
-    });
+    let flash = done
+        .map(|verb| {
+            (
+                Flash::Done,
+                format!(
+                    "{}: done. The node below is as hale now holds it.",
+                    pages::title(&verb)
+                ),
+            )
+        })
+        .or_else(|| {
+            (!bad.is_empty()).then(|| (Flash::Refused, format!("{}: left out.", bad.join("; "))))
+        });
     let body = pages::node(&NodePage {
         node: &view,
         member: member.as_deref(),

@@ -666,11 +666,13 @@ pub fn node(p: &NodePage<'_>) -> String {
         } else {
             ""
         };
-        let _ = write!(
-            out,
-            r#"<a href="{}"{class}>{w}</a>"#,
-            esc(&with(&[("window", w)]))
-        );
+        // Another window keeps the timeline's filter and order.
+        let mut pairs: Vec<(&str, &str)> = vec![("window", w)];
+        if p.order != "latest" {
+            pairs.push(("order", p.order));
+        }
+        pairs.extend(p.types.iter().map(|t| ("type", t.as_str())));
+        let _ = write!(out, r#"<a href="{}"{class}>{w}</a>"#, esc(&with(&pairs)));
     }
     out.push_str("</nav>");
     match &p.changes {
