@@ -184,6 +184,11 @@ async fn the_nodes_table_filters_and_pages_ten_thousand_nodes() {
         .goto(&format!("{}/ui/nodes?q=NODE-0999", hale.url))
         .await;
     assert_eq!(browser.text("#count").await, "Showing 1–10 of 10");
+    // A start with no page token is the first page's.
+    browser
+        .goto(&format!("{}/ui/nodes?q=NODE-0999&start=2001", hale.url))
+        .await;
+    assert_eq!(browser.text("#count").await, "Showing 1–10 of 10");
 }
 
 /// A node's page: the chart's points are the API's SCORE_CHANGED history, the

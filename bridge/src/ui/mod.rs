@@ -287,6 +287,10 @@ async fn nodes(
             _ => {}
         }
     }
+    // Where a page starts counts only beside its token: without one it is the first.
+    if f.token.is_empty() {
+        f.start = 1;
+    }
     // Pools are this hale's: a member's or every cluster's listing takes none.
     let here_only = f.cluster == local;
     let fed = hale.federation();
