@@ -126,6 +126,9 @@ struct Cluster {
     /// Namespaces being deleted: when the namespace controller deletes their
     /// pods, and whether it has.
     ending: BTreeMap<String, (Instant, bool)>,
+    /// Pod lists served from the watch cache (`resourceVersion=0`), and read
+    /// consistently.
+    pod_lists: (usize, usize),
     /// What the next evictions meet before any pod is looked at, in order.
     eviction_faults: std::collections::VecDeque<EvictionFault>,
 }
@@ -1488,6 +1491,11 @@ impl FakeApi {
         );
     }
 
+    /// Pod lists so far: (from the watch cache, read consistently).
+    pub fn pod_lists(&self) -> (usize, usize) {
+        self.state.lock().unwrap().pod_lists
+    }
+
     /// `namespace` deleted: evictions in it are refused from now on, and the
     /// namespace controller deletes its pods `after` from now.
     pub fn end_namespace(&self, namespace: &str, after: Duration) {
@@ -2381,7 +2389,22 @@ async fn list_pods(
         }
         requirements.push(requirement);
     }
+    // How the real server reads `resourceVersion`: unset, a consistent read (of
+    // etcd, before 1.31); "0", whatever its watch cache holds; a match strategy
+    // needs a version beside it.
+    let version = q.get("resourceVersion").map(String::as_str);
+    if q.contains_key("resourceVersionMatch") && version.is_none_or(str::is_empty) {
+        return status(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+        );
+    }
     let mut c = fake.state.lock().unwrap();
+    match version {
+        Some("0") => c.pod_lists.0 += 1,
+        _ => c.pod_lists.1 += 1,
+    }
     // A pod its kubelet has confirmed gone is listed no more.
     c.sweep();
     let items: Vec<&Value> = c

@@ -1582,6 +1582,13 @@ async fn replacement_deletes_the_machine_or_nodeclaim_once_the_node_is_empty() -
     )
     .await;
     assert!(!fake.pods().iter().any(|p| p["metadata"]["name"] == "api-0"));
+    // The inventory counted pods from the API server's watch cache; the count a
+    // deletion rests on was read consistently.
+    let (cached, consistent) = fake.pod_lists();
+    assert!(
+        cached > 0 && consistent > 0,
+        "{cached} pod lists from the watch cache, {consistent} consistent"
+    );
     // r-3 belongs to no provisioner: taken out, never deleted.
     let halted = eventually("r-3 halted", Duration::from_secs(20), || async {
         let e = hale.events("r-3", "type=POLICY_HALTED").await;

@@ -337,19 +337,21 @@ impl Kubernetes {
     /// waits for; the version the watch brought (not that of a write of this
     /// replica's the watch has yet to bring: the changes before it would read as
     /// older than what was taken); the cordon it left, if any.
-    async fn observe(
-        &self,
-        node: Node,
-        watched: u64,
-        before: Option<Observed>,
-    ) -> crate::orchestrator::Result<Observed> {
+    async fn observe(&self, node: Node, watched: u64, before: Option<Observed>) -> Observed {
         let mut o = observed(&node);
         if o.status == Status::Cordoned {
-            o.allocations = Some(self.occupancy(&o.id).await?);
+            // Not counted this time, the last count stands (a replacement waits on
+            // it) and the rest of the inventory is not lost with it.
+            match self.occupancy_cached(&o.id).await {
+                Ok(n) => o.allocations = Some(n),
+                Err(e) => {
+                    warn!(node = %o.id, error = %e, "could not count the pods of a cordoned node; its last count stands");
+                }
+            }
         }
         o.version = Some(watched).filter(|v| *v > 0);
         o.before = before.map(Box::new);
-        Ok(o)
+        o
     }
 
     /// Bring one node's conditions and annotations to `report`.
@@ -673,7 +675,7 @@ impl Orchestrator for Kubernetes {
             .buffer_unordered(CONCURRENCY)
             .collect::<Vec<_>>()
             .await;
-            Ok(Some(counted.into_iter().collect::<Result<Vec<_>, _>>()?))
+            Ok(Some(counted))
         })
     }
 
