@@ -57,6 +57,9 @@ struct State {
     chained: bool,
     /// A create was sent and its answer has not come.
     create_unanswered: bool,
+    /// A lease after the store last answered about the key: past it, who held
+    /// it then says nothing of who leads now.
+    answered_until: Option<Instant>,
 }
 
 impl NatsLease {
@@ -85,10 +88,16 @@ impl NatsLease {
     }
 
     /// The replica that held the key when last seen; never this one once its
-    /// leadership lapsed (cut off from NATS, it cannot tell who leads now).
+    /// leadership lapsed (cut off from NATS, it cannot tell who leads now), nor
+    /// any once the store has not answered for a lease (its lease ran out too).
     pub fn holder(&self) -> Option<String> {
         let s = self.state.lock().expect("lease lock");
-        let lapsed = s.until.is_none_or(|t| t <= Instant::now());
+        let now = Instant::now();
+        let lapsed = s.until.is_none_or(|t| t <= now);
+        let unanswered = s.answered_until.is_some_and(|t| t <= now);
+        if unanswered {
+            return None;
+        }
         s.holder
             .clone()
             .filter(|h| !(lapsed && *h == self.identity))
@@ -189,11 +198,15 @@ const WATCH: Duration = Duration::from_secs(1);
 
 async fn run(me: Arc<NatsLease>) {
     let duration = me.lease.duration;
+    me.state.lock().expect("lease lock").answered_until = Some(Instant::now() + duration);
     loop {
         let sent = Instant::now();
         let round = tokio::time::timeout(duration / 3, attempt(&me)).await;
         {
             let mut s = me.state.lock().expect("lease lock");
+            if matches!(round, Ok(Ok(_))) {
+                s.answered_until = Some(Instant::now() + duration);
+            }
             match round {
                 Ok(Ok(Round::Held { revision, created })) => {
                     let lapsed = s.until.is_none_or(|t| t <= Instant::now());
@@ -232,6 +245,12 @@ async fn run(me: Arc<NatsLease>) {
                 // Leadership, if held, lapses at its deadline unless a renewal lands.
                 Ok(Err(e)) => warn!(error = %e, "could not read or renew the NATS lease"),
                 Err(_) => warn!("NATS did not answer about the lease in time"),
+            }
+            // A term whose renewals went unanswered ended at its deadline: said once.
+            if s.until.is_some_and(|t| t <= Instant::now()) {
+                s.until = None;
+                warn!(identity = %me.identity,
+                    "no longer leading: the NATS lease was not renewed in time; this replica stopped acting at its deadline");
             }
         }
         // The leader renews every third of the lease; the others, and a holder

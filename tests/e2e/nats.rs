@@ -370,6 +370,31 @@ async fn replicas_share_one_history_and_fail_over_without_loss_or_repeats() {
             "reads still answered"
         );
     }
+    // The leader says its term ended; a follower's refusal of a verb names no
+    // leader once the lease has not answered for a lease (the one it last saw
+    // cannot be leading any more).
+    eventually(
+        "the leader says it stopped leading",
+        Duration::from_secs(30),
+        || async { new.log().contains("no longer leading").then_some(()) },
+    )
+    .await;
+    eventually(
+        "a refusal naming no leader",
+        Duration::from_secs(40),
+        || async {
+            let r = reqwest::Client::new()
+                .post(format!("{}/cordon", replicas[other].node_url("n1")))
+                .bearer_auth(TOKEN)
+                .json(&serde_json::json!({"reason": "test"}))
+                .send()
+                .await
+                .ok()?;
+            (r.status() == 503 && r.text().await.ok()?.contains("no leader is elected yet"))
+                .then_some(())
+        },
+    )
+    .await;
     // The history lives in NATS alone: a read of it says NATS is away, soon,
     // as a 503 to retry after.
     let asked = Instant::now();

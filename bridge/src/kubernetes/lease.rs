@@ -125,6 +125,18 @@ pub async fn run(api: Api<Lease>, name: String, duration: Duration, me: &Leaders
     let seconds = duration.as_secs_f64().ceil().max(1.0) as i32;
     let renew_deadline = duration * 2 / 3;
     loop {
+        // A term whose renewals failed ended at its deadline: said once.
+        {
+            let mut s = me.state.lock().expect("lease lock");
+            if s.until.is_some_and(|t| t <= Instant::now()) {
+                s.until = None;
+                warn!(
+                    lease = name,
+                    identity = me.identity,
+                    "no longer leading: the Lease was not renewed in time; this replica stopped acting at its deadline"
+                );
+            }
+        }
         let sent = Instant::now();
         // A hung request must not hold the loop: the next round starts afresh.
         let round =
