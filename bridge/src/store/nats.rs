@@ -290,16 +290,41 @@ pub async fn connect(cfg: &NatsConfig) -> Result<async_nats::Client> {
             async_nats::ConnectErrorKind::AuthorizationViolation
             | async_nats::ConnectErrorKind::Authentication
             | async_nats::ConnectErrorKind::Tls => REFUSED_CONNECT,
+            _ if tls_refused(&e) => REFUSED_CONNECT,
             _ => "connect",
+        };
+        let hint = if tls_refused(&e) {
+            " (the TLS handshake failed: a server that speaks no TLS, or a certificate store.nats.tls.caFile does not sign)"
+        } else {
+            ""
         };
         StoreError::Nats {
             op,
             cause: format!(
-                "{}: {e}",
+                "{}: {e}{hint}",
                 crate::shown_urls(cfg.urls.iter().map(String::as_str))
             ),
         }
     })
+}
+
+/// Whether a connection failed in its TLS handshake: a certificate its CA does
+/// not sign, a `tls://` server that speaks no TLS. The client counts these as I/O
+/// (rustls's error inside an `io::Error`), though no wait cures them.
+fn tls_refused(e: &async_nats::ConnectError) -> bool {
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let inner = c
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref);
+        if c.is::<async_nats::rustls::Error>()
+            || inner.is_some_and(|i| i.is::<async_nats::rustls::Error>())
+        {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// A user and password, or a token (no password), written into a URL.
@@ -1962,6 +1987,38 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    /// A server that speaks no TLS to a client that asks for it fails in the
+    /// handshake, which no wait cures: refused at once, as credentials are.
+    #[test]
+    fn a_tls_handshake_that_fails_is_refused_at_once() {
+        let server = server::Server::start();
+        let none = NatsTls {
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+        };
+        for tls in [None, Some(none)] {
+            let mut cfg = server.config();
+            cfg.urls = vec![cfg.urls[0].replacen("nats://", "tls://", 1)];
+            cfg.tls = tls;
+            let err = Nats::open(&cfg, "c", 1).err().expect("no TLS there");
+            assert!(
+                err.to_string().contains("the TLS handshake failed"),
+                "{err}"
+            );
+            assert!(
+                matches!(
+                    err,
+                    StoreError::Nats {
+                        op: REFUSED_CONNECT,
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+        }
     }
 
     /// Credentials written into a URL log in (the client sends none it finds in a
