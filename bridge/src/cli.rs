@@ -188,6 +188,14 @@ pub fn run_store_copy(verb: StoreVerb) -> anyhow::Result<()> {
     }
     let nats = (cluster.as_str(), replicas, event_retention_days);
     let source = open_store(&from, nats, false)?;
+    // A store a replica writes meanwhile would be copied part before a change and
+    // part after it (an event whose change is missing, raised again on serving).
+    if let Some(leader) = source.leader()? {
+        bail!(
+            "{} is being written: hale replica {leader} leads on it (it holds the lease); stop every replica first",
+            shown_store(&from)
+        );
+    }
     let now = chrono::Utc::now();
     // A target that holds anything is refused before it is opened to be written:
     // opened so, a NATS store would take this copy's retention and copies.

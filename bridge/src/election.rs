@@ -29,8 +29,7 @@ use crate::core::policy::Done;
 use crate::orchestrator::{Fut, Observed, Orchestrator, Report, Workload};
 use crate::store::nats::Lease;
 
-/// The key the leader holds.
-const KEY: &str = "leader";
+use crate::store::nats::LEASE_KEY as KEY;
 
 /// One replica's standing in the election.
 pub struct NatsLease {

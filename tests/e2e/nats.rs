@@ -570,6 +570,29 @@ async fn store_copy_moves_an_installation_between_kinds() {
     let said = String::from_utf8_lossy(&none.stderr);
     assert!(said.contains("no hale store of cluster dc9"), "{said}");
 
+    // A store a replica leads on is being written: not copied from (a copy
+    // would catch it between a change and its events). Stopped, it gives the
+    // lease up and the copy goes on.
+    let am = Alertmanager::start(None).await;
+    let (_dirs, mut running) = start_replicas(1, &am, &nats, "").await;
+    eventually("the replica leads", Duration::from_secs(30), || async {
+        leads(&running[0]).await.filter(|l| *l)
+    })
+    .await;
+    let busy = tempfile::tempdir().unwrap();
+    let refused = copy_with(
+        &nats,
+        &format!("sqlite:{}", busy.path().join("data").display()),
+        ["--replicas", "1", "--event-retention-days", "7"],
+    );
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("is being written") && said.contains("stop every replica"),
+        "{said}"
+    );
+    running[0].stop();
+
     // Back into a new SQLite store, served by hale as it was.
     let back = tempfile::tempdir().unwrap();
     let out = copy_with(

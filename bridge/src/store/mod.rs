@@ -279,6 +279,12 @@ pub trait Store: Send {
     fn shared(&self) -> bool {
         false
     }
+    /// The replica that leads on this store now, where the store keeps the lease
+    /// (a shared one): a copy of a store being written is refused. A store of one
+    /// replica's own is locked by it instead.
+    fn leader(&self) -> Result<Option<String>> {
+        Ok(None)
+    }
     /// A number that changes whenever the state is written, so a follower reloads
     /// only when there is something new.
     fn revision(&self) -> Result<u64> {

@@ -385,6 +385,9 @@ impl Names {
     }
 }
 
+/// The key of the lease bucket the leader holds, naming it.
+pub const LEASE_KEY: &str = "leader";
+
 /// What a leader election on the store's NATS needs.
 #[derive(Clone)]
 pub struct Lease {
@@ -1527,6 +1530,19 @@ impl Store for Nats {
 
     fn shared(&self) -> bool {
         true
+    }
+
+    fn leader(&self) -> Result<Option<String>> {
+        let shared = self.shared.clone();
+        self.run(async move {
+            // The key lives a lease after its holder last wrote it: there, someone leads.
+            Ok(shared
+                .lease
+                .get(LEASE_KEY)
+                .await
+                .op("read the lease")?
+                .map(|v| String::from_utf8_lossy(&v).into_owned()))
+        })?
     }
 
     fn mark_copying(&mut self, copying: bool) -> Result<()> {
