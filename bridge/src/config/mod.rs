@@ -2494,6 +2494,10 @@ mod tests {
                 "store.nats.replicas",
             ),
             (
+                "store: { kind: nats, nats: { urls: ['nats://a:4222/some/path?x=1'] } }",
+                "store.nats.urls[0]",
+            ),
+            (
                 "store: { kind: nats, nats: { urls: ['nats://a:4222'], leaseDuration: 2s } }",
                 "store.nats.leaseDuration",
             ),
