@@ -108,9 +108,34 @@ impl Config {
 /// The Slurm commands hale runs.
 const COMMANDS: [&str; 4] = ["sinfo", "squeue", "scontrol", "scancel"];
 
-/// The scheduling weight of a gated node: Slurm places work on the lowest weight
-/// first, so a gated node is chosen last.
-pub const GATE_WEIGHT: u64 = 65_000;
+/// Added to a node's own scheduling weight to gate it: Slurm places work on the
+/// lowest weight first, so a gated node is chosen last, and its own weight stays
+/// in the gated one — restored when the gate is lifted, across hale's restarts.
+pub const GATE_BASE: u64 = 1_000_000_000;
+/// The gate of earlier versions, which kept the node's own weight in memory only:
+/// read as gated, lifted to weight 1.
+const OLD_GATE_WEIGHT: u64 = 65_000;
+
+/// Whether a node's weight is hale's gate.
+fn gated(weight: u64) -> bool {
+    weight >= GATE_BASE || weight == OLD_GATE_WEIGHT
+}
+
+/// The weight to write for the gate `on` over a node weighing `weight` now
+/// (`None`: not read yet, taken as Slurm's default of 1).
+fn gate_weight(weight: Option<u64>, on: bool) -> u64 {
+    let now = weight.unwrap_or(1);
+    let own = match now {
+        w if w >= GATE_BASE => w - GATE_BASE,
+        OLD_GATE_WEIGHT => 1,
+        w => w,
+    };
+    if on {
+        GATE_BASE + own.min(GATE_BASE - 1)
+    } else {
+        own
+    }
+}
 /// The reason prefixes that say whose a drain is.
 const HALE: &str = "hale: ";
 const OPERATOR: &str = "operator: ";
@@ -120,9 +145,29 @@ const STOP_WAIT: Duration = Duration::from_secs(120);
 /// The reason Slurm gives a node it set down because it stopped answering.
 const NOT_RESPONDING: &str = "Not responding";
 
+/// `node` as scontrol takes one node. A name it reads as several — a host list
+/// (`n[3-5]`, `n1,n5`), the reserved `ALL` — or as an option would act on nodes no
+/// alert named, past every guardrail: refused, never sent. (An alert may name
+/// such a node where `createFromAlerts` takes it in.)
+fn one_node(node: &str, op: &'static str) -> Result<()> {
+    let several = node.is_empty()
+        || node.contains(['[', ']', ','])
+        || node.chars().any(char::is_whitespace)
+        || node.eq_ignore_ascii_case("all")
+        || node.starts_with('-');
+    if several {
+        return Err(OrchestratorError::refused(format!(
+            "`{node}` is not one Slurm node name: scontrol would read it as a host list, every node or an option, so hale sends nothing"
+        ))
+        .during(node, op));
+    }
+    Ok(())
+}
+
 pub struct Slurm {
     cfg: Config,
-    /// Each node's weight before hale gated it, as the inventory last read it.
+    /// Each node's weight as the inventory last read it (a gated one holds the
+    /// node's own).
     weights: Mutex<HashMap<String, u64>>,
     /// Each node's comment as the inventory last read it (publish writes only
     /// what changed).
@@ -282,7 +327,7 @@ fn observed(n: &Value, jobs: &HashMap<String, u32>) -> Option<Observed> {
         provisioned: flagged("CLOUD"),
         allocations: Some(jobs.get(&name).copied().unwrap_or(0)),
         cordoned_by,
-        gated: weight.map(|w| w == GATE_WEIGHT),
+        gated: weight.map(gated),
         evicted: None,
         not_ready,
         released: false,
@@ -465,9 +510,7 @@ impl Orchestrator for Slurm {
                 let Some(o) = observed(n, &jobs) else {
                     continue;
                 };
-                if let Some(w) = n.get("weight").and_then(Value::as_u64)
-                    && w != GATE_WEIGHT
-                {
+                if let Some(w) = n.get("weight").and_then(Value::as_u64) {
                     weights.insert(o.id.clone(), w);
                 }
                 let comment = n.get("comment").and_then(Value::as_str).unwrap_or_default();
@@ -480,6 +523,7 @@ impl Orchestrator for Slurm {
 
     fn cordon<'a>(&'a self, node: &'a str, by: &'a str, reason: &'a str) -> Fut<'a, ()> {
         Box::pin(async move {
+            one_node(node, "cordon")?;
             let reason = format!("reason={by}: {reason}");
             self.update(&[&format!("nodename={node}"), "state=drain", &reason])
                 .await
@@ -489,6 +533,7 @@ impl Orchestrator for Slurm {
 
     fn uncordon<'a>(&'a self, node: &'a str) -> Fut<'a, ()> {
         Box::pin(async move {
+            one_node(node, "uncordon")?;
             match self
                 .update(&[&format!("nodename={node}"), "state=resume"])
                 .await
@@ -519,16 +564,14 @@ impl Orchestrator for Slurm {
 
     fn gate<'a>(&'a self, node: &'a str, on: bool) -> Fut<'a, ()> {
         Box::pin(async move {
-            let weight = if on {
-                GATE_WEIGHT
-            } else {
-                self.weights
-                    .lock()
-                    .expect("weights lock")
-                    .get(node)
-                    .copied()
-                    .unwrap_or(1)
-            };
+            one_node(node, "gate")?;
+            let now = self
+                .weights
+                .lock()
+                .expect("weights lock")
+                .get(node)
+                .copied();
+            let weight = gate_weight(now, on);
             self.update(&[&format!("nodename={node}"), &format!("weight={weight}")])
                 .await
                 .map_err(|e| e.during(node, "gate"))
@@ -611,6 +654,7 @@ impl Orchestrator for Slurm {
 
     fn terminate<'a>(&'a self, node: &'a str) -> Fut<'a, ()> {
         Box::pin(async move {
+            one_node(node, "terminate")?;
             // Only a cloud node (Slurm's power saving) has a machine Slurm makes:
             // powered down, Slurm resumes a fresh one when work needs it.
             self.update(&[
@@ -631,6 +675,7 @@ impl Orchestrator for Slurm {
                 )
                 .during(node, "reboot"));
             }
+            one_node(node, "reboot")?;
             // Neither `nextstate=resume` nor `ASAP` (which drains and sets the next
             // state to resume all the same): Slurm would put the node back in
             // service once it is back, before the flow verifies it, and hale would
@@ -686,6 +731,40 @@ mod tests {
         assert!(cfg.validate().is_err());
         place("scontrol", 0o755);
         cfg.validate().unwrap();
+    }
+
+    /// A name scontrol would read as more than one node is never sent; one node's
+    /// name, dotted or dashed, is.
+    #[test]
+    fn only_one_node_is_named_to_scontrol() {
+        for several in ["n[3-5]", "n1,n5", "ALL", "all", "-h", "n 1", ""] {
+            let e = one_node(several, "cordon").expect_err(several);
+            assert_eq!(e.metric_label(), "refused", "{several}");
+            assert!(e.to_string().contains("not one Slurm node name"), "{e}");
+        }
+        for one in ["n1", "gpu-14.rack2", "node_07", "allnodes"] {
+            one_node(one, "cordon").expect(one);
+        }
+    }
+
+    /// The gate raises a node's weight past every other's, keeping its own in the
+    /// raised one: lifted, it is back, whoever gated it and however often asked.
+    #[test]
+    fn the_gate_keeps_the_nodes_own_weight() {
+        for (now, on, written) in [
+            (Some(10), true, GATE_BASE + 10),
+            (Some(GATE_BASE + 10), true, GATE_BASE + 10),
+            (Some(GATE_BASE + 10), false, 10),
+            (Some(10), false, 10),
+            (None, true, GATE_BASE + 1),
+            (None, false, 1),
+            (Some(OLD_GATE_WEIGHT), true, GATE_BASE + 1),
+            (Some(OLD_GATE_WEIGHT), false, 1),
+            (Some(4_000_000_000), false, 3_000_000_000),
+        ] {
+            assert_eq!(gate_weight(now, on), written, "{now:?} {on}");
+        }
+        assert!(gated(GATE_BASE) && gated(OLD_GATE_WEIGHT) && !gated(10));
     }
 
     #[test]

@@ -410,6 +410,38 @@ async fn slurm_drains_requeues_fails_and_sees_the_operator() {
     .await
     .unwrap();
     adapter.uncordon("n3").await.expect("already resumed: done");
+
+    // The gate keeps the node's own weight in Slurm: lifted by an adapter that
+    // never saw it ungated (hale restarted while the node was gated), it is back.
+    let out = slurm.run("scontrol", &["update", "nodename=n3", "weight=10"]);
+    assert!(out.status.success());
+    adapter.inventory().await.unwrap();
+    adapter.gate("n3", true).await.unwrap();
+    assert_eq!(slurm.node("n3")["weight"], json!(1_000_000_010u64));
+    let restarted = hale::slurm::Config {
+        slurm_conf: Some(slurm.conf.clone()),
+        timeout: Duration::from_secs(20),
+        ..hale::slurm::Config::default()
+    }
+    .connect()
+    .await
+    .unwrap();
+    let seen = restarted.inventory().await.unwrap().unwrap();
+    let n3 = seen.iter().find(|o| o.id == "n3").unwrap();
+    assert_eq!(n3.gated, Some(true));
+    restarted.gate("n3", false).await.unwrap();
+    assert_eq!(slurm.node("n3")["weight"], json!(10));
+
+    // A name scontrol would read as several nodes (a host list, `ALL`) is
+    // refused, never sent: no node's weight or state changes.
+    for several in ["n[1-3]", "n2,n3", "ALL"] {
+        let e = restarted.gate(several, true).await.unwrap_err();
+        assert_eq!(e.metric_label(), "refused", "{several}: {e}");
+        let e = restarted.cordon(several, "hale", "x").await.unwrap_err();
+        assert_eq!(e.metric_label(), "refused", "{several}: {e}");
+    }
+    assert_eq!(slurm.node("n3")["weight"], json!(10));
+    assert!(!drained(&slurm.node("n3")));
 }
 
 #[tokio::test(flavor = "multi_thread")]
