@@ -250,13 +250,24 @@ impl Fuzzball {
     }
 
     /// Fuzzball's id of hale's node `node`.
-    fn id_of(&self, node: &str) -> String {
-        self.ids
+    /// The id Fuzzball knows `node` by (its name where the inventory has not
+    /// listed it). One the CLI would read as an option (`--all`: a name an alert
+    /// gave) is refused, never passed.
+    fn id_of(&self, node: &str, op: &'static str) -> Result<String> {
+        let id = self
+            .ids
             .lock()
             .expect("ids lock")
             .get(node)
             .cloned()
-            .unwrap_or_else(|| node.to_string())
+            .unwrap_or_else(|| node.to_string());
+        if id.is_empty() || id.starts_with('-') {
+            return Err(OrchestratorError::refused(format!(
+                "`{id}` is not a node id: the fuzzball CLI would read it as an option, so hale passes nothing"
+            ))
+            .during(node, op));
+        }
+        Ok(id)
     }
 
     /// Run `fuzzball node ARGS…` (no shell); its standard output.
@@ -448,7 +459,7 @@ impl Orchestrator for Fuzzball {
 
     fn cordon<'a>(&'a self, node: &'a str, by: &'a str, reason: &'a str) -> Fut<'a, ()> {
         Box::pin(async move {
-            let id = self.id_of(node);
+            let id = self.id_of(node, "cordon")?;
             let reason = format!("{by}: {reason}");
             self.cli(&["drain", &id, "--reason", &reason])
                 .await
@@ -463,7 +474,7 @@ impl Orchestrator for Fuzzball {
 
     fn uncordon<'a>(&'a self, node: &'a str) -> Fut<'a, ()> {
         Box::pin(async move {
-            let id = self.id_of(node);
+            let id = self.id_of(node, "uncordon")?;
             self.cli(&["uncordon", &id])
                 .await
                 .map_err(|e| e.during(node, "uncordon"))?;
@@ -487,7 +498,7 @@ impl Orchestrator for Fuzzball {
                 // The cordon before it is the whole of a passive drain.
                 return Ok(Done::default());
             }
-            let id = self.id_of(node);
+            let id = self.id_of(node, "drain")?;
             let running = self.jobs.lock().expect("jobs lock").get(node).copied();
             let reason = self
                 .reasons
@@ -508,7 +519,7 @@ impl Orchestrator for Fuzzball {
 
     fn workloads<'a>(&'a self, node: &'a str) -> Fut<'a, Vec<Workload>> {
         Box::pin(async move {
-            let id = self.id_of(node);
+            let id = self.id_of(node, "workloads")?;
             let detail = self
                 .get(&["nodes", &id])
                 .await
@@ -548,7 +559,7 @@ impl Orchestrator for Fuzzball {
         _message: &'a str,
     ) -> Fut<'a, Vec<String>> {
         Box::pin(async move {
-            let id = self.id_of(node);
+            let id = self.id_of(node, "evict")?;
             let reason = format!("hale: {fault}");
             self.cli(&["drain", &id, "--active", "--reason", &reason])
                 .await
@@ -580,6 +591,22 @@ mod tests {
             ..Config::default()
         })
         .unwrap()
+    }
+
+    /// A node named like an option (an alert's, not one Fuzzball lists) is never
+    /// handed to the CLI, whatever the verb.
+    #[tokio::test]
+    async fn a_name_the_cli_would_read_as_an_option_is_refused() {
+        let fz = fuzzball(NodeName::HostName);
+        let refusals = [
+            fz.cordon("--all", "hale", "x").await.unwrap_err(),
+            fz.uncordon("-a").await.unwrap_err(),
+            fz.drain("--all", true).await.unwrap_err(),
+        ];
+        for e in refusals {
+            assert_eq!(e.metric_label(), "refused", "{e}");
+            assert!(e.to_string().contains("not a node id"), "{e}");
+        }
     }
 
     #[test]
