@@ -971,9 +971,10 @@ async fn conclude(
                 &node,
                 &format!("{}: {} recorded, not done yet", node.id, pending.action),
             );
-            let why = match &pending.last_error {
-                Some(e) => format!("its last try failed: {e}"),
-                None => "the orchestrator has not answered yet".into(),
+            let why = match (&pending.last_try, &pending.last_error) {
+                (Some(_), Some(e)) => format!("its last try failed: {e}"),
+                (None, Some(e)) => e.clone(),
+                _ => "the orchestrator has not answered yet".into(),
             };
             bail!(
                 "{} of {} not done within {wait:?}: {why}; hale goes on trying (`hale node show {}`)",
@@ -1497,6 +1498,7 @@ pub fn node_detail(n: &NodeView) -> String {
                 p.action,
                 at.to_rfc3339()
             ),
+            (None, Some(e)) => writeln!(o, "Pending:   {} ({e})", p.action),
             _ => writeln!(o, "Pending:   {} (not done yet)", p.action),
         };
     }

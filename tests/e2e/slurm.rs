@@ -454,7 +454,7 @@ async fn slurmctld_stopped_is_a_clear_error_and_nothing_is_done_until_it_is_back
          orchestrator: {{ kind: slurm, slurmConf: {}, timeout: 10s }}\n",
         slurm.conf.display()
     );
-    let hale = Hale::start(dir.path(), &am.url, &extra).await;
+    let mut hale = Hale::start(dir.path(), &am.url, &extra).await;
     hale.wait_node("inventory", "n1", |n| n["score"] == 100)
         .await;
     slurm.stop_ctld();
@@ -509,6 +509,23 @@ async fn slurmctld_stopped_is_a_clear_error_and_nothing_is_done_until_it_is_back
         "{show}"
     );
     assert!(!drained(&slurm.node("n1")));
+    // Restarted while Slurm cannot answer: the leader acts only once it has taken
+    // an inventory in, and the cordon still pending says why it is not tried.
+    hale.restart().await;
+    let n1 = hale
+        .wait_node("why the cordon waits", "n1", |n| {
+            n["pending"][0]["lastError"]
+                .as_str()
+                .is_some_and(|e| e.contains("inventory does not answer"))
+        })
+        .await;
+    assert!(n1["pending"][0]["lastTry"].is_null(), "{n1}");
+    let show = hale.cli_ok(&["node", "show", "n1"]);
+    let show = String::from_utf8_lossy(&show.stdout);
+    assert!(
+        show.contains("Pending:   cordon (not tried yet: the orchestrator's inventory does not answer: inventory: `sinfo --json`"),
+        "{show}"
+    );
     slurm.start_ctld();
     eventually(
         "n1 drained once slurmctld is back",

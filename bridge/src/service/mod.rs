@@ -107,6 +107,9 @@ pub struct Hale {
     actions_recorded: AtomicU64,
     /// The orchestrator's inventories failed in a row, to say when it answers again.
     inventory_failures: AtomicU64,
+    /// Why the last inventory failed, while they fail: shown on an action no
+    /// try has spoken for yet (a leader acts only once it has taken one in).
+    inventory_error: Mutex<Option<String>>,
     act_now: Notify,
     publish_now: Notify,
     /// Whether each loop is making progress (`/healthz`).
@@ -300,6 +303,7 @@ impl Hale {
             inventory_task: tokio::sync::Mutex::new(None),
             actions_recorded: AtomicU64::new(0),
             inventory_failures: AtomicU64::new(0),
+            inventory_error: Mutex::new(None),
             act_now: Notify::new(),
             publish_now: Notify::new(),
             liveness,
@@ -1081,6 +1085,18 @@ impl Hale {
             p.last_error = Some(tried.error.clone());
             p.last_try = Some(tried.at);
         }
+        if let Some(e) = self
+            .inventory_error
+            .lock()
+            .expect("inventory error lock")
+            .as_ref()
+        {
+            for p in view.pending.iter_mut().filter(|p| p.last_error.is_none()) {
+                p.last_error = Some(format!(
+                    "not tried yet: the orchestrator's inventory does not answer: {e}"
+                ));
+            }
+        }
         Some(view)
     }
 
@@ -1310,6 +1326,8 @@ impl Hale {
     async fn sync_inventory(self: &Arc<Self>) -> bool {
         let taken = self.actions_recorded.load(Ordering::Acquire);
         let inventory = self.orchestrator.inventory().await;
+        *self.inventory_error.lock().expect("inventory error lock") =
+            inventory.as_ref().err().map(ToString::to_string);
         if inventory.is_ok() {
             let failed = self.inventory_failures.swap(0, Ordering::Relaxed);
             if failed > 0 {
