@@ -196,6 +196,8 @@ fn counted_out(node: &Node, settings: &Settings) -> bool {
     node.status != Status::Ready
         || node.policy.fence.is_some()
         || node.policy.released
+        // Shown in service, but the cluster keeps it out until the uncordon is done.
+        || node.policy.has(&Action::Uncordon)
         || would_be_out(node, settings)
 }
 

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Action, Actor, HOUR, PowerOp, count, event, policy_verdict, status_name, take_out};
+use super::{
+    Action, Actor, HOUR, PowerOp, count, counted_out, event, policy_verdict, status_name, take_out,
+};
 use crate::core::outcome::{CoreError, Outcome};
 use crate::core::settings::{CONTROL_PLANE_LABELS, CoreSettings, Mode};
 use crate::core::{
@@ -871,7 +873,9 @@ impl Fleet {
                 "maxPerDomain: {in_domain} node(s) of domain {d} already in remediation"
             ));
         }
+        // One counted out already (an uncordon not yet done) adds none.
         if node.status == Status::Ready
+            && !counted_out(node, settings)
             && let Some(pool) = pools.get(&settings.name)
             && !pool.admits(settings.max_unavailable_percent)
         {

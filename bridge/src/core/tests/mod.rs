@@ -2660,6 +2660,43 @@ fn operator_cordons_count_against_the_ceiling() {
     assert_eq!(s.node("g-5").status, Status::Ready);
 }
 
+/// An uncordon not yet done leaves the node out of service in the cluster: it
+/// counts against the ceiling until the orchestrator has done it (an operator's
+/// uncordon behind a slow cordon let another node be cordoned past the ceiling).
+#[test]
+fn an_uncordon_not_yet_done_counts_against_the_ceiling() {
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &[], low);
+    for n in ["g-0", "g-1"] {
+        let out = s.fleet.cordon(s.now, n, "firmware update").unwrap();
+        s.record(out);
+        let cordon = s.fleet.take_action(n).expect("the cordon queued");
+        let out = s
+            .fleet
+            .action_done(&s.cfg, s.now, n, &cordon, &policy::Done::default());
+        s.record(out);
+    }
+    let out = s.fleet.uncordon(s.now, "g-0", "done early").unwrap();
+    s.record(out);
+    assert_eq!(s.node("g-0").status, Status::Ready);
+    s.policy_events();
+    s.at(30).report(&ids, &["g-5"], low);
+    s.at(60).report(&ids, &["g-5"], low);
+    assert_eq!(
+        s.policy_events(),
+        ["g-5 POLICY_HALTED cordon maxUnavailablePercent"]
+    );
+    // Done: g-0 is back in service, and g-5 is taken out.
+    let uncordon = s.fleet.take_action("g-0").expect("the uncordon queued");
+    let out = s
+        .fleet
+        .action_done(&s.cfg, s.now, "g-0", &uncordon, &policy::Done::default());
+    s.record(out);
+    s.at(90).report(&ids, &["g-5"], low);
+    assert_eq!(s.node("g-5").status, Status::Cordoned);
+}
+
 /// An operator's cordon asked again with a new reason records it (the node's
 /// record and the event); asked again with the same one, it changes nothing.
 #[test]
