@@ -136,8 +136,8 @@ struct Cluster {
 /// An eviction answered by the API server's own trouble, not the pod's.
 #[derive(Clone, Copy, Debug)]
 pub enum EvictionFault {
-    /// API Priority and Fairness turning the request away: a 429 with no budget
-    /// behind it, a `Retry-After` of a second.
+    /// API Priority and Fairness turning the request away: a 429 in plain text,
+    /// no budget behind it, a `Retry-After` of a second.
     Throttled,
     /// A 500, as the server answers while etcd changes leader.
     Internal,
@@ -1659,16 +1659,18 @@ impl FakeApi {
         let mut c = self.state.lock().unwrap();
         c.sweep();
         match c.eviction_faults.pop_front() {
+            // As the real filter writes it (`http.Error`): plain text, the pause
+            // in a header alone.
             Some(EvictionFault::Throttled) => {
-                let mut r = failure(
+                return (
                     StatusCode::TOO_MANY_REQUESTS,
-                    "TooManyRequests",
-                    "Too many requests, please try again later.",
-                    Some(json!({"retryAfterSeconds": 1})),
-                );
-                r.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-                return r;
+                    [
+                        (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+                        (header::RETRY_AFTER, "1"),
+                    ],
+                    "Too many requests, please try again later.\n",
+                )
+                    .into_response();
             }
             Some(EvictionFault::Internal) => {
                 return status(

@@ -126,6 +126,10 @@ fn namespace_ending(status: &kube::core::Status) -> bool {
             .is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating"))
 }
 
+/// How long the API server's own refusals of a pod are asked again past the
+/// drain's deadline, counted from the first of them.
+const API_GRACE: Duration = Duration::from_secs(30);
+
 /// How often a pod whose namespace is being deleted is looked at again, as
 /// `kubectl drain` asks again.
 const NAMESPACE_WAIT: Duration = Duration::from_secs(5);
@@ -239,7 +243,8 @@ impl Kubernetes {
     /// is left where it is. A pod already gone counts as evicted, and so does one
     /// whose namespace is being deleted once it is marked for deletion. The API
     /// server's own refusals (throttled, a 5xx, a conflict) are asked again until
-    /// the same deadline, then fail the eviction. Each pod of
+    /// the same deadline, or [`API_GRACE`] after the first where that is later,
+    /// then fail the eviction. Each pod of
     /// `failed`, once evicted, gets an Event with `message`. Returns the ids left
     /// on the node.
     pub(super) async fn evict_each(
@@ -255,6 +260,10 @@ impl Kubernetes {
             let namespace = w.id.split_once('/').map_or("", |(ns, _)| ns);
             let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
             let mut wait = Duration::from_secs(1);
+            // Until when the API server's own refusals of this pod are asked again:
+            // the drain's deadline, or a grace from the first of them where that
+            // comes later (a pod reached after budgets held the others to it).
+            let mut trouble_until: Option<Instant> = None;
             loop {
                 if self.schedulable(node) {
                     if i == 0 {
@@ -350,24 +359,19 @@ impl Kubernetes {
                         );
                         tokio::time::sleep(NAMESPACE_WAIT.min(deadline - now)).await;
                     }
-                    // The API server's own trouble (throttled, etcd changing leader,
-                    // a conflict on the budget it updates): asked again, after the
-                    // pause it names, until the deadline; past it the drain fails
-                    // and is tried again as a whole.
+                    // The API server's own trouble (throttled by API Priority and
+                    // Fairness, etcd changing leader, a conflict on the budget it
+                    // updates): asked again with backoff until the deadline, or
+                    // [`API_GRACE`] after the first where that is later; past it the
+                    // drain fails and is tried again as a whole.
                     Err(kube::Error::Api(s)) if s.code == 429 || s.code == 409 || s.code >= 500 => {
                         let now = Instant::now();
-                        if now >= deadline {
+                        let until = *trouble_until.get_or_insert(deadline.max(now + API_GRACE));
+                        if now >= until {
                             return Err(classify(kube::Error::Api(s)));
                         }
-                        let pause = s
-                            .details
-                            .as_ref()
-                            .map(|d| Duration::from_secs(d.retry_after_seconds.into()))
-                            .filter(|d| !d.is_zero())
-                            .unwrap_or(wait)
-                            .min(Duration::from_secs(15));
                         warn!(node, pod = w.id, code = s.code, error = %s.message, "the API server did not take the eviction; asking again");
-                        tokio::time::sleep(pause.min(deadline - now)).await;
+                        tokio::time::sleep(wait.min(until - now)).await;
                         wait = (wait * 2).min(Duration::from_secs(15));
                     }
                     Err(e) => return Err(classify(e)),
