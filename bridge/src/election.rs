@@ -27,9 +27,7 @@ use tracing::{info, warn};
 
 use crate::core::policy::Done;
 use crate::orchestrator::{Fut, Observed, Orchestrator, Report, Workload};
-use crate::store::nats::Lease;
-
-use crate::store::nats::LEASE_KEY as KEY;
+use crate::store::nats::{LEASE_KEY as KEY, Lease};
 
 /// One replica's standing in the election.
 pub struct NatsLease {

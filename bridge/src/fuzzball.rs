@@ -249,7 +249,6 @@ impl Fuzzball {
             .map_err(|e| OrchestratorError::refused(format!("{shown}: not a JSON answer: {e}")))
     }
 
-    /// Fuzzball's id of hale's node `node`.
     /// The id Fuzzball knows `node` by (its name where the inventory has not
     /// listed it). One the CLI would read as an option (`--all`: a name an alert
     /// gave) is refused, never passed.

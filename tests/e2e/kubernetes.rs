@@ -1582,8 +1582,8 @@ async fn replacement_deletes_the_machine_or_nodeclaim_once_the_node_is_empty() -
     )
     .await;
     assert!(!fake.pods().iter().any(|p| p["metadata"]["name"] == "api-0"));
-    // The inventory counted pods from the API server's watch cache; the count a
-    // deletion rests on was read consistently.
+    // The inventory counted pods from the API server's watch cache; consistent
+    // reads remain where they must (the count a deletion rests on among them).
     let (cached, consistent) = fake.pod_lists();
     assert!(
         cached > 0 && consistent > 0,

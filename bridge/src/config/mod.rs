@@ -1566,12 +1566,6 @@ impl Config {
     }
 }
 
-/// Range and consistency checks for one resolved settings block; the error is
-/// (key, message).
-///
-/// `written`: the block as the file has it; `inherited`: for a pool, the cluster's
-/// `nodeHealth` it takes the rest from. A rule between two keys blames the one the
-/// block wrote and says where the other's value came from.
 /// The YAML reader's words for a value of the wrong shape, said as a user
 /// reads them (the reader names Rust's types and its own parse states).
 fn plain(said: &str) -> Option<&'static str> {
@@ -1590,6 +1584,12 @@ fn plain(said: &str) -> Option<&'static str> {
     })
 }
 
+/// Range and consistency checks for one resolved settings block; the error is
+/// (key, message).
+///
+/// `written`: the block as the file has it; `inherited`: for a pool, the cluster's
+/// `nodeHealth` it takes the rest from. A rule between two keys blames the one the
+/// block wrote and says where the other's value came from.
 fn check_settings(
     s: &Settings,
     at: &str,

@@ -108,6 +108,9 @@ pub struct Kubernetes {
     /// brought it, and when: a poll's inventory may come only after the cordon and
     /// the uncordon behind it, and it shows both for [`BEFORE_KEPT`].
     before: Arc<Mutex<HashMap<String, (Observed, Instant)>>>,
+    /// Cordoned nodes whose pods could not be counted at the last try: said once
+    /// when that starts, not at every inventory.
+    uncounted: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Kubernetes {
@@ -227,6 +230,7 @@ impl Kubernetes {
             election: Mutex::new(Some(election)),
             changed,
             before,
+            uncounted: Mutex::default(),
         }))
     }
 
@@ -342,10 +346,20 @@ impl Kubernetes {
         if o.status == Status::Cordoned {
             // Not counted this time, the last count stands (a replacement waits on
             // it) and the rest of the inventory is not lost with it.
-            match self.occupancy_cached(&o.id).await {
-                Ok(n) => o.allocations = Some(n),
+            let counted = self.occupancy(&o.id, true).await;
+            let mut uncounted = self.uncounted.lock().expect("uncounted lock");
+            match counted {
+                Ok(n) => {
+                    o.allocations = Some(n);
+                    if uncounted.remove(&o.id) {
+                        info!(node = %o.id, "the pods of a cordoned node are counted again");
+                    }
+                }
+                Err(e) if uncounted.insert(o.id.clone()) => {
+                    warn!(node = %o.id, error = %e, "could not count the pods of a cordoned node; its last count stands until they can be");
+                }
                 Err(e) => {
-                    warn!(node = %o.id, error = %e, "could not count the pods of a cordoned node; its last count stands");
+                    debug!(node = %o.id, error = %e, "could not count the pods of a cordoned node")
                 }
             }
         }

@@ -153,24 +153,18 @@ impl Kubernetes {
         Ok(bounded(pods.list(&params)).await?.items)
     }
 
-    /// How many pods a drain would still have to move off `node`, read
-    /// consistently: the count a replacement deletes a node's owner on.
-    pub(super) async fn occupancy(&self, node: &str) -> Result<u32> {
-        let now = Utc::now();
-        let pods = self.pods_on(node).await?;
-        Ok(pods.iter().filter(|p| movable(p, now)).count() as u32)
-    }
-
-    /// The same count as the API server's watch cache holds it (`resourceVersion=0`:
-    /// no read of etcd, the cache's index by node): what the inventory shows of
-    /// each cordoned node, as often as every second. It may lag the cluster a
-    /// little; a replacement counts again, consistently, before it deletes.
-    pub(super) async fn occupancy_cached(&self, node: &str) -> Result<u32> {
+    /// How many pods a drain would still have to move off `node`. `cached`: as the
+    /// API server's watch cache holds them (`resourceVersion=0`: no read of etcd,
+    /// the cache's index by node) — what the inventory shows of each cordoned node,
+    /// as often as every second, which may lag the cluster a little; else read
+    /// consistently, as the count a replacement deletes a node's owner on.
+    pub(super) async fn occupancy(&self, node: &str, cached: bool) -> Result<u32> {
         let now = Utc::now();
         let pods: Api<Pod> = Api::all(self.client.clone());
-        let params = ListParams::default()
-            .fields(&format!("spec.nodeName={node}"))
-            .match_any();
+        let mut params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        if cached {
+            params = params.match_any();
+        }
         let pods = bounded(pods.list(&params)).await?.items;
         Ok(pods.iter().filter(|p| movable(p, now)).count() as u32)
     }
@@ -516,7 +510,7 @@ impl Kubernetes {
                 "node {node} is owned by no Cluster API Machine or Karpenter NodeClaim; hale deletes nothing it cannot have re-provisioned"
             )));
         };
-        let left = self.occupancy(node).await?;
+        let left = self.occupancy(node, false).await?;
         if left > 0 {
             return Err(OrchestratorError::transient(format!(
                 "node {node} still runs {left} pod(s); replaced once it is empty"

@@ -126,19 +126,18 @@ impl NatsConfig {
         let mut userinfo = None;
         for (i, u) in self.urls.iter().enumerate() {
             match reqwest::Url::parse(u) {
-                // A server, nothing more: the client ignores a path or query.
-                Ok(url)
+                Ok(url) if matches!(url.scheme(), "nats" | "tls") && url.host().is_some() => {
+                    // A server, nothing more: the client ignores a path or query.
                     if !matches!(url.path(), "" | "/")
                         || url.query().is_some()
-                        || url.fragment().is_some() =>
-                {
-                    return Err((
-                        format!("urls[{i}]"),
-                        "names a path or query: a NATS URL is a server, like nats://nats-0:4222"
-                            .into(),
-                    ));
-                }
-                Ok(url) if matches!(url.scheme(), "nats" | "tls") && url.host().is_some() => {
+                        || url.fragment().is_some()
+                    {
+                        return Err((
+                            format!("urls[{i}]"),
+                            "names a path or query: a NATS URL is a server, like nats://nats-0:4222"
+                                .into(),
+                        ));
+                    }
                     // One connection's credentials: every server of the cluster
                     // takes the same.
                     let given = (
