@@ -230,13 +230,7 @@ pub fn run_store_copy(verb: StoreVerb) -> anyhow::Result<()> {
     let partly = |e: hale::store::StoreError| {
         let empty = match to.strip_prefix("sqlite:") {
             Some(path) => format!("remove {path}"),
-            None => {
-                let n = hale::store::nats::Names::of(&cluster);
-                format!(
-                    "delete the stream {} and the key-value buckets {}, {} and {}",
-                    n.stream, n.state, n.ledger, n.lease
-                )
-            }
+            None => hale::store::nats::Names::of(&cluster).to_empty(),
         };
         anyhow::anyhow!(
             "{e}\nthe copy stopped part-way: {} holds part of it; {empty} before copying again",

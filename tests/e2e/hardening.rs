@@ -759,8 +759,8 @@ async fn a_store_holding_part_of_a_copy_is_refused() {
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(
         said.contains(&format!(
-            "store {}: holds part of a `hale store copy` that did not finish",
-            copied.path().join("data").display()
+            "store {path}: holds part of a `hale store copy` that did not finish: remove {path} and copy again",
+            path = copied.path().join("data").display()
         )),
         "{said}"
     );

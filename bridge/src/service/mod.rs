@@ -229,14 +229,21 @@ impl Hale {
             lease,
             outbox,
         } = loaded.config.store.open(&loaded.config.cluster)?;
-        let store_named = match (&loaded.config.store.kind, &loaded.config.store.nats) {
-            (crate::config::StoreKind::Nats, Some(nats)) => {
-                crate::shown_urls(nats.urls.iter().map(String::as_str))
-            }
+        let nats = matches!(loaded.config.store.kind, crate::config::StoreKind::Nats);
+        let store_named = match (nats, &loaded.config.store.nats) {
+            (true, Some(nats)) => crate::shown_urls(nats.urls.iter().map(String::as_str)),
             _ => loaded.config.store.path.display().to_string(),
         };
         if store.copying()? {
-            return Err(StoreError::PartCopied { store: store_named });
+            let empty = if nats {
+                crate::store::nats::Names::of(&loaded.config.cluster).to_empty()
+            } else {
+                format!("remove {store_named}")
+            };
+            return Err(StoreError::PartCopied {
+                store: store_named,
+                empty,
+            });
         }
         // Replicas on a shared store elect their leader on it unless the
         // orchestrator elects one (the Kubernetes Lease stays for Kubernetes).

@@ -70,9 +70,9 @@ pub enum StoreError {
     #[error("store: {op}: {cause}")]
     Nats { op: &'static str, cause: String },
     #[error(
-        "store {store}: holds part of a `hale store copy` that did not finish: empty it and copy again"
+        "store {store}: holds part of a `hale store copy` that did not finish: {empty} and copy again"
     )]
-    PartCopied { store: String },
+    PartCopied { store: String, empty: String },
     #[error(
         "store: {op}: JetStream has no room or too few servers ({cause}): raise the server's max_file_store or the account's limit, shorten store.eventRetentionDays, or check that store.nats.replicas is no more than the servers in the cluster"
     )]

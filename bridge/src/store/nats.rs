@@ -394,6 +394,14 @@ impl Names {
             lease: format!("hale-{c}-lease"),
         }
     }
+
+    /// What to delete to empty the store, said to an operator.
+    pub fn to_empty(&self) -> String {
+        format!(
+            "delete the stream {} and the key-value buckets {}, {} and {}",
+            self.stream, self.state, self.ledger, self.lease
+        )
+    }
 }
 
 /// The key of the lease bucket the leader holds, naming it.
