@@ -119,6 +119,16 @@ impl Browser {
             .collect()
     }
 
+    /// Size the window as a user would drag it.
+    pub async fn resize(&self, width: u32, height: u32) {
+        self.call(
+            reqwest::Method::POST,
+            "/window/rect",
+            Some(json!({"width": width, "height": height})),
+        )
+        .await;
+    }
+
     /// Load `url` and wait for it (WebDriver returns once the document has loaded).
     pub async fn goto(&self, url: &str) {
         self.call(reqwest::Method::POST, "/url", Some(json!({"url": url})))

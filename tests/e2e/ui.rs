@@ -189,6 +189,15 @@ async fn the_nodes_table_filters_and_pages_ten_thousand_nodes() {
         .goto(&format!("{}/ui/nodes?q=NODE-0999&start=2001", hale.url))
         .await;
     assert_eq!(browser.text("#count").await, "Showing 1–10 of 10");
+    // A narrow window: the table scrolls in its own box, the page does not.
+    browser.resize(500, 900).await;
+    browser.goto(&format!("{}/ui/nodes", hale.url)).await;
+    assert_eq!(
+        browser
+            .js("return document.documentElement.scrollWidth <= document.documentElement.clientWidth;")
+            .await,
+        true
+    );
 }
 
 /// A node's page: the chart's points are the API's SCORE_CHANGED history, the
@@ -710,6 +719,13 @@ async fn federation_shows_members_and_never_a_dead_ones_last_answer() {
         .goto(&format!("{}/ui/nodes/e2?cluster=east", hub.url))
         .await;
     assert_eq!(browser.text("#score").await, "60");
+    // Operated from its own hale: the link goes to the node's page there.
+    assert_eq!(
+        browser
+            .js("return document.querySelector('#verbs a').getAttribute('href');")
+            .await,
+        format!("{}/ui/nodes/e2", east.url.trim_end_matches('/'))
+    );
 
     // West dies: no health, and its three nodes leave the counts.
     west.kill9();

@@ -815,7 +815,11 @@ fn verbs(p: &NodePage<'_>) -> String {
         return format!(
             r#"<p class="muted" id="verbs">Operate this node from its own hale{}: cluster {} is a federation member.</p>"#,
             p.member_url
-                .map(|u| format!(r#" at <a href="{0}">{0}</a>"#, esc(u)))
+                .map(|u| format!(
+                    r#" at <a href="{}/ui/nodes/{id}">{}</a>"#,
+                    esc(u.trim_end_matches('/')),
+                    esc(u)
+                ))
                 .unwrap_or_default(),
             esc(member)
         );
@@ -860,7 +864,7 @@ pub fn confirm(id: &str, verb: &str, condition: Option<&str>, csrf: &str) -> Str
         ("cordon", _) => "Keep new work off this node. hale records you as the one who took it out of service.".to_string(),
         ("uncordon", _) => "Put the node back in service. Automation leaves it alone for cordonSuppressionMinutes after.".to_string(),
         ("drain", _) => "Cordon the node and let its running work finish (tick to move the running work now: it restarts elsewhere).".to_string(),
-        ("clear", Some(c)) => format!("Clear the sticky condition {} now. It returns if its alert fires again.", esc(c)),
+        ("clear", Some(c)) => format!("Clear the condition {} now. It returns if its alert fires again.", esc(c)),
         _ => String::new(),
     };
     let active = if verb == "drain" {
