@@ -1258,24 +1258,7 @@ async fn drains_and_fault_evictions_go_through_the_eviction_api() -> Served {
     // A budget that never gives way: after evictionTimeout the pod stays, the drain
     // is recorded with what it could not move, and nothing is retried behind the
     // operator's back.
-    let r = reqwest::Client::new()
-        .post(format!("{}/drain", hale.node_url("w-3")))
-        .bearer_auth(TOKEN)
-        .json(&json!({"active": true, "reason": "disk swap"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let drained = eventually("w-3 drain recorded", Duration::from_secs(30), || async {
-        let e = hale.events("w-3", "type=NODE_DRAINED").await;
-        e["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["active"] == true)
-            .cloned()
-    })
-    .await;
+    let drained = active_drain(&hale, "w-3", "disk swap", Duration::from_secs(30)).await;
     assert_eq!(
         (drained["moved"].clone(), drained["blocked"].clone()),
         (json!(0), json!(1))
@@ -1320,24 +1303,7 @@ async fn drains_and_fault_evictions_go_through_the_eviction_api() -> Served {
         leads(&hale).await.then_some(())
     })
     .await;
-    let r = reqwest::Client::new()
-        .post(format!("{}/drain", hale.node_url("w-4")))
-        .bearer_auth(TOKEN)
-        .json(&json!({"active": true, "reason": "disk swap"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let drained = eventually("w-4 drain recorded", Duration::from_secs(30), || async {
-        let e = hale.events("w-4", "type=NODE_DRAINED").await;
-        e["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["active"] == true)
-            .cloned()
-    })
-    .await;
+    let drained = active_drain(&hale, "w-4", "disk swap", Duration::from_secs(30)).await;
     assert_eq!(drained["blocked"], 1, "{drained}");
     let tries = fake.eviction_attempts("data", "db-1");
     assert!(tries >= 2, "{tries} attempts within a 1 s evictionTimeout");
@@ -1408,24 +1374,7 @@ async fn a_drain_rides_out_the_api_servers_own_refusals() -> Served {
         EvictionFault::Throttled,
     ]);
     fake.end_namespace("ci", Duration::from_secs(3));
-    let r = reqwest::Client::new()
-        .post(format!("{}/drain", hale.node_url("q-1")))
-        .bearer_auth(TOKEN)
-        .json(&json!({"active": true, "reason": "kernel update"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
-    let drained = eventually("the drain recorded", Duration::from_secs(45), || async {
-        let e = hale.events("q-1", "type=NODE_DRAINED").await;
-        e["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["active"] == true)
-            .cloned()
-    })
-    .await;
+    let drained = active_drain(&hale, "q-1", "kernel update", Duration::from_secs(45)).await;
     assert_eq!(
         (drained["moved"].clone(), drained.get("blocked")),
         (json!(2), None),
@@ -1456,6 +1405,29 @@ async fn a_drain_rides_out_the_api_servers_own_refusals() -> Served {
         "the drain failed and was tried again as a whole"
     );
     served(&fake)
+}
+
+/// An operator's active drain of `node` through the API, and the `NODE_DRAINED`
+/// it records once done.
+async fn active_drain(hale: &Hale, node: &str, reason: &str, within: Duration) -> Value {
+    let r = reqwest::Client::new()
+        .post(format!("{}/drain", hale.node_url(node)))
+        .bearer_auth(TOKEN)
+        .json(&json!({"active": true, "reason": reason}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
+    eventually(&format!("{node}'s drain recorded"), within, || async {
+        let e = hale.events(node, "type=NODE_DRAINED").await;
+        e["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["active"] == true)
+            .cloned()
+    })
+    .await
 }
 
 /// Also returns hale's first conclusion to replace r-2, a node still running a pod.

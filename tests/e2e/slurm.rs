@@ -401,14 +401,7 @@ async fn slurm_drains_requeues_fails_and_sees_the_operator() {
 
     // An uncordon of a node Slurm runs already (resumed meanwhile by someone
     // else) is done: Slurm's "Invalid node state specified" is no trouble to retry.
-    let adapter = hale::slurm::Config {
-        slurm_conf: Some(slurm.conf.clone()),
-        timeout: Duration::from_secs(20),
-        ..hale::slurm::Config::default()
-    }
-    .connect()
-    .await
-    .unwrap();
+    let adapter = slurm_adapter(&slurm).await;
     adapter.uncordon("n3").await.expect("already resumed: done");
 
     // The gate keeps the node's own weight in Slurm: lifted by an adapter that
@@ -418,14 +411,7 @@ async fn slurm_drains_requeues_fails_and_sees_the_operator() {
     adapter.inventory().await.unwrap();
     adapter.gate("n3", true).await.unwrap();
     assert_eq!(slurm.node("n3")["weight"], json!(1_000_000_010u64));
-    let restarted = hale::slurm::Config {
-        slurm_conf: Some(slurm.conf.clone()),
-        timeout: Duration::from_secs(20),
-        ..hale::slurm::Config::default()
-    }
-    .connect()
-    .await
-    .unwrap();
+    let restarted = slurm_adapter(&slurm).await;
     let seen = restarted.inventory().await.unwrap().unwrap();
     let n3 = seen.iter().find(|o| o.id == "n3").unwrap();
     assert_eq!(n3.gated, Some(true));
@@ -442,6 +428,20 @@ async fn slurm_drains_requeues_fails_and_sees_the_operator() {
     }
     assert_eq!(slurm.node("n3")["weight"], json!(10));
     assert!(!drained(&slurm.node("n3")));
+}
+
+/// hale's Slurm adapter on `slurm`, as `hale serve` connects it.
+async fn slurm_adapter(
+    slurm: &SlurmCluster,
+) -> std::sync::Arc<dyn hale::orchestrator::Orchestrator> {
+    hale::slurm::Config {
+        slurm_conf: Some(slurm.conf.clone()),
+        timeout: Duration::from_secs(20),
+        ..hale::slurm::Config::default()
+    }
+    .connect()
+    .await
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1066,24 +1066,13 @@ impl Config {
                     "an empty selector would take every node; name at least one label".into(),
                 ));
             }
-            // An earlier pool whose every label this one asks for too matches
-            // each node this one would.
-            let wider = |p: &&PoolConfig| {
-                p.selector
-                    .iter()
-                    .all(|(k, v)| pool.selector.get(k) == Some(v))
-            };
-            if let Some(first) = self.pools[..i].iter().find(wider) {
-                let what = if first.selector == pool.selector {
-                    "has the same selector"
-                } else {
-                    "asks for part of this selector, so it matches every node this one does"
-                };
+            let earlier = self.pools[..i].iter().map(|p| &p.selector);
+            if let Some((j, what)) = shadowed(earlier, &pool.selector) {
                 odd.push((
                     format!("{at}.selector"),
                     format!(
                         "pool `{}` {what}: a node takes the first pool it matches, so this one takes none",
-                        first.name
+                        self.pools[j].name
                     ),
                 ));
             }
@@ -1151,19 +1140,12 @@ impl Config {
         // As pools: a node takes the first node type it matches.
         let types = &self.remediation.node_types;
         for (i, t) in types.iter().enumerate() {
-            let wider = |e: &&remediation::NodeTypeConfig| {
-                e.selector.iter().all(|(k, v)| t.selector.get(k) == Some(v))
-            };
-            if let Some((j, first)) = types[..i].iter().enumerate().find(|(_, e)| wider(e)) {
-                let name = first
+            let earlier = types[..i].iter().map(|e| &e.selector);
+            if let Some((j, what)) = shadowed(earlier, &t.selector) {
+                let name = types[j]
                     .name
                     .clone()
                     .unwrap_or_else(|| format!("nodeTypes[{j}]"));
-                let what = if first.selector == t.selector {
-                    "has the same selector"
-                } else {
-                    "asks for part of this selector, so it matches every node this one does"
-                };
                 odd.push((
                     format!("remediation.nodeTypes[{i}].selector"),
                     format!(
@@ -1564,6 +1546,24 @@ impl Config {
             source: None,
         })
     }
+}
+
+/// The first of the `earlier` selectors (of pools, of node types: a node takes the
+/// first it matches) that matches every node `selector` does — each of its labels
+/// asked for by `selector` too — with how it does.
+fn shadowed<'a>(
+    earlier: impl Iterator<Item = &'a BTreeMap<String, String>>,
+    selector: &BTreeMap<String, String>,
+) -> Option<(usize, &'static str)> {
+    let (j, first) = earlier
+        .enumerate()
+        .find(|(_, e)| e.iter().all(|(k, v)| selector.get(k) == Some(v)))?;
+    let what = if first == selector {
+        "has the same selector"
+    } else {
+        "asks for part of this selector, so it matches every node this one does"
+    };
+    Some((j, what))
 }
 
 /// The YAML reader's words for a value of the wrong shape, said as a user

@@ -282,25 +282,19 @@ impl Kubernetes {
                     // Gone, or gone and made again under its name (a StatefulSet's
                     // pod, perhaps on another node): what was listed is evicted.
                     Err(kube::Error::Api(s)) if s.code == 404 || replaced(&s) => break,
+                    // Tried until the deadline, and once more at it.
                     Err(kube::Error::Api(s)) if held_by_budget(&s) => {
-                        // Tried until the deadline, and once more at it.
-                        let now = Instant::now();
-                        if now >= deadline {
-                            warn!(
-                                node,
-                                pod = w.id,
-                                timeout_s = self.settings.eviction_timeout.as_secs(),
-                                "a PodDisruptionBudget held the eviction past evictionTimeout; the pod stays"
-                            );
+                        let held = self.held_until(
+                            node,
+                            w,
+                            (deadline, wait),
+                            "a PodDisruptionBudget held the eviction past evictionTimeout; the pod stays",
+                            "a PodDisruptionBudget holds the eviction; retrying",
+                        );
+                        if held.await {
                             blocked.push(w.id.clone());
                             break;
                         }
-                        debug!(
-                            node,
-                            pod = w.id,
-                            "a PodDisruptionBudget holds the eviction; retrying"
-                        );
-                        tokio::time::sleep(wait.min(deadline - now)).await;
                         wait = (wait * 2).min(Duration::from_secs(15));
                     }
                     // The API server's answer to a pod under two budgets: it will
@@ -335,23 +329,17 @@ impl Kubernetes {
                             );
                             break;
                         }
-                        let now = Instant::now();
-                        if now >= deadline {
-                            warn!(
-                                node,
-                                pod = w.id,
-                                timeout_s = self.settings.eviction_timeout.as_secs(),
-                                "the pod's namespace is being deleted, but the pod was not by evictionTimeout; it stays"
-                            );
+                        let held = self.held_until(
+                            node,
+                            w,
+                            (deadline, NAMESPACE_WAIT),
+                            "the pod's namespace is being deleted, but the pod was not by evictionTimeout; it stays",
+                            "the pod's namespace is being deleted; waiting for the pod's deletion",
+                        );
+                        if held.await {
                             blocked.push(w.id.clone());
                             break;
                         }
-                        debug!(
-                            node,
-                            pod = w.id,
-                            "the pod's namespace is being deleted; waiting for the pod's deletion"
-                        );
-                        tokio::time::sleep(NAMESPACE_WAIT.min(deadline - now)).await;
                     }
                     // The API server's own trouble (throttled by API Priority and
                     // Fairness, etcd changing leader, a conflict on the budget it
@@ -373,6 +361,33 @@ impl Kubernetes {
             }
         }
         Ok(blocked)
+    }
+
+    /// Whether an eviction of `w` held back (by a budget, by its namespace's
+    /// deletion) is given up at the deadline — the pod stays, said as `stays` —
+    /// else waited on for the pause (said as `waits`, at debug) before it is
+    /// asked again.
+    async fn held_until(
+        &self,
+        node: &str,
+        w: &Workload,
+        (deadline, pause): (Instant, Duration),
+        stays: &str,
+        waits: &str,
+    ) -> bool {
+        let now = Instant::now();
+        if now >= deadline {
+            warn!(
+                node,
+                pod = w.id,
+                timeout_s = self.settings.eviction_timeout.as_secs(),
+                "{stays}"
+            );
+            return true;
+        }
+        debug!(node, pod = w.id, "{waits}");
+        tokio::time::sleep(pause.min(deadline - now)).await;
+        false
     }
 
     /// Wait until no pod on `node` is still terminating — an evicted pod runs its

@@ -168,6 +168,15 @@ impl Script {
         self.last = out;
         self
     }
+    /// `id`'s next action taken and done, as the act loop does it; the action.
+    fn do_next(&mut self, id: &str) -> policy::Pending {
+        let next = self.fleet.take_action(id).expect("an action queued");
+        let out = self
+            .fleet
+            .action_done(&self.cfg, self.now, id, &next, &policy::Done::default());
+        self.record(out);
+        next
+    }
     fn poll(&mut self, alerts: &[A]) -> &mut Self {
         let alerts: Vec<Alert> = alerts.iter().map(|a| a.0.clone()).collect();
         let out = self.fleet.poll(&self.cfg, self.now, &alerts);
@@ -2671,11 +2680,7 @@ fn an_uncordon_not_yet_done_counts_against_the_ceiling() {
     for n in ["g-0", "g-1"] {
         let out = s.fleet.cordon(s.now, n, "firmware update").unwrap();
         s.record(out);
-        let cordon = s.fleet.take_action(n).expect("the cordon queued");
-        let out = s
-            .fleet
-            .action_done(&s.cfg, s.now, n, &cordon, &policy::Done::default());
-        s.record(out);
+        s.do_next(n);
     }
     let out = s.fleet.uncordon(s.now, "g-0", "done early").unwrap();
     s.record(out);
@@ -2688,11 +2693,8 @@ fn an_uncordon_not_yet_done_counts_against_the_ceiling() {
         ["g-5 POLICY_HALTED cordon maxUnavailablePercent"]
     );
     // Done: g-0 is back in service, and g-5 is taken out.
-    let uncordon = s.fleet.take_action("g-0").expect("the uncordon queued");
-    let out = s
-        .fleet
-        .action_done(&s.cfg, s.now, "g-0", &uncordon, &policy::Done::default());
-    s.record(out);
+    let uncordon = s.do_next("g-0");
+    assert_eq!(uncordon.action, policy::Action::Uncordon);
     s.at(90).report(&ids, &["g-5"], low);
     assert_eq!(s.node("g-5").status, Status::Cordoned);
 }
@@ -2919,11 +2921,8 @@ fn an_uncordon_behind_a_cordon_under_way_is_sent_after_it() {
     assert_eq!(queued(&s), [policy::Action::Uncordon], "queued once");
     assert_eq!(s.node("g-0").status, Status::Ready);
     assert!(s.node("g-0").policy.cordon.is_none());
-    let uncordon = s.fleet.take_action("g-0").expect("the uncordon next");
-    let out = s
-        .fleet
-        .action_done(&s.cfg, s.now, "g-0", &uncordon, &policy::Done::default());
-    s.record(out);
+    let uncordon = s.do_next("g-0");
+    assert_eq!(uncordon.action, policy::Action::Uncordon);
     assert!(queued(&s).is_empty());
     assert!(s.fleet.under_way.is_empty());
 
