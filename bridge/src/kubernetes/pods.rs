@@ -147,25 +147,24 @@ fn owner_resource(kind: &str) -> Option<ApiResource> {
 }
 
 impl Kubernetes {
-    async fn pods_on(&self, node: &str) -> Result<Vec<Pod>> {
-        let pods: Api<Pod> = Api::all(self.client.clone());
-        let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
-        Ok(bounded(pods.list(&params)).await?.items)
-    }
-
-    /// How many pods a drain would still have to move off `node`. `cached`: as the
-    /// API server's watch cache holds them (`resourceVersion=0`: no read of etcd,
-    /// the cache's index by node) — what the inventory shows of each cordoned node,
-    /// as often as every second, which may lag the cluster a little; else read
-    /// consistently, as the count a replacement deletes a node's owner on.
-    pub(super) async fn occupancy(&self, node: &str, cached: bool) -> Result<u32> {
-        let now = Utc::now();
+    /// The pods on `node`. `cached`: as the API server's watch cache holds them
+    /// (`resourceVersion=0`: no read of etcd, the cache's index by node), which may
+    /// lag the cluster a little; else read consistently.
+    async fn pods_on(&self, node: &str, cached: bool) -> Result<Vec<Pod>> {
         let pods: Api<Pod> = Api::all(self.client.clone());
         let mut params = ListParams::default().fields(&format!("spec.nodeName={node}"));
         if cached {
             params = params.match_any();
         }
-        let pods = bounded(pods.list(&params)).await?.items;
+        Ok(bounded(pods.list(&params)).await?.items)
+    }
+
+    /// How many pods a drain would still have to move off `node`: `cached` for
+    /// what the inventory shows of each cordoned node, as often as every second;
+    /// consistent for the count a replacement deletes a node's owner on.
+    pub(super) async fn occupancy(&self, node: &str, cached: bool) -> Result<u32> {
+        let now = Utc::now();
+        let pods = self.pods_on(node, cached).await?;
         Ok(pods.iter().filter(|p| movable(p, now)).count() as u32)
     }
 
@@ -177,7 +176,7 @@ impl Kubernetes {
         let now = Utc::now();
         // A pod already terminating is leaving (evicted by an earlier eviction, or
         // deleted): it is neither moved nor failed again.
-        let pods = self.pods_on(node).await?;
+        let pods = self.pods_on(node, false).await?;
         let leaving = |p: &&Pod| p.metadata.deletion_timestamp.is_some();
         for pod in pods
             .iter()
@@ -312,7 +311,7 @@ impl Kubernetes {
                     // until then, asked again.
                     Err(kube::Error::Api(s)) if namespace_ending(&s) => {
                         // Read as the node's pods (the chart grants pods `list`, not `get`).
-                        let leaving = match self.pods_on(node).await {
+                        let leaving = match self.pods_on(node, false).await {
                             Ok(pods) => pods.iter().find(|p| pod_id(p) == w.id).is_none_or(|p| {
                                 p.metadata.deletion_timestamp.is_some() || p.metadata.uid != w.uid
                             }),
@@ -400,7 +399,7 @@ impl Kubernetes {
         loop {
             let now = Utc::now();
             let stopping = self
-                .pods_on(node)
+                .pods_on(node, false)
                 .await?
                 .iter()
                 .filter(|p| movable(p, now) && p.metadata.deletion_timestamp.is_some())
