@@ -877,10 +877,6 @@ fn taken_over(node: &mut Node, reason: &str) {
         .retain(|p| p.action != Action::Terminate);
 }
 
-/// Back in service by an operator's uncordon, through hale or outside it: the
-/// episode's conclusion over, automation suppressed from `now`, and what was queued
-/// to take the node out (an eviction, a termination, a reboot flow) withdrawn. The
-/// events say so. A fence goes on: it concerns the machine, not the node's service.
 /// Why the orchestrator refused what the node waits to ask again, as ` (…)`.
 fn refusal(node: &Node) -> String {
     node.policy
@@ -890,6 +886,10 @@ fn refusal(node: &Node) -> String {
         .unwrap_or_default()
 }
 
+/// Back in service by an operator's uncordon, through hale or outside it: the
+/// episode's conclusion over, automation suppressed from `now`, and what was queued
+/// to take the node out (an eviction, a termination, a reboot flow) withdrawn. The
+/// events say so. A fence goes on: it concerns the machine, not the node's service.
 fn put_back(node: &mut Node, reason: &str, now: Time) -> Vec<Event> {
     node.policy.cordon = None;
     node.policy.conclusion = None;
@@ -899,16 +899,7 @@ fn put_back(node: &mut Node, reason: &str, now: Time) -> Vec<Event> {
     node.policy.refusal = None;
     node.policy.uncordoned_at = Some(now);
     node.status = Status::Ready;
-    let fencing = node.policy.fence.is_some();
-    node.policy.pending.retain(|p| match p.action {
-        Action::Gate { .. } => true,
-        Action::Power {
-            op: PowerOp::Off | PowerOp::On,
-            ..
-        }
-        | Action::Release { .. } => fencing,
-        _ => false,
-    });
+    keep_in_service(node);
     let mut events = vec![event(
         &node.id,
         now,
@@ -934,6 +925,23 @@ fn put_back(node: &mut Node, reason: &str, now: Time) -> Vec<Event> {
         ));
     }
     events
+}
+
+/// What a node in service after all (an operator's uncordon, a cordon the
+/// orchestrator refused) keeps of its queue: its scheduling gate, and a fence's
+/// steps — a fence concerns the machine, not the node's service. What was queued
+/// to take it out or move its work goes.
+pub(super) fn keep_in_service(node: &mut Node) {
+    let fencing = node.policy.fence.is_some();
+    node.policy.pending.retain(|p| match p.action {
+        Action::Gate { .. } => true,
+        Action::Power {
+            op: PowerOp::Off | PowerOp::On,
+            ..
+        }
+        | Action::Release { .. } => fencing,
+        _ => false,
+    });
 }
 
 /// Whether the backtest leaves `event` out of both sides: the reboot flow's and

@@ -522,9 +522,7 @@ impl Fleet {
                     node.policy.evicted.remove(fault_class);
                 }
             }
-            node.policy
-                .pending
-                .retain(|p| matches!(p.action, Action::Gate { .. }));
+            super::keep_in_service(node);
             return out;
         }
         if action != Action::Terminate {

@@ -1019,6 +1019,34 @@ fn a_fence_whose_power_on_fails_stays_counted_until_the_node_reports() {
     assert!(s.node(&id).policy.fence.is_none());
 }
 
+/// An operator's cordon of a node being fenced, refused by the orchestrator (one
+/// that will not cordon a node that is not ready), takes nothing of the fence's
+/// with it: the machine is released and powered on, not left off.
+#[test]
+fn a_refused_operator_cordon_leaves_a_fence_to_finish() {
+    let (mut s, id) = rack_with_one_fenced();
+    let out = s.fleet.cordon(s.now, &id, "disk swap").unwrap();
+    s.record(out);
+    let mut done = Vec::new();
+    while let Some(p) = s.fleet.next_action(&id) {
+        done.push(p.action.name());
+        let out = if p.action.name() == "cordon" {
+            s.fleet
+                .action_failed(&s.cfg, s.now, &id, p.id, "the node is not ready")
+        } else {
+            s.fleet
+                .action_done(&s.cfg, s.now, &id, &p, &Done::default())
+        };
+        s.record(out);
+        s.flows();
+    }
+    assert_eq!(done, ["power_off", "cordon", "release", "power_on"]);
+    assert_eq!(
+        s.node(&id).policy.fence.as_ref().unwrap().step,
+        FenceStep::Fenced
+    );
+}
+
 /// A fence whose power-off the BMC took without ever showing the machine off may
 /// have switched it off: it stays counted toward `maxPercent` (the rest of a silent
 /// rack is not fenced in its place), is not powered off again, leaves the
