@@ -152,6 +152,7 @@ impl<'f> Step<'f> {
         let ids: Vec<String> = self.fleet.nodes.keys().cloned().collect();
         if stale {
             self.fleet.trust.source_up = false;
+            self.fleet.trust.run_ended = true;
             let why = self
                 .fleet
                 .trust
@@ -286,6 +287,9 @@ pub struct Trust {
     /// windows start at the earliest. Memory only: a restart starts them again.
     #[serde(skip)]
     pub hold_began: Option<Time>,
+    /// The next trusted input starts a new run of trust ([`Trust::trusted`]).
+    #[serde(skip)]
+    pub run_ended: bool,
 }
 
 impl Trust {
@@ -311,6 +315,7 @@ impl Trust {
             answer_took: None,
             interval_shortened: None,
             hold_began: None,
+            run_ended: true,
         }
     }
 
@@ -328,6 +333,7 @@ impl Trust {
     /// trusted answer starts a new run of trust.
     pub fn take_up(&mut self) {
         self.source_up = false;
+        self.run_ended = true;
     }
 
     /// Hold every absence until `until` (a later hold extends an earlier one, and
@@ -373,10 +379,15 @@ impl Trust {
         self.last_trusted.is_some_and(|t| t >= self.watching_since)
     }
 
-    /// Trusted input arrived now.
+    /// Trusted input arrived now. It starts a new run of trust (heartbeat windows
+    /// counted from it) after the source went stale or answered without the
+    /// watchdog, or once this process took the source up: a poll that failed now and then, the source never stale, is no gap
+    /// a heartbeat could fall into (Alertmanager kept its alerts), and a window
+    /// started again at each would keep a dead node from ever being missed.
     pub fn trusted(&mut self, now: Time) {
-        if !self.source_up {
+        if self.run_ended || self.trusted_since.is_none() {
             self.trusted_since = Some(now);
+            self.run_ended = false;
         }
         self.last_trusted = Some(now);
         self.source_up = true;
@@ -493,7 +504,10 @@ impl Trust {
                 }
             }
         } else {
+            // The pipeline itself broke (Prometheus stopped sending): heartbeats went
+            // with the watchdog, and get a new window once it is back.
             trust.source_up = false;
+            trust.run_ended = true;
             trust.last_error = Some("the watchdog alert is missing from the answer".into());
             // Missing from an Alertmanager that has just restarted, it is the restart
             // the hold is said to be for.

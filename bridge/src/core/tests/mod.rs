@@ -4737,6 +4737,28 @@ fn heartbeats_get_a_full_window_to_return_with_trust() {
     assert!(s.node("n1").conditions.contains_key("heartbeat_missed"));
 }
 
+/// A poll that fails now and then, the source never stale, is no gap a heartbeat
+/// could fall into (Alertmanager kept its alerts): a node gone silent is missed on
+/// its own schedule, however often an answer fails in between.
+#[test]
+fn polls_failing_now_and_then_do_not_put_off_a_missed_heartbeat() {
+    let mut s = script("");
+    s.at(0)
+        .poll(&[watchdog(), heartbeat("n1"), heartbeat("n2")]);
+    // n1 goes silent after 0 s; one poll in two fails.
+    for t in (30..=90).step_by(30) {
+        s.at(t).fail();
+        s.at(t + 15).poll(&[watchdog(), heartbeat("n2")]);
+    }
+    assert!(!s.fleet.trust.stale);
+    s.at(106).tick();
+    assert!(
+        s.node("n1").conditions.contains_key("heartbeat_missed"),
+        "missed 90 s after its last heartbeat"
+    );
+    assert!(!s.node("n2").conditions.contains_key("heartbeat_missed"));
+}
+
 #[test]
 fn what_the_cluster_shows_done_is_not_done_again() {
     let mut s = pool_script("cordon");
