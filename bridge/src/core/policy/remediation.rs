@@ -1198,9 +1198,12 @@ impl Fleet {
     ) {
         let node = self.nodes.get_mut(id).expect("flows are on nodes");
         let settings = cfg.settings_for(&node.labels);
-        // A score the policy would cordon for is the policy's to act on: the cordon
-        // stays, the policy's now.
-        if settings.mode != Mode::Observe
+        let ours = node.policy.flow.as_ref().is_some_and(|f| f.cordoned)
+            && flow_cordon(node.policy.cordon.as_ref());
+        // A score the policy would cordon for is the policy's to act on: the flow's
+        // cordon stays, the policy's now (one the flow found stays whose it was).
+        if ours
+            && settings.mode != Mode::Observe
             && node
                 .score
                 .as_ref()
@@ -1227,8 +1230,6 @@ impl Fleet {
             ));
             return self.flow_succeeded(now, id, out);
         }
-        let flow = node.policy.flow.as_mut().expect("flow under way");
-        let ours = flow.cordoned && flow_cordon(node.policy.cordon.as_ref());
         out.events.push(step_event(
             id,
             now,
@@ -1243,6 +1244,7 @@ impl Fleet {
         if !ours {
             return self.flow_succeeded(now, id, out);
         }
+        let flow = node.policy.flow.as_mut().expect("flow under way");
         flow.step = FlowStep::Uncordon;
         flow.since = now;
         node.policy.cordon = None;

@@ -280,6 +280,43 @@ fn an_operators_drain_during_a_flow_is_the_operators() {
     );
 }
 
+/// A reboot of a node an operator had cordoned, verified while the node's score is
+/// below cordonBelow, leaves the operator's cordon as the operator's: not said on
+/// the node as hale's (which would let `replace` terminate it).
+#[test]
+fn a_verified_reboot_leaves_an_operators_cordon_the_operators() {
+    let mut s = fleet(RACKS);
+    let ecc = alert("UncorrectableMemoryErrors")
+        .on("n1")
+        .condition("memory_errors", "UncorrectableMemoryErrors")
+        .critical();
+    s.at(0).poll(&all_beating(&[], &[ecc.clone()]));
+    s.at(5).poll(&all_beating(&[], &[ecc.clone()]));
+    let out = s.fleet.cordon(s.now, "n1", "disk swap").unwrap();
+    s.record(out);
+    s.act();
+    s.at(10)
+        .poll(&all_beating(&[], &[ecc.clone(), uptime("n1", "P5")]))
+        .flows();
+    assert!(s.step("n1").is_some());
+    assert_eq!(s.act(), ["n1:drain", "n1:reboot"]);
+    s.at(20).poll(&all_beating(&["n1"], &[ecc.clone()])).flows();
+    s.at(40).poll(&all_beating(&["n1"], &[ecc.clone()])).flows();
+    s.at(50)
+        .poll(&all_beating(&[], &[ecc.clone()]))
+        .flows()
+        .flows();
+    s.at(400).poll(&all_beating(&[], &[ecc.clone()])).flows();
+    assert_eq!(s.step("n1"), None, "verified");
+    assert!(s.score("n1").is_some_and(|v| v < 60));
+    let cordon = s.node("n1").policy.cordon.as_ref().unwrap();
+    assert_eq!(
+        (cordon.by, cordon.reason.as_str()),
+        (crate::core::policy::Actor::Operator, "disk swap")
+    );
+    assert!(s.act().is_empty(), "nothing said on the node");
+}
+
 /// n1 in a flow, run up to the drain it queued; that drain's id.
 fn flow_at_its_drain(s: &mut Script) -> u64 {
     s.at(0)
