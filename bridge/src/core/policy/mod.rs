@@ -592,6 +592,14 @@ impl Policy<'_, '_> {
             };
         }
         if node.policy.has(&Action::Terminate) {
+            // A retry after a refusal stays halted until the termination is done.
+            if let Some(Conclusion::Halted {
+                guardrail: Guardrail::TerminationRejected,
+                ..
+            }) = node.policy.conclusion
+            {
+                return halted(Guardrail::TerminationRejected);
+            }
             return Conclusion::Acted {
                 action: verdict,
                 waiting: false,
@@ -605,7 +613,6 @@ impl Policy<'_, '_> {
         }
         pool.replaced += 1;
         node.policy.push(Action::Terminate);
-        // A retry after a refusal stays halted until the termination is done.
         if node.policy.retry_after.take().is_some() {
             return halted(Guardrail::TerminationRejected);
         }

