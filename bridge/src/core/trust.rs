@@ -321,9 +321,14 @@ impl Trust {
 
     /// The trust record a store kept, read by a process watching from `now`: the
     /// source as the writer last saw it, which a follower shows as the leader's view.
+    /// A last trusted input recorded at or ahead of `now` (the clock stepped back
+    /// since, or the replica that wrote it ran ahead) reads as just before: no
+    /// evidence of trust since this start, and staleness counted from now.
     pub fn resumed(self, now: Time) -> Trust {
+        let before = now - TimeDelta::milliseconds(1);
         Trust {
             watching_since: now,
+            last_trusted: self.last_trusted.map(|t| t.min(before)),
             ..self
         }
     }

@@ -4762,6 +4762,24 @@ fn heartbeats_get_a_full_window_to_return_with_trust() {
     assert!(s.node("n1").conditions.contains_key("heartbeat_missed"));
 }
 
+/// A store whose last trusted input lies ahead of the clock (the clock stepped back
+/// across a restart, or the replica that wrote it ran ahead) is no evidence of
+/// trust since this start, and staleness is counted from now, not from then.
+#[test]
+fn trust_recorded_ahead_of_the_clock_is_not_taken_at_a_restart() {
+    let mut s = script("");
+    s.at(1800).poll(&[watchdog(), heartbeat("n1")]);
+    s.at(0).restart();
+    assert!(!s.fleet.trust.trusted_since_start());
+    s.at(30).fail();
+    s.at(60).fail();
+    s.at(95).tick();
+    assert!(
+        s.fleet.trust.stale,
+        "stale after staleAfter, not half an hour"
+    );
+}
+
 /// A poll that fails now and then, the source never stale, is no gap a heartbeat
 /// could fall into (Alertmanager kept its alerts): a node gone silent is missed on
 /// its own schedule, however often an answer fails in between.
