@@ -596,6 +596,9 @@ impl Fleet {
         let r = &cfg.remediation;
         let started = self.trust.watching_since;
         let trusted_at = self.trust.last_trusted;
+        // Blind, hale acts on nothing: a flow under way neither drains nor puts the
+        // node back until it sees again (its timeouts run on).
+        let blind = self.trust.stale || !self.trust.source_up;
         let node = self.nodes.get_mut(id).expect("listed by the caller");
         let pending =
             |node: &Node, f: fn(&Action) -> bool| node.policy.pending.iter().any(|p| f(&p.action));
@@ -618,7 +621,8 @@ impl Fleet {
             }
             FlowStep::Uncordon => Move::Stay,
             FlowStep::Cordon
-                if !pending(node, |a| matches!(a, Action::Cordon { .. }))
+                if !blind
+                    && !pending(node, |a| matches!(a, Action::Cordon { .. }))
                     && node.policy.cordon.is_some() =>
             {
                 Move::Drain
@@ -626,9 +630,14 @@ impl Fleet {
             FlowStep::Cordon | FlowStep::Drain if took > r.drain_timeout => Move::Fail(
                 flow.step,
                 format!(
-                    "{} did not finish within remediation.drainTimeout ({}s)",
+                    "{} did not finish within remediation.drainTimeout ({}s){}",
                     flow.step.as_str(),
-                    r.drain_timeout.as_secs()
+                    r.drain_timeout.as_secs(),
+                    if blind && flow.step == FlowStep::Cordon {
+                        ": the drain was held while hale's alert source is stale or down"
+                    } else {
+                        ""
+                    }
                 ),
             ),
             FlowStep::Cordon | FlowStep::Drain => Move::Stay,
@@ -753,16 +762,22 @@ impl Fleet {
                     && trusted_at.is_some_and(|t| {
                         t >= flow.since + chrono::TimeDelta::from_std(settle).expect("bounded")
                     });
-                if judged && cleared(&flow.trigger) && !away {
+                if judged && !blind && cleared(&flow.trigger) && !away {
                     Move::PutBack
                 } else if took > r.verify_timeout {
+                    let trigger = flow.trigger.as_deref().unwrap_or("the condition");
+                    let limit = r.verify_timeout.as_secs();
                     Move::Fail(
                         FlowStep::Verify,
-                        format!(
-                            "{} still raised {}s after the node returned (remediation.verifyTimeout)",
-                            flow.trigger.as_deref().unwrap_or("the condition"),
-                            r.verify_timeout.as_secs()
-                        ),
+                        if blind {
+                            format!(
+                                "{trigger} could not be verified within {limit}s of the node's return (remediation.verifyTimeout): hale's alert source is stale or down"
+                            )
+                        } else {
+                            format!(
+                                "{trigger} still raised {limit}s after the node returned (remediation.verifyTimeout)"
+                            )
+                        },
                     )
                 } else {
                     Move::Stay
@@ -1084,7 +1099,12 @@ impl Fleet {
             return;
         };
         match (flow.step, action) {
-            (FlowStep::Cordon, Action::Cordon { .. }) => self.describe_and_drain(now, id, out),
+            // Blind, the drain waits: the next pass with trusted input sends it.
+            (FlowStep::Cordon, Action::Cordon { .. }) => {
+                if !self.trust.stale && self.trust.source_up {
+                    self.describe_and_drain(now, id, out);
+                }
+            }
             (FlowStep::Drain, Action::Drain { active: true, .. }) => {
                 if done.blocked > 0 || done.stopping > 0 {
                     if elapsed(now, flow.since) < cfg.remediation.drain_timeout {

@@ -317,6 +317,26 @@ fn a_verified_reboot_leaves_an_operators_cordon_the_operators() {
     assert!(s.act().is_empty(), "nothing said on the node");
 }
 
+/// Blind, a flow under way drains nothing: its cordon done while hale is stale, the
+/// drain waits for trusted input.
+#[test]
+fn a_flow_drains_nothing_while_hale_is_stale() {
+    let mut s = fleet(RACKS);
+    s.at(0)
+        .poll(&all_beating(&[], &[uptime("n1", "P5")]))
+        .flows();
+    assert_eq!(s.step("n1"), Some(FlowStep::Cordon));
+    s.at(100).fail();
+    s.at(200).fail();
+    assert!(s.fleet.trust.stale);
+    assert_eq!(s.act(), ["n1:cordon"]);
+    assert_eq!(s.step("n1"), Some(FlowStep::Cordon));
+    s.at(210)
+        .poll(&all_beating(&[], &[uptime("n1", "P5")]))
+        .flows();
+    assert_eq!(s.act(), ["n1:drain", "n1:reboot"]);
+}
+
 /// n1 in a flow, run up to the drain it queued; that drain's id.
 fn flow_at_its_drain(s: &mut Script) -> u64 {
     s.at(0)
