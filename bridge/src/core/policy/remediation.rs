@@ -271,12 +271,21 @@ fn enqueue_node(
         return;
     };
     let settings = cfg.settings_for(&node.labels);
-    if let Some(f) = &node.policy.flow {
+    if let Some(f) = node.policy.flow.as_mut() {
+        let queued_by_alerts = f.step == FlowStep::Queued && f.by == Actor::Hale;
         // A pool switched to observe stops what its alerts queued.
-        if f.step == FlowStep::Queued && f.by == Actor::Hale && settings.mode == Mode::Observe {
+        if queued_by_alerts && settings.mode == Mode::Observe {
             node.policy.flow = None;
             out.dirty.insert(node.id.clone());
         } else {
+            // Waiting its turn, it is ordered by the most urgent alert asking now.
+            let priority = c.priority.unwrap_or(DEFAULT_PRIORITY);
+            if queued_by_alerts && (f.priority, f.trigger.as_deref()) != (priority, Some(ctype)) {
+                f.priority = priority;
+                f.trigger = Some(ctype.to_string());
+                f.reason = reboot_why(c);
+                out.dirty.insert(node.id.clone());
+            }
             return;
         }
     }

@@ -337,6 +337,39 @@ fn a_flow_drains_nothing_while_hale_is_stale() {
     assert_eq!(s.act(), ["n1:drain", "n1:reboot"]);
 }
 
+/// A reboot waiting its turn is ordered by the most urgent alert asking for it now:
+/// a P1 that joins a queued P9 moves it up, ahead of a P5 queued before it.
+#[test]
+fn a_queued_reboot_takes_the_priority_of_its_most_urgent_alert() {
+    let mut s = fleet(RACKS);
+    let blocked = Facts {
+        blocking: Some("CephHealthError fires".into()),
+        ..Facts::default()
+    };
+    s.at(0)
+        .poll(&all_beating(&[], &[uptime("n1", "P9"), uptime("n3", "P5")]))
+        .remediate(&blocked);
+    let xid = alert("GpuXidHardware")
+        .on("n1")
+        .condition("gpu_xid_errors", "GpuXidHardware")
+        .label("hale_remediation", "reboot")
+        .label("priority", "P1")
+        .critical();
+    s.at(10)
+        .poll(&all_beating(
+            &[],
+            &[uptime("n1", "P9"), uptime("n3", "P5"), xid],
+        ))
+        .remediate(&blocked);
+    let flow = s.node("n1").policy.flow.as_ref().unwrap();
+    assert_eq!(
+        (flow.priority, flow.trigger.as_deref()),
+        (1, Some("gpu_xid_errors"))
+    );
+    let list = s.fleet.remediations(&s.cfg, s.now, &blocked);
+    assert_eq!(list.queued[0].node, "n1", "{list:?}");
+}
+
 /// n1 in a flow, run up to the drain it queued; that drain's id.
 fn flow_at_its_drain(s: &mut Script) -> u64 {
     s.at(0)
