@@ -82,7 +82,8 @@ pub fn power_busy(node: &Node, powering_on: bool) -> Option<String> {
 }
 
 /// Whether the node is a fencing candidate by its own state: silent for `after`
-/// and, where the orchestrator has a readiness of its own, not ready.
+/// and, where the orchestrator has a readiness of its own, not ready. Silent since
+/// its heartbeat was missed, or since an operator last powered it on if later.
 fn silent_for(node: &Node, after: Duration, needs_not_ready: bool, now: Time) -> Option<Time> {
     let missed = node.conditions.get(HEARTBEAT_MISSED)?;
     let not_ready =
@@ -90,7 +91,10 @@ fn silent_for(node: &Node, after: Duration, needs_not_ready: bool, now: Time) ->
     if needs_not_ready && !not_ready {
         return None;
     }
-    ((now - missed.first_seen).to_std().unwrap_or_default() >= after).then_some(missed.first_seen)
+    let since = missed
+        .first_seen
+        .max(node.policy.powered_on_at.unwrap_or(missed.first_seen));
+    ((now - since).to_std().unwrap_or_default() >= after).then_some(since)
 }
 
 /// `node`'s fence, back before its machine was seen off, ends at `off`:

@@ -192,6 +192,10 @@ impl Fleet {
                     node.policy.powered_off = off;
                     out.dirty.insert(id.into());
                 }
+                if off == Some(false) {
+                    node.policy.powered_on_at = Some(now);
+                    out.dirty.insert(id.into());
+                }
             }
             out.events.push(event(
                 id,

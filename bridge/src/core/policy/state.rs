@@ -151,6 +151,11 @@ pub struct NodePolicy {
     /// fence nor a flow powers it on until an operator does.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub powered_off: bool,
+    /// When an operator last powered the machine on (`on`, `cycle`, `reset`): a
+    /// silence is counted toward a fence from then, so a machine just started is
+    /// given `fencing.after` to boot and report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub powered_on_at: Option<Time>,
     /// The orchestrator says it is not ready, whatever its status shows.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub not_ready: bool,

@@ -1234,6 +1234,40 @@ fn a_fence_is_withdrawn_when_the_node_reports_before_its_power_off() {
     }
 }
 
+/// A machine an operator powered off is never fenced; powered on again, it is given
+/// `fencing.after` to boot and report before its silence counts toward a fence.
+#[test]
+fn a_machine_an_operator_powers_on_gets_fencing_after_to_report() {
+    let mut s = fleet(FENCED);
+    s.at(0).poll(&beating(&[]));
+    let power = |action: &str| crate::core::policy::PowerDone {
+        action: action.into(),
+        result: "done".into(),
+        by: crate::core::policy::Actor::Operator,
+        force: false,
+        message: format!("power {action} by operator"),
+    };
+    let out = s.fleet.record_power(s.now, "n0", power("off"));
+    s.record(out);
+    s.at(5).poll(&beating(&["n0"]));
+    s.at(30).poll(&beating(&["n0"]));
+    s.at(200).poll(&beating(&["n0"])).flows();
+    assert!(
+        s.node("n0").policy.fence.is_none(),
+        "powered off on purpose"
+    );
+    let out = s.fleet.record_power(s.now, "n0", power("on"));
+    s.record(out);
+    s.at(201).poll(&beating(&["n0"])).flows();
+    s.at(250).poll(&beating(&["n0"])).flows();
+    assert!(s.node("n0").policy.fence.is_none(), "booting");
+    s.at(261).poll(&beating(&["n0"])).flows();
+    assert!(
+        s.node("n0").policy.fence.is_some(),
+        "silent a minute after its power-on"
+    );
+}
+
 #[test]
 fn no_fencing_while_stale_in_observe_or_past_three_a_day() {
     let mut s = fleet(FENCED);
