@@ -481,9 +481,7 @@ impl Controller {
     /// given back whatever the outcome.
     pub async fn run(&self, verb: Verb, force: bool) -> Result<Outcome> {
         let result = self.run_open(verb, force).await;
-        if let Err(e) = self.bmc.close().await {
-            tracing::debug!(error = %e, "closing the BMC session failed; it expires on its own");
-        }
+        self.close().await;
         result
     }
 
@@ -493,14 +491,40 @@ impl Controller {
     /// that stays on is left on (the reboot was never sent, or is over). A machine
     /// already off is started.
     pub async fn finish_reboot(&self) -> Result<Outcome> {
-        let result = self.finish_open().await;
-        if let Err(e) = self.bmc.close().await {
-            tracing::debug!(error = %e, "closing the BMC session failed; it expires on its own");
-        }
+        let result = self.finish_reboot_open().await;
+        self.close().await;
         result
     }
 
-    async fn finish_open(&self) -> Result<Outcome> {
+    /// Finish a power-off a stopped process sent: nothing is sent again; the
+    /// machine is waited for, up to the graceful timeout, to read off (a BMC may
+    /// take its time to act on a forced off), and one still on is unconfirmed.
+    pub async fn finish_off(&self) -> Result<Outcome> {
+        let result = async {
+            let before = self.read().await?;
+            let after = match before {
+                PowerState::Off => before,
+                PowerState::On => self.wait_for(PowerState::Off, self.timing.graceful).await?,
+            };
+            Ok(Outcome {
+                before,
+                after,
+                sent: Vec::new(),
+            })
+        }
+        .await;
+        self.close().await;
+        result
+    }
+
+    /// Give back what the BMC held (a session).
+    async fn close(&self) {
+        if let Err(e) = self.bmc.close().await {
+            tracing::debug!(error = %e, "closing the BMC session failed; it expires on its own");
+        }
+    }
+
+    async fn finish_reboot_open(&self) -> Result<Outcome> {
         let before = self.read().await?;
         let mut sent = Vec::new();
         let off = match before {
@@ -841,6 +865,29 @@ mod tests {
                 "{start:?} {shutting_down}"
             );
             assert_eq!(*bmc.sent.lock().unwrap(), sent, "{start:?} {shutting_down}");
+        }
+    }
+
+    /// A fence's power-off taken up after a restart is never sent again: a machine
+    /// the BMC is still switching off is followed to off, one off is confirmed, one
+    /// that stays on is unconfirmed.
+    #[tokio::test]
+    async fn a_power_off_taken_up_is_waited_for_never_sent_again() {
+        use PowerState::{Off, On};
+        for (start, going_off) in [(On, true), (Off, false), (On, false)] {
+            let (c, bmc) = controller(start == On, false);
+            if going_off {
+                bmc.state.lock().unwrap().1 = Some((Off, 2));
+            }
+            let result = c.finish_off().await;
+            assert!(bmc.sent.lock().unwrap().is_empty(), "{start:?} {going_off}");
+            match (start, going_off) {
+                (On, false) => assert_eq!(result.unwrap_err().class, Failure::Unconfirmed),
+                _ => {
+                    let out = result.unwrap();
+                    assert_eq!((out.before, out.after), (start, Off));
+                }
+            }
         }
     }
 

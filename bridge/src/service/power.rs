@@ -301,9 +301,28 @@ impl Hale {
         // Through the BMC or the orchestrator's own (Slurm's `scontrol reboot`), a
         // reboot is on disk as sent before it leaves: one whose answer was lost —
         // a timeout, a crash — is waited out (`returnTimeout`), never sent again.
-        if op == PowerOp::Reboot && !self.mark_sending(node).await {
+        if op == PowerOp::Reboot && !self.mark_sending(node, op).await {
             return Err(OrchestratorError::transient(
                 "the store could not record the reboot before sending it; not sent",
+            )
+            .during(node, action.name()));
+        }
+        // A fence's power-off likewise: one a stopped process sent is not sent
+        // again, only waited for (a BMC may take its time to act on it).
+        let id = node.to_string();
+        let resumed_off = op == PowerOp::Off
+            && self
+                .off_runtime(move |this| {
+                    this.lock_fleet()
+                        .nodes
+                        .get(&id)
+                        .and_then(|n| n.policy.fence.as_ref())
+                        .is_some_and(|f| f.sent.is_some())
+                })
+                .await;
+        if op == PowerOp::Off && !resumed_off && !self.mark_sending(node, op).await {
+            return Err(OrchestratorError::transient(
+                "the store could not record the power-off before sending it; not sent",
             )
             .during(node, action.name()));
         }
@@ -361,6 +380,7 @@ impl Hale {
                 .await;
         let result = match self.controller(&cfg, &target) {
             Ok(c) if finishing => c.finish_reboot().await,
+            Ok(c) if resumed_off => c.finish_off().await,
             Ok(c) => c.forcing_only_while(wanted).run(verb, force).await,
             Err(e) => Err(e),
         }
@@ -379,14 +399,21 @@ impl Hale {
         }
     }
 
-    /// Persist that the reboot is about to be sent; whether the flow still wants
-    /// it (an operator may have cancelled it meanwhile) and that is on disk.
-    async fn mark_sending(self: &Arc<Self>, node: &str) -> bool {
+    /// Persist that a flow's reboot or a fence's power-off (`op`) is about to be
+    /// sent; whether the flow or fence still wants it (an operator may have
+    /// cancelled it meanwhile) and that is on disk.
+    async fn mark_sending(self: &Arc<Self>, node: &str, op: PowerOp) -> bool {
         let this = self.clone();
         let id = node.to_string();
         tokio::task::spawn_blocking(move || {
-            this.apply(|fleet, _, now| Ok(fleet.reboot_sending(now, &id)))
-                .is_ok_and(|out| out.dirty.contains(&id))
+            this.apply(|fleet, _, now| {
+                Ok(if op == PowerOp::Reboot {
+                    fleet.reboot_sending(now, &id)
+                } else {
+                    fleet.fence_off_sending(now, &id)
+                })
+            })
+            .is_ok_and(|out| out.dirty.contains(&id))
                 && this.writer.lock().expect("writer lock").pending.is_none()
         })
         .await

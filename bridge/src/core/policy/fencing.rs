@@ -24,6 +24,11 @@ const DAY: Duration = Duration::from_secs(86_400);
 pub struct Fence {
     pub step: FenceStep,
     pub since: Time,
+    /// When its power-off was sent, recorded before it leaves: a process that
+    /// finds it sent by one that stopped does not send it again, and only waits
+    /// for the machine to go off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent: Option<Time>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -129,6 +134,20 @@ fn step_event(id: &str, now: Time, step: FenceStep, message: String) -> crate::c
 }
 
 impl Fleet {
+    /// Record that the power-off of `id`'s fence is about to be sent (dirty: newly
+    /// recorded).
+    pub fn fence_off_sending(&mut self, now: Time, id: &str) -> Outcome {
+        let mut out = Outcome::default();
+        if let Some(fence) = self.nodes.get_mut(id).and_then(|n| n.policy.fence.as_mut())
+            && fence.step == FenceStep::Off
+            && fence.sent.is_none()
+        {
+            fence.sent = Some(now);
+            out.dirty.insert(id.into());
+        }
+        out
+    }
+
     /// Take back the release of fenced nodes that report again; fence the silent
     /// ones the guards allow, recording each refusal once per silence.
     pub(super) fn fence(
@@ -332,6 +351,7 @@ impl Fleet {
             *fenced += 1;
             started = true;
             node.policy.fence = Some(Fence {
+                sent: None,
                 step: FenceStep::Off,
                 since: now,
             });

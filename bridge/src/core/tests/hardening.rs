@@ -583,6 +583,7 @@ fn nodes_known_only_from_alerts_retire_after_forget_after() {
     // A machine a fence left off (its power-on failed), never heard from again:
     // counted toward fencing.maxPercent until it reports, so kept.
     s.fleet.nodes.get_mut("fenced").unwrap().policy.fence = Some(policy::Fence {
+        sent: None,
         step: policy::FenceStep::Fenced,
         since: s.now,
     });
