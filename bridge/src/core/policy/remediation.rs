@@ -63,6 +63,10 @@ pub struct Flow {
     /// The node was seen gone (heartbeat missed, or not ready) after the reboot.
     #[serde(default)]
     pub away: bool,
+    /// The BMC read the machine off, then on: the reboot happened, whether or not
+    /// hale saw the node go (it may have been down itself meanwhile).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub confirmed: bool,
     /// Skip the graceful shutdown.
     #[serde(default)]
     pub force: bool,
@@ -183,6 +187,7 @@ impl Flow {
             cordoned: false,
             sent: None,
             away: false,
+            confirmed: false,
             force,
         }
     }
@@ -729,11 +734,20 @@ impl Fleet {
             }
             FlowStep::Return => {
                 let was_away = flow.away;
+                // A reboot the BMC confirmed needs no sighting of the node gone (a
+                // hale down meanwhile saw none): back is reporting for a whole
+                // heartbeat window since the power-on, which a node still booting
+                // would have been missed in.
+                let settled = flow.confirmed
+                    && node.heartbeat.as_ref().is_some_and(|hb| {
+                        let window = cfg.settings_for(&node.labels).miss_after(hb.interval);
+                        chrono::TimeDelta::from_std(window).is_ok_and(|w| hb.last >= flow.since + w)
+                    });
                 let flow = node.policy.flow.as_mut().expect("listed by the caller");
                 if away && !was_away {
                     flow.away = true;
                     out.dirty.insert(id.into());
-                } else if !away && was_away {
+                } else if !away && (was_away || settled) {
                     flow.step = FlowStep::Verify;
                     flow.since = now;
                     out.dirty.insert(id.into());
@@ -1158,6 +1172,7 @@ impl Fleet {
                 flow.step = FlowStep::Return;
                 flow.since = now;
                 flow.away |= away;
+                flow.confirmed = done.by_bmc;
                 out.dirty.insert(id.into());
                 out.events.push(step_event(
                     id,

@@ -370,6 +370,48 @@ fn a_queued_reboot_takes_the_priority_of_its_most_urgent_alert() {
     assert_eq!(list.queued[0].node, "n1", "{list:?}");
 }
 
+/// A reboot the BMC confirmed (off, then on) needs no sighting of the node gone: a
+/// hale restarted after the node came back finds it reporting for a whole
+/// heartbeat window since the power-on, verifies and puts it back.
+#[test]
+fn a_reboot_the_bmc_confirmed_returns_without_hale_seeing_it_go() {
+    let mut s = fleet(RACKS);
+    s.at(0)
+        .poll(&all_beating(&[], &[uptime("n1", "P5")]))
+        .flows();
+    let mut done = Vec::new();
+    for _ in 0..10 {
+        let Some(p) = s.fleet.next_action("n1") else {
+            s.flows();
+            if s.fleet.next_action("n1").is_none() {
+                break;
+            }
+            continue;
+        };
+        if p.action.name() == "reboot" {
+            let out = s.fleet.reboot_sending(s.now, "n1");
+            s.record(out);
+        }
+        done.push(p.action.name());
+        let by_bmc = Done {
+            by_bmc: true,
+            ..Done::default()
+        };
+        let out = s.fleet.action_done(&s.cfg, s.now, "n1", &p, &by_bmc);
+        s.record(out);
+    }
+    assert_eq!(done, ["cordon", "drain", "reboot"]);
+    assert_eq!(s.step("n1"), Some(FlowStep::Return));
+    // hale down while the machine was off; back once it reports again.
+    s.at(40).restart();
+    s.at(41).poll(&all_beating(&[], &[])).flows();
+    assert_eq!(s.step("n1"), Some(FlowStep::Verify));
+    s.at(300).poll(&all_beating(&[], &[])).flows();
+    assert_eq!(s.act(), ["n1:uncordon"]);
+    assert_eq!(s.step("n1"), None);
+    assert!(s.took_of(&["REMEDIATION_FAILED"]).is_empty());
+}
+
 /// n1 in a flow, run up to the drain it queued; that drain's id.
 fn flow_at_its_drain(s: &mut Script) -> u64 {
     s.at(0)
