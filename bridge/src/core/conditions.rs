@@ -265,11 +265,11 @@ pub(super) fn set_sources(
     keep: Keep<'_>,
     left: usize,
 ) {
+    let every = alerts;
     let capped = capped(alerts);
     // The alerts beyond the kept: counted, said in the message and events (a poll's
     // are the count; a delivery's raise it, never lower it: it names only some).
     let beyond = (alerts.len() - capped.len()) as u32;
-    let unkept = full.then_some(beyond);
     let alerts: &[&Alert<'_>] = &capped;
     let now = rec.now;
     // Webhook-only: when a delivery last confirmed each alert (see `Source::delivered`).
@@ -313,12 +313,6 @@ pub(super) fn set_sources(
     let muted = |cond: &Condition| cond.sources.values().filter(|s| s.suppressed).count();
     let was_muted = muted(cond);
     let mut keys_changed = left > 0;
-    if let Some(n) = unkept
-        && n != cond.unkept
-    {
-        cond.unkept = n;
-        keys_changed = true;
-    }
     let mut content_changed = false;
     if full && unchanged(cond, alerts, ctype) {
         // The same alerts as before: only their expiries moved, and are kept.
@@ -358,9 +352,20 @@ pub(super) fn set_sources(
                 keys_changed = true;
             }
         }
+    }
+    if full {
+        // The answer's alerts held by no source (a source held over from a delivery
+        // may be one the cap left out of this answer's kept).
+        let unkept = if beyond == 0 { 0 } else { unheld(cond, every) };
+        if unkept != cond.unkept {
+            cond.unkept = unkept;
+            keys_changed = true;
+        }
     } else {
-        let mut not_taken = beyond;
-        for a in alerts {
+        // Every alert of the delivery, most severe first: those a full condition
+        // has no room for are counted, once each.
+        let mut not_taken = 0;
+        for a in ordered(every).iter() {
             let fp = a.fingerprint.as_ref();
             let room = cond.sources.len() < MAX_SOURCES;
             match cond.sources.get_mut(fp) {
@@ -875,21 +880,37 @@ pub const MAX_SOURCES: usize = 64;
 /// `alerts`, or [`MAX_SOURCES`] of them: the live before the silenced, the most
 /// severe first (then by fingerprint).
 fn capped<'x, 'a>(alerts: &'x [&'x Alert<'a>]) -> std::borrow::Cow<'x, [&'x Alert<'a>]> {
+    let mut kept = ordered(alerts);
+    if let std::borrow::Cow::Owned(kept) = &mut kept {
+        kept.truncate(MAX_SOURCES);
+    }
+    kept
+}
+
+/// `alerts` in the order a condition keeps them by, when they are more than it
+/// keeps: live before silenced or inhibited (which count for nothing beside a live
+/// one), then the most severe (then by fingerprint).
+fn ordered<'x, 'a>(alerts: &'x [&'x Alert<'a>]) -> std::borrow::Cow<'x, [&'x Alert<'a>]> {
     if alerts.len() <= MAX_SOURCES {
         return std::borrow::Cow::Borrowed(alerts);
     }
-    // Live before silenced or inhibited (which count for nothing beside a live one),
-    // then the most severe.
-    let mut kept = alerts.to_vec();
+    let mut all = alerts.to_vec();
     let silenced = |a: &Alert<'_>| a.state == AlertState::Suppressed;
-    kept.sort_by(|a, b| {
+    all.sort_by(|a, b| {
         silenced(a)
             .cmp(&silenced(b))
             .then_with(|| b.severity().cmp(&a.severity()))
             .then_with(|| a.fingerprint.cmp(&b.fingerprint))
     });
-    kept.truncate(MAX_SOURCES);
-    std::borrow::Cow::Owned(kept)
+    std::borrow::Cow::Owned(all)
+}
+
+/// How many of `alerts` no source of `cond` holds.
+fn unheld(cond: &Condition, alerts: &[&Alert<'_>]) -> u32 {
+    alerts
+        .iter()
+        .filter(|a| !cond.sources.contains_key(a.fingerprint.as_ref()))
+        .count() as u32
 }
 
 /// The most a condition's message joins of its alerts' texts, in bytes.

@@ -1832,6 +1832,17 @@ fn a_delivery_counts_the_alerts_past_the_kept() {
     let c = &s.node("m2").conditions["big"];
     assert_eq!((c.sources.len(), c.unkept), (64, 46));
     assert!(c.message.ends_with("… and 46 more"), "{}", c.message);
+    // A full condition counts each alert of a delivery once, whichever the cap
+    // would have kept: 64 delivered, then 70 (ids that sort apart from their order).
+    let unpadded = |n: usize| -> Vec<A> {
+        (0..n)
+            .map(|i| alert(&format!("Gpu{i}")).on("m3").condition("gpu", "Gpu"))
+            .collect()
+    };
+    s.at(1).webhook(&unpadded(64));
+    s.at(1).webhook(&unpadded(70));
+    let c = &s.node("m3").conditions["gpu"];
+    assert_eq!((c.sources.len(), c.unkept), (64, 6));
     s.events.clear();
     s.at(2).webhook(&many(120));
     assert_eq!(s.node("m2").conditions["big"].unkept, 56);
