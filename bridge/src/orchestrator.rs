@@ -125,6 +125,29 @@ pub fn plan_eviction<'w>(
     })
 }
 
+/// What the work a fault eviction fails is told: the fault's `message`, then why it
+/// was not moved — moved `max_restarts` times already, or not declared safe to move
+/// (`hint`, the orchestrator's way to declare it). Actions queued by an older hale
+/// carry the hint in their message already.
+pub fn eviction_message(
+    message: &str,
+    failed: &[&Workload],
+    max_restarts: u32,
+    hint: &str,
+) -> String {
+    let mut said = message.to_string();
+    if failed.iter().any(|w| w.restart_on_node_fault) {
+        said.push_str(&format!(
+            " Work moved {max_restarts} time(s) already for node faults is not moved again (maxEvictionRestarts)."
+        ));
+    }
+    if failed.iter().any(|w| !w.restart_on_node_fault) && !message.contains("on-node-fault") {
+        said.push(' ');
+        said.push_str(hint);
+    }
+    said
+}
+
 /// What hale says about one node, for the orchestrator to show where its users look.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Report {
@@ -383,12 +406,8 @@ pub async fn perform(
             } else {
                 (workloads.iter().collect(), Vec::new())
             };
-            // Actions queued by an older hale carry the hint in their message.
-            let message = if message.contains("on-node-fault") {
-                message.clone()
-            } else {
-                format!("{message} {}", orchestrator.restart_hint())
-            };
+            let message =
+                eviction_message(message, &failed, *max_restarts, orchestrator.restart_hint());
             let blocked = orchestrator
                 .evict(node, fault_class, &moved, &failed, &message)
                 .await
@@ -495,6 +514,29 @@ mod tests {
             ids(failed),
             ["etl-1", "sim-1"],
             "undeclared work fails; work moved 3 times fails"
+        );
+    }
+
+    /// Work failed for its restarts is told so, not to declare what it declared;
+    /// undeclared work is told how to declare it.
+    #[test]
+    fn failed_work_is_told_why_it_was_not_moved() {
+        let hint = "Submit work that is safe to run again from the beginning with --requeue";
+        let (over, undeclared) = (w("sim-1", "job/sim", true), w("etl-1", "job/etl", false));
+        let said =
+            |failed: &[&Workload]| eviction_message("node s3: GPU ECC errors.", failed, 1, hint);
+        let over_only = said(&[&over]);
+        assert!(over_only.contains("maxEvictionRestarts"), "{over_only}");
+        assert!(!over_only.contains("--requeue"), "{over_only}");
+        let plain = said(&[&undeclared]);
+        assert!(
+            plain.ends_with(hint) && !plain.contains("maxEvictionRestarts"),
+            "{plain}"
+        );
+        let both = said(&[&over, &undeclared]);
+        assert!(
+            both.contains("maxEvictionRestarts") && both.ends_with(hint),
+            "{both}"
         );
     }
 
