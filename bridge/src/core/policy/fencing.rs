@@ -29,6 +29,10 @@ pub struct Fence {
     /// for the machine to go off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent: Option<Time>,
+    /// Its work could not be released (an orchestrator that cannot): nothing to
+    /// take back once it reports.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unreleased: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -225,6 +229,24 @@ impl Fleet {
                 );
             }
             if back
+                && node
+                    .policy
+                    .fence
+                    .as_ref()
+                    .is_some_and(|f| f.step == FenceStep::Fenced && f.unreleased)
+            {
+                // Its release failed (recorded then): nothing to take back.
+                node.policy.fence = None;
+                ended = true;
+                out.dirty.insert(node.id.clone());
+                out.events.push(step_event(
+                    &node.id,
+                    now,
+                    FenceStep::Restore,
+                    "reporting again: its work was never released, so nothing is taken back; the fence is over".into(),
+                ));
+            }
+            if back
                 && let Some(fence) = node.policy.fence.as_mut()
                 && fence.step == FenceStep::Fenced
             {
@@ -352,6 +374,7 @@ impl Fleet {
             started = true;
             node.policy.fence = Some(Fence {
                 sent: None,
+                unreleased: false,
                 step: FenceStep::Off,
                 since: now,
             });
@@ -444,7 +467,12 @@ impl Fleet {
                 },
             ) => Some((
                 FenceStep::Fenced,
-                "on again: its work stays released until it reports".to_string(),
+                if node.policy.fence.as_ref().is_some_and(|f| f.unreleased) {
+                    "on again: waiting for it to report (its work was not released)"
+                } else {
+                    "on again: its work stays released until it reports"
+                }
+                .to_string(),
             )),
             (FenceStep::Restore, Action::Release { on: false }) => {
                 node.policy.fence = None;
@@ -588,6 +616,7 @@ impl Fleet {
                 // machine is not left off for want of a taint.
                 fence.step = FenceStep::On;
                 fence.since = now;
+                fence.unreleased = true;
                 node.policy.push(Action::Power {
                     op: PowerOp::On,
                     force: false,

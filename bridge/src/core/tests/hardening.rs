@@ -584,6 +584,7 @@ fn nodes_known_only_from_alerts_retire_after_forget_after() {
     // counted toward fencing.maxPercent until it reports, so kept.
     s.fleet.nodes.get_mut("fenced").unwrap().policy.fence = Some(policy::Fence {
         sent: None,
+        unreleased: false,
         step: policy::FenceStep::Fenced,
         since: s.now,
     });

@@ -1151,6 +1151,42 @@ fn a_fence_whose_power_on_fails_stays_counted_until_the_node_reports() {
     assert!(s.node(&id).policy.fence.is_none());
 }
 
+/// An orchestrator that cannot release a fenced node's work (Slurm, Fuzzball): the
+/// machine is powered off and on, the release recorded as failed once, and nothing
+/// taken back once the node reports.
+#[test]
+fn a_fence_whose_release_fails_takes_nothing_back() {
+    let (mut s, id) = rack_with_one_fenced();
+    let mut done = Vec::new();
+    while let Some(p) = s.fleet.next_action(&id) {
+        done.push(p.action.name());
+        let out = if p.action.name() == "release" {
+            s.fleet.action_failed(
+                &s.cfg,
+                s.now,
+                &id,
+                p.id,
+                "this orchestrator cannot release a fenced node's work",
+            )
+        } else {
+            s.fleet
+                .action_done(&s.cfg, s.now, &id, &p, &Done::default())
+        };
+        s.record(out);
+        s.flows();
+    }
+    assert_eq!(done, ["power_off", "release", "power_on"]);
+    let others: Vec<&str> = RACK.iter().copied().filter(|n| **n != id).collect();
+    s.at(410).poll(&beating(&others)).flows();
+    assert!(s.node(&id).policy.fence.is_none());
+    assert!(s.fleet.next_action(&id).is_none(), "no release to take back");
+    assert_eq!(
+        s.took_of(&["REMEDIATION_FAILED"]),
+        [format!("{id} REMEDIATION_FAILED")],
+        "failed once, at release"
+    );
+}
+
 /// An operator's cordon of a node being fenced, refused by the orchestrator (one
 /// that will not cordon a node that is not ready), takes nothing of the fence's
 /// with it: the machine is released and powered on, not left off.
