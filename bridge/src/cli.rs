@@ -1247,18 +1247,22 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                     .and_then(|v| v.as_array())
                     .map(|a| a.iter().filter_map(|s| s.as_str()).collect())
                     .unwrap_or_default();
-                println!(
-                    "{id}: power {} {}: {} → {}{}",
-                    req.action,
-                    field("result"),
-                    field("before"),
-                    field("after"),
-                    if sent.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" (sent {})", sent.join(", "))
-                    }
-                );
+                if req.action == "status" {
+                    println!("{id}: power {}", field("after"));
+                } else {
+                    println!(
+                        "{id}: power {} {}: {} → {}{}",
+                        req.action,
+                        field("result"),
+                        field("before"),
+                        field("after"),
+                        if sent.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" (sent {})", sent.join(", "))
+                        }
+                    );
+                }
             }
         }
         NodeVerb::Reboot { id, reason, force } => {

@@ -67,6 +67,9 @@ pub struct Flow {
     /// hale saw the node go (it may have been down itself meanwhile).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub confirmed: bool,
+    /// When it was admitted (it waited in the queue from `requested`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<Time>,
     /// Skip the graceful shutdown.
     #[serde(default)]
     pub force: bool,
@@ -121,7 +124,7 @@ impl Facts {
         if let Some(checked) = &self.bmc_checked
             && !checked.contains(id)
         {
-            return Some("its BMC has not been looked for yet".into());
+            return Some("its BMC has not been looked up yet".into());
         }
         self.no_bmc.get(id).cloned()
     }
@@ -188,6 +191,7 @@ impl Flow {
             sent: None,
             away: false,
             confirmed: false,
+            started: None,
             force,
         }
     }
@@ -854,7 +858,7 @@ impl Fleet {
         if !facts.can_reboot
             && let Some(why) = facts.missing_bmc(&node.id)
         {
-            return Some(format!("no BMC: {why}"));
+            return Some(why);
         }
         let kind = r.node_type(&node.labels);
         let control_plane = is_control_plane(node);
@@ -998,6 +1002,7 @@ impl Fleet {
         let flow = node.policy.flow.as_mut().expect("queued");
         flow.step = FlowStep::Cordon;
         flow.since = now;
+        flow.started = Some(now);
         let trigger = flow.trigger.clone().unwrap_or_else(|| "operator".into());
         out.events.push(event(
             id,
@@ -1323,11 +1328,15 @@ impl Fleet {
             EventKind::RemediationSucceeded {
                 action: REBOOT.into(),
             },
-            format!(
-                "reboot flow succeeded in {}s: {}",
-                elapsed(now, flow.requested).as_secs(),
-                flow.reason
-            ),
+            {
+                let started = flow.started.unwrap_or(flow.requested);
+                format!(
+                    "reboot flow succeeded in {}s (queued {}s before it started): {}",
+                    elapsed(now, started).as_secs(),
+                    elapsed(started, flow.requested).as_secs(),
+                    flow.reason
+                )
+            },
         ));
     }
 
@@ -1412,8 +1421,9 @@ impl Fleet {
             let node = &self.nodes[&id];
             let flow = node.policy.flow.as_ref().expect("queued");
             let waiting = self.held_back(cfg, now, facts, node, &active, &pools);
-            if waiting.is_none() {
-                // Would be admitted on the next pass: the next ones count it.
+            if waiting.is_none() && view.blocked.is_empty() {
+                // Would be admitted on the next pass: the next ones count it (none
+                // is while something holds every admission back).
                 active.add(cfg, node);
             }
             view.queued.push(entry(node, flow, waiting));
