@@ -803,15 +803,38 @@ async fn decommission(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// A JSON body a request needs (its Content-Type JSON): an object — serde would
+/// read a request from an array, field by field — read with the path of a field
+/// it refuses.
+fn object_body<T: serde::de::DeserializeOwned>(body: Object) -> ApiResult<T> {
+    let Json(map) = body.map_err(|e| match e {
+        JsonRejection::JsonDataError(_) => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "the request body must be a JSON object",
+        ),
+        e => e.into(),
+    })?;
+    serde_path_to_error::deserialize(serde_json::Value::Object(map)).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            format!("the request body: {e}"),
+        )
+    })
+}
+
+type Object = Result<Json<serde_json::Map<String, serde_json::Value>>, JsonRejection>;
+
 async fn attribute_failure(
     State(hale): State<Arc<Hale>>,
     Segments(id): Segments<String>,
     headers: HeaderMap,
-    body: Result<Json<FailureReport>, JsonRejection>,
+    body: Object,
 ) -> ApiResult<impl IntoResponse> {
     authorize(&hale, &headers)?;
     leader(&hale)?;
-    let Json(report) = body?;
+    let report: FailureReport = object_body(body)?;
     if report.job.trim().is_empty() {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -947,10 +970,10 @@ async fn power(
     State(hale): State<Arc<Hale>>,
     Segments(id): Segments<String>,
     headers: HeaderMap,
-    body: Result<Json<PowerRequest>, JsonRejection>,
+    body: Object,
 ) -> ApiResult<Json<PowerReport>> {
     authorize(&hale, &headers)?;
-    let Json(req) = body?;
+    let req: PowerRequest = object_body(body)?;
     let verb = Verb::parse(&req.action)
         .filter(|v| *v != Verb::Reboot)
         .ok_or_else(|| {
@@ -1441,22 +1464,35 @@ mod tests {
             ("{}", "the request body: missing field `job`"),
             (
                 r#"{"job": "j", "occurredAt": "yesterday"}"#,
-                "the request body: occurredAt: input contains invalid characters",
+                "the request body: occurredAt: \"yesterday\" is not an RFC 3339 time",
+            ),
+            (
+                r#"{"job": "j", "occurredAt": "2026-12-06"}"#,
+                "the request body: occurredAt: \"2026-12-06\" is not an RFC 3339 time",
+            ),
+            (
+                r#"{"job": "j", "occurredAt": 12345}"#,
+                "the request body: occurredAt: 12345 is not an RFC 3339 time",
             ),
             (
                 r#"{"job": "j", "node": "n1"}"#,
                 "the request body: node: unknown field `node`",
             ),
-            (r#"{"job": "#, "the request body: job: EOF while parsing"),
+            (
+                r#"["j", "r", null]"#,
+                "the request body must be a JSON object",
+            ),
+            ("[]", "the request body must be a JSON object"),
+            (r#"{"job": "#, "the request body: "),
         ] {
             let request = axum::extract::Request::builder()
                 .header("content-type", "application/json")
                 .body(Body::from(body))
                 .unwrap();
-            let rejection = Json::<FailureReport>::from_request(request, &())
-                .await
-                .unwrap_err();
-            let e = ApiError::from(rejection);
+            let sent =
+                Json::<serde_json::Map<String, serde_json::Value>>::from_request(request, &())
+                    .await;
+            let e = object_body::<FailureReport>(sent).unwrap_err();
             assert_eq!(e.status, StatusCode::BAD_REQUEST, "{body}");
             assert!(e.detail.starts_with(says), "{body}: {}", e.detail);
         }

@@ -594,8 +594,26 @@ pub struct FailureReport {
     pub job: String,
     #[serde(default, deserialize_with = "bounded_opt")]
     pub reason: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "rfc3339_opt")]
     pub occurred_at: Option<Time>,
+}
+
+/// An RFC 3339 time, or a refusal that says that is what is expected.
+fn rfc3339_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Time>, D::Error> {
+    let value = Option::<serde_json::Value>::deserialize(d)?;
+    let refused = |shown: &str| {
+        let shown: String = shown.chars().take(64).collect();
+        serde::de::Error::custom(format!(
+            "{shown} is not an RFC 3339 time (such as 2026-12-06T09:30:00Z)"
+        ))
+    };
+    match value {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(text)) => chrono::DateTime::parse_from_rfc3339(&text)
+            .map(|t| Some(t.to_utc()))
+            .map_err(|_| refused(&format!("{text:?}"))),
+        Some(other) => Err(refused(&other.to_string())),
+    }
 }
 
 /// Body of `POST /api/v1/nodes/{id}/conditions/{type}/clear`.
