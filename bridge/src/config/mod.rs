@@ -849,11 +849,18 @@ impl Config {
             } else {
                 said
             };
+            let message = match said
+                .strip_prefix("missing field `")
+                .and_then(|rest| rest.strip_suffix('`'))
+            {
+                Some(field) => format!("`{field}` is required here"),
+                None => said.to_string(),
+            };
             ConfigError {
                 file: file.into(),
                 line,
                 key,
-                message: said.to_string(),
+                message,
             }
         };
         // The parser's default budget (250,000 YAML nodes) is under a static
@@ -1571,8 +1578,8 @@ fn shadowed<'a>(
 fn plain(said: &str) -> Option<&'static str> {
     Some(match said {
         "invalid u8" => "expected a whole number from 0 to 255",
-        "invalid u32" => "expected a whole number from 0 to 4294967295",
-        "invalid u64" | "invalid usize" => "expected a whole number, 0 or more",
+        // The key's own range is checked once it reads (`must be 1..=100`).
+        "invalid u32" | "invalid u64" | "invalid usize" => "expected a whole number, 0 or more",
         "invalid floating point" => "expected a number",
         "invalid boolean" => "expected true or false",
         "expected string scalar" => "expected one value, not a list or a mapping",
@@ -1696,6 +1703,15 @@ fn check_settings(
     for (reason, points) in &s.penalties {
         if reason.trim().is_empty() {
             return fail("penalties", "a penalty names no reason".into());
+        }
+        if reason.trim() != reason {
+            return fail(
+                &format!("penalties.{reason}"),
+                format!(
+                    "white space around the reason: alerts' labels are read without it, so {reason:?} would price none (write {:?})",
+                    reason.trim()
+                ),
+            );
         }
         if *points > 100 {
             return fail(
@@ -2180,12 +2196,12 @@ mod tests {
             (
                 "nodeHealth: { cordonBelow: -1 }",
                 "nodeHealth.cordonBelow",
-                "expected a whole number from 0 to 4294967295",
+                "expected a whole number, 0 or more",
             ),
             (
                 "nodeHealth: { cordonBelow: 60.5 }",
                 "nodeHealth.cordonBelow",
-                "expected a whole number from 0 to 4294967295",
+                "expected a whole number, 0 or more",
             ),
             (
                 "bmc: { cipherSuite: 300 }",
@@ -2479,6 +2495,10 @@ mod tests {
             (
                 "nodeHealth: { penalties: { '': 10 } }",
                 "nodeHealth.penalties",
+            ),
+            (
+                "nodeHealth: { penalties: { ' SmartFailing ': 3 } }",
+                "nodeHealth.penalties. SmartFailing ",
             ),
             ("store: { kind: nats }", "store.nats"),
             (
@@ -3066,20 +3086,33 @@ pools:
                 "federation:\n  members:\n    - { name: a }\n".into(),
                 3,
                 "federation.members[0].url",
-                "missing field `url`",
+                "`url` is required here",
             ),
             // An empty flow mapping is its key's: the missing one is inside it.
             (
                 "remediation:\n  window: {}\n".into(),
                 2,
                 "remediation.window.start",
-                "missing field `start`",
+                "`start` is required here",
             ),
             (
                 "remediation: { drainTimeout: 10m, window: { days: [mon] } }\n".into(),
                 1,
                 "remediation.window.start",
-                "missing field `start`",
+                "`start` is required here",
+            ),
+            (
+                "remediation:\n  window:\n    start: '09:00'\n    end: '10:00'\n    timeZone:\n"
+                    .into(),
+                5,
+                "remediation.window.timeZone",
+                "empty: give it a value",
+            ),
+            (
+                "remediation:\n  window: { start: '24:00', end: '10:00' }\n".into(),
+                2,
+                "remediation.window.start",
+                "24:00 only ends a window",
             ),
             // A window left empty is refused: not read as no window at all.
             (
@@ -3242,7 +3275,7 @@ pools:
                 "alertmanager:\n  basicAuth: { username: hale }\n".into(),
                 2,
                 "alertmanager.basicAuth.passwordFile",
-                "missing field `passwordFile`",
+                "`passwordFile` is required here",
             ),
         ] {
             let e = load(&text).unwrap_err();

@@ -190,8 +190,9 @@ pub struct WindowConfig {
     /// `HH:MM`.
     pub start: String,
     pub end: String,
-    /// An IANA zone (`Europe/London`); UTC when omitted.
-    #[serde(default)]
+    /// An IANA zone (`Europe/London`); UTC when omitted. Left empty
+    /// (`timeZone:`) it is refused.
+    #[serde(default, deserialize_with = "crate::core::settings::de_present")]
     pub time_zone: Option<String>,
 }
 
@@ -353,8 +354,14 @@ fn window(w: &WindowConfig) -> Result<Window, (String, String)> {
             }
         }
     }
-    let Some(start) = minutes(&w.start) else {
-        return fail("start", format!("`{}` is not a time like 09:00", w.start));
+    let Some(start) = minutes(&w.start).filter(|m| *m < 24 * 60) else {
+        return fail(
+            "start",
+            format!(
+                "`{}` is not a time like 09:00 (24:00 only ends a window)",
+                w.start
+            ),
+        );
     };
     let Some(end) = minutes(&w.end) else {
         return fail("end", format!("`{}` is not a time like 17:00", w.end));
