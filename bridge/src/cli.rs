@@ -1652,8 +1652,9 @@ pub fn node_detail(n: &NodeView) -> String {
                 last.to_rfc3339(),
                 f.deduction
             );
+            // Reasons as sent (a job's own words): not titled as condition types are.
             for (reason, count) in &f.by_reason {
-                let _ = writeln!(o, "  {}: {count}", title(reason));
+                let _ = writeln!(o, "  {reason}: {count}");
             }
         }
         None => {
@@ -1970,6 +1971,18 @@ mod tests {
             let text = node_detail(&cordoned);
             assert!(text.contains(shown), "{text}");
         }
+        // A job failure's reason is shown as sent, not titled as a condition type.
+        let mut failed = view("disk_degraded");
+        failed.failures = serde_json::from_value(serde_json::json!({
+            "total": 2, "last": "2026-12-01T00:00:00Z", "deduction": 10,
+            "byReason": {"oom_killer in cgroup/slurm": 1, "unspecified": 1}
+        }))
+        .unwrap();
+        let text = node_detail(&failed);
+        assert!(
+            text.contains("  oom_killer in cgroup/slurm: 1\n  unspecified: 1\n"),
+            "{text}"
+        );
         // What is decided and not yet done says so, with why its last try failed.
         cordoned.pending = serde_json::from_value(serde_json::json!([
             {"action": "cordon", "lastError": "node n1: cordon: refused\nforged", "lastTry": "2026-12-01T00:00:01Z"},

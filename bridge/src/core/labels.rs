@@ -669,7 +669,7 @@ impl<'a> Alert<'a> {
             .into_iter()
             .flatten()
             .map(|t| t.0.as_ref())
-            .find(|t| !t.is_empty())
+            .find(|t| !t.trim().is_empty())
             .map_or_else(|| self.alertname(), clip)
     }
 
@@ -683,13 +683,14 @@ impl<'a> Alert<'a> {
         self.label(HALE_REMEDIATION)
     }
 
-    /// Message: annotation `summary`, else `description`, else `message`, else the
-    /// alertname; prefixed `[P6] ` when the alert carries a priority.
+    /// Message: annotation `summary`, else `description`, else `message` (a blank
+    /// one is none), else the alertname; prefixed `[P6] ` when the alert carries a
+    /// priority and its text does not begin so already.
     pub fn message(&self) -> String {
         let text = self.text();
         match self.priority() {
-            Some(p) => format!("[P{p}] {text}"),
-            None => text.to_string(),
+            Some(p) if !text.starts_with(&format!("[P{p}]")) => format!("[P{p}] {text}"),
+            _ => text.to_string(),
         }
     }
 }
@@ -1097,9 +1098,18 @@ mod tests {
         assert_eq!(a.message(), "m");
         a.annotations.description = Some(Text::new("d"));
         assert_eq!(a.message(), "d");
+        a.annotations.summary = Some(Text::new("   "));
+        assert_eq!(a.message(), "d", "a blank summary is none");
         a.annotations.summary = Some(Text::new("s"));
         assert_eq!(a.message(), "s");
         assert!(a.message_is("s"));
+        // A priority the text says already is not said twice.
+        let mut p = alert(&[("alertname", "A"), ("priority", "3")]);
+        p.annotations.summary = Some(Text::new("[P3] already"));
+        assert_eq!(p.message(), "[P3] already");
+        assert!(p.message_is("[P3] already"));
+        p.annotations.summary = Some(Text::new("plain"));
+        assert_eq!(p.message(), "[P3] plain");
         let parsed: Labels = serde_json::from_str(r#"{"a":"x","b":"with \"escape\""}"#).unwrap();
         assert_eq!(parsed.get("a"), Some("x"));
         assert_eq!(parsed.get("b"), Some("with \"escape\""));
