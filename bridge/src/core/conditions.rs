@@ -142,7 +142,7 @@ pub(super) fn apply_alerts(
             .cloned()
             .collect();
         for ctype in existing {
-            set_sources(node, rec, settings, &ctype, &[], true, keep, 0);
+            set_sources(node, rec, settings, &ctype, &[], true, keep, Left::NONE);
         }
     } else {
         for &(ctype, fingerprint, at) in &ended {
@@ -162,15 +162,20 @@ pub(super) fn apply_alerts(
                 }
                 continue;
             }
+            let was_suppressed = cond.suppressed();
             if cond.sources.remove(fingerprint).is_some() {
                 rec.dirty();
                 compose_message(ctype, cond);
-                set_sources(node, rec, settings, ctype, &[], false, keep, 1);
+                let left = Left {
+                    count: 1,
+                    was_suppressed,
+                };
+                set_sources(node, rec, settings, ctype, &[], false, keep, left);
             }
         }
     }
     for (ctype, alerts) in fresh.iter() {
-        set_sources(node, rec, settings, ctype, alerts, full, keep, 0);
+        set_sources(node, rec, settings, ctype, alerts, full, keep, Left::NONE);
     }
 
     let same = |old: &SmallMap<String, String>| {
@@ -250,6 +255,22 @@ fn instance_start(key: &str) -> Option<DateTime<chrono::FixedOffset>> {
     DateTime::parse_from_rfc3339(key.rsplit_once('@')?.1).ok()
 }
 
+/// Sources of a condition taken away before [`set_sources`] (a resolved
+/// notification, an expiry): how many, and whether the condition was suppressed
+/// before they went.
+#[derive(Clone, Copy)]
+pub(super) struct Left {
+    pub(super) count: usize,
+    pub(super) was_suppressed: bool,
+}
+
+impl Left {
+    pub(super) const NONE: Left = Left {
+        count: 0,
+        was_suppressed: false,
+    };
+}
+
 /// Set (full) or merge (partial) a condition's sources from `alerts`, raising,
 /// escalating, updating or clearing it as the result demands. `left`: sources a
 /// resolved notification already took away. Sources that did not change are kept as
@@ -263,7 +284,7 @@ pub(super) fn set_sources(
     alerts: &[&Alert<'_>],
     full: bool,
     keep: Keep<'_>,
-    left: usize,
+    left: Left,
 ) {
     let every = alerts;
     let capped = capped(alerts);
@@ -309,10 +330,14 @@ pub(super) fn set_sources(
         }
         return;
     };
-    let was_suppressed = cond.suppressed();
+    let was_suppressed = if left.count > 0 {
+        left.was_suppressed
+    } else {
+        cond.suppressed()
+    };
     let muted = |cond: &Condition| cond.sources.values().filter(|s| s.suppressed).count();
     let was_muted = muted(cond);
-    let mut keys_changed = left > 0;
+    let mut keys_changed = left.count > 0;
     let mut content_changed = false;
     if full && unchanged(cond, alerts, ctype) {
         // The same alerts as before: only their expiries moved, and are kept.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta};
 
-use super::conditions::set_sources;
+use super::conditions::{Left, set_sources};
 use super::step::{Recorder, Step};
 use super::trust::Keep;
 use super::{EventKind, Name, Node, Origin, Source, Time};
@@ -102,14 +102,23 @@ impl Step<'_> {
         let now = self.now;
         let cfg = self.cfg;
         for (id, node) in self.fleet.nodes.iter_mut() {
-            let ended: Vec<(Name, usize)> = node
+            let ended: Vec<(Name, Left)> = node
                 .conditions
                 .iter_mut()
                 .filter_map(|(ctype, cond)| {
                     let before = cond.sources.len();
+                    let was_suppressed = cond.suppressed();
                     cond.sources.retain(|_, s| !gone(s));
-                    let left = before - cond.sources.len();
-                    (left > 0).then(|| (ctype.clone(), left))
+                    let count = before - cond.sources.len();
+                    (count > 0).then(|| {
+                        (
+                            ctype.clone(),
+                            Left {
+                                count,
+                                was_suppressed,
+                            },
+                        )
+                    })
                 })
                 .collect();
             if ended.is_empty() {

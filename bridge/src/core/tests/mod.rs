@@ -807,6 +807,27 @@ fn a_silence_over_one_of_several_alerts_is_recorded() {
             .any(|m| m.starts_with("disk_degraded: 0 of the 2 alert(s)")),
         "{said:?}"
     );
+    // The live one resolved, the silenced one left: said as now suppressed.
+    s.at(90).poll(&[
+        watchdog(),
+        heartbeat("n1"),
+        smart_failing("n1"),
+        alert("IoErrors")
+            .on("n1")
+            .condition("disk_degraded", "IoErrors")
+            .suppressed(),
+    ]);
+    s.events.clear();
+    s.at(100).webhook(&[smart_failing("n1").resolved()]);
+    let said: Vec<&str> = s.events.iter().map(|e| e.message.as_str()).collect();
+    assert!(
+        said.iter()
+            .any(|m| m.starts_with("disk_degraded now fed by 1 alert(s)")
+                && m.ends_with(
+                    "(now suppressed: every alert feeding it is silenced or inhibited)"
+                )),
+        "{said:?}"
+    );
 }
 
 #[test]
