@@ -831,6 +831,9 @@ pub(super) fn refresh(
             recharged = Some(std::mem::replace(&mut cond.reason, worst.reason.clone()));
         }
     }
+    // The charged reason's message leads the condition's: composed again when the
+    // charge moved (a reload that prices reasons anew, too).
+    let mut compose = changed || recharged.is_some();
     if let Some(s) = cond
         .sources
         .values()
@@ -838,6 +841,7 @@ pub(super) fn refresh(
         && s.message != cond.charged_message
     {
         cond.charged_message = s.message.clone();
+        compose = true;
     }
     for s in cond.sources.values().filter(|s| counts(s)) {
         cond.sticky |= s.sticky;
@@ -849,7 +853,7 @@ pub(super) fn refresh(
             cond.remediation = s.remediation.clone();
         }
     }
-    if changed {
+    if compose {
         compose_message(ctype, cond);
     }
     cond.last_seen = now;

@@ -776,6 +776,44 @@ fn an_escalation_never_lowers_the_charge() {
     assert!(!s.events.iter().any(|e| e.kind.name() == "SCORE_CHANGED"));
 }
 
+/// A reload that prices the reasons anew moves the charge, and the charged
+/// reason's message leads the condition's again.
+#[test]
+fn a_reload_that_moves_the_charge_leads_with_its_message() {
+    let mut s = script("");
+    let disk = |name: &str, text: &str| {
+        alert(name)
+            .on("n1")
+            .condition("disk_degraded", name)
+            .critical()
+            .summary(text)
+    };
+    let alerts = [
+        watchdog(),
+        heartbeat("n1"),
+        disk("DeviceReadOnly", "a read-only"),
+        disk("SmartFailing", "b failing"),
+    ];
+    s.at(0).poll(&alerts);
+    let charged = s.node("n1").conditions["disk_degraded"].reason.to_string();
+    let other = if charged == "SmartFailing" {
+        "DeviceReadOnly"
+    } else {
+        "SmartFailing"
+    };
+    s.cfg = config(&format!("nodeHealth: {{ penalties: {{ {other}: 50 }} }}"));
+    s.fleet.reconfigured();
+    s.at(30).poll(&alerts);
+    let c = &s.node("n1").conditions["disk_degraded"];
+    assert_eq!(c.reason.as_str(), other);
+    let lead = if other == "SmartFailing" {
+        "b failing"
+    } else {
+        "a read-only"
+    };
+    assert!(c.message.starts_with(lead), "{}", c.message);
+}
+
 /// One of several alerts silenced, or no longer: recorded as `CONDITION_UPDATED`.
 #[test]
 fn a_silence_over_one_of_several_alerts_is_recorded() {
