@@ -1280,17 +1280,28 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
             // it. The type as written first; then in any case, or by its title.
             let shown: NodeView = client.get(&["api", "v1", "nodes", &id]).await?;
             let wanted = condition.trim();
-            let condition = shown
-                .conditions
-                .iter()
-                .find(|c| c.ctype == wanted)
-                .or_else(|| {
-                    shown.conditions.iter().find(|c| {
-                        c.ctype.eq_ignore_ascii_case(wanted)
-                            || title(&c.ctype).eq_ignore_ascii_case(wanted)
-                    })
-                })
-                .map_or(condition.clone(), |c| c.ctype.to_string());
+            let condition = match shown.conditions.iter().find(|c| c.ctype == wanted) {
+                Some(c) => c.ctype.to_string(),
+                None => {
+                    let loose: Vec<&str> = shown
+                        .conditions
+                        .iter()
+                        .filter(|c| {
+                            c.ctype.eq_ignore_ascii_case(wanted)
+                                || title(&c.ctype).eq_ignore_ascii_case(wanted)
+                        })
+                        .map(|c| c.ctype.as_str())
+                        .collect();
+                    match loose[..] {
+                        [] => condition.clone(),
+                        [one] => one.to_string(),
+                        _ => anyhow::bail!(
+                            "{wanted} names {} conditions on {id} (types differ only in case): write the type as node show prints it",
+                            loose.join(" and ")
+                        ),
+                    }
+                }
+            };
             let url = client.url(&["api", "v1", "nodes", &id, "conditions", &condition, "clear"]);
             let node: NodeView = client
                 .send(client.http.post(url).json(&ClearRequest { reason }))

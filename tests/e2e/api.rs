@@ -472,6 +472,32 @@ async fn node_ids_with_slash_and_colon_and_operator_verbs() {
         let said = String::from_utf8_lossy(&out.stderr);
         assert!(said.contains("conflict"), "{own}: {said}");
     }
+    // Two types that differ only in case: a name in a third case is refused, not
+    // one of them picked; the type as written clears that one.
+    let variant = |t: &str| {
+        alert(
+            &[
+                ("alertname", "CaseVariant"),
+                ("hale_condition", t),
+                ("node", id),
+            ],
+            "case",
+        )
+    };
+    am.fire(&[variant("DiskX"), variant("diskx")]).await;
+    hale.wait_node("both variants", id, |n| {
+        has_condition(n, "DiskX") && has_condition(n, "diskx")
+    })
+    .await;
+    let out = hale.cli(&["node", "clear", id, "DISKX", "--reason", "x"]);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("differ only in case"), "{said}");
+    am.resolve(&[variant("DiskX"), variant("diskx")]).await;
+    hale.wait_node("both variants ended", id, |n| {
+        !has_condition(n, "DiskX") && !has_condition(n, "diskx") && n["score"] == 55
+    })
+    .await;
 
     // CLI views.
     let out = hale.cli(&["node", "list"]);
