@@ -1128,10 +1128,10 @@ impl Fleet {
         };
         match (flow.step, action) {
             // Blind, the drain waits: the next pass with trusted input sends it.
-            (FlowStep::Cordon, Action::Cordon { .. }) => {
-                if !self.trust.stale && self.trust.source_up {
-                    self.describe_and_drain(now, id, out);
-                }
+            (FlowStep::Cordon, Action::Cordon { .. })
+                if !self.trust.stale && self.trust.source_up =>
+            {
+                self.describe_and_drain(now, id, out);
             }
             (FlowStep::Drain, Action::Drain { active: true, .. }) => {
                 if done.blocked > 0 || done.stopping > 0 {

@@ -290,8 +290,8 @@ fn a_verified_reboot_leaves_an_operators_cordon_the_operators() {
         .on("n1")
         .condition("memory_errors", "UncorrectableMemoryErrors")
         .critical();
-    s.at(0).poll(&all_beating(&[], &[ecc.clone()]));
-    s.at(5).poll(&all_beating(&[], &[ecc.clone()]));
+    s.at(0).poll(&all_beating(&[], std::slice::from_ref(&ecc)));
+    s.at(5).poll(&all_beating(&[], std::slice::from_ref(&ecc)));
     let out = s.fleet.cordon(s.now, "n1", "disk swap").unwrap();
     s.record(out);
     s.act();
@@ -300,13 +300,19 @@ fn a_verified_reboot_leaves_an_operators_cordon_the_operators() {
         .flows();
     assert!(s.step("n1").is_some());
     assert_eq!(s.act(), ["n1:drain", "n1:reboot"]);
-    s.at(20).poll(&all_beating(&["n1"], &[ecc.clone()])).flows();
-    s.at(40).poll(&all_beating(&["n1"], &[ecc.clone()])).flows();
+    s.at(20)
+        .poll(&all_beating(&["n1"], std::slice::from_ref(&ecc)))
+        .flows();
+    s.at(40)
+        .poll(&all_beating(&["n1"], std::slice::from_ref(&ecc)))
+        .flows();
     s.at(50)
-        .poll(&all_beating(&[], &[ecc.clone()]))
+        .poll(&all_beating(&[], std::slice::from_ref(&ecc)))
         .flows()
         .flows();
-    s.at(400).poll(&all_beating(&[], &[ecc.clone()])).flows();
+    s.at(400)
+        .poll(&all_beating(&[], std::slice::from_ref(&ecc)))
+        .flows();
     assert_eq!(s.step("n1"), None, "verified");
     assert!(s.score("n1").is_some_and(|v| v < 60));
     let cordon = s.node("n1").policy.cordon.as_ref().unwrap();
