@@ -233,32 +233,26 @@ impl Fleet {
                     .policy
                     .fence
                     .as_ref()
-                    .is_some_and(|f| f.step == FenceStep::Fenced && f.unreleased)
+                    .is_some_and(|f| f.step == FenceStep::Fenced)
             {
-                // Its release failed (recorded then): nothing to take back.
-                node.policy.fence = None;
-                ended = true;
+                let message = if node.policy.fence.as_ref().is_some_and(|f| f.unreleased) {
+                    // Its release failed (recorded then): nothing to take back.
+                    node.policy.fence = None;
+                    ended = true;
+                    "reporting again: its work was never released, so nothing is taken back; the fence is over"
+                } else {
+                    let fence = node.policy.fence.as_mut().expect("fenced");
+                    fence.step = FenceStep::Restore;
+                    fence.since = now;
+                    node.policy.push(Action::Release { on: false });
+                    "reporting again: taking the release of its work back"
+                };
                 out.dirty.insert(node.id.clone());
                 out.events.push(step_event(
                     &node.id,
                     now,
                     FenceStep::Restore,
-                    "reporting again: its work was never released, so nothing is taken back; the fence is over".into(),
-                ));
-            }
-            if back
-                && let Some(fence) = node.policy.fence.as_mut()
-                && fence.step == FenceStep::Fenced
-            {
-                fence.step = FenceStep::Restore;
-                fence.since = now;
-                node.policy.push(Action::Release { on: false });
-                out.dirty.insert(node.id.clone());
-                out.events.push(step_event(
-                    &node.id,
-                    now,
-                    FenceStep::Restore,
-                    "reporting again: taking the release of its work back".into(),
+                    message.into(),
                 ));
             }
         }

@@ -1109,6 +1109,27 @@ fn rack_with_one_fenced() -> (Script, String) {
     (s, id)
 }
 
+impl Script {
+    /// Perform `id`'s actions as the service would until none is left, the one
+    /// named `refused` refused for `why`, with a pass of the flows after each; the
+    /// actions' names in order.
+    fn fence_through(&mut self, id: &str, refused: &str, why: &str) -> Vec<&'static str> {
+        let mut done = Vec::new();
+        while let Some(p) = self.fleet.next_action(id) {
+            done.push(p.action.name());
+            let out = if p.action.name() == refused {
+                self.fleet.action_failed(&self.cfg, self.now, id, p.id, why)
+            } else {
+                self.fleet
+                    .action_done(&self.cfg, self.now, id, &p, &Done::default())
+            };
+            self.record(out);
+            self.flows();
+        }
+        done
+    }
+}
+
 /// A fence whose power-on fails leaves the machine off and its work released: it
 /// stays fenced — counted toward `maxPercent`, so the rest of a silent rack is not
 /// fenced in its place — and its release is taken back once it reports.
@@ -1116,25 +1137,7 @@ fn rack_with_one_fenced() -> (Script, String) {
 fn a_fence_whose_power_on_fails_stays_counted_until_the_node_reports() {
     let (mut s, id) = rack_with_one_fenced();
     let rack = RACK;
-    let mut done = Vec::new();
-    while let Some(p) = s.fleet.next_action(&id) {
-        done.push(p.action.name());
-        let out = if matches!(
-            p.action,
-            Action::Power {
-                op: PowerOp::On,
-                ..
-            }
-        ) {
-            s.fleet
-                .action_failed(&s.cfg, s.now, &id, p.id, "the BMC never showed On")
-        } else {
-            s.fleet
-                .action_done(&s.cfg, s.now, &id, &p, &Done::default())
-        };
-        s.record(out);
-        s.flows();
-    }
+    let done = s.fence_through(&id, "power_on", "the BMC never showed On");
     assert_eq!(done, ["power_off", "release", "power_on"]);
     assert_eq!(
         s.node(&id).policy.fence.as_ref().unwrap().step,
@@ -1178,24 +1181,11 @@ fn a_fence_whose_power_on_fails_stays_counted_until_the_node_reports() {
 #[test]
 fn a_fence_whose_release_fails_takes_nothing_back() {
     let (mut s, id) = rack_with_one_fenced();
-    let mut done = Vec::new();
-    while let Some(p) = s.fleet.next_action(&id) {
-        done.push(p.action.name());
-        let out = if p.action.name() == "release" {
-            s.fleet.action_failed(
-                &s.cfg,
-                s.now,
-                &id,
-                p.id,
-                "this orchestrator cannot release a fenced node's work",
-            )
-        } else {
-            s.fleet
-                .action_done(&s.cfg, s.now, &id, &p, &Done::default())
-        };
-        s.record(out);
-        s.flows();
-    }
+    let done = s.fence_through(
+        &id,
+        "release",
+        "this orchestrator cannot release a fenced node's work",
+    );
     assert_eq!(done, ["power_off", "release", "power_on"]);
     let others: Vec<&str> = RACK.iter().copied().filter(|n| **n != id).collect();
     s.at(410).poll(&beating(&others)).flows();
@@ -1219,19 +1209,7 @@ fn a_refused_operator_cordon_leaves_a_fence_to_finish() {
     let (mut s, id) = rack_with_one_fenced();
     let out = s.fleet.cordon(s.now, &id, "disk swap").unwrap();
     s.record(out);
-    let mut done = Vec::new();
-    while let Some(p) = s.fleet.next_action(&id) {
-        done.push(p.action.name());
-        let out = if p.action.name() == "cordon" {
-            s.fleet
-                .action_failed(&s.cfg, s.now, &id, p.id, "the node is not ready")
-        } else {
-            s.fleet
-                .action_done(&s.cfg, s.now, &id, &p, &Done::default())
-        };
-        s.record(out);
-        s.flows();
-    }
+    let done = s.fence_through(&id, "cordon", "the node is not ready");
     assert_eq!(done, ["power_off", "cordon", "release", "power_on"]);
     assert_eq!(
         s.node(&id).policy.fence.as_ref().unwrap().step,
