@@ -1496,6 +1496,20 @@ mod tests {
             assert_eq!(e.status, StatusCode::BAD_REQUEST, "{body}");
             assert!(e.detail.starts_with(says), "{body}: {}", e.detail);
         }
+        // A time as chrono reads one, a space for the `T` too.
+        let request = axum::extract::Request::builder()
+            .header("content-type", "application/json")
+            .body(Body::from(
+                r#"{"job": "j", "occurredAt": "2026-12-06 09:30:00+01:00"}"#,
+            ))
+            .unwrap();
+        let sent =
+            Json::<serde_json::Map<String, serde_json::Value>>::from_request(request, &()).await;
+        let report = object_body::<FailureReport>(sent).unwrap();
+        assert_eq!(
+            report.occurred_at.unwrap().to_rfc3339(),
+            "2026-12-06T08:30:00+00:00"
+        );
     }
 
     #[test]

@@ -137,9 +137,13 @@ pub fn eviction_message(
 ) -> String {
     let mut said = message.to_string();
     if failed.iter().any(|w| w.restart_on_node_fault) {
-        said.push_str(&format!(
-            " Work moved {max_restarts} time(s) already for node faults is not moved again (maxEvictionRestarts)."
-        ));
+        said.push_str(&if max_restarts == 0 {
+            " Work is not moved for node faults here (maxEvictionRestarts 0).".to_string()
+        } else {
+            format!(
+                " Work moved {max_restarts} time(s) already for node faults is not moved again (maxEvictionRestarts)."
+            )
+        });
     }
     if failed.iter().any(|w| !w.restart_on_node_fault) && !message.contains("on-node-fault") {
         said.push(' ');

@@ -609,7 +609,9 @@ fn rfc3339_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Time>, D
     };
     match value {
         None | Some(serde_json::Value::Null) => Ok(None),
-        Some(serde_json::Value::String(text)) => chrono::DateTime::parse_from_rfc3339(&text)
+        // As chrono reads a time (a space for the `T` too).
+        Some(serde_json::Value::String(text)) => text
+            .parse::<chrono::DateTime<chrono::FixedOffset>>()
             .map(|t| Some(t.to_utc()))
             .map_err(|_| refused(&format!("{text:?}"))),
         Some(other) => Err(refused(&other.to_string())),

@@ -307,17 +307,20 @@ impl Hale {
             )
             .during(node, action.name()));
         }
-        // A fence's power-off likewise: one a stopped process sent is not sent
+        // A fence's power-off likewise: one an earlier process sent is not sent
         // again, only waited for (a BMC may take its time to act on it).
         let id = node.to_string();
         let resumed_off = op == PowerOp::Off
             && self
                 .off_runtime(move |this| {
-                    this.lock_fleet()
+                    let fleet = this.lock_fleet();
+                    let started = fleet.trust.watching_since;
+                    fleet
                         .nodes
                         .get(&id)
                         .and_then(|n| n.policy.fence.as_ref())
-                        .is_some_and(|f| f.sent.is_some())
+                        .and_then(|f| f.sent)
+                        .is_some_and(|t| t < started)
                 })
                 .await;
         if op == PowerOp::Off && !resumed_off && !self.mark_sending(node, op).await {

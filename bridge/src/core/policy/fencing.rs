@@ -138,13 +138,15 @@ fn step_event(id: &str, now: Time, step: FenceStep, message: String) -> crate::c
 }
 
 impl Fleet {
-    /// Record that the power-off of `id`'s fence is about to be sent (dirty: newly
-    /// recorded).
+    /// Record that the power-off of `id`'s fence is about to be sent (dirty:
+    /// recorded). One this process recorded before and never sent (the write did
+    /// not land) is recorded again; one an earlier process sent is not.
     pub fn fence_off_sending(&mut self, now: Time, id: &str) -> Outcome {
         let mut out = Outcome::default();
+        let started = self.trust.watching_since;
         if let Some(fence) = self.nodes.get_mut(id).and_then(|n| n.policy.fence.as_mut())
             && fence.step == FenceStep::Off
-            && fence.sent.is_none()
+            && fence.sent.is_none_or(|t| t >= started)
         {
             fence.sent = Some(now);
             out.dirty.insert(id.into());

@@ -499,9 +499,12 @@ impl Fleet {
     /// a process that stops before hearing back does not send it again.
     pub fn reboot_sending(&mut self, now: Time, id: &str) -> Outcome {
         let mut out = Outcome::default();
+        // One this process recorded before and never sent (the write did not
+        // land) is recorded again; one an earlier process sent is not.
+        let started = self.trust.watching_since;
         if let Some(flow) = self.nodes.get_mut(id).and_then(|n| n.policy.flow.as_mut())
             && flow.step == FlowStep::Reboot
-            && flow.sent.is_none()
+            && flow.sent.is_none_or(|t| t >= started)
         {
             flow.sent = Some(now);
             out.dirty.insert(id.into());
@@ -645,19 +648,20 @@ impl Fleet {
             {
                 Move::Drain
             }
-            FlowStep::Cordon | FlowStep::Drain if took > r.drain_timeout => Move::Fail(
-                flow.step,
-                format!(
-                    "{} did not finish within remediation.drainTimeout ({}s){}",
-                    flow.step.as_str(),
-                    r.drain_timeout.as_secs(),
-                    if blind && flow.step == FlowStep::Cordon {
-                        ": the drain was held while hale's alert source is stale or down"
-                    } else {
-                        ""
-                    }
-                ),
-            ),
+            // A drain held while hale is blind is hale's wait, not the node's: no
+            // timeout until it sees again.
+            FlowStep::Cordon | FlowStep::Drain
+                if took > r.drain_timeout && !(blind && flow.step == FlowStep::Cordon) =>
+            {
+                Move::Fail(
+                    flow.step,
+                    format!(
+                        "{} did not finish within remediation.drainTimeout ({}s)",
+                        flow.step.as_str(),
+                        r.drain_timeout.as_secs()
+                    ),
+                )
+            }
             FlowStep::Cordon | FlowStep::Drain => Move::Stay,
             FlowStep::Reboot
                 if flow.sent.is_none()
@@ -789,22 +793,20 @@ impl Fleet {
                     && trusted_at.is_some_and(|t| {
                         t >= flow.since + chrono::TimeDelta::from_std(settle).expect("bounded")
                     });
-                if judged && !blind && cleared(&flow.trigger) && !away {
+                // Blind, nothing is judged, and the timeout waits for hale to see
+                // again: its first trusted answer decides.
+                if blind {
+                    Move::Stay
+                } else if judged && cleared(&flow.trigger) && !away {
                     Move::PutBack
                 } else if took > r.verify_timeout {
-                    let trigger = flow.trigger.as_deref().unwrap_or("the condition");
-                    let limit = r.verify_timeout.as_secs();
                     Move::Fail(
                         FlowStep::Verify,
-                        if blind {
-                            format!(
-                                "{trigger} could not be verified within {limit}s of the node's return (remediation.verifyTimeout): hale's alert source is stale or down"
-                            )
-                        } else {
-                            format!(
-                                "{trigger} still raised {limit}s after the node returned (remediation.verifyTimeout)"
-                            )
-                        },
+                        format!(
+                            "{} still raised {}s after the node returned (remediation.verifyTimeout)",
+                            flow.trigger.as_deref().unwrap_or("the condition"),
+                            r.verify_timeout.as_secs()
+                        ),
                     )
                 } else {
                     Move::Stay
@@ -858,7 +860,11 @@ impl Fleet {
         if !facts.can_reboot
             && let Some(why) = facts.missing_bmc(&node.id)
         {
-            return Some(why);
+            return Some(if why.starts_with("no BMC") || why.starts_with("its BMC") {
+                why
+            } else {
+                format!("no usable BMC: {why}")
+            });
         }
         let kind = r.node_type(&node.labels);
         let control_plane = is_control_plane(node);

@@ -3158,7 +3158,10 @@ fn replace_waits_for_the_node_to_empty_then_terminates() {
     s.policy_events();
     s.fleet.nodes.get_mut("c-0").unwrap().policy.allocations = 0;
     s.at(60).report(&ids, &["c-0"], very_low);
-    assert!(actions(&s).contains(&("c-0".to_string(), policy::Action::Terminate)));
+    assert_eq!(
+        actions(&s),
+        [("c-0".to_string(), policy::Action::Terminate)]
+    );
     act(&mut s);
     assert!(!s.fleet.nodes.contains_key("c-0"));
     let events = s.policy_events();

@@ -337,10 +337,34 @@ fn a_flow_drains_nothing_while_hale_is_stale() {
     assert!(s.fleet.trust.stale);
     assert_eq!(s.act(), ["n1:cordon"]);
     assert_eq!(s.step("n1"), Some(FlowStep::Cordon));
-    s.at(210)
+    // Past drainTimeout, blind all along: hale's wait, not a failure.
+    s.at(700).fail().flows();
+    assert_eq!(s.step("n1"), Some(FlowStep::Cordon));
+    assert!(s.took_of(&["REMEDIATION_FAILED"]).is_empty());
+    s.at(710)
         .poll(&all_beating(&[], &[uptime("n1", "P5")]))
         .flows();
     assert_eq!(s.act(), ["n1:drain", "n1:reboot"]);
+}
+
+/// A reboot or fence power-off this process recorded as sent and never sent (the
+/// store did not take the record) is recorded again and sent; one an earlier
+/// process recorded is not.
+#[test]
+fn a_send_is_recorded_again_only_by_the_process_that_never_sent_it() {
+    let (mut s, id) = rack_with_one_fenced();
+    assert!(s.fleet.fence_off_sending(s.now, &id).dirty.contains(&id));
+    s.at(101);
+    assert!(
+        s.fleet.fence_off_sending(s.now, &id).dirty.contains(&id),
+        "this process's record, not sent: recorded again"
+    );
+    s.at(102).restart();
+    s.at(103);
+    assert!(
+        s.fleet.fence_off_sending(s.now, &id).dirty.is_empty(),
+        "an earlier process's: never again"
+    );
 }
 
 /// A reboot waiting its turn is ordered by the most urgent alert asking for it now:
