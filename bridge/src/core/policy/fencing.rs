@@ -236,6 +236,9 @@ impl Fleet {
                     .fence
                     .as_ref()
                     .is_some_and(|f| f.step == FenceStep::Fenced)
+                // Nothing released holds its exporter off: back is reporting too.
+                && (node.policy.fence.as_ref().is_some_and(|f| !f.unreleased)
+                    || !node.conditions.contains_key(HEARTBEAT_MISSED))
             {
                 let message = if node.policy.fence.as_ref().is_some_and(|f| f.unreleased) {
                     // Its release failed (recorded then): nothing to take back.

@@ -1710,6 +1710,48 @@ fn a_cordoned_node_that_stops_being_ready_is_fenced_and_restored_when_ready() {
     assert!(s.node("k1").policy.fence.is_none());
 }
 
+/// A fence whose work was never released (an orchestrator that cannot) ends when
+/// the node reports again, not when the orchestrator shows it ready: nothing holds
+/// its exporter off.
+#[test]
+fn an_unreleased_fence_ends_when_the_node_reports_not_when_ready() {
+    let mut s = script(
+        "nodeHealth: { mode: cordon }\nfencing: { after: 1m, maxPercent: 50 }\norchestrator: { kind: kubernetes }\n",
+    );
+    let seen = |not_ready: bool| {
+        let mut o = super::shown("k1", Status::Ready);
+        o.not_ready = not_ready;
+        vec![o, super::shown("k2", Status::Ready)]
+    };
+    let out = s.fleet.observe(&s.cfg, s.now, &seen(false));
+    s.record(out);
+    s.at(0).poll(&[watchdog(), beat("k1"), beat("k2")]);
+    s.at(5)
+        .poll(&[watchdog(), beat("k2")])
+        .at(30)
+        .poll(&[watchdog(), beat("k2")]);
+    let out = s.fleet.observe(&s.cfg, s.now, &seen(true));
+    s.record(out);
+    s.at(100).poll(&[watchdog(), beat("k2")]).flows();
+    let done = s.fence_through(
+        "k1",
+        "release",
+        "this orchestrator cannot release a fenced node's work",
+    );
+    assert_eq!(done, ["power_off", "release", "power_on"]);
+    let out = s.fleet.observe(&s.cfg, s.now, &seen(false));
+    s.record(out);
+    s.at(110).poll(&[watchdog(), beat("k2")]).flows();
+    assert!(
+        s.node("k1").policy.fence.is_some(),
+        "ready, not reporting yet"
+    );
+    s.at(120)
+        .poll(&[watchdog(), beat("k1"), beat("k2")])
+        .flows();
+    assert!(s.node("k1").policy.fence.is_none(), "reporting: over");
+}
+
 /// A node whose work the orchestrator shows released (the `out-of-service` taint a
 /// replica that led before this one left, on a store of its own, or an operator's)
 /// is fenced already as far as the cluster goes: never fenced again, and counted
