@@ -391,8 +391,9 @@ impl Hale {
         self.record_power(node, verb, force, Actor::Hale, &result)
             .await;
         match result {
-            Ok(_) => Ok(Done {
+            Ok(o) => Ok(Done {
                 by_bmc: true,
+                from_off: o.sent.contains(&"on"),
                 ..Done::default()
             }),
             Err(e) if e.class == crate::bmc::Failure::Unconfirmed => {

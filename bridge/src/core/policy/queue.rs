@@ -128,6 +128,9 @@ pub struct Done {
     /// A power action done through the node's BMC (else the orchestrator's own
     /// reboot): what the flow's history says did it.
     pub by_bmc: bool,
+    /// A power-on the BMC confirmed on a machine it read off: the machine was off
+    /// and is on again (a reboot a stopped process sent, taken up).
+    pub from_off: bool,
 }
 
 impl Fleet {

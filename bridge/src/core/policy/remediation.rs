@@ -1197,6 +1197,18 @@ impl Fleet {
                     .into(),
                 ));
             }
+            // A reboot a stopped process sent, taken up: the BMC read the machine
+            // off and powered it on, so the reboot happened — back counts from now.
+            (
+                FlowStep::Return,
+                Action::Power {
+                    op: PowerOp::On, ..
+                },
+            ) if done.from_off => {
+                flow.confirmed = true;
+                flow.since = now;
+                out.dirty.insert(id.into());
+            }
             (FlowStep::Uncordon, Action::Uncordon) => self.flow_succeeded(now, id, out),
             _ => {}
         }

@@ -457,6 +457,50 @@ fn a_reboot_the_bmc_confirmed_returns_without_hale_seeing_it_go() {
     assert!(s.took_of(&["REMEDIATION_FAILED"]).is_empty());
 }
 
+/// A reboot a stopped process sent, taken up by the next: the BMC read the machine
+/// off and the new process powered it on, so the reboot happened — the node,
+/// reporting a heartbeat window after that power-on, is back without hale having
+/// seen it go.
+#[test]
+fn a_reboot_taken_up_and_powered_on_from_off_returns() {
+    let mut s = fleet(RACKS);
+    s.at(0)
+        .poll(&all_beating(&[], &[uptime("n1", "P5")]))
+        .flows();
+    for _ in 0..4 {
+        let Some(p) = s.fleet.next_action("n1") else {
+            s.flows();
+            continue;
+        };
+        if p.action.name() == "reboot" {
+            let out = s.fleet.reboot_sending(s.now, "n1");
+            s.record(out);
+            break;
+        }
+        let out = s
+            .fleet
+            .action_done(&s.cfg, s.now, "n1", &p, &Done::default());
+        s.record(out);
+    }
+    assert!(s.node("n1").policy.flow.as_ref().unwrap().sent.is_some());
+    // Killed while the machine was going off; restarted, it finds it off.
+    s.at(5).restart();
+    s.at(6).poll(&all_beating(&[], &[])).flows();
+    assert_eq!(s.step("n1"), Some(FlowStep::Return));
+    let on = s.fleet.next_action("n1").expect("a power-on");
+    assert_eq!(on.action.name(), "power_on");
+    let from_off = Done {
+        by_bmc: true,
+        from_off: true,
+        ..Done::default()
+    };
+    let out = s.fleet.action_done(&s.cfg, s.now, "n1", &on, &from_off);
+    s.record(out);
+    s.at(10).poll(&all_beating(&["n1"], &[])).flows();
+    s.at(30).poll(&all_beating(&[], &[])).flows();
+    assert_eq!(s.step("n1"), Some(FlowStep::Verify));
+}
+
 /// n1 in a flow, run up to the drain it queued; that drain's id.
 fn flow_at_its_drain(s: &mut Script) -> u64 {
     s.at(0)
