@@ -141,11 +141,24 @@ impl Hale {
                 this.bmc_target(&c, &node)
             })
             .await?;
+        // The operator's intent on disk before the request leaves: a hale stopped
+        // before the answer must not fence the machine back on.
+        let held_before = if verb == Verb::Off {
+            Some(self.hold_powered_off(id, true).await)
+        } else {
+            None
+        };
         let result = match self.controller(&cfg, &target) {
             Ok(c) => c.run(verb, force).await,
             Err(e) => Err(e),
         };
         let result = result.map_err(|e| e.during(id, verb.as_str()));
+        // Refused (not merely unconfirmed: it may be off): as it was.
+        if let (Some(before), Err(e)) = (held_before, &result)
+            && e.class != Failure::Unconfirmed
+        {
+            self.hold_powered_off(id, before).await;
+        }
         if verb != Verb::Status {
             self.record_power(id, verb, force, Actor::Operator, &result)
                 .await;
@@ -158,6 +171,25 @@ impl Hale {
             result: power_result(&outcome).into(),
             outcome,
         })
+    }
+
+    /// Hold `id` powered off (or not) by an operator; whether it was before.
+    async fn hold_powered_off(self: &Arc<Self>, id: &str, off: bool) -> bool {
+        let this = self.clone();
+        let id = id.to_string();
+        tokio::task::spawn_blocking(move || {
+            let mut before = false;
+            if let Err(e) = this.apply(|fleet, _, _| {
+                let (out, was) = fleet.hold_powered_off(&id, off);
+                before = was;
+                Ok(out)
+            }) {
+                warn!(node = %id, error = %e, "the operator's power-off could not be recorded before it was sent");
+            }
+            before
+        })
+        .await
+        .unwrap_or(false)
     }
 
     /// Record `NODE_POWER` for a verb done (or failed) on `id`.

@@ -173,6 +173,22 @@ pub struct PowerDone {
 }
 
 impl Fleet {
+    /// An operator's power-off of `id` is about to be sent: held off from now (no
+    /// fence or flow powers it on), so that a stop before its answer does not lose
+    /// the operator's intent. `off: false` takes that back (the BMC refused it).
+    /// Returns whether the node was held off before.
+    pub fn hold_powered_off(&mut self, id: &str, off: bool) -> (Outcome, bool) {
+        let mut out = Outcome::default();
+        let Some(node) = self.nodes.get_mut(id) else {
+            return (out, false);
+        };
+        let before = std::mem::replace(&mut node.policy.powered_off, off);
+        if before != off {
+            out.dirty.insert(id.into());
+        }
+        (out, before)
+    }
+
     /// Record a power operation on node `id` (`NODE_POWER`); a node no longer
     /// known records nothing.
     pub fn record_power(&mut self, now: Time, id: &str, power: PowerDone) -> Outcome {

@@ -1395,6 +1395,11 @@ fn a_machine_an_operator_powers_on_gets_fencing_after_to_report() {
         force: false,
         message: format!("power {action} by operator"),
     };
+    // Held off from the moment the request leaves (a hale stopped before the
+    // answer keeps the operator's intent), then recorded done.
+    let (out, before) = s.fleet.hold_powered_off("n0", true);
+    assert!(!before && out.dirty.contains("n0"));
+    s.record(out);
     let out = s.fleet.record_power(s.now, "n0", power("off"));
     s.record(out);
     s.at(5).poll(&beating(&["n0"]));
