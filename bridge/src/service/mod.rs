@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use chrono::Utc;
 use tokio::sync::Notify;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::Joined as _;
 use crate::alertmanager::{self, Answer, IngestError};
@@ -418,6 +418,7 @@ impl Hale {
         let cfg = self.config();
         let now = Utc::now();
         let shown = shown_trust(&fleet.trust);
+        let was_stale = fleet.trust.stale;
         let mut outcome = step(&mut fleet, &cfg.core, now)?;
         // What the trust record says changed: written though nothing else did, so a
         // restart keeps a hold and followers show the source as it is.
@@ -457,7 +458,7 @@ impl Hale {
         if unchanged && writer.pending.is_none() {
             return Ok((outcome, None));
         }
-        log_events(&outcome);
+        log_events(&outcome, was_stale);
         let mut todo = writer.pending.take().unwrap_or_default();
         todo.absorb(outcome.take_writes());
         // A leadership that lapsed while this step waited for the writer (behind
@@ -2012,8 +2013,9 @@ fn seen_alert(a: &Alert<'_>, cfg: &Loaded, unknown: &std::collections::HashSet<&
 
 /// Operators read these in the service log; the missed heartbeat is the warning the
 /// design asks for (node and time of its last heartbeat). Staleness hits every node at
-/// once, so it is one line, not one per node.
-fn log_events(outcome: &Outcome) {
+/// once, so it is one line, not one per node; a node new while hale was stale
+/// already (a delivery naming it) is a debug line, not the warning again.
+fn log_events(outcome: &Outcome, was_stale: bool) {
     let (mut stale, mut fresh) = (0usize, 0usize);
     for e in &outcome.events {
         match &e.kind {
@@ -2036,7 +2038,12 @@ fn log_events(outcome: &Outcome) {
             ),
         }
     }
-    if stale > 0 {
+    if stale > 0 && was_stale {
+        debug!(
+            nodes = stale,
+            "new while hale is stale: marked telemetry_stale"
+        );
+    } else if stale > 0 {
         warn!(
             nodes = stale,
             "no trusted alert data: every node marked telemetry_stale, nothing is cleared"
