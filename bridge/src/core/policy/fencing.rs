@@ -168,6 +168,21 @@ impl Fleet {
         };
         let mut ended = false;
         for node in self.nodes.values_mut() {
+            // The power-off of a withdrawn fence that no task of this process is
+            // performing: an earlier process sent it and stopped before it heard
+            // back, so it may have landed. Powered on (no change to a machine that
+            // is on), given `fencing.after` to boot before a silence counts.
+            if let Some(off) = node.policy.fence_withdrawn
+                && self.under_way.get(&node.id).is_none_or(|p| p.id != off)
+            {
+                node.policy.powered_on_at = Some(now);
+                super::queue::power_on_after_withdrawn(
+                    node,
+                    now,
+                    "may have landed before hale restarted",
+                    out,
+                );
+            }
             // Back: with an orchestrator, Ready again (the heartbeat's exporter may
             // itself be held off by the out-of-service taint); without, reporting.
             let ready = !node.policy.not_ready
@@ -201,7 +216,13 @@ impl Fleet {
                 && let Some(off) = node.policy.pending.iter().find(power_off).map(|p| p.id)
             {
                 node.policy.pending.retain(|p| p.id != off);
-                node.policy.fence_withdrawn = Some(off);
+                // Sent, or being sent: it may land all the same (one never sent
+                // needs no power-on after it).
+                let sent = self.under_way.get(&node.id).is_some_and(|p| p.id == off)
+                    || node.policy.fence.as_ref().is_some_and(|f| f.sent.is_some());
+                if sent {
+                    node.policy.fence_withdrawn = Some(off);
+                }
                 ended = true;
                 off_ended(
                     node,

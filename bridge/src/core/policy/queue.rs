@@ -150,15 +150,22 @@ impl Fleet {
         if next.action == Action::Terminate && blind(node) {
             return None;
         }
-        // A reboot already sent (by this process, now running; or by one that
-        // stopped before it heard back) is never sent again.
+        // A reboot sent by a process that stopped before it heard back is never
+        // sent again (one this process recorded is its own: performed once, or
+        // asked again when the store did not take the record and it was not sent).
+        let started = self.trust.watching_since;
         if matches!(
             next.action,
             Action::Power {
                 op: PowerOp::Reboot,
                 ..
             }
-        ) && node.policy.flow.as_ref().is_some_and(|f| f.sent.is_some())
+        ) && node
+            .policy
+            .flow
+            .as_ref()
+            .and_then(|f| f.sent)
+            .is_some_and(|t| t < started)
         {
             return None;
         }
@@ -649,7 +656,7 @@ fn held(blocked: u32) -> String {
 
 /// The power-off of a fence withdrawn while it was under way `landed` (or may
 /// have): the machine, back in service, is powered on again.
-fn power_on_after_withdrawn(
+pub(super) fn power_on_after_withdrawn(
     node: &mut crate::core::Node,
     now: Time,
     landed: &str,

@@ -822,7 +822,6 @@ fn a_reboot_sent_before_a_restart_is_never_sent_again() {
     ));
     let out = s.fleet.reboot_sending(s.now, "n1");
     s.record(out);
-    assert_eq!(s.fleet.next_action("n1"), None, "never handed out twice");
     // A new process: what was stored, watched from later.
     let mut restarted = Fleet::new(t0() + TimeDelta::seconds(60));
     restarted.nodes = s.fleet.nodes.clone();
@@ -1346,7 +1345,13 @@ fn a_fence_whose_power_off_goes_unconfirmed_stays_counted_until_the_node_reports
 fn a_fence_is_withdrawn_when_the_node_reports_before_its_power_off() {
     for (under_way, confirmed) in [(false, true), (true, true), (true, false)] {
         let (mut s, id) = rack_with_one_fenced();
-        let off = s.fleet.next_action(&id).expect("its power-off queued");
+        // Taken by the service (under way), or still queued.
+        let off = if under_way {
+            s.fleet.take_action(&id)
+        } else {
+            s.fleet.next_action(&id)
+        }
+        .expect("its power-off queued");
         assert_eq!(off.action.name(), "power_off");
         s.took();
         // Back: every node of the rack reports again.
@@ -1380,6 +1385,23 @@ fn a_fence_is_withdrawn_when_the_node_reports_before_its_power_off() {
             assert!(s.act().is_empty(), "nothing switched off");
         }
     }
+}
+
+/// A fence withdrawn while its power-off was under way, and the process stopped
+/// before the off landed: the next process, performing none of it, powers the
+/// machine on (no change to one that is on).
+#[test]
+fn a_withdrawn_power_off_a_stopped_process_sent_is_followed_by_a_power_on() {
+    let (mut s, id) = rack_with_one_fenced();
+    s.fleet.take_action(&id).expect("its power-off taken");
+    s.at(110).poll(&beating(&[])).flows();
+    assert!(s.node(&id).policy.fence_withdrawn.is_some());
+    // Killed; a new process has nothing under way.
+    s.fleet.under_way.clear();
+    s.at(115).restart();
+    s.at(116).poll(&beating(&[])).flows();
+    assert_eq!(s.act(), [format!("{id}:power_on")]);
+    assert!(s.node(&id).policy.fence_withdrawn.is_none());
 }
 
 /// A machine an operator powered off is never fenced; powered on again, it is given
