@@ -634,7 +634,12 @@ impl Fleet {
             Some(_) => self.nodes.remove(node_id),
         };
         self.pools = None;
+        // Gone on purpose, as a replaced machine is: alerts that still name it
+        // for a while bring back a record that nothing acts on (no fence powers
+        // on a machine an operator switched off and retired).
+        self.ledger.replaced.insert(node_id.into(), now);
         let mut step = Step::new(self, cfg, now);
+        step.out.ledger = true;
         step.event(
             node_id,
             EventKind::NodeDecommissioned {

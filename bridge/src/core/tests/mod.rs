@@ -2048,6 +2048,13 @@ fn decommission_forgets_the_node() {
         s.fleet.decommission(&s.cfg, s.now, "n1"),
         Err(CoreError::UnknownNode("n1".into()))
     );
+    // Alerts still naming it bring back a record nothing acts on for a while, as
+    // after a replacement (its machine gone on purpose).
+    s.at(5).poll(&[watchdog(), smart_failing("n1")]);
+    assert!(crate::core::policy::just_replaced(s.node("n1"), s.now));
+    s.at(5 + 16 * 60).poll(&[watchdog(), smart_failing("n1")]);
+    assert!(!crate::core::policy::just_replaced(s.node("n1"), s.now));
+    s.fleet.nodes.remove("n1");
     // A node the inventory lists stays until the inventory lets it go: alerts
     // naming it again would bring it back outside its pool.
     let ids = s.pool("g", 2, "gpu");
