@@ -252,10 +252,7 @@ fn a_rack_at_a_time_in_priority_order_each_node_through_every_step() {
 /// An operator's active drain of a node a flow holds is the operator's.
 #[test]
 fn an_operators_drain_during_a_flow_is_the_operators() {
-    let mut s = fleet(RACKS);
-    s.at(0)
-        .poll(&all_beating(&[], &[uptime("n1", "P5")]))
-        .flows();
+    let mut s = n1_asks_for_a_reboot();
     assert!(s.step("n1").is_some());
     let out = s.fleet.drain(s.now, "n1", true, "disk dying").unwrap();
     s.record(out);
@@ -327,10 +324,7 @@ fn a_verified_reboot_leaves_an_operators_cordon_the_operators() {
 /// drain waits for trusted input.
 #[test]
 fn a_flow_drains_nothing_while_hale_is_stale() {
-    let mut s = fleet(RACKS);
-    s.at(0)
-        .poll(&all_beating(&[], &[uptime("n1", "P5")]))
-        .flows();
+    let mut s = n1_asks_for_a_reboot();
     assert_eq!(s.step("n1"), Some(FlowStep::Cordon));
     s.at(100).fail();
     s.at(200).fail();
@@ -408,31 +402,14 @@ fn a_queued_reboot_takes_the_priority_of_its_most_urgent_alert() {
 /// heartbeat window since the power-on, verifies and puts it back.
 #[test]
 fn a_reboot_the_bmc_confirmed_returns_without_hale_seeing_it_go() {
-    let mut s = fleet(RACKS);
-    s.at(0)
-        .poll(&all_beating(&[], &[uptime("n1", "P5")]))
-        .flows();
-    let mut done = Vec::new();
-    for _ in 0..10 {
-        let Some(p) = s.fleet.next_action("n1") else {
-            s.flows();
-            if s.fleet.next_action("n1").is_none() {
-                break;
-            }
-            continue;
-        };
-        if p.action.name() == "reboot" {
-            let out = s.fleet.reboot_sending(s.now, "n1");
-            s.record(out);
-        }
-        done.push(p.action.name());
-        let by_bmc = Done {
-            by_bmc: true,
-            ..Done::default()
-        };
-        let out = s.fleet.action_done(&s.cfg, s.now, "n1", &p, &by_bmc);
-        s.record(out);
-    }
+    let mut s = n1_asks_for_a_reboot();
+    let by_bmc = Done {
+        by_bmc: true,
+        ..Done::default()
+    };
+    let (done, reboot) = to_the_reboot(&mut s, &by_bmc);
+    let out = s.fleet.action_done(&s.cfg, s.now, "n1", &reboot, &by_bmc);
+    s.record(out);
     assert_eq!(done, ["cordon", "drain", "reboot"]);
     assert_eq!(s.step("n1"), Some(FlowStep::Return));
     // hale down while the machine was off; back once it reports again.
@@ -463,25 +440,8 @@ fn a_reboot_the_bmc_confirmed_returns_without_hale_seeing_it_go() {
 /// seen it go.
 #[test]
 fn a_reboot_taken_up_and_powered_on_from_off_returns() {
-    let mut s = fleet(RACKS);
-    s.at(0)
-        .poll(&all_beating(&[], &[uptime("n1", "P5")]))
-        .flows();
-    for _ in 0..4 {
-        let Some(p) = s.fleet.next_action("n1") else {
-            s.flows();
-            continue;
-        };
-        if p.action.name() == "reboot" {
-            let out = s.fleet.reboot_sending(s.now, "n1");
-            s.record(out);
-            break;
-        }
-        let out = s
-            .fleet
-            .action_done(&s.cfg, s.now, "n1", &p, &Done::default());
-        s.record(out);
-    }
+    let mut s = n1_asks_for_a_reboot();
+    to_the_reboot(&mut s, &Done::default());
     assert!(s.node("n1").policy.flow.as_ref().unwrap().sent.is_some());
     // Killed while the machine was going off; restarted, it finds it off.
     s.at(5).restart();
@@ -499,6 +459,37 @@ fn a_reboot_taken_up_and_powered_on_from_off_returns() {
     s.at(10).poll(&all_beating(&["n1"], &[])).flows();
     s.at(30).poll(&all_beating(&[], &[])).flows();
     assert_eq!(s.step("n1"), Some(FlowStep::Verify));
+}
+
+/// [`RACKS`], n1's uptime alert asking for a reboot, the flows passed once.
+fn n1_asks_for_a_reboot() -> Script {
+    let mut s = fleet(RACKS);
+    s.at(0)
+        .poll(&all_beating(&[], &[uptime("n1", "P5")]))
+        .flows();
+    s
+}
+
+/// n1's flow run as the service would, each action done as `done` says, up to its
+/// reboot, recorded as being sent; the names of the actions taken (the reboot
+/// last) and the reboot.
+fn to_the_reboot(s: &mut Script, done: &Done) -> (Vec<&'static str>, crate::core::policy::Pending) {
+    let mut taken = Vec::new();
+    for _ in 0..10 {
+        let Some(p) = s.fleet.next_action("n1") else {
+            s.flows();
+            continue;
+        };
+        taken.push(p.action.name());
+        if p.action.name() == "reboot" {
+            let out = s.fleet.reboot_sending(s.now, "n1");
+            s.record(out);
+            return (taken, p);
+        }
+        let out = s.fleet.action_done(&s.cfg, s.now, "n1", &p, done);
+        s.record(out);
+    }
+    panic!("the flow sent no reboot: {taken:?}");
 }
 
 /// n1 in a flow, run up to the drain it queued; that drain's id.
