@@ -189,6 +189,18 @@ FEDERATION = {
     },
 }
 
+# NATS credentials as nsc writes them: a JWT's shape and a user seed made for
+# these checks (hale check-config parses the seed as serve does).
+FAKE_CREDS = """\
+-----BEGIN NATS USER JWT-----
+eyJ0eXAiOiJKV1QiLCJhbGciOiJlZDI1NTE5LW5rZXkifQ.e30.c2ln
+------END NATS USER JWT------
+
+-----BEGIN USER NKEY SEED-----
+SUAAAAICAMCAKBQHBAEQUCYMBUHA6EARCIJRIFIWC4MBSGQ3DQOR4H776Y
+------END USER NKEY SEED------
+"""
+
 # A self-signed certificate (its key thrown away) for every caFile, which hale
 # reads as PEM at load.
 TEST_CA = """\
@@ -556,6 +568,11 @@ def check_hale_config(case, tmp):
         path = secrets / str(len(list(secrets.iterdir())))
         path.write_text("not-a-real-secret\n")
         return f"{m.group(1)}{path}"
+    def fake_creds(m):
+        # A user JWT and seed as nsc writes them: hale check-config reads the file.
+        path = secrets / str(len(list(secrets.iterdir())))
+        path.write_text(FAKE_CREDS)
+        return f"{m.group(1)}{path}"
     def fake_bmc(m):
         path = secrets / str(len(list(secrets.iterdir())))
         path.mkdir()
@@ -566,7 +583,8 @@ def check_hale_config(case, tmp):
         path = secrets / str(len(list(secrets.iterdir())))
         path.write_text(TEST_CA)
         return f"{m.group(1)}{path}"
-    local = re.sub(r"(?m)^(\s*(?:-\s+)?(?:apiTokenFile|secretFile|tokenFile|passwordFile|bearerTokenFile|credsFile):\s*)\S+", fake, text)
+    local = re.sub(r"(?m)^(\s*(?:-\s+)?credsFile:\s*)\S+", fake_creds, text)
+    local = re.sub(r"(?m)^(\s*(?:-\s+)?(?:apiTokenFile|secretFile|tokenFile|passwordFile|bearerTokenFile):\s*)\S+", fake, local)
     local = re.sub(r"(?m)^(\s*(?:-\s+)?credentialsFile:\s*)\S+", fake_bmc, local)
     local = re.sub(r"(?m)^(\s*(?:-\s+)?caFile:\s*)\S+", fake_ca, local)
     f = tmp / f"hale-{case.name}.yaml"

@@ -115,12 +115,24 @@ pub fn parse_v2(body: &[u8]) -> Result<Vec<Alert<'_>>> {
     let text = std::str::from_utf8(body).map_err(|e| malformed(e.to_string()))?;
     // The v1 API's envelope (`{"status":"success","data":[…]}`), an error
     // object, a proxy's page: another shape than the v2 list, said as such.
-    if text.trim_start().starts_with('{') {
-        return Err(IngestError::NotV2(
-            "a JSON object where /api/v2/alerts answers a list (the v1 API's envelope?)",
-        ));
+    match text.trim_start().chars().next() {
+        Some('[') => {}
+        Some('{') => {
+            return Err(IngestError::NotV2(
+                "a JSON object where /api/v2/alerts answers a list (the v1 API's envelope?)",
+            ));
+        }
+        _ => {
+            return Err(malformed(
+                "not the JSON list /api/v2/alerts answers (a proxy's page?)".into(),
+            ));
+        }
     }
-    let raw: Vec<V2Alert> = sonic_rs::from_str(text).map_err(|e| malformed(e.to_string()))?;
+    // What the error quotes is left out: an answer that is not Alertmanager's may
+    // be a proxy's echo of the request, credentials and all, and the error is
+    // logged and served without a token.
+    let raw: Vec<V2Alert> =
+        sonic_rs::from_str(text).map_err(|e| malformed(crate::redact::unquoted(&e.to_string())))?;
     Ok(raw
         .into_iter()
         .map(|a| Alert {
@@ -388,7 +400,8 @@ impl Client {
             .bytes()
             .await
             .map_err(|e| malformed(crate::error_chain(&e.without_url())))?;
-        let status: Status = serde_json::from_slice(&body).map_err(|e| malformed(e.to_string()))?;
+        let status: Status = serde_json::from_slice(&body)
+            .map_err(|e| malformed(crate::redact::unquoted(&e.to_string())))?;
         chrono::DateTime::parse_from_rfc3339(&status.uptime)
             .map(|t| t.with_timezone(&chrono::Utc))
             .map_err(|e| malformed(format!("uptime {:?}: {e}", status.uptime)))
@@ -706,6 +719,16 @@ mod tests {
         assert_eq!(label(b"  {}"), "version");
         assert_eq!(label(br#"[{"labels":{}}]"#), "malformed");
         assert_eq!(parse_v2(b"[]").unwrap().len(), 0);
+        // What an answer that is not Alertmanager's holds is not repeated: a
+        // proxy's echo of the request carries its credentials.
+        for echo in [
+            &br#""authorization: Bearer CANARY-77""#[..],
+            br#"[{"labels": "authorization: Bearer CANARY-77"}]"#,
+            b"authorization: Bearer CANARY-77",
+        ] {
+            let e = parse_v2(echo).expect_err("refused").to_string();
+            assert!(!e.contains("CANARY"), "{e}");
+        }
     }
 
     /// An Alertmanager on 127.0.0.1 that sends each alerts answer's headers at once

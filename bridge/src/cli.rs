@@ -794,7 +794,14 @@ impl Client {
                 _ => break (status, text),
             }
         };
+        // What is not hale's answer is said without the token: a proxy (or a
+        // server that is not hale) may echo the request it got.
+        let secrets = match &self.token {
+            Some(token) => hale::redact::Secrets::new().with(token),
+            None => hale::redact::Secrets::new(),
+        };
         if !status.is_success() {
+            let text = secrets.scrub(&text);
             // What to do about a refused token, said where it is refused.
             let hint = match (status, &self.token) {
                 (reqwest::StatusCode::UNAUTHORIZED, None) => {
@@ -814,7 +821,12 @@ impl Client {
                 ),
             }
         }
-        serde_json::from_str(&text).with_context(|| format!("unexpected answer from hale: {text}"))
+        serde_json::from_str(&text).with_context(|| {
+            format!(
+                "unexpected answer from hale: {}",
+                secrets.scrub(&text).chars().take(200).collect::<String>()
+            )
+        })
     }
 
     async fn get<T: DeserializeOwned>(&self, segments: &[&str]) -> anyhow::Result<T> {

@@ -201,7 +201,34 @@ impl Federation {
 
 impl Remote {
     /// `GET` a JSON answer of the member's API; each path segment percent-encoded.
+    /// What the member said is passed on without this hale's token, in any form:
+    /// a proxy in front of it may echo the request, and the overview is read
+    /// without a token.
     async fn get<T: DeserializeOwned>(
+        &self,
+        segments: &[&str],
+        query: &[(&str, &str)],
+    ) -> Result<T, MemberError> {
+        let secrets = match &self.token {
+            Some(token) => crate::redact::Secrets::new().with(token.expose()),
+            None => crate::redact::Secrets::new(),
+        };
+        self.answer(segments, query).await.map_err(|e| match e {
+            MemberError::Failed(said) => MemberError::Failed(secrets.scrub(&said)),
+            MemberError::Refused {
+                status,
+                error,
+                detail,
+            } => MemberError::Refused {
+                status,
+                error: secrets.scrub(&error),
+                detail: secrets.scrub(&detail),
+            },
+            unknown @ MemberError::Unknown(_) => unknown,
+        })
+    }
+
+    async fn answer<T: DeserializeOwned>(
         &self,
         segments: &[&str],
         query: &[(&str, &str)],
@@ -261,7 +288,86 @@ impl Remote {
             });
         }
         serde_json::from_slice(&body).map_err(|e| {
-            MemberError::Failed(format!("answered something that is not hale's API: {e}"))
+            MemberError::Failed(format!(
+                "answered something that is not hale's API: {}",
+                crate::redact::unquoted(&e.to_string())
+            ))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::routing::get;
+
+    use super::*;
+
+    /// A member (or the proxy before it) that answers each path with the
+    /// request's `Authorization` header in its words: an API error with a
+    /// status of the path's, or a JSON string.
+    async fn echoing() -> String {
+        let said = |headers: &HeaderMap| {
+            let auth = headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            format!(
+                "received headers: authorization: {auth}; bare {}",
+                auth.trim_start_matches("Bearer ")
+            )
+        };
+        let app =
+            axum::Router::new().route(
+                "/api/v1/{status}",
+                get(
+                    move |axum::extract::Path(status): axum::extract::Path<u16>,
+                          headers: HeaderMap| async move {
+                        let said = said(&headers);
+                        match status {
+                            200 => (StatusCode::OK, serde_json::to_string(&said).unwrap()),
+                            code => (
+                                StatusCode::from_u16(code).unwrap(),
+                                serde_json::json!({"error": said, "detail": said}).to_string(),
+                            ),
+                        }
+                    },
+                ),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn what_a_member_echoes_of_the_hubs_token_is_blanked() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "CANARY-fed-abab\n").unwrap();
+        let config = dir.path().join("hale.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "cluster: hub\nfederation:\n  members:\n    - {{ name: east, url: '{}', tokenFile: '{}' }}\n",
+                echoing().await,
+                token.display()
+            ),
+        )
+        .unwrap();
+        let federation = Federation::new(&crate::config::Config::load(Some(&config)).unwrap());
+        let remote = &federation.members[0];
+        for status in ["500", "404", "400", "200"] {
+            let e = remote
+                .get::<NodeList>(&["api", "v1", status], &[])
+                .await
+                .expect_err("no node list");
+            let said = format!("{e} {e:?}");
+            assert!(!said.contains("CANARY"), "{status}: {said}");
+            if status != "200" {
+                assert!(said.contains("authorization: ***"), "{status}: {said}");
+            }
+        }
     }
 }

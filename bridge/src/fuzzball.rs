@@ -85,6 +85,21 @@ impl Config {
     pub fn validate(&self) -> std::result::Result<(), (String, String)> {
         let fail = |key: &str, message: String| Err((key.to_string(), message));
         match reqwest::Url::parse(&self.url) {
+            // Credentials belong in tokenFile: a URL's are sent as Basic, which the
+            // API does not read, and a URL is shown in logs and the config.
+            Ok(u) if !u.username().is_empty() || u.password().is_some() => {
+                return fail(
+                    "url",
+                    "holds a user or password: the API takes a token, from orchestrator.tokenFile"
+                        .into(),
+                );
+            }
+            Ok(u) if u.query().is_some() || u.fragment().is_some() => {
+                return fail(
+                    "url",
+                    "holds a query or fragment: the API's base is a path, like https://fuzzball.example.com/v4 (a token goes in orchestrator.tokenFile)".into(),
+                );
+            }
             Ok(u) if matches!(u.scheme(), "http" | "https") => {}
             _ => {
                 return fail(
@@ -189,11 +204,15 @@ impl Fuzzball {
             .extend(segments);
         let shown = crate::shown_url(&url);
         let mut request = self.http.get(url).header("accept", "application/json");
+        // What the API says is repeated without the token, in any form: a proxy
+        // in front of it may echo the request it refused.
+        let mut secrets = crate::redact::Secrets::new();
         // Read each time: API tokens expire, and the Secret that holds one is
         // rotated under the running hale.
         if let Some(file) = &self.token_file {
             let token = crate::token_text(file)
                 .map_err(|e| OrchestratorError::transient(format!("tokenFile: {e}")))?;
+            secrets.add(&token);
             request = request.bearer_auth(token);
         }
         let response = request.send().await.map_err(|e| {
@@ -238,15 +257,19 @@ impl Fuzzball {
                 .ok()
                 .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_string))
                 .unwrap_or_default();
-            let e = format!("{shown}: {status}: {said}");
+            let e = format!("{shown}: {status}: {}", secrets.scrub(&said));
             return Err(if status.is_server_error() || status.as_u16() == 429 {
                 OrchestratorError::transient(e)
             } else {
                 OrchestratorError::refused(e)
             });
         }
-        serde_json::from_slice(&body)
-            .map_err(|e| OrchestratorError::refused(format!("{shown}: not a JSON answer: {e}")))
+        serde_json::from_slice(&body).map_err(|e| {
+            OrchestratorError::refused(format!(
+                "{shown}: not a JSON answer: {}",
+                crate::redact::unquoted(&e.to_string())
+            ))
+        })
     }
 
     /// The id Fuzzball knows `node` by (its name where the inventory has not
@@ -606,6 +629,48 @@ mod tests {
             assert_eq!(e.metric_label(), "refused", "{e}");
             assert!(e.to_string().contains("not a node id"), "{e}");
         }
+    }
+
+    /// An API (or the proxy before it) that refuses with the request's
+    /// `Authorization` header in its message: what hale says of it holds no
+    /// token, whole or bare.
+    #[tokio::test]
+    async fn what_the_api_echoes_of_the_token_is_blanked() {
+        use axum::http::{HeaderMap, StatusCode};
+        let app = axum::Router::new().route(
+            "/v4/nodes",
+            axum::routing::get(|headers: HeaderMap| async move {
+                let auth = headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
+                let message = format!(
+                    "received headers: authorization: {auth}; token {}",
+                    auth.trim_start_matches("Bearer ")
+                );
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    axum::Json(json!({"code": 13, "message": message})),
+                )
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "CANARY-fb-4d4d\n").unwrap();
+        let fz = Fuzzball::new(&Config {
+            url: format!("http://{addr}/v4"),
+            token_file: Some(token),
+            ..Config::default()
+        })
+        .unwrap();
+        let e = fz.inventory().await.unwrap_err().to_string();
+        assert!(e.contains("500"), "{e}");
+        assert!(e.contains("authorization: ***"), "{e}");
+        assert!(!e.contains("CANARY"), "{e}");
     }
 
     #[test]

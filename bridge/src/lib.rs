@@ -17,6 +17,7 @@ pub mod liveness;
 pub mod metrics;
 pub mod notify;
 pub mod orchestrator;
+pub mod redact;
 pub mod server;
 pub mod service;
 pub mod slurm;
@@ -118,9 +119,24 @@ pub fn unhex(text: &str) -> Option<Vec<u8>> {
 }
 
 /// A secret's file read: its text without surrounding white space (a trailing
-/// newline or none); an empty file is refused. The error names the file, never
-/// the text.
+/// newline or none), one line; an empty file is refused. The error names the
+/// file, never the text.
 pub fn secret_text(path: &std::path::Path) -> Result<String, String> {
+    let secret = trimmed_text(path)?;
+    // A second line would become part of the secret, which the other side then
+    // refuses with no hint why.
+    if secret.contains(['\r', '\n']) {
+        return Err(format!(
+            "{} holds more than one line: a secret is one line",
+            path.display()
+        ));
+    }
+    Ok(secret)
+}
+
+/// A file's text without surrounding white space or a byte-order mark; an
+/// empty one refused.
+fn trimmed_text(path: &std::path::Path) -> Result<String, String> {
     if path.as_os_str().is_empty() {
         return Err("must name a file".into());
     }
@@ -129,7 +145,7 @@ pub fn secret_text(path: &std::path::Path) -> Result<String, String> {
     // A byte-order mark is what some editors write before the text, not part of it.
     match text.strip_prefix('\u{feff}').unwrap_or(&text).trim() {
         "" => Err(format!("{} is empty", path.display())),
-        token => Ok(token.to_string()),
+        text => Ok(text.to_string()),
     }
 }
 
@@ -138,7 +154,7 @@ pub fn secret_text(path: &std::path::Path) -> Result<String, String> {
 /// file of two lines, a token with a space inside or a character beyond ASCII
 /// (which no header compares equal) is refused here rather than never matching.
 pub fn token_text(path: &std::path::Path) -> Result<String, String> {
-    let token = secret_text(path)?;
+    let token = trimmed_text(path)?;
     if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(format!(
             "{} holds white space or a control character inside the token (more than one line?): a token is one word",
@@ -288,7 +304,14 @@ mod layers {
     /// Bottom up.
     const LAYERS: &[&[&str]] = &[
         &["core"],
-        &["orchestrator", "store", "liveness", "fleet_lock", "server"],
+        &[
+            "orchestrator",
+            "store",
+            "liveness",
+            "fleet_lock",
+            "server",
+            "redact",
+        ],
         &[
             "kubernetes",
             "fuzzball",

@@ -216,6 +216,9 @@ impl std::io::Write for LogOut {
 /// The crate whose log lines only repeat an error hale reports itself.
 const QUIET: &str = "rustls_platform_verifier";
 
+/// The crate whose debug lines quote what the Kubernetes API server answered.
+const KUBE_CLIENT: &str = "kube_client";
+
 /// Start the log: `HALE_LOG` filters it; colours only on a terminal, so a file or
 /// `kubectl logs` reads clean; JSON lines for collectors.
 /// A `HALE_LOG` that is not a filter stops the start, as a bad configuration does.
@@ -258,9 +261,18 @@ fn log(format: LogFormat) -> anyhow::Result<()> {
     // A certificate that does not verify is said by what hale was doing (a
     // federation member's row, a poll's error), with whom: the verifier's own
     // error line, naming no one, once per request, only when asked for by name.
-    let filter = match spec {
-        Ok(spec) if spec.contains(QUIET) => filter,
-        _ => filter.add_directive(format!("{QUIET}=off").parse().expect("a directive")),
+    let named = |name: &str| spec.as_ref().is_ok_and(|s| s.contains(name));
+    let filter = if named(QUIET) {
+        filter
+    } else {
+        filter.add_directive(format!("{QUIET}=off").parse().expect("a directive"))
+    };
+    // kube's client logs at debug what the API server answered, which may echo
+    // the token it refused: at info unless kube is asked for by name.
+    let filter = if named("kube") {
+        filter
+    } else {
+        filter.add_directive(format!("{KUBE_CLIENT}=info").parse().expect("a directive"))
     };
     let log = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -952,6 +952,61 @@ async fn a_listing_that_does_not_move_on_is_an_error() {
     );
 }
 
+/// A server that is not hale (a proxy gone wrong) answering with the request's
+/// `Authorization` header: the CLI says what it answered, without the token —
+/// a hale-shaped error, a text page, a 401 or an answer that is not JSON.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_never_repeats_its_token_from_what_a_server_echoes() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = axum::Router::new().route(
+        "/api/v1/nodes/{id}",
+        axum::routing::get(
+            |axum::extract::Path(id): axum::extract::Path<String>,
+             headers: axum::http::HeaderMap| async move {
+                use axum::http::StatusCode;
+                let auth = headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
+                let said = format!(
+                    "received authorization: {auth}; bare {}",
+                    auth.trim_start_matches("Bearer ")
+                );
+                match id.as_str() {
+                    "json" => (
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        json!({"error": "boom", "detail": said}).to_string(),
+                    ),
+                    "text" => (StatusCode::BAD_GATEWAY, said),
+                    "refused" => (StatusCode::UNAUTHORIZED, said),
+                    _ => (StatusCode::OK, said),
+                }
+            },
+        ),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "CANARY-cli-7f3a\n").unwrap();
+    for id in ["json", "text", "refused", "ok"] {
+        let out = exits_within(hale_cmd().args([
+            "node",
+            "show",
+            id,
+            "--server",
+            &url,
+            "--token-file",
+            token.to_str().unwrap(),
+        ]));
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{id}: {said}");
+        assert!(said.contains("received authorization: ***"), "{id}: {said}");
+        assert!(!said.contains("CANARY"), "{id}: {said}");
+    }
+}
+
 /// A tmpfs mounted for a test, unmounted when it ends (however it ends).
 struct Tmpfs(std::path::PathBuf);
 

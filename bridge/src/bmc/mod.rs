@@ -370,12 +370,15 @@ impl Credentials {
         &self.password
     }
 
-    /// `text` with the password blanked, for an error that quotes a BMC's answer.
+    /// What a BMC's answer must not repeat: the password, as it is, JSON-escaped
+    /// and inside the basic authentication header.
+    pub(crate) fn secrets(&self) -> crate::redact::Secrets {
+        crate::redact::Secrets::new().with_basic(&self.username, &self.password)
+    }
+
+    /// `text` with the credentials blanked, for an error that quotes a BMC's answer.
     pub(crate) fn scrub(&self, text: &str) -> String {
-        if self.password.len() < 3 {
-            return text.to_string();
-        }
-        text.replace(&self.password, "***")
+        self.secrets().scrub(text)
     }
 }
 

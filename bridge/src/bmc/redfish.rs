@@ -22,6 +22,9 @@ pub struct Redfish {
     sessions: Mutex<Option<Option<String>>>,
     /// The session's token and its URL (`Location`), to log out with.
     token: Mutex<Option<(String, Option<String>)>>,
+    /// The last session token, blanked in what the BMC answers (read where the
+    /// token's own lock is held, so a lock of its own).
+    last_token: std::sync::Mutex<Option<String>>,
 }
 
 /// The `ResetType`s that do `request`, most fitting first.
@@ -72,6 +75,7 @@ impl Redfish {
             credentials: target.credentials.clone(),
             sessions: Mutex::new(None),
             token: Mutex::new(None),
+            last_token: std::sync::Mutex::new(None),
         })
     }
 
@@ -134,6 +138,9 @@ impl Redfish {
                 .map(str::to_string)
         };
         *token = header("X-Auth-Token").map(|t| (t, header("Location")));
+        if let Some((t, _)) = &*token {
+            *self.last_token.lock().expect("token lock") = Some(t.clone());
+        }
         Ok(token.as_ref().map(|(t, _)| t.clone()))
     }
 
@@ -188,20 +195,32 @@ impl Redfish {
         if bytes.is_empty() {
             return Ok(Value::Null);
         }
-        serde_json::from_slice(&bytes)
-            .map_err(|e| BmcError::new(Failure::Refused, format!("{path}: not a JSON answer: {e}")))
+        serde_json::from_slice(&bytes).map_err(|e| {
+            BmcError::new(
+                Failure::Refused,
+                self.scrub(&format!("{path}: not a JSON answer: {e}")),
+            )
+        })
     }
 
     fn unreachable(&self, e: &reqwest::Error) -> BmcError {
-        BmcError::new(
-            Failure::Unreachable,
-            self.credentials.scrub(&crate::error_chain(e)),
-        )
+        BmcError::new(Failure::Unreachable, self.scrub(&crate::error_chain(e)))
+    }
+
+    /// `text` without the credentials or the session token in any form: a BMC
+    /// (or a proxy before it) may echo the request it refused.
+    fn scrub(&self, text: &str) -> String {
+        let mut secrets = self.credentials.secrets();
+        if let Some(token) = &*self.last_token.lock().expect("token lock") {
+            secrets.add(token);
+        }
+        secrets.scrub(text)
     }
 
     async fn refusal(&self, status: StatusCode, response: reqwest::Response) -> BmcError {
         let url = crate::shown_url(response.url());
-        let text = response.text().await.unwrap_or_default();
+        // Blanked whole, before it is cut short: a secret cut in two is not found.
+        let text = self.scrub(&response.text().await.unwrap_or_default());
         let message = serde_json::from_str::<Value>(&text)
             .ok()
             .and_then(|v| {
@@ -220,7 +239,9 @@ impl Redfish {
             _ if status.is_redirection() => {
                 "the BMC redirects elsewhere: write the address it redirects to".to_string()
             }
-            _ => self.credentials.scrub(message.trim()),
+            // Blanked again: a JSON message unescaped once may show a password
+            // the raw text held escaped twice.
+            _ => self.scrub(message.trim()),
         };
         BmcError::new(class, format!("{url}: {status}: {said}"))
     }
@@ -465,5 +486,112 @@ mod tests {
         assert_eq!(e.class, Failure::Auth);
         assert!(e.to_string().contains("refused the credentials"), "{e}");
         assert!(!e.to_string().contains("not-the-password"));
+    }
+
+    /// Where a BMC (or a proxy before it) refuses with the request it got.
+    #[derive(Clone, Copy)]
+    enum Echo {
+        /// The system's read, over Basic.
+        Basic,
+        /// The session's login (its body holds the password).
+        Login,
+        /// A Reset, over a session.
+        Reset,
+    }
+
+    /// A BMC that refuses as `echo` says, with the headers and the body it got.
+    async fn echoing(echo: Echo) -> String {
+        let refuse = |status: StatusCode| {
+            move |headers: HeaderMap, body: String| async move {
+                let seen: Vec<String> = headers
+                    .iter()
+                    .map(|(k, v)| format!("{k}: {}", v.to_str().unwrap_or_default()))
+                    .collect();
+                let basic = headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.strip_prefix("Basic "))
+                    .unwrap_or_default()
+                    .to_string();
+                let message = format!("seen {}; credential {basic}; body {body}", seen.join("; "));
+                (status, Json(json!({"error": {"message": message}})))
+            }
+        };
+        let root = match echo {
+            Echo::Basic => json!({}),
+            _ => {
+                json!({"Links": {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions"}}})
+            }
+        };
+        let app = axum::Router::new()
+            .route(
+                "/redfish/v1/",
+                get(move || async move { Json(root.clone()) }),
+            )
+            .route(
+                "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
+                post(refuse(StatusCode::BAD_REQUEST)),
+            );
+        let app = match echo {
+            Echo::Basic => app.route(
+                "/redfish/v1/Systems/1",
+                get(refuse(StatusCode::INTERNAL_SERVER_ERROR)),
+            ),
+            Echo::Login => app.route(
+                "/redfish/v1/SessionService/Sessions",
+                post(refuse(StatusCode::BAD_REQUEST)),
+            ),
+            Echo::Reset => app
+                .route(
+                    "/redfish/v1/SessionService/Sessions",
+                    post(|| async {
+                        let mut h = HeaderMap::new();
+                        h.insert("X-Auth-Token", "sess-tok-5e5e".parse().unwrap());
+                        (StatusCode::CREATED, h)
+                    }),
+                )
+                .route(
+                    "/redfish/v1/Systems/1",
+                    get(|| async { Json(json!({"PowerState": "On"})) }),
+                ),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        format!("redfish+http://{addr}/redfish/v1/Systems/1")
+    }
+
+    #[tokio::test]
+    async fn what_a_bmc_echoes_of_the_request_is_blanked() {
+        let password = r#"pa"ss\w-91c2"#;
+        // Basic: the header, and the bare base64 of `root:password`.
+        let basic = client(&echoing(Echo::Basic).await, password)
+            .state()
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(basic.contains("500"), "{basic}");
+        assert!(basic.contains("credential ***"), "{basic}");
+        assert!(basic.contains("authorization: ***"), "{basic}");
+        assert!(!basic.contains("cm9vd"), "no base64 of `root:…`: {basic}");
+        // The login's body: the password JSON-escaped.
+        let login = client(&echoing(Echo::Login).await, password)
+            .send(Request::ForceOff)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(login.contains(r#""Password":"***""#), "{login}");
+        // A session's request: its token.
+        let reset = client(&echoing(Echo::Reset).await, password)
+            .send(Request::ForceOff)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(reset.contains("x-auth-token: ***"), "{reset}");
+        for said in [basic, login, reset] {
+            for leaked in ["sess-tok-5e5e", "91c2"] {
+                assert!(!said.contains(leaked), "{leaked} in {said}");
+            }
+        }
     }
 }

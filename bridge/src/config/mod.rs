@@ -1305,6 +1305,11 @@ impl Config {
         if let Some(ca) = &self.alertmanager.ca_file {
             crate::certificates(ca).map_err(|e| err("alertmanager.caFile", e))?;
         }
+        if self.store.kind == StoreKind::Nats
+            && let Some(creds) = self.store.nats.as_ref().and_then(|n| n.creds_file.as_ref())
+        {
+            crate::store::nats::check_creds(creds).map_err(|e| err("store.nats.credsFile", e))?;
+        }
         self.orchestrator
             .validate()
             .map_err(|(key, message)| err(&format!("orchestrator.{key}"), message))?;
@@ -2172,6 +2177,20 @@ mod tests {
                 "{said}"
             );
         }
+        // A Fuzzball url that parses, with credentials in it: refused, not sent as
+        // Basic (which the API does not read) nor shown.
+        for url in [
+            "https://fb:S3cret@fz.example/v4",
+            "https://fz.example/v4?token=S3cret",
+        ] {
+            let e = load(&format!(
+                "orchestrator: {{ kind: fuzzball, url: '{url}', cli: /bin/true }}"
+            ))
+            .unwrap_err();
+            assert_eq!(e.key, "orchestrator.url", "{e}");
+            assert!(e.to_string().contains("orchestrator.tokenFile"), "{e}");
+            assert!(!e.to_string().contains("S3cret"), "{e}");
+        }
         assert_eq!(
             crate::shown_address("https://u:p@w@host:1/a/b?x=y#z"),
             "https://host:1/a/b"
@@ -2551,9 +2570,12 @@ mod tests {
             let e = load(text).expect_err(text);
             assert_eq!(e.key, key, "{text}: {e}");
         }
-        let readable = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+        let dir = tempfile::tempdir().unwrap();
+        let readable = dir.path().join("secret");
+        std::fs::write(&readable, "s3cret\n").unwrap();
         let e = load(&format!(
-            "nodeEventWebhooks: [{{ url: 'x', secretFile: {readable} }}]"
+            "nodeEventWebhooks: [{{ url: 'x', secretFile: {} }}]",
+            readable.display()
         ))
         .unwrap_err();
         assert_eq!(e.key, "nodeEventWebhooks[0].url", "{e}");
@@ -2889,6 +2911,25 @@ pools:
             assert_eq!(e.key, "orchestrator.tokenFile", "{e}");
             assert!(e.message.contains("a token is one word"), "{e}");
         }
+        // A password or a signing secret is one line: a second would become part
+        // of it.
+        std::fs::write(dir.path().join("secret"), "line1\nline2\n").unwrap();
+        for (config, key) in [
+            (
+                "alertmanager: { url: http://am:9093, basicAuth: { username: u, passwordFile: SECRET } }\n",
+                "alertmanager.basicAuth.passwordFile",
+            ),
+            (
+                "nodeEventWebhooks: [{ url: https://hook.example/x, secretFile: SECRET }]\n",
+                "nodeEventWebhooks[0].secretFile",
+            ),
+        ] {
+            let secret = dir.path().join("secret");
+            let e = load(&config.replace("SECRET", &secret.display().to_string())).unwrap_err();
+            assert_eq!(e.key, key, "{e}");
+            assert!(e.message.contains("a secret is one line"), "{e}");
+            assert!(!e.message.contains("line2"), "{e}");
+        }
         // Nor could a character beyond ASCII, in an HTTP header.
         for token in ["p\u{e4}ss", "t0k\u{200b}3n"] {
             std::fs::write(dir.path().join("token"), token).unwrap();
@@ -3071,7 +3112,7 @@ pools:
                 "is a file",
             ),
             (
-                "nodeEventWebhooks:\n  - { url: 'https://x.example/h', secretFile: /etc/passwd, queueSize: 9223372036854775808 }\n".into(),
+                format!("nodeEventWebhooks:\n  - {{ url: 'https://x.example/h', secretFile: {}, queueSize: 9223372036854775808 }}\n", token.display()),
                 2,
                 "nodeEventWebhooks[0].queueSize",
                 "must be 1..=10000000",

@@ -179,7 +179,7 @@ pub async fn run(api: Api<Lease>, name: String, duration: Duration, me: &Leaders
             // renews: tried again soon, as client-go retries within its renew
             // deadline — one 500 while etcd changes leader must not end a term.
             Ok(Err(e)) => {
-                warn!(lease = name, error = %e, "could not read or renew the Lease; trying again");
+                warn!(lease = name, error = %super::said(&e), "could not read or renew the Lease; trying again");
                 tokio::time::sleep(failed_retry(duration)).await;
                 continue;
             }
@@ -314,7 +314,7 @@ pub async fn release(api: &Api<Lease>, name: &str, me: &Leadership) {
     match api.replace(name, &PostParams::default(), &lease).await {
         Ok(_) => info!(lease = name, "Lease released"),
         Err(e) => {
-            warn!(lease = name, error = %e, "could not release the Lease; it expires on its own")
+            warn!(lease = name, error = %super::said(&e), "could not release the Lease; it expires on its own")
         }
     }
 }

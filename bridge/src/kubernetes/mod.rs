@@ -178,7 +178,7 @@ impl Kubernetes {
                         | watcher::Event::InitDone,
                     ) => notify.notify_one(),
                     Ok(_) => {}
-                    Err(e) => warn!(error = %e, "watch on Nodes interrupted; resuming"),
+                    Err(e) => warn!(error = %said(&e), "watch on Nodes interrupted; resuming"),
                 }
             }
         });
@@ -186,7 +186,7 @@ impl Kubernetes {
         tokio::time::timeout(CONNECT_TIMEOUT, store.wait_until_ready())
             .await
             .map_err(|_| ConnectError::NoNodes(CONNECT_TIMEOUT.as_secs()))?
-            .map_err(|e| ConnectError::Client(e.to_string()))?;
+            .map_err(|e| ConnectError::Client(said(&e)))?;
         info!(nodes = store.state().len(), "watching Kubernetes Nodes");
         let namespace = cfg
             .lease
@@ -356,10 +356,10 @@ impl Kubernetes {
                     }
                 }
                 Err(e) if uncounted.insert(o.id.clone()) => {
-                    warn!(node = %o.id, error = %e, "could not count the pods of a cordoned node; its last count stands until they can be");
+                    warn!(node = %o.id, error = %said(&e), "could not count the pods of a cordoned node; its last count stands until they can be");
                 }
                 Err(e) => {
-                    debug!(node = %o.id, error = %e, "could not count the pods of a cordoned node")
+                    debug!(node = %o.id, error = %said(&e), "could not count the pods of a cordoned node")
                 }
             }
         }
@@ -479,11 +479,17 @@ async fn within<T>(
 fn classify(e: kube::Error) -> OrchestratorError {
     match &e {
         kube::Error::Api(status) if matches!(status.code, 409 | 429) || status.code >= 500 => {
-            OrchestratorError::transient(e.to_string())
+            OrchestratorError::transient(said(&e))
         }
-        kube::Error::Api(_) => OrchestratorError::refused(e.to_string()),
-        _ => OrchestratorError::transient(e.to_string()),
+        kube::Error::Api(_) => OrchestratorError::refused(said(&e)),
+        _ => OrchestratorError::transient(said(&e)),
     }
+}
+
+/// An error as said in a log line or an error: what the API server (or a proxy
+/// before it) answered may echo the request's credentials, blanked here.
+fn said(e: &dyn std::fmt::Display) -> String {
+    crate::redact::scrub(&e.to_string())
 }
 
 /// Whether the node's kubelet says it is Ready.
@@ -707,7 +713,7 @@ impl Orchestrator for Kubernetes {
             let failed: Vec<(String, OrchestratorError)> =
                 results.into_iter().filter_map(Result::err).collect();
             for (node, e) in &failed {
-                debug!(node, error = %e, "publishing to the Node failed; the next round retries");
+                debug!(node, error = %said(&e), "publishing to the Node failed; the next round retries");
             }
             match failed.into_iter().next() {
                 Some((node, e)) => Err(OrchestratorError::transient(format!("node {node}: {e}"))),
@@ -880,6 +886,27 @@ mod tests {
         let e = within(Duration::from_millis(20), hung).await.unwrap_err();
         assert_eq!(e.class, crate::orchestrator::Class::Transient, "{e}");
         assert!(e.to_string().contains("did not answer within 0.02s"), "{e}");
+    }
+
+    /// An API server (or a proxy before it) that echoes the request's headers
+    /// into its Status: what hale says of it holds no credential.
+    #[test]
+    fn what_the_api_server_echoes_of_the_credentials_is_blanked() {
+        for (code, echoed) in [
+            (
+                500,
+                "received headers: authorization: Bearer CANARY-kube-3c3c; host: x",
+            ),
+            (401, r#"got {"Authorization": "Basic Q0FOQVJZOnBhc3M="}"#),
+        ] {
+            let status: kube::core::Status = serde_json::from_value(json!({
+                "status": "Failure", "message": echoed, "reason": "InternalError", "code": code
+            }))
+            .unwrap();
+            let e = classify(kube::Error::Api(Box::new(status))).to_string();
+            assert!(e.contains("***"), "{e}");
+            assert!(!e.contains("CANARY") && !e.contains("Q0FOQVJZ"), "{e}");
+        }
     }
 
     fn node(json: serde_json::Value) -> Node {

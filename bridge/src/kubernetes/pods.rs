@@ -274,7 +274,7 @@ impl Kubernetes {
                         if failed.iter().any(|f| f.id == w.id)
                             && let Err(e) = self.tell_pod(w, message).await
                         {
-                            warn!(node, pod = w.id, error = %e, "could not record the failure on the pod");
+                            warn!(node, pod = w.id, error = %super::said(&e), "could not record the failure on the pod");
                         }
                         break;
                     }
@@ -301,7 +301,7 @@ impl Kubernetes {
                     Err(kube::Error::Api(s))
                         if s.message.contains("more than one PodDisruptionBudget") =>
                     {
-                        warn!(node, pod = w.id, error = %s.message, "cannot evict the pod; it stays");
+                        warn!(node, pod = w.id, error = %super::said(&s.message), "cannot evict the pod; it stays");
                         blocked.push(w.id.clone());
                         break;
                     }
@@ -316,7 +316,7 @@ impl Kubernetes {
                                 p.metadata.deletion_timestamp.is_some() || p.metadata.uid != w.uid
                             }),
                             Err(e) => {
-                                debug!(node, pod = w.id, error = %e, "could not read the node's pods");
+                                debug!(node, pod = w.id, error = %super::said(&e), "could not read the node's pods");
                                 false
                             }
                         };
@@ -351,7 +351,7 @@ impl Kubernetes {
                         if now >= until {
                             return Err(classify(kube::Error::Api(s)));
                         }
-                        warn!(node, pod = w.id, code = s.code, error = %s.message, "the API server did not take the eviction; asking again");
+                        warn!(node, pod = w.id, code = s.code, error = %super::said(&s.message), "the API server did not take the eviction; asking again");
                         tokio::time::sleep(wait.min(until - now)).await;
                         wait = (wait * 2).min(Duration::from_secs(15));
                     }

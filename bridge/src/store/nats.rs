@@ -264,6 +264,16 @@ impl<T, E: std::error::Error + Send + Sync + 'static> Op<T> for std::result::Res
     }
 }
 
+/// Whether `path` holds NATS credentials as `hale serve` reads them (a user JWT
+/// and its seed); the error names the file and what is wrong, never its text.
+pub fn check_creds(path: &std::path::Path) -> std::result::Result<(), String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    async_nats::ConnectOptions::with_credentials(&text)
+        .map(drop)
+        .map_err(|e| format!("{} is not a NATS credentials file: {e}", path.display()))
+}
+
 /// Connect to the servers `cfg` names, with its credentials and TLS.
 pub async fn connect(cfg: &NatsConfig) -> Result<async_nats::Client> {
     let mut options = async_nats::ConnectOptions::new()
@@ -2143,6 +2153,31 @@ mod tests {
         );
         assert!(crate::store::json(&loaded.nodes["n1"]).len() <= 65536);
     }
+
+    /// A user's credentials as `nsc` writes them (a syntactically whole JWT and
+    /// a user seed), and one whose seed is cut short: the second is refused by
+    /// `check-config` as `serve` would refuse it, naming the file, not the text.
+    #[test]
+    fn a_credentials_file_is_read_as_serve_reads_it() {
+        let creds = |seed: &str| {
+            format!(
+                "-----BEGIN NATS USER JWT-----\neyJ0eXAiOiJKV1QiLCJhbGciOiJlZDI1NTE5LW5rZXkifQ.e30.c2ln\n------END NATS USER JWT------\n\n-----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n"
+            )
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("hale.creds");
+        std::fs::write(&file, creds(CREDS_SEED)).unwrap();
+        check_creds(&file).unwrap();
+        std::fs::write(&file, creds(&CREDS_SEED[..21])).unwrap();
+        let e = check_creds(&file).unwrap_err();
+        assert!(e.contains("is not a NATS credentials file"), "{e}");
+        assert!(!e.contains(&CREDS_SEED[..21]), "{e}");
+        let e = check_creds(&dir.path().join("absent")).unwrap_err();
+        assert!(e.contains("cannot read"), "{e}");
+    }
+
+    /// A user seed (`S`eed of a `U`ser), made for these tests.
+    const CREDS_SEED: &str = "SUAAAAICAMCAKBQHBAEQUCYMBUHA6EARCIJRIFIWC4MBSGQ3DQOR4H776Y";
 
     #[test]
     fn a_copys_mark_is_kept_until_cleared() {

@@ -1,0 +1,278 @@
+//! Text another server sent, made safe to repeat. An error body hale quotes — in
+//! a log line, an event, an API answer, the CLI's output — may hold what the
+//! request carried: a proxy or a test server that echoes the request's headers,
+//! a BMC that echoes the session body holding the password, an API server that
+//! quotes the token it refused. [`Secrets::scrub`] blanks the secrets the adapter
+//! knows, in each form they travel in (as they are, JSON-escaped, `user:password`
+//! in base64), and whatever follows an authorization header or scheme, whether
+//! the secret is known or not.
+
+/// What an adapter sent that must not come back out of it.
+#[derive(Clone, Default)]
+pub struct Secrets {
+    words: Vec<String>,
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secrets({} held)", self.words.len())
+    }
+}
+
+/// Where a secret shorter than this is said, it is too short to blank without
+/// blanking ordinary words with it; the patterns still hide it after a scheme.
+const SHORTEST: usize = 3;
+
+/// Header names whose value is a credential, lower-case.
+const HEADERS: [&str; 5] = [
+    "proxy-authorization",
+    "authorization",
+    "x-auth-token",
+    "set-cookie",
+    "cookie",
+];
+
+/// Authorization schemes whose next word is a credential, lower-case.
+const SCHEMES: [&str; 2] = ["bearer ", "basic "];
+
+const BLANK: &str = "***";
+
+impl Secrets {
+    pub fn new() -> Secrets {
+        Secrets::default()
+    }
+
+    /// `secret`, as it is and as a JSON string holds it.
+    pub fn with(mut self, secret: &str) -> Secrets {
+        self.add(secret);
+        self
+    }
+
+    /// A user's password, and the two as HTTP basic authentication sends them.
+    pub fn with_basic(mut self, username: &str, password: &str) -> Secrets {
+        self.add(password);
+        self.add(&base64(format!("{username}:{password}").as_bytes()));
+        self
+    }
+
+    pub fn add(&mut self, secret: &str) {
+        if secret.len() < SHORTEST {
+            return;
+        }
+        let escaped = serde_json::to_string(secret).expect("a string serializes");
+        let escaped = &escaped[1..escaped.len() - 1];
+        for form in [secret, escaped] {
+            if !self.words.iter().any(|w| w == form) {
+                self.words.push(form.to_string());
+            }
+        }
+        // Longest first, so a secret that holds another is blanked whole.
+        self.words.sort_by_key(|w| std::cmp::Reverse(w.len()));
+    }
+
+    /// `text` with every known secret blanked, and the value after every
+    /// credential header name and authorization scheme.
+    pub fn scrub(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for word in &self.words {
+            if out.contains(word.as_str()) {
+                out = out.replace(word.as_str(), BLANK);
+            }
+        }
+        blank_after(
+            &blank_after(&out, &HEADERS, header_value),
+            &SCHEMES,
+            token68,
+        )
+    }
+}
+
+/// Text that may hold a credential no adapter knows of (a kubeconfig's exec
+/// plugin, a token a proxy added): the header and scheme patterns alone.
+pub fn scrub(text: &str) -> String {
+    Secrets::new().scrub(text)
+}
+
+/// A parse error's message without the text it quotes from the answer
+/// (`invalid type: string "…", expected a sequence at line 1 column 9`): an
+/// answer that is not what was asked for may be a proxy's echo of the request.
+pub fn unquoted(message: &str) -> String {
+    match (message.find('"'), message.rfind('"')) {
+        (Some(first), Some(last)) if first < last => {
+            format!("{}\"…\"{}", &message[..first], &message[last + 1..])
+        }
+        _ => message.to_string(),
+    }
+}
+
+/// `text` with the value `value_len` measures after each of `names` (matched
+/// in any case, at the start of a word) blanked.
+fn blank_after(text: &str, names: &[&str], value_len: fn(&str) -> usize) -> String {
+    let lower = text.to_ascii_lowercase();
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    while at < text.len() {
+        let found = names
+            .iter()
+            .filter_map(|n| {
+                let mut from = at;
+                while let Some(i) = lower[from..].find(n) {
+                    let start = from + i;
+                    let word_start = lower[..start]
+                        .chars()
+                        .next_back()
+                        .is_none_or(|c| !c.is_ascii_alphanumeric() && c != '-' && c != '_');
+                    if word_start {
+                        return Some((start, n.len()));
+                    }
+                    from = start + n.len();
+                }
+                None
+            })
+            .min();
+        let Some((start, len)) = found else {
+            break;
+        };
+        let value = start + len;
+        let blanked = value_len(&text[value..]);
+        out.push_str(&text[at..value]);
+        if blanked > 0 {
+            let lead = text[value..].len() - text[value..].trim_start_matches(SEPARATORS).len();
+            out.push_str(&text[value..value + lead]);
+            out.push_str(BLANK);
+        }
+        at = value + blanked;
+    }
+    out.push_str(&text[at..]);
+    out
+}
+
+/// What may stand between a header's name and its value: `: `, `": "`, `=`.
+const SEPARATORS: &[char] = &[' ', '\t', ':', '"', '\'', '='];
+
+/// A header's value after its name: up to the end of the line, a `;` or `,`
+/// between headers, or the quote that closes it. Nothing unless a `:`, `=` or
+/// a closing quote follows the name (`the authorization failed` is prose).
+fn header_value(rest: &str) -> usize {
+    let value = rest.trim_start_matches(SEPARATORS);
+    let lead = rest.len() - value.len();
+    if !rest[..lead].contains([':', '=', '"', '\'']) {
+        return 0;
+    }
+    let end = value
+        .find(['\n', '\r', ';', ',', '"', '\'', '}', '&'])
+        .unwrap_or(value.len());
+    if end == 0 { 0 } else { lead + end }
+}
+
+/// A scheme's credential: one token68 word (RFC 7235).
+fn token68(rest: &str) -> usize {
+    rest.find(|c: char| !(c.is_ascii_alphanumeric() || "-._~+/=".contains(c)))
+        .unwrap_or(rest.len())
+}
+
+/// Standard base64 with padding (RFC 4648), as basic authentication sends it.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_is_rfc_4648() {
+        for (plain, encoded) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foobar", "Zm9vYmFy"),
+            (
+                "admin:CANARY-bmcpass-91c2",
+                "YWRtaW46Q0FOQVJZLWJtY3Bhc3MtOTFjMg==",
+            ),
+        ] {
+            assert_eq!(base64(plain.as_bytes()), encoded, "{plain}");
+        }
+    }
+
+    #[test]
+    fn known_secrets_go_in_every_form_they_travel_in() {
+        let s = Secrets::new()
+            .with("tok-123")
+            .with_basic("admin", "pa\"ss\\word");
+        for (echoed, shown) in [
+            ("refused tok-123 here", "refused *** here"),
+            (
+                r#"body {"Password":"pa\"ss\\word","UserName":"admin"}"#,
+                r#"body {"Password":"***","UserName":"admin"}"#,
+            ),
+            ("raw pa\"ss\\word", "raw ***"),
+            ("auth YWRtaW46cGEic3Ncd29yZA== seen", "auth *** seen"),
+            ("nothing secret", "nothing secret"),
+        ] {
+            assert_eq!(s.scrub(echoed), shown, "{echoed}");
+        }
+    }
+
+    #[test]
+    fn credential_headers_and_schemes_are_blanked_known_or_not() {
+        for (echoed, shown) in [
+            (
+                "received headers: accept: application/json; authorization: Bearer abc.DEF-1; host: x",
+                "received headers: accept: application/json; authorization: ***; host: x",
+            ),
+            (
+                r#"got headers {"authorization": "Basic YWRtaW46eA==", "x-auth-token": "s3ss"}"#,
+                r#"got headers {"authorization": "***", "x-auth-token": "***"}"#,
+            ),
+            ("Authorization=Token abc", "Authorization=***"),
+            (
+                "the header said Bearer eyJhbGci.x.y: refused",
+                "the header said Bearer ***: refused",
+            ),
+            ("Cookie: session=abc; Path=/", "Cookie: ***; Path=/"),
+            (
+                "unauthorized: the token is wrong",
+                "unauthorized: the token is wrong",
+            ),
+            ("the authorization failed", "the authorization failed"),
+            ("a basic  check", "a basic  check"),
+        ] {
+            assert_eq!(scrub(echoed), shown, "{echoed}");
+        }
+    }
+
+    #[test]
+    fn a_parse_error_keeps_its_shape_not_what_it_quotes() {
+        let e =
+            serde_json::from_str::<Vec<u8>>(r#""authorization: Bearer \"x\" tok""#).unwrap_err();
+        assert_eq!(
+            unquoted(&e.to_string()),
+            r#"invalid type: string "…", expected a sequence at line 1 column 33"#
+        );
+        assert_eq!(unquoted("missing field `labels`"), "missing field `labels`");
+    }
+
+    #[test]
+    fn short_secrets_are_not_blanked_through_ordinary_words() {
+        let s = Secrets::new().with("ab");
+        assert_eq!(s.scrub("a table"), "a table");
+    }
+}
