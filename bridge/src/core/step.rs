@@ -50,11 +50,13 @@ pub(super) struct Step<'f> {
 
 impl<'f> Step<'f> {
     pub(super) fn new(fleet: &'f mut Fleet, cfg: &'f CoreSettings, now: Time) -> Self {
+        let mut out = Outcome::default();
+        out.clock_back = fleet.clock_at(cfg, now, &mut out);
         Step {
             fleet,
             cfg,
             now,
-            out: Outcome::default(),
+            out,
             keep: Keep::none(),
         }
     }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use chrono::Utc;
+use chrono::{TimeDelta, Utc};
 use tokio::sync::Notify;
 use tracing::{debug, error, info, warn};
 
@@ -94,6 +94,9 @@ pub struct Hale {
     /// While a poll is in flight: fingerprints webhook deliveries named meanwhile,
     /// whose word is newer than the answer the poll will bring.
     delivered_during_poll: Mutex<Option<BTreeSet<String>>>,
+    /// The wall and monotonic clocks at the last step, to tell a step of the wall
+    /// clock from time passing.
+    clock: Mutex<Option<(std::time::Instant, Time)>>,
     orchestrator: Arc<dyn Orchestrator>,
     /// Nodes whose pending actions are being performed right now.
     acting: Mutex<BTreeSet<String>>,
@@ -304,6 +307,7 @@ impl Hale {
             maintenance: Mutex::new(maintenance),
             near_full: AtomicBool::new(false),
             delivered_during_poll: Mutex::new(None),
+            clock: Mutex::new(None),
             orchestrator,
             acting: Mutex::new(BTreeSet::new()),
             tried: Mutex::new(HashMap::new()),
@@ -417,12 +421,28 @@ impl Hale {
         // Read under the fleet lock, which a reload holds while it swaps them.
         let cfg = self.config();
         let now = Utc::now();
+        let stepped = self.clock_stepped_forward(now).map(|by| {
+            warn!(
+                forward_seconds = by.num_seconds(),
+                "the clock stepped forward: what hale recorded moves with it, so no window, hold, timeout or budget is cut short"
+            );
+            fleet.clock_stepped_forward(by)
+        });
         let shown = shown_trust(&fleet.trust);
         let was_stale = fleet.trust.stale;
         let mut outcome = step(&mut fleet, &cfg.core, now)?;
+        if let Some(moved) = stepped {
+            outcome.absorb(moved);
+        }
         // What the trust record says changed: written though nothing else did, so a
         // restart keeps a hold and followers show the source as it is.
         let trust_changed = shown_trust(&fleet.trust) != shown;
+        if let Some(back) = outcome.clock_back {
+            warn!(
+                back_seconds = back.num_seconds(),
+                "the clock went back: what hale recorded ahead of it (heartbeats, holds, flow steps, budgets) counts from now"
+            );
+        }
         if let Some(why) = &outcome.held {
             warn!(
                 until = %fleet.trust.hold_until.map(|t| t.to_rfc3339()).unwrap_or_default(),
@@ -1418,7 +1438,7 @@ impl Hale {
                     return Ok(0);
                 }
                 let days = this.config().config.store.event_retention_days;
-                let cutoff = Utc::now() - chrono::TimeDelta::days(i64::from(days));
+                let cutoff = Utc::now() - TimeDelta::days(i64::from(days));
                 store.sweep(cutoff.timestamp_millis(), 5_000)
             })
             .await;
@@ -1932,6 +1952,27 @@ impl Hale {
                 error!(error = %e, "tick task failed");
             }
         }
+    }
+}
+
+/// How far the wall clock may run ahead of the monotonic one between two steps
+/// before it is taken as stepped (NTP slews by 0.05 % at most).
+const CLOCK_STEP: TimeDelta = TimeDelta::seconds(2);
+
+impl Hale {
+    /// How far the wall clock stepped forward since the last step, when it did
+    /// by more than [`CLOCK_STEP`] beyond the time that passed. (A step back is
+    /// the core's to find: it needs no monotonic clock.)
+    fn clock_stepped_forward(&self, now: Time) -> Option<TimeDelta> {
+        let mono = std::time::Instant::now();
+        let last = self
+            .clock
+            .lock()
+            .expect("clock lock")
+            .replace((mono, now))?;
+        let passed = TimeDelta::from_std(mono - last.0).ok()?;
+        let by = now - last.1 - passed;
+        (by > CLOCK_STEP).then_some(by)
     }
 }
 

@@ -1115,3 +1115,94 @@ fn a_shortened_poll_interval_counts_staleness_from_the_reload() {
     s.at(408).tick();
     assert!(s.fleet.trust.stale, "7 s without an answer");
 }
+
+/// The wall clock steps back an hour under a running hale (NTP stepping a clock
+/// that ran fast), or hale restarts on a machine whose clock is an hour behind the
+/// one that wrote its store: what was recorded ahead of the clock counts from
+/// now. A node that stops reporting is missed one window later, not an hour and a
+/// window; trusted input after a gap ends staleness; a hold begun before the step
+/// ends no later than one begun now; a failed flow counts against the hour's
+/// budget for an hour from now, not two.
+#[test]
+fn a_clock_stepped_back_keeps_heartbeats_trust_holds_and_budgets_in_time() {
+    for restarted in [false, true] {
+        let mut s = script("");
+        s.at(0)
+            .poll(&[watchdog(), heartbeat("n1"), heartbeat("n2")]);
+        s.at(30)
+            .poll(&[watchdog(), heartbeat("n1"), heartbeat("n2")]);
+        // The watchdog missing once holds absences for holdAfterRestart (20m).
+        s.at(40).poll(&[heartbeat("n1"), heartbeat("n2")]);
+        s.fleet.ledger.flow_failures.push(s.now);
+        s.took();
+        let back = TimeDelta::seconds(3600);
+        s.now -= back;
+        if restarted {
+            s.restart();
+        }
+        // n2 stops reporting as the clock goes back.
+        s.poll(&[watchdog(), heartbeat("n1")]);
+        let now = s.now;
+        assert_eq!(
+            s.last.clock_back,
+            (!restarted).then_some(back),
+            "restarted: {restarted}"
+        );
+        let hold = s.fleet.trust.hold_until.expect("held");
+        assert!(
+            hold <= now + TimeDelta::minutes(20),
+            "a hold of {}s from now",
+            (hold - now).num_seconds()
+        );
+        assert!(s.fleet.ledger.flow_failures.iter().all(|t| *t <= now));
+        s.now = now + TimeDelta::seconds(100);
+        s.poll(&[watchdog(), heartbeat("n1")]);
+        assert!(
+            s.fleet.nodes["n2"]
+                .conditions
+                .contains_key(HEARTBEAT_MISSED),
+            "restarted: {restarted}: n2 missed one window after the step"
+        );
+        // The watchdog gone long enough to go stale, then back: trusted again.
+        s.now = now + TimeDelta::seconds(300);
+        s.poll(&[heartbeat("n1")]);
+        assert!(s.fleet.trust.stale, "restarted: {restarted}");
+        s.now = now + TimeDelta::seconds(310);
+        s.poll(&[watchdog(), heartbeat("n1")]);
+        assert!(
+            !s.fleet.trust.stale,
+            "restarted: {restarted}: trusted input after the step ends staleness"
+        );
+    }
+}
+
+/// The wall clock steps forward an hour while no time passes (as the service
+/// tells it from its monotonic clock): every instant recorded moves with it. The
+/// fleet does not go stale, a node that stops reporting at the step is missed a
+/// window after it, not at once, and a failure stays in the hour's budget.
+#[test]
+fn a_clock_stepped_forward_cuts_no_window_short() {
+    let mut s = script("");
+    s.at(0)
+        .poll(&[watchdog(), heartbeat("n1"), heartbeat("n2")]);
+    s.at(30)
+        .poll(&[watchdog(), heartbeat("n1"), heartbeat("n2")]);
+    s.fleet.ledger.flow_failures.push(s.now);
+    s.took();
+    let moved = s.fleet.clock_stepped_forward(TimeDelta::hours(1));
+    assert!(moved.dirty.contains("n1") && moved.ledger, "{moved:?}");
+    s.at(3630).poll(&[watchdog(), heartbeat("n1")]);
+    assert_eq!(s.took(), Vec::<String>::new(), "nothing went stale or late");
+    s.at(3660).poll(&[watchdog(), heartbeat("n1")]);
+    assert!(
+        !s.fleet.nodes["n2"]
+            .conditions
+            .contains_key(HEARTBEAT_MISSED)
+    );
+    s.at(3730).poll(&[watchdog(), heartbeat("n1")]);
+    assert_eq!(s.took(), ["n2 HEARTBEAT_MISSED"]);
+    assert_eq!(
+        s.fleet.ledger.flow_failures,
+        [t0() + TimeDelta::seconds(3630)]
+    );
+}

@@ -199,6 +199,8 @@ impl Script {
             serde_json::from_str(&serde_json::to_string(&self.fleet.trust).unwrap()).unwrap();
         self.fleet.trust = kept.resumed(self.now);
         self.fleet.trust.take_up();
+        // What only the process remembered.
+        self.fleet.clock_seen = None;
         self
     }
     fn tick(&mut self) -> &mut Self {
