@@ -17,7 +17,7 @@ use chrono::TimeDelta;
 
 use super::settings::CoreSettings;
 use super::trust::CLOCK_GRAIN;
-use super::{Fleet, Node, Outcome, Time};
+use super::{Fleet, Node, Outcome, Time, Trust};
 
 impl Fleet {
     /// Take `now` as the clock, after the last step's (or, at the first step of
@@ -55,19 +55,10 @@ impl Fleet {
             *t = t.checked_add_signed(by).unwrap_or(*t);
             true
         };
-        let trust = &mut self.trust;
-        shift(&mut trust.watching_since);
-        for t in [
-            &mut trust.last_trusted,
-            &mut trust.trusted_since,
-            &mut trust.hold_began,
-            &mut trust.hold_since,
-            &mut trust.hold_until,
-            &mut trust.interval_shortened,
-        ]
-        .into_iter()
-        .flatten()
-        {
+        for t in trust_instants(&mut self.trust) {
+            shift(t);
+        }
+        if let Some(t) = self.trust.hold_until.as_mut() {
             shift(t);
         }
         out.ledger = self.each_instant(&mut out, &mut shift, true);
@@ -96,20 +87,10 @@ impl Fleet {
             ahead
         };
         // The trust record is written with every step.
-        let trust = &mut self.trust;
-        clamp(&mut trust.watching_since);
-        for t in [
-            &mut trust.last_trusted,
-            &mut trust.trusted_since,
-            &mut trust.hold_began,
-            &mut trust.hold_since,
-            &mut trust.interval_shortened,
-        ]
-        .into_iter()
-        .flatten()
-        {
+        for t in trust_instants(&mut self.trust) {
             clamp(t);
         }
+        let trust = &mut self.trust;
         let longest = cfg.source.hold_after_restart.max(cfg.source.stale_after);
         if let (Some(until), Ok(longest)) = (trust.hold_until, TimeDelta::from_std(longest))
             && let Some(furthest) = now.checked_add_signed(longest)
@@ -152,6 +133,21 @@ impl Fleet {
         }
         ledger_moved
     }
+}
+
+/// The instants the trust record keeps of hale's clock, its hold's end aside
+/// (the clock of Alertmanager's answers, which it also keeps, is not hale's).
+fn trust_instants(trust: &mut Trust) -> impl Iterator<Item = &mut Time> {
+    [
+        &mut trust.last_trusted,
+        &mut trust.trusted_since,
+        &mut trust.hold_began,
+        &mut trust.hold_since,
+        &mut trust.interval_shortened,
+    ]
+    .into_iter()
+    .flatten()
+    .chain([&mut trust.watching_since])
 }
 
 /// `f` on a node's instants; whether it changed any.
