@@ -821,10 +821,13 @@ impl Client {
                 ),
             }
         }
-        serde_json::from_str(&text).with_context(|| {
-            format!(
-                "unexpected answer from hale: {}",
-                secrets.scrub(&text).chars().take(200).collect::<String>()
+        // Said by where it fails to parse, not by what it holds; one that parses
+        // is taken without the token in it.
+        serde_json::from_str(&secrets.scrub_known_in_json(&text)).map_err(|e| {
+            anyhow::anyhow!(
+                "{} answered, not as hale answers (is it hale?): {}",
+                hale::shown_url(&self.base),
+                secrets.scrub(&hale::redact::unquoted(&e.to_string()))
             )
         })
     }

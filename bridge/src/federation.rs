@@ -213,25 +213,28 @@ impl Remote {
             Some(token) => crate::redact::Secrets::new().with(token.expose()),
             None => crate::redact::Secrets::new(),
         };
-        self.answer(segments, query).await.map_err(|e| match e {
-            MemberError::Failed(said) => MemberError::Failed(secrets.scrub(&said)),
-            MemberError::Refused {
-                status,
-                error,
-                detail,
-            } => MemberError::Refused {
-                status,
-                error: secrets.scrub(&error),
-                detail: secrets.scrub(&detail),
-            },
-            unknown @ MemberError::Unknown(_) => unknown,
-        })
+        self.answer(segments, query, &secrets)
+            .await
+            .map_err(|e| match e {
+                MemberError::Failed(said) => MemberError::Failed(secrets.scrub(&said)),
+                MemberError::Refused {
+                    status,
+                    error,
+                    detail,
+                } => MemberError::Refused {
+                    status,
+                    error: secrets.scrub(&error),
+                    detail: secrets.scrub(&detail),
+                },
+                unknown @ MemberError::Unknown(_) => unknown,
+            })
     }
 
     async fn answer<T: DeserializeOwned>(
         &self,
         segments: &[&str],
         query: &[(&str, &str)],
+        secrets: &crate::redact::Secrets,
     ) -> Result<T, MemberError> {
         let http = self
             .http
@@ -287,7 +290,9 @@ impl Remote {
                 Err(_) => MemberError::Failed(format!("answered HTTP {status}")),
             });
         }
-        serde_json::from_slice(&body).map_err(|e| {
+        // Even an answer that reads as hale's passes on no token of this hale's.
+        let body = secrets.scrub_known_in_json(&String::from_utf8_lossy(&body));
+        serde_json::from_str(&body).map_err(|e| {
             MemberError::Failed(format!(
                 "answered something that is not hale's API: {}",
                 crate::redact::unquoted(&e.to_string())
@@ -318,8 +323,12 @@ mod tests {
                 auth.trim_start_matches("Bearer ")
             )
         };
-        let app =
-            axum::Router::new().route(
+        let listed = move |headers: HeaderMap| async move {
+            axum::Json(serde_json::json!({"nodes": [], "nextPageToken": said(&headers)}))
+        };
+        let app = axum::Router::new()
+            .route("/api/v1/nodes", get(listed))
+            .route(
                 "/api/v1/{status}",
                 get(
                     move |axum::extract::Path(status): axum::extract::Path<u16>,
@@ -369,5 +378,15 @@ mod tests {
                 assert!(said.contains("authorization: ***"), "{status}: {said}");
             }
         }
+        // An answer that reads as hale's, holding the token.
+        let list = remote
+            .get::<NodeList>(&["api", "v1", "nodes"], &[])
+            .await
+            .unwrap();
+        let page = list.next_page_token.unwrap();
+        assert!(
+            page.contains("Bearer ***") && !page.contains("CANARY"),
+            "{page}"
+        );
     }
 }

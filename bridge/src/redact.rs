@@ -38,8 +38,8 @@ const SCHEMES: [&str; 2] = ["bearer ", "basic "];
 const BLANK: &str = "***";
 
 impl Secrets {
-    pub fn new() -> Secrets {
-        Secrets::default()
+    pub const fn new() -> Secrets {
+        Secrets { words: Vec::new() }
     }
 
     /// `secret`, as it is and as a JSON string holds it.
@@ -50,24 +50,51 @@ impl Secrets {
 
     /// A user's password, and the two as HTTP basic authentication sends them.
     pub fn with_basic(mut self, username: &str, password: &str) -> Secrets {
-        self.add(password);
-        self.add(&base64(format!("{username}:{password}").as_bytes()));
+        self.add_basic(username, password);
         self
+    }
+
+    pub fn add_basic(&mut self, username: &str, password: &str) {
+        self.add(password);
+        self.add(&format!("{username}:{password}"));
+        self.add(&base64(format!("{username}:{password}").as_bytes()));
     }
 
     pub fn add(&mut self, secret: &str) {
         if secret.len() < SHORTEST {
             return;
         }
-        let escaped = serde_json::to_string(secret).expect("a string serializes");
-        let escaped = &escaped[1..escaped.len() - 1];
-        for form in [secret, escaped] {
-            if !self.words.iter().any(|w| w == form) {
-                self.words.push(form.to_string());
+        // A JSON string's escaping, once (a login body) and twice (an error
+        // message quoting that body); a URL's percent-encoding and a form's.
+        let escaped = json_escaped(secret);
+        let forms = [
+            json_escaped(&escaped),
+            escaped,
+            percent_encoding::utf8_percent_encode(secret, percent_encoding::NON_ALPHANUMERIC)
+                .to_string(),
+            form_urlencoded::byte_serialize(secret.as_bytes()).collect(),
+            secret.to_string(),
+        ];
+        for form in forms {
+            if !self.words.contains(&form) {
+                self.words.push(form);
             }
         }
         // Longest first, so a secret that holds another is blanked whole.
         self.words.sort_by_key(|w| std::cmp::Reverse(w.len()));
+    }
+
+    /// `text` with the known secrets blanked, only in forms that cannot reach
+    /// beyond a JSON string (no quote or backslash in them): for an answer that
+    /// is to be parsed after, as a successful one is.
+    pub fn scrub_known_in_json(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for word in self.words.iter().filter(|w| !w.contains(['"', '\\'])) {
+            if out.contains(word.as_str()) {
+                out = out.replace(word.as_str(), BLANK);
+            }
+        }
+        out
     }
 
     /// `text` with every known secret blanked, and the value after every
@@ -93,16 +120,33 @@ pub fn scrub(text: &str) -> String {
     Secrets::new().scrub(text)
 }
 
+/// `text` as the inside of a JSON string.
+fn json_escaped(text: &str) -> String {
+    let quoted = serde_json::to_string(text).expect("a string serializes");
+    quoted[1..quoted.len() - 1].to_string()
+}
+
 /// A parse error's message without the text it quotes from the answer
 /// (`invalid type: string "…", expected a sequence at line 1 column 9`): an
 /// answer that is not what was asked for may be a proxy's echo of the request.
 pub fn unquoted(message: &str) -> String {
-    match (message.find('"'), message.rfind('"')) {
+    let message = match (message.find('"'), message.rfind('"')) {
         (Some(first), Some(last)) if first < last => {
             format!("{}\"…\"{}", &message[..first], &message[last + 1..])
         }
         _ => message.to_string(),
+    };
+    // A name the answer gave (`unknown variant `x``), not one the schema did
+    // (`missing field `labels``).
+    for given in ["unknown variant `", "unknown field `"] {
+        if let Some(at) = message.find(given) {
+            let from = at + given.len();
+            if let Some(len) = message[from..].find('`') {
+                return format!("{}…{}", &message[..from], &message[from + len..]);
+            }
+        }
     }
+    message
 }
 
 /// `text` with the value `value_len` measures after each of `names` (matched
@@ -235,6 +279,12 @@ mod tests {
                 r#"body {"Password":"***","UserName":"admin"}"#,
             ),
             ("raw pa\"ss\\word", "raw ***"),
+            (
+                r#"message "{\"Password\":\"pa\\\"ss\\\\word\"}""#,
+                r#"message "{\"Password\":\"***\"}""#,
+            ),
+            ("url pa%22ss%5Cword&x", "url ***&x"),
+            ("tok-123 in a form: tok%2D123", "*** in a form: ***"),
             ("auth YWRtaW46cGEic3Ncd29yZA== seen", "auth *** seen"),
             ("nothing secret", "nothing secret"),
         ] {
@@ -279,6 +329,10 @@ mod tests {
             r#"invalid type: string "…", expected a sequence at line 1 column 33"#
         );
         assert_eq!(unquoted("missing field `labels`"), "missing field `labels`");
+        assert_eq!(
+            unquoted("unknown variant `tok-9`, expected `a` or `b` at line 1"),
+            "unknown variant `…`, expected `a` or `b` at line 1"
+        );
     }
 
     /// An answer made of the names over and over (a megabyte of them) is read

@@ -21,7 +21,8 @@ use super::{Fleet, Node, Outcome, Time, Trust};
 
 impl Fleet {
     /// Take `now` as the clock, after the last step's (or, at the first step of
-    /// this process, the store's). Returns how far it went back when it did.
+    /// this process, the store's). Returns how far it went back when it did (at
+    /// the first step, how far ahead the furthest instant the store held was).
     pub(super) fn clock_at(
         &mut self,
         cfg: &CoreSettings,
@@ -41,8 +42,8 @@ impl Fleet {
             // The first step of this process looks over what the store held.
             None => {
                 self.clock_seen = Some(now);
-                self.pull_back(cfg, now, out);
-                None
+                self.pull_back(cfg, now, out)
+                    .filter(|ahead| *ahead > CLOCK_GRAIN)
             }
         }
     }
@@ -77,11 +78,14 @@ impl Fleet {
     }
 
     /// Every instant recorded as past that is ahead of `now` taken as `now`; a
-    /// hold that ends further ahead than any hale makes ends that far ahead.
-    fn pull_back(&mut self, cfg: &CoreSettings, now: Time, out: &mut Outcome) {
+    /// hold that ends further ahead than any hale makes ends that far ahead. How
+    /// far ahead the furthest was, if one was.
+    fn pull_back(&mut self, cfg: &CoreSettings, now: Time, out: &mut Outcome) -> Option<TimeDelta> {
+        let mut furthest: Option<TimeDelta> = None;
         let mut clamp = |t: &mut Time| {
             let ahead = *t > now;
             if ahead {
+                furthest = furthest.max(Some(*t - now));
                 *t = now;
             }
             ahead
@@ -93,10 +97,10 @@ impl Fleet {
         let trust = &mut self.trust;
         let longest = cfg.source.hold_after_restart.max(cfg.source.stale_after);
         if let (Some(until), Ok(longest)) = (trust.hold_until, TimeDelta::from_std(longest))
-            && let Some(furthest) = now.checked_add_signed(longest)
-            && until > furthest
+            && let Some(end) = now.checked_add_signed(longest)
+            && until > end
         {
-            trust.hold_until = Some(furthest);
+            trust.hold_until = Some(end);
         }
         // A deadline (a refused action's retry) is left as it is: how far ahead
         // it was set is not known, and it only delays an action.
@@ -104,6 +108,7 @@ impl Fleet {
         self.heartbeats_due = None;
         self.whole_pass_at = None;
         self.swept_at = self.swept_at.map(|t| t.min(now));
+        furthest
     }
 
     /// `f` on every instant the ledger and the nodes record (with `deadlines`,

@@ -146,8 +146,8 @@ impl Kubernetes {
             axum::http::header::USER_AGENT,
             axum::http::HeaderValue::from_static(crate::USER_AGENT),
         ));
-        let client =
-            kube::Client::try_from(config).map_err(|e| ConnectError::Client(e.to_string()))?;
+        remember_credentials(&config.auth_info);
+        let client = kube::Client::try_from(config).map_err(|e| ConnectError::Client(said(&e)))?;
         let nodes: Api<Node> = Api::all(client.clone());
         let (store, writer) = reflector::store();
         // Relists read from etcd, not a lagging cache that could undo a write.
@@ -489,7 +489,37 @@ fn classify(e: kube::Error) -> OrchestratorError {
 /// An error as said in a log line or an error: what the API server (or a proxy
 /// before it) answered may echo the request's credentials, blanked here.
 fn said(e: &dyn std::fmt::Display) -> String {
-    crate::redact::scrub(&e.to_string())
+    CREDENTIALS
+        .read()
+        .expect("credentials lock")
+        .scrub(&e.to_string())
+}
+
+/// The credentials of every kubeconfig this process connected with (a reload
+/// may connect with another), blanked in whatever an API server's answer says.
+static CREDENTIALS: std::sync::RwLock<crate::redact::Secrets> =
+    std::sync::RwLock::new(crate::redact::Secrets::new());
+
+/// What `auth` authenticates with, remembered in [`CREDENTIALS`]: a token (or
+/// the one its file holds now), a user's password. (kube writes them out only
+/// when serialized.)
+fn remember_credentials(auth: &kube::config::AuthInfo) {
+    let Ok(auth) = serde_json::to_value(auth) else {
+        return;
+    };
+    let text = |key: &str| auth.get(key).and_then(serde_json::Value::as_str);
+    let mut known = CREDENTIALS.write().expect("credentials lock");
+    if let Some(token) = text("token") {
+        known.add(token);
+    }
+    if let Some(token) = text("tokenFile").and_then(|f| std::fs::read_to_string(f).ok()) {
+        known.add(token.trim());
+    }
+    match (text("username"), text("password")) {
+        (Some(user), Some(password)) => known.add_basic(user, password),
+        (None, Some(password)) => known.add(password),
+        _ => {}
+    }
 }
 
 /// Whether the node's kubelet says it is Ready.
@@ -892,7 +922,17 @@ mod tests {
     /// into its Status: what hale says of it holds no credential.
     #[test]
     fn what_the_api_server_echoes_of_the_credentials_is_blanked() {
+        let auth: kube::config::AuthInfo = serde_json::from_value(json!({
+            "username": "kubeuser", "password": "kubePW\"x\\y-3c3c", "token": "CANARY-tok-3c3c"
+        }))
+        .unwrap();
+        remember_credentials(&auth);
         for (code, echoed) in [
+            (500, "bare CANARY-tok-3c3c; form CANARY%2Dtok%2D3c3c"),
+            (
+                401,
+                "a3ViZXVzZXI6a3ViZVBXInhceS0zYzNj kubeuser:kubePW\"x\\y-3c3c",
+            ),
             (
                 500,
                 "received headers: authorization: Bearer CANARY-kube-3c3c; host: x",
@@ -905,7 +945,11 @@ mod tests {
             .unwrap();
             let e = classify(kube::Error::Api(Box::new(status))).to_string();
             assert!(e.contains("***"), "{e}");
-            assert!(!e.contains("CANARY") && !e.contains("Q0FOQVJZ"), "{e}");
+            assert!(
+                !e.contains("CANARY") && !e.contains("Q0FOQVJZ") && !e.contains("3c3c"),
+                "{e}"
+            );
+            assert!(!e.contains("a3ViZXVzZXI6"), "{e}");
         }
     }
 
