@@ -344,9 +344,14 @@ fn window(w: &WindowConfig) -> Result<Window, (String, String)> {
         Some(named) => {
             for d in named {
                 match DAYS.iter().position(|x| x.eq_ignore_ascii_case(d.trim())) {
-                    Some(i) => {
-                        days.insert(i as u8);
+                    // Named twice: a slip for another day, most likely.
+                    Some(i) if !days.insert(i as u8) => {
+                        return fail(
+                            "days",
+                            format!("names {} twice: another day was meant?", DAYS[i]),
+                        );
                     }
+                    Some(_) => {}
                     None => {
                         return fail("days", format!("`{d}` is not a day ({})", DAYS.join(", ")));
                     }
@@ -466,6 +471,60 @@ mod tests {
         );
     }
 
+    /// When a closed window opens next, as the first minute it contains: in its
+    /// zone, on its days, past midnight, at the end of a daylight-saving gap its
+    /// start falls in, on a zone 45 minutes off the hour.
+    #[test]
+    fn a_closed_window_says_when_it_opens() {
+        let w = |days: &[&str], start: &str, end: &str, tz: &str| {
+            window(&WindowConfig {
+                days: Some(days.iter().map(|d| d.to_string()).collect()),
+                start: start.into(),
+                end: end.into(),
+                time_zone: Some(tz.into()),
+            })
+            .unwrap()
+        };
+        let week = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
+        for (window, now, opens, said) in [
+            (
+                w(&week[..5], "09:00", "17:00", "Europe/London"),
+                "2027-03-29T07:59:00Z",
+                "2027-03-29T08:00:00Z",
+                "opens Mon 2027-03-29 09:00 BST (in 0h 01m)",
+            ),
+            (
+                w(&week[..5], "09:00", "17:00", "Europe/London"),
+                "2027-04-02T16:30:00Z",
+                "2027-04-05T08:00:00Z",
+                "opens Mon 2027-04-05 09:00 BST (in 63h 30m)",
+            ),
+            // 01:30 does not exist that night: it opens as the gap ends, 02:00 BST.
+            (
+                w(&week, "01:30", "03:00", "Europe/London"),
+                "2027-03-28T00:30:00Z",
+                "2027-03-28T01:00:00Z",
+                "opens Sun 2027-03-28 02:00 BST (in 0h 30m)",
+            ),
+            (
+                w(&["mon"], "22:00", "02:00", "UTC"),
+                "2027-03-30T03:00:00Z",
+                "2027-04-05T22:00:00Z",
+                "opens Mon 2027-04-05 22:00 UTC (in 163h 00m)",
+            ),
+            (
+                w(&["tue"], "00:00", "24:00", "Asia/Kathmandu"),
+                "2027-03-29T18:00:00Z",
+                "2027-03-29T18:15:00Z",
+                "opens Tue 2027-03-30 00:00 +0545 (in 0h 15m)",
+            ),
+        ] {
+            assert!(!window.contains(at(now)), "{now}");
+            assert_eq!(window.next_open(at(now)), Some(at(opens)), "{now}");
+            assert_eq!(window.opens(at(now)).unwrap(), said, "{now}");
+        }
+    }
+
     #[test]
     fn bad_windows_and_matchers_name_their_key() {
         let bad = |w: WindowConfig| window(&w).unwrap_err().0;
@@ -490,6 +549,13 @@ mod tests {
             "window.days",
             "a window that never opens"
         );
+        let twice = window(&WindowConfig {
+            days: Some(vec!["Sat".into(), "sat".into()]),
+            ..base.clone()
+        })
+        .unwrap_err();
+        assert_eq!(twice.0, "window.days");
+        assert!(twice.1.contains("names sat twice"), "{}", twice.1);
         assert_eq!(
             bad(WindowConfig {
                 start: "9am".into(),

@@ -300,6 +300,56 @@ pub struct Window {
 }
 
 impl Window {
+    /// When the window opens next after `now` (within the coming week): the
+    /// first minute [`Window::contains`] — a start in a daylight-saving gap opens
+    /// when the gap ends.
+    pub fn next_open(&self, now: super::Time) -> Option<super::Time> {
+        let ts = jiff::Timestamp::from_millisecond(now.timestamp_millis()).ok()?;
+        let today = ts.to_zoned(self.zone.clone()).date();
+        let (hour, minute) = ((self.start / 60) as i8, (self.start % 60) as i8);
+        (0..=8)
+            .filter_map(|d| today.checked_add(jiff::Span::new().days(d)).ok())
+            .filter(|date| {
+                let day = date.weekday().to_monday_zero_offset() as u8;
+                self.days.contains(&day)
+            })
+            .filter_map(|date| date.at(hour, minute, 0, 0).to_zoned(self.zone.clone()).ok())
+            .filter_map(|at| {
+                let mut at = at.timestamp();
+                // A start in a gap is read past it: step back to where it opened.
+                let minute = jiff::SignedDuration::from_mins(1);
+                for _ in 0..180 {
+                    let before = at.checked_sub(minute).ok()?;
+                    if before <= ts || !self.contains_at(before) {
+                        break;
+                    }
+                    at = before;
+                }
+                (at > ts && self.contains_at(at)).then_some(at)
+            })
+            .min()
+            .and_then(|at| super::Time::from_timestamp_millis(at.as_millisecond()))
+    }
+
+    fn contains_at(&self, at: jiff::Timestamp) -> bool {
+        super::Time::from_timestamp_millis(at.as_millisecond()).is_some_and(|t| self.contains(t))
+    }
+
+    /// When it opens next, as read in its zone, and how long until then.
+    pub fn opens(&self, now: super::Time) -> Option<String> {
+        let at = self.next_open(now)?;
+        let local = jiff::Timestamp::from_millisecond(at.timestamp_millis())
+            .ok()?
+            .to_zoned(self.zone.clone());
+        let wait = (at - now).num_minutes().max(1);
+        Some(format!(
+            "opens {} (in {}h {:02}m)",
+            local.strftime("%a %Y-%m-%d %H:%M %Z"),
+            wait / 60,
+            wait % 60
+        ))
+    }
+
     /// Whether `now` falls inside the window.
     pub fn contains(&self, now: super::Time) -> bool {
         let Ok(ts) = jiff::Timestamp::from_millisecond(now.timestamp_millis()) else {

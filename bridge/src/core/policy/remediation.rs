@@ -947,7 +947,8 @@ impl Fleet {
         if let Some(w) = &cfg.remediation.window
             && !w.contains(now)
         {
-            why.push(format!("outside remediation.window ({})", w.shown));
+            let opens = w.opens(now).map(|o| format!("; {o}")).unwrap_or_default();
+            why.push(format!("outside remediation.window ({}{opens})", w.shown));
         }
         let failures = self.ledger.flow_failures.len() as u32;
         if failures > cfg.remediation.max_failures_per_hour {
