@@ -812,6 +812,31 @@ impl Config {
                     None => field,
                 };
             }
+            // A key left empty inside a flow mapping (`{ timeZone: }`) is said at
+            // its `:`, where the path read is the mapping's: the key is the word
+            // before it.
+            if message.contains("cannot deserialize null")
+                && let Some(l) = at
+                && let Some(text) = source.lines().nth(l.line().saturating_sub(1) as usize)
+            {
+                let column = l.column().saturating_sub(1) as usize;
+                let before: Vec<char> = text.chars().take(column).collect();
+                let word: String = before
+                    .iter()
+                    .rev()
+                    .take_while(|c| c.is_ascii_alphanumeric() || **c == '_' || **c == '-')
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                if text.chars().nth(column) == Some(':') && !word.is_empty() {
+                    if key == "-" {
+                        key = word;
+                    } else if !key.ends_with(&format!(".{word}")) && key != word {
+                        key = format!("{key}.{word}");
+                    }
+                }
+            }
             // The parser says where again ("error: line 2 column 9: …"); the
             // file and line lead the message already.
             let first = message.lines().next().unwrap_or_default();
@@ -3172,6 +3197,31 @@ pools:
                 "empty: `fencing: {}` turns fencing on with its defaults",
             ),
             ("fencing: ~\n".into(), 1, "fencing", "empty: `fencing: {}`"),
+            // Left empty inside a flow mapping: the key, not its mapping.
+            (
+                "remediation:\n  window: { start: '09:00', end: '17:00', timeZone: }\n".into(),
+                2,
+                "remediation.window.timeZone",
+                "empty: give it a value",
+            ),
+            (
+                "nodeHealth: { mode: , cordonBelow: 50 }\n".into(),
+                1,
+                "nodeHealth.mode",
+                "empty: give it a value",
+            ),
+            (
+                "fencing: { after: , maxPercent: 10 }\n".into(),
+                1,
+                "fencing.after",
+                "empty: give it a value",
+            ),
+            (
+                "remediation: { window: {timeZone: , start: '09:00', end: '17:00'} }\n".into(),
+                1,
+                "remediation.window.timeZone",
+                "empty: give it a value",
+            ),
             (
                 "cluster: a\napiTokenFile:\n".into(),
                 2,
