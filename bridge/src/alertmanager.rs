@@ -404,7 +404,7 @@ impl Client {
             .map_err(|e| malformed(crate::redact::unquoted(&e.to_string())))?;
         chrono::DateTime::parse_from_rfc3339(&status.uptime)
             .map(|t| t.with_timezone(&chrono::Utc))
-            .map_err(|e| malformed(format!("uptime {:?}: {e}", status.uptime)))
+            .map_err(|e| malformed(format!("its uptime is not an RFC 3339 time: {e}")))
     }
 
     fn shown_url(&self) -> String {

@@ -269,7 +269,12 @@ fn log(format: LogFormat) -> anyhow::Result<()> {
     };
     // kube's client logs at debug what the API server answered, which may echo
     // the token it refused: at info unless kube is asked for by name.
-    let filter = if named("kube") {
+    // Named: a directive for one of kube's crates (`kube=debug`, `kube_client=trace`),
+    // not hale's own module (`hale::kubernetes`).
+    let kube_named = spec
+        .as_ref()
+        .is_ok_and(|s| s.split(',').any(|d| d.trim().starts_with("kube")));
+    let filter = if kube_named {
         filter
     } else {
         filter.add_directive(format!("{KUBE_CLIENT}=info").parse().expect("a directive"))

@@ -37,6 +37,9 @@ const SCHEMES: [&str; 2] = ["bearer ", "basic "];
 
 const BLANK: &str = "***";
 
+/// The shortest secret blanked inside an answer that is then parsed.
+const LONG_ENOUGH: usize = 8;
+
 impl Secrets {
     pub const fn new() -> Secrets {
         Secrets { words: Vec::new() }
@@ -89,7 +92,10 @@ impl Secrets {
     /// is to be parsed after, as a successful one is.
     pub fn scrub_known_in_json(&self, text: &str) -> String {
         let mut out = text.to_string();
-        for word in self.words.iter().filter(|w| !w.contains(['"', '\\'])) {
+        // Long enough not to be a word an answer holds for itself (a token
+        // `hale` would blank every `"by": "hale"`).
+        let long = |w: &&String| w.len() >= LONG_ENOUGH && !w.contains(['"', '\\']);
+        for word in self.words.iter().filter(long) {
             if out.contains(word.as_str()) {
                 out = out.replace(word.as_str(), BLANK);
             }
@@ -114,12 +120,6 @@ impl Secrets {
     }
 }
 
-/// Text that may hold a credential no adapter knows of (a kubeconfig's exec
-/// plugin, a token a proxy added): the header and scheme patterns alone.
-pub fn scrub(text: &str) -> String {
-    Secrets::new().scrub(text)
-}
-
 /// `text` as the inside of a JSON string.
 fn json_escaped(text: &str) -> String {
     let quoted = serde_json::to_string(text).expect("a string serializes");
@@ -130,6 +130,8 @@ fn json_escaped(text: &str) -> String {
 /// (`invalid type: string "…", expected a sequence at line 1 column 9`): an
 /// answer that is not what was asked for may be a proxy's echo of the request.
 pub fn unquoted(message: &str) -> String {
+    // Some parsers add the answer's text around the fault on lines of its own.
+    let message = message.lines().next().unwrap_or_default();
     let message = match (message.find('"'), message.rfind('"')) {
         (Some(first), Some(last)) if first < last => {
             format!("{}\"…\"{}", &message[..first], &message[last + 1..])
@@ -203,7 +205,7 @@ fn blank_after(text: &str, names: &[&str], value_len: fn(&str) -> usize) -> Stri
 }
 
 /// What may stand between a header's name and its value: `: `, `": "`, `=`.
-const SEPARATORS: &[char] = &[' ', '\t', ':', '"', '\'', '='];
+const SEPARATORS: &[char] = &[' ', '\t', ':', '"', '\'', '=', '\\'];
 
 /// A header's value after its name: up to the end of the line, a `;` or `,`
 /// between headers, or the quote that closes it. Nothing unless a `:`, `=` or
@@ -215,7 +217,7 @@ fn header_value(rest: &str) -> usize {
         return 0;
     }
     let end = value
-        .find(['\n', '\r', ';', ',', '"', '\'', '}', '&'])
+        .find(['\n', '\r', ';', ',', '"', '\'', '}', '&', '\\'])
         .unwrap_or(value.len());
     if end == 0 { 0 } else { lead + end }
 }
@@ -310,13 +312,17 @@ mod tests {
             ),
             ("Cookie: session=abc; Path=/", "Cookie: ***; Path=/"),
             (
+                r#"body "{\"X-Auth-Token\": \"s3ss\"}""#,
+                r#"body "{\"X-Auth-Token\": \"***\"}""#,
+            ),
+            (
                 "unauthorized: the token is wrong",
                 "unauthorized: the token is wrong",
             ),
             ("the authorization failed", "the authorization failed"),
             ("a basic  check", "a basic  check"),
         ] {
-            assert_eq!(scrub(echoed), shown, "{echoed}");
+            assert_eq!(Secrets::new().scrub(echoed), shown, "{echoed}");
         }
     }
 
@@ -330,6 +336,10 @@ mod tests {
         );
         assert_eq!(unquoted("missing field `labels`"), "missing field `labels`");
         assert_eq!(
+            unquoted("expected `,` at line 1 column 2\n\n\t[tok-CANA\n\t.^"),
+            "expected `,` at line 1 column 2"
+        );
+        assert_eq!(
             unquoted("unknown variant `tok-9`, expected `a` or `b` at line 1"),
             "unknown variant `…`, expected `a` or `b` at line 1"
         );
@@ -340,7 +350,7 @@ mod tests {
     #[test]
     fn every_one_of_many_names_is_blanked() {
         let text = "bearer x ".repeat(100_000) + "authorization: tok";
-        let scrubbed = scrub(&text);
+        let scrubbed = Secrets::new().scrub(&text);
         assert_eq!(scrubbed.matches("bearer ***").count(), 100_000);
         assert!(scrubbed.ends_with("authorization: ***"));
     }

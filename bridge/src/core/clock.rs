@@ -6,18 +6,23 @@
 //! recorded to now, so a step would lengthen or shorten each by its size: a node
 //! not missed for an hour, a fleet marked stale at once, a flow failed in mid-step.
 //!
-//! Back: the core finds it itself (a step earlier than the last), and after a
-//! restart cannot know by how much, so each instant ahead of the clock is taken
-//! as now — what it starts counts from the step, never longer than it would have.
-//! Forward: only the service can tell a step from time passing (its monotonic
-//! clock did not move with it); every instant recorded moves forward with the
-//! clock, so every span stays as long as it was.
+//! The service tells a step from time passing by its monotonic clock, which
+//! did not move with it: every instant recorded moves with the clock, forward
+//! or back, so every span stays as long as it was. Where it cannot tell — a
+//! restart on a store written by a clock that was ahead, a step back between
+//! two steps of the core that the service did not see — the core finds
+//! instants ahead of the clock and takes each as now: what it starts counts from
+//! then, never longer than it would have.
 
 use chrono::TimeDelta;
 
 use super::settings::CoreSettings;
-use super::trust::CLOCK_GRAIN;
 use super::{Fleet, Node, Outcome, Time, Trust};
+
+/// How far the clock may stand before the last step's (or what the store holds
+/// stand ahead of it) before that is taken as a step back: more than the
+/// grain of a `Date` header or a clock adjusted by a slew.
+const STEP: TimeDelta = TimeDelta::seconds(2);
 
 impl Fleet {
     /// Take `now` as the clock, after the last step's (or, at the first step of
@@ -30,7 +35,7 @@ impl Fleet {
         out: &mut Outcome,
     ) -> Option<TimeDelta> {
         match self.clock_seen {
-            Some(seen) if now + CLOCK_GRAIN < seen => {
+            Some(seen) if now + STEP < seen => {
                 self.clock_seen = Some(now);
                 self.pull_back(cfg, now, out);
                 Some(seen - now)
@@ -42,15 +47,15 @@ impl Fleet {
             // The first step of this process looks over what the store held.
             None => {
                 self.clock_seen = Some(now);
-                self.pull_back(cfg, now, out)
-                    .filter(|ahead| *ahead > CLOCK_GRAIN)
+                self.pull_back(cfg, now, out).filter(|ahead| *ahead > STEP)
             }
         }
     }
 
-    /// The wall clock stepped forward `by` while no time passed: every instant
-    /// recorded, deadlines included, moves with it. What to write.
-    pub fn clock_stepped_forward(&mut self, by: TimeDelta) -> Outcome {
+    /// The wall clock stepped `by` (forward, or back when negative) while no
+    /// time passed: every instant recorded on hale's clock, deadlines included,
+    /// moves with it. What to write.
+    pub fn clock_stepped(&mut self, by: TimeDelta) -> Outcome {
         let mut out = Outcome::default();
         let mut shift = |t: &mut Time| {
             *t = t.checked_add_signed(by).unwrap_or(*t);
@@ -64,9 +69,9 @@ impl Fleet {
         }
         out.ledger = self.each_instant(&mut out, &mut shift, true);
         for t in [
-            &mut self.clock_seen,
-            &mut self.swept_at,
-            &mut self.whole_pass_at,
+            self.clock_seen.as_mut(),
+            self.swept_at.as_mut(),
+            self.whole_pass_at.as_mut(),
         ]
         .into_iter()
         .flatten()
@@ -174,8 +179,27 @@ fn node_instants(node: &mut Node, f: &mut dyn FnMut(&mut Time) -> bool, deadline
         p.powered_on_at.as_mut(),
         p.retry_after.as_mut().filter(|_| deadlines),
         p.cordon.as_mut().map(|c| &mut c.at),
+        node.reports_saved.as_mut(),
     ];
     for t in single.into_iter().flatten() {
+        moved |= f(t);
+    }
+    // A condition's episode (fencing counts a node's silence from its missed
+    // heartbeat's first sight) and its sources' sight and delivery on hale's
+    // clock; an alert's expiry is Alertmanager's, compared with its own clock.
+    for (_, c) in node.conditions.iter_mut() {
+        moved |= f(&mut c.first_seen);
+        moved |= f(&mut c.last_seen);
+        for (_, source) in c.sources.iter_mut() {
+            for t in [source.since.as_mut(), source.delivered.as_mut()]
+                .into_iter()
+                .flatten()
+            {
+                moved |= f(t);
+            }
+        }
+    }
+    for t in node.seen_types.values_mut() {
         moved |= f(t);
     }
     for t in p.fences.iter_mut().chain(p.reboots.iter_mut()) {

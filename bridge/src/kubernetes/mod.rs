@@ -489,16 +489,24 @@ fn classify(e: kube::Error) -> OrchestratorError {
 /// An error as said in a log line or an error: what the API server (or a proxy
 /// before it) answered may echo the request's credentials, blanked here.
 fn said(e: &dyn std::fmt::Display) -> String {
-    CREDENTIALS
-        .read()
-        .expect("credentials lock")
-        .scrub(&e.to_string())
+    let mut known = CREDENTIALS.read().expect("credentials lock").clone();
+    // A token file (a service account's) is rotated under the running hale:
+    // read again for what it holds now.
+    for file in TOKEN_FILES.read().expect("token files lock").iter() {
+        if let Ok(token) = std::fs::read_to_string(file) {
+            known.add(token.trim());
+        }
+    }
+    known.scrub(&e.to_string())
 }
 
 /// The credentials of every kubeconfig this process connected with (a reload
 /// may connect with another), blanked in whatever an API server's answer says.
 static CREDENTIALS: std::sync::RwLock<crate::redact::Secrets> =
     std::sync::RwLock::new(crate::redact::Secrets::new());
+
+/// The token files among them, read again at each error.
+static TOKEN_FILES: std::sync::RwLock<Vec<String>> = std::sync::RwLock::new(Vec::new());
 
 /// What `auth` authenticates with, remembered in [`CREDENTIALS`]: a token (or
 /// the one its file holds now), a user's password. (kube writes them out only
@@ -512,8 +520,11 @@ fn remember_credentials(auth: &kube::config::AuthInfo) {
     if let Some(token) = text("token") {
         known.add(token);
     }
-    if let Some(token) = text("tokenFile").and_then(|f| std::fs::read_to_string(f).ok()) {
-        known.add(token.trim());
+    if let Some(file) = text("tokenFile") {
+        let mut files = TOKEN_FILES.write().expect("token files lock");
+        if !files.iter().any(|f| f == file) {
+            files.push(file.to_string());
+        }
     }
     match (text("username"), text("password")) {
         (Some(user), Some(password)) => known.add_basic(user, password),

@@ -414,23 +414,40 @@ impl Hale {
         F: FnOnce(&mut Fleet, &CoreSettings, Time) -> Result<Outcome, CoreError>,
     {
         // On a shared store only the leader that took in the store's state writes.
+        // A step of the clock meanwhile is in what the next leader loads, not
+        // this replica's to apply again when it leads.
         if !self.writes() {
+            self.clock.lock().expect("clock lock").take();
             return Ok((Outcome::default(), None));
         }
         let mut fleet = self.lock_fleet();
         // Read under the fleet lock, which a reload holds while it swaps them.
         let cfg = self.config();
         let now = Utc::now();
-        let stepped = self.clock_stepped_forward(now).map(|by| {
+        let stepped = self.clock_stepped(now).map(|by| {
             warn!(
-                forward_seconds = by.num_seconds(),
-                "the clock stepped forward: what hale recorded moves with it, so no window, hold, timeout or budget is cut short"
+                by_seconds = by.num_seconds(),
+                "the clock stepped {}: what hale recorded moves with it, so no window, hold, timeout or budget changes length",
+                if by > TimeDelta::zero() { "forward" } else { "back" }
             );
-            fleet.clock_stepped_forward(by)
+            fleet.clock_stepped(by)
         });
         let shown = shown_trust(&fleet.trust);
         let was_stale = fleet.trust.stale;
-        let mut outcome = step(&mut fleet, &cfg.core, now)?;
+        let mut outcome = match step(&mut fleet, &cfg.core, now) {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                // The shift stands in the fleet though the step was refused: it is
+                // written with the next step, as a write that failed is.
+                if let Some(mut moved) = stepped {
+                    let mut writer = self.writer.lock().expect("writer lock");
+                    let mut todo = writer.pending.take().unwrap_or_default();
+                    todo.absorb(moved.take_writes());
+                    writer.pending = Some(todo);
+                }
+                return Err(e);
+            }
+        };
         if let Some(moved) = stepped {
             outcome.absorb(moved);
         }
@@ -1955,15 +1972,15 @@ impl Hale {
     }
 }
 
-/// How far the wall clock may run ahead of the monotonic one between two steps
-/// before it is taken as stepped (NTP slews by 0.05 % at most).
+/// How far the wall clock may move apart from the monotonic one between two
+/// steps before it is taken as stepped (NTP slews by 0.05 % at most).
 const CLOCK_STEP: TimeDelta = TimeDelta::seconds(2);
 
 impl Hale {
-    /// How far the wall clock stepped forward since the last step, when it did
-    /// by more than [`CLOCK_STEP`] beyond the time that passed. (A step back is
-    /// the core's to find: it needs no monotonic clock.)
-    fn clock_stepped_forward(&self, now: Time) -> Option<TimeDelta> {
+    /// How far the wall clock stepped (back when negative) since this
+    /// replica's last step, when it did by more than [`CLOCK_STEP`] beside the
+    /// time that passed.
+    fn clock_stepped(&self, now: Time) -> Option<TimeDelta> {
         let mono = std::time::Instant::now();
         let last = self
             .clock
@@ -1972,7 +1989,7 @@ impl Hale {
             .replace((mono, now))?;
         let passed = TimeDelta::from_std(mono - last.0).ok()?;
         let by = now - last.1 - passed;
-        (by > CLOCK_STEP).then_some(by)
+        (by.abs() > CLOCK_STEP).then_some(by)
     }
 }
 

@@ -936,7 +936,15 @@ impl Fleet {
     }
 
     /// What holds every admission back now.
-    fn blocked(&self, cfg: &CoreSettings, now: Time, facts: &Facts) -> Vec<String> {
+    /// With `explained`, a closed window says when it opens (worked out for a
+    /// reader, not for every tick's admission).
+    fn blocked(
+        &self,
+        cfg: &CoreSettings,
+        now: Time,
+        facts: &Facts,
+        explained: bool,
+    ) -> Vec<String> {
         let mut why = Vec::new();
         if self.trust.stale || !self.trust.source_up {
             why.push("hale's alert source is stale or down".to_string());
@@ -947,7 +955,11 @@ impl Fleet {
         if let Some(w) = &cfg.remediation.window
             && !w.contains(now)
         {
-            let opens = w.opens(now).map(|o| format!("; {o}")).unwrap_or_default();
+            let opens = w
+                .opens(now)
+                .filter(|_| explained)
+                .map(|o| format!("; {o}"))
+                .unwrap_or_default();
             why.push(format!("outside remediation.window ({}{opens})", w.shown));
         }
         let failures = self.ledger.flow_failures.len() as u32;
@@ -978,7 +990,7 @@ impl Fleet {
         queue: Vec<String>,
         out: &mut Outcome,
     ) {
-        if queue.is_empty() || !self.blocked(cfg, now, facts).is_empty() {
+        if queue.is_empty() || !self.blocked(cfg, now, facts, false).is_empty() {
             return;
         }
         let mut active = Active::of(cfg, self);
@@ -1430,7 +1442,7 @@ impl Fleet {
             waiting,
         };
         let mut view = Remediations {
-            blocked: self.blocked(cfg, now, facts),
+            blocked: self.blocked(cfg, now, facts, true),
             failures_last_hour: self.ledger.flow_failures.len() as u32,
             ..Remediations::default()
         };

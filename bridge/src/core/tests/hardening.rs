@@ -1181,23 +1181,38 @@ fn a_clock_stepped_back_keeps_heartbeats_trust_holds_and_budgets_in_time() {
 #[test]
 fn a_clock_stepped_forward_cuts_no_window_short() {
     let mut s = script("");
-    s.at(0)
-        .poll(&[watchdog(), heartbeat("n1"), heartbeat("n2")]);
-    s.at(30)
-        .poll(&[watchdog(), heartbeat("n1"), heartbeat("n2")]);
+    s.at(0).poll(&[
+        watchdog(),
+        heartbeat("n1"),
+        heartbeat("n2"),
+        smart_failing("n1"),
+    ]);
+    s.at(30).poll(&[
+        watchdog(),
+        heartbeat("n1"),
+        heartbeat("n2"),
+        smart_failing("n1"),
+    ]);
     s.fleet.ledger.flow_failures.push(s.now);
     s.took();
-    let moved = s.fleet.clock_stepped_forward(TimeDelta::hours(1));
+    let first_seen = |s: &Script| s.fleet.nodes["n1"].conditions["disk_degraded"].first_seen;
+    let before = first_seen(&s);
+    let moved = s.fleet.clock_stepped(TimeDelta::hours(1));
     assert!(moved.dirty.contains("n1") && moved.ledger, "{moved:?}");
-    s.at(3630).poll(&[watchdog(), heartbeat("n1")]);
+    // A condition's episode moves too: fencing counts a silence from one.
+    assert_eq!(first_seen(&s), before + TimeDelta::hours(1));
+    s.at(3630)
+        .poll(&[watchdog(), heartbeat("n1"), smart_failing("n1")]);
     assert_eq!(s.took(), Vec::<String>::new(), "nothing went stale or late");
-    s.at(3660).poll(&[watchdog(), heartbeat("n1")]);
+    s.at(3660)
+        .poll(&[watchdog(), heartbeat("n1"), smart_failing("n1")]);
     assert!(
         !s.fleet.nodes["n2"]
             .conditions
             .contains_key(HEARTBEAT_MISSED)
     );
-    s.at(3730).poll(&[watchdog(), heartbeat("n1")]);
+    s.at(3730)
+        .poll(&[watchdog(), heartbeat("n1"), smart_failing("n1")]);
     assert_eq!(s.took(), ["n2 HEARTBEAT_MISSED"]);
     assert_eq!(
         s.fleet.ledger.flow_failures,
