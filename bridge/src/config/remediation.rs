@@ -425,17 +425,19 @@ mod tests {
         chrono::DateTime::parse_from_rfc3339(text).unwrap().to_utc()
     }
 
+    /// A window on `days` from `start` to `end` in `tz`, as the config builds it.
+    fn w(days: &[&str], start: &str, end: &str, tz: &str) -> Window {
+        window(&WindowConfig {
+            days: Some(days.iter().map(|d| d.to_string()).collect()),
+            start: start.into(),
+            end: end.into(),
+            time_zone: Some(tz.into()),
+        })
+        .unwrap()
+    }
+
     #[test]
     fn windows_follow_their_zone_days_and_midnight() {
-        let w = |days: &[&str], start: &str, end: &str, tz: &str| {
-            window(&WindowConfig {
-                days: Some(days.iter().map(|d| d.to_string()).collect()),
-                start: start.into(),
-                end: end.into(),
-                time_zone: Some(tz.into()),
-            })
-            .unwrap()
-        };
         let office = w(
             &["mon", "tue", "wed", "thu", "fri"],
             "09:00",
@@ -476,15 +478,6 @@ mod tests {
     /// start falls in, on a zone 45 minutes off the hour.
     #[test]
     fn a_closed_window_says_when_it_opens() {
-        let w = |days: &[&str], start: &str, end: &str, tz: &str| {
-            window(&WindowConfig {
-                days: Some(days.iter().map(|d| d.to_string()).collect()),
-                start: start.into(),
-                end: end.into(),
-                time_zone: Some(tz.into()),
-            })
-            .unwrap()
-        };
         let week = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
         for (window, now, opens, said) in [
             (
