@@ -43,6 +43,10 @@ const KEYS: [&str; 16] = [
     "instance",
 ];
 
+/// From this many labels on, an alert's are checked for a name given twice by
+/// sorting them rather than one by one.
+const SORTED_FROM: usize = 32;
+
 /// A position in [`KEYS`].
 #[derive(Clone, Copy)]
 struct Key(usize);
@@ -94,8 +98,16 @@ impl<'a> Labels<'a> {
 
     /// The value of a label of the contract.
     fn known(&self, key: Key) -> Option<&str> {
-        let at = usize::from(self.known[key.0]).checked_sub(1)?;
-        Some(self.pairs[at].1.as_ref())
+        match usize::from(self.known[key.0]).checked_sub(1) {
+            Some(at) => Some(self.pairs[at].1.as_ref()),
+            // Past the places `known` can say, looked for.
+            None if self.pairs.len() >= usize::from(u8::MAX) => self
+                .pairs
+                .iter()
+                .find(|(k, _)| k == KEYS[key.0])
+                .map(|(_, v)| v.as_ref()),
+            None => None,
+        }
     }
 
     pub fn insert(&mut self, name: impl Into<Cow<'a, str>>, value: impl Into<Cow<'a, str>>) {
@@ -141,21 +153,34 @@ impl<'de: 'a, 'a> Deserialize<'de> for Labels<'a> {
                     pairs: Vec::with_capacity(map.size_hint().unwrap_or(8)),
                     known: [0; KEYS.len()],
                 };
+                // Alertmanager's labels are a map: a sender that names one twice
+                // means two things, and Go would read the last where hale read the
+                // first.
+                let twice = |name: &str| -> M::Error {
+                    de::Error::custom(format_args!("label `{name}` is given twice"))
+                };
                 while let Some((k, v)) = map.next_entry::<Text, Text>()? {
-                    // Alertmanager's labels are a map: a sender that names one twice
-                    // means two things, and Go would read the last where hale read
-                    // the first.
-                    let twice = match key_of(&k.0) {
-                        Some(known) => labels.known[known.0] != 0,
-                        None => labels.pairs.iter().any(|(n, _)| *n == k.0),
-                    };
-                    if twice {
-                        return Err(de::Error::custom(format_args!(
-                            "label `{}` is given twice",
-                            k.0
-                        )));
+                    // A few labels are compared as they come; a long list, sorted
+                    // once at its end (compared as they come, 100,000 labels would
+                    // take a minute).
+                    if labels.pairs.len() < SORTED_FROM {
+                        let given = match key_of(&k.0) {
+                            Some(known) => labels.known[known.0] != 0,
+                            None => labels.pairs.iter().any(|(n, _)| *n == k.0),
+                        };
+                        if given {
+                            return Err(twice(&k.0));
+                        }
                     }
                     labels.push(k.0, v.0);
+                }
+                if labels.pairs.len() > SORTED_FROM {
+                    let mut names: Vec<&str> =
+                        labels.pairs.iter().map(|(n, _)| n.as_ref()).collect();
+                    names.sort_unstable();
+                    if let Some(pair) = names.windows(2).find(|w| w[0] == w[1]) {
+                        return Err(twice(pair[0]));
+                    }
                 }
                 Ok(labels)
             }
@@ -206,24 +231,41 @@ fn upper(class: &str) -> super::Name {
 }
 
 /// Whether `value` holds a control character, a bidirectional override or an
-/// invisible character (zero-width space or joiner, soft hyphen, byte order mark):
-/// what would forge a log line, or show as another id.
+/// invisible character (zero-width space or joiner, soft hyphen, byte order mark,
+/// variation selector, tag, filler, a line or paragraph separator, a space other
+/// than the ASCII one): what would forge a log line, or show as another id.
 pub fn unprintable(value: &str) -> bool {
     value.bytes().any(|b| b < 0x20 || b == 0x7f)
         || (!value.is_ascii() && value.chars().any(|c| c.is_control() || invisible(c)))
 }
 
-/// A bidirectional override or isolate, or a character that shows as nothing.
-fn invisible(c: char) -> bool {
+/// A bidirectional override or isolate, a character that shows as nothing
+/// (Unicode's default-ignorable code points, the interlinear annotation marks,
+/// the Hangul fillers), a line or paragraph separator, or a space that looks like
+/// the ASCII one but is not.
+pub fn invisible(c: char) -> bool {
     matches!(
         c,
-        '\u{AD}'
+        '\u{A0}'
+            | '\u{AD}'
+            | '\u{34F}'
             | '\u{61C}'
-            | '\u{180E}'
-            | '\u{200B}'..='\u{200F}'
-            | '\u{202A}'..='\u{202E}'
-            | '\u{2060}'..='\u{2069}'
+            | '\u{115F}'..='\u{1160}'
+            | '\u{1680}'
+            | '\u{17B4}'..='\u{17B5}'
+            | '\u{180B}'..='\u{180F}'
+            | '\u{2000}'..='\u{200F}'
+            | '\u{2028}'..='\u{202F}'
+            | '\u{205F}'..='\u{206F}'
+            | '\u{3000}'
+            | '\u{3164}'
+            | '\u{FE00}'..='\u{FE0F}'
             | '\u{FEFF}'
+            | '\u{FFA0}'
+            | '\u{FFF0}'..='\u{FFFB}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0000}'..='\u{E0FFF}'
     )
 }
 
@@ -925,6 +967,42 @@ mod tests {
     }
 
     #[test]
+    fn a_long_label_list_is_read_whole_and_checked_for_a_name_given_twice() {
+        let list = |names: &[String]| {
+            let pairs: Vec<String> = names.iter().map(|n| format!("\"{n}\":\"v-{n}\"")).collect();
+            format!("{{{}}}", pairs.join(","))
+        };
+        let filler = |n: usize| (0..n).map(|i| format!("a{i:05}")).collect::<Vec<_>>();
+        // The contract's labels after more than 255 others (Alertmanager writes
+        // them sorted by name) are still read.
+        let mut names = filler(300);
+        names.extend(["node".to_string(), "severity".to_string()]);
+        let text = list(&names);
+        let labels: Labels = serde_json::from_str(&text).expect("parses");
+        assert_eq!(labels.get("node"), Some("v-node"));
+        assert_eq!(labels.known(SEVERITY), Some("v-severity"));
+        assert_eq!(labels.get("a00299"), Some("v-a00299"));
+        // A name given twice is refused wherever in the list it is, a label of
+        // the contract or not, early or late.
+        for (first, again) in [(3, 90), (40, 41), (0, 301), (299, 300)] {
+            let mut names = filler(300);
+            names.push("node".into());
+            names.insert(again, names[first].clone());
+            let text = list(&names);
+            let e = serde_json::from_str::<Labels>(&text).expect_err("refused");
+            assert!(
+                e.to_string().contains("is given twice"),
+                "{first}, {again}: {e}"
+            );
+        }
+        let mut late_node = filler(300);
+        late_node.extend(["node".to_string(), "node".to_string()]);
+        let text = list(&late_node);
+        let e = serde_json::from_str::<Labels>(&text).expect_err("refused");
+        assert!(e.to_string().contains("label `node` is given twice"), "{e}");
+    }
+
+    #[test]
     fn a_log_line_shows_overrides_and_invisible_characters_escaped() {
         assert!(matches!(
             loggable("disk sda: ok"),
@@ -934,6 +1012,10 @@ mod tests {
         assert_eq!(
             loggable("line2 \u{202E}evil \u{200B}x\u{FEFF}"),
             "line2 \\u{202e}evil \\u{200b}x\\u{feff}"
+        );
+        assert_eq!(
+            loggable("a\u{2028}b\u{E0041}c\u{FE0F}"),
+            "a\\u{2028}b\\u{e0041}c\\u{fe0f}"
         );
     }
 
@@ -981,6 +1063,29 @@ mod tests {
             ),
             (&[("node", "\u{FEFF}n1")], None),
             (&[("node", "n\u{AD}1")], None),
+            // So would a tag, a variation selector, a combining grapheme joiner,
+            // a filler, a separator, a space that is not the ASCII one.
+            (&[("node", "gpu-14\u{E0001}")], None),
+            (&[("node", "gpu-1\u{E0034}4")], None),
+            (&[("node", "gpu\u{34F}-14")], None),
+            (&[("node", "gpu-14\u{FE0F}")], None),
+            (&[("node", "gpu-14\u{E0100}")], None),
+            (&[("node", "gpu-14\u{1D173}")], None),
+            (&[("node", "gpu-14\u{FFF9}")], None),
+            (&[("node", "gpu-14\u{1BCA0}")], None),
+            (&[("node", "gpu\u{17B4}-14")], None),
+            (&[("node", "gpu-14\u{3164}")], None),
+            (&[("node", "gpu-14\u{FFA0}")], None),
+            (&[("node", "\u{115F}gpu-14")], None),
+            (&[("node", "gpu-14\u{2028}x")], None),
+            (&[("node", "gpu-14\u{2029}x")], None),
+            (&[("node", "gpu\u{A0}14")], None),
+            (&[("node", "gpu\u{3000}14")], None),
+            (&[("node", "gpu\u{202F}14")], None),
+            // Letters of every script stay names.
+            (&[("node", "Grafikkarte-ß")], Some("Grafikkarte-ß")),
+            (&[("node", "ノード-14")], Some("ノード-14")),
+            (&[("node", "gpu 14")], Some("gpu 14")),
             // A URL is its host.
             (
                 &[("instance", "http://h1.example:9100/metrics")],
