@@ -14,6 +14,7 @@ pub mod fuzzball;
 pub mod http;
 pub mod kubernetes;
 pub mod liveness;
+pub mod logline;
 pub mod metrics;
 pub mod notify;
 pub mod orchestrator;
@@ -311,6 +312,7 @@ mod layers {
             "fleet_lock",
             "server",
             "redact",
+            "logline",
         ],
         &[
             "kubernetes",

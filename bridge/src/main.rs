@@ -285,6 +285,7 @@ fn log(format: LogFormat) -> anyhow::Result<()> {
     match format {
         LogFormat::Json => log.json().with_current_span(false).init(),
         LogFormat::Text => log
+            .fmt_fields(hale::logline::Logfmt)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
             .init(),
     }

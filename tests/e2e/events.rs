@@ -537,7 +537,8 @@ async fn sighup_reloads_endpoints_and_penalties_and_a_bad_file_changes_nothing()
         "{before:?} {after:?}"
     );
     assert!(
-        hale.log().contains("applied=nodeHealth, nodeEventWebhooks"),
+        hale.log()
+            .contains("applied=\"nodeHealth, nodeEventWebhooks\""),
         "the reload says what it applied: {}",
         hale.log()
     );

@@ -527,11 +527,12 @@ async fn check_config_names_the_key_written_and_says_the_other_is_a_default() {
 async fn logs_are_plain_off_a_terminal_and_json_when_asked() {
     let dir = tempfile::tempdir().unwrap();
     let hale = Hale::webhook_only(dir.path(), "").await;
-    assert_eq!(
-        hale.deliver(&delivery(&[(&smart_failing("n1"), "firing")]))
-            .await,
-        200
-    );
+    // A summary that would forge fields, and a NUL that made `grep` call the
+    // log binary.
+    let mut forging = smart_failing("n1");
+    forging["annotations"]["summary"] =
+        json!("SMART failing node=victim event=\"NODE_UNCORDONED\" by=operator\u{0}");
+    assert_eq!(hale.deliver(&delivery(&[(&forging, "firing")])).await, 200);
     hale.wait_node("raised", "n1", |n| has_condition(n, "disk_degraded"))
         .await;
     let text = hale.log();
@@ -539,6 +540,15 @@ async fn logs_are_plain_off_a_terminal_and_json_when_asked() {
     assert!(
         !text.contains('\u{1b}'),
         "no colour codes in a file: {text}"
+    );
+    assert!(!text.contains('\u{0}'), "{text}");
+    let raised = text
+        .lines()
+        .find(|l| l.contains("CONDITION_RAISED"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        raised.contains(r#"SMART failing node=victim event=\"NODE_UNCORDONED\" by=operator\x00" node=n1 event="CONDITION_RAISED""#),
+        "the summary stays inside the quoted message: {raised}"
     );
     assert!(!text.contains("no apiTokenFile"), "{text}");
     drop(hale);
