@@ -104,6 +104,9 @@ struct V2Status<'a> {
     state: Cow<'a, str>,
 }
 
+/// The longest fingerprint a webhook delivery's alert may carry, in bytes.
+pub const MAX_FINGERPRINT: usize = 128;
+
 /// Parse a `GET /api/v2/alerts` answer. `unprocessed` alerts have not been routed yet
 /// and are treated as active: they are firing.
 pub fn parse_v2(body: &[u8]) -> Result<Vec<Alert<'_>>> {
@@ -223,6 +226,17 @@ pub fn parse_webhook(body: &[u8]) -> Result<Delivery<'_>> {
             return Err(IngestError::Malformed {
                 what: "Alertmanager webhook payload",
                 reason: "an alert has no fingerprint".into(),
+            });
+        }
+        // A sender's own fingerprint is kept in each condition it feeds and in the
+        // job failures it counts: Alertmanager's are 16 hex digits.
+        if a.fingerprint.len() > MAX_FINGERPRINT {
+            return Err(IngestError::Malformed {
+                what: "Alertmanager webhook payload",
+                reason: format!(
+                    "an alert's fingerprint is {} bytes, over the {MAX_FINGERPRINT} hale takes (Alertmanager's are 16 hex digits)",
+                    a.fingerprint.len()
+                ),
             });
         }
         for (field, time) in [("startsAt", &a.starts_at), ("endsAt", &a.ends_at)] {
@@ -708,6 +722,19 @@ mod tests {
         let twice = br#"{"version":"4","alerts":[{"status":"firing","labels":{"alertname":"A","node":"n-a","node":"n-b"},"fingerprint":"f","startsAt":"2026-08-05T12:00:00Z"}]}"#;
         let e = parse_webhook(twice).err().expect("rejected").to_string();
         assert!(e.contains("label `node` is given twice"), "{e}");
+        // A fingerprint of a megabyte would be kept in every condition it feeds.
+        let long = |len: usize| {
+            format!(
+                r#"{{"version":"4","alerts":[{{"status":"firing","labels":{{"alertname":"A","node":"n"}},"fingerprint":"{}","startsAt":"2026-08-05T12:00:00Z"}}]}}"#,
+                "f".repeat(len)
+            )
+        };
+        assert!(parse_webhook(long(MAX_FINGERPRINT).as_bytes()).is_ok());
+        let e = parse_webhook(long(MAX_FINGERPRINT + 1).as_bytes())
+            .err()
+            .expect("rejected");
+        assert_eq!(e.metric_label(), "malformed");
+        assert!(e.to_string().contains("fingerprint is 129 bytes"), "{e}");
     }
 
     #[test]

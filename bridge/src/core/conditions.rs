@@ -10,7 +10,7 @@ use chrono::{DateTime, TimeDelta};
 
 use super::labels::{Alert, AlertState, Signal};
 use super::settings::{CoreSettings, Settings};
-use super::step::{Keyed, Recorder, group_by_key};
+use super::step::{Grouped, Keyed, Recorder, group_by_key};
 use super::trust::Keep;
 use super::{
     COLLECTOR_FAILED, Condition, EventKind, HEARTBEAT_MISSED, Heartbeat, Name, Node,
@@ -81,7 +81,11 @@ pub(super) fn apply_alerts(
         }
     }
 
-    let fresh = group_by_key(fresh);
+    let mut fresh = group_by_key(fresh);
+    let crowded = crowd_out(node, &mut fresh, full);
+    if crowded > 0 {
+        rec.crowded(crowded);
+    }
 
     if named {
         if trusted {
@@ -242,6 +246,53 @@ pub(super) fn apply_alerts(
     if changed {
         rec.dirty();
     }
+}
+
+/// Condition types a node holds raised from alerts, at most (hale's own —
+/// missed heartbeat, stale telemetry, failed collector — aside): each keeps its
+/// sources and texts, a metric series and a line in what the orchestrator is
+/// told, and a rule that names its condition from a label of many values (a
+/// path, a job id) would grow them without end.
+pub const MAX_CONDITIONS: usize = 64;
+
+/// Keep the condition types of `fresh` a node can hold; returns how many were
+/// left out. A full picture keeps the most telling: those raised already (no
+/// churn from one poll to the next), then the live before the silenced, then the
+/// most severe, then by name. A partial one takes no new type once the node is
+/// full.
+fn crowd_out(node: &Node, fresh: &mut Grouped<'_, &Alert<'_>>, full: bool) -> usize {
+    let own = |c: &str| matches!(c, HEARTBEAT_MISSED | TELEMETRY_STALE | COLLECTOR_FAILED);
+    let before = fresh.len();
+    if full {
+        if before <= MAX_CONDITIONS {
+            return 0;
+        }
+        let mut ranked: Vec<_> = fresh
+            .iter()
+            .filter(|(ctype, _)| !own(ctype))
+            .map(|(ctype, alerts)| {
+                let live = alerts.iter().any(|a| a.state != AlertState::Suppressed);
+                let worst = alerts.iter().map(|a| a.severity()).max();
+                let raised = node.conditions.contains_key(ctype);
+                (!raised, !live, std::cmp::Reverse(worst), ctype)
+            })
+            .collect();
+        ranked.sort_unstable();
+        let kept: BTreeSet<&str> = ranked.iter().take(MAX_CONDITIONS).map(|r| r.3).collect();
+        fresh.retain(|ctype, _| own(ctype) || kept.contains(ctype));
+    } else {
+        let held = node.conditions.keys().filter(|c| !own(c)).count();
+        let mut room = MAX_CONDITIONS.saturating_sub(held);
+        fresh.retain(|ctype, _| {
+            if own(ctype) || node.conditions.contains_key(ctype) {
+                return true;
+            }
+            let taken = room > 0;
+            room = room.saturating_sub(1);
+            taken
+        });
+    }
+    before - fresh.len()
 }
 
 /// Job-failure instances a node remembers as counted, at most: past it, those that

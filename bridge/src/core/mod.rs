@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use settings::Settings;
 
+pub use conditions::MAX_CONDITIONS;
 pub use events::{EVENT_TYPES, Event, EventKind};
 pub use heartbeats::HeartbeatsDue;
 pub use ingest::{Listed, NodeGroups, PollAnswer};

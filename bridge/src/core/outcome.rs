@@ -2,7 +2,7 @@
 //! counts — and the errors an operator's request can meet. Shared by every part of
 //! the core, so none of them imports another for it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::Event;
 
@@ -27,6 +27,9 @@ pub struct Outcome {
     pub held: Option<String>,
     /// New nodes refused by `nodeIdentity.maxNodes`, by id.
     pub refused: BTreeSet<String>,
+    /// Nodes whose alerts raise more condition types than a node holds, and how
+    /// many were not taken.
+    pub crowded: BTreeMap<String, usize>,
     /// Whether the replacement budget changed (the ledger is written only then).
     pub ledger: bool,
     /// Workload owners whose restart count changed (written one row each).
@@ -44,6 +47,9 @@ impl Outcome {
         self.ledger |= later.ledger;
         self.unmatched += later.unmatched;
         self.refused.extend(later.refused);
+        for (id, count) in later.crowded {
+            *self.crowded.entry(id).or_default() += count;
+        }
         if self.held.is_none() {
             self.held = later.held;
         }

@@ -405,6 +405,11 @@ impl<'k, T> Grouped<'k, T> {
         (ranges, self.items)
     }
 
+    /// How many groups there are.
+    pub(super) fn len(&self) -> usize {
+        self.groups.len()
+    }
+
     /// Whether `key` is one of the groups.
     pub(super) fn has(&self, key: &str) -> bool {
         self.groups.binary_search_by(|(k, _)| (*k).cmp(key)).is_ok()
@@ -440,6 +445,12 @@ impl Recorder<'_, '_> {
         if !self.out.dirty.contains(self.id) {
             self.out.dirty.insert(self.id.to_string());
         }
+    }
+
+    /// `count` of the node's condition types were not taken: it holds
+    /// [`super::conditions::MAX_CONDITIONS`].
+    pub(super) fn crowded(&mut self, count: usize) {
+        *self.out.crowded.entry(self.id.to_string()).or_default() += count;
     }
 
     /// The node's score may have changed though nothing about it needs writing.

@@ -478,6 +478,20 @@ impl Hale {
                 "alerts name more nodes than nodeIdentity.maxNodes allows: the new ones are refused"
             );
         }
+        if !outcome.crowded.is_empty() {
+            let some: Vec<String> = outcome
+                .crowded
+                .iter()
+                .take(5)
+                .map(|(id, count)| format!("{id} ({count})"))
+                .collect();
+            warn!(
+                nodes = outcome.crowded.len(),
+                first = %some.join(", "),
+                max = crate::core::MAX_CONDITIONS,
+                "alerts raise more condition types on a node than it holds: the least telling are not taken (a rule naming hale_condition from a label of many values?)"
+            );
+        }
         self.count_remediations(&fleet, &outcome);
         let acting = outcome.dirty.iter().any(|id| {
             fleet

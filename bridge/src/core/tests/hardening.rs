@@ -673,23 +673,86 @@ fn condition_types_are_remembered_for_forget_after_and_at_most_64() {
         s.node("n1").seen_types.is_empty(),
         "cleared a day ago: forgotten"
     );
-    // A hundred raised at once and cleared at once: 64 kept at once, not only
-    // from the next sweep.
-    let mut many: Vec<A> = (0..100)
-        .map(|i| alert(&format!("Burst{i}")).on("n2"))
-        .collect();
-    many.extend([watchdog(), heartbeat("n2")]);
-    s.at(3 * DAY).poll(&many);
-    let n2 = s.node("n2");
-    let series: BTreeSet<&str> = n2
-        .seen_types
-        .keys()
-        .map(String::as_str)
-        .chain(n2.conditions.keys().map(|t| t.as_str()))
-        .collect();
-    assert_eq!(series.len(), 100, "raised, each a series");
-    s.at(3 * DAY + 30).poll(&[watchdog(), heartbeat("n2")]);
+    // Sixty raised at once and cleared at once, then sixty others: 64 kept at
+    // once, not only from the next sweep.
+    for (round, name) in [(0, "Burst"), (1, "Other")] {
+        let mut many: Vec<A> = (0..60)
+            .map(|i| alert(&format!("{name}{i}")).on("n2"))
+            .collect();
+        many.extend([watchdog(), heartbeat("n2")]);
+        s.at(3 * DAY + round * 60).poll(&many);
+        assert_eq!(s.node("n2").conditions.len(), 60, "raised, each a series");
+        s.at(3 * DAY + round * 60 + 30)
+            .poll(&[watchdog(), heartbeat("n2")]);
+    }
     assert_eq!(s.node("n2").seen_types.len(), MAX_SEEN_TYPES);
+}
+
+#[test]
+fn a_node_holds_at_most_64_condition_types_the_most_telling() {
+    let mut s = script("alertmanager: { staleAfter: 30d }");
+    // A rule naming its condition from a label of many values: a hundred types
+    // on one node, one of them critical, with a collector failing beside them.
+    let mut many: Vec<A> = (0..100)
+        .map(|i| alert(&format!("Path{i:03}")).on("n1"))
+        .collect();
+    many.push(alert("Zz").on("n1").critical());
+    many.push(alert("Zy").on("n1").suppressed());
+    many.extend([
+        watchdog(),
+        heartbeat("n1"),
+        collector_failed("n1", "smartmon"),
+    ]);
+    let held = |s: &Script| -> BTreeSet<String> {
+        s.node("n1")
+            .conditions
+            .keys()
+            .filter(|c| c.as_str() != COLLECTOR_FAILED)
+            .map(|c| c.to_string())
+            .collect()
+    };
+    s.at(0).poll(&many);
+    let first = held(&s);
+    assert_eq!(first.len(), MAX_CONDITIONS);
+    assert!(first.contains("Zz"), "the most severe is kept");
+    assert!(
+        !first.contains("Zy"),
+        "a silenced one goes before a live one"
+    );
+    assert!(first.contains("Path000") && !first.contains("Path099"));
+    assert!(s.node("n1").conditions.contains_key(COLLECTOR_FAILED));
+    assert_eq!(s.last.crowded.get("n1"), Some(&38), "{:?}", s.last.crowded);
+    assert_eq!(s.score("n1"), Some(0));
+    // The same answer again changes nothing: those raised stay raised.
+    s.took();
+    s.at(30).poll(&many);
+    assert_eq!(held(&s), first);
+    assert!(s.took().is_empty());
+    // A type more severe than any held, once the node is full, does not push
+    // out one raised already.
+    let mut more = many.clone();
+    more.push(alert("Aa").on("n1").critical());
+    s.at(60).poll(&more);
+    assert_eq!(held(&s), first);
+    // A delivery takes no new type while the node is full, and still updates
+    // what it holds.
+    s.at(90).webhook(&[
+        watchdog(),
+        alert("New").on("n1"),
+        alert("Path001").on("n1").critical(),
+    ]);
+    assert_eq!(held(&s), first);
+    assert_eq!(s.last.crowded.get("n1"), Some(&1));
+    assert_eq!(
+        s.node("n1").conditions["Path001"].severity,
+        Severity::Critical
+    );
+    // Once the alerts end, room is made: a delivery's new type is taken.
+    s.at(120)
+        .poll(&[watchdog(), heartbeat("n1"), alert("Path005").on("n1")]);
+    s.at(150).webhook(&[watchdog(), alert("New").on("n1")]);
+    assert_eq!(held(&s), BTreeSet::from(["Path005".into(), "New".into()]));
+    assert!(s.last.crowded.is_empty());
 }
 
 #[test]
