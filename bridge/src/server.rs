@@ -4,14 +4,18 @@
 //! within [`HEADER_READ`] (and a kept-alive connection idle that long is closed),
 //! its body within [`BODY_READ`], a write may stall for [`WRITE_STALL`] at most,
 //! and at most [`MAX_CONNECTIONS`] are open at once — past that, new ones wait in
-//! the kernel's queue rather than take the process's last file descriptors. A
-//! client that sends nothing, a header a byte at a time, or reads nothing holds
-//! one slot for a bounded time, not for ever. On shutdown it stops accepting and
+//! the kernel's queue rather than take the process's last file descriptors — an
+//! eighth of them from one client address ([`per_client`]), whose next are closed
+//! as they come. A client that sends nothing, a header a byte at a time, or reads
+//! nothing holds one slot for a bounded time, not for ever, and one client cannot
+//! hold them all. On shutdown it stops accepting and
 //! lets the requests under way finish, for [`SHUTDOWN_WAIT`] at most.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
-use std::time::Duration;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
@@ -45,7 +49,9 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(20);
 /// Serve `app` on `listener` until `shutdown` completes.
 pub async fn serve(listener: TcpListener, app: Router, shutdown: impl Future<Output = ()>) {
     let app = app.layer(axum::middleware::from_fn(body_in_time));
-    let slots = Arc::new(Semaphore::new(connection_cap()));
+    let cap = connection_cap();
+    let slots = Arc::new(Semaphore::new(cap));
+    let clients = Clients::new(per_client(cap));
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -53,15 +59,19 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: impl Future<Out
             slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
             () = &mut shutdown => break,
         };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     accept_failed(&e).await;
                     continue;
                 }
             },
             () = &mut shutdown => break,
+        };
+        // Past its share, closed at once: its slot goes back to the others.
+        let Some(share) = clients.take(peer.ip()) else {
+            continue;
         };
         let service = TowerToHyperService::new(app.clone());
         let mut http = hyper::server::conn::http1::Builder::new();
@@ -73,6 +83,7 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: impl Future<Out
         tokio::spawn(async move {
             // Its end is the client's or the timeouts' doing: nothing to report.
             let _ = connection.await;
+            drop(share);
             drop(slot);
         });
     }
@@ -85,6 +96,75 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: impl Future<Out
             wait_s = SHUTDOWN_WAIT.as_secs(),
             "requests still under way at shutdown were cut short"
         );
+    }
+}
+
+/// How many of `cap` connections one client address may hold at once: an
+/// eighth, eight at least. Clients behind one address (a NAT, a port-forward,
+/// which arrives from loopback) share it.
+pub fn per_client(cap: usize) -> usize {
+    (cap / 8).max(8).min(cap)
+}
+
+/// The connections each client address holds.
+#[derive(Clone)]
+struct Clients {
+    held: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    most: usize,
+    /// When a refusal was last logged: an address that keeps trying is said once
+    /// a minute, not once a connection.
+    said: Arc<Mutex<Option<Instant>>>,
+}
+
+/// One connection of a client's share, given back when dropped.
+struct Share {
+    clients: Clients,
+    ip: IpAddr,
+}
+
+impl Clients {
+    fn new(most: usize) -> Clients {
+        Clients {
+            held: Arc::default(),
+            most,
+            said: Arc::default(),
+        }
+    }
+
+    /// A connection of `ip`'s share, or `None` when it holds all of it.
+    fn take(&self, ip: IpAddr) -> Option<Share> {
+        let mut held = self.held.lock().expect("clients lock");
+        let count = held.entry(ip).or_default();
+        if *count >= self.most {
+            drop(held);
+            let mut said = self.said.lock().expect("clients lock");
+            if said.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
+                *said = Some(Instant::now());
+                warn!(
+                    client = %ip,
+                    most = self.most,
+                    "a client holds as many connections as one may: its next are closed until one ends"
+                );
+            }
+            return None;
+        }
+        *count += 1;
+        Some(Share {
+            clients: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        let mut held = self.clients.held.lock().expect("clients lock");
+        if let Some(count) = held.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.ip);
+            }
+        }
     }
 }
 

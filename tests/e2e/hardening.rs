@@ -1320,6 +1320,62 @@ async fn a_client_that_never_finishes_its_request_is_cut_off() {
     );
 }
 
+/// One client opening connection after connection and finishing no request
+/// holds its share of the server's connections, not all of them: past its share
+/// its next are closed as they come, and another client is served meanwhile.
+#[tokio::test]
+async fn one_client_holds_its_share_of_connections_not_all() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let hale = Hale::start(dir.path(), "http://127.0.0.1:9", "").await;
+    let addr = hale.url.trim_start_matches("http://").to_string();
+    let tries = 200;
+    let mut held = Vec::new();
+    for _ in 0..tries {
+        let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        // A header begun and never ended; a closed connection may refuse it.
+        let _ = c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await;
+        held.push(c);
+    }
+    // Another address is served while they are held.
+    let other = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .unwrap();
+    let answer = other
+        .get(format!("{}/healthz", hale.url))
+        .send()
+        .await
+        .unwrap();
+    assert!(answer.status().is_success());
+    // Each ends its header: those kept are answered, the rest were closed.
+    let finish = |mut c: tokio::net::TcpStream| async move {
+        let _ = c.write_all(b"Connection: close\r\n\r\n").await;
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(30), c.read_to_end(&mut got)).await;
+        assert!(read.is_ok(), "neither answered nor closed");
+        String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200")
+    };
+    let answered = futures::future::join_all(held.into_iter().map(finish))
+        .await
+        .into_iter()
+        .filter(|ok| *ok)
+        .count();
+    // An eighth of the connections hale opens at once (fewer where its file
+    // limit is low), eight at least.
+    let most = hale::server::per_client(hale::server::MAX_CONNECTIONS);
+    assert!(
+        (8..=most).contains(&answered),
+        "{answered} of {tries} kept; a client's share is {most} at most"
+    );
+    assert!(
+        hale.log()
+            .contains("a client holds as many connections as one may"),
+        "{}",
+        hale.log()
+    );
+}
+
 /// A reload that shortens `pollInterval` polls at once: staleness is judged by the
 /// new interval from the reload on, and the loop, asleep for the old one, must
 /// not leave every node stale meanwhile.
