@@ -342,6 +342,46 @@ pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
         .any(|host| !host.is_empty() && host == origin_host)
 }
 
+/// Whether a browser sent the request: every current one names its `Origin` on a
+/// post (and `Sec-Fetch-Site` where it may), same site or not; no other client
+/// hale serves (Alertmanager, the CLI, curl) sends either.
+fn browser(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::ORIGIN) || headers.contains_key("sec-fetch-site")
+}
+
+/// Whether the request was sent to an address no one can rebind: an IP, or
+/// `localhost` (and `*.localhost`, which browsers keep on loopback themselves)
+/// — not a DNS name, which a page's own site can point at hale after it loaded
+/// (DNS rebinding), its posts then same-origin in the browser's eyes.
+fn addressed(headers: &HeaderMap) -> bool {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let hosts: Vec<&str> = [text("x-forwarded-host"), text(header::HOST.as_str())]
+        .into_iter()
+        .flatten()
+        .collect();
+    !hosts.is_empty() && hosts.into_iter().all(address)
+}
+
+/// Whether a `Host` value (`host[:port]`) is an IP or localhost.
+fn address(host: &str) -> bool {
+    let port = |p: &str| p.bytes().all(|b| b.is_ascii_digit());
+    if let Some(rest) = host.strip_prefix('[') {
+        // `[v6]` or `[v6]:port`
+        return rest.split_once(']').is_some_and(|(v6, after)| {
+            v6.parse::<std::net::Ipv6Addr>().is_ok()
+                && (after.is_empty() || after.strip_prefix(':').is_some_and(port))
+        });
+    }
+    let name = match host.rsplit_once(':') {
+        Some((name, p)) if port(p) => name,
+        _ => host,
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name.parse::<std::net::Ipv4Addr>().is_ok()
+        || name == "localhost"
+        || name.ends_with(".localhost")
+}
+
 /// Check the bearer token in constant time, and refuse what a browser says
 /// another site sent: without a token (the default) any page an operator opened
 /// could otherwise post a verb, a webhook or a reload here.
@@ -356,6 +396,13 @@ pub(crate) fn authorize(hale: &Hale, headers: &HeaderMap) -> ApiResult<()> {
     }
     let cfg = hale.config();
     let Some(want) = cfg.api_token.as_ref().map(|t| t.expose()) else {
+        if browser(headers) && !addressed(headers) {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "named_host",
+                "without an apiTokenFile, hale takes changes from a browser only at an address                  (an IP, localhost): a page could rebind a name of its own to this hale and                  post as its own site; set apiTokenFile, or open hale by its IP or through                  kubectl port-forward",
+            ));
+        }
         return Ok(());
     };
     let got = headers
@@ -1432,6 +1479,33 @@ mod tests {
     use chrono::TimeZone;
 
     use super::*;
+
+    #[test]
+    fn an_address_is_an_ip_or_localhost_never_a_name() {
+        for host in [
+            "127.0.0.1:9470",
+            "10.0.0.7",
+            "[::1]:9470",
+            "[fe80::1]",
+            "localhost:9470",
+            "LOCALHOST",
+            "localhost.",
+            "hale.localhost:9470",
+        ] {
+            assert!(address(host), "{host}");
+        }
+        for host in [
+            "rebind.evil.example:9470",
+            "hale.monitoring.svc",
+            "hale",
+            "localhost.evil.example",
+            "127.0.0.1.evil.example",
+            "[::1].evil:9470",
+            "",
+        ] {
+            assert!(!address(host), "{host}");
+        }
+    }
 
     /// A body sent in chunks, with no length declared, is refused once it passes
     /// the limit: a 413 in JSON, as one declaring its length is.

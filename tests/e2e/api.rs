@@ -910,4 +910,48 @@ async fn what_another_site_sends_changes_nothing() {
         .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(hale.node("n1").await.unwrap()["status"], "Cordoned");
+    // A page whose own name was rebound to this hale after it loaded (DNS
+    // rebinding): same-origin in the browser's eyes, but sent to a name.
+    let port = hale.url.rsplit(':').next().unwrap().to_string();
+    let rebound = |path: String, body: String| {
+        let site = format!("rebind.evil.example:{port}");
+        client
+            .post(path)
+            .header("Host", site.clone())
+            .header("Origin", format!("http://{site}"))
+            .header("Sec-Fetch-Site", "same-origin")
+            .header("Content-Type", "text/plain")
+            .body(body)
+            .send()
+    };
+    for (path, body) in [
+        (
+            format!("{}/uncordon", hale.node_url("n1")),
+            r#"{"reason": "rebound"}"#.to_string(),
+        ),
+        (
+            format!("{}/api/v1/alertmanager", hale.url),
+            delivery(&[(&smart_failing("rebound"), "firing")]).to_string(),
+        ),
+        (format!("{}/-/reload", hale.url), String::new()),
+    ] {
+        let r = rebound(path.clone(), body).await.unwrap();
+        assert_eq!(r.status(), 403, "{path}");
+        let e: Value = r.json().await.unwrap();
+        assert_eq!(e["error"], "named_host", "{path}");
+    }
+    assert!(hale.node("rebound").await.is_none());
+    assert_eq!(hale.node("n1").await.unwrap()["status"], "Cordoned");
+    // At an address — localhost, an IP — a browser's post is taken.
+    let site = format!("localhost:{port}");
+    let r = client
+        .post(format!("{}/uncordon", hale.node_url("n1")))
+        .header("Host", site.clone())
+        .header("Origin", format!("http://{site}"))
+        .header("Sec-Fetch-Site", "same-origin")
+        .body(r#"{"reason": "from localhost"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
 }
