@@ -560,6 +560,22 @@ async fn logs_are_plain_off_a_terminal_and_json_when_asked() {
         "listen: 0.0.0.0:{port}\nstore: {{ path: {} }}\nalertmanager: {{ url: 'http://127.0.0.1:9', pollInterval: 0 }}\n",
         dir.path().display()
     );
+    // `check-config` says it before.
+    let file = dir.path().join("open.yaml");
+    std::fs::write(&file, &config).unwrap();
+    let checked = std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+        .arg("check-config")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(checked.status.success());
+    let said = String::from_utf8_lossy(&checked.stderr);
+    assert!(
+        said.contains(&format!(
+            "warning: listen 0.0.0.0:{port}: no apiTokenFile, and listening beyond loopback"
+        )),
+        "{said}"
+    );
     let hale = Hale::start_with(dir.path(), port, &config).await;
     let text = hale.log();
     assert!(
