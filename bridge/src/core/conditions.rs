@@ -390,14 +390,14 @@ pub(super) fn set_sources(
     let was_muted = muted(cond);
     let mut keys_changed = left.count > 0;
     let mut content_changed = false;
-    if full && unchanged(cond, alerts, ctype) {
+    if full && unchanged(cond, alerts, ctype, keep) {
         // The same alerts as before: only their expiries moved, and are kept.
     } else if full {
         let mut old = std::mem::replace(&mut cond.sources, SmallMap::with_capacity(alerts.len()));
         for a in alerts {
             let fp = a.fingerprint.as_ref();
             let (key, source) = match old.remove_entry(fp) {
-                Some((key, mut s)) if s.matches(a, ctype) => {
+                Some((key, mut s)) if s.matches(a, ctype, keep.muted(Some(&s), a, true)) => {
                     // Moves with every re-send; not a change worth a write.
                     s.expires = a.expires().or(s.expires);
                     (key, s)
@@ -405,6 +405,7 @@ pub(super) fn set_sources(
                 Some((key, s)) => {
                     content_changed = true;
                     let mut source = source_of(a, ctype);
+                    source.suppressed = keep.muted(Some(&s), a, true);
                     source.since = s.since;
                     (key, source)
                 }
@@ -445,10 +446,14 @@ pub(super) fn set_sources(
             let fp = a.fingerprint.as_ref();
             let room = cond.sources.len() < MAX_SOURCES;
             match cond.sources.get_mut(fp) {
-                Some(s) if s.matches(a, ctype) => s.delivered = delivered,
+                Some(s) if s.matches(a, ctype, keep.muted(Some(s), a, false)) => {
+                    s.delivered = delivered
+                }
                 Some(s) => {
                     let (expires, since) = (s.expires, s.since);
+                    let muted = keep.muted(Some(s), a, false);
                     *s = source_of(a, ctype);
+                    s.suppressed = muted;
                     s.expires = s.expires.or(expires);
                     s.since = since;
                     s.delivered = delivered;
@@ -603,7 +608,7 @@ const SUPPRESSED: &str =
 /// Whether `alerts` are exactly the condition's sources, each as it was but for
 /// its expiry, which moves with every re-send and is kept here (as the rebuild
 /// would): the common case of a poll, settled without rebuilding the sources.
-fn unchanged(cond: &mut Condition, alerts: &[&Alert<'_>], ctype: &str) -> bool {
+fn unchanged(cond: &mut Condition, alerts: &[&Alert<'_>], ctype: &str, keep: Keep<'_>) -> bool {
     const FEW: usize = 8;
     alerts.len() == cond.sources.len()
         && alerts.len() <= FEW
@@ -612,7 +617,8 @@ fn unchanged(cond: &mut Condition, alerts: &[&Alert<'_>], ctype: &str) -> bool {
             let Some(s) = cond.sources.get_mut(fp) else {
                 return false;
             };
-            let same = alerts[..i].iter().all(|b| b.fingerprint != fp) && s.matches(a, ctype);
+            let same = alerts[..i].iter().all(|b| b.fingerprint != fp)
+                && s.matches(a, ctype, keep.muted(Some(s), a, true));
             if same {
                 s.expires = a.expires().or(s.expires);
             }
@@ -715,8 +721,9 @@ pub(super) fn source_of(alert: &Alert<'_>, ctype: &str) -> Source {
 }
 
 impl Source {
-    /// Whether `alert` would produce exactly this source (checked without allocating).
-    pub(super) fn matches(&self, alert: &Alert<'_>, ctype: &str) -> bool {
+    /// Whether `alert` would produce exactly this source (checked without
+    /// allocating), taken as silenced or inhibited as `muted` says.
+    pub(super) fn matches(&self, alert: &Alert<'_>, ctype: &str, muted: bool) -> bool {
         let described = if ctype == COLLECTOR_FAILED {
             // A class stored before it was its type's is rewritten.
             self.reason == COLLECTOR_FAILED
@@ -730,7 +737,7 @@ impl Source {
         described
             && self.vanished.is_none()
             && self.severity == alert.severity()
-            && self.suppressed == (alert.state == AlertState::Suppressed)
+            && self.suppressed == muted
             && self.sticky == alert.sticky()
             && self.priority == alert.priority()
             && self.remediation.as_deref() == alert.remediation()

@@ -273,6 +273,7 @@ impl Fleet {
             answered: Some(slices.answered),
             refreshes: slices.refreshes,
             hold: step.fleet.trust.held_since(now),
+            polled: cfg.source.polling,
         };
         let mut room = cfg
             .identity
@@ -411,6 +412,7 @@ impl Fleet {
         step.settle_trust();
         step.keep.refreshes = refreshes;
         step.keep.hold = step.fleet.trust.held_since(now);
+        step.keep.polled = polling;
         let trusted = !step.fleet.trust.stale;
         step.out.trusted = trusted;
         // Without polling, what a hold keeps is ended by the step after it lapses,

@@ -10,7 +10,7 @@ use chrono::TimeDelta;
 
 use super::conditions::stale_condition;
 use super::ingest::PollAnswer;
-use super::labels::Alert;
+use super::labels::{Alert, AlertState};
 use super::settings;
 use super::step::Step;
 use super::{EventKind, Severity, Source, TELEMETRY_STALE, Time};
@@ -36,6 +36,9 @@ pub(super) struct Keep<'f> {
     /// No absence of an alert seen before then ends anything; only a resolution
     /// Prometheus itself sent does.
     pub(super) hold: Option<Time>,
+    /// Polling is on: a poll says which alerts are silenced or inhibited, and a
+    /// delivery (which never names a muted alert) does not unmute a source.
+    pub(super) polled: bool,
 }
 
 /// `Date` headers count whole seconds.
@@ -49,7 +52,26 @@ impl Keep<'_> {
             answered: None,
             refreshes: None,
             hold: None,
+            polled: false,
         }
+    }
+
+    /// Whether `alert` counts as silenced or inhibited for the source `old` held
+    /// for it: as Alertmanager says, but a muted source stays muted while a live
+    /// alert cannot be trusted to mean the mute ended — in a poll during a hold
+    /// (after an Alertmanager restart the alerts that inhibit others come back in
+    /// any order), in a delivery while polling (a peer's notification may be older
+    /// than the silence; the next poll lists mutes as they are).
+    pub(super) fn muted(&self, old: Option<&Source>, alert: &Alert<'_>, full: bool) -> bool {
+        alert.state == AlertState::Suppressed
+            || old.is_some_and(|s| {
+                s.suppressed
+                    && if full {
+                        self.holds_back(s)
+                    } else {
+                        self.polled
+                    }
+            })
     }
 
     /// Whether `source`, whose alert the poll no longer lists, stays for now. While

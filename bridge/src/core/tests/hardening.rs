@@ -100,6 +100,67 @@ fn poll_from(s: &mut Script, at: i64, started: i64, alerts: &[A]) {
     s.record(out);
 }
 
+/// A silenced or inhibited alert that reads live where that cannot be trusted
+/// to mean its mute ended stays muted: in the polls of a hold (a restarted
+/// Alertmanager's inhibiting alerts come back in any order) and in a delivery
+/// while polling (a peer's notification may be older than the mute). The first
+/// poll that can be trusted with it lifts it.
+#[test]
+fn a_mute_is_lifted_only_by_a_poll_outside_a_hold() {
+    let mut s = script("");
+    let fatal = || {
+        alert("FatalMachineCheck")
+            .on("n6")
+            .condition("machine_check_errors", "FatalMachineCheck")
+            .critical()
+    };
+    let all = |sent: i64, live: bool| {
+        let mut alerts = vec![watchdog_sent(sent), heartbeat("n6")];
+        if live {
+            alerts.push(fatal());
+        } else {
+            alerts.extend([alert("NodeMaintenance").on("n6"), fatal().suppressed()]);
+        }
+        alerts
+    };
+    poll_from(&mut s, 0, -86_400, &all(0, false));
+    poll_from(&mut s, 30, -86_400, &all(0, false));
+    let muted = |s: &Script| s.node("n6").conditions["machine_check_errors"].suppressed();
+    assert!(muted(&s));
+    let score = s.score("n6");
+    s.took();
+    // Alertmanager restarts: Prometheus re-sends the machine check before the
+    // maintenance alert that inhibits it.
+    poll_from(&mut s, 105, 100, &all(60, true));
+    assert!(s.fleet.trust.holding(s.now));
+    assert!(muted(&s), "still muted through the hold");
+    assert_eq!(s.score("n6"), score);
+    assert_eq!(s.took(), Vec::<String>::new(), "nothing changes");
+    // The inhibitor back, then the hold over with the alert still live: muted,
+    // then lifted by the first poll after the hold.
+    poll_from(&mut s, 135, 100, &all(90, false));
+    assert!(muted(&s));
+    poll_from(&mut s, 100 + 20 * 60 + 30, 100, &all(1300, true));
+    assert!(!s.fleet.trust.holding(s.now));
+    assert!(!muted(&s), "a poll outside a hold lifts it");
+
+    // A delivery, polling on: a live notification of an alert the last poll
+    // listed as silenced does not lift its silence; the next poll does.
+    let mut s = script("");
+    let smart = || smart_failing("n5");
+    s.at(0)
+        .poll(&[watchdog(), heartbeat("n5"), smart().suppressed()]);
+    let score = s.score("n5");
+    s.took();
+    s.at(10).webhook(&[watchdog(), smart()]);
+    assert!(s.node("n5").conditions["disk_degraded"].suppressed());
+    assert_eq!(s.score("n5"), score);
+    assert!(s.took().is_empty());
+    s.at(30).poll(&[watchdog(), heartbeat("n5"), smart()]);
+    assert!(!s.node("n5").conditions["disk_degraded"].suppressed());
+    assert!(s.score("n5") < score);
+}
+
 #[test]
 fn an_alertmanager_restart_holds_every_absence_for_hold_after_restart() {
     let mut s = script("");
