@@ -202,6 +202,9 @@ fn node_instants(node: &mut Node, f: &mut dyn FnMut(&mut Time) -> bool, deadline
     for t in node.seen_types.values_mut() {
         moved |= f(t);
     }
+    for (_, e) in node.ended.iter_mut() {
+        moved |= f(&mut e.at);
+    }
     for t in p.fences.iter_mut().chain(p.reboots.iter_mut()) {
         moved |= f(t);
     }

@@ -37,7 +37,7 @@ pub(super) fn apply_alerts(
     let now = rec.now;
     let settings = cfg.settings_for(&node.labels);
     let mut fresh: Vec<(Keyed<'_>, &Alert<'_>)> = Vec::new();
-    let mut ended: Vec<(&str, &str, Option<Time>)> = Vec::new();
+    let mut ended: Vec<(&str, &str, Option<Time>, Option<Time>)> = Vec::new();
     let mut heartbeat: Option<Option<Duration>> = None;
     let mut unavailable: BTreeMap<&str, &str> = BTreeMap::new();
     let mut failures: Vec<(String, &str, &str, Time, bool)> = Vec::new();
@@ -53,8 +53,20 @@ pub(super) fn apply_alerts(
                     Signal::CollectorFailed { .. } => COLLECTOR_FAILED,
                     _ => alert.condition_type(),
                 };
-                ended.push((ctype, alert.fingerprint.as_ref(), alert.expires()));
+                ended.push((
+                    ctype,
+                    alert.fingerprint.as_ref(),
+                    alert.expires(),
+                    alert.started(),
+                ));
+                if let Some(started) = alert.started() {
+                    remember_ended(node, alert.fingerprint.as_ref(), started, now);
+                    rec.dirty();
+                }
             }
+            continue;
+        }
+        if episode_ended(node, alert) {
             continue;
         }
         named = true;
@@ -149,13 +161,19 @@ pub(super) fn apply_alerts(
             set_sources(node, rec, settings, &ctype, &[], true, keep, Left::NONE);
         }
     } else {
-        for &(ctype, fingerprint, at) in &ended {
+        for &(ctype, fingerprint, at, began) in &ended {
             let Some(cond) = node.conditions.get_mut(ctype) else {
                 continue;
             };
             let Some(source) = cond.sources.get_mut(fingerprint) else {
                 continue;
             };
+            // An older episode's resolution, sent late (an HA peer's).
+            if let (Some(was), Some(taken)) = (began, source.started)
+                && was < taken - TimeDelta::milliseconds(1)
+            {
+                continue;
+            }
             let vanished = source.vanished;
             // Held through the hold that trust's return starts (see `Step::sweep`):
             // a stopped Prometheus lets alerts expire, and expiries come as
@@ -207,7 +225,7 @@ pub(super) fn apply_alerts(
         // An unavailable signal ends at its resolution even untrusted (`ended` then
         // holds only a delivery's without polling): thinking a signal readable costs
         // nothing, and nothing else would ever end it.
-        for (_, fingerprint, _) in &ended {
+        for (_, fingerprint, _, _) in &ended {
             node.unavailable.remove(*fingerprint);
         }
         if node.unavailable.len() != before || !unavailable.is_empty() {
@@ -246,6 +264,42 @@ pub(super) fn apply_alerts(
     if changed {
         rec.dirty();
     }
+}
+
+/// How long, and how many, ended episodes a node remembers: an HA peer's late
+/// notification comes within minutes of the resolution.
+const ENDED_KEPT: TimeDelta = TimeDelta::hours(1);
+const MAX_ENDED: usize = 64;
+
+/// Remember that a resolution ended `fingerprint`'s episode that began `started`.
+fn remember_ended(node: &mut Node, fingerprint: &str, started: Time, now: Time) {
+    node.ended.retain(|_, e| now - e.at < ENDED_KEPT);
+    node.ended
+        .insert(fingerprint.into(), super::Ended { started, at: now });
+    while node.ended.len() > MAX_ENDED {
+        let oldest = node
+            .ended
+            .iter()
+            .min_by_key(|(_, e)| e.at)
+            .map(|(fp, _)| fp.clone())
+            .expect("not empty");
+        node.ended.remove(&oldest);
+    }
+}
+
+/// Whether `alert` fires for an episode a resolution already ended: the same
+/// fingerprint and `startsAt` (to Alertmanager's API's millisecond) — a new
+/// episode starts anew.
+fn episode_ended(node: &Node, alert: &Alert<'_>) -> bool {
+    if node.ended.is_empty() {
+        return false;
+    }
+    let Some(ended) = node.ended.get(alert.fingerprint.as_ref()) else {
+        return false;
+    };
+    alert
+        .started()
+        .is_some_and(|s| (s - ended.started).abs() < TimeDelta::milliseconds(1))
 }
 
 /// Condition types a node holds raised from alerts, at most (hale's own —
@@ -716,6 +770,7 @@ pub(super) fn source_of(alert: &Alert<'_>, ctype: &str) -> Source {
         vanished: None,
         since: None,
         delivered: None,
+        started: alert.started(),
         notice: alert.notice(),
     }
 }

@@ -169,6 +169,14 @@ pub struct Source {
         with = "stamp::option"
     )]
     pub delivered: Option<Time>,
+    /// The alert's `startsAt` when the source was taken: a resolution of an
+    /// episode that started before it is an older episode's, and ends nothing.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "stamp::option"
+    )]
+    pub started: Option<Time>,
     /// How the alert shows as a Node condition (Sciuro's way); `None` for an alert
     /// Sciuro refuses, which is left off the Node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -362,6 +370,21 @@ pub struct Node {
     /// Service state and the policy's memory of the node.
     #[serde(default)]
     pub policy: policy::NodePolicy,
+    /// Alert episodes a resolution ended lately, by fingerprint: a firing
+    /// notification of one of them is an Alertmanager HA peer's older picture,
+    /// sent after the resolution, and raises nothing.
+    #[serde(default, skip_serializing_if = "SmallMap::is_empty")]
+    pub ended: SmallMap<Name, Ended>,
+}
+
+/// An alert episode a resolution ended: its `startsAt` (Alertmanager's clock)
+/// and when hale took the resolution (hale's).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Ended {
+    #[serde(with = "stamp")]
+    pub started: Time,
+    #[serde(with = "stamp")]
+    pub at: Time,
 }
 
 /// Where hale learned of a node. Only a node known from alerts alone is retired when
@@ -438,6 +461,7 @@ impl Node {
             known_since: None,
             uid: None,
             policy: policy::NodePolicy::default(),
+            ended: SmallMap::new(),
         }
     }
 

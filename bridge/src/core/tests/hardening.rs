@@ -100,6 +100,65 @@ fn poll_from(s: &mut Script, at: i64, started: i64, alerts: &[A]) {
     s.record(out);
 }
 
+/// In an Alertmanager HA cluster every peer notifies, each from its own picture:
+/// a peer that flushed before a resolution reached it sends "firing" after
+/// another sent "resolved". An episode a resolution ended (its fingerprint and
+/// `startsAt`) raises nothing again; a new episode does. And a late resolution
+/// of an older episode ends nothing of the one firing now.
+#[test]
+fn a_late_notification_of_an_ended_episode_changes_nothing() {
+    let mut s = script("");
+    let start = t0();
+    let nvlink = || {
+        alert("GpuNvlinkErrors")
+            .on("n2")
+            .condition("gpu_nvlink", "GpuNvlinkErrors")
+    };
+    s.at(0).poll(&[
+        watchdog_sent(0),
+        heartbeat("n2"),
+        nvlink().starts(start).expires(240),
+    ]);
+    assert!(s.node("n2").conditions.contains_key("gpu_nvlink"));
+    // Prometheus resolves it: one peer says so.
+    s.at(60).webhook(&[
+        watchdog_sent(30),
+        nvlink().starts(start).resolved().expires(58),
+    ]);
+    assert!(!s.node("n2").conditions.contains_key("gpu_nvlink"));
+    s.took();
+    // Another peer's notification, flushed before the resolution reached it.
+    s.at(66)
+        .webhook(&[watchdog_sent(30), nvlink().starts(start)]);
+    assert!(!s.node("n2").conditions.contains_key("gpu_nvlink"));
+    assert!(s.took().is_empty(), "no event");
+    // Through a restart of hale too: the memory is the node's record.
+    let kept: Node = serde_json::from_str(&serde_json::to_string(s.node("n2")).unwrap()).unwrap();
+    assert_eq!(kept.ended, s.node("n2").ended);
+    // The alert fires again: a new episode, raised.
+    let again = start + TimeDelta::seconds(100);
+    s.at(110).poll(&[
+        watchdog_sent(110),
+        heartbeat("n2"),
+        nvlink().starts(again).expires(350),
+    ]);
+    assert!(s.node("n2").conditions.contains_key("gpu_nvlink"));
+    // A late resolution of the first episode ends nothing of the second.
+    s.took();
+    s.at(120).webhook(&[
+        watchdog_sent(110),
+        nvlink().starts(start).resolved().expires(58),
+    ]);
+    assert!(s.node("n2").conditions.contains_key("gpu_nvlink"));
+    assert!(s.took().is_empty());
+    // Its own resolution does.
+    s.at(130).webhook(&[
+        watchdog_sent(120),
+        nvlink().starts(again).resolved().expires(128),
+    ]);
+    assert!(!s.node("n2").conditions.contains_key("gpu_nvlink"));
+}
+
 /// A silenced or inhibited alert that reads live where that cannot be trusted
 /// to mean its mute ended stays muted: in the polls of a hold (a restarted
 /// Alertmanager's inhibiting alerts come back in any order) and in a delivery
