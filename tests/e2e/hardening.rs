@@ -1126,6 +1126,15 @@ async fn what_the_store_does_not_take_is_never_answered_as_kept() {
 
     std::fs::remove_file(&filler).unwrap();
     assert_eq!(hale.deliver(&second).await, 200, "taken once there is room");
+    // Two writes refused in a row (the delivery, the cordon): one line for the
+    // run, one for its end.
+    let log = hale.log();
+    assert_eq!(log.matches("store write failed").count(), 1, "{log}");
+    let again = log
+        .lines()
+        .find(|l| l.contains("the store writes again"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(again.contains("failed_writes=2"), "{again}");
     hale.stop();
     hale.restart().await;
     let kept = hale

@@ -207,6 +207,34 @@ async fn alertmanager_killed_clears_nothing() {
     let out = hale.cli(&["alerts"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("source_unavailable"));
+    // Poll after poll fails: the run is said at its start (then once a minute),
+    // not at every poll, and its end once.
+    eventually("three failed polls", Duration::from_secs(30), || async {
+        let text = hale.metrics().await;
+        let failed = metric(
+            &text,
+            "hale_alertmanager_polls_total",
+            &[("result", "unreachable")],
+        );
+        failed.filter(|n| *n >= 3.0)
+    })
+    .await;
+    let log = hale.log();
+    assert_eq!(log.matches("poll failed").count(), 1, "{log}");
+    assert!(log.contains("failed_polls=1 for_s=0"), "{log}");
+    am.restart().await;
+    am.fire(&[watchdog(), heartbeat("n1"), smart_failing("n1")])
+        .await;
+    hale.wait_node("fresh again", "n1", |n| {
+        !has_condition(n, "telemetry_stale")
+    })
+    .await;
+    let log = hale.log();
+    let again = log
+        .lines()
+        .find(|l| l.contains("Alertmanager answers again"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(again.contains("failed_polls="), "{again}");
 }
 
 /// The first read of the alerts in a while is one poll's answer: its list and the

@@ -3,6 +3,7 @@
 //! events before anyone sees a newer one.
 
 mod power;
+mod streak;
 
 pub use power::{PowerError, PowerReport};
 
@@ -140,6 +141,10 @@ pub struct Hale {
     store_ok: AtomicBool,
     /// Webhooks delivered from the store's record of events.
     durable: Durable,
+    /// Polls that failed or went untrusted in a row, said as a run.
+    poll_streak: Mutex<streak::Streak>,
+    /// Checkpoints that failed in a row, said as a run.
+    upkeep_streak: Mutex<streak::Streak>,
 }
 
 /// The keys a reload from `current` to `next` changes that only a restart may.
@@ -205,6 +210,8 @@ struct Writer {
     store: Box<dyn Store>,
     /// A step whose write failed; folded into the next write so nothing is lost.
     pending: Option<Outcome>,
+    /// Writes that failed in a row, said as a run.
+    failing: streak::Streak,
 }
 
 /// What a webhook delivery did, for the HTTP answer.
@@ -297,6 +304,7 @@ impl Hale {
             writer: Mutex::new(Writer {
                 store,
                 pending: None,
+                failing: streak::Streak::default(),
             }),
             poll_now: Notify::new(),
             first_poll_done: AtomicBool::new(false),
@@ -328,6 +336,8 @@ impl Hale {
             synced: AtomicU64::new(u64::MAX),
             store_ok: AtomicBool::new(true),
             durable,
+            poll_streak: Mutex::default(),
+            upkeep_streak: Mutex::default(),
         });
         hale.register_inventory();
         Ok(hale)
@@ -529,6 +539,15 @@ impl Hale {
         match writer.store.write(&batch) {
             Ok(_) => {
                 self.store_ok.store(true, Ordering::Relaxed);
+                if let Some(run) = writer.failing.succeeded(std::time::Instant::now()) {
+                    info!(
+                        failed_writes = run.failures,
+                        for_s = run.for_s,
+                        nodes,
+                        events,
+                        "the store writes again: what was kept in memory is written"
+                    );
+                }
                 // The delivery tasks read the events from the store.
                 if events > 0 {
                     self.notifier.read().expect("notifier lock").written();
@@ -557,8 +576,11 @@ impl Hale {
                 unwritten = Some(e.to_string());
             }
             Err(e) => {
-                error!(error = %e, nodes, events,
-                    "store write failed; the change is kept in memory and retried with the next one");
+                let now = std::time::Instant::now();
+                if let Some(run) = writer.failing.failed(e.metric_label(), now) {
+                    error!(error = %e, nodes, events, failed_writes = run.failures, for_s = run.for_s,
+                        "store write failed; the change is kept in memory and retried with the next one");
+                }
                 self.metrics
                     .store_write_failures
                     .get_or_create(&ReasonLabel {
@@ -728,12 +750,28 @@ impl Hale {
             })
             .expect("a poll cannot fail");
         outcome.absorb(out);
+        let now = std::time::Instant::now();
+        let mut polls = self.poll_streak.lock().expect("poll streak lock");
         let result = if outcome.trusted {
+            if let Some(run) = polls.succeeded(now) {
+                info!(
+                    failed_polls = run.failures,
+                    for_s = run.for_s,
+                    "Alertmanager answers again, the watchdog with it"
+                );
+            }
             "trusted"
         } else {
-            warn!("Alertmanager answered without the watchdog alert: nothing is cleared");
+            if let Some(run) = polls.failed("untrusted", now) {
+                warn!(
+                    failed_polls = run.failures,
+                    for_s = run.for_s,
+                    "Alertmanager answered without the watchdog alert: nothing is cleared"
+                );
+            }
             "untrusted"
         };
+        drop(polls);
         self.count_poll(result);
         self.count_ingest("poll", alerts.len(), outcome.unmatched);
         let wanted = self
@@ -783,7 +821,19 @@ impl Hale {
         // /api/v1/alerts` says it cannot be read rather than show it.
         self.seen.lock().expect("seen lock").alerts = Some((Instant::now(), Err(e.clone())));
         self.alerts_kept.notify_waiters();
-        warn!(error = %e, "poll failed: nothing is cleared");
+        let run = self
+            .poll_streak
+            .lock()
+            .expect("poll streak lock")
+            .failed(e.metric_label(), std::time::Instant::now());
+        if let Some(run) = run {
+            warn!(
+                error = %e,
+                failed_polls = run.failures,
+                for_s = run.for_s,
+                "poll failed: nothing is cleared"
+            );
+        }
         self.count_poll(e.metric_label());
         let reason = e.to_string();
         self.apply(|fleet, cfg, now| Ok(fleet.poll_failed(cfg, now, reason)))
@@ -1460,9 +1510,35 @@ impl Hale {
                 match store.upkeep() {
                     // Measured here on every replica, a follower's too (only the
                     // leader writes).
-                    Ok(()) => this.check_size(store.bytes_used(), store.limit()),
+                    Ok(()) => {
+                        let ended = this
+                            .upkeep_streak
+                            .lock()
+                            .expect("upkeep streak lock")
+                            .succeeded(std::time::Instant::now());
+                        if let Some(run) = ended {
+                            info!(
+                                failed = run.failures,
+                                for_s = run.for_s,
+                                "store upkeep (checkpoint) works again"
+                            );
+                        }
+                        this.check_size(store.bytes_used(), store.limit())
+                    }
                     Err(e) => {
-                        warn!(error = %e, "store upkeep (checkpoint) failed; the next one retries")
+                        let run = this
+                            .upkeep_streak
+                            .lock()
+                            .expect("upkeep streak lock")
+                            .failed(e.metric_label(), std::time::Instant::now());
+                        if let Some(run) = run {
+                            warn!(
+                                error = %e,
+                                failed = run.failures,
+                                for_s = run.for_s,
+                                "store upkeep (checkpoint) failed; the next one retries"
+                            )
+                        }
                     }
                 }
                 if !sweep {
