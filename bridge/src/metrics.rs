@@ -83,6 +83,8 @@ pub struct Metrics {
     pub webhook_requests: Family<CodeLabel, Counter>,
     pub store_bytes_used: Gauge,
     pub store_bytes_max: Gauge,
+    pub config_reload_successful: Gauge,
+    pub config_reload_success_at: Gauge,
     pub webhooks: WebhookMetrics,
     pub store_write_failures: Family<ReasonLabel, Counter>,
     pub policy_actions: Family<ActionLabel, Counter>,
@@ -143,6 +145,8 @@ impl Metrics {
             webhook_requests: Family::default(),
             store_bytes_used: Gauge::default(),
             store_bytes_max: Gauge::default(),
+            config_reload_successful: Gauge::default(),
+            config_reload_success_at: Gauge::default(),
             webhooks: WebhookMetrics::default(),
             store_write_failures: Family::default(),
             policy_actions: Family::default(),
@@ -211,6 +215,16 @@ impl Metrics {
             "hale_store_bytes_max",
             "store.maxBytes, the store's disk budget (0 when none is configured)",
             m.store_bytes_max.clone(),
+        );
+        registry.register(
+            "hale_config_last_reload_successful",
+            "1 when the last reload (SIGHUP, POST /-/reload) took the file, or none was tried; 0 when it was refused and the running configuration is no longer the file's",
+            m.config_reload_successful.clone(),
+        );
+        registry.register(
+            "hale_config_last_reload_success_timestamp_seconds",
+            "When the configuration file was last taken, at start or by a reload",
+            m.config_reload_success_at.clone(),
         );
         m.webhooks.register(&mut registry);
         registry.register(

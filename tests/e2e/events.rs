@@ -639,6 +639,21 @@ async fn sighup_reloads_endpoints_and_penalties_and_a_bad_file_changes_nothing()
         (refusals(&hale.log()) == before + 2).then_some(())
     })
     .await;
+    // And a metric says it until a reload takes a file: the next restart would
+    // not start on this one.
+    let text = hale.metrics().await;
+    assert_eq!(
+        metric(&text, "hale_config_last_reload_successful", &[]),
+        Some(0.0)
+    );
+    assert!(
+        metric(
+            &text,
+            "hale_config_last_reload_success_timestamp_seconds",
+            &[]
+        )
+        .is_some_and(|t| t > 1.7e9)
+    );
     let r = reqwest::Client::new()
         .post(format!("{}/-/reload", hale.url))
         .send()

@@ -294,6 +294,8 @@ impl Hale {
         if let Some(max) = loaded.config.store.max_bytes {
             metrics.store_bytes_max.set(max as i64);
         }
+        metrics.config_reload_successful.set(1);
+        metrics.config_reload_success_at.set(Utc::now().timestamp());
         metrics
             .remediation_in_flight
             .set(fleet.lock().remediations_in_flight() as i64);
@@ -1563,6 +1565,19 @@ impl Hale {
     /// endpoints, filters, penalties and policy settings apply to the next report;
     /// `listen` and `store` need a restart. Returns the new file's warnings.
     pub fn reload(&self) -> Result<Vec<String>, ConfigError> {
+        let taken = self.reload_file();
+        self.metrics
+            .config_reload_successful
+            .set(i64::from(taken.is_ok()));
+        if taken.is_ok() {
+            self.metrics
+                .config_reload_success_at
+                .set(Utc::now().timestamp());
+        }
+        taken
+    }
+
+    fn reload_file(&self) -> Result<Vec<String>, ConfigError> {
         let current = self.config();
         let Some(path) = current.source.clone() else {
             info!("running on built-in defaults: nothing to reload");
