@@ -59,10 +59,6 @@ pub(super) fn apply_alerts(
                     alert.expires(),
                     alert.started(),
                 ));
-                if let Some(started) = alert.started() {
-                    remember_ended(node, alert.fingerprint.as_ref(), started, now);
-                    rec.dirty();
-                }
             }
             continue;
         }
@@ -184,6 +180,14 @@ pub(super) fn apply_alerts(
                 }
                 continue;
             }
+            // Prometheus's own resolution (before the alert's expiry, not an
+            // expiry said as one): its episode is over for good.
+            if let (Some(expires), Some(at), Some(started)) =
+                (source.expires, at, began.or(source.started))
+                && at < expires
+            {
+                remember_ended(&mut node.ended, fingerprint, started, now);
+            }
             let was_suppressed = cond.suppressed();
             if cond.sources.remove(fingerprint).is_some() {
                 rec.dirty();
@@ -271,19 +275,24 @@ pub(super) fn apply_alerts(
 const ENDED_KEPT: TimeDelta = TimeDelta::hours(1);
 const MAX_ENDED: usize = 64;
 
-/// Remember that a resolution ended `fingerprint`'s episode that began `started`.
-fn remember_ended(node: &mut Node, fingerprint: &str, started: Time, now: Time) {
-    node.ended.retain(|_, e| now - e.at < ENDED_KEPT);
-    node.ended
-        .insert(fingerprint.into(), super::Ended { started, at: now });
-    while node.ended.len() > MAX_ENDED {
-        let oldest = node
-            .ended
+/// Remember that Prometheus resolved `fingerprint`'s episode that began
+/// `started` — not an expiry, after which a restarted Prometheus sends the same
+/// episode again.
+fn remember_ended(
+    ended: &mut SmallMap<Name, super::Ended>,
+    fingerprint: &str,
+    started: Time,
+    now: Time,
+) {
+    ended.retain(|_, e| now - e.at < ENDED_KEPT);
+    ended.insert(fingerprint.into(), super::Ended { started, at: now });
+    while ended.len() > MAX_ENDED {
+        let oldest = ended
             .iter()
             .min_by_key(|(_, e)| e.at)
             .map(|(fp, _)| fp.clone())
             .expect("not empty");
-        node.ended.remove(&oldest);
+        ended.remove(&oldest);
     }
 }
 
@@ -474,6 +483,7 @@ pub(super) fn set_sources(
         }
         for (key, mut source) in old {
             let vanished = source.vanished;
+            let resolved = keep.resolved(&key, &source);
             if keep.holds(&key, &mut source) {
                 if source.vanished != vanished {
                     rec.dirty();
@@ -481,6 +491,9 @@ pub(super) fn set_sources(
                 cond.sources.insert(key, source);
             } else {
                 keys_changed = true;
+                if let (true, Some(started)) = (resolved, source.started) {
+                    remember_ended(&mut node.ended, &key, started, now);
+                }
             }
         }
     }

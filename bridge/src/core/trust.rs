@@ -92,6 +92,17 @@ impl Keep<'_> {
         self.until_refreshed(source)
     }
 
+    /// Whether `source`'s alert, which the poll no longer lists, was resolved by
+    /// Prometheus: gone before its expiry, outside a hold, with no delivery
+    /// meanwhile — an end [`Keep::holds`] does not hold.
+    pub(super) fn resolved(&self, fingerprint: &str, source: &Source) -> bool {
+        !self.newer.contains(fingerprint)
+            && !self.holds_back(source)
+            && self
+                .answered
+                .is_some_and(|a| source.expires.is_some_and(|e| e >= a + CLOCK_GRAIN))
+    }
+
     /// Whether `source`, whose alert a notification says `resolved` at `ended`, stays.
     /// An end before the alert's expiry is Prometheus's own resolution and ends it.
     pub(super) fn holds_resolved(&self, source: &mut Source, ended: Option<Time>) -> bool {

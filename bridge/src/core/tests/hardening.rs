@@ -157,6 +157,44 @@ fn a_late_notification_of_an_ended_episode_changes_nothing() {
         nvlink().starts(again).resolved().expires(128),
     ]);
     assert!(!s.node("n2").conditions.contains_key("gpu_nvlink"));
+
+    // A poll that finds the alert gone before its expiry ends it first; the
+    // late "firing" after it raises nothing either.
+    let third = start + TimeDelta::seconds(200);
+    s.at(210).poll(&[
+        watchdog_sent(210),
+        heartbeat("n2"),
+        nvlink().starts(third).expires(450),
+    ]);
+    assert!(s.node("n2").conditions.contains_key("gpu_nvlink"));
+    s.at(240).poll(&[watchdog_sent(240), heartbeat("n2")]);
+    assert!(!s.node("n2").conditions.contains_key("gpu_nvlink"));
+    s.took();
+    s.at(250)
+        .webhook(&[watchdog_sent(240), nvlink().starts(third)]);
+    assert!(!s.node("n2").conditions.contains_key("gpu_nvlink"));
+    assert!(s.took().is_empty());
+}
+
+/// An alert that expired (Prometheus stopped sending it) did not end: a
+/// Prometheus restarted within its outage tolerance sends the same episode again
+/// (its `for:` state restored, the same `startsAt`), and it is taken.
+#[test]
+fn an_expired_episode_sent_again_is_taken() {
+    let mut s = script("alertmanager: { pollInterval: 0 }");
+    let start = t0();
+    let nvlink = || {
+        alert("GpuNvlinkErrors")
+            .on("n2")
+            .condition("gpu_nvlink", "GpuNvlinkErrors")
+    };
+    s.at(0).webhook(&[watchdog(), nvlink().starts(start)]);
+    // Notified resolved at its expiry: an expiry, as far as anyone can tell.
+    s.at(300)
+        .webhook(&[watchdog(), nvlink().starts(start).resolved().expires(240)]);
+    assert!(s.node("n2").ended.is_empty(), "not remembered as ended");
+    s.at(400).webhook(&[watchdog(), nvlink().starts(start)]);
+    assert!(s.node("n2").conditions.contains_key("gpu_nvlink"));
 }
 
 /// A silenced or inhibited alert that reads live where that cannot be trusted
