@@ -400,7 +400,10 @@ pub(crate) fn authorize(hale: &Hale, headers: &HeaderMap) -> ApiResult<()> {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 "named_host",
-                "without an apiTokenFile, hale takes changes from a browser only at an address                  (an IP, localhost): a page could rebind a name of its own to this hale and                  post as its own site; set apiTokenFile, or open hale by its IP or through                  kubectl port-forward",
+                "without an apiTokenFile, hale takes changes from a browser only at an address \
+                 (an IP, localhost): a page could rebind a name of its own to this hale and \
+                 post as its own site; set apiTokenFile, or open hale by its IP or through \
+                 kubectl port-forward",
             ));
         }
         return Ok(());

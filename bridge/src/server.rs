@@ -6,9 +6,9 @@
 //! and at most [`MAX_CONNECTIONS`] are open at once — past that, new ones wait in
 //! the kernel's queue rather than take the process's last file descriptors — an
 //! eighth of them from one client address ([`per_client`]), whose next are closed
-//! as they come. A client that sends nothing, a header a byte at a time, or reads
-//! nothing holds one slot for a bounded time, not for ever, and one client cannot
-//! hold them all. On shutdown it stops accepting and
+//! as they come once fewer than a quarter are free. A client that sends nothing, a
+//! header a byte at a time, or reads nothing holds one slot for a bounded time,
+//! not for ever, and one client cannot hold them all. On shutdown it stops accepting and
 //! lets the requests under way finish, for [`SHUTDOWN_WAIT`] at most.
 
 use std::collections::HashMap;
@@ -69,8 +69,11 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: impl Future<Out
             },
             () = &mut shutdown => break,
         };
-        // Past its share, closed at once: its slot goes back to the others.
-        let Some(share) = clients.take(peer.ip()) else {
+        // Past its share while slots run short, closed at once: its slot goes
+        // back to the others. With room to spare, a client behind which many
+        // stand (an ingress controller's kept-alive pool) is not cut short.
+        let short = slots.available_permits() < cap / 4;
+        let Some(share) = clients.take(peer.ip(), short) else {
             continue;
         };
         let service = TowerToHyperService::new(app.clone());
@@ -99,11 +102,23 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: impl Future<Out
     }
 }
 
-/// How many of `cap` connections one client address may hold at once: an
-/// eighth, eight at least. Clients behind one address (a NAT, a port-forward,
-/// which arrives from loopback) share it.
+/// How many of `cap` connections one client address may hold once fewer than a
+/// quarter are free: an eighth, eight at least. Clients behind one address (a
+/// NAT, a port-forward, which arrives from loopback) share it; an IPv6 client is
+/// its /64, which one host may hold whole.
 pub fn per_client(cap: usize) -> usize {
     (cap / 8).max(8).min(cap)
+}
+
+/// The address a client's share is counted under.
+fn client_of(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & !(u128::MAX >> 64);
+            IpAddr::V6(bits.into())
+        }
+        v4 => v4,
+    }
 }
 
 /// The connections each client address holds.
@@ -131,11 +146,13 @@ impl Clients {
         }
     }
 
-    /// A connection of `ip`'s share, or `None` when it holds all of it.
-    fn take(&self, ip: IpAddr) -> Option<Share> {
+    /// A connection of `ip`'s share, or `None` when it holds all of it and
+    /// slots are `short`.
+    fn take(&self, ip: IpAddr, short: bool) -> Option<Share> {
+        let ip = client_of(ip);
         let mut held = self.held.lock().expect("clients lock");
         let count = held.entry(ip).or_default();
-        if *count >= self.most {
+        if short && *count >= self.most {
             drop(held);
             let mut said = self.said.lock().expect("clients lock");
             if said.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
@@ -350,4 +367,41 @@ pub fn timed_out(e: &axum::Error) -> bool {
         cause = c.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_is_its_address_an_ipv6_client_its_64() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(client_of(ip("10.0.0.7")), ip("10.0.0.7"));
+        assert_eq!(client_of(ip("::ffff:10.0.0.7")), ip("10.0.0.7"));
+        assert_eq!(client_of(ip("2001:db8:1:2:3:4:5:6")), ip("2001:db8:1:2::"));
+        assert_eq!(
+            client_of(ip("2001:db8:1:2:ffff::1")),
+            client_of(ip("2001:db8:1:2::9"))
+        );
+        assert_ne!(
+            client_of(ip("2001:db8:1:3::1")),
+            client_of(ip("2001:db8:1:2::1"))
+        );
+        assert_eq!(per_client(1024), 128);
+        assert_eq!(per_client(64), 8);
+        assert_eq!(per_client(16), 8);
+    }
+
+    #[test]
+    fn a_share_is_held_to_only_when_slots_run_short() {
+        let clients = Clients::new(2);
+        let ip: IpAddr = "10.0.0.7".parse().unwrap();
+        let shares: Vec<Share> = (0..5).filter_map(|_| clients.take(ip, false)).collect();
+        assert_eq!(shares.len(), 5, "room to spare: nothing refused");
+        assert!(clients.take(ip, true).is_none(), "short: past the share");
+        let other: IpAddr = "10.0.0.8".parse().unwrap();
+        assert!(clients.take(other, true).is_some());
+        drop(shares);
+        assert!(clients.take(ip, true).is_some(), "given back, taken again");
+    }
 }

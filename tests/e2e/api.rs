@@ -939,6 +939,7 @@ async fn what_another_site_sends_changes_nothing() {
         assert_eq!(r.status(), 403, "{path}");
         let e: Value = r.json().await.unwrap();
         assert_eq!(e["error"], "named_host", "{path}");
+        assert!(!e["detail"].as_str().unwrap().contains("  "), "{e}");
     }
     assert!(hale.node("rebound").await.is_none());
     assert_eq!(hale.node("n1").await.unwrap()["status"], "Cordoned");

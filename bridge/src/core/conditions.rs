@@ -62,7 +62,12 @@ pub(super) fn apply_alerts(
             }
             continue;
         }
-        if episode_ended(node, alert) {
+        if full {
+            // A poll lists what fires: an episode it lists is not over.
+            if !node.ended.is_empty() && node.ended.remove(alert.fingerprint.as_ref()).is_some() {
+                rec.dirty();
+            }
+        } else if episode_ended(node, alert, now) {
             continue;
         }
         named = true;
@@ -90,9 +95,10 @@ pub(super) fn apply_alerts(
     }
 
     let mut fresh = group_by_key(fresh);
-    let crowded = crowd_out(node, &mut fresh, full);
-    if crowded > 0 {
-        rec.crowded(crowded);
+    let crowded = crowd_out(node, &mut fresh, full, keep.hold.is_some());
+    if !crowded.is_empty() {
+        rec.crowded(crowded.len());
+        evict(node, rec, &crowded);
     }
 
     if named {
@@ -299,16 +305,17 @@ fn remember_ended(
 /// Whether `alert` fires for an episode a resolution already ended: the same
 /// fingerprint and `startsAt` (to Alertmanager's API's millisecond) — a new
 /// episode starts anew.
-fn episode_ended(node: &Node, alert: &Alert<'_>) -> bool {
+fn episode_ended(node: &Node, alert: &Alert<'_>, now: Time) -> bool {
     if node.ended.is_empty() {
         return false;
     }
     let Some(ended) = node.ended.get(alert.fingerprint.as_ref()) else {
         return false;
     };
-    alert
-        .started()
-        .is_some_and(|s| (s - ended.started).abs() < TimeDelta::milliseconds(1))
+    now - ended.at < ENDED_KEPT
+        && alert
+            .started()
+            .is_some_and(|s| (s - ended.started).abs() < TimeDelta::milliseconds(1))
 }
 
 /// Condition types a node holds raised from alerts, at most (hale's own —
@@ -318,44 +325,94 @@ fn episode_ended(node: &Node, alert: &Alert<'_>) -> bool {
 /// path, a job id) would grow them without end.
 pub const MAX_CONDITIONS: usize = 64;
 
-/// Keep the condition types of `fresh` a node can hold; returns how many were
-/// left out. A full picture keeps the most telling: those raised already (no
-/// churn from one poll to the next), then the live before the silenced, then the
-/// most severe, then by name. A partial one takes no new type once the node is
-/// full.
-fn crowd_out(node: &Node, fresh: &mut Grouped<'_, &Alert<'_>>, full: bool) -> usize {
+/// Keep the condition types a node can hold: of those `fresh` brings and those
+/// it holds whatever this step says (sticky ones; in a delivery, or a poll
+/// during a hold, those it does not name), the most telling — sticky first (an
+/// operator clears those), then the most severe, then those raised already (no
+/// churn from one poll to the next), then the live before the silenced, then by
+/// name. Returns the types left out: those `fresh` brought are taken out of it.
+fn crowd_out(
+    node: &Node,
+    fresh: &mut Grouped<'_, &Alert<'_>>,
+    full: bool,
+    holding: bool,
+) -> Vec<Name> {
     let own = |c: &str| matches!(c, HEARTBEAT_MISSED | TELEMETRY_STALE | COLLECTOR_FAILED);
-    let before = fresh.len();
-    if full {
-        if before <= MAX_CONDITIONS {
-            return 0;
-        }
-        let mut ranked: Vec<_> = fresh
-            .iter()
-            .filter(|(ctype, _)| !own(ctype))
-            .map(|(ctype, alerts)| {
-                let live = alerts.iter().any(|a| a.state != AlertState::Suppressed);
-                let worst = alerts.iter().map(|a| a.severity()).max();
-                let raised = node.conditions.contains_key(ctype);
-                (!raised, !live, std::cmp::Reverse(worst), ctype)
-            })
-            .collect();
-        ranked.sort_unstable();
-        let kept: BTreeSet<&str> = ranked.iter().take(MAX_CONDITIONS).map(|r| r.3).collect();
-        fresh.retain(|ctype, _| own(ctype) || kept.contains(ctype));
-    } else {
-        let held = node.conditions.keys().filter(|c| !own(c)).count();
-        let mut room = MAX_CONDITIONS.saturating_sub(held);
-        fresh.retain(|ctype, _| {
-            if own(ctype) || node.conditions.contains_key(ctype) {
-                return true;
-            }
-            let taken = room > 0;
-            room = room.saturating_sub(1);
-            taken
-        });
+    let staying = |c: &str, cond: &Condition| !fresh.has(c) && (cond.sticky || !full || holding);
+    let held = node
+        .conditions
+        .iter()
+        .filter(|(c, cond)| !own(c) && staying(c, cond))
+        .count();
+    if fresh.len() + held <= MAX_CONDITIONS {
+        return Vec::new();
     }
-    before - fresh.len()
+    let mut ranked: Vec<_> = fresh
+        .iter()
+        .filter(|(ctype, _)| !own(ctype))
+        .map(|(ctype, alerts)| {
+            let live = alerts.iter().any(|a| a.state != AlertState::Suppressed);
+            let worst = alerts
+                .iter()
+                .map(|a| a.severity())
+                .max()
+                .unwrap_or_default();
+            let raised = node.conditions.get(ctype);
+            let sticky = raised.is_some_and(|c| c.sticky);
+            (
+                !sticky,
+                std::cmp::Reverse(worst),
+                raised.is_none(),
+                !live,
+                ctype,
+            )
+        })
+        .chain(
+            node.conditions
+                .iter()
+                .filter(|(c, cond)| !own(c) && staying(c, cond))
+                .map(|(c, cond)| {
+                    let live = !cond.suppressed();
+                    (
+                        !cond.sticky,
+                        std::cmp::Reverse(cond.severity),
+                        false,
+                        !live,
+                        c.as_str(),
+                    )
+                }),
+        )
+        .collect();
+    if ranked.len() <= MAX_CONDITIONS {
+        return Vec::new();
+    }
+    ranked.sort_unstable();
+    let out: BTreeSet<&str> = ranked[MAX_CONDITIONS..].iter().map(|r| r.4).collect();
+    let out: Vec<Name> = out.into_iter().map(Name::from).collect();
+    fresh.retain(|ctype, _| out.binary_search_by(|o| o.as_str().cmp(ctype)).is_err());
+    out
+}
+
+/// Clear `ctypes`, raised but left out by [`crowd_out`]: more severe ones came
+/// to a node that holds all it can. Their alerts may still fire; each is taken
+/// again once there is room.
+fn evict(node: &mut Node, rec: &mut Recorder<'_, '_>, ctypes: &[Name]) {
+    for ctype in ctypes {
+        let Some(cond) = node.conditions.remove(ctype.as_str()) else {
+            continue;
+        };
+        node.saw(ctype, rec.now);
+        rec.event(
+            EventKind::ConditionCleared {
+                condition: ctype.to_string(),
+                severity: cond.severity,
+                cleared_by: "crowded".into(),
+            },
+            format!(
+                "{ctype} cleared, its alerts still firing: the node holds {MAX_CONDITIONS} condition types, and more severe ones came"
+            ),
+        );
+    }
 }
 
 /// Job-failure instances a node remembers as counted, at most: past it, those that
@@ -491,7 +548,11 @@ pub(super) fn set_sources(
                 cond.sources.insert(key, source);
             } else {
                 keys_changed = true;
-                if let (true, Some(started)) = (resolved, source.started) {
+                // Gone from the answer, not left out of what the condition keeps.
+                let gone = || !every.iter().any(|a| a.fingerprint == key.as_str());
+                if let (true, Some(started)) = (resolved, source.started)
+                    && gone()
+                {
                     remember_ended(&mut node.ended, &key, started, now);
                 }
             }
@@ -514,7 +575,10 @@ pub(super) fn set_sources(
             let room = cond.sources.len() < MAX_SOURCES;
             match cond.sources.get_mut(fp) {
                 Some(s) if s.matches(a, ctype, keep.muted(Some(s), a, false)) => {
-                    s.delivered = delivered
+                    s.delivered = delivered;
+                    // A new episode under the same fingerprint (a flap between
+                    // two polls): a late resolution of the old one ends nothing.
+                    s.started = a.started().or(s.started);
                 }
                 Some(s) => {
                     let (expires, since) = (s.expires, s.since);

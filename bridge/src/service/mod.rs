@@ -145,6 +145,8 @@ pub struct Hale {
     poll_streak: Mutex<streak::Streak>,
     /// Checkpoints that failed in a row, said as a run.
     upkeep_streak: Mutex<streak::Streak>,
+    /// When nodes holding more condition types than they may were last said.
+    crowded_said: Mutex<Option<std::time::Instant>>,
 }
 
 /// The keys a reload from `current` to `next` changes that only a restart may.
@@ -340,6 +342,7 @@ impl Hale {
             durable,
             poll_streak: Mutex::default(),
             upkeep_streak: Mutex::default(),
+            crowded_said: Mutex::default(),
         });
         hale.register_inventory();
         Ok(hale)
@@ -490,7 +493,15 @@ impl Hale {
                 "alerts name more nodes than nodeIdentity.maxNodes allows: the new ones are refused"
             );
         }
-        if !outcome.crowded.is_empty() {
+        let said = |at: &Mutex<Option<std::time::Instant>>| {
+            let mut at = at.lock().expect("said lock");
+            let due = at.is_none_or(|t| t.elapsed() >= streak::SAY_EVERY);
+            if due {
+                *at = Some(std::time::Instant::now());
+            }
+            due
+        };
+        if !outcome.crowded.is_empty() && said(&self.crowded_said) {
             let some: Vec<String> = outcome
                 .crowded
                 .iter()

@@ -174,6 +174,48 @@ fn a_late_notification_of_an_ended_episode_changes_nothing() {
         .webhook(&[watchdog_sent(240), nvlink().starts(third)]);
     assert!(!s.node("n2").conditions.contains_key("gpu_nvlink"));
     assert!(s.took().is_empty());
+    // A poll is the whole picture: one that lists the episode raises it, and
+    // the memory of its end is dropped.
+    s.at(270).poll(&[
+        watchdog_sent(270),
+        heartbeat("n2"),
+        nvlink().starts(third).expires(500),
+    ]);
+    assert!(s.node("n2").conditions.contains_key("gpu_nvlink"));
+    assert!(s.node("n2").ended.is_empty());
+    s.at(300).webhook(&[
+        watchdog_sent(270),
+        nvlink().starts(third).resolved().expires(290),
+    ]);
+    assert!(!s.node("n2").conditions.contains_key("gpu_nvlink"));
+    assert_eq!(s.node("n2").ended.len(), 1);
+    // An hour on, the memory is spent: the same firing is taken.
+    s.at(300 + 3601)
+        .webhook(&[watchdog_sent(3900), nvlink().starts(third)]);
+    assert!(s.node("n2").conditions.contains_key("gpu_nvlink"));
+}
+
+/// An alert a condition keeps no source for (more than 64 feed it) is not over
+/// because its source went: only an alert gone from the answer is.
+#[test]
+fn a_source_left_out_by_the_cap_is_not_an_ended_episode() {
+    let mut s = script("");
+    let link = |i: usize| {
+        alert(&format!("Link{i:02}"))
+            .on("n3")
+            .condition("gpu_nvlink", "GpuNvlinkErrors")
+            .starts(t0())
+            .expires(240)
+    };
+    let mut alerts: Vec<A> = (0..64).map(link).collect();
+    alerts.extend([watchdog_sent(0), heartbeat("n3")]);
+    s.at(0).poll(&alerts);
+    assert_eq!(s.node("n3").conditions["gpu_nvlink"].sources.len(), 64);
+    // A critical one comes: the cap keeps it and leaves a warning out.
+    alerts.push(link(64).critical());
+    s.at(30).poll(&alerts);
+    assert_eq!(s.node("n3").conditions["gpu_nvlink"].sources.len(), 64);
+    assert!(s.node("n3").ended.is_empty(), "{:?}", s.node("n3").ended);
 }
 
 /// An alert that expired (Prometheus stopped sending it) did not end: a
@@ -886,20 +928,31 @@ fn a_node_holds_at_most_64_condition_types_the_most_telling() {
     s.at(30).poll(&many);
     assert_eq!(held(&s), first);
     assert!(s.took().is_empty());
-    // A type more severe than any held, once the node is full, does not push
-    // out one raised already.
+    // A type more severe than those held pushes out the least severe one raised
+    // (said: its alerts still fire), never a sticky one.
     let mut more = many.clone();
     more.push(alert("Aa").on("n1").critical());
+    s.took();
     s.at(60).poll(&more);
-    assert_eq!(held(&s), first);
-    // A delivery takes no new type while the node is full, and still updates
-    // what it holds.
+    let mut second = first.clone();
+    second.remove("Path062");
+    second.insert("Aa".into());
+    assert_eq!(held(&s), second);
+    let evicted = s.recorded("CONDITION_CLEARED");
+    assert_eq!(evicted.len(), 1);
+    assert!(
+        evicted[0]
+            .message
+            .contains("Path062 cleared, its alerts still firing")
+    );
+    // A delivery takes no new type no more severe than those held, and still
+    // updates what it holds.
     s.at(90).webhook(&[
         watchdog(),
         alert("New").on("n1"),
         alert("Path001").on("n1").critical(),
     ]);
-    assert_eq!(held(&s), first);
+    assert_eq!(held(&s), second);
     assert_eq!(s.last.crowded.get("n1"), Some(&1));
     assert_eq!(
         s.node("n1").conditions["Path001"].severity,
@@ -911,6 +964,30 @@ fn a_node_holds_at_most_64_condition_types_the_most_telling() {
     s.at(150).webhook(&[watchdog(), alert("New").on("n1")]);
     assert_eq!(held(&s), BTreeSet::from(["Path005".into(), "New".into()]));
     assert!(s.last.crowded.is_empty());
+}
+
+/// What a node holds whatever a poll says — its sticky conditions, and during a
+/// hold those the poll leaves out — takes room too: new types cannot grow it
+/// past 64 while an Alertmanager restart holds absences.
+#[test]
+fn held_and_sticky_conditions_count_toward_the_64() {
+    let mut s = script("");
+    let types = |name: &str, n: usize| -> Vec<A> {
+        (0..n)
+            .map(|i| alert(&format!("{name}{i:03}")).on("n1").expires(240))
+            .collect()
+    };
+    let mut first = types("Old", 60);
+    first.extend([watchdog_sent(0), heartbeat("n1")]);
+    poll_from(&mut s, 0, -86_400, &first);
+    assert_eq!(s.node("n1").conditions.len(), 60);
+    // Alertmanager restarts: the 60 are absent and held; 30 new types come.
+    let mut then = types("New", 30);
+    then.extend([watchdog_sent(60), heartbeat("n1")]);
+    poll_from(&mut s, 105, 100, &then);
+    assert!(s.fleet.trust.holding(s.now));
+    assert_eq!(s.node("n1").conditions.len(), MAX_CONDITIONS);
+    assert_eq!(s.last.crowded.get("n1"), Some(&26));
 }
 
 #[test]
