@@ -339,7 +339,8 @@ fn node_id(text: &str) -> Result<String, String> {
     if !hale::core::labels::nameable(text) || text.trim() != text {
         return Err(format!(
             "no node has the id {}: `.`, `..`, white space around it, control, invisible or direction-changing characters and more than {} bytes are no node's name",
-            terminal(text),
+            hale::core::labels::escaped(text, |c| c.is_control()
+                || hale::core::labels::invisible(c)),
             hale::core::labels::MAX_NODE_ID
         ));
     }

@@ -240,33 +240,51 @@ pub fn unprintable(value: &str) -> bool {
 }
 
 /// A bidirectional override or isolate, a character that shows as nothing
-/// (Unicode's default-ignorable code points, the interlinear annotation marks,
-/// the Hangul fillers), a line or paragraph separator, or a space that looks like
-/// the ASCII one but is not.
+/// (Unicode's default-ignorable code points and format characters, the
+/// interlinear annotation marks, the Hangul and Khitan fillers, the blank braille
+/// pattern), a line or paragraph separator, a space that looks like the ASCII one
+/// but is not, a noncharacter or a private-use character (no font agrees on it).
 pub fn invisible(c: char) -> bool {
-    matches!(
-        c,
-        '\u{A0}'
-            | '\u{AD}'
-            | '\u{34F}'
-            | '\u{61C}'
-            | '\u{115F}'..='\u{1160}'
-            | '\u{1680}'
-            | '\u{17B4}'..='\u{17B5}'
-            | '\u{180B}'..='\u{180F}'
-            | '\u{2000}'..='\u{200F}'
-            | '\u{2028}'..='\u{202F}'
-            | '\u{205F}'..='\u{206F}'
-            | '\u{3000}'
-            | '\u{3164}'
-            | '\u{FE00}'..='\u{FE0F}'
-            | '\u{FEFF}'
-            | '\u{FFA0}'
-            | '\u{FFF0}'..='\u{FFFB}'
-            | '\u{1BCA0}'..='\u{1BCA3}'
-            | '\u{1D173}'..='\u{1D17A}'
-            | '\u{E0000}'..='\u{E0FFF}'
-    )
+    let code = c as u32;
+    (code & 0xFFFE) == 0xFFFE
+        || matches!(code, 0xE000..=0xF8FF | 0xF0000..=0x10FFFF)
+        || matches!(
+            c,
+            '\u{600}'..='\u{605}'
+                | '\u{6DD}'
+                | '\u{70F}'
+                | '\u{890}'..='\u{891}'
+                | '\u{8E2}'
+                | '\u{2800}'
+                | '\u{FDD0}'..='\u{FDEF}'
+                | '\u{110BD}'
+                | '\u{110CD}'
+                | '\u{13430}'..='\u{1343F}'
+                | '\u{16FE4}'
+        )
+        || matches!(
+            c,
+            '\u{A0}'
+                | '\u{AD}'
+                | '\u{34F}'
+                | '\u{61C}'
+                | '\u{115F}'..='\u{1160}'
+                | '\u{1680}'
+                | '\u{17B4}'..='\u{17B5}'
+                | '\u{180B}'..='\u{180F}'
+                | '\u{2000}'..='\u{200F}'
+                | '\u{2028}'..='\u{202F}'
+                | '\u{205F}'..='\u{206F}'
+                | '\u{3000}'
+                | '\u{3164}'
+                | '\u{FE00}'..='\u{FE0F}'
+                | '\u{FEFF}'
+                | '\u{FFA0}'
+                | '\u{FFF0}'..='\u{FFFB}'
+                | '\u{1BCA0}'..='\u{1BCA3}'
+                | '\u{1D173}'..='\u{1D17A}'
+                | '\u{E0000}'..='\u{E0FFF}'
+        )
 }
 
 /// `text` for a log line: a bidirectional override or an invisible character is
@@ -1082,6 +1100,15 @@ mod tests {
             (&[("node", "gpu\u{A0}14")], None),
             (&[("node", "gpu\u{3000}14")], None),
             (&[("node", "gpu\u{202F}14")], None),
+            (&[("node", "gpu-14\u{2800}")], None),
+            (&[("node", "gpu-14\u{600}")], None),
+            (&[("node", "gpu-14\u{13430}")], None),
+            (&[("node", "gpu-14\u{16FE4}")], None),
+            (&[("node", "gpu-14\u{FDD0}")], None),
+            (&[("node", "gpu-14\u{FFFE}")], None),
+            (&[("node", "gpu-14\u{1FFFF}")], None),
+            (&[("node", "gpu-14\u{E000}")], None),
+            (&[("node", "gpu-14\u{F0000}")], None),
             // Letters of every script stay names.
             (&[("node", "Grafikkarte-ß")], Some("Grafikkarte-ß")),
             (&[("node", "ノード-14")], Some("ノード-14")),

@@ -12,6 +12,9 @@ pub fn esc(text: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
+            // A browser reads NUL as the replacement character anyway; a page
+            // holding it raw is binary to `grep` and `curl | less`.
+            '\0' => out.push('\u{FFFD}'),
             c => out.push(c),
         }
     }
@@ -69,6 +72,7 @@ mod tests {
             ("\" onmouseover=\"x", "&quot; onmouseover=&quot;x"),
             ("it's a & b", "it&#39;s a &amp; b"),
             ("plain", "plain"),
+            ("a\0b", "a\u{FFFD}b"),
         ] {
             assert_eq!(esc(text), safe);
         }
