@@ -100,20 +100,24 @@ fn poll_from(s: &mut Script, at: i64, started: i64, alerts: &[A]) {
     s.record(out);
 }
 
+/// NVLink errors on `node`'s GPUs.
+fn nvlink_errors(node: &str) -> A {
+    alert("GpuNvlinkErrors")
+        .on(node)
+        .condition("gpu_nvlink", "GpuNvlinkErrors")
+}
+
 /// In an Alertmanager HA cluster every peer notifies, each from its own picture:
 /// a peer that flushed before a resolution reached it sends "firing" after
-/// another sent "resolved". An episode a resolution ended (its fingerprint and
-/// `startsAt`) raises nothing again; a new episode does. And a late resolution
-/// of an older episode ends nothing of the one firing now.
+/// another sent "resolved". A delivery of an episode Prometheus resolved (its
+/// fingerprint and `startsAt`) raises nothing for an hour; a new episode, or a
+/// poll listing it, does. And a late resolution of an older episode ends
+/// nothing of the one firing now.
 #[test]
 fn a_late_notification_of_an_ended_episode_changes_nothing() {
     let mut s = script("");
     let start = t0();
-    let nvlink = || {
-        alert("GpuNvlinkErrors")
-            .on("n2")
-            .condition("gpu_nvlink", "GpuNvlinkErrors")
-    };
+    let nvlink = || nvlink_errors("n2");
     s.at(0).poll(&[
         watchdog_sent(0),
         heartbeat("n2"),
@@ -225,11 +229,7 @@ fn a_source_left_out_by_the_cap_is_not_an_ended_episode() {
 fn an_expired_episode_sent_again_is_taken() {
     let mut s = script("alertmanager: { pollInterval: 0 }");
     let start = t0();
-    let nvlink = || {
-        alert("GpuNvlinkErrors")
-            .on("n2")
-            .condition("gpu_nvlink", "GpuNvlinkErrors")
-    };
+    let nvlink = || nvlink_errors("n2");
     s.at(0).webhook(&[watchdog(), nvlink().starts(start)]);
     // Notified resolved at its expiry: an expiry, as far as anyone can tell.
     s.at(300)
