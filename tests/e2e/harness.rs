@@ -849,13 +849,13 @@ pub fn delivery(alerts: &[(&Value, &str)]) -> Value {
         .iter()
         .map(|(a, status)| {
             let labels = &a["labels"];
-            let fingerprint: String = labels
-                .as_object()
-                .unwrap()
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(",");
+            // As Alertmanager's: 16 hex digits, one per label set.
+            let fingerprint = {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::hash::DefaultHasher::new();
+                labels.to_string().hash(&mut h);
+                format!("{:016x}", h.finish())
+            };
             json!({"status": status, "labels": labels, "annotations": a["annotations"],
                    "fingerprint": fingerprint, "startsAt": Utc::now().to_rfc3339()})
         })
