@@ -338,13 +338,17 @@ fn crowd_out(
     holding: bool,
 ) -> Vec<Name> {
     let own = |c: &str| matches!(c, HEARTBEAT_MISSED | TELEMETRY_STALE | COLLECTOR_FAILED);
-    let staying = |c: &str, cond: &Condition| !fresh.has(c) && (cond.sticky || !full || holding);
-    let held = node
+    // Nearly every node, every poll: nothing to weigh.
+    if fresh.len() + node.conditions.len() <= MAX_CONDITIONS {
+        return Vec::new();
+    }
+    let staying: Vec<(&str, &Condition)> = node
         .conditions
         .iter()
-        .filter(|(c, cond)| !own(c) && staying(c, cond))
-        .count();
-    if fresh.len() + held <= MAX_CONDITIONS {
+        .filter(|(c, cond)| !own(c) && !fresh.has(c) && (cond.sticky || !full || holding))
+        .map(|(c, cond)| (c.as_str(), cond))
+        .collect();
+    if fresh.len() + staying.len() <= MAX_CONDITIONS {
         return Vec::new();
     }
     let mut ranked: Vec<_> = fresh
@@ -367,21 +371,15 @@ fn crowd_out(
                 ctype,
             )
         })
-        .chain(
-            node.conditions
-                .iter()
-                .filter(|(c, cond)| !own(c) && staying(c, cond))
-                .map(|(c, cond)| {
-                    let live = !cond.suppressed();
-                    (
-                        !cond.sticky,
-                        std::cmp::Reverse(cond.severity),
-                        false,
-                        !live,
-                        c.as_str(),
-                    )
-                }),
-        )
+        .chain(staying.iter().map(|&(c, cond)| {
+            (
+                !cond.sticky,
+                std::cmp::Reverse(cond.severity),
+                false,
+                cond.suppressed(),
+                c,
+            )
+        }))
         .collect();
     if ranked.len() <= MAX_CONDITIONS {
         return Vec::new();

@@ -145,8 +145,9 @@ pub struct Hale {
     poll_streak: Mutex<streak::Streak>,
     /// Checkpoints that failed in a row, said as a run.
     upkeep_streak: Mutex<streak::Streak>,
-    /// When nodes holding more condition types than they may were last said.
-    crowded_said: Mutex<Option<std::time::Instant>>,
+    /// Nodes holding more condition types than they may, said as a run that
+    /// never ends: at once, then once a minute.
+    crowded_streak: Mutex<streak::Streak>,
 }
 
 /// The keys a reload from `current` to `next` changes that only a restart may.
@@ -342,7 +343,7 @@ impl Hale {
             durable,
             poll_streak: Mutex::default(),
             upkeep_streak: Mutex::default(),
-            crowded_said: Mutex::default(),
+            crowded_streak: Mutex::default(),
         });
         hale.register_inventory();
         Ok(hale)
@@ -493,15 +494,14 @@ impl Hale {
                 "alerts name more nodes than nodeIdentity.maxNodes allows: the new ones are refused"
             );
         }
-        let said = |at: &Mutex<Option<std::time::Instant>>| {
-            let mut at = at.lock().expect("said lock");
-            let due = at.is_none_or(|t| t.elapsed() >= streak::SAY_EVERY);
-            if due {
-                *at = Some(std::time::Instant::now());
-            }
-            due
+        let say_crowded = || {
+            self.crowded_streak
+                .lock()
+                .expect("crowded streak lock")
+                .failed("crowded", std::time::Instant::now())
+                .is_some()
         };
-        if !outcome.crowded.is_empty() && said(&self.crowded_said) {
+        if !outcome.crowded.is_empty() && say_crowded() {
             let some: Vec<String> = outcome
                 .crowded
                 .iter()
