@@ -282,10 +282,104 @@ pub fn router(hale: Arc<Hale>) -> Router {
 }
 
 /// `app` (the API's routes and the UI's) with one limit on what a request may
-/// send, the webhook's aside.
-pub fn limited(app: Router) -> Router {
-    app.layer(DefaultBodyLimit::max(BODY_LIMIT))
+/// send, the webhook's aside, and [`ROOM`] for the bodies read at once.
+pub fn limited(app: Router, hale: Arc<Hale>) -> Router {
+    let room = Room::new(ROOM, move || {
+        hale.config().config.alertmanager.max_webhook_bytes
+    });
+    app.layer(axum::middleware::from_fn_with_state(room, wait_for_room))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn(refuse_declared_too_large))
+}
+
+/// The bytes of request bodies hale holds at once, all requests together: each
+/// body may be a few MiB (`alertmanager.maxWebhookBytes`), and a thousand
+/// connections each sending one would otherwise hold gigabytes.
+const ROOM: usize = 64 << 20;
+
+/// Room for the request bodies being read: a request takes its share before its
+/// body is read (what it declares; the most its route takes when it sends in
+/// chunks), all at once so no two wait on each other, and gives it back when it
+/// is answered.
+#[derive(Clone)]
+struct Room {
+    kib: Arc<tokio::sync::Semaphore>,
+    total: u32,
+    webhook_limit: Arc<dyn Fn() -> usize + Send + Sync>,
+}
+
+impl Room {
+    fn new(bytes: usize, webhook_limit: impl Fn() -> usize + Send + Sync + 'static) -> Room {
+        let total = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX);
+        Room {
+            kib: Arc::new(tokio::sync::Semaphore::new(total as usize)),
+            total,
+            webhook_limit: Arc::new(webhook_limit),
+        }
+    }
+
+    /// The KiB `request`'s body takes: none without one, or when its declared
+    /// length will be refused unread; a body larger than the room takes all of it.
+    fn need(&self, path: &str, headers: &HeaderMap) -> u32 {
+        let limit = if path == WEBHOOK_PATH {
+            (self.webhook_limit)()
+        } else {
+            BODY_LIMIT
+        };
+        let bytes = match declared_length(headers) {
+            Some(n) if n > limit => 0,
+            Some(n) => n,
+            None if headers.contains_key(header::TRANSFER_ENCODING) => limit,
+            None => 0,
+        };
+        u32::try_from(bytes.div_ceil(1024)).map_or(self.total, |kib| kib.min(self.total))
+    }
+}
+
+/// When the last request that found no room was said in the log.
+static ROOMLESS_SAID: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+
+/// Wait for room for the request's body, [`crate::server::BODY_READ`] at most,
+/// else a 503 with `Retry-After` (Alertmanager sends again), said once a minute.
+async fn wait_for_room(
+    State(room): State<Room>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let need = room.need(request.uri().path(), request.headers());
+    if need == 0 {
+        return next.run(request).await;
+    }
+    let wait = tokio::time::timeout(
+        crate::server::BODY_READ,
+        room.kib.clone().acquire_many_owned(need),
+    );
+    let Ok(Ok(taken)) = wait.await else {
+        let now = std::time::Instant::now();
+        let mut said = ROOMLESS_SAID.lock().expect("roomless lock");
+        if said.is_none_or(|t| now.duration_since(t) >= std::time::Duration::from_secs(60)) {
+            *said = Some(now);
+            tracing::warn!(
+                room_bytes = u64::from(room.total) * 1024,
+                "the request bodies being read fill their room: requests wait {}s, then are answered 503",
+                crate::server::BODY_READ.as_secs()
+            );
+        }
+        drop(said);
+        let mut response = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            "too many request bodies are being read at once; try again",
+        )
+        .into_response();
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+        return response;
+    };
+    let response = next.run(request).await;
+    drop(taken);
+    response
 }
 
 /// A request whose declared length passes [`BODY_LIMIT`] is answered before its
@@ -1530,6 +1624,108 @@ mod tests {
             optional_body::<OperateRequest>(sent).unwrap().reason,
             "bios"
         );
+    }
+
+    #[test]
+    fn a_body_takes_what_it_declares_or_the_most_its_route_takes() {
+        let room = Room::new(4 << 20, || 8 << 20);
+        let headers = |pairs: &[(&'static str, &str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.insert(*k, v.parse().unwrap());
+            }
+            h
+        };
+        let declared = |n: &str| headers(&[("content-length", n)]);
+        let chunked = headers(&[("transfer-encoding", "chunked")]);
+        for (path, headers, kib) in [
+            (WEBHOOK_PATH, declared("1"), 1),
+            (WEBHOOK_PATH, declared("5000"), 5),
+            (WEBHOOK_PATH, declared("8192"), 8),
+            (WEBHOOK_PATH, declared("0"), 0),
+            // Refused unread: it takes no room.
+            (WEBHOOK_PATH, declared("8388609"), 0),
+            ("/api/v1/nodes/n1/cordon", declared("2097153"), 0),
+            ("/api/v1/nodes/n1/cordon", chunked.clone(), 2048),
+            ("/api/v1/nodes/n1/cordon", HeaderMap::new(), 0),
+            // Larger than the room: all of it, not a wait for ever.
+            (WEBHOOK_PATH, declared("6291456"), 4096),
+            (WEBHOOK_PATH, chunked.clone(), 4096),
+        ] {
+            assert_eq!(room.need(path, &headers), kib, "{path} {headers:?}");
+        }
+    }
+
+    /// A body that finds no room waits, then is a 503 to be sent again; a
+    /// request without a body never waits; the room is given back as the
+    /// request is answered.
+    #[tokio::test(start_paused = true)]
+    async fn bodies_past_the_room_wait_then_are_told_to_come_back() {
+        use tower::ServiceExt as _;
+        let room = Room::new(8 << 10, || 8 << 10);
+        let app = Router::new()
+            .route(
+                WEBHOOK_PATH,
+                post(|body: Bytes| async move { body.len().to_string() }),
+            )
+            .route("/healthz", get(|| async { "ok" }))
+            .layer(axum::middleware::from_fn_with_state(
+                room.clone(),
+                wait_for_room,
+            ));
+        let post_of = |length: usize, body: Body| {
+            axum::extract::Request::post(WEBHOOK_PATH)
+                .header("content-length", length)
+                .body(body)
+                .unwrap()
+        };
+        // A slow sender declares 6 KiB and holds them while it sends.
+        let (send, sent) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(1);
+        let slow = tokio::spawn(
+            app.clone()
+                .oneshot(post_of(6 << 10, Body::from_stream(tokio_stream_of(sent)))),
+        );
+        for _ in 0..1000 {
+            if room.kib.available_permits() == 2 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(room.kib.available_permits(), 2, "the slow body holds 6 KiB");
+        let busy = app
+            .clone()
+            .oneshot(post_of(4 << 10, Body::from(vec![b'x'; 4 << 10])))
+            .await
+            .unwrap();
+        assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(busy.headers()[header::RETRY_AFTER], "5");
+        let no_body = axum::extract::Request::get("/healthz")
+            .body(Body::empty())
+            .unwrap();
+        assert_eq!(
+            app.clone().oneshot(no_body).await.unwrap().status(),
+            StatusCode::OK
+        );
+        send.send(Ok(Bytes::from(vec![b'x'; 6 << 10])))
+            .await
+            .unwrap();
+        drop(send);
+        let answered = slow.await.unwrap().unwrap();
+        assert_eq!(answered.status(), StatusCode::OK);
+        assert_eq!(room.kib.available_permits(), 8);
+        let after = app
+            .oneshot(post_of(4 << 10, Body::from(vec![b'x'; 4 << 10])))
+            .await
+            .unwrap();
+        let body = axum::body::to_bytes(after.into_body(), 64).await.unwrap();
+        assert_eq!(&body[..], b"4096");
+    }
+
+    /// The chunks a channel receives, as a stream.
+    fn tokio_stream_of<T: Send + 'static>(
+        mut chunks: tokio::sync::mpsc::Receiver<T>,
+    ) -> impl futures::Stream<Item = T> + Send {
+        futures::stream::poll_fn(move |cx| chunks.poll_recv(cx))
     }
 
     /// A failure report that does not read is said as an operator verb's body is:

@@ -365,6 +365,7 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
         listener,
         hale::http::limited(
             hale::http::router(Arc::clone(&hale)).merge(hale::ui::router(Arc::clone(&hale))),
+            Arc::clone(&hale),
         ),
         shutdown(),
     )
