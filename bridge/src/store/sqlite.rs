@@ -6,6 +6,7 @@ use std::fs::File;
 use std::io::{Read as _, Write as _};
 use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,6 +35,13 @@ impl<T> Op<T> for rusqlite::Result<T> {
 
 /// The database file inside the store directory.
 pub const FILE: &str = "hale.db";
+
+/// How long a statement waits for another connection's lock.
+const BUSY_WAIT: Duration = Duration::from_secs(5);
+
+/// The size the write-ahead log's file is cut back to when it starts over, and
+/// past which the writer makes it start over ([`Sqlite::checkpoint`]).
+const LOG_LIMIT: i64 = 64 << 20;
 
 /// Rows one statement inserts (a first poll of 10,000 nodes writes 41,000 events;
 /// a poll every 5 minutes writes every reporting node's report time).
@@ -99,6 +107,11 @@ pub struct Sqlite {
     held_by: String,
     /// The file opened (device and inode), to tell one removed or replaced since.
     opened: Option<(u64, u64)>,
+    /// The log has grown past [`LOG_LIMIT`]: the writer makes it start over after
+    /// its next commit. Shared by the pair [`Sqlite::open_pair`] opens.
+    log_long: Arc<AtomicBool>,
+    /// Past this many frames the log is long.
+    log_frames: i64,
 }
 
 /// The device and inode of the file at `path`, if there is one.
@@ -160,9 +173,8 @@ impl Sqlite {
         // only an OS crash may lose the last commits, never corrupt the file.
         conn.pragma_update(None, "synchronous", "NORMAL")
             .op("set synchronous")?;
-        conn.pragma_update(None, "busy_timeout", 5000)
-            .op("set busy timeout")?;
-        conn.pragma_update(None, "journal_size_limit", 64 << 20)
+        conn.busy_timeout(BUSY_WAIT).op("set busy timeout")?;
+        conn.pragma_update(None, "journal_size_limit", LOG_LIMIT)
             .op("limit the log")?;
         conn.execute_batch(SCHEMA).op("create schema")?;
         let instance: Option<String> = conn
@@ -183,6 +195,9 @@ impl Sqlite {
                 i
             }
         };
+        let page: i64 = conn
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .op("read the page size")?;
         Ok(Sqlite {
             opened: file_id(&file),
             conn,
@@ -190,6 +205,8 @@ impl Sqlite {
             instance,
             held: None,
             held_by: String::new(),
+            log_long: Arc::default(),
+            log_frames: LOG_LIMIT / page.max(512),
         })
     }
 
@@ -324,7 +341,37 @@ impl Sqlite {
             }
         }
         tx.commit().op("commit")?;
+        self.restart_long_log();
         Ok(ids)
+    }
+
+    /// Make a long log start over: copy what the last checkpoint left (the
+    /// frames written since) and cut the file to nothing, while this writer holds
+    /// no transaction. Under steady writes a checkpoint on the other connection
+    /// never sees the log's end, as a write always lands meanwhile, and the log
+    /// would grow for as long as they keep coming. Readers are not waited for:
+    /// with one reading, it is tried after the next checkpoint.
+    fn restart_long_log(&mut self) {
+        if !self.log_long.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let restarted = self.conn.busy_timeout(Duration::ZERO).and_then(|()| {
+            self.conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                    r.get::<_, i64>(0)
+                })
+        });
+        if let Err(e) = self.conn.busy_timeout(BUSY_WAIT) {
+            tracing::warn!(error = %e, "cannot set the store's busy timeout again");
+        }
+        match restarted {
+            Ok(0) => {}
+            Ok(_) => tracing::debug!("the store's log was not restarted: a reader holds it"),
+            Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => {
+                tracing::debug!("the store's log was not restarted: a checkpoint runs");
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot restart the store's log"),
+        }
     }
 
     /// Leave copying the write-ahead log into the database to [`Sqlite::checkpoint`]
@@ -340,9 +387,14 @@ impl Sqlite {
     /// readers or blocking the writer; the log is reused from its start once all of
     /// it was copied, and kept under 64 MiB on disk.
     pub fn checkpoint(&self) -> Result<()> {
-        self.conn
-            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-            .op("checkpoint")
+        let frames: i64 = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))
+            .op("checkpoint")?;
+        if frames > self.log_frames {
+            self.log_long.store(true, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// `dir`'s store, held for `by` as `hale serve` holds it: refused while a hale
@@ -375,9 +427,11 @@ impl Sqlite {
         let writer = Sqlite::open_locked(dir, "hale serve")?;
         writer.writable()?;
         writer.defer_checkpoints()?;
+        let mut upkeep = Sqlite::open(dir)?;
+        upkeep.log_long = Arc::clone(&writer.log_long);
         Ok(Opened {
             writer: Box::new(writer),
-            upkeep: Box::new(Sqlite::open(dir)?),
+            upkeep: Box::new(upkeep),
             lease: None,
             outbox: Arc::new(Outbox::new(dir)),
         })
@@ -1503,6 +1557,52 @@ mod tests {
     #[test]
     fn retention_sweep_deletes_only_what_is_old() {
         suite::retention_sweep_deletes_only_what_is_old(&open);
+    }
+
+    /// Writes that never stop leave every checkpoint short of the log's end (here
+    /// a reader pins it, as a write landing meanwhile does): the writer makes a
+    /// long log start over after its next commit, once no reader holds it.
+    #[test]
+    fn a_long_log_starts_over_under_steady_writes() {
+        let wal = |dir: &Path| std::fs::metadata(dir.join("hale.db-wal")).unwrap().len();
+        let t0 = Utc.with_ymd_and_hms(2026, 8, 5, 12, 0, 0).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = Sqlite::open(dir.path()).unwrap();
+        writer.defer_checkpoints().unwrap();
+        let mut upkeep = Sqlite::open(dir.path()).unwrap();
+        upkeep.log_long = Arc::clone(&writer.log_long);
+        upkeep.log_frames = 10;
+        let reader = Sqlite::open(dir.path()).unwrap();
+        let read = |reader: &Sqlite| {
+            reader.conn.execute_batch("BEGIN").unwrap();
+            reader
+                .conn
+                .query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0))
+                .unwrap()
+        };
+        let mut written = 0;
+        for round in 0..3 {
+            suite::burst(&mut writer, "a", 2_000, t0);
+            written += 2_000;
+            assert_eq!(read(&reader), written);
+            suite::burst(&mut writer, "a", 2_000, t0);
+            written += 2_000;
+            upkeep.checkpoint().unwrap();
+            // Held by the reader: left for the next checkpoint, not waited for.
+            suite::burst(&mut writer, "a", 10, t0);
+            written += 10;
+            assert!(wal(dir.path()) > 0, "round {round}: a reader holds the log");
+            reader.conn.execute_batch("COMMIT").unwrap();
+            upkeep.checkpoint().unwrap();
+            suite::burst(&mut writer, "a", 10, t0);
+            written += 10;
+            assert_eq!(wal(dir.path()), 0, "round {round}: started over");
+        }
+        assert_eq!(
+            read(&reader),
+            written,
+            "every event written is there to read"
+        );
     }
 
     #[test]
