@@ -236,8 +236,10 @@ impl Sqlite {
         if ours.is_some() && file_id(&dir.join(LOCK)) == ours {
             return Ok(());
         }
-        tracing::error!(store = %dir.display(), "{LOCK} was removed or replaced under the running hale: taking the store's lock again");
+        // Said once it is taken again; while another process holds it, each
+        // write fails with that, which the writer's failure streak says.
         self.held = Some(lock(dir, &self.held_by)?);
+        tracing::error!(store = %dir.display(), "{LOCK} was removed or replaced under the running hale: the store's lock is taken again");
         Ok(())
     }
 
@@ -1255,17 +1257,28 @@ mod tests {
         };
         store.write(&batch).unwrap();
         std::fs::remove_file(dir.path().join(LOCK)).unwrap();
-        store.write(&batch).expect("taken again");
+        let said = crate::logline::captured(|| {
+            store.write(&batch).expect("taken again");
+        });
+        assert!(said.contains("the store's lock is taken again"), "{said}");
+        assert_eq!(said.lines().count(), 1, "{said}");
         let second = Sqlite::open_locked(dir.path(), "hale serve");
         assert!(
             matches!(second, Err(StoreError::InUse { .. })),
             "a second writer let in"
         );
-        // Removed again, and a second writer is quicker: this one's writes stop.
+        // Removed again, and a second writer is quicker: this one's writes stop,
+        // each refused without a line of its own (the writer's failure streak
+        // says them).
         std::fs::remove_file(dir.path().join(LOCK)).unwrap();
         let _second = Sqlite::open_locked(dir.path(), "hale serve").expect("the lock was free");
-        let err = store.write(&batch).expect_err("two writers");
-        assert_eq!(err.metric_label(), "in_use", "{err}");
+        let said = crate::logline::captured(|| {
+            for _ in 0..3 {
+                let err = store.write(&batch).expect_err("two writers");
+                assert_eq!(err.metric_label(), "in_use", "{err}");
+            }
+        });
+        assert_eq!(said, "");
     }
 
     fn event(node: &str, missed: bool, at: Time) -> Event {
