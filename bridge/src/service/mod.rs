@@ -994,6 +994,17 @@ impl Hale {
             let mut writer = self.writer.lock().expect("writer lock");
             match writer.store.load(now) {
                 Ok(mut loaded) => {
+                    match writer.store.void_unfinished() {
+                        Ok(0) => {}
+                        Ok(voided) => warn!(
+                            voided,
+                            "the last leader stopped in the middle of a write: the events it recorded without their state are removed"
+                        ),
+                        Err(e) => warn!(
+                            error = %e,
+                            "could not remove the events of the last leader's unfinished write: the history may hold events its state does not"
+                        ),
+                    }
                     loaded.trust.take_up();
                     // The configuration's inventory is this process's, not the
                     // store's; so are the actions its tasks are performing.

@@ -269,6 +269,13 @@ pub trait Store: Send {
     fn settle(&mut self) -> Result<Vec<String>> {
         Ok(Vec::new())
     }
+    /// Remove the events of a write its process never finished (it stopped after
+    /// the events and before the state that goes with them), as the leader does on
+    /// taking the lead, before its first write: how many went. A store that writes
+    /// a step in one transaction has none.
+    fn void_unfinished(&mut self) -> Result<u64> {
+        Ok(0)
+    }
     /// The most the store's server will hold, where it says (JetStream's account
     /// limit), as of the last upkeep.
     fn limit(&self) -> Option<u64> {

@@ -7,14 +7,18 @@
 //! record, its pending actions with their ids) in `hale-<cluster>-ledger`, written
 //! by compare-and-set so a second writer is refused, never merged.
 //!
-//! A batch publishes its events first, then its state, then its mark. Each event
+//! A batch publishes its events first, then its state, then its mark: the
+//! write's anchor and the last stream sequence its events took. Each event
 //! carries a JetStream message id drawn from the write's anchor (the one after
 //! the stored mark), its node and its type, and from the node's event before it
-//! in the write: a batch retried after a failure, or a step taken again by the
-//! next leader after a crash before the mark was written, publishes the same ids,
-//! which the stream's duplicate window drops, so an event is neither lost nor
-//! recorded twice. One mark per write, written once every record is: a mark per
-//! node (as kept before) was a second message for each node with events.
+//! in the write: a batch retried after a failure publishes the same ids, which
+//! the stream's duplicate window drops, so an event is neither lost nor recorded
+//! twice. A write its process never finished (stopped between the events and the
+//! mark) left events whose state was never written: the next leader removes them
+//! on taking the lead — every event past the mark's sequence — and anchors its
+//! own writes anew, so the history says what the state says. One mark per write,
+//! written once every record is: a mark per node (as kept before) was a second
+//! message for each node with events.
 //!
 //! The port is synchronous (a step writes under its locks); the client lives on a
 //! runtime of its own, which every call hands its work to and waits for.
@@ -1056,6 +1060,21 @@ fn next_anchor(mark: &str) -> String {
     hex(&Sha256::digest(format!("{mark}\nnext"))[..12])
 }
 
+/// The mark of a write anchored at `anchor` whose events took stream sequences
+/// up to `last`.
+fn marked(anchor: &str, last: Option<u64>) -> String {
+    match last {
+        Some(last) => format!("{anchor} {last}"),
+        None => anchor.to_string(),
+    }
+}
+
+/// The last stream sequence the writes up to `mark` took, where it says (marks
+/// written by earlier versions do not).
+fn covered(mark: &str) -> Option<u64> {
+    mark.rsplit_once(' ')?.1.parse().ok()
+}
+
 /// The message id of an event: the node's previous event id in its write (or
 /// the write's anchor) and the event's type, so a step taken again from the same
 /// state publishes the same ids.
@@ -1306,6 +1325,7 @@ impl Store for Nats {
                 for p in pending {
                     acks.push(p.await.op("store an event")?.sequence);
                 }
+                let mark = mark.map(|anchor| marked(&anchor, acks.iter().max().copied()));
                 // Deletes before puts: a node removed and re-created ends up present.
                 for id in &removed {
                     for k in [format!("node.{id}"), format!("live.{id}")] {
@@ -1327,8 +1347,8 @@ impl Store for Nats {
                 results.into_iter().collect::<Result<Vec<()>>>()?;
                 // The mark once every record of the step is written: a step taken
                 // again from a state only partly written draws this write's ids again.
-                if let Some(mark) = mark {
-                    publish_kv(js, state, "mark", Some(Bytes::from(mark)), None)
+                if let Some(mark) = &mark {
+                    publish_kv(js, state, "mark", Some(Bytes::from(mark.clone())), None)
                         .await?
                         .await
                         .op("write node state")?;
@@ -1353,7 +1373,7 @@ impl Store for Nats {
                     match outcome {
                         Ok(rev) => written.push((k, rev)),
                         Err(cause) if cause.contains("wrong last sequence") => {
-                            return Ok((acks, Err((written, k))));
+                            return Ok((acks, mark, Err((written, k))));
                         }
                         Err(cause) => {
                             return Err(StoreError::Nats {
@@ -1363,7 +1383,7 @@ impl Store for Nats {
                         }
                     }
                 }
-                Ok::<_, StoreError>((acks, Ok(written)))
+                Ok::<_, StoreError>((acks, mark, Ok(written)))
             };
             let _ = answer.send(written.await);
         });
@@ -1385,7 +1405,7 @@ impl Store for Nats {
             }
         }
         drop(feed);
-        let (acks, written) = wait_for(&answered)??;
+        let (acks, mark, written) = wait_for(&answered)??;
         let instance = &self.shared.instance;
         let ids = acks
             .into_iter()
@@ -1405,8 +1425,8 @@ impl Store for Nats {
                 what: format!("the policy ledger's {k}"),
             });
         }
-        if let Some(anchor) = anchor {
-            *self.mark.lock().expect("mark lock") = anchor;
+        if let Some(mark) = mark {
+            *self.mark.lock().expect("mark lock") = mark;
         }
         Ok(ids)
     }
@@ -1496,6 +1516,42 @@ impl Store for Nats {
 
     fn bytes_used(&self) -> u64 {
         self.shared.bytes.load(Ordering::Relaxed)
+    }
+
+    fn void_unfinished(&mut self) -> Result<u64> {
+        let mark = self.mark.lock().expect("mark lock").clone();
+        let Some(covered) = covered(&mark) else {
+            return Ok(0);
+        };
+        let shared = self.shared.clone();
+        let (last, voided) = self.run(async move {
+            let info = shared.events.get_info().await.op("read the event stream")?;
+            let last = info.state.last_sequence;
+            let stream = &shared.events;
+            let gone: Vec<bool> = futures::stream::iter(covered + 1..=last)
+                .map(|seq| async move {
+                    match stream.delete_message(seq).await {
+                        Ok(deleted) => Ok(deleted),
+                        // Deleted already, or aged out ("sequence N not found",
+                        // "no message found").
+                        Err(e) if e.to_string().contains("not found") => Ok(false),
+                        Err(e) => Err(e),
+                    }
+                })
+                .buffer_unordered(IN_FLIGHT)
+                .collect::<Vec<_>>()
+                .await
+                .into_iter()
+                .collect::<std::result::Result<_, _>>()
+                .op("remove an unfinished write's events")?;
+            Ok::<_, StoreError>((last, gone.into_iter().filter(|g| *g).count() as u64))
+        })??;
+        if last > covered {
+            // Anchored anew: a step taken again publishes under ids of its own,
+            // which the duplicate window does not take for the removed ones.
+            *self.mark.lock().expect("mark lock") = format!("{mark} void {last}");
+        }
+        Ok(voided)
     }
 
     fn settle(&mut self) -> Result<Vec<String>> {
@@ -2227,6 +2283,62 @@ mod tests {
             ledger: ledger.map(str::to_string),
             ..Batch::default()
         }
+    }
+
+    /// A write whose process stopped between its events and its mark left events
+    /// the state never took: the next leader removes them, and the step taken
+    /// again records its own — not dropped as repeats of the removed ones' ids.
+    #[test]
+    fn an_unfinished_writes_events_are_removed_by_the_next_leader() {
+        let server = server::Server::start();
+        let now = chrono::Utc::now();
+        let mut store = Nats::open(&server.config(), "c", 90).unwrap();
+        store.load(now).unwrap();
+        store
+            .write(&batch_of(&[decommissioned("n1", now, "first")], None))
+            .unwrap();
+        // The stopped write's events, published as a write publishes them, under
+        // the ids the next write draws; no state, no mark.
+        let anchor = next_anchor(&store.mark.lock().unwrap());
+        let shared = store.shared.clone();
+        store
+            .run(async move {
+                for node in ["n1", "n2"] {
+                    let e = decommissioned(node, now, "unfinished");
+                    let mut headers = HeaderMap::new();
+                    headers.insert(header::NATS_MESSAGE_ID, message_id(&anchor, &e).as_str());
+                    let subject = format!("{}.{}", shared.names.subjects, key(node));
+                    let body = Bytes::from(crate::store::json(&e));
+                    shared
+                        .js
+                        .publish_with_headers(subject, headers, body)
+                        .await
+                        .unwrap()
+                        .await
+                        .unwrap();
+                }
+            })
+            .unwrap();
+        let said = |store: &Nats| -> Vec<String> {
+            let history = store.history(0).unwrap();
+            history.into_iter().map(|e| e.message).collect()
+        };
+        assert_eq!(said(&store), ["first", "unfinished", "unfinished"]);
+        let mut next = Nats::open(&server.config(), "c", 90).unwrap();
+        next.load(now).unwrap();
+        assert_eq!(next.void_unfinished().unwrap(), 2);
+        assert_eq!(next.void_unfinished().unwrap(), 0, "once");
+        assert_eq!(said(&next), ["first"]);
+        let again = [
+            decommissioned("n1", now, "again"),
+            decommissioned("n2", now, "again"),
+        ];
+        next.write(&batch_of(&again, None)).unwrap();
+        assert_eq!(said(&next), ["first", "again", "again"]);
+        // The mark says how far the writes went: nothing past it to remove.
+        let mut after = Nats::open(&server.config(), "c", 90).unwrap();
+        after.load(now).unwrap();
+        assert_eq!(after.void_unfinished().unwrap(), 0);
     }
 
     /// With every server gone a write fails, saying so, once the client has found
