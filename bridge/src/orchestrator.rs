@@ -361,10 +361,21 @@ pub async fn run_command(
     if output.status.success() {
         return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
     }
-    let stderr = String::from_utf8_lossy(&output.stderr)
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
+    let words = |b: &[u8]| {
+        String::from_utf8_lossy(b)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    // A command that says why on its standard output (`scontrol show node`'s
+    // "Node n9 not found") is taken at its word there, its first 500 bytes.
+    let mut stderr = words(&output.stderr);
+    if stderr.is_empty() {
+        stderr = words(&output.stdout);
+        if let Some((cut, _)) = stderr.char_indices().nth(500) {
+            stderr.truncate(cut);
+        }
+    }
     Err(CommandFailed::Exited {
         message: format!("`{shown}` exited with {}: {stderr}", output.status),
         stderr,
@@ -375,7 +386,8 @@ pub async fn run_command(
 pub enum CommandFailed {
     /// It did not start, or did not finish in time.
     Error(OrchestratorError),
-    /// It exited with an error: what to say, and its standard error.
+    /// It exited with an error: what to say, and its standard error (its
+    /// output, where it wrote nothing there).
     Exited { message: String, stderr: String },
 }
 

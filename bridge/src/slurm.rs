@@ -148,7 +148,8 @@ const NOT_RESPONDING: &str = "Not responding";
 /// `node` as scontrol takes one node. A name it reads as several — a host list
 /// (`n[3-5]`, `n1,n5`), the reserved `ALL` — or as an option would act on nodes no
 /// alert named, past every guardrail: refused, never sent. (An alert may name
-/// such a node where `createFromAlerts` takes it in.)
+/// such a node where `createFromAlerts` takes it in.) A `NodeSet` name reads as
+/// one: [`Slurm::node_now`] asks Slurm.
 fn one_node(node: &str, op: &'static str) -> Result<()> {
     let several = node.is_empty()
         || node.contains(['[', ']', ','])
@@ -162,6 +163,41 @@ fn one_node(node: &str, op: &'static str) -> Result<()> {
         .during(node, op));
     }
     Ok(())
+}
+
+/// What `scontrol show node` shows of a node's state.
+#[derive(Debug, Default, PartialEq)]
+struct Shown {
+    /// `IDLE+DRAIN`, `MIXED`, `DOWN+NOT_RESPONDING`…
+    state: String,
+    /// The reason it was drained or set down, without Slurm's `[user@time]`.
+    reason: String,
+}
+
+impl Shown {
+    /// From `scontrol show node` (one field group a line; `Reason=` on its own,
+    /// so a comment that holds `Reason=` is not read as one).
+    fn read(shown: &str) -> Shown {
+        let state = shown
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("State="))
+            .unwrap_or_default()
+            .to_string();
+        let reason = shown
+            .lines()
+            .find_map(|l| l.trim_start().strip_prefix("Reason="))
+            .map(|r| match r.rfind(" [") {
+                Some(at) if r.ends_with(']') => &r[..at],
+                _ => r,
+            })
+            .unwrap_or_default()
+            .to_string();
+        Shown { state, reason }
+    }
+
+    fn drained(&self) -> bool {
+        self.state.contains("DRAIN")
+    }
 }
 
 pub struct Slurm {
@@ -441,6 +477,38 @@ impl Slurm {
             .collect())
     }
 
+    /// `node` as Slurm shows it now, before a verb changes it: one node of that
+    /// very name, or refused. `scontrol update nodename=` reads a `NodeSet`'s
+    /// name (`NodeSet=gpus Feature=gpu`) as every node in it, where `scontrol show
+    /// node` knows no such node: a name Slurm does not show as one node is never
+    /// sent, whatever hale took in under it.
+    async fn node_now(&self, node: &str, op: &'static str) -> Result<Shown> {
+        one_node(node, op)?;
+        let shown = match self.run("scontrol", &["show", "node", node]).await {
+            Ok(shown) => shown,
+            Err(e) if e.detail.contains(&format!("Node {node} not found")) => {
+                return Err(OrchestratorError::refused(format!(
+                    "Slurm shows no node `{node}` (a NodeSet's name, or a name only alerts use): scontrol would act on whatever it names, so hale sends nothing"
+                ))
+                .during(node, op));
+            }
+            Err(e) => return Err(e.during(node, op)),
+        };
+        let records: Vec<&str> = shown
+            .lines()
+            .filter(|l| l.starts_with("NodeName="))
+            .collect();
+        let named = format!("NodeName={node}");
+        if records.len() != 1 || records[0].split_whitespace().next() != Some(named.as_str()) {
+            return Err(OrchestratorError::refused(format!(
+                "Slurm shows `{node}` as {} node(s), not one of that name: hale sends nothing",
+                records.len()
+            ))
+            .during(node, op));
+        }
+        Ok(Shown::read(&shown))
+    }
+
     async fn update(&self, what: &[&str]) -> Result<()> {
         let mut args = vec!["update"];
         args.extend_from_slice(what);
@@ -523,17 +591,33 @@ impl Orchestrator for Slurm {
 
     fn cordon<'a>(&'a self, node: &'a str, by: &'a str, reason: &'a str) -> Fut<'a, ()> {
         Box::pin(async move {
-            one_node(node, "cordon")?;
-            let reason = format!("reason={by}: {reason}");
-            self.update(&[&format!("nodename={node}"), "state=drain", &reason])
-                .await
-                .map_err(|e| e.during(node, "cordon"))
+            let now = self.node_now(node, "cordon").await?;
+            let reason = format!("{by}: {reason}");
+            if now.drained() && now.reason == reason {
+                return Ok(());
+            }
+            // Drained by someone else since the inventory was read: theirs, not
+            // taken over as hale's (and resumed by hale's uncordon later).
+            if by == Actor::Hale.as_str() && now.drained() && !now.reason.starts_with(HALE) {
+                return Err(OrchestratorError::refused(format!(
+                    "node {node} was drained outside hale meanwhile (reason: {}): the drain is the operator's",
+                    now.reason
+                ))
+                .during(node, "cordon"));
+            }
+            self.update(&[
+                &format!("nodename={node}"),
+                "state=drain",
+                &format!("reason={reason}"),
+            ])
+            .await
+            .map_err(|e| e.during(node, "cordon"))
         })
     }
 
     fn uncordon<'a>(&'a self, node: &'a str) -> Fut<'a, ()> {
         Box::pin(async move {
-            one_node(node, "uncordon")?;
+            self.node_now(node, "uncordon").await?;
             match self
                 .update(&[&format!("nodename={node}"), "state=resume"])
                 .await
@@ -543,15 +627,7 @@ impl Orchestrator for Slurm {
                 // trouble, it was retried for ever). It refuses one it will not
                 // resume yet too (powering up, rebooting): that one is still drained.
                 Err(e) if e.to_string().contains("Invalid node state specified") => {
-                    let shown = self
-                        .run("scontrol", &["show", "node", node])
-                        .await
-                        .map_err(|e| e.during(node, "uncordon"))?;
-                    let state = shown
-                        .split_whitespace()
-                        .find_map(|w| w.strip_prefix("State="))
-                        .unwrap_or_default();
-                    if state.contains("DRAIN") {
+                    if self.node_now(node, "uncordon").await?.drained() {
                         Err(e.during(node, "uncordon"))
                     } else {
                         Ok(())
@@ -564,7 +640,7 @@ impl Orchestrator for Slurm {
 
     fn gate<'a>(&'a self, node: &'a str, on: bool) -> Fut<'a, ()> {
         Box::pin(async move {
-            one_node(node, "gate")?;
+            self.node_now(node, "gate").await?;
             let now = self
                 .weights
                 .lock()
@@ -654,7 +730,7 @@ impl Orchestrator for Slurm {
 
     fn terminate<'a>(&'a self, node: &'a str) -> Fut<'a, ()> {
         Box::pin(async move {
-            one_node(node, "terminate")?;
+            self.node_now(node, "terminate").await?;
             // Only a cloud node (Slurm's power saving) has a machine Slurm makes:
             // powered down, Slurm resumes a fresh one when work needs it.
             self.update(&[
@@ -675,7 +751,7 @@ impl Orchestrator for Slurm {
                 )
                 .during(node, "reboot"));
             }
-            one_node(node, "reboot")?;
+            self.node_now(node, "reboot").await?;
             // Neither `nextstate=resume` nor `ASAP` (which drains and sets the next
             // state to resume all the same): Slurm would put the node back in
             // service once it is back, before the flow verifies it, and hale would
@@ -703,6 +779,29 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// `scontrol show node` as Slurm 22.05 prints it: the state, and the reason
+    /// without its `[user@time]`, not taken from a comment that quotes one.
+    #[test]
+    fn a_shown_node_reads_its_state_and_reason() {
+        let shown = "NodeName=n1 Arch=x86_64 CoresPerSocket=1\n   \
+                     OS=Linux 6.1.0 #1 SMP PREEMPT_DYNAMIC @0\n   \
+                     State=IDLE+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1\n   \
+                     Reason=bios update  x=y [root@2026-12-07T06:32:44]\n   \
+                     Comment=hale: score=60 health=Degraded Reason=forged\n";
+        assert_eq!(
+            Shown::read(shown),
+            Shown {
+                state: "IDLE+DRAIN".into(),
+                reason: "bios update  x=y".into()
+            }
+        );
+        assert!(Shown::read(shown).drained());
+        let idle = "NodeName=n2 Arch=x86_64\n   State=IDLE ThreadsPerCore=1\n";
+        let idle = Shown::read(idle);
+        assert_eq!((idle.state.as_str(), idle.reason.as_str()), ("IDLE", ""));
+        assert!(!idle.drained());
+    }
 
     /// A `binDir` is checked at load for every command hale runs from it.
     #[test]

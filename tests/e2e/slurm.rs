@@ -498,7 +498,7 @@ async fn slurmctld_stopped_is_a_clear_error_and_nothing_is_done_until_it_is_back
         .wait_node("the failed try shown", "n1", |n| {
             n["pending"][0]["lastError"]
                 .as_str()
-                .is_some_and(|e| e.contains("scontrol update"))
+                .is_some_and(|e| e.contains("Unable to contact slurm controller"))
         })
         .await;
     assert_eq!(n1["pending"][0]["action"], "cordon", "{n1}");
@@ -652,4 +652,69 @@ async fn a_slurm_reboot_slurm_cannot_do_fails_the_flow_once() {
         .filter(|l| l.contains("action=\"reboot\" error="))
         .count();
     assert_eq!(tried, 1, "scontrol reboot tried {tried} times:\n{log}");
+}
+
+/// A NodeSet's name (`NodeSet=gpuset Feature=gpu`) is one word that `scontrol
+/// update nodename=` reads as every node in the set: no verb sends it (an alert
+/// taken in by `createFromAlerts` may name one), so no node changes. A drain an
+/// operator made first is not taken over by hale's cordon; hale's own, asked
+/// again, is as asked once; an operator's verb through hale drains over it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nodeset_name_is_never_sent_and_an_operators_drain_stays_theirs() {
+    use hale::orchestrator::Class;
+    let slurm = SlurmCluster::start_with("NodeSet=gpuset Feature=gpu\n").await;
+    let adapter = slurm_adapter(&slurm).await;
+    let weight = |n: &str| slurm.node(n)["weight"].clone();
+    let weights: Vec<Value> = ["n1", "n2", "n3"].iter().map(|n| weight(n)).collect();
+    let refused = [
+        adapter
+            .cordon("gpuset", "hale", "score below cordonBelow 60")
+            .await,
+        adapter.uncordon("gpuset").await,
+        adapter.gate("gpuset", true).await,
+        adapter.terminate("gpuset").await,
+    ];
+    for r in refused {
+        let e = r.unwrap_err();
+        assert_eq!(e.class, Class::Refused, "{e}");
+        assert!(
+            e.to_string().contains("Slurm shows no node `gpuset`"),
+            "{e}"
+        );
+    }
+    for (n, w) in ["n1", "n2", "n3"].iter().zip(&weights) {
+        let node = slurm.node(n);
+        assert!(!drained(&node), "{n} drained");
+        assert_eq!(&node["weight"], w, "{n}'s weight");
+    }
+
+    let out = slurm.run(
+        "scontrol",
+        &["update", "nodename=n1", "state=drain", "reason=bios update"],
+    );
+    assert!(out.status.success());
+    let e = adapter
+        .cordon("n1", "hale", "score below cordonBelow 60")
+        .await
+        .unwrap_err();
+    assert_eq!(e.class, Class::Refused, "{e}");
+    assert!(
+        e.to_string()
+            .contains("node n1 was drained outside hale meanwhile (reason: bios update)"),
+        "{e}"
+    );
+    assert_eq!(slurm.node("n1")["reason"], "bios update");
+
+    for _ in 0..2 {
+        adapter
+            .cordon("n2", "hale", "score below cordonBelow 60")
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        slurm.node("n2")["reason"],
+        "hale: score below cordonBelow 60"
+    );
+    adapter.cordon("n2", "operator", "rack move").await.unwrap();
+    assert_eq!(slurm.node("n2")["reason"], "operator: rack move");
 }
