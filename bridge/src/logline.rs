@@ -95,45 +95,14 @@ fn write_value(out: &mut String, value: &str, quoted: bool) {
     }
 }
 
-/// What `log` writes through a text subscriber with [`Logfmt`], each record's
-/// header (time, level, target) aside: one line a record.
-#[cfg(test)]
-pub(crate) fn captured(log: impl FnOnce()) -> String {
-    use std::sync::{Arc, Mutex};
-    #[derive(Clone, Default)]
-    struct Buffer(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Buffer {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let buffer = Buffer::default();
-    let written = buffer.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .fmt_fields(Logfmt)
-        .with_ansi(false)
-        .without_time()
-        .with_level(false)
-        .with_target(false)
-        .with_writer(move || written.clone())
-        .finish();
-    tracing::subscriber::with_default(subscriber, log);
-    String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap()
-}
-
 #[cfg(test)]
 mod tests {
     use tracing::info;
 
-    use super::*;
-
-    /// What `log` writes through a text subscriber with [`Logfmt`], header aside.
+    /// What `log` writes through a text subscriber with [`super::Logfmt`], header
+    /// aside.
     fn logged(log: impl FnOnce()) -> String {
-        captured(log)
+        crate::captured(log)
             .strip_suffix('\n')
             .expect("one record, one line")
             .to_string()

@@ -187,11 +187,6 @@ impl<'f> Step<'f> {
             written_whole(fleet, &out);
             return out;
         }
-        let mut policy = Policy {
-            cfg,
-            now,
-            out: &mut out,
-        };
         // Without kept counts any scope counts afresh: a whole pass.
         let whole = fleet.pools.is_none()
             || match scope {
@@ -201,6 +196,15 @@ impl<'f> Step<'f> {
                     .is_none_or(|t| now.signed_duration_since(t) >= WHOLE_PASS_EVERY || now < t),
                 Scope::Touched | Scope::Slice => false,
             };
+        if whole {
+            // Queued cordons a pool can no longer take go before it decides anew.
+            out.absorb(fleet.limit_withdraws(cfg, now));
+        }
+        let mut policy = Policy {
+            cfg,
+            now,
+            out: &mut out,
+        };
         if whole {
             policy.evaluate(fleet);
             fleet.whole_pass_at = Some(now);

@@ -364,6 +364,7 @@ impl Hale {
         self.apply(|fleet, cfg, now| {
             let mut out = fleet.register(cfg, now, &inventory);
             out.absorb(fleet.observe_withdraws(cfg, now));
+            out.absorb(fleet.limit_withdraws(cfg, now));
             Ok(out)
         })
         .expect("registering cannot fail");
@@ -1675,8 +1676,10 @@ impl Hale {
             } else {
                 Outcome::default()
             };
-            // A pool switched to observe: what automation queued there stops.
+            // A pool switched to observe: what automation queued there stops; a
+            // limit lowered: what it can no longer take.
             out.absorb(fleet.observe_withdraws(cfg, now));
+            out.absorb(fleet.limit_withdraws(cfg, now));
             Ok(out)
         })
         .expect("registering cannot fail");

@@ -1257,7 +1257,7 @@ mod tests {
         };
         store.write(&batch).unwrap();
         std::fs::remove_file(dir.path().join(LOCK)).unwrap();
-        let said = crate::logline::captured(|| {
+        let said = crate::captured(|| {
             store.write(&batch).expect("taken again");
         });
         assert!(said.contains("the store's lock is taken again"), "{said}");
@@ -1272,7 +1272,7 @@ mod tests {
         // says them).
         std::fs::remove_file(dir.path().join(LOCK)).unwrap();
         let _second = Sqlite::open_locked(dir.path(), "hale serve").expect("the lock was free");
-        let said = crate::logline::captured(|| {
+        let said = crate::captured(|| {
             for _ in 0..3 {
                 let err = store.write(&batch).expect_err("two writers");
                 assert_eq!(err.metric_label(), "in_use", "{err}");

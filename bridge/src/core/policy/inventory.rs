@@ -131,6 +131,7 @@ impl Fleet {
             };
         }
         out.absorb(self.observe_withdraws(cfg, now));
+        out.absorb(self.limit_withdraws(cfg, now));
         out
     }
 

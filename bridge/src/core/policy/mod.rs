@@ -268,7 +268,8 @@ impl Policy<'_, '_> {
         );
         let sighted = fleet.trust.trusted_since_start();
         for (_, node) in order {
-            self.decide(&mut pools, node, sighted);
+            let landing = fleet.under_way.contains_key(&node.id);
+            self.decide(&mut pools, node, sighted, landing);
         }
         fleet.pools = Some(pools);
     }
@@ -291,8 +292,9 @@ impl Policy<'_, '_> {
         order.sort();
         let sighted = fleet.trust.trusted_since_start();
         for (_, id) in order {
+            let landing = fleet.under_way.contains_key(&id);
             if let Some(node) = fleet.nodes.get_mut(&id) {
-                self.decide(&mut pools, node, sighted);
+                self.decide(&mut pools, node, sighted, landing);
             }
         }
         fleet.pools = Some(pools);
@@ -300,8 +302,9 @@ impl Policy<'_, '_> {
 
     /// The policy for one node against the counted pools, which it keeps true.
     /// Nothing is decided before trusted input arrived since this process started
-    /// (`sighted`): what a restart loaded may be hours old.
-    fn decide(&mut self, pools: &mut Pools, node: &mut Node, sighted: bool) {
+    /// (`sighted`): what a restart loaded may be hours old. `landing`: an action
+    /// of the node's is being performed.
+    fn decide(&mut self, pools: &mut Pools, node: &mut Node, sighted: bool, landing: bool) {
         if !sighted {
             return;
         }
@@ -316,11 +319,11 @@ impl Policy<'_, '_> {
             .out
             .saturating_sub(u32::from(counted_out(node, settings)));
         pool.out = others;
-        self.node(node, settings, pool);
+        self.node(node, settings, pool, landing);
         pool.out = others + u32::from(counted_out(node, settings));
     }
 
-    fn node(&mut self, node: &mut Node, settings: &Settings, pool: &mut Pool) {
+    fn node(&mut self, node: &mut Node, settings: &Settings, pool: &mut Pool, landing: bool) {
         // The hold is over: the mark goes, so nothing later reads it.
         if node.policy.replaced_at.is_some() && !just_replaced(node, self.now) {
             node.policy.replaced_at = None;
@@ -413,6 +416,20 @@ impl Policy<'_, '_> {
             (None, None) => None,
         };
         let Some(conclusion) = conclusion else {
+            // Recovered before the cordon was done (the orchestrator did not
+            // answer meanwhile): nothing happened in the cluster, and nothing will.
+            if !landing && unperformed(node) {
+                let why = format!(
+                    "the score recovered to {score} (cordonBelow {})",
+                    settings.cordon_below
+                );
+                let withdrawn = withdraw(node, self.now, &why);
+                self.out.events.push(withdrawn);
+                node.policy.conclusion = None;
+                node.policy.recovered_since = None;
+                self.out.dirty.insert(node.id.clone());
+                return;
+            }
             // Recovered: once it holds, the next degradation is a new episode. The
             // node is never uncordoned by this.
             if node.policy.conclusion.is_some() {
@@ -869,6 +886,60 @@ fn take_out(node: &mut Node, by: Actor, reason: &str, now: Time) {
         by,
         reason: reason.into(),
     });
+}
+
+/// Whether the node's cordon is the score policy's and not done yet: queued, not
+/// under way (`landing` says the caller knows it is not), so withdrawing it leaves
+/// the cluster as it is. A reboot flow's and a fault eviction's are not the
+/// score's to withdraw.
+pub(super) fn unperformed(node: &Node) -> bool {
+    let p = &node.policy;
+    p.cordon
+        .as_ref()
+        .is_some_and(|c| c.by == Actor::Hale && !remediation::flows(&c.reason))
+        && p.evicted.is_empty()
+        && p.pending.iter().any(|a| {
+            matches!(
+                a.action,
+                Action::Cordon {
+                    by: Actor::Hale,
+                    ..
+                }
+            )
+        })
+        && !p
+            .pending
+            .iter()
+            .any(|a| matches!(a.action, Action::Evict { .. }))
+}
+
+/// Withdraw the score policy's cordon, not done yet, and what is queued behind it
+/// (its passive drain, a termination): the node stays in service, and the
+/// history says why (`NODE_UNCORDONED` by hale, the `NODE_CORDONED` before it
+/// never having reached the cluster).
+pub(super) fn withdraw(node: &mut Node, now: Time, why: &str) -> Event {
+    node.policy.pending.retain(|p| {
+        !matches!(
+            p.action,
+            Action::Cordon {
+                by: Actor::Hale,
+                ..
+            } | Action::Drain { active: false, .. }
+                | Action::Terminate
+        )
+    });
+    node.policy.cordon = None;
+    node.status = queue::uncordoned_status(node);
+    let reason = format!("withdrawn before it was done: {why}");
+    event(
+        &node.id,
+        now,
+        EventKind::NodeUncordoned {
+            by: Actor::Hale.as_str().into(),
+            reason: reason.clone(),
+        },
+        with_reason("uncordoned by hale", &reason),
+    )
 }
 
 /// hale's cordon taken over by an operator (through hale or outside it): theirs now,

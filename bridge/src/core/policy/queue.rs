@@ -467,6 +467,75 @@ impl Fleet {
         out
     }
 
+    /// Pools past `maxUnavailablePercent` with cordons of the score policy's still
+    /// queued (an operator's cordons or nodes gone not ready since they were
+    /// decided, a lower limit reloaded, an orchestrator that did not answer
+    /// meanwhile): those are withdrawn, the healthiest first, until what is out
+    /// — queued cordons counted — is within the limit again; none under way (it
+    /// may land). Called wherever the counts can grow: after the inventory is
+    /// taken in, a reload, a start or take-over, and every whole pass.
+    pub fn limit_withdraws(&mut self, cfg: &CoreSettings, now: Time) -> Outcome {
+        let mut out = Outcome::default();
+        let queued = |n: &Node| !n.policy.pending.is_empty() && super::unperformed(n);
+        if !self.nodes.values().any(|n| queued(n)) {
+            return out;
+        }
+        let nodes = self.nodes.values().map(Box::as_ref);
+        let (mut pools, _) = super::count(cfg, now, &self.ledger, nodes);
+        let mut candidates: Vec<(u8, String)> = self
+            .nodes
+            .values()
+            .filter(|n| queued(n) && !self.under_way.contains_key(&n.id))
+            .map(|n| (n.score.as_ref().map_or(100, |s| s.value), n.id.clone()))
+            .collect();
+        // Healthiest first, the last in id order first where scores tie: the
+        // worst keep their place, as the pass that decided them took them first.
+        candidates.sort_by(|a, b| b.cmp(a));
+        for (_, id) in candidates {
+            let node = self.nodes.get_mut(&id).expect("listed above");
+            let settings = cfg.settings_for(&node.labels);
+            let Some(pool) = pools.get_mut(settings.name.as_str()) else {
+                continue;
+            };
+            let max = u64::from(settings.max_unavailable_percent);
+            if u64::from(pool.out) * 100 <= max * u64::from(pool.size) {
+                continue;
+            }
+            let why = format!(
+                "pool {} has {} of its {} node(s) out of service with it (maxUnavailablePercent {})",
+                settings.name, pool.out, pool.size, settings.max_unavailable_percent
+            );
+            out.events.push(super::withdraw(node, now, &why));
+            pool.out -= 1;
+            let action = match node.policy.conclusion {
+                Some(Conclusion::Acted { action, .. }) => action,
+                _ => super::Verdict::Cordon,
+            };
+            node.policy.conclusion = Some(Conclusion::Halted {
+                action,
+                guardrail: Guardrail::MaxUnavailable,
+            });
+            out.events.push(super::policy_verdict(
+                node,
+                settings,
+                now,
+                action.as_str(),
+                Some(Guardrail::MaxUnavailable.as_str()),
+                format!(
+                    "{} halted: it would take more than {}% of pool {} out of service",
+                    action.as_str(),
+                    settings.max_unavailable_percent,
+                    settings.name
+                ),
+            ));
+            out.dirty.insert(id);
+        }
+        if !out.dirty.is_empty() {
+            self.pools = None;
+        }
+        out
+    }
+
     /// The orchestrator refused the pending action `action_id` for good (transient
     /// failures are retried by the service). It is dropped; a refused termination is
     /// not counted against the budget and is tried again after `TERMINATE_RETRY`.
@@ -622,7 +691,7 @@ pub(super) fn refuse_drain(node: &mut Node) {
 /// showed it under the cordon hale recorded: not ready where it said so (the
 /// refusal Fuzzball gives such a node), else ready. The next inventory says it
 /// again.
-fn uncordoned_status(node: &Node) -> Status {
+pub(super) fn uncordoned_status(node: &Node) -> Status {
     if node.policy.not_ready {
         Status::NotReady
     } else {

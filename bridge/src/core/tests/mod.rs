@@ -5548,3 +5548,116 @@ fn an_answer_grouped_on_several_cores_applies_as_on_one() {
     assert_eq!(four.nodes, one.nodes);
     assert_eq!(four_out, one_out);
 }
+
+/// A cordon decided and not yet done (the orchestrator not answering) is decided
+/// again when its pool fills meanwhile: an operator's cordon seen in the
+/// inventory, or a lower limit reloaded, withdraws the queued cordons past the
+/// limit — the healthiest first, the last in id order where scores tie — so
+/// nothing is performed past it; one under way is left to land.
+#[test]
+fn queued_cordons_a_pool_can_no_longer_take_are_withdrawn() {
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &["g-0", "g-1"], low);
+    s.at(30).report(&ids, &["g-0", "g-1"], low);
+    assert_eq!(
+        s.policy_events(),
+        [
+            "g-0 NODE_CORDONED hale",
+            "g-0 POLICY_ACTED cordon",
+            "g-1 NODE_CORDONED hale",
+            "g-1 POLICY_ACTED cordon"
+        ]
+    );
+    // maxUnavailablePercent 20 of 10 nodes: two. An operator cordons a third.
+    let out = s
+        .fleet
+        .observe(&s.cfg, s.now, &[shown("g-5", Status::Cordoned)]);
+    s.record(out);
+    assert_eq!(
+        s.policy_events(),
+        [
+            "g-5 NODE_CORDONED operator",
+            "g-1 NODE_UNCORDONED hale",
+            "g-1 POLICY_HALTED cordon maxUnavailablePercent"
+        ]
+    );
+    assert_eq!(s.node("g-1").status, Status::Ready);
+    assert!(s.node("g-1").policy.cordon.is_none());
+    assert_eq!(s.fleet.next_action("g-1"), None);
+    assert!(matches!(
+        s.fleet.next_action("g-0").map(|p| p.action),
+        Some(policy::Action::Cordon { .. })
+    ));
+    // Still degraded: held by the limit, said once.
+    s.at(60).report(&ids, &["g-0", "g-1"], low);
+    assert!(s.policy_events().is_empty());
+    assert_eq!(s.node("g-1").status, Status::Ready);
+
+    // g-0's cordon under way when the limit is lowered to one node: left to land.
+    let taken = s.fleet.take_action("g-0").unwrap();
+    s.cfg = script(
+        "pools: [{ name: gpu, selector: { pool: gpu }, nodeHealth: { mode: cordon, maxUnavailablePercent: 10 } }]",
+    )
+    .cfg;
+    let out = s.fleet.limit_withdraws(&s.cfg, s.now);
+    assert!(out.events.is_empty(), "{:?}", out.events);
+    // Its try failed (the orchestrator still away): queued again, and withdrawn.
+    s.fleet.end_action("g-0", taken.id);
+    let out = s.fleet.limit_withdraws(&s.cfg, s.now);
+    s.record(out);
+    assert_eq!(
+        s.policy_events(),
+        [
+            "g-0 NODE_UNCORDONED hale",
+            "g-0 POLICY_HALTED cordon maxUnavailablePercent"
+        ]
+    );
+    assert!(s.fleet.pending().is_empty());
+    let said = &s.last.events[0].message;
+    assert!(
+        said.contains(
+            "withdrawn before it was done: pool gpu has 2 of its 10 node(s) out of service"
+        ),
+        "{said}"
+    );
+}
+
+/// A node whose evidence ended before its cordon was done (the orchestrator not
+/// answering meanwhile) stays in service: the cordon is withdrawn, and said. A
+/// cordon done stays when the node recovers: automation never uncordons.
+#[test]
+fn a_queued_cordon_is_withdrawn_when_the_score_recovers_first() {
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &["g-0"], flapping);
+    s.at(30).report(&ids, &["g-0"], flapping);
+    assert_eq!(
+        s.policy_events(),
+        ["g-0 NODE_CORDONED hale", "g-0 POLICY_ACTED cordon"]
+    );
+    s.at(60).report(&ids, &[], flapping);
+    assert_eq!(s.policy_events(), ["g-0 NODE_UNCORDONED hale"]);
+    assert!(
+        s.last
+            .events
+            .last()
+            .unwrap()
+            .message
+            .contains("withdrawn before it was done: the score recovered to 100 (cordonBelow 60)"),
+        "{:?}",
+        s.last.events
+    );
+    assert_eq!(s.node("g-0").status, Status::Ready);
+    assert_eq!(s.fleet.next_action("g-0"), None);
+    // Degraded again: a cordon of its own, done this time; then it recovers.
+    s.at(90).report(&ids, &["g-0"], flapping);
+    assert_eq!(
+        s.policy_events(),
+        ["g-0 NODE_CORDONED hale", "g-0 POLICY_ACTED cordon"]
+    );
+    s.do_next("g-0");
+    s.at(120).report(&ids, &[], flapping);
+    assert!(s.policy_events().is_empty());
+    assert_eq!(s.node("g-0").status, Status::Cordoned);
+}
