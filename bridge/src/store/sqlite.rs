@@ -75,6 +75,42 @@ fn insert_rows<'r, R, const N: usize>(
     Ok(())
 }
 
+/// Where each run of `hale serve` began numbering events, and the prefix its
+/// events' ids carry: a store restored from a copy numbers again from where the
+/// copy stopped, and its next run's prefix keeps those ids apart from the ones
+/// the lost numbers were given before (which webhook receivers have seen, and
+/// drop as repeats). A store kept before runs were told apart has one, from 0.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Epochs(Vec<(i64, String)>);
+
+impl Epochs {
+    /// `conn`'s, or its instance's alone where it has none yet.
+    fn read(conn: &Connection, instance: &str) -> Result<Epochs> {
+        let mut stmt = conn
+            .prepare_cached("SELECT first_seq, instance FROM epochs ORDER BY first_seq")
+            .op("read the event epochs")?;
+        let mut epochs: Vec<(i64, String)> = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .op("read the event epochs")?
+            .collect::<rusqlite::Result<_>>()
+            .op("read the event epochs")?;
+        if epochs.first().is_none_or(|(first, _)| *first > 0) {
+            epochs.insert(0, (0, instance.to_string()));
+        }
+        Ok(Epochs(epochs))
+    }
+
+    /// The id of event `seq`.
+    fn id(&self, seq: i64) -> String {
+        let at = self.0.partition_point(|(first, _)| *first <= seq);
+        let instance = at
+            .checked_sub(1)
+            .and_then(|i| self.0.get(i))
+            .map_or("", |(_, i)| i.as_str());
+        event_id(instance, seq)
+    }
+}
+
 fn event_id(instance: &str, seq: i64) -> String {
     format!("{instance}-{seq}")
 }
@@ -100,6 +136,8 @@ pub struct Sqlite {
     file: PathBuf,
     /// Distinguishes this store's event ids from another's (a wiped or new store).
     instance: String,
+    /// The prefixes of its events' ids, by where each run began.
+    epochs: Epochs,
     /// The store directory's lock, held by `hale serve`'s writer while it lives
     /// ([`Sqlite::open_pair`]); the OS lets it go when the process ends, however.
     held: Option<File>,
@@ -136,6 +174,10 @@ CREATE TABLE IF NOT EXISTS liveness (
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS epochs (
+    first_seq INTEGER PRIMARY KEY,
+    instance  TEXT NOT NULL
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS events (
     seq         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -198,11 +240,13 @@ impl Sqlite {
         let page: i64 = conn
             .query_row("PRAGMA page_size", [], |r| r.get(0))
             .op("read the page size")?;
+        let epochs = Epochs::read(&conn, &instance)?;
         Ok(Sqlite {
             opened: file_id(&file),
             conn,
             file,
             instance,
+            epochs,
             held: None,
             held_by: String::new(),
             log_long: Arc::default(),
@@ -249,7 +293,7 @@ impl Sqlite {
         batch: &Batch<'_>,
         bodies: impl FnOnce() -> Vec<String>,
     ) -> Result<Vec<String>> {
-        let instance = self.instance.clone();
+        let epochs = self.epochs.clone();
         let tx = self.conn.transaction().op("begin")?;
         let mut ids = Vec::with_capacity(batch.events.len());
         {
@@ -307,7 +351,7 @@ impl Sqlite {
             if !rows.is_empty() {
                 let last = tx.last_insert_rowid();
                 let first = last - rows.len() as i64 + 1;
-                ids.extend((first..=last).map(|seq| event_id(&instance, seq)));
+                ids.extend((first..=last).map(|seq| epochs.id(seq)));
             }
             tx.execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES ('trust', ?1)",
@@ -399,6 +443,46 @@ impl Sqlite {
         Ok(())
     }
 
+    /// Number this run's events under a prefix of its own, from the next sequence
+    /// number on (see [`Epochs`]).
+    fn begin_epoch(&mut self) -> Result<()> {
+        let numbered: bool = self
+            .conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence')",
+                [],
+                |r| r.get(0),
+            )
+            .op("read the event numbering")?;
+        let next: i64 = if numbered {
+            self.conn
+                .query_row(
+                    "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0) + 1",
+                    [],
+                    |r| r.get(0),
+                )
+                .op("read the event numbering")?
+        } else {
+            1
+        };
+        let tx = self.conn.transaction().op("begin")?;
+        // The first run's prefix is the store's: ids given before runs were told
+        // apart stay as they were.
+        tx.execute(
+            "INSERT OR IGNORE INTO epochs (first_seq, instance) VALUES (0, ?1)",
+            params![self.instance],
+        )
+        .op("write the event epochs")?;
+        tx.execute(
+            "INSERT OR REPLACE INTO epochs (first_seq, instance) VALUES (?1, ?2)",
+            params![next, new_instance_id()],
+        )
+        .op("write the event epochs")?;
+        tx.commit().op("commit")?;
+        self.epochs = Epochs::read(&self.conn, &self.instance)?;
+        Ok(())
+    }
+
     /// `dir`'s store, held for `by` as `hale serve` holds it: refused while a hale
     /// (or a copy) has it.
     pub fn open_locked(dir: &Path, by: &str) -> Result<Sqlite> {
@@ -426,8 +510,9 @@ impl Sqlite {
     /// Only one may write a store: a second `hale serve` on the same directory
     /// is refused, naming the first.
     pub fn open_pair(dir: &Path) -> Result<Opened> {
-        let writer = Sqlite::open_locked(dir, "hale serve")?;
+        let mut writer = Sqlite::open_locked(dir, "hale serve")?;
         writer.writable()?;
+        writer.begin_epoch()?;
         writer.defer_checkpoints()?;
         let mut upkeep = Sqlite::open(dir)?;
         upkeep.log_long = Arc::clone(&writer.log_long);
@@ -685,7 +770,7 @@ impl Store for Sqlite {
                 cause,
             })?;
             events.push(StoredEvent {
-                id: event_id(&self.instance, seq),
+                id: self.epochs.id(seq),
                 event,
             });
             last = Some(seq);
@@ -1088,6 +1173,7 @@ impl FeedDb {
             self.handed = newest_skipped;
             overflowed = skipped as u64;
         }
+        let epochs = Epochs::read(&self.events, &self.instance)?;
         let mut stmt = self
             .events
             .prepare_cached(&format!(
@@ -1109,7 +1195,7 @@ impl FeedDb {
             let event = serde_json::from_str::<Event>(&body)
                 .ok()
                 .map(|event| StoredEvent {
-                    id: event_id(&self.instance, seq),
+                    id: epochs.id(seq),
                     event,
                 });
             out.push(Pending {
@@ -1570,6 +1656,90 @@ mod tests {
     #[test]
     fn retention_sweep_deletes_only_what_is_old() {
         suite::retention_sweep_deletes_only_what_is_old(&open);
+    }
+
+    /// A store restored from a copy numbers its events again from where the copy
+    /// stopped: the next run's ids carry a prefix of their own, so no id given to
+    /// an event before the restore (which a webhook receiver has seen) names
+    /// another after it; the ids the copy holds stay as they were, and so do ids
+    /// given before runs were told apart.
+    #[test]
+    fn a_restored_store_never_gives_an_id_twice() {
+        let t0 = Utc.with_ymd_and_hms(2026, 8, 5, 12, 0, 0).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let copy = tempfile::tempdir().unwrap();
+        let run = |message: &str| -> Vec<String> {
+            let mut opened = Sqlite::open_pair(dir.path()).unwrap();
+            let events = [event("n1", false, t0), event("n2", false, t0)];
+            let events: Vec<Event> = events
+                .into_iter()
+                .map(|e| Event {
+                    message: message.into(),
+                    ..e
+                })
+                .collect();
+            let batch = Batch {
+                events: &events,
+                trust: "{}".into(),
+                ..Batch::default()
+            };
+            opened.writer.write(&batch).unwrap()
+        };
+        let shown = |node: &str| -> Vec<(String, String)> {
+            let store = Sqlite::open(dir.path()).unwrap();
+            let query = EventQuery {
+                page_size: 100,
+                ..EventQuery::default()
+            };
+            let page = store.events(node, &query).unwrap();
+            page.events
+                .into_iter()
+                .map(|e| (e.id, e.event.message))
+                .collect()
+        };
+        let first = run("first");
+        let backup = |from: &Path, to: &Path| {
+            for f in ["hale.db", "hale.db-wal"] {
+                let _ = std::fs::remove_file(to.join(f));
+                if from.join(f).exists() {
+                    std::fs::copy(from.join(f), to.join(f)).unwrap();
+                }
+            }
+            let _ = std::fs::remove_file(to.join("hale.db-shm"));
+        };
+        backup(dir.path(), copy.path());
+        let lost = run("lost");
+        backup(copy.path(), dir.path());
+        let after = run("after");
+        let seq = |id: &str| id.rsplit_once('-').unwrap().1.to_string();
+        assert_eq!(
+            after.iter().map(|i| seq(i)).collect::<Vec<_>>(),
+            lost.iter().map(|i| seq(i)).collect::<Vec<_>>(),
+            "numbered again from where the copy stopped"
+        );
+        for id in &after {
+            assert!(
+                !lost.contains(id) && !first.contains(id),
+                "{id} given twice"
+            );
+        }
+        assert_eq!(
+            shown("n1"),
+            [
+                (first[0].clone(), "first".to_string()),
+                (after[0].clone(), "after".to_string())
+            ]
+        );
+        // A store written before runs were told apart: its events keep the ids
+        // its instance gave them.
+        let store = Sqlite::open(dir.path()).unwrap();
+        store.conn.execute("DELETE FROM epochs", []).unwrap();
+        let old = shown("n1");
+        assert!(
+            old.iter()
+                .all(|(id, _)| id.starts_with(&format!("{}-", store.instance))),
+            "{old:?}"
+        );
     }
 
     /// Writes that never stop leave every checkpoint short of the log's end (here
