@@ -209,6 +209,10 @@ impl Sqlite {
         // keeps its own.)
         conn.pragma_update(None, "page_size", 16384)
             .op("set page size")?;
+        // A new store gives back the pages retention frees ([`Sqlite::sweep`]);
+        // like the page size, only a store made now takes it.
+        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
+            .op("set auto vacuum")?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .op("enable WAL")?;
         // WAL + NORMAL: a committed transaction survives a process crash (kill -9);
@@ -811,9 +815,34 @@ impl Store for Sqlite {
                 .op("sweep events")?;
             total += n;
             if n < batch {
-                return Ok(total);
+                break;
             }
         }
+        // The pages freed go back to the file system, a thousand at a time so a
+        // writer waits for one short transaction at most (a store made before
+        // this keeps its pages for later events).
+        if total > 0 {
+            loop {
+                let free: i64 = self
+                    .conn
+                    .query_row("PRAGMA freelist_count", [], |r| r.get(0))
+                    .op("count free pages")?;
+                if free == 0 {
+                    break;
+                }
+                self.conn
+                    .execute_batch("PRAGMA incremental_vacuum(1024)")
+                    .op("give back free pages")?;
+                let left: i64 = self
+                    .conn
+                    .query_row("PRAGMA freelist_count", [], |r| r.get(0))
+                    .op("count free pages")?;
+                if left >= free {
+                    break;
+                }
+            }
+        }
+        Ok(total)
     }
 
     /// Bytes the store occupies on disk (database plus write-ahead log).
@@ -1656,6 +1685,24 @@ mod tests {
     #[test]
     fn retention_sweep_deletes_only_what_is_old() {
         suite::retention_sweep_deletes_only_what_is_old(&open);
+    }
+
+    /// The pages retention frees go back to the file system, so the store's size
+    /// (and `hale_store_bytes_used`) follows what it keeps, not the most it ever
+    /// held.
+    #[test]
+    fn retention_gives_the_space_it_frees_back() {
+        let t0 = Utc.with_ymd_and_hms(2026, 8, 5, 12, 0, 0).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Sqlite::open(dir.path()).unwrap();
+        let size = || std::fs::metadata(dir.path().join(FILE)).unwrap().len();
+        suite::burst(&mut store, "a", 20_000, t0);
+        store.checkpoint().unwrap();
+        let full = size();
+        let cutoff = (t0 + chrono::TimeDelta::days(1)).timestamp_millis();
+        assert_eq!(store.sweep(cutoff, 5_000).unwrap(), 20_000);
+        store.checkpoint().unwrap();
+        assert!(size() * 4 < full, "{} of {full} bytes kept", size());
     }
 
     /// A store restored from a copy numbers its events again from where the copy
