@@ -84,8 +84,19 @@ fn insert_rows<'r, R, const N: usize>(
 struct Epochs(Vec<(i64, String)>);
 
 impl Epochs {
-    /// `conn`'s, or its instance's alone where it has none yet.
+    /// `conn`'s, or its instance's alone where it has none yet (a store no
+    /// `hale serve` of this version wrote: read as it is, even read-only).
     fn read(conn: &Connection, instance: &str) -> Result<Epochs> {
+        let kept: bool = conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'epochs')",
+                [],
+                |r| r.get(0),
+            )
+            .op("read the event epochs")?;
+        if !kept {
+            return Ok(Epochs(vec![(0, instance.to_string())]));
+        }
         let mut stmt = conn
             .prepare_cached("SELECT first_seq, instance FROM epochs ORDER BY first_seq")
             .op("read the event epochs")?;
@@ -158,6 +169,13 @@ fn file_id(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
+/// Where each run of `hale serve` began numbering events ([`Epochs`]): made by
+/// the first run that numbers its own, so a store only read stays as it was.
+const EPOCHS: &str = "CREATE TABLE IF NOT EXISTS epochs (
+    first_seq INTEGER PRIMARY KEY,
+    instance  TEXT NOT NULL
+) WITHOUT ROWID";
+
 /// The file `hale serve` locks in the store directory, holding its process id.
 pub const LOCK: &str = "hale.lock";
 
@@ -174,10 +192,6 @@ CREATE TABLE IF NOT EXISTS liveness (
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS epochs (
-    first_seq INTEGER PRIMARY KEY,
-    instance  TEXT NOT NULL
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS events (
     seq         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -210,9 +224,17 @@ impl Sqlite {
         conn.pragma_update(None, "page_size", 16384)
             .op("set page size")?;
         // A new store gives back the pages retention frees ([`Sqlite::sweep`]);
-        // like the page size, only a store made now takes it.
-        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
-            .op("set auto vacuum")?;
+        // like the page size, only a store made now takes it (asked of one that
+        // exists, read-only, it is a write refused).
+        let made: bool = conn
+            .query_row("SELECT EXISTS (SELECT 1 FROM sqlite_master)", [], |r| {
+                r.get(0)
+            })
+            .op("read the schema")?;
+        if !made {
+            conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
+                .op("set auto vacuum")?;
+        }
         conn.pragma_update(None, "journal_mode", "WAL")
             .op("enable WAL")?;
         // WAL + NORMAL: a committed transaction survives a process crash (kill -9);
@@ -470,6 +492,7 @@ impl Sqlite {
             1
         };
         let tx = self.conn.transaction().op("begin")?;
+        tx.execute_batch(EPOCHS).op("create the event epochs")?;
         // The first run's prefix is the store's: ids given before runs were told
         // apart stay as they were.
         tx.execute(
@@ -1780,7 +1803,7 @@ mod tests {
         // A store written before runs were told apart: its events keep the ids
         // its instance gave them.
         let store = Sqlite::open(dir.path()).unwrap();
-        store.conn.execute("DELETE FROM epochs", []).unwrap();
+        store.conn.execute("DROP TABLE epochs", []).unwrap();
         let old = shown("n1");
         assert!(
             old.iter()
