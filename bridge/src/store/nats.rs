@@ -14,9 +14,11 @@
 //! in the write: a batch retried after a failure publishes the same ids, which
 //! the stream's duplicate window drops, so an event is neither lost nor recorded
 //! twice. A write its process never finished (stopped between the events and the
-//! mark) left events whose state was never written: the next leader removes them
-//! on taking the lead — every event past the mark's sequence — and anchors its
-//! own writes anew, so the history says what the state says. One mark per write,
+//! mark) may have left events whose state was never written: the next leader, on
+//! taking the lead, removes every event past the mark's sequence of a node whose
+//! record that write did not put (each record says which write put it), and
+//! anchors its own writes anew, so each node's history says what its state
+//! says. One mark per write,
 //! written once every record is: a mark per node (as kept before) was a second
 //! message for each node with events.
 //!
@@ -670,6 +672,8 @@ pub struct Nats {
     /// The anchor of the last write with events, as loaded or written: the next
     /// write's message ids are drawn from the one after it.
     mark: Mutex<String>,
+    /// Each node's record as loaded: the anchor of the write that put it.
+    written: Mutex<HashMap<String, String>>,
     /// Revisions of the ledger's keys as this writer last loaded or wrote them.
     revisions: Mutex<HashMap<String, u64>>,
     /// Since when a write has found the client holding no connection.
@@ -891,6 +895,7 @@ impl Nats {
                 wanted,
             }),
             mark: Mutex::default(),
+            written: Mutex::default(),
             revisions: Mutex::default(),
             disconnected: Mutex::default(),
         };
@@ -948,6 +953,7 @@ impl Nats {
         let upkeep = Nats {
             shared: writer.shared.clone(),
             mark: Mutex::default(),
+            written: Mutex::default(),
             revisions: Mutex::default(),
             disconnected: Mutex::default(),
         };
@@ -1097,10 +1103,16 @@ struct Entry {
     key: String,
     value: Bytes,
     revision: u64,
+    /// The anchor of the write that put it ([`WRITE`]), where it says.
+    write: Option<String>,
     /// Its last write deleted it (the marker's revision is the one to write
     /// against).
     deleted: bool,
 }
+
+/// The header a node record carries: the anchor of the write that put it, so a
+/// write cut short can be told apart node by node (see [`Nats::void_unfinished`]).
+const WRITE: &str = "Hale-Write";
 
 /// Every key of a bucket with its value and revision, read through an ordered
 /// consumer on the bucket's stream (last message per key).
@@ -1143,10 +1155,16 @@ async fn read_entries(
             .and_then(|h| h.get("KV-Operation"))
             .is_some_and(|op| op.as_str() != "PUT");
         if let Some(key) = m.subject.strip_prefix(prefix) {
+            let write = m
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(WRITE))
+                .map(|w| w.as_str().to_string());
             out.push(Entry {
                 key: key.to_string(),
                 value: m.payload.clone(),
                 revision,
+                write,
                 deleted,
             });
         }
@@ -1167,8 +1185,23 @@ async fn publish_kv(
     value: Option<Bytes>,
     expect: Option<u64>,
 ) -> Result<jetstream::context::PublishAckFuture> {
+    publish_written(js, bucket, key, value, expect, None).await
+}
+
+/// [`publish_kv`], saying which write (its anchor) put the value.
+async fn publish_written(
+    js: &jetstream::Context,
+    bucket: &kv::Store,
+    key: &str,
+    value: Option<Bytes>,
+    expect: Option<u64>,
+    write: Option<&str>,
+) -> Result<jetstream::context::PublishAckFuture> {
     let subject = format!("{}{key}", bucket.prefix);
     let mut headers = HeaderMap::new();
+    if let Some(write) = write {
+        headers.insert(WRITE, write);
+    }
     if value.is_none() {
         headers.insert("KV-Operation", "DEL");
     }
@@ -1196,12 +1229,16 @@ impl Store for Nats {
         let mut fleet = Fleet::new(now);
         let mut live = Vec::new();
         let mut mark = String::new();
+        let mut written = HashMap::new();
         let mut per_node_marks = false;
         for e in state.iter().filter(|e| !e.deleted) {
             if let Some(id) = e.key.strip_prefix("node.") {
                 let id = unkey(id).unwrap_or_else(|| id.to_string());
                 let node: Box<Node> =
                     serde_json::from_slice(&e.value).map_err(corrupt(format!("node {id}")))?;
+                if let Some(w) = &e.write {
+                    written.insert(node.id.clone(), w.clone());
+                }
                 fleet.nodes.insert(node.id.clone(), node);
             } else if let Some(id) = e.key.strip_prefix("live.") {
                 live.push((unkey(id), e));
@@ -1231,6 +1268,7 @@ impl Store for Nats {
             }
         }
         *self.mark.lock().expect("mark lock") = mark;
+        *self.written.lock().expect("written lock") = written;
         // A mark per node, as earlier versions kept them: no longer read.
         if per_node_marks && !self.shared.as_is {
             let shared = self.shared.clone();
@@ -1294,6 +1332,7 @@ impl Store for Nats {
         };
         let shared = self.shared.clone();
         let mark = anchor.clone();
+        let written_by = anchor.clone();
         // The events are made ready here while the client's runtime publishes those
         // ready before them: the two overlap, on two threads.
         let (feed, mut fed) = tokio::sync::mpsc::unbounded_channel::<(String, String, Bytes)>();
@@ -1333,9 +1372,10 @@ impl Store for Nats {
                     }
                 }
                 let state = &shared.state;
+                let write = written_by.as_deref();
                 let results: Vec<Result<()>> = futures::stream::iter(puts)
                     .map(|(k, v)| async move {
-                        publish_kv(js, state, &k, Some(v), None)
+                        publish_written(js, state, &k, Some(v), None, write)
                             .await?
                             .await
                             .op("write node state")
@@ -1523,19 +1563,42 @@ impl Store for Nats {
         let Some(covered) = covered(&mark) else {
             return Ok(0);
         };
+        // The unfinished write was anchored after the mark: a node whose record
+        // it did write keeps its events (its state has them); the others' go.
+        let unfinished = next_anchor(&mark);
+        let kept: BTreeSet<String> = self
+            .written
+            .lock()
+            .expect("written lock")
+            .iter()
+            .filter(|(_, w)| **w == unfinished)
+            .map(|(id, _)| key(id))
+            .collect();
         let shared = self.shared.clone();
         let (last, voided) = self.run(async move {
             let info = shared.events.get_info().await.op("read the event stream")?;
             let last = info.state.last_sequence;
             let stream = &shared.events;
+            let prefix = format!("{}.", shared.names.subjects);
+            let (prefix, kept) = (&prefix, &kept);
             let gone: Vec<bool> = futures::stream::iter(covered + 1..=last)
                 .map(|seq| async move {
-                    match stream.delete_message(seq).await {
-                        Ok(deleted) => Ok(deleted),
+                    let gone = |e: &dyn std::fmt::Display| e.to_string().contains("not found");
+                    let message = match stream.get_raw_message(seq).await {
+                        Ok(m) => m,
                         // Deleted already, or aged out ("sequence N not found",
                         // "no message found").
-                        Err(e) if e.to_string().contains("not found") => Ok(false),
-                        Err(e) => Err(e),
+                        Err(e) if gone(&e) => return Ok(false),
+                        Err(e) => return Err(e.to_string()),
+                    };
+                    let node = message.subject.strip_prefix(prefix.as_str());
+                    if node.is_some_and(|n| kept.contains(n)) {
+                        return Ok(false);
+                    }
+                    match stream.delete_message(seq).await {
+                        Ok(deleted) => Ok(deleted),
+                        Err(e) if gone(&e) => Ok(false),
+                        Err(e) => Err(e.to_string()),
                     }
                 })
                 .buffer_unordered(IN_FLIGHT)
@@ -1543,7 +1606,10 @@ impl Store for Nats {
                 .await
                 .into_iter()
                 .collect::<std::result::Result<_, _>>()
-                .op("remove an unfinished write's events")?;
+                .map_err(|cause| StoreError::Nats {
+                    op: "remove an unfinished write's events",
+                    cause,
+                })?;
             Ok::<_, StoreError>((last, gone.into_iter().filter(|g| *g).count() as u64))
         })??;
         if last > covered {
@@ -2288,6 +2354,7 @@ mod tests {
     /// A write whose process stopped between its events and its mark left events
     /// the state never took: the next leader removes them, and the step taken
     /// again records its own — not dropped as repeats of the removed ones' ids.
+    /// A node whose record the write did put keeps its events: its state has them.
     #[test]
     fn an_unfinished_writes_events_are_removed_by_the_next_leader() {
         let server = server::Server::start();
@@ -2303,7 +2370,22 @@ mod tests {
         let shared = store.shared.clone();
         store
             .run(async move {
-                for node in ["n1", "n2"] {
+                // n3's record was written before the process stopped.
+                let record = Bytes::from(serde_json::to_vec(&Node::new("n3")).unwrap());
+                let k = format!("node.{}", key("n3"));
+                publish_written(
+                    &shared.js,
+                    &shared.state,
+                    &k,
+                    Some(record),
+                    None,
+                    Some(&anchor),
+                )
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+                for node in ["n1", "n2", "n3"] {
                     let e = decommissioned(node, now, "unfinished");
                     let mut headers = HeaderMap::new();
                     headers.insert(header::NATS_MESSAGE_ID, message_id(&anchor, &e).as_str());
@@ -2323,18 +2405,26 @@ mod tests {
             let history = store.history(0).unwrap();
             history.into_iter().map(|e| e.message).collect()
         };
-        assert_eq!(said(&store), ["first", "unfinished", "unfinished"]);
+        assert_eq!(
+            said(&store),
+            ["first", "unfinished", "unfinished", "unfinished"]
+        );
         let mut next = Nats::open(&server.config(), "c", 90).unwrap();
         next.load(now).unwrap();
         assert_eq!(next.void_unfinished().unwrap(), 2);
         assert_eq!(next.void_unfinished().unwrap(), 0, "once");
-        assert_eq!(said(&next), ["first"]);
+        assert_eq!(said(&next), ["first", "unfinished"]);
+        let history = next.history(0).unwrap();
+        assert_eq!(
+            history[1].node_id, "n3",
+            "the node whose record was written"
+        );
         let again = [
             decommissioned("n1", now, "again"),
             decommissioned("n2", now, "again"),
         ];
         next.write(&batch_of(&again, None)).unwrap();
-        assert_eq!(said(&next), ["first", "again", "again"]);
+        assert_eq!(said(&next), ["first", "unfinished", "again", "again"]);
         // The mark says how far the writes went: nothing past it to remove.
         let mut after = Nats::open(&server.config(), "c", 90).unwrap();
         after.load(now).unwrap();
