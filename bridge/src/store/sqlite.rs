@@ -1841,7 +1841,8 @@ mod tests {
             suite::burst(&mut writer, "a", 2_000, t0);
             written += 2_000;
             upkeep.checkpoint().unwrap();
-            // Held by the reader: left for the next checkpoint, not waited for.
+            // Held by the reader: waited for a moment, then left for the next
+            // checkpoint.
             suite::burst(&mut writer, "a", 10, t0);
             written += 10;
             assert!(wal(dir.path()) > 0, "round {round}: a reader holds the log");
