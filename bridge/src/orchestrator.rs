@@ -368,16 +368,20 @@ pub async fn run_command(
             .join(" ")
     };
     // A command that says why on its standard output (`scontrol show node`'s
-    // "Node n9 not found") is taken at its word there, its first 500 bytes.
-    let mut stderr = words(&output.stderr);
-    if stderr.is_empty() {
-        stderr = words(&output.stdout);
-        if let Some((cut, _)) = stderr.char_indices().nth(500) {
-            stderr.truncate(cut);
+    // "Node n9 not found") is quoted from there, its first 500 bytes; what
+    // classifies the failure stays its standard error.
+    let stderr = words(&output.stderr);
+    let said = if stderr.is_empty() {
+        let mut out = words(&output.stdout);
+        if let Some((cut, _)) = out.char_indices().nth(500) {
+            out.truncate(cut);
         }
-    }
+        out
+    } else {
+        stderr.clone()
+    };
     Err(CommandFailed::Exited {
-        message: format!("`{shown}` exited with {}: {stderr}", output.status),
+        message: format!("`{shown}` exited with {}: {said}", output.status),
         stderr,
     })
 }
@@ -386,8 +390,8 @@ pub async fn run_command(
 pub enum CommandFailed {
     /// It did not start, or did not finish in time.
     Error(OrchestratorError),
-    /// It exited with an error: what to say, and its standard error (its
-    /// output, where it wrote nothing there).
+    /// It exited with an error: what to say (its output quoted where its
+    /// standard error is empty), and its standard error.
     Exited { message: String, stderr: String },
 }
 

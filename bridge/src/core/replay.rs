@@ -215,7 +215,14 @@ pub fn backtest(
                 EventKind::NodeDrained {
                     by, active, reason, ..
                 } if by == "operator" => fleet.drain(at, &e.node_id, *active, reason),
-                EventKind::NodeUncordoned { reason, .. } => fleet.uncordon(at, &e.node_id, reason),
+                // hale's withdrawal of a cordon it never performed is its own
+                // doing (the replay performs every cordon at once), not an
+                // operator's uncordon.
+                EventKind::NodeUncordoned { by, reason }
+                    if !(by == "hale" && reason.starts_with(super::policy::WITHDRAWN)) =>
+                {
+                    fleet.uncordon(at, &e.node_id, reason)
+                }
                 _ => Ok(super::Outcome::default()),
             };
         }

@@ -364,7 +364,6 @@ impl Hale {
         self.apply(|fleet, cfg, now| {
             let mut out = fleet.register(cfg, now, &inventory);
             out.absorb(fleet.observe_withdraws(cfg, now));
-            out.absorb(fleet.limit_withdraws(cfg, now));
             Ok(out)
         })
         .expect("registering cannot fail");

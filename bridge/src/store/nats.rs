@@ -1575,9 +1575,30 @@ impl Store for Nats {
             .map(|(id, _)| key(id))
             .collect();
         let shared = self.shared.clone();
-        let (last, voided) = self.run(async move {
+        let last = self.run(async move {
             let info = shared.events.get_info().await.op("read the event stream")?;
-            let last = info.state.last_sequence;
+            Ok::<_, StoreError>(info.state.last_sequence)
+        })??;
+        if last <= covered {
+            return Ok(0);
+        }
+        // Anchored anew, and kept, before anything goes: a step taken again
+        // publishes under ids of its own (the duplicate window would take them
+        // for the removed ones'), and a leader after this one removes nothing
+        // this one kept, even if this one stops before its first write.
+        let voided = format!("{mark} void {last}");
+        let shared = self.shared.clone();
+        let value = Bytes::from(voided.clone());
+        self.run(async move {
+            publish_kv(&shared.js, &shared.state, "mark", Some(value), None)
+                .await?
+                .await
+                .op("write node state")
+                .map(drop)
+        })??;
+        *self.mark.lock().expect("mark lock") = voided;
+        let shared = self.shared.clone();
+        let voided = self.run(async move {
             let stream = &shared.events;
             let prefix = format!("{}.", shared.names.subjects);
             let (prefix, kept) = (&prefix, &kept);
@@ -1610,13 +1631,8 @@ impl Store for Nats {
                     op: "remove an unfinished write's events",
                     cause,
                 })?;
-            Ok::<_, StoreError>((last, gone.into_iter().filter(|g| *g).count() as u64))
+            Ok::<_, StoreError>(gone.into_iter().filter(|g| *g).count() as u64)
         })??;
-        if last > covered {
-            // Anchored anew: a step taken again publishes under ids of its own,
-            // which the duplicate window does not take for the removed ones.
-            *self.mark.lock().expect("mark lock") = format!("{mark} void {last}");
-        }
         Ok(voided)
     }
 
@@ -2419,6 +2435,11 @@ mod tests {
             history[1].node_id, "n3",
             "the node whose record was written"
         );
+        // A leader after this one, before it wrote anything: what it kept stays.
+        let mut third = Nats::open(&server.config(), "c", 90).unwrap();
+        third.load(now).unwrap();
+        assert_eq!(third.void_unfinished().unwrap(), 0);
+        assert_eq!(said(&third), ["first", "unfinished"]);
         let again = [
             decommissioned("n1", now, "again"),
             decommissioned("n2", now, "again"),

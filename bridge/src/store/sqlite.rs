@@ -36,6 +36,9 @@ impl<T> Op<T> for rusqlite::Result<T> {
 /// The database file inside the store directory.
 pub const FILE: &str = "hale.db";
 
+/// How long the writer's restart of a long log waits for the readers under way.
+const READERS_WAIT: Duration = Duration::from_millis(250);
+
 /// How long a statement waits for another connection's lock.
 const BUSY_WAIT: Duration = Duration::from_secs(5);
 
@@ -421,13 +424,15 @@ impl Sqlite {
     /// frames written since) and cut the file to nothing, while this writer holds
     /// no transaction. Under steady writes a checkpoint on the other connection
     /// never sees the log's end, as a write always lands meanwhile, and the log
-    /// would grow for as long as they keep coming. Readers are not waited for:
-    /// with one reading, it is tried after the next checkpoint.
+    /// would grow for as long as they keep coming. Readers under way are waited
+    /// for [`READERS_WAIT`] at most (a page of events takes milliseconds, and one
+    /// begun meanwhile reads the database, not the log): with one still reading,
+    /// it is tried after the next checkpoint.
     fn restart_long_log(&mut self) {
         if !self.log_long.swap(false, Ordering::Relaxed) {
             return;
         }
-        let restarted = self.conn.busy_timeout(Duration::ZERO).and_then(|()| {
+        let restarted = self.conn.busy_timeout(READERS_WAIT).and_then(|()| {
             self.conn
                 .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
                     r.get::<_, i64>(0)
@@ -853,9 +858,18 @@ impl Store for Sqlite {
                 if free == 0 {
                     break;
                 }
-                self.conn
-                    .execute_batch("PRAGMA incremental_vacuum(1024)")
+                // Each step of the pragma frees one page: stepped to its end.
+                let mut vacuum = self
+                    .conn
+                    .prepare_cached("PRAGMA incremental_vacuum(1024)")
                     .op("give back free pages")?;
+                let mut steps = vacuum.query([]).op("give back free pages")?;
+                while steps.next().op("give back free pages")?.is_some() {}
+                drop(steps);
+                drop(vacuum);
+                // The log the freed pages went through is copied as it goes
+                // (the timer's checkpoint waits for this).
+                self.checkpoint()?;
                 let left: i64 = self
                     .conn
                     .query_row("PRAGMA freelist_count", [], |r| r.get(0))

@@ -894,9 +894,12 @@ fn take_out(node: &mut Node, by: Actor, reason: &str, now: Time) {
 /// score's to withdraw.
 pub(super) fn unperformed(node: &Node) -> bool {
     let p = &node.policy;
-    p.cordon
-        .as_ref()
-        .is_some_and(|c| c.by == Actor::Hale && !remediation::flows(&c.reason))
+    // A reboot flow under way stands on the node being out of service.
+    let flowing = p.flow.as_ref().is_some_and(|f| f.step != FlowStep::Queued);
+    !flowing
+        && p.cordon
+            .as_ref()
+            .is_some_and(|c| c.by == Actor::Hale && !remediation::flows(&c.reason))
         && p.evicted.is_empty()
         && p.pending.iter().any(|a| {
             matches!(
@@ -912,6 +915,9 @@ pub(super) fn unperformed(node: &Node) -> bool {
             .iter()
             .any(|a| matches!(a.action, Action::Evict { .. }))
 }
+
+/// How the reason of a cordon withdrawn before it was done begins.
+pub(crate) const WITHDRAWN: &str = "withdrawn before it was done";
 
 /// Withdraw the score policy's cordon, not done yet, and what is queued behind it
 /// (its passive drain, a termination): the node stays in service, and the
@@ -930,7 +936,7 @@ pub(super) fn withdraw(node: &mut Node, now: Time, why: &str) -> Event {
     });
     node.policy.cordon = None;
     node.status = queue::uncordoned_status(node);
-    let reason = format!("withdrawn before it was done: {why}");
+    let reason = format!("{WITHDRAWN}: {why}");
     event(
         &node.id,
         now,

@@ -473,7 +473,8 @@ impl Fleet {
     /// meanwhile): those are withdrawn, the healthiest first, until what is out
     /// — queued cordons counted — is within the limit again; none under way (it
     /// may land). Called wherever the counts can grow: after the inventory is
-    /// taken in, a reload, a start or take-over, and every whole pass.
+    /// taken in, a reload, and every whole pass — not at a start or take-over,
+    /// before an inventory has said which of them the last process performed.
     pub fn limit_withdraws(&mut self, cfg: &CoreSettings, now: Time) -> Outcome {
         let mut out = Outcome::default();
         let queued = |n: &Node| !n.policy.pending.is_empty() && super::unperformed(n);
@@ -506,7 +507,10 @@ impl Fleet {
                 settings.name, pool.out, pool.size, settings.max_unavailable_percent
             );
             out.events.push(super::withdraw(node, now, &why));
-            pool.out -= 1;
+            // Not ready, fenced or released, it is out all the same.
+            if !super::counted_out(node, settings) {
+                pool.out -= 1;
+            }
             let action = match node.policy.conclusion {
                 Some(Conclusion::Acted { action, .. }) => action,
                 _ => super::Verdict::Cordon,
