@@ -211,6 +211,8 @@ fn concerns(node: &Node, settings: &Settings, score: u8) -> bool {
         || p.conclusion.is_some()
         || !p.evicted.is_empty()
         || (!settings.evict_on_fault_classes.is_empty() && !node.conditions.is_empty())
+        // A cordon still queued is decided again, whatever else ended.
+        || (!p.pending.is_empty() && unperformed(node))
 }
 
 /// Each pool's occupancy, by name.
@@ -418,7 +420,7 @@ impl Policy<'_, '_> {
         let Some(conclusion) = conclusion else {
             // Recovered before the cordon was done (the orchestrator did not
             // answer meanwhile): nothing happened in the cluster, and nothing will.
-            if !landing && unperformed(node) {
+            if !landing && unperformed(node) && !eviction_stands(node) {
                 let why = format!(
                     "the score recovered to {score} (cordonBelow {})",
                     settings.cordon_below
@@ -888,10 +890,10 @@ fn take_out(node: &mut Node, by: Actor, reason: &str, now: Time) {
     });
 }
 
-/// Whether the node's cordon is the score policy's and not done yet: queued, not
-/// under way (`landing` says the caller knows it is not), so withdrawing it leaves
-/// the cluster as it is. A reboot flow's and a fault eviction's are not the
-/// score's to withdraw.
+/// Whether the node's cordon is the policy's — the score's, or a fault
+/// eviction's — and not done yet: queued, not under way (the caller knows it is
+/// not), so withdrawing it leaves the cluster as it is. A reboot flow's is not
+/// the policy's to withdraw.
 pub(super) fn unperformed(node: &Node) -> bool {
     let p = &node.policy;
     // A reboot flow under way stands on the node being out of service.
@@ -900,7 +902,6 @@ pub(super) fn unperformed(node: &Node) -> bool {
         && p.cordon
             .as_ref()
             .is_some_and(|c| c.by == Actor::Hale && !remediation::flows(&c.reason))
-        && p.evicted.is_empty()
         && p.pending.iter().any(|a| {
             matches!(
                 a.action,
@@ -910,20 +911,31 @@ pub(super) fn unperformed(node: &Node) -> bool {
                 }
             )
         })
-        && !p
-            .pending
-            .iter()
-            .any(|a| matches!(a.action, Action::Evict { .. }))
+}
+
+/// Whether a fault eviction queued on the node still has its fault: its cordon
+/// stands whatever the score.
+fn eviction_stands(node: &Node) -> bool {
+    node.policy.pending.iter().any(|p| {
+        matches!(&p.action, Action::Evict { fault_class, .. } if node.policy.evicted.contains(fault_class))
+    })
 }
 
 /// How the reason of a cordon withdrawn before it was done begins.
 pub(crate) const WITHDRAWN: &str = "withdrawn before it was done";
 
-/// Withdraw the score policy's cordon, not done yet, and what is queued behind it
-/// (its passive drain, a termination): the node stays in service, and the
+/// Withdraw the policy's cordon, not done yet, and what is queued behind it (its
+/// passive drain, a termination, a fault eviction): the node stays in service,
+/// and the
 /// history says why (`NODE_UNCORDONED` by hale, the `NODE_CORDONED` before it
 /// never having reached the cluster).
 pub(super) fn withdraw(node: &mut Node, now: Time, why: &str) -> Event {
+    // A fault eviction withdrawn is not done: its fault may evict again.
+    for p in &node.policy.pending {
+        if let Action::Evict { fault_class, .. } = &p.action {
+            node.policy.evicted.remove(fault_class);
+        }
+    }
     node.policy.pending.retain(|p| {
         !matches!(
             p.action,
@@ -932,6 +944,7 @@ pub(super) fn withdraw(node: &mut Node, now: Time, why: &str) -> Event {
                 ..
             } | Action::Drain { active: false, .. }
                 | Action::Terminate
+                | Action::Evict { .. }
         )
     });
     node.policy.cordon = None;

@@ -5661,3 +5661,35 @@ fn a_queued_cordon_is_withdrawn_when_the_score_recovers_first() {
     assert!(s.policy_events().is_empty());
     assert_eq!(s.node("g-0").status, Status::Cordoned);
 }
+
+/// A fault eviction queued (its cordon and the eviction, the orchestrator not
+/// answering) whose fault ends before they are done is withdrawn: no job on a
+/// node that recovered is failed. One whose fault stands stays queued.
+#[test]
+fn a_queued_fault_eviction_is_withdrawn_when_its_fault_ends_first() {
+    let mut s = script("nodeHealth: { evictOnFaultClasses: [GPU_ECC_ERRORS] }");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &["g-0"], flapping);
+    s.at(30).report(&ids, &["g-0"], flapping);
+    let queued = |s: &Script| -> Vec<&'static str> {
+        s.fleet
+            .pending()
+            .iter()
+            .map(|(_, p)| p.action.name())
+            .collect()
+    };
+    assert!(queued(&s).contains(&"evict"), "{:?}", queued(&s));
+    s.policy_events();
+    // Still faulting: it stays.
+    s.at(60).report(&ids, &["g-0"], flapping);
+    assert!(queued(&s).contains(&"evict"), "{:?}", queued(&s));
+    assert!(s.policy_events().is_empty());
+    s.at(90).report(&ids, &[], flapping);
+    assert_eq!(s.policy_events(), ["g-0 NODE_UNCORDONED hale"]);
+    assert!(queued(&s).is_empty(), "{:?}", queued(&s));
+    assert_eq!(s.node("g-0").status, Status::Ready);
+    assert!(s.node("g-0").policy.evicted.is_empty());
+    // The fault again: evicted anew.
+    s.at(120).report(&ids, &["g-0"], flapping);
+    assert!(queued(&s).contains(&"evict"), "{:?}", queued(&s));
+}
