@@ -849,35 +849,33 @@ impl Store for Sqlite {
         // The pages freed go back to the file system, a thousand at a time so a
         // writer waits for one short transaction at most (a store made before
         // this keeps its pages for later events).
-        if total > 0 {
-            loop {
-                let free: i64 = self
-                    .conn
-                    .query_row("PRAGMA freelist_count", [], |r| r.get(0))
-                    .op("count free pages")?;
-                if free == 0 {
-                    break;
-                }
-                // Each step of the pragma frees one page: stepped to its end.
-                let mut vacuum = self
-                    .conn
-                    .prepare_cached("PRAGMA incremental_vacuum(1024)")
-                    .op("give back free pages")?;
-                let mut steps = vacuum.query([]).op("give back free pages")?;
-                while steps.next().op("give back free pages")?.is_some() {}
-                drop(steps);
-                drop(vacuum);
-                // The log the freed pages went through is copied as it goes
-                // (the timer's checkpoint waits for this).
-                self.checkpoint()?;
-                let left: i64 = self
-                    .conn
-                    .query_row("PRAGMA freelist_count", [], |r| r.get(0))
-                    .op("count free pages")?;
-                if left >= free {
-                    break;
-                }
+        if total == 0 {
+            return Ok(0);
+        }
+        let free_pages = |conn: &Connection| -> Result<i64> {
+            conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))
+                .op("count free pages")
+        };
+        let mut free = free_pages(&self.conn)?;
+        while free > 0 {
+            // Each step of the pragma frees one page: stepped to its end.
+            let mut vacuum = self
+                .conn
+                .prepare_cached("PRAGMA incremental_vacuum(1024)")
+                .op("give back free pages")?;
+            let mut steps = vacuum.query([]).op("give back free pages")?;
+            while steps.next().op("give back free pages")?.is_some() {}
+            drop(steps);
+            drop(vacuum);
+            // The log the freed pages went through is copied as it goes (the
+            // timer's checkpoint waits for this).
+            self.checkpoint()?;
+            let left = free_pages(&self.conn)?;
+            // A store made before auto-vacuum frees nothing: its pages stay.
+            if left >= free {
+                break;
             }
+            free = left;
         }
         Ok(total)
     }
@@ -950,7 +948,9 @@ struct Feed {
 struct FeedDb {
     events: Connection,
     places: Connection,
-    instance: String,
+    /// The prefixes of the events' ids: read once, as the run that opens a feed
+    /// began its own before ([`Sqlite::open_pair`]).
+    epochs: Epochs,
     key: String,
     /// ` AND type IN (?2, …)`, or empty for every type.
     types_sql: String,
@@ -1088,10 +1088,11 @@ impl FeedDb {
             }
         };
         let types = types.unwrap_or_default();
+        let epochs = Epochs::read(&events, &instance)?;
         let mut db = FeedDb {
             events,
             places,
-            instance,
+            epochs,
             key,
             types_sql,
             types,
@@ -1239,7 +1240,6 @@ impl FeedDb {
             self.handed = newest_skipped;
             overflowed = skipped as u64;
         }
-        let epochs = Epochs::read(&self.events, &self.instance)?;
         let mut stmt = self
             .events
             .prepare_cached(&format!(
@@ -1261,7 +1261,7 @@ impl FeedDb {
             let event = serde_json::from_str::<Event>(&body)
                 .ok()
                 .map(|event| StoredEvent {
-                    id: epochs.id(seq),
+                    id: self.epochs.id(seq),
                     event,
                 });
             out.push(Pending {
