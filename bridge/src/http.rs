@@ -192,17 +192,17 @@ fn malformed(e: &JsonRejection, inner: &dyn std::error::Error) -> ApiError {
 impl From<BytesRejection> for ApiError {
     fn from(e: BytesRejection) -> Self {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            return too_large();
+            return too_large(BODY_LIMIT);
         }
         ApiError::new(StatusCode::BAD_REQUEST, "bad_request", e.body_text())
     }
 }
 
-fn too_large() -> ApiError {
+fn too_large(limit: usize) -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "payload_too_large",
-        format!("request bodies are limited to {BODY_LIMIT} bytes"),
+        format!("request bodies are limited to {limit} bytes"),
     )
 }
 
@@ -211,6 +211,22 @@ const WEBHOOK_PATH: &str = "/api/v1/alertmanager";
 
 /// axum's limit on a request body (the webhook has `alertmanager.maxWebhookBytes`).
 const BODY_LIMIT: usize = 2 << 20;
+
+/// The most a web UI form sends (a sign-in, a verb and its reason): far less than
+/// an API body, since anyone may post one before hale knows who they are.
+pub(crate) const FORM_LIMIT: usize = 64 << 10;
+
+/// The most a request to `path` may send: `webhook` (`alertmanager.maxWebhookBytes`)
+/// to the webhook, [`FORM_LIMIT`] to the UI, [`BODY_LIMIT`] elsewhere.
+fn body_limit(path: &str, webhook: usize) -> usize {
+    if path == WEBHOOK_PATH {
+        webhook
+    } else if path.starts_with("/ui/") {
+        FORM_LIMIT
+    } else {
+        BODY_LIMIT
+    }
+}
 
 type ApiResult<T> = Result<T, ApiError>;
 
@@ -281,15 +297,44 @@ pub fn router(hale: Arc<Hale>) -> Router {
         .with_state(hale)
 }
 
-/// `app` (the API's routes and the UI's) with one limit on what a request may
-/// send, the webhook's aside, and [`ROOM`] for the bodies read at once.
+/// `app` (the API's routes and the UI's) with a limit on what a request may send
+/// by route, [`ROOM`] for the bodies read at once, and the API's bodies read only
+/// once their request is authorized.
 pub fn limited(app: Router, hale: Arc<Hale>) -> Router {
+    let webhook = Arc::clone(&hale);
     let room = Room::new(ROOM, move || {
-        hale.config().config.alertmanager.max_webhook_bytes
+        webhook.config().config.alertmanager.max_webhook_bytes
     });
     app.layer(axum::middleware::from_fn_with_state(room, wait_for_room))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn_with_state(hale, authorize_first))
         .layer(axum::middleware::from_fn(refuse_declared_too_large))
+}
+
+/// A request that sends a body to the API (a verb, the webhook, a reload) is
+/// authorized before any of its body is read or given room: without the token
+/// it is answered at once, and a client that may not post cannot hold the room
+/// open with slow bodies. The UI's forms carry their own proof (the sign-in
+/// form the token itself) and are held to [`FORM_LIMIT`] instead.
+async fn authorize_first(
+    State(hale): State<Arc<Hale>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let headers = request.headers();
+    let sends = declared_length(headers).is_some_and(|n| n > 0)
+        || headers.contains_key(header::TRANSFER_ENCODING);
+    let path = request.uri().path();
+    let api = path.starts_with("/api/") || path.starts_with("/-/");
+    if sends && api && !request.method().is_safe() {
+        if let Err(e) = authorize(&hale, headers) {
+            if path == WEBHOOK_PATH {
+                return webhook_refused(&hale, e);
+            }
+            return e.into_response();
+        }
+    }
+    next.run(request).await
 }
 
 /// The bytes of request bodies hale holds at once, all requests together: each
@@ -321,11 +366,7 @@ impl Room {
     /// The KiB `request`'s body takes: none without one, or when its declared
     /// length will be refused unread; a body larger than the room takes all of it.
     fn need(&self, path: &str, headers: &HeaderMap) -> u32 {
-        let limit = if path == WEBHOOK_PATH {
-            (self.webhook_limit)()
-        } else {
-            BODY_LIMIT
-        };
+        let limit = body_limit(path, (self.webhook_limit)());
         let bytes = match declared_length(headers) {
             Some(n) if n > limit => 0,
             Some(n) => n,
@@ -382,17 +423,17 @@ async fn wait_for_room(
     response
 }
 
-/// A request whose declared length passes [`BODY_LIMIT`] is answered before its
-/// body is read (the webhook has a limit of its own, checked the same way), so
-/// its sender reads the 413 rather than a connection closed under it.
+/// A request whose declared length passes its route's limit is answered before
+/// its body is read (the webhook's says its key, in its own answer), so its
+/// sender reads the 413 rather than a connection closed under it.
 async fn refuse_declared_too_large(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    if declared_length(request.headers()).is_some_and(|n| n > BODY_LIMIT)
-        && request.uri().path() != WEBHOOK_PATH
-    {
-        return too_large().into_response();
+    let path = request.uri().path();
+    let limit = body_limit(path, usize::MAX);
+    if declared_length(request.headers()).is_some_and(|n| n > limit) && path != WEBHOOK_PATH {
+        return too_large(limit).into_response();
     }
     next.run(request).await
 }
@@ -1370,14 +1411,20 @@ async fn alerts(
 /// The Alertmanager webhook receiver. The body is read up to the configured limit;
 /// nothing is applied unless all of it parses.
 async fn webhook(State(hale): State<Arc<Hale>>, headers: HeaderMap, body: Body) -> Response {
-    let answer = receive(hale.clone(), headers, body).await;
-    let response = match answer {
-        Ok(result) => Json(result).into_response(),
-        Err(e) => {
-            log_refused(&e);
-            e.into_response()
-        }
-    };
+    match receive(hale.clone(), headers, body).await {
+        Ok(result) => counted(&hale, Json(result).into_response()),
+        Err(e) => webhook_refused(&hale, e),
+    }
+}
+
+/// A refused delivery's answer, said in the log and counted.
+fn webhook_refused(hale: &Hale, e: ApiError) -> Response {
+    log_refused(&e);
+    counted(hale, e.into_response())
+}
+
+/// Count a delivery's answer by its status.
+fn counted(hale: &Hale, response: Response) -> Response {
     hale.metrics
         .webhook_requests
         .get_or_create(&CodeLabel {
@@ -1571,6 +1618,27 @@ where
     tokio::task::spawn_blocking(f).joined().await
 }
 
+/// A hale on a store in `dir` whose API token is `s3cret`.
+#[cfg(test)]
+pub(crate) fn token_hale(dir: &std::path::Path) -> Arc<Hale> {
+    std::fs::write(dir.join("token"), "s3cret\n").unwrap();
+    let path = dir.join("hale.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "apiTokenFile: {}\nstore: {{ path: {} }}\nalertmanager: {{ pollInterval: 0 }}\n",
+            dir.join("token").display(),
+            dir.join("data").display()
+        ),
+    )
+    .unwrap();
+    Hale::open(
+        crate::config::Config::load(Some(&path)).unwrap(),
+        Arc::new(crate::orchestrator::NoOrchestrator),
+    )
+    .unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;
@@ -1651,6 +1719,10 @@ mod tests {
             // Larger than the room: all of it, not a wait for ever.
             (WEBHOOK_PATH, declared("6291456"), 4096),
             (WEBHOOK_PATH, chunked.clone(), 4096),
+            // A form takes far less than an API body.
+            ("/ui/login", declared("300"), 1),
+            ("/ui/login", declared("65537"), 0),
+            ("/ui/nodes/n1/cordon", chunked.clone(), 64),
         ] {
             assert_eq!(room.need(path, &headers), kib, "{path} {headers:?}");
         }
@@ -1722,6 +1794,47 @@ mod tests {
     }
 
     /// The chunks a channel receives, as a stream.
+    /// A request that posts a body to the API without the token is answered
+    /// before any of it is read or given room — one whose body never ends, too —
+    /// and one with the token is read.
+    #[tokio::test]
+    async fn a_body_to_the_api_is_read_only_once_its_request_is_authorized() {
+        use tower::ServiceExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let hale = token_hale(dir.path());
+        let app = limited(router(Arc::clone(&hale)), hale);
+        let endless =
+            || Body::from_stream(futures::stream::pending::<Result<Bytes, std::io::Error>>());
+        for (path, length) in [
+            (WEBHOOK_PATH, Some("1000000")),
+            (WEBHOOK_PATH, None),
+            ("/api/v1/nodes/n1/cordon", Some("100")),
+            ("/-/reload", None),
+        ] {
+            let mut request = axum::extract::Request::post(path);
+            request = match length {
+                Some(n) => request.header("content-length", n),
+                None => request.header("transfer-encoding", "chunked"),
+            };
+            let answer = tokio::time::timeout(
+                std::time::Duration::from_secs(60),
+                app.clone().oneshot(request.body(endless()).unwrap()),
+            )
+            .await
+            .expect("answered without reading the body")
+            .unwrap();
+            assert_eq!(answer.status(), StatusCode::UNAUTHORIZED, "{path}");
+        }
+        let body = r#"{"reason": "bios"}"#;
+        let authorized = axum::extract::Request::post("/api/v1/nodes/n1/cordon")
+            .header("authorization", "Bearer s3cret")
+            .header("content-length", body.len())
+            .body(Body::from(body))
+            .unwrap();
+        let answer = app.oneshot(authorized).await.unwrap();
+        assert_eq!(answer.status(), StatusCode::NOT_FOUND, "read and answered");
+    }
+
     fn tokio_stream_of<T: Send + 'static>(
         mut chunks: tokio::sync::mpsc::Receiver<T>,
     ) -> impl futures::Stream<Item = T> + Send {

@@ -128,9 +128,9 @@ async fn bad_operator_bodies_are_json_errors_and_change_nothing() {
         assert_eq!(e["error"], "bad_request", "{e}");
         assert!(e["detail"].as_str().unwrap().contains(says), "{e}");
     }
-    // A body past the 2 MiB limit is a 413 in JSON, whichever verb it was sent to,
-    // refused from its declared length before it is read (one sent in chunks is
-    // refused once it passes the limit: a unit test in http.rs).
+    // A body past the 2 MiB limit (a UI form's 64 KiB) is a 413 in JSON, whichever
+    // verb it was sent to, refused from its declared length before it is read (one
+    // sent in chunks is refused once it passes the limit: a unit test in http.rs).
     let addr = hale.url.trim_start_matches("http://").to_string();
     let verbs = ["cordon", "drain", "reboot", "failures", "power"];
     let paths = verbs
@@ -148,9 +148,13 @@ async fn bad_operator_bodies_are_json_errors_and_change_nothing() {
         let _ = conn.read_to_end(&mut answer).await;
         let answer = String::from_utf8_lossy(&answer);
         assert!(answer.starts_with("HTTP/1.1 413"), "{verb}: {answer}");
+        let limit = if verb.starts_with("/ui/") {
+            "limited to 65536 bytes"
+        } else {
+            "limited to 2097152 bytes"
+        };
         assert!(
-            answer.contains(r#""error":"payload_too_large""#)
-                && answer.contains("limited to 2097152 bytes"),
+            answer.contains(r#""error":"payload_too_large""#) && answer.contains(limit),
             "{verb}: {answer}"
         );
     }
@@ -307,6 +311,15 @@ async fn bad_webhook_input_changes_nothing() {
         ),
         Some(5.0),
         "{metrics}"
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            "hale_alertmanager_webhook_requests_total",
+            &[("code", "401")]
+        ),
+        Some(2.0),
+        "refused before their bodies were read, and counted: {metrics}"
     );
     // The node-less alert arrives by its own webhook group or the next poll,
     // whichever is first: wait for it to be counted.

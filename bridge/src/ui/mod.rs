@@ -61,6 +61,9 @@ pub fn router(hale: Arc<Hale>) -> Router {
         .route("/ui/static/hale.js", get(|| asset("text/javascript", JS)))
         .route("/ui/static/hale.svg", get(|| asset("image/svg+xml", ICON)))
         .route("/ui/{*rest}", get(no_page))
+        .layer(axum::extract::DefaultBodyLimit::max(
+            crate::http::FORM_LIMIT,
+        ))
         .with_state(hale)
 }
 
@@ -936,6 +939,36 @@ fn secure(headers: &HeaderMap) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A form past 64 KiB is a 413, refused from what it declares before it is
+    /// read, or once it passes the limit when sent in chunks.
+    #[tokio::test]
+    async fn a_form_is_held_to_its_limit() {
+        use tower::ServiceExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let hale = crate::http::token_hale(dir.path());
+        let app = crate::http::limited(router(Arc::clone(&hale)), hale);
+        let endless = || {
+            axum::body::Body::from_stream(
+                futures::stream::pending::<Result<Bytes, std::io::Error>>(),
+            )
+        };
+        let declared = axum::extract::Request::post("/ui/login")
+            .header("content-length", crate::http::FORM_LIMIT + 1)
+            .body(endless())
+            .unwrap();
+        let answer = app.clone().oneshot(declared).await.unwrap();
+        assert_eq!(answer.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let chunks = futures::stream::iter(
+            (0..2).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'a'; 40 << 10]))),
+        );
+        let chunked = axum::extract::Request::post("/ui/login")
+            .header("transfer-encoding", "chunked")
+            .body(axum::body::Body::from_stream(chunks))
+            .unwrap();
+        let answer = app.oneshot(chunked).await.unwrap();
+        assert_eq!(answer.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    }
 
     #[test]
     fn a_session_is_the_tokens_and_ends() {
