@@ -16,7 +16,8 @@
 //! twice. A write its process never finished (stopped between the events and the
 //! mark) may have left events whose state was never written: the next leader, on
 //! taking the lead, removes every event past the mark's sequence of a node whose
-//! record that write did not put (each record says which write put it), and
+//! record that write did not put or remove (each record, and each delete, says
+//! which write made it), and
 //! anchors its own writes anew, so each node's history says what its state
 //! says. One mark per write,
 //! written once every record is: a mark per node (as kept before) was a second
@@ -1231,7 +1232,14 @@ impl Store for Nats {
         let mut mark = String::new();
         let mut written = HashMap::new();
         let mut per_node_marks = false;
-        for e in state.iter().filter(|e| !e.deleted) {
+        for e in &state {
+            // A node a write removed: gone, but what removed it is known.
+            if e.deleted {
+                if let (Some(id), Some(w)) = (e.key.strip_prefix("node."), &e.write) {
+                    written.insert(unkey(id).unwrap_or_else(|| id.to_string()), w.clone());
+                }
+                continue;
+            }
             if let Some(id) = e.key.strip_prefix("node.") {
                 let id = unkey(id).unwrap_or_else(|| id.to_string());
                 let node: Box<Node> =
@@ -1366,13 +1374,19 @@ impl Store for Nats {
                 }
                 let mark = mark.map(|anchor| marked(&anchor, acks.iter().max().copied()));
                 // Deletes before puts: a node removed and re-created ends up present.
-                for id in &removed {
-                    for k in [format!("node.{id}"), format!("live.{id}")] {
-                        shared.state.delete(&k).await.op("delete a node")?;
-                    }
-                }
+                // The record's delete says its write, as a put does: a node removed
+                // by a write cut short keeps the events that say so.
                 let state = &shared.state;
                 let write = written_by.as_deref();
+                for id in &removed {
+                    for k in [format!("node.{id}"), format!("live.{id}")] {
+                        let by = if k.starts_with("node.") { write } else { None };
+                        publish_written(js, state, &k, None, None, by)
+                            .await?
+                            .await
+                            .op("delete a node")?;
+                    }
+                }
                 let results: Vec<Result<()>> = futures::stream::iter(puts)
                     .map(|(k, v)| async move {
                         publish_written(js, state, &k, Some(v), None, write)
@@ -2386,22 +2400,18 @@ mod tests {
         let shared = store.shared.clone();
         store
             .run(async move {
-                // n3's record was written before the process stopped.
+                // n3's record was written before the process stopped, and n4's
+                // removed.
                 let record = Bytes::from(serde_json::to_vec(&Node::new("n3")).unwrap());
-                let k = format!("node.{}", key("n3"));
-                publish_written(
-                    &shared.js,
-                    &shared.state,
-                    &k,
-                    Some(record),
-                    None,
-                    Some(&anchor),
-                )
-                .await
-                .unwrap()
-                .await
-                .unwrap();
-                for node in ["n1", "n2", "n3"] {
+                for (node, value) in [("n3", Some(record)), ("n4", None)] {
+                    let k = format!("node.{}", key(node));
+                    publish_written(&shared.js, &shared.state, &k, value, None, Some(&anchor))
+                        .await
+                        .unwrap()
+                        .await
+                        .unwrap();
+                }
+                for node in ["n1", "n2", "n3", "n4"] {
                     let e = decommissioned(node, now, "unfinished");
                     let mut headers = HeaderMap::new();
                     headers.insert(header::NATS_MESSAGE_ID, message_id(&anchor, &e).as_str());
@@ -2423,29 +2433,55 @@ mod tests {
         };
         assert_eq!(
             said(&store),
-            ["first", "unfinished", "unfinished", "unfinished"]
+            [
+                "first",
+                "unfinished",
+                "unfinished",
+                "unfinished",
+                "unfinished"
+            ]
         );
         let mut next = Nats::open(&server.config(), "c", 90).unwrap();
         next.load(now).unwrap();
         assert_eq!(next.void_unfinished().unwrap(), 2);
         assert_eq!(next.void_unfinished().unwrap(), 0, "once");
-        assert_eq!(said(&next), ["first", "unfinished"]);
+        assert_eq!(said(&next), ["first", "unfinished", "unfinished"]);
         let history = next.history(0).unwrap();
         assert_eq!(
-            history[1].node_id, "n3",
-            "the node whose record was written"
+            [history[1].node_id.as_str(), history[2].node_id.as_str()],
+            ["n3", "n4"],
+            "the nodes whose records were written or removed"
         );
         // A leader after this one, before it wrote anything: what it kept stays.
         let mut third = Nats::open(&server.config(), "c", 90).unwrap();
         third.load(now).unwrap();
         assert_eq!(third.void_unfinished().unwrap(), 0);
-        assert_eq!(said(&third), ["first", "unfinished"]);
+        assert_eq!(said(&third), ["first", "unfinished", "unfinished"]);
         let again = [
             decommissioned("n1", now, "again"),
             decommissioned("n2", now, "again"),
         ];
-        next.write(&batch_of(&again, None)).unwrap();
-        assert_eq!(said(&next), ["first", "unfinished", "again", "again"]);
+        let mut batch = batch_of(&again, None);
+        batch.removed = vec!["n2".into()];
+        next.write(&batch).unwrap();
+        assert_eq!(
+            said(&next),
+            ["first", "unfinished", "unfinished", "again", "again"]
+        );
+        // A write's remove says which write it was, as its puts do.
+        let shared = next.shared.clone();
+        let entries = next
+            .run(async move { entries(&shared.state).await })
+            .unwrap()
+            .unwrap();
+        let removed = entries
+            .iter()
+            .find(|e| e.key == format!("node.{}", key("n2")))
+            .unwrap();
+        assert!(removed.deleted);
+        let mark = next.mark.lock().unwrap().clone();
+        let anchor = mark.split(' ').next().unwrap();
+        assert_eq!(removed.write.as_deref(), Some(anchor));
         // The mark says how far the writes went: nothing past it to remove.
         let mut after = Nats::open(&server.config(), "c", 90).unwrap();
         after.load(now).unwrap();
