@@ -86,15 +86,6 @@ async fn run() -> anyhow::Result<()> {
             for w in &loaded.warnings {
                 eprintln!("warning: {w}");
             }
-            // As `serve` says at start, where the address says it before.
-            let beyond_loopback = loaded
-                .config
-                .listen
-                .parse::<std::net::SocketAddr>()
-                .is_ok_and(|a| !a.ip().is_loopback());
-            if loaded.api_token.is_none() && beyond_loopback {
-                eprintln!("warning: listen {}: {OPEN_TO_ALL}", loaded.config.listen);
-            }
             println!(
                 "{}: ok (cluster {}, {} pool(s), {} inventory node(s))",
                 file.display(),
@@ -301,10 +292,6 @@ fn log(format: LogFormat) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What `serve` logs at start, and `check-config` warns, of a hale listening
-/// beyond loopback without a token.
-const OPEN_TO_ALL: &str = "no apiTokenFile, and listening beyond loopback: whoever reaches this port can post alerts and cordon, drain or power nodes";
-
 /// Whether a bare `HALE_LOG` directive is a level (a name or 0-5), `hale`, or a
 /// module path (`hale::service`, `kube::client`).
 fn level_or_module(d: &str) -> bool {
@@ -334,7 +321,7 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {listen}"))?;
     let cfg = hale.config();
     info!(
-        listen = %listen,
+        listen = %listener.local_addr()?,
         alertmanager = %hale::shown_url(&reqwest::Url::parse(&cfg.config.alertmanager.url)?),
         receiver = %cfg.config.alertmanager.receiver,
         mode = ?cfg.core.cluster.mode,
@@ -342,12 +329,6 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
     );
     for w in &cfg.warnings {
         warn!("{w}");
-    }
-    if cfg.api_token.is_none() && !listener.local_addr()?.ip().is_loopback() {
-        warn!(
-            listen = %listen,
-            "{OPEN_TO_ALL}"
-        );
     }
     tokio::spawn(Arc::clone(&hale).poll_loop());
     tokio::spawn(Arc::clone(&hale).tick_loop());

@@ -572,7 +572,8 @@ async fn logs_are_plain_off_a_terminal_and_json_when_asked() {
     let said = String::from_utf8_lossy(&checked.stderr);
     assert!(
         said.contains(&format!(
-            "warning: listen 0.0.0.0:{port}: no apiTokenFile, and listening beyond loopback"
+            "warning: {}:1: listen: 0.0.0.0:{port}: no apiTokenFile, and listening beyond loopback",
+            file.display()
         )),
         "{said}"
     );

@@ -110,6 +110,11 @@ fn fill(
             "id" => id,
             "hostname" => hostname,
             _ => match key.strip_prefix("labels.") {
+                Some(label) if label.is_empty() || label.trim() != label => {
+                    return Err(format!(
+                        "`{{{key}}}` is not a placeholder: the KEY of {{labels.KEY}} is a label's name, with no white space around it"
+                    ));
+                }
                 Some(label) => labels
                     .get(label)
                     .map(String::as_str)
@@ -550,6 +555,20 @@ mod tests {
             .unwrap_err();
             assert_eq!(e.0, "bmc.addressTemplate", "{e:?}");
             assert!(e.1.contains("names no node"), "{e:?}");
+        }
+        // A label placeholder that names no label is none.
+        for template in ["ipmi://{labels.}-bmc", "ipmi://{labels. rack}-bmc"] {
+            let e = Directory::resolve(
+                &BmcConfig {
+                    credentials_file: Some(creds.clone()),
+                    address_template: Some(template.into()),
+                    ..BmcConfig::default()
+                },
+                &[],
+            )
+            .unwrap_err();
+            assert_eq!(e.0, "bmc.addressTemplate", "{e:?}");
+            assert!(e.1.contains("is not a placeholder"), "{e:?}");
         }
         // TLS settings that contradict each other, or have no TLS to apply to.
         let e = Directory::resolve(

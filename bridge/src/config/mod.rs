@@ -815,7 +815,9 @@ impl Config {
             // A key left empty inside a flow mapping (`{ timeZone: }`) is said at
             // its `:`, where the path read is the mapping's: the key is the word
             // before it.
-            if message.contains("cannot deserialize null")
+            let empty = message.contains("cannot deserialize null")
+                || message.contains("unknown variant `~`");
+            if empty
                 && let Some(l) = at
                 && let Some(text) = source.lines().nth(l.line().saturating_sub(1) as usize)
             {
@@ -879,7 +881,11 @@ impl Config {
                 .and_then(|rest| rest.strip_suffix('`'))
             {
                 Some(field) => format!("`{field}` is required here"),
-                None => said.to_string(),
+                // A kind left empty (`kind:`) reads as the name `~`.
+                None => match said.strip_prefix("unknown variant `~`, expected ") {
+                    Some(names) => format!("empty: give it {names}"),
+                    None => said.to_string(),
+                },
             };
             ConfigError {
                 file: file.into(),
@@ -929,12 +935,12 @@ impl Config {
                     .into(),
             ));
         }
-        if self.listen.parse::<SocketAddr>().is_err() {
+        let Ok(listen) = self.listen.parse::<SocketAddr>() else {
             return Err(err(
                 "listen",
                 format!("`{}` is not an address like 127.0.0.1:9470", self.listen),
             ));
-        }
+        };
         let am = &self.alertmanager;
         let url = match reqwest::Url::parse(&am.url) {
             Ok(u) if matches!(u.scheme(), "http" | "https") => u,
@@ -1026,6 +1032,9 @@ impl Config {
                     "an empty label names no node".into(),
                 ));
             }
+            if let Some(why) = unmatchable("label name", label) {
+                return Err(err(&format!("nodeIdentity.labels[{i}]"), why));
+            }
         }
         if self.node_identity.forget_after.is_zero() {
             return Err(err("nodeIdentity.forgetAfter", "must be positive".into()));
@@ -1036,6 +1045,14 @@ impl Config {
         let cluster_settings = overridden(&Settings::default(), "cluster", &self.node_health);
         // Legal, but probably not what was meant: said by check-config and at start.
         let mut odd: Vec<(String, String)> = Vec::new();
+        if self.api_token_file.is_none() && !listen.ip().is_loopback() {
+            odd.push((
+                "listen".into(),
+                format!(
+                    "{listen}: no apiTokenFile, and listening beyond loopback: whoever reaches this port can post alerts and cordon, drain or power nodes"
+                ),
+            ));
+        }
         let am = &self.alertmanager;
         if am.url.starts_with("http:") {
             let in_url = reqwest::Url::parse(&am.url).is_ok_and(|u| !u.username().is_empty());
@@ -1051,6 +1068,30 @@ impl Config {
                     "is sent in the clear: alertmanager.url is http".into(),
                 ));
             }
+        }
+        // A node (and a job failure) is kept as long as an alert names it again
+        // within forgetAfter: a poll names every firing alert; without polling,
+        // Alertmanager sends a firing group again each repeat_interval (4h by
+        // default).
+        let (named_again, by) = if am.poll_interval.is_zero() {
+            (
+                Duration::from_secs(4 * 3600),
+                "Alertmanager's default repeat_interval (4h), the most a firing alert goes unsent with pollInterval 0".to_string(),
+            )
+        } else {
+            (
+                am.poll_interval * 3,
+                format!("three polls ({}s)", (am.poll_interval * 3).as_secs()),
+            )
+        };
+        if self.node_identity.forget_after < named_again {
+            odd.push((
+                "nodeIdentity.forgetAfter".into(),
+                format!(
+                    "{}s is less than {by}: a node known from alerts alone may be retired while its alerts still fire, and a job failure older than it is not counted",
+                    self.node_identity.forget_after.as_secs_f64()
+                ),
+            ));
         }
         let labels = &self.node_identity.labels;
         for (i, label) in labels.iter().enumerate() {
@@ -1098,6 +1139,7 @@ impl Config {
                     "an empty selector would take every node; name at least one label".into(),
                 ));
             }
+            selector_matches(&pool.selector).map_err(|why| err(&format!("{at}.selector"), why))?;
             let earlier = self.pools[..i].iter().map(|p| &p.selector);
             if let Some((j, what)) = shadowed(earlier, &pool.selector) {
                 odd.push((
@@ -1172,6 +1214,8 @@ impl Config {
         // As pools: a node takes the first node type it matches.
         let types = &self.remediation.node_types;
         for (i, t) in types.iter().enumerate() {
+            selector_matches(&t.selector)
+                .map_err(|why| err(&format!("remediation.nodeTypes[{i}].selector"), why))?;
             let earlier = types[..i].iter().map(|e| &e.selector);
             if let Some((j, what)) = shadowed(earlier, &t.selector) {
                 let name = types[j]
@@ -1203,18 +1247,60 @@ impl Config {
             ));
         }
         // Nodes whose alerts carry no interval of their own are seen gone only
-        // once their configured heartbeat is missed.
-        for s in std::iter::once(&cluster_settings).chain(pools.iter().map(|p: &Pool| &p.settings))
+        // once their configured heartbeat is missed — said where a reboot can
+        // happen at all (a BMC, an orchestrator, the flow configured), and of the
+        // key the file wrote: returnTimeout, else the heartbeat's.
+        let reboots = self.remediation != RemediationConfig::default()
+            || self.bmc.credentials_file.is_some()
+            || self.bmc.address_template.is_some()
+            || self.inventory.iter().any(|n| n.bmc.is_some())
+            || self.orchestrator != OrchestratorConfig::None;
+        let wrote_return =
+            self.remediation.return_timeout != RemediationConfig::default().return_timeout;
+        let blocks = std::iter::once(("nodeHealth".to_string(), &self.node_health)).chain(
+            self.pools
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (format!("pools[{i}].nodeHealth"), &p.node_health)),
+        );
+        for (s, (at, written)) in std::iter::once(&cluster_settings)
+            .chain(pools.iter().map(|p: &Pool| &p.settings))
+            .zip(blocks)
+            .filter(|_| reboots)
         {
             let missed = s.miss_after(s.report_interval);
             if remediation.return_timeout <= missed {
-                odd.push((
-                    "remediation.returnTimeout".into(),
+                let wrote = |at: &str, w: &NodeHealthOverrides| {
+                    if w.report_interval_seconds.is_some() {
+                        Some(format!("{at}.reportIntervalSeconds"))
+                    } else {
+                        w.heartbeat_miss_threshold
+                            .map(|_| format!("{at}.heartbeatMissThreshold"))
+                    }
+                };
+                let key = Some("remediation.returnTimeout".to_string())
+                    .filter(|_| wrote_return)
+                    .or_else(|| wrote(&at, written))
+                    .or_else(|| wrote("nodeHealth", &self.node_health))
+                    .unwrap_or_else(|| "remediation.returnTimeout".into());
+                let who = if s.name == "cluster" {
+                    "the cluster".to_string()
+                } else {
+                    format!("pool {}", s.name)
+                };
+                let (r, m) = (remediation.return_timeout.as_secs(), missed.as_secs());
+                let message = if key == "remediation.returnTimeout" {
+                    format!("{r}s is not more than the {m}s {who} needs to miss a heartbeat")
+                } else {
+                    let default = if wrote_return { "" } else { ", the default" };
                     format!(
-                        "{}s is not more than the {}s {} needs to miss a heartbeat (reportIntervalSeconds × heartbeatMissThreshold): a reboot of a node whose alerts carry no hale_report_interval would fail its return step",
-                        remediation.return_timeout.as_secs(),
-                        missed.as_secs(),
-                        if s.name == "cluster" { "the cluster".to_string() } else { format!("pool {}", s.name) }
+                        "{who} needs {m}s to miss a heartbeat, not less than remediation.returnTimeout ({r}s{default})"
+                    )
+                };
+                odd.push((
+                    key,
+                    format!(
+                        "{message} (reportIntervalSeconds × heartbeatMissThreshold): a reboot of a node whose alerts carry no hale_report_interval would fail its return step"
                     ),
                 ));
                 break;
@@ -1585,6 +1671,33 @@ impl Config {
     }
 }
 
+/// Why `name`, a label's name or value as the configuration writes it, matches
+/// no label: white space around it, which labels are read without.
+pub(crate) fn unmatchable(what: &str, name: &str) -> Option<String> {
+    (name.trim() != name).then(|| {
+        format!(
+            "white space around the {what}: labels are read without it, so {name:?} would match none (write {:?})",
+            name.trim()
+        )
+    })
+}
+
+/// Whether a selector can match a node: each label named, no white space around
+/// a name or a value (an empty value is a label's value like any other).
+fn selector_matches(selector: &BTreeMap<String, String>) -> Result<(), String> {
+    for (name, value) in selector {
+        if name.trim().is_empty() {
+            return Err("a label with no name matches no node".into());
+        }
+        if let Some(why) = unmatchable("label name", name)
+            .or_else(|| unmatchable(&format!("value of {}", name.trim()), value))
+        {
+            return Err(why);
+        }
+    }
+    Ok(())
+}
+
 /// The first of the `earlier` selectors (of pools, of node types: a node takes the
 /// first it matches) that matches every node `selector` does — each of its labels
 /// asked for by `selector` too — with how it does.
@@ -1609,7 +1722,8 @@ fn plain(said: &str) -> Option<&'static str> {
     Some(match said {
         "invalid u8" => "expected a whole number from 0 to 255",
         // The key's own range is checked once it reads (`must be 1..=100`).
-        "invalid u32" | "invalid u64" | "invalid usize" => "expected a whole number, 0 or more",
+        "invalid u32" => "expected a whole number from 0 to 4294967295",
+        "invalid u64" | "invalid usize" => "expected a whole number from 0 to 18446744073709551615",
         "invalid floating point" => "expected a number",
         "invalid boolean" => "expected true or false",
         "expected string scalar" => "expected one value, not a list or a mapping",
@@ -1703,6 +1817,11 @@ fn check_settings(
             "an empty class names no fault".into(),
         );
     }
+    for (i, class) in written.evict_on_fault_classes.iter().flatten().enumerate() {
+        if let Some(why) = unmatchable("class", class) {
+            return fail(&format!("evictOnFaultClasses[{i}]"), why);
+        }
+    }
     // hale's own conditions for what it cannot see: nothing acts on a node that
     // has one, so a class naming one never evicts.
     for (i, class) in written.evict_on_fault_classes.iter().flatten().enumerate() {
@@ -1749,7 +1868,10 @@ fn check_settings(
                 format!("{points} is outside 0..=100"),
             );
         }
-        if BLIND_CONDITIONS.contains(&reason.as_str()) {
+        if BLIND_CONDITIONS
+            .iter()
+            .any(|b| b.eq_ignore_ascii_case(reason))
+        {
             return fail(
                 &format!("penalties.{reason}"),
                 "this signal means hale cannot see the node; it never costs points".into(),
@@ -2105,11 +2227,37 @@ mod tests {
                 "remediation: { returnTimeout: 20m }\npools:\n  - { name: a, selector: {p: a}, nodeHealth: { reportIntervalSeconds: 600 } }",
                 "remediation.returnTimeout",
             ),
+            // Blamed on the key the file wrote, where a reboot can happen.
+            (
+                "orchestrator: { kind: slurm }\nnodeHealth:\n  reportIntervalSeconds: 600\n",
+                "nodeHealth.reportIntervalSeconds",
+            ),
+            (
+                "orchestrator: { kind: slurm }\npools:\n  - name: a\n    selector: {p: a}\n    nodeHealth:\n      heartbeatMissThreshold: 50\n",
+                "pools[0].nodeHealth.heartbeatMissThreshold",
+            ),
+            ("listen: 0.0.0.0:9470", "listen"),
+            (
+                "nodeIdentity: { forgetAfter: 1m }",
+                "nodeIdentity.forgetAfter",
+            ),
+            (
+                "alertmanager: { pollInterval: 0 }\nnodeIdentity: { forgetAfter: 1h }",
+                "nodeIdentity.forgetAfter",
+            ),
         ] {
             let l = load(text).unwrap_or_else(|e| panic!("{text}: {e}"));
             let keys: Vec<&str> = l.warnings.iter().map(|w| w.key.as_str()).collect();
             assert_eq!(keys, [key], "{text}");
             assert!(l.warnings[0].line.is_some(), "{text}");
+        }
+        // No reboot can happen: no BMC, no orchestrator, no remediation block.
+        for quiet in [
+            "nodeHealth:\n  reportIntervalSeconds: 600\n",
+            "alertmanager: { pollInterval: 0 }\nnodeIdentity: { forgetAfter: 4h }",
+            "listen: '[::1]:9470'",
+        ] {
+            assert!(load(quiet).unwrap().warnings.is_empty(), "{quiet}");
         }
         // The narrowest first: each takes its own nodes.
         let narrow_first = "remediation:\n  nodeTypes:\n    - { selector: {p: gpu, rack: r1} }\n    - { selector: {p: gpu} }\n    - { selector: {p: cpu} }";
@@ -2240,12 +2388,12 @@ mod tests {
             (
                 "nodeHealth: { cordonBelow: -1 }",
                 "nodeHealth.cordonBelow",
-                "expected a whole number, 0 or more",
+                "expected a whole number from 0 to 4294967295",
             ),
             (
                 "nodeHealth: { cordonBelow: 60.5 }",
                 "nodeHealth.cordonBelow",
-                "expected a whole number, 0 or more",
+                "expected a whole number from 0 to 4294967295",
             ),
             (
                 "bmc: { cipherSuite: 300 }",
@@ -2255,7 +2403,22 @@ mod tests {
             (
                 "alertmanager: { maxAnswerBytes: -5 }",
                 "alertmanager.maxAnswerBytes",
-                "expected a whole number, 0 or more",
+                "expected a whole number from 0 to 18446744073709551615",
+            ),
+            (
+                "nodeHealth: { heartbeatMissThreshold: 4294967296 }",
+                "nodeHealth.heartbeatMissThreshold",
+                "expected a whole number from 0 to 4294967295",
+            ),
+            (
+                "store: { kind: }",
+                "store.kind",
+                "empty: give it one of sqlite, nats",
+            ),
+            (
+                "orchestrator:\n  kind:\n",
+                "orchestrator.kind",
+                "empty: give it one of none, kubernetes, fuzzball, slurm",
             ),
             (
                 "nodeHealth: { failureTallyPenalty: lots }",
@@ -2543,6 +2706,39 @@ mod tests {
             (
                 "nodeHealth: { penalties: { ' SmartFailing ': 3 } }",
                 "nodeHealth.penalties. SmartFailing ",
+            ),
+            (
+                "nodeHealth: { penalties: { HEARTBEAT_MISSED: 3 } }",
+                "nodeHealth.penalties.HEARTBEAT_MISSED",
+            ),
+            // White space around a label's name or value matches no label.
+            (
+                "nodeHealth: { evictOnFaultClasses: [gpu, ' gpu_ecc_errors'] }",
+                "nodeHealth.evictOnFaultClasses[1]",
+            ),
+            (
+                "nodeIdentity: { labels: [' node', node] }",
+                "nodeIdentity.labels[0]",
+            ),
+            (
+                "pools: [{ name: a, selector: { pool: ' a' } }]",
+                "pools[0].selector",
+            ),
+            (
+                "pools: [{ name: a, selector: { ' pool': a } }]",
+                "pools[0].selector",
+            ),
+            (
+                "pools: [{ name: a, selector: { '': a } }]",
+                "pools[0].selector",
+            ),
+            (
+                "remediation: { nodeTypes: [{ name: g, selector: { 'gpu ': 'yes' } }] }",
+                "remediation.nodeTypes[0].selector",
+            ),
+            (
+                "remediation: { failureDomainLabel: ' rack' }",
+                "remediation.failureDomainLabel",
             ),
             ("store: { kind: nats }", "store.nats"),
             (

@@ -269,6 +269,13 @@ impl RemediationConfig {
         {
             return fail("failureDomainLabel", "must not be empty".into());
         }
+        if let Some(why) = self
+            .failure_domain_label
+            .as_deref()
+            .and_then(|l| super::unmatchable("label name", l))
+        {
+            return fail("failureDomainLabel", why);
+        }
         let mut blocking = Blocking::default();
         for (i, m) in self.blocking_alerts.iter().enumerate() {
             m.check().map_err(|e| (format!("blockingAlerts[{i}]"), e))?;

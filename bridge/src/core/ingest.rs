@@ -529,11 +529,14 @@ impl Fleet {
             .nodes
             .get_mut(node_id)
             .ok_or_else(|| CoreError::UnknownNode(node_id.into()))?;
-        // hale's own, in whatever case it is named: never an alert's.
-        if [HEARTBEAT_MISSED, TELEMETRY_STALE]
+        // hale's own, in whatever case it is named: never an alert's (one an
+        // earlier version let an alert raise in another case, kept as named, clears).
+        let own = [HEARTBEAT_MISSED, TELEMETRY_STALE]
             .iter()
-            .any(|own| own.eq_ignore_ascii_case(condition.trim()))
-        {
+            .any(|own| own.eq_ignore_ascii_case(condition.trim()));
+        let held = !matches!(condition, HEARTBEAT_MISSED | TELEMETRY_STALE)
+            && node.conditions.contains_key(condition);
+        if own && !held {
             return Err(CoreError::NotClearable {
                 node: node_id.into(),
                 condition: condition.into(),

@@ -602,12 +602,17 @@ impl<'a> Alert<'a> {
 
     /// Whether an ordinary alert (`signal`, as [`Alert::signal`] read it) names
     /// one of the conditions hale raises itself from what it cannot see
-    /// (`heartbeat_missed`, `telemetry_stale`, `collector_failed`) as its type. No
+    /// (`heartbeat_missed`, `telemetry_stale`, `collector_failed`), in any case, as
+    /// its type. No
     /// alert may raise or hold one — a sticky one could never be cleared — so it is
     /// counted as unmatched and ignored; `collector_failed` comes from
     /// `hale_signal: collector_failed` alone.
     pub fn claims_own_condition(&self, signal: &Signal<'_>) -> bool {
-        *signal == Signal::Condition && super::BLIND_CONDITIONS.contains(&self.condition_type())
+        let named = self.condition_type().trim();
+        *signal == Signal::Condition
+            && super::BLIND_CONDITIONS
+                .iter()
+                .any(|own| own.eq_ignore_ascii_case(named))
     }
 
     /// Penalty-table reason: `hale_reason`, else the alertname.

@@ -119,8 +119,12 @@ impl Default for Settings {
 impl Settings {
     /// Points for a condition with this reason and severity.
     pub fn penalty(&self, reason: &str, severity: Severity) -> u32 {
-        // hale's own blind reasons cost nothing, whichever condition carries them.
-        if super::BLIND_CONDITIONS.contains(&reason) {
+        // hale's own blind reasons cost nothing, whichever condition carries them
+        // and in whatever case.
+        if super::BLIND_CONDITIONS
+            .iter()
+            .any(|b| b.eq_ignore_ascii_case(reason))
+        {
             return 0;
         }
         self.penalties

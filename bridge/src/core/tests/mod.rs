@@ -1946,6 +1946,14 @@ fn alerts_cannot_raise_hales_own_conditions_nor_price_its_reasons() {
             .on("f0")
             .label("hale_condition", "collector_failed"),
         alert("telemetry_stale").on("f0"),
+        // In any case, with white space around it: one clear refuses.
+        alert("Forge")
+            .on("f0")
+            .label("hale_condition", "HEARTBEAT_MISSED"),
+        alert("Forge")
+            .on("f0")
+            .label("hale_condition", " Telemetry_Stale"),
+        alert("Collector_Failed").on("f0"),
     ];
     for claim in claims {
         let claim = claim.critical().sticky();
@@ -1965,9 +1973,39 @@ fn alerts_cannot_raise_hales_own_conditions_nor_price_its_reasons() {
         alert("Forge2")
             .on("f1")
             .condition("forged2", "collector_failed"),
+        alert("Forge3")
+            .on("f1")
+            .condition("forged3", "Heartbeat_Missed")
+            .critical(),
     ]);
     assert!(s.node("f1").conditions.contains_key("forged"));
     assert_eq!(s.score("f1"), Some(100), "hale's own reasons cost nothing");
+}
+
+/// A condition an earlier version let an alert raise under one of hale's own
+/// names in another case is the alert's, and an operator clears it.
+#[test]
+fn an_alerts_condition_in_another_case_of_hales_own_clears() {
+    let mut s = script("");
+    s.at(0).poll(&[
+        watchdog(),
+        heartbeat("n1"),
+        alert("Forge").on("n1").condition("old", "Forge").sticky(),
+    ]);
+    let node = s.fleet.nodes.get_mut("n1").unwrap();
+    let held = node.conditions.remove("old").unwrap();
+    node.conditions.insert("HEARTBEAT_MISSED".into(), held);
+    let out = s
+        .fleet
+        .clear_condition(&s.cfg, s.now, "n1", "HEARTBEAT_MISSED", "forged")
+        .unwrap();
+    s.record(out);
+    assert!(s.node("n1").conditions.is_empty());
+    assert!(matches!(
+        s.fleet
+            .clear_condition(&s.cfg, s.now, "n1", "heartbeat_missed", "x"),
+        Err(CoreError::NotClearable { .. })
+    ));
 }
 
 #[test]
