@@ -558,7 +558,7 @@ pub(crate) fn authorize(hale: &Hale, headers: &HeaderMap) -> ApiResult<()> {
         Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
-            "a valid bearer token is required",
+            "a valid API token is required in the Authorization header",
         ))
     }
 }

@@ -185,7 +185,8 @@ async fn bad_operator_bodies_are_json_errors_and_change_nothing() {
 async fn alert_texts_reach_the_log_escaped() {
     let (_am, _dir, hale) = running().await;
     let mut a = smart_failing("n9");
-    a["annotations"]["summary"] = json!("red \u{1b}[31mALERT\nERROR forged \u{202E}evil");
+    a["annotations"]["summary"] =
+        json!("red \u{1b}[31mALERT\nERROR forged \u{202E}evil, spelled \\u{202e}out");
     let r = reqwest::Client::new()
         .post(format!("{}/api/v1/alertmanager", hale.url))
         .bearer_auth(TOKEN)
@@ -205,7 +206,9 @@ async fn alert_texts_reach_the_log_escaped() {
         },
     )
     .await;
-    assert!(line.contains("\\u{202e}evil"), "{line}");
+    // The character escaped; text that spells the escape out, apart from it.
+    assert!(line.contains(" \\u{202e}evil"), "{line}");
+    assert!(line.contains(" \\\\u{202e}out"), "{line}");
     let log = hale.log();
     assert!(
         !log.contains('\u{202E}') && !log.contains('\u{1b}'),
@@ -646,7 +649,8 @@ async fn node_ids_with_slash_and_colon_and_operator_verbs() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("(401)") && stderr.contains("--token-file FILE or set HALE_TOKEN_FILE"),
+        stderr.contains("(401): a valid API token is required in the Authorization header")
+            && stderr.contains("--token-file FILE or set HALE_TOKEN_FILE"),
         "{stderr}"
     );
 }

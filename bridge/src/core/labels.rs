@@ -289,12 +289,24 @@ pub fn invisible(c: char) -> bool {
 
 /// `text` for a log line: a bidirectional override or an invisible character is
 /// written `\u{..}` (the log's own escaping covers control characters), so a line
-/// read in `kubectl logs` shows what it holds, in its order.
+/// read in `kubectl logs` shows what it holds, in its order; and a backslash
+/// `\\`, so text that spells such an escape out (`\u{202e}` typed in a summary)
+/// reads apart from the character.
 pub fn loggable(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.is_ascii() {
+    if !text.contains('\\') && (text.is_ascii() || !text.chars().any(invisible)) {
         return std::borrow::Cow::Borrowed(text);
     }
-    escaped(text, invisible)
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if c == '\\' {
+            out.push_str("\\\\");
+        } else if invisible(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// `text` with each character `unsafe_char` picks written `\u{..}`; borrowed when
@@ -1039,6 +1051,11 @@ mod tests {
         assert_eq!(
             loggable("a\u{2028}b\u{E0041}c\u{FE0F}"),
             "a\\u{2028}b\\u{e0041}c\\u{fe0f}"
+        );
+        // Text that spells an escape out reads apart from the character.
+        assert_eq!(
+            loggable("real \u{202E} typed \\u{202e} \\x1b"),
+            "real \\u{202e} typed \\\\u{202e} \\\\x1b"
         );
     }
 
