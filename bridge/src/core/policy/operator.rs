@@ -112,6 +112,20 @@ impl Fleet {
                 reason: reason.into(),
             });
             out.events.push(cordoned_by_operator(id, now, reason));
+        } else if let Some(cordon) = node
+            .policy
+            .cordon
+            .as_mut()
+            .filter(|c| !reason.is_empty() && c.reason != reason)
+        {
+            // The operator's cordon already: the drain's reason is why the node is
+            // out now, as a new cordon's would be.
+            cordon.reason = reason.into();
+            node.policy.push(Action::Cordon {
+                by: Actor::Operator,
+                reason: reason.into(),
+            });
+            out.events.push(cordoned_by_operator(id, now, reason));
         }
         let cordon = node.policy.cordon.as_mut().expect("taken out above");
         cordon.drain();
