@@ -542,8 +542,17 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.0, "bmc.credentialsFile", "{e:?}");
-        // A template that names no node would send every node's power to one BMC.
-        for template in ["", "redfish+http://127.0.0.1:8000/redfish/v1/Systems/1"] {
+        // A template that names no node would send every node's power to one BMC;
+        // a label placeholder that names no label is none.
+        for (template, says) in [
+            ("", "names no node"),
+            (
+                "redfish+http://127.0.0.1:8000/redfish/v1/Systems/1",
+                "names no node",
+            ),
+            ("ipmi://{labels.}-bmc", "is not a placeholder"),
+            ("ipmi://{labels. rack}-bmc", "is not a placeholder"),
+        ] {
             let e = Directory::resolve(
                 &BmcConfig {
                     credentials_file: Some(creds.clone()),
@@ -554,21 +563,7 @@ mod tests {
             )
             .unwrap_err();
             assert_eq!(e.0, "bmc.addressTemplate", "{e:?}");
-            assert!(e.1.contains("names no node"), "{e:?}");
-        }
-        // A label placeholder that names no label is none.
-        for template in ["ipmi://{labels.}-bmc", "ipmi://{labels. rack}-bmc"] {
-            let e = Directory::resolve(
-                &BmcConfig {
-                    credentials_file: Some(creds.clone()),
-                    address_template: Some(template.into()),
-                    ..BmcConfig::default()
-                },
-                &[],
-            )
-            .unwrap_err();
-            assert_eq!(e.0, "bmc.addressTemplate", "{e:?}");
-            assert!(e.1.contains("is not a placeholder"), "{e:?}");
+            assert!(e.1.contains(says), "{e:?}");
         }
         // TLS settings that contradict each other, or have no TLS to apply to.
         let e = Directory::resolve(

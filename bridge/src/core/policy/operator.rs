@@ -44,19 +44,7 @@ impl Fleet {
             }
             out.events.push(cordoned_by_operator(id, now, reason));
             out.dirty.insert(id.into());
-        } else if let Some(cordon) = node
-            .policy
-            .cordon
-            .as_mut()
-            .filter(|c| !reason.is_empty() && c.reason != reason)
-        {
-            // Cordoned by an operator already: a new reason replaces the old, on
-            // the node too, and is recorded; the same one again changes nothing.
-            cordon.reason = reason.into();
-            node.policy.push(Action::Cordon {
-                by: Actor::Operator,
-                reason: reason.into(),
-            });
+        } else if new_reason(node, reason) {
             out.events.push(cordoned_by_operator(id, now, reason));
             out.dirty.insert(id.into());
         }
@@ -112,19 +100,8 @@ impl Fleet {
                 reason: reason.into(),
             });
             out.events.push(cordoned_by_operator(id, now, reason));
-        } else if let Some(cordon) = node
-            .policy
-            .cordon
-            .as_mut()
-            .filter(|c| !reason.is_empty() && c.reason != reason)
-        {
-            // The operator's cordon already: the drain's reason is why the node is
-            // out now, as a new cordon's would be.
-            cordon.reason = reason.into();
-            node.policy.push(Action::Cordon {
-                by: Actor::Operator,
-                reason: reason.into(),
-            });
+        } else if new_reason(node, reason) {
+            // The drain's reason is why the node is out now.
             out.events.push(cordoned_by_operator(id, now, reason));
         }
         let cordon = node.policy.cordon.as_mut().expect("taken out above");
@@ -244,6 +221,26 @@ impl Fleet {
 }
 
 /// The event of an operator's cordon (its own, or the one a drain begins with).
+/// An operator's cordon given a reason again (a second cordon's, a drain's): a
+/// new one replaces the old, on the node too; the same one, or none, changes
+/// nothing. Whether it changed.
+fn new_reason(node: &mut Node, reason: &str) -> bool {
+    let Some(cordon) = node
+        .policy
+        .cordon
+        .as_mut()
+        .filter(|c| c.by == Actor::Operator && !reason.is_empty() && c.reason != reason)
+    else {
+        return false;
+    };
+    cordon.reason = reason.into();
+    node.policy.push(Action::Cordon {
+        by: Actor::Operator,
+        reason: reason.into(),
+    });
+    true
+}
+
 fn cordoned_by_operator(id: &str, now: Time, reason: &str) -> Event {
     event(
         id,
