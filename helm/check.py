@@ -51,6 +51,21 @@ CHECK_JSONSCHEMA = Path(sys.executable).parent / "check-jsonschema"
 DISABLED_ALERT = "WorkerUptimeTooHigh"
 RUNBOOK_BASE = "https://runbooks.example.com/hale"
 
+# A kubeconfig for another cluster, as hale check-config reads one.
+FAKE_KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters:
+  - name: other
+    cluster: {server: "https://other.example:6443"}
+users:
+  - name: hale
+    user: {token: not-a-real-token}
+contexts:
+  - name: other
+    context: {cluster: other, user: hale}
+current-context: other
+"""
+
 # The contract of hale's Kubernetes adapter (DESIGN §13): (apiGroup, resource, verb).
 CLUSTER_ACCESS = {
     ("", "nodes", v) for v in ("get", "list", "watch", "patch")
@@ -68,6 +83,9 @@ CLUSTER_ACCESS = {
     ("karpenter.sh", "nodeclaims", "delete"),
 }
 LEASE_ACCESS = {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
+# The Lease's reads and renewals name hale's own Lease; a create cannot be
+# limited by name.
+LEASE_NAMED = {"get", "update"}
 
 
 class StrictLoader(yaml.CSafeLoader):
@@ -101,6 +119,7 @@ class Case:
     name: str
     values: dict
     docs: list = field(default_factory=list)
+    notes: str = ""
 
     def all(self, kind):
         return [d for d in self.docs if d["kind"] == kind]
@@ -261,6 +280,11 @@ CASES = [
     # The Lease in a namespace of its own: the Role that lets hale hold it is there.
     Case("lease-elsewhere", {"config": {"orchestrator": {"kind": "kubernetes",
                                                          "lease": {"name": "hale-dc1", "namespace": "kube-system"}}}}),
+    # A kubeconfig for another cluster: hale's rights are that identity's there,
+    # none here.
+    Case("kubeconfig-elsewhere", {
+        "orchestratorSecrets": [{"name": "kc", "existingSecret": "other-cluster", "key": "config"}],
+        "config": {"orchestrator": {"kind": "kubernetes", "kubeconfig": "/etc/hale/secrets/orchestrator/kc"}}}),
     # The bundled Alertmanager sends to the receiver hale reads, by its name.
     Case("monitoring-receiver", {"monitoring": {"enabled": True},
                                  "config": {"alertmanager": {"receiver": "hale-prod"}}}),
@@ -315,7 +339,7 @@ REFUSED = [
      "storage.volume: one volume source, not hostPath, persistentVolumeClaim", False),
     ("hale config typo", {"config": {"nodeHealth": {"cordnBelow": 50}}}, "cordnBelow", True),
     ("unknown orchestrator", {"config": {"orchestrator": {"kind": "nomad"}}}, "/config/orchestrator/kind", True),
-    ("loopback listen", {"config": {"listen": "127.0.0.1:9470"}}, "is a loopback address", False),
+    ("loopback listen", {"config": {"listen": "127.0.0.1:9470"}}, "a pod listens on all its addresses", False),
     ("unknown disabled alert", {"prometheusRule": {"disabledAlerts": ["NoSuchAlert"]}},
      "NoSuchAlert is not one of hale's alerts", False),
     ("token file without Secret", {"apiToken": {"existingSecret": ""}}, "apiToken.existingSecret is empty", False),
@@ -462,6 +486,33 @@ REFUSED = [
      "/serviceMonitor/interval", True),
     ("a name no object may carry", {"nameOverride": "Hale_X"}, "/nameOverride", True),
     ("a full name over 63 characters", {"fullnameOverride": "h" * 64}, "/fullnameOverride", True),
+    ("a webhook secret named twice",
+     {"replicaCount": 1,
+      "webhookSecrets": [{"name": "oncall", "existingSecret": "a", "key": "s"},
+                         {"name": "oncall", "existingSecret": "b", "key": "s"}],
+      "config": {"nodeEventWebhooks": [{"url": "https://x.example/h", "secretFile": "/etc/hale/secrets/webhooks/oncall"}]}},
+     "webhookSecrets: oncall is named twice", False),
+    ("a loopback listen in IPv6", {"config": {"listen": "[::ffff:127.0.0.1]:9470"}},
+     "a pod listens on all its addresses", False),
+    ("one address of the pod's", {"config": {"listen": "10.0.0.5:9470"}}, "a pod listens on all its addresses", False),
+    ("a loopback Alertmanager in capitals", {"config": {"alertmanager": {"url": "http://LOCALHOST:9093"}}},
+     "hale would poll its own pod", False),
+    ("an Alertmanager at 0.0.0.0", {"config": {"alertmanager": {"url": "http://0.0.0.0:9093"}}},
+     "hale would poll its own pod", False),
+    ("an Alertmanager at the long loopback", {"config": {"alertmanager": {"url": "http://[0:0:0:0:0:0:0:1]:9093"}}},
+     "hale would poll its own pod", False),
+    ("a log level hale does not take", {"logLevel": "warning"}, "/logLevel", True),
+    ("a full name no Service may carry", {"fullnameOverride": "9hale"}, "begins with a digit", False),
+    ("a PDB no pod can pass", {"podDisruptionBudget": {"minAvailable": 2}}, "no hale pod could ever be evicted", False),
+    ("a PDB of every pod", {"podDisruptionBudget": {"minAvailable": "100%"}}, "podDisruptionBudget.minAvailable 100%", False),
+    ("the dcgm counters named as hale's configuration",
+     {"dcgmExporter": {"counters": {"enabled": True, "name": RELEASE}}}, "is hale's own ConfigMap", False),
+    ("the chart's own pod annotation", {"podAnnotations": {"checksum/config": "x"}},
+     "podAnnotations: checksum/config is the chart's own annotation", False),
+    ("the chart's own dashboard label", {"dashboard": {"labels": {"app.kubernetes.io/component": "x"}}},
+     "dashboard.labels: app.kubernetes.io/component is the chart's own label", False),
+    ("the namespace's default account", {"serviceAccount": {"create": True, "name": "default"}},
+     "serviceAccount.name default", False),
     ("dcgm counters in a bad namespace", {"dcgmExporter": {"counters": {"enabled": True, "namespace": "GPU_Operator"}}},
      "/dcgmExporter/counters/namespace", True),
 ]
@@ -523,6 +574,7 @@ def check_render(case, chart):
         raise Failure(f"{case.name}: {e}") from None
     for path, text in manifests.items():
         if path.endswith("NOTES.txt"):
+            case.notes = text
             continue
         try:
             case.docs += [d for d in yaml.load_all(text, Loader=StrictLoader) if d]
@@ -587,6 +639,11 @@ def check_hale_config(case, tmp):
     local = re.sub(r"(?m)^(\s*(?:-\s+)?(?:apiTokenFile|secretFile|tokenFile|passwordFile|bearerTokenFile):\s*)\S+", fake, local)
     local = re.sub(r"(?m)^(\s*(?:-\s+)?credentialsFile:\s*)\S+", fake_bmc, local)
     local = re.sub(r"(?m)^(\s*(?:-\s+)?caFile:\s*)\S+", fake_ca, local)
+    def fake_kubeconfig(m):
+        path = secrets / str(len(list(secrets.iterdir())))
+        path.write_text(FAKE_KUBECONFIG)
+        return f"{m.group(1)}{path}"
+    local = re.sub(r"(?m)^(\s*(?:-\s+)?kubeconfig:\s*)\S+", fake_kubeconfig, local)
     f = tmp / f"hale-{case.name}.yaml"
     f.write_text(local)
     # The image's programs hale runs (orchestrator.cli): stand-ins on PATH.
@@ -714,7 +771,9 @@ def check_rbac(case):
     orchestrator = helm_values(case)["config"].get("orchestrator") or {}
     # Only the Kubernetes orchestrator calls the API server: any other kind gets
     # no rights at all.
-    if orchestrator.get("kind", "none") != "kubernetes":
+    # Nor does a kubeconfig's: it names another cluster, and identity, for every
+    # call, the Lease's included.
+    if orchestrator.get("kind", "none") != "kubernetes" or orchestrator.get("kubeconfig"):
         granted = [d["kind"] for d in case.docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")]
         expect(not granted, f"{case.name}: orchestrator {orchestrator.get('kind', 'none')} is granted {granted}")
         return
@@ -728,6 +787,11 @@ def check_rbac(case):
            f"missing {sorted(CLUSTER_ACCESS - cluster)}")
     lease = access(case.one("Role"))
     expect(lease == LEASE_ACCESS, f"{case.name}: Role grants {sorted(lease)}")
+    lease_name = (orchestrator.get("lease") or {}).get("name") or "hale"
+    for rule in case.one("Role")["rules"]:
+        named = set(rule["verbs"]) <= LEASE_NAMED
+        expect(rule.get("resourceNames") == ([lease_name] if named else None),
+               f"{case.name}: the Lease rule {rule} should name {lease_name} exactly where it reads or renews")
     for kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
         b = case.one(kind)
         expect(b["roleRef"]["name"] == case.one(role_kind)["metadata"]["name"]
@@ -736,6 +800,16 @@ def check_rbac(case):
     for kind in ("Role", "RoleBinding"):
         expect(case.one(kind)["metadata"]["namespace"] == lease_namespace,
                f"{case.name}: the Lease {kind} is not in the Lease's namespace, {lease_namespace}")
+
+
+def check_notes(case):
+    orchestrator = helm_values(case)["config"].get("orchestrator") or {}
+    kind = orchestrator.get("kind", "none")
+    untouched = "changes nothing in the cluster" in case.notes
+    expect(untouched == (kind == "none" and "Observe" in case.notes),
+           f"{case.name}: NOTES, orchestrator {kind}: {case.notes}")
+    if kind != "none" and "mode observe" in case.notes:
+        expect("scheduling gate" in case.notes, f"{case.name}: NOTES does not say the gate acts in observe:\n{case.notes}")
 
 
 def check_monitoring_objects(case):
@@ -917,6 +991,7 @@ def main():
                     ("Deployment", check_deployment),
                     ("Services", check_services),
                     ("RBAC", check_rbac),
+                    ("NOTES", check_notes),
                     ("PrometheusRule, ServiceMonitor, dashboard", check_monitoring_objects),
                     ("promtool check rules", check_rules_promtool, tmp),
                     ("bundled Prometheus and Alertmanager", check_bundled_monitoring, tmp),

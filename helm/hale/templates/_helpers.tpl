@@ -107,14 +107,17 @@ values.config that must agree with how the pod is built. Renders nothing.
 {{- if not $listen }}
 {{- fail "config.listen must be set: hale's default, 127.0.0.1:9470, is unreachable from the Service and the probes" }}
 {{- end }}
-{{- if regexMatch "^(127\\.|localhost:|\\[::1\\]:)" $listen }}
-{{- fail (printf "config.listen %s is a loopback address: neither the Service nor the probes could reach hale; use 0.0.0.0:<port>" $listen) }}
+{{- /* A pod's own address is not known when the chart renders: it listens on
+     every address of the pod (IPv4 or IPv6), or the Service and the probes
+     cannot reach it. */}}
+{{- if not (regexMatch "^(0\\.0\\.0\\.0|\\[::\\]):[0-9]+$" $listen) }}
+{{- fail (printf "config.listen %s: a pod listens on all its addresses, or the Service and the probes may not reach it (a loopback one never; another the pod does not know it has); use 0.0.0.0:<port> or [::]:<port>" $listen) }}
 {{- end }}
 {{- if not .Values.monitoring.enabled }}
 {{- $am := $c.alertmanager | default dict }}
 {{- $amUrl := toString ($am.url | default "") }}
 {{- $webhookOnly := and (hasKey $am "pollInterval") (regexMatch "^(0|(0+(ms|s|m|h|d|w|y))+)$" (toString (index $am "pollInterval"))) }}
-{{- if and (not $webhookOnly) (or (not $amUrl) (regexMatch "^https?://(127\\.|localhost([:/]|$)|\\[::1\\])" $amUrl)) }}
+{{- if and (not $webhookOnly) (or (not $amUrl) (regexMatch "^https?://(127\\.|localhost\\.?([:/]|$)|0\\.0\\.0\\.0([:/]|$)|\\[(::1?|(0{1,4}:){7}0{0,3}1|::ffff:127\\.[0-9.]+)\\])" (lower $amUrl))) }}
 {{- fail (printf "config.alertmanager.url %s: hale would poll its own pod, where no Alertmanager runs (hale's default is http://127.0.0.1:9093); set it to your Alertmanager's Service, enable the bundled monitoring, or set config.alertmanager.pollInterval to 0 for webhook deliveries alone" (default "unset" $amUrl)) }}
 {{- end }}
 {{- end }}
@@ -140,7 +143,11 @@ values.config that must agree with how the pod is built. Renders nothing.
 {{- end }}
 {{- $mounted := list }}
 {{- range .Values.webhookSecrets }}
-{{- $mounted = append $mounted (printf "/etc/hale/secrets/webhooks/%s" .name) }}
+{{- $file := printf "/etc/hale/secrets/webhooks/%s" .name }}
+{{- if has $file $mounted }}
+{{- fail (printf "webhookSecrets: %s is named twice; each name is a file of its own" .name) }}
+{{- end }}
+{{- $mounted = append $mounted $file }}
 {{- end }}
 {{- range $i, $w := $c.nodeEventWebhooks | default list }}
 {{- if not (has (toString $w.secretFile) $mounted) }}
@@ -247,6 +254,35 @@ values.config that must agree with how the pod is built. Renders nothing.
 {{- if and .Values.rbac.create (eq $kind "kubernetes") (not .Values.serviceAccount.create) (not .Values.serviceAccount.name) }}
 {{- fail "serviceAccount.create false with rbac.create and orchestrator kubernetes: set serviceAccount.name; the chart will not bind hale's rights (Nodes, evictions, Machines) to the namespace's default account, which every pod that names none runs as" }}
 {{- end }}
+{{- if eq (toString .Values.serviceAccount.name) "default" }}
+{{- fail "serviceAccount.name default: the namespace's own account, which every pod that names none runs as; the chart neither creates it again nor binds hale's rights to it — name another" }}
+{{- end }}
+{{- /* A Service's name begins with a letter (DNS-1035), as the Deployment's
+     need not. */}}
+{{- if not (regexMatch "^[a-z]" (include "hale.fullname" .)) }}
+{{- fail (printf "the release's full name %s begins with a digit, which no Service name may: set fullnameOverride (or nameOverride, or a release name) beginning with a letter" (include "hale.fullname" .)) }}
+{{- end }}
+{{- with .Values.podDisruptionBudget }}
+{{- if and .enabled (gt (int $.Values.replicaCount) 1) }}
+{{- $min := toString .minAvailable }}
+{{- if not (regexMatch "^([0-9]+|[0-9]{1,2}%)$" $min) }}
+{{- fail (printf "podDisruptionBudget.minAvailable %s: a number of pods below replicaCount, or a percentage below 100%%" $min) }}
+{{- end }}
+{{- if and (not (hasSuffix "%" $min)) (ge (int $min) (int $.Values.replicaCount)) }}
+{{- fail (printf "podDisruptionBudget.minAvailable %s with replicaCount %d: no hale pod could ever be evicted, and every node drain that meets one would stall; keep it below replicaCount" $min (int $.Values.replicaCount)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- with .Values.dcgmExporter.counters }}
+{{- if and .enabled (eq (toString .name) (include "hale.fullname" $)) (eq (.namespace | default $.Release.Namespace) $.Release.Namespace) }}
+{{- fail (printf "dcgmExporter.counters.name %s is hale's own ConfigMap (its configuration): name the counters' another" .name) }}
+{{- end }}
+{{- end }}
+{{- range $key := list "checksum/config" }}
+{{- if hasKey ($.Values.podAnnotations | default dict) $key }}
+{{- fail (printf "podAnnotations: %s is the chart's own annotation (it restarts the pods when the configuration changes); use another key" $key) }}
+{{- end }}
+{{- end }}
 {{- /* Replicas elect a leader on the Kubernetes Lease or on the shared store;
      otherwise each acts on its own. */}}
 {{- if and (gt (int .Values.replicaCount) 1) (ne $kind "kubernetes") (ne $storeKind "nats") }}
@@ -315,7 +351,7 @@ values.config that must agree with how the pod is built. Renders nothing.
 {{- end }}
 {{- /* The labels that pick hale's pods are the chart's: one set again would
      change which pods the Deployment and the Services select. */}}
-{{- range $what, $labels := dict "podLabels" .Values.podLabels "serviceMonitor.additionalLabels" .Values.serviceMonitor.additionalLabels "prometheusRule.additionalLabels" .Values.prometheusRule.additionalLabels }}
+{{- range $what, $labels := dict "podLabels" .Values.podLabels "serviceMonitor.additionalLabels" .Values.serviceMonitor.additionalLabels "prometheusRule.additionalLabels" .Values.prometheusRule.additionalLabels "dashboard.labels" .Values.dashboard.labels }}
 {{- range $key := list "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/component" "app.kubernetes.io/version" "app.kubernetes.io/managed-by" "helm.sh/chart" }}
 {{- if hasKey ($labels | default dict) $key }}
 {{- fail (printf "%s: %s is the chart's own label (it picks hale's pods); use another key" $what $key) }}
