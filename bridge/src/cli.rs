@@ -486,13 +486,27 @@ pub fn run_backtest(verb: PolicyVerb) -> anyhow::Result<()> {
 /// `text` as a terminal may be given it: texts from alerts and reasons are anyone's,
 /// so a control character other than a line break or tab (an escape sequence that
 /// clears the screen or sets the title), or a bidirectional override (that shows
-/// one id as another), is written as `\u{..}`.
+/// one id as another), is written as `\u{..}` — and a backslash as `\\`, as the
+/// log writes it, so a text that spells `\u{202e}` out reads apart from one that
+/// holds the character.
 pub fn terminal(text: &str) -> std::borrow::Cow<'_, str> {
     let unsafe_char = |c: char| {
-        (c.is_control() && c != '\n' && c != '\t')
+        c == '\\'
+            || (c.is_control() && c != '\n' && c != '\t')
             || matches!(c, '\u{200e}' | '\u{200f}' | '\u{61c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
     };
-    hale::core::labels::escaped(text, unsafe_char)
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            c if unsafe_char(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 fn backtest_table(r: &hale::core::replay::Backtest, candidate: &str) -> String {
@@ -2067,6 +2081,8 @@ mod tests {
             ("bell\u{7} and CR\r", "bell\\u{7} and CR\\u{d}"),
             ("C1 \u{9b}31m", "C1 \\u{9b}31m"),
             ("id \u{202e}evil", "id \\u{202e}evil"),
+            // Spelled out, apart from the character.
+            ("typed \\u{202e}", "typed \\\\u{202e}"),
             ("émoji ✓", "émoji ✓"),
         ] {
             assert_eq!(terminal(text), shown, "{text:?}");

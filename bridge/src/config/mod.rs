@@ -642,6 +642,37 @@ thread_local! {
     static KIND: std::cell::Cell<OrchestratorKind> = const { std::cell::Cell::new(OrchestratorKind::None) };
 }
 
+/// What the file wrote of the keys a warning between two keys may blame, read
+/// again only when such a warning is due (a key left out is its default).
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Written {
+    #[serde(default)]
+    remediation: Option<WrittenRemediation>,
+    #[serde(default)]
+    node_identity: Option<WrittenIdentity>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WrittenRemediation {
+    #[serde(default)]
+    return_timeout: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WrittenIdentity {
+    #[serde(default)]
+    forget_after: Option<serde::de::IgnoredAny>,
+}
+
+impl Written {
+    fn read(source: &str) -> Written {
+        serde_saphyr::from_str(source).unwrap_or_default()
+    }
+}
+
 /// The first pass of [`Config::parse`]: only the orchestrator's kind.
 #[derive(Deserialize)]
 struct KindProbe {
@@ -882,8 +913,13 @@ impl Config {
             {
                 Some(field) => format!("`{field}` is required here"),
                 // A kind left empty (`kind:`) reads as the name `~`.
-                None => match said.strip_prefix("unknown variant `~`, expected ") {
-                    Some(names) => format!("empty: give it {names}"),
+                None => match said
+                    .strip_prefix("unknown variant `")
+                    .and_then(|rest| rest.split_once("`, expected "))
+                    .filter(|(name, _)| {
+                        name.trim().is_empty() || *name == "~" || name.eq_ignore_ascii_case("null")
+                    }) {
+                    Some((_, names)) => format!("empty: give it {names}"),
                     None => said.to_string(),
                 },
             };
@@ -1085,13 +1121,27 @@ impl Config {
             )
         };
         if self.node_identity.forget_after < named_again {
-            odd.push((
-                "nodeIdentity.forgetAfter".into(),
-                format!(
-                    "{}s is less than {by}: a node known from alerts alone may be retired while its alerts still fire, and a job failure older than it is not counted",
-                    self.node_identity.forget_after.as_secs_f64()
-                ),
-            ));
+            let wrote = Written::read(source)
+                .node_identity
+                .is_some_and(|n| n.forget_after.is_some());
+            let forget = self.node_identity.forget_after.as_secs_f64();
+            let then = "a node known from alerts alone may be retired while its alerts still fire, and a job failure older than it is not counted";
+            odd.push(if wrote || am.poll_interval.is_zero() {
+                (
+                    "nodeIdentity.forgetAfter".into(),
+                    format!(
+                        "{forget}s{} is less than {by}: {then}",
+                        if wrote { "" } else { " (the default)" }
+                    ),
+                )
+            } else {
+                (
+                    "alertmanager.pollInterval".into(),
+                    format!(
+                        "{by} is more than nodeIdentity.forgetAfter ({forget}s, the default): {then}"
+                    ),
+                )
+            });
         }
         let labels = &self.node_identity.labels;
         for (i, label) in labels.iter().enumerate() {
@@ -1191,6 +1241,19 @@ impl Config {
                     ),
                 ));
             }
+            for (name, value) in &node.labels {
+                if name.trim().is_empty() {
+                    return Err(err(
+                        &format!("inventory[{i}].labels"),
+                        "a label with no name: no selector can ask for it".into(),
+                    ));
+                }
+                if let Some(why) = unmatchable("label name", name)
+                    .or_else(|| unmatchable(&format!("value of {}", name.trim()), value))
+                {
+                    return Err(err(&format!("inventory[{i}].labels"), why));
+                }
+            }
             if node.id.trim() != node.id {
                 return Err(err(
                     &format!("inventory[{i}].id"),
@@ -1250,26 +1313,29 @@ impl Config {
         // once their configured heartbeat is missed — said where a reboot can
         // happen at all (a BMC, an orchestrator, the flow configured), and of the
         // key the file wrote: returnTimeout, else the heartbeat's.
-        let reboots = self.remediation != RemediationConfig::default()
-            || self.bmc.credentials_file.is_some()
+        let written = std::cell::OnceCell::new();
+        let written = || written.get_or_init(|| Written::read(source));
+        let machines = self.bmc.credentials_file.is_some()
             || self.bmc.address_template.is_some()
             || self.inventory.iter().any(|n| n.bmc.is_some())
             || self.orchestrator != OrchestratorConfig::None;
-        let wrote_return =
-            self.remediation.return_timeout != RemediationConfig::default().return_timeout;
         let blocks = std::iter::once(("nodeHealth".to_string(), &self.node_health)).chain(
             self.pools
                 .iter()
                 .enumerate()
                 .map(|(i, p)| (format!("pools[{i}].nodeHealth"), &p.node_health)),
         );
-        for (s, (at, written)) in std::iter::once(&cluster_settings)
+        for (s, (at, block)) in std::iter::once(&cluster_settings)
             .chain(pools.iter().map(|p: &Pool| &p.settings))
             .zip(blocks)
-            .filter(|_| reboots)
         {
             let missed = s.miss_after(s.report_interval);
-            if remediation.return_timeout <= missed {
+            if remediation.return_timeout <= missed && (machines || written().remediation.is_some())
+            {
+                let wrote_return = written()
+                    .remediation
+                    .as_ref()
+                    .is_some_and(|r| r.return_timeout.is_some());
                 let wrote = |at: &str, w: &NodeHealthOverrides| {
                     if w.report_interval_seconds.is_some() {
                         Some(format!("{at}.reportIntervalSeconds"))
@@ -1280,7 +1346,7 @@ impl Config {
                 };
                 let key = Some("remediation.returnTimeout".to_string())
                     .filter(|_| wrote_return)
-                    .or_else(|| wrote(&at, written))
+                    .or_else(|| wrote(&at, block))
                     .or_else(|| wrote("nodeHealth", &self.node_health))
                     .unwrap_or_else(|| "remediation.returnTimeout".into());
                 let who = if s.name == "cluster" {
@@ -2236,6 +2302,20 @@ mod tests {
                 "orchestrator: { kind: slurm }\npools:\n  - name: a\n    selector: {p: a}\n    nodeHealth:\n      heartbeatMissThreshold: 50\n",
                 "pools[0].nodeHealth.heartbeatMissThreshold",
             ),
+            // Written as its default, it is still what the file wrote; a
+            // remediation block of defaults is the flow configured.
+            (
+                "remediation: { returnTimeout: 15m }\nnodeHealth: { reportIntervalSeconds: 900 }",
+                "remediation.returnTimeout",
+            ),
+            (
+                "remediation: {}\nnodeHealth:\n  reportIntervalSeconds: 900\n",
+                "nodeHealth.reportIntervalSeconds",
+            ),
+            (
+                "alertmanager: { pollInterval: 3d }",
+                "alertmanager.pollInterval",
+            ),
             ("listen: 0.0.0.0:9470", "listen"),
             (
                 "nodeIdentity: { forgetAfter: 1m }",
@@ -2412,6 +2492,16 @@ mod tests {
             ),
             (
                 "store: { kind: }",
+                "store.kind",
+                "empty: give it one of sqlite, nats",
+            ),
+            (
+                "store: { kind: '' }",
+                "store.kind",
+                "empty: give it one of sqlite, nats",
+            ),
+            (
+                "store: { kind: null }",
                 "store.kind",
                 "empty: give it one of sqlite, nats",
             ),
@@ -2739,6 +2829,14 @@ mod tests {
             (
                 "remediation: { failureDomainLabel: ' rack' }",
                 "remediation.failureDomainLabel",
+            ),
+            (
+                "inventory: [{ id: a1, labels: { pool: ' gpu' } }]",
+                "inventory[0].labels",
+            ),
+            (
+                "inventory: [{ id: a1, labels: { ' pool': gpu } }]",
+                "inventory[0].labels",
             ),
             ("store: { kind: nats }", "store.nats"),
             (
