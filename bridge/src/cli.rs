@@ -27,7 +27,7 @@ const LEADER_ATTEMPTS: u64 = 5;
 #[derive(Parser, Debug)]
 #[command(
     name = "hale",
-    version,
+    version = hale::VERSION,
     about = "Prometheus alerts in, node health out"
 )]
 pub struct Cli {

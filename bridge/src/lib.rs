@@ -26,6 +26,17 @@ pub mod store;
 pub mod ui;
 pub mod view;
 
+/// The version and the commit hale was built from (`0.1.0 (3f2a9c1b7e04 2026-12-07)`):
+/// `hale --version`, and `hale_build_info` on `/metrics`.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("HALE_COMMIT"),
+    " ",
+    env!("HALE_COMMIT_DATE"),
+    ")"
+);
+
 /// Awaiting a blocking task: its panic is carried on; cancelled — which happens
 /// only while the runtime shuts down, dropping the task that awaits it too — it
 /// never returns, where unwrapping the error would abort the process on its way

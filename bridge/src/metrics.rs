@@ -26,6 +26,13 @@ use crate::notify::WebhookMetrics;
 use crate::orchestrator::{Orchestrator, OrchestratorError};
 use crate::store::StoreError;
 
+/// `hale_build_info`'s labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: String,
+    pub commit: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
     pub result: String,
@@ -276,6 +283,18 @@ impl Metrics {
             "hale_leader",
             "1 while this replica leads: only the leader acts and publishes node series",
             m.leader.clone(),
+        );
+        let build = Family::<BuildLabels, Gauge>::default();
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").into(),
+                commit: env!("HALE_COMMIT").into(),
+            })
+            .set(1);
+        registry.register(
+            "hale_build_info",
+            "1, labelled with the version and the commit this hale was built from",
+            build,
         );
         registry.register(
             "hale_ready",

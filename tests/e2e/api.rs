@@ -670,6 +670,27 @@ async fn metrics_pass_promtool_and_follow_the_node() {
     } else {
         panic!("promtool is not installed: run tests/run.sh");
     }
+    // Which build answers, as `hale --version` says it: a rolling upgrade tells
+    // its replicas apart.
+    let version = Command::new(env!("CARGO_BIN_EXE_hale"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let version = String::from_utf8_lossy(&version.stdout);
+    let commit = version
+        .trim()
+        .strip_prefix(&format!("hale {} (", env!("CARGO_PKG_VERSION")))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("{version}"));
+    assert_eq!(
+        metric(
+            &text,
+            "hale_build_info",
+            &[("version", env!("CARGO_PKG_VERSION")), ("commit", commit)]
+        ),
+        Some(1.0),
+        "{text}"
+    );
     let node = r#"node_id="rack1/n:3",cluster="default""#;
     assert!(
         text.contains(&format!("hale_node_reliability_score{{{node}}} 60")),

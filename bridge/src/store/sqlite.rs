@@ -381,6 +381,13 @@ impl Sqlite {
                 let last = tx.last_insert_rowid();
                 let first = last - rows.len() as i64 + 1;
                 ids.extend((first..=last).map(|seq| epochs.id(seq)));
+                // How far this version numbered: what an earlier one (a rollback)
+                // numbers past it is told apart at the next start.
+                tx.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('numbered', ?1)",
+                    params![last.to_string()],
+                )
+                .op("write the event numbering")?;
             }
             tx.execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES ('trust', ?1)",
@@ -496,6 +503,14 @@ impl Sqlite {
         } else {
             1
         };
+        let numbered: Option<i64> = self
+            .conn
+            .query_row("SELECT value FROM meta WHERE key = 'numbered'", [], |r| {
+                r.get::<_, String>(0)
+            })
+            .optional()
+            .op("read the event numbering")?
+            .and_then(|n| n.parse().ok());
         let tx = self.conn.transaction().op("begin")?;
         tx.execute_batch(EPOCHS).op("create the event epochs")?;
         // The first run's prefix is the store's: ids given before runs were told
@@ -505,6 +520,16 @@ impl Sqlite {
             params![self.instance],
         )
         .op("write the event epochs")?;
+        // Events numbered past this version's last write were an earlier
+        // version's, run on the store meanwhile (a rollback): they keep the ids it
+        // gave them, the store's own prefix, not the last run's of this version.
+        if let Some(n) = numbered.filter(|n| n + 1 < next) {
+            tx.execute(
+                "INSERT OR REPLACE INTO epochs (first_seq, instance) VALUES (?1, ?2)",
+                params![n + 1, self.instance],
+            )
+            .op("write the event epochs")?;
+        }
         tx.execute(
             "INSERT OR REPLACE INTO epochs (first_seq, instance) VALUES (?1, ?2)",
             params![next, new_instance_id()],
@@ -1814,6 +1839,31 @@ mod tests {
                 (after[0].clone(), "after".to_string())
             ]
         );
+        // An earlier version run on the store meanwhile (a rollback) numbers on
+        // under the store's own prefix, as it shows them: the next run of this
+        // version keeps those ids, and its own before and after.
+        let before = shown("n1");
+        let store = Sqlite::open(dir.path()).unwrap();
+        let instance = store.instance.clone();
+        store
+            .conn
+            .execute(
+                "INSERT INTO events (node_id, type, occurred_at, body) SELECT node_id, type, occurred_at, body FROM events WHERE node_id = 'n1' ORDER BY seq DESC LIMIT 1",
+                [],
+            )
+            .unwrap();
+        let rolled_back = store.conn.last_insert_rowid();
+        drop(store);
+        let again = run("again");
+        let now = shown("n1");
+        assert_eq!(now[..before.len()], before[..], "ids given before stay");
+        assert_eq!(
+            now[before.len()].0,
+            format!("{instance}-{rolled_back}"),
+            "as the earlier version gave it"
+        );
+        assert_eq!(now[before.len() + 1].0, again[0]);
+        assert!(!again[0].starts_with(&format!("{instance}-")), "{again:?}");
         // A store written before runs were told apart: its events keep the ids
         // its instance gave them.
         let store = Sqlite::open(dir.path()).unwrap();
