@@ -258,7 +258,7 @@ CASES = [
     # outside hale, so nothing acts twice.
     Case("cordon-without-bmc", {"config": {"nodeHealth": {"mode": "cordon"}}}),
     # Fuzzball on one replica, its token from a Secret.
-    Case("fuzzball", {"replicaCount": 1,
+    Case("fuzzball", {"replicaCount": 1, "logLevel": "Info,hale=Debug",
                       "orchestratorSecrets": [{"name": "fuzzball-token", "existingSecret": "hale-fuzzball",
                                                "key": "token"}],
                       "config": {"orchestrator": {"kind": "fuzzball", "url": "https://fuzzball.example.com/v4",
@@ -505,6 +505,8 @@ REFUSED = [
     ("a full name no Service may carry", {"fullnameOverride": "9hale"}, "begins with a digit", False),
     ("a PDB no pod can pass", {"podDisruptionBudget": {"minAvailable": 2}}, "no hale pod could ever be evicted", False),
     ("a PDB of every pod", {"podDisruptionBudget": {"minAvailable": "100%"}}, "podDisruptionBudget.minAvailable 100%", False),
+    ("a PDB of every pod, rounded up", {"podDisruptionBudget": {"minAvailable": "60%"}},
+     "podDisruptionBudget.minAvailable 60% with replicaCount 2", False),
     ("the dcgm counters named as hale's configuration",
      {"dcgmExporter": {"counters": {"enabled": True, "name": RELEASE}}}, "is hale's own ConfigMap", False),
     ("the chart's own pod annotation", {"podAnnotations": {"checksum/config": "x"}},

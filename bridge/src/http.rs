@@ -1793,7 +1793,6 @@ mod tests {
         assert_eq!(&body[..], b"4096");
     }
 
-    /// The chunks a channel receives, as a stream.
     /// A request that posts a body to the API without the token is answered
     /// before any of it is read or given room — one whose body never ends, too —
     /// and one with the token is read.
@@ -1809,6 +1808,7 @@ mod tests {
             (WEBHOOK_PATH, Some("1000000")),
             (WEBHOOK_PATH, None),
             ("/api/v1/nodes/n1/cordon", Some("100")),
+            ("/api/v1/nodes/n1/failures", None),
             ("/-/reload", None),
         ] {
             let mut request = axum::extract::Request::post(path);
@@ -1835,6 +1835,7 @@ mod tests {
         assert_eq!(answer.status(), StatusCode::NOT_FOUND, "read and answered");
     }
 
+    /// The chunks a channel receives, as a stream.
     fn tokio_stream_of<T: Send + 'static>(
         mut chunks: tokio::sync::mpsc::Receiver<T>,
     ) -> impl futures::Stream<Item = T> + Send {

@@ -322,7 +322,7 @@ async fn bad_webhook_input_changes_nothing() {
             &[("code", "401")]
         ),
         Some(2.0),
-        "refused before their bodies were read, and counted: {metrics}"
+        "refused deliveries counted: {metrics}"
     );
     // The node-less alert arrives by its own webhook group or the next poll,
     // whichever is first: wait for it to be counted.

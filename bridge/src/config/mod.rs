@@ -669,7 +669,22 @@ struct WrittenIdentity {
 
 impl Written {
     fn read(source: &str) -> Written {
-        serde_saphyr::from_str(source).unwrap_or_default()
+        serde_saphyr::from_str_with_options(source, yaml_options()).unwrap_or_default()
+    }
+}
+
+/// The YAML reader's limits for a configuration: the parser's default budget
+/// (250,000 YAML nodes) is under a static inventory of 100,000 nodes with labels;
+/// aliases stay bounded as before.
+fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_nodes: MAX_YAML_NODES,
+            max_events: 2 * MAX_YAML_NODES,
+            // One anchor (`&gpu`) named by every entry of an inventory is
+            // fine; the alias replay limit still stops an alias bomb.
+            enforce_alias_anchor_ratio: false,
+        },
     }
 }
 
@@ -930,26 +945,13 @@ impl Config {
                 message,
             }
         };
-        // The parser's default budget (250,000 YAML nodes) is under a static
-        // inventory of 100,000 nodes with labels; aliases stay bounded as before.
-        let options = || {
-            serde_saphyr::options! {
-                budget: serde_saphyr::budget! {
-                    max_nodes: MAX_YAML_NODES,
-                    max_events: 2 * MAX_YAML_NODES,
-                    // One anchor (`&gpu`) named by every entry of an inventory is
-                    // fine; the alias replay limit still stops an alias bomb.
-                    enforce_alias_anchor_ratio: false,
-                },
-            }
-        };
-        let kind = serde_saphyr::from_str_with_options::<KindProbe>(source, options())
+        let kind = serde_saphyr::from_str_with_options::<KindProbe>(source, yaml_options())
             .map_err(located)?
             .orchestrator
             .map(|o| o.kind)
             .unwrap_or_default();
         KIND.set(kind);
-        serde_saphyr::from_str_with_options::<Config>(source, options()).map_err(located)
+        serde_saphyr::from_str_with_options::<Config>(source, yaml_options()).map_err(located)
     }
 
     /// Validate what serde cannot check and resolve per-pool settings.

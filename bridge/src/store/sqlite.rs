@@ -503,14 +503,16 @@ impl Sqlite {
         } else {
             1
         };
-        let numbered: Option<i64> = self
-            .conn
-            .query_row("SELECT value FROM meta WHERE key = 'numbered'", [], |r| {
-                r.get::<_, String>(0)
-            })
-            .optional()
-            .op("read the event numbering")?
-            .and_then(|n| n.parse().ok());
+        let meta = |key: &str| -> Result<Option<String>> {
+            self.conn
+                .query_row("SELECT value FROM meta WHERE key = ?1", params![key], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .op("read the event numbering")
+        };
+        let numbered: Option<i64> = meta("numbered")?.and_then(|n| n.parse().ok());
+        let own = meta("epoch")?.unwrap_or_default();
         let tx = self.conn.transaction().op("begin")?;
         tx.execute_batch(EPOCHS).op("create the event epochs")?;
         // The first run's prefix is the store's: ids given before runs were told
@@ -520,21 +522,41 @@ impl Sqlite {
             params![self.instance],
         )
         .op("write the event epochs")?;
-        // Events numbered past this version's last write were an earlier
+        // Events numbered past where this version's runs got to were an earlier
         // version's, run on the store meanwhile (a rollback): they keep the ids it
-        // gave them, the store's own prefix, not the last run's of this version.
+        // gave them. One that knew no prefixes gave the store's own, not the last
+        // run's of this version (whose row, where that run recorded nothing, sits
+        // where they begin: replaced); one that knew them began a row of its own
+        // there, which stays.
         if let Some(n) = numbered.filter(|n| n + 1 < next) {
-            tx.execute(
-                "INSERT OR REPLACE INTO epochs (first_seq, instance) VALUES (?1, ?2)",
-                params![n + 1, self.instance],
-            )
-            .op("write the event epochs")?;
+            let foreign: Option<i64> = tx
+                .query_row(
+                    "SELECT MIN(first_seq) FROM epochs WHERE first_seq > ?1 AND first_seq < ?2 AND instance NOT IN (?3, ?4)",
+                    params![n, next, own, self.instance],
+                    |r| r.get(0),
+                )
+                .op("read the event epochs")?;
+            if foreign != Some(n + 1) {
+                tx.execute(
+                    "INSERT OR REPLACE INTO epochs (first_seq, instance) VALUES (?1, ?2)",
+                    params![n + 1, self.instance],
+                )
+                .op("write the event epochs")?;
+            }
         }
+        let epoch = new_instance_id();
         tx.execute(
             "INSERT OR REPLACE INTO epochs (first_seq, instance) VALUES (?1, ?2)",
-            params![next, new_instance_id()],
+            params![next, epoch],
         )
         .op("write the event epochs")?;
+        // Where this run begins, and under which prefix: a run that records
+        // nothing still says how far this version's numbering got.
+        tx.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('numbered', ?1), ('epoch', ?2)",
+            params![(next - 1).to_string(), epoch],
+        )
+        .op("write the event numbering")?;
         tx.commit().op("commit")?;
         self.epochs = Epochs::read(&self.conn, &self.instance)?;
         Ok(())
@@ -1864,6 +1886,47 @@ mod tests {
         );
         assert_eq!(now[before.len() + 1].0, again[0]);
         assert!(!again[0].starts_with(&format!("{instance}-")), "{again:?}");
+        // The same after a run of this version that recorded nothing, and after an
+        // earlier version that gave its runs prefixes of its own: its ids stay.
+        let recorded_by_an_earlier = |prefix: Option<&str>| -> String {
+            let store = Sqlite::open(dir.path()).unwrap();
+            let next: i64 = store
+                .conn
+                .query_row("SELECT MAX(seq) + 1 FROM events", [], |r| r.get(0))
+                .unwrap();
+            if let Some(prefix) = prefix {
+                store
+                    .conn
+                    .execute(
+                        "INSERT OR REPLACE INTO epochs (first_seq, instance) VALUES (?1, ?2)",
+                        params![next, prefix],
+                    )
+                    .unwrap();
+            }
+            store
+                .conn
+                .execute(
+                    "INSERT INTO events (node_id, type, occurred_at, body) SELECT node_id, type, occurred_at, body FROM events WHERE node_id = 'n1' ORDER BY seq DESC LIMIT 1",
+                    [],
+                )
+                .unwrap();
+            format!("{}-{next}", prefix.unwrap_or(&instance))
+        };
+        let ids = || -> Vec<String> { shown("n1").into_iter().map(|(id, _)| id).collect() };
+        let first = recorded_by_an_earlier(None);
+        drop(Sqlite::open_pair(dir.path()).unwrap());
+        let second = recorded_by_an_earlier(None);
+        run("later");
+        let later = ids();
+        assert_eq!(
+            later[later.len() - 3..later.len() - 1],
+            [first, second],
+            "{later:?}"
+        );
+        let aware = recorded_by_an_earlier(Some("0ld0ld00"));
+        run("last");
+        let last = ids();
+        assert_eq!(last[last.len() - 2], aware, "{last:?}");
         // A store written before runs were told apart: its events keep the ids
         // its instance gave them.
         let store = Sqlite::open(dir.path()).unwrap();

@@ -254,8 +254,9 @@ values.config that must agree with how the pod is built. Renders nothing.
 {{- if and .Values.rbac.create (eq $kind "kubernetes") (not .Values.serviceAccount.create) (not .Values.serviceAccount.name) }}
 {{- fail "serviceAccount.create false with rbac.create and orchestrator kubernetes: set serviceAccount.name; the chart will not bind hale's rights (Nodes, evictions, Machines) to the namespace's default account, which every pod that names none runs as" }}
 {{- end }}
-{{- if eq (toString .Values.serviceAccount.name) "default" }}
-{{- fail "serviceAccount.name default: the namespace's own account, which every pod that names none runs as; the chart neither creates it again nor binds hale's rights to it — name another" }}
+{{- $rbac := and .Values.rbac.create (eq $kind "kubernetes") (not ($c.orchestrator | default dict).kubeconfig) }}
+{{- if and (eq (toString .Values.serviceAccount.name) "default") (or .Values.serviceAccount.create $rbac) }}
+{{- fail "serviceAccount.name default: the namespace's own account, which every pod that names none runs as; the chart neither creates it again nor binds hale's rights to it — name another (or, creating none and binding none, leave the name empty)" }}
 {{- end }}
 {{- /* A Service's name begins with a letter (DNS-1035), as the Deployment's
      need not. */}}
@@ -268,8 +269,14 @@ values.config that must agree with how the pod is built. Renders nothing.
 {{- if not (regexMatch "^([0-9]+|[0-9]{1,2}%)$" $min) }}
 {{- fail (printf "podDisruptionBudget.minAvailable %s: a number of pods below replicaCount, or a percentage below 100%%" $min) }}
 {{- end }}
-{{- if and (not (hasSuffix "%" $min)) (ge (int $min) (int $.Values.replicaCount)) }}
-{{- fail (printf "podDisruptionBudget.minAvailable %s with replicaCount %d: no hale pod could ever be evicted, and every node drain that meets one would stall; keep it below replicaCount" $min (int $.Values.replicaCount)) }}
+{{- $replicas := int $.Values.replicaCount }}
+{{- /* Kubernetes rounds a percentage up: 60% of 2 pods is both. */}}
+{{- $pods := int $min }}
+{{- if hasSuffix "%" $min }}
+{{- $pods = div (add (mul (int (trimSuffix "%" $min)) $replicas) 99) 100 }}
+{{- end }}
+{{- if ge $pods $replicas }}
+{{- fail (printf "podDisruptionBudget.minAvailable %s with replicaCount %d: no hale pod could ever be evicted, and every node drain that meets one would stall; keep it below replicaCount" $min $replicas) }}
 {{- end }}
 {{- end }}
 {{- end }}

@@ -4063,6 +4063,8 @@ fn manual_operations_record_events_and_refuse_what_cannot_be() {
             "a NODE_CORDONED operator",
             "b NODE_CORDONED operator",
             "b NODE_DRAINED operator active=false",
+            // The drain's reason, not the cordon's, is why a is out now.
+            "a NODE_CORDONED operator",
             "a NODE_DRAINED operator active=true",
         ]
     );
