@@ -1524,7 +1524,7 @@ pub fn node_detail(n: &NodeView) -> String {
         };
         let _ = writeln!(
             o,
-            "Cordoned:  by {} at {}{drained}{reason}",
+            "Cordoned:  by {} at {}{reason}{drained}",
             c.by.as_str(),
             c.at.to_rfc3339(),
         );
@@ -2004,7 +2004,10 @@ mod tests {
         );
         // A cordon asked for without a reason shows none, not an empty one.
         let mut cordoned = view("disk_degraded");
-        for (reason, shown) in [("", "drained\n"), ("BIOS update", "drained: BIOS update\n")] {
+        for (reason, shown) in [
+            ("", "+00:00, drained\n"),
+            ("BIOS update", "+00:00: BIOS update, drained\n"),
+        ] {
             cordoned.cordon = serde_json::from_value(serde_json::json!({
                 "by": "operator", "reason": reason, "at": "2026-12-01T00:00:00Z", "drained": true
             }))

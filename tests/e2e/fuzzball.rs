@@ -421,7 +421,7 @@ async fn fuzzball_inventory_cordons_drains_and_operators_through_the_cli() {
     );
     let shown = hale.cli(&["node", "show", "c3"]);
     let shown = String::from_utf8_lossy(&shown.stdout);
-    assert!(shown.contains(", drain refused: "), "{shown}");
+    assert!(shown.contains(": maintenance, drain refused\n"), "{shown}");
     assert!(!fake.log().contains("off spec"), "{}", fake.log());
 }
 

@@ -100,9 +100,6 @@ impl Fleet {
                 reason: reason.into(),
             });
             out.events.push(cordoned_by_operator(id, now, reason));
-        } else if new_reason(node, reason) {
-            // The drain's reason is why the node is out now.
-            out.events.push(cordoned_by_operator(id, now, reason));
         }
         let cordon = node.policy.cordon.as_mut().expect("taken out above");
         cordon.drain();
@@ -221,9 +218,9 @@ impl Fleet {
 }
 
 /// The event of an operator's cordon (its own, or the one a drain begins with).
-/// An operator's cordon given a reason again (a second cordon's, a drain's): a
-/// new one replaces the old, on the node too; the same one, or none, changes
-/// nothing. Whether it changed.
+/// An operator's cordon given a reason again by a second cordon: a new one
+/// replaces the old, on the node too; the same one, or none, changes nothing.
+/// Whether it changed.
 fn new_reason(node: &mut Node, reason: &str) -> bool {
     let Some(cordon) = node
         .policy

@@ -3330,43 +3330,6 @@ fn the_replacement_hold_follows_the_name_and_then_ends() {
     assert_eq!(s.node("k6").policy.replaced_at, None);
 }
 
-/// A drain of a node the operator cordoned, with a reason of its own: that
-/// reason is why the node is out now, as a second cordon's would be; none keeps
-/// the cordon's.
-#[test]
-fn an_operators_drain_with_a_reason_of_its_own_says_why_the_node_is_out() {
-    let mut s = script("");
-    s.at(0)
-        .poll(&[watchdog(), heartbeat("n1"), heartbeat("n2")]);
-    for id in ["n1", "n2"] {
-        let out = s.fleet.cordon(s.now, id, "rack move").unwrap();
-        s.record(out);
-    }
-    s.took();
-    let out = s.fleet.drain(s.now, "n1", true, "failing disk").unwrap();
-    s.record(out);
-    let out = s.fleet.drain(s.now, "n2", true, "").unwrap();
-    s.record(out);
-    let reason = |s: &Script, id: &str| s.node(id).policy.cordon.as_ref().unwrap().reason.clone();
-    assert_eq!(reason(&s, "n1"), "failing disk");
-    assert_eq!(reason(&s, "n2"), "rack move");
-    let cordons: Vec<&str> = s
-        .events
-        .iter()
-        .filter(|e| matches!(e.kind, EventKind::NodeCordoned { .. }))
-        .map(|e| e.node_id.as_str())
-        .collect();
-    assert_eq!(cordons, ["n1"]);
-    assert!(
-        s.node("n1").policy.pending.iter().any(|p| p.action
-            == policy::Action::Cordon {
-                by: policy::Actor::Operator,
-                reason: "failing disk".into()
-            }),
-        "on the node too"
-    );
-}
-
 #[test]
 fn replace_spares_nodes_hale_did_not_take_out_or_did_not_provision() {
     let mut s = pool_script("replace");
@@ -4063,8 +4026,6 @@ fn manual_operations_record_events_and_refuse_what_cannot_be() {
             "a NODE_CORDONED operator",
             "b NODE_CORDONED operator",
             "b NODE_DRAINED operator active=false",
-            // The drain's reason, not the cordon's, is why a is out now.
-            "a NODE_CORDONED operator",
             "a NODE_DRAINED operator active=true",
         ]
     );
