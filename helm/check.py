@@ -257,6 +257,9 @@ CASES = [
     # Two replicas in mode cordon with orchestrator none and no BMC: nothing acts
     # outside hale, so nothing acts twice.
     Case("cordon-without-bmc", {"config": {"nodeHealth": {"mode": "cordon"}}}),
+    # A pool that acts while the cluster observes: NOTES names it.
+    Case("pool-drains", {"config": {"orchestrator": {"kind": "kubernetes"}, "pools": [
+        {"name": "gpu", "selector": {"pool": "gpu"}, "nodeHealth": {"mode": "drain"}}]}}),
     # Fuzzball on one replica, its token from a Secret.
     Case("fuzzball", {"replicaCount": 1, "logLevel": "Info,hale=Debug",
                       "orchestratorSecrets": [{"name": "fuzzball-token", "existingSecret": "hale-fuzzball",
@@ -501,14 +504,33 @@ REFUSED = [
      "hale would poll its own pod", False),
     ("an Alertmanager at the long loopback", {"config": {"alertmanager": {"url": "http://[0:0:0:0:0:0:0:1]:9093"}}},
      "hale would poll its own pod", False),
-    ("a log level hale does not take", {"logLevel": "warning"}, "/logLevel", True),
+    ("a log level hale does not take", {"logLevel": "warning"}, "`warning` is no level", False),
+    ("a log level hale does not take, among others", {"logLevel": " info , Warning"}, "`Warning` is no level", False),
+    ("a loopback Alertmanager in decimal", {"config": {"alertmanager": {"url": "http://2130706433:9093"}}},
+     "hale would poll its own pod", False),
+    ("a loopback Alertmanager in hex", {"config": {"alertmanager": {"url": "http://0x7f000001:9093"}}},
+     "hale would poll its own pod", False),
+    ("a loopback Alertmanager in IPv6 zeros", {"config": {"alertmanager": {"url": "http://[0::1]:9093"}}},
+     "hale would poll its own pod", False),
+    ("a mapped loopback Alertmanager", {"config": {"alertmanager": {"url": "http://[::ffff:7f00:1]:9093"}}},
+     "hale would poll its own pod", False),
+    ("an Alertmanager at 0", {"config": {"alertmanager": {"url": "http://0:9093"}}}, "hale would poll its own pod", False),
+    ("a PDB with a leading zero", {"replicaCount": 3, "podDisruptionBudget": {"minAvailable": "09"}},
+     "podDisruptionBudget.minAvailable 09", False),
+    ("the dcgm counters named as the dashboards",
+     {"dcgmExporter": {"counters": {"enabled": True, "name": f"{RELEASE}-dashboards"}}},
+     "is one of the chart's own ConfigMaps", False),
+    ("an empty kubeconfig", {"config": {"orchestrator": {"kind": "kubernetes", "kubeconfig": ""}}},
+     "config.orchestrator.kubeconfig is empty", False),
+    ("a lease name no object may carry", {"config": {"orchestrator": {"kind": "kubernetes", "lease": {"name": "kube-system/hale"}}}},
+     "is not a Kubernetes object name", False),
     ("a full name no Service may carry", {"fullnameOverride": "9hale"}, "begins with a digit", False),
     ("a PDB no pod can pass", {"podDisruptionBudget": {"minAvailable": 2}}, "no hale pod could ever be evicted", False),
     ("a PDB of every pod", {"podDisruptionBudget": {"minAvailable": "100%"}}, "podDisruptionBudget.minAvailable 100%", False),
     ("a PDB of every pod, rounded up", {"podDisruptionBudget": {"minAvailable": "60%"}},
      "podDisruptionBudget.minAvailable 60% with replicaCount 2", False),
     ("the dcgm counters named as hale's configuration",
-     {"dcgmExporter": {"counters": {"enabled": True, "name": RELEASE}}}, "is hale's own ConfigMap", False),
+     {"dcgmExporter": {"counters": {"enabled": True, "name": RELEASE}}}, "is one of the chart's own ConfigMaps", False),
     ("the chart's own pod annotation", {"podAnnotations": {"checksum/config": "x"}},
      "podAnnotations: checksum/config is the chart's own annotation", False),
     ("the chart's own dashboard label", {"dashboard": {"labels": {"app.kubernetes.io/component": "x"}}},
@@ -807,11 +829,20 @@ def check_rbac(case):
 def check_notes(case):
     orchestrator = helm_values(case)["config"].get("orchestrator") or {}
     kind = orchestrator.get("kind", "none")
+    config = helm_values(case)["config"]
+    modes = {(config.get("nodeHealth") or {}).get("mode", "observe")} | {
+        ((p.get("nodeHealth") or {}).get("mode") or (config.get("nodeHealth") or {}).get("mode", "observe"))
+        for p in config.get("pools") or []}
     untouched = "changes nothing in the cluster" in case.notes
-    expect(untouched == (kind == "none" and "Observe" in case.notes),
-           f"{case.name}: NOTES, orchestrator {kind}: {case.notes}")
+    expect(untouched == (kind == "none" and modes == {"observe"} and not isinstance(config.get("fencing"), dict)),
+           f"{case.name}: NOTES, orchestrator {kind}, modes {modes}: {case.notes}")
     if kind != "none" and "mode observe" in case.notes:
-        expect("scheduling gate" in case.notes, f"{case.name}: NOTES does not say the gate acts in observe:\n{case.notes}")
+        expect("scheduling gate" in case.notes or "Pools that act" in case.notes,
+               f"{case.name}: NOTES does not say the gate acts in observe:\n{case.notes}")
+    for pool in config.get("pools") or []:
+        mode = (pool.get("nodeHealth") or {}).get("mode")
+        if mode and mode != "observe":
+            expect(f"{pool['name']} ({mode})" in case.notes, f"{case.name}: NOTES does not name pool {pool['name']}:\n{case.notes}")
 
 
 def check_monitoring_objects(case):

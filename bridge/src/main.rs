@@ -244,8 +244,16 @@ fn log(format: LogFormat) -> anyhow::Result<()> {
                     "`{word}` is no level (trace, debug, info, warn, error, off) and no module of hale's; another crate is written with its level, like kube=debug"
                 )));
             }
+            // Read without the spaces around each directive, as checked above (the
+            // parser would take ` info` for a target, and log nothing).
+            let spec = spec
+                .split(',')
+                .map(str::trim)
+                .filter(|d| !d.is_empty())
+                .collect::<Vec<_>>()
+                .join(",");
             // The parser's error repeats its cause as its source: said once.
-            let filter = tracing_subscriber::EnvFilter::try_new(spec)
+            let filter = tracing_subscriber::EnvFilter::try_new(&spec)
                 .map_err(|e| not_a_filter(e.to_string()))?;
             // Without a level of its own (`kube=debug`) the rest logs at info:
             // a filter for one crate must not silence hale's warnings and errors.

@@ -603,6 +603,26 @@ async fn logs_are_plain_off_a_terminal_and_json_when_asked() {
         .spawn()
         .unwrap();
     wait_healthy(&format!("http://127.0.0.1:{port}")).await;
+    // A filter written with spaces around its directives (as a chart value may
+    // be) is read without them: ` info` would be a target, and log nothing.
+    let spaced = tempfile::tempdir().unwrap();
+    let spaced_port = free_port();
+    let config = webhook_only_config(spaced.path(), spaced_port, "");
+    std::fs::write(spaced.path().join("hale.yaml"), &config).unwrap();
+    let spaced_log = std::fs::File::create(spaced.path().join("hale.log")).unwrap();
+    let mut spaced_child = std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+        .args(["serve", "--config"])
+        .arg(spaced.path().join("hale.yaml"))
+        .env("HALE_LOG", " info , kube=debug ")
+        .stdout(spaced_log.try_clone().unwrap())
+        .stderr(spaced_log)
+        .spawn()
+        .unwrap();
+    wait_healthy(&format!("http://127.0.0.1:{spaced_port}")).await;
+    let _ = spaced_child.kill();
+    let _ = spaced_child.wait();
+    let said = std::fs::read_to_string(spaced.path().join("hale.log")).unwrap();
+    assert!(said.contains("hale serving"), "{said}");
     // hale's variables set empty are unset, not empty values.
     let listed = std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
         .args([

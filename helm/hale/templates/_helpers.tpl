@@ -117,7 +117,12 @@ values.config that must agree with how the pod is built. Renders nothing.
 {{- $am := $c.alertmanager | default dict }}
 {{- $amUrl := toString ($am.url | default "") }}
 {{- $webhookOnly := and (hasKey $am "pollInterval") (regexMatch "^(0|(0+(ms|s|m|h|d|w|y))+)$" (toString (index $am "pollInterval"))) }}
-{{- if and (not $webhookOnly) (or (not $amUrl) (regexMatch "^https?://(127\\.|localhost\\.?([:/]|$)|0\\.0\\.0\\.0([:/]|$)|\\[(::1?|(0{1,4}:){7}0{0,3}1|::ffff:127\\.[0-9.]+)\\])" (lower $amUrl))) }}
+{{- /* The URL's host, and whether it is the pod itself in any spelling: a
+     loopback or unspecified IPv4 address in dotted, decimal, hex or octal form,
+     localhost, or an IPv6 address of zeros (and a final 1), mapped or not. */}}
+{{- $amHost := lower (regexReplaceAll "^[a-zA-Z]+://([^@/]*@)?(\\[[^\\]]*\\]|[^:/?#]*).*$" $amUrl "${2}") }}
+{{- $loopback := or (regexMatch "^(localhost|localhost6|[^\\[]*\\.localhost)\\.?$" $amHost) (regexMatch "^(127\\.|0x|0[0-9.]|[0-9]+$)" $amHost) (regexMatch "^\\[([0:]*1?|[0:]*ffff:(127\\.|7f|0:|0\\.)[^\\]]*)\\]$" $amHost) }}
+{{- if and (not $webhookOnly) (or (not $amUrl) $loopback) }}
 {{- fail (printf "config.alertmanager.url %s: hale would poll its own pod, where no Alertmanager runs (hale's default is http://127.0.0.1:9093); set it to your Alertmanager's Service, enable the bundled monitoring, or set config.alertmanager.pollInterval to 0 for webhook deliveries alone" (default "unset" $amUrl)) }}
 {{- end }}
 {{- end }}
@@ -266,7 +271,7 @@ values.config that must agree with how the pod is built. Renders nothing.
 {{- with .Values.podDisruptionBudget }}
 {{- if and .enabled (gt (int $.Values.replicaCount) 1) }}
 {{- $min := toString .minAvailable }}
-{{- if not (regexMatch "^([0-9]+|[0-9]{1,2}%)$" $min) }}
+{{- if not (regexMatch "^(0|[1-9][0-9]*|[0-9]%|[1-9][0-9]%)$" $min) }}
 {{- fail (printf "podDisruptionBudget.minAvailable %s: a number of pods below replicaCount, or a percentage below 100%%" $min) }}
 {{- end }}
 {{- $replicas := int $.Values.replicaCount }}
@@ -281,8 +286,29 @@ values.config that must agree with how the pod is built. Renders nothing.
 {{- end }}
 {{- end }}
 {{- with .Values.dcgmExporter.counters }}
-{{- if and .enabled (eq (toString .name) (include "hale.fullname" $)) (eq (.namespace | default $.Release.Namespace) $.Release.Namespace) }}
-{{- fail (printf "dcgmExporter.counters.name %s is hale's own ConfigMap (its configuration): name the counters' another" .name) }}
+{{- $own := list (include "hale.fullname" $) (include "hale.suffixed" (list $ "dashboards")) (include "hale.suffixed" (list $ "prometheus")) (include "hale.suffixed" (list $ "alertmanager")) }}
+{{- if and .enabled (has (toString .name) $own) (eq (.namespace | default $.Release.Namespace) $.Release.Namespace) }}
+{{- fail (printf "dcgmExporter.counters.name %s is one of the chart's own ConfigMaps (%s): name the counters' another" .name (join ", " $own)) }}
+{{- end }}
+{{- end }}
+{{- /* HALE_LOG as hale reads it: each directive a level, `hale` or a module
+     path, or target=level; a bare word other than those hale refuses at start. */}}
+{{- range $d := splitList "," (toString .Values.logLevel) }}
+{{- $d = trim $d }}
+{{- if and $d (not (contains "=" $d)) (not (contains "[" $d)) (not (regexMatch "^((?i)trace|debug|info|warn|error|off|[0-5]|hale|[a-z_][a-z0-9_]*(::[a-z0-9_]+)+)$" $d)) }}
+{{- fail (printf "logLevel %s: `%s` is no level (trace, debug, info, warn, error, off) and no module of hale's; another crate is written with its level, like kube=debug" (toString $.Values.logLevel) $d) }}
+{{- end }}
+{{- end }}
+{{- $orch := $c.orchestrator | default dict }}
+{{- if and (hasKey $orch "kubeconfig") (not $orch.kubeconfig) }}
+{{- fail "config.orchestrator.kubeconfig is empty: leave it out for the pod's own service account, or name a mounted file (orchestratorSecrets)" }}
+{{- end }}
+{{- with ($orch.lease | default dict) }}
+{{- if and .name (not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$" (toString .name))) }}
+{{- fail (printf "config.orchestrator.lease.name %s is not a Kubernetes object name (lower case letters, digits, - and .)" (toString .name)) }}
+{{- end }}
+{{- if and .namespace (not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" (toString .namespace))) }}
+{{- fail (printf "config.orchestrator.lease.namespace %s is not a namespace name (lower case letters, digits and -)" (toString .namespace)) }}
 {{- end }}
 {{- end }}
 {{- range $key := list "checksum/config" }}
