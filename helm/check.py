@@ -640,34 +640,28 @@ def check_hale_config(case, tmp):
     # caFile at a PEM certificate.
     secrets = tmp / f"secrets-{case.name}"
     secrets.mkdir()
-    def fake(m):
-        path = secrets / str(len(list(secrets.iterdir())))
-        path.write_text("not-a-real-secret\n")
-        return f"{m.group(1)}{path}"
-    def fake_creds(m):
-        # A user JWT and seed as nsc writes them: hale check-config reads the file.
-        path = secrets / str(len(list(secrets.iterdir())))
-        path.write_text(FAKE_CREDS)
-        return f"{m.group(1)}{path}"
-    def fake_bmc(m):
-        path = secrets / str(len(list(secrets.iterdir())))
+    def faker(write):
+        # Each match's file (or directory) made by `write`, its path put in.
+        def fake(m):
+            path = secrets / str(len(list(secrets.iterdir())))
+            write(path)
+            return f"{m.group(1)}{path}"
+        return fake
+    def bmc_dir(path):
         path.mkdir()
         (path / "username").write_text("admin\n")
         (path / "password").write_text("not-a-real-password\n")
-        return f"{m.group(1)}{path}"
-    def fake_ca(m):
-        path = secrets / str(len(list(secrets.iterdir())))
-        path.write_text(TEST_CA)
-        return f"{m.group(1)}{path}"
-    local = re.sub(r"(?m)^(\s*(?:-\s+)?credsFile:\s*)\S+", fake_creds, text)
-    local = re.sub(r"(?m)^(\s*(?:-\s+)?(?:apiTokenFile|secretFile|tokenFile|passwordFile|bearerTokenFile):\s*)\S+", fake, local)
-    local = re.sub(r"(?m)^(\s*(?:-\s+)?credentialsFile:\s*)\S+", fake_bmc, local)
-    local = re.sub(r"(?m)^(\s*(?:-\s+)?caFile:\s*)\S+", fake_ca, local)
-    def fake_kubeconfig(m):
-        path = secrets / str(len(list(secrets.iterdir())))
-        path.write_text(FAKE_KUBECONFIG)
-        return f"{m.group(1)}{path}"
-    local = re.sub(r"(?m)^(\s*(?:-\s+)?kubeconfig:\s*)\S+", fake_kubeconfig, local)
+    for keys, write in (
+        # A user JWT and seed as nsc writes them: hale check-config reads the file.
+        ("credsFile", lambda p: p.write_text(FAKE_CREDS)),
+        ("apiTokenFile|secretFile|tokenFile|passwordFile|bearerTokenFile",
+         lambda p: p.write_text("not-a-real-secret\n")),
+        ("credentialsFile", bmc_dir),
+        ("caFile", lambda p: p.write_text(TEST_CA)),
+        ("kubeconfig", lambda p: p.write_text(FAKE_KUBECONFIG)),
+    ):
+        text = re.sub(rf"(?m)^(\s*(?:-\s+)?(?:{keys}):\s*)\S+", faker(write), text)
+    local = text
     f = tmp / f"hale-{case.name}.yaml"
     f.write_text(local)
     # The image's programs hale runs (orchestrator.cli): stand-ins on PATH.
