@@ -1083,7 +1083,7 @@ impl Config {
         let cluster_settings = overridden(&Settings::default(), "cluster", &self.node_health);
         // Legal, but probably not what was meant: said by check-config and at start.
         let mut odd: Vec<(String, String)> = Vec::new();
-        if self.api_token_file.is_none() && !listen.ip().is_loopback() {
+        if self.api_token_file.is_none() && !listen.ip().to_canonical().is_loopback() {
             odd.push((
                 "listen".into(),
                 format!(
@@ -2338,6 +2338,7 @@ mod tests {
             "nodeHealth:\n  reportIntervalSeconds: 600\n",
             "alertmanager: { pollInterval: 0 }\nnodeIdentity: { forgetAfter: 4h }",
             "listen: '[::1]:9470'",
+            "listen: '[::ffff:127.0.0.1]:9470'",
         ] {
             assert!(load(quiet).unwrap().warnings.is_empty(), "{quiet}");
         }
