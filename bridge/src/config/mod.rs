@@ -1191,7 +1191,7 @@ impl Config {
                     "an empty selector would take every node; name at least one label".into(),
                 ));
             }
-            selector_matches(&pool.selector).map_err(|why| err(&format!("{at}.selector"), why))?;
+            labels_match(&pool.selector).map_err(|why| err(&format!("{at}.selector"), why))?;
             let earlier = self.pools[..i].iter().map(|p| &p.selector);
             if let Some((j, what)) = shadowed(earlier, &pool.selector) {
                 odd.push((
@@ -1243,19 +1243,8 @@ impl Config {
                     ),
                 ));
             }
-            for (name, value) in &node.labels {
-                if name.trim().is_empty() {
-                    return Err(err(
-                        &format!("inventory[{i}].labels"),
-                        "a label with no name: no selector can ask for it".into(),
-                    ));
-                }
-                if let Some(why) = unmatchable("label name", name)
-                    .or_else(|| unmatchable(&format!("value of {}", name.trim()), value))
-                {
-                    return Err(err(&format!("inventory[{i}].labels"), why));
-                }
-            }
+            labels_match(&node.labels)
+                .map_err(|why| err(&format!("inventory[{i}].labels"), why))?;
             if node.id.trim() != node.id {
                 return Err(err(
                     &format!("inventory[{i}].id"),
@@ -1279,7 +1268,7 @@ impl Config {
         // As pools: a node takes the first node type it matches.
         let types = &self.remediation.node_types;
         for (i, t) in types.iter().enumerate() {
-            selector_matches(&t.selector)
+            labels_match(&t.selector)
                 .map_err(|why| err(&format!("remediation.nodeTypes[{i}].selector"), why))?;
             let earlier = types[..i].iter().map(|e| &e.selector);
             if let Some((j, what)) = shadowed(earlier, &t.selector) {
@@ -1750,12 +1739,13 @@ pub(crate) fn unmatchable(what: &str, name: &str) -> Option<String> {
     })
 }
 
-/// Whether a selector can match a node: each label named, no white space around
-/// a name or a value (an empty value is a label's value like any other).
-fn selector_matches(selector: &BTreeMap<String, String>) -> Result<(), String> {
-    for (name, value) in selector {
+/// Whether labels as the file writes them (a selector's, an inventory node's)
+/// can match: each named, no white space around a name or a value (an empty
+/// value is a label's value like any other).
+fn labels_match(labels: &BTreeMap<String, String>) -> Result<(), String> {
+    for (name, value) in labels {
         if name.trim().is_empty() {
-            return Err("a label with no name matches no node".into());
+            return Err("a label with no name matches nothing".into());
         }
         if let Some(why) = unmatchable("label name", name)
             .or_else(|| unmatchable(&format!("value of {}", name.trim()), value))

@@ -1177,20 +1177,10 @@ async fn read_entries(
 }
 
 /// Publish `value` to `key` of `bucket` (a put, or with `expect` a compare-and-set
-/// against that revision, 0 meaning "absent"; `None` value: a delete marker); the
-/// ack future.
+/// against that revision, 0 meaning "absent"; `None` value: a delete marker),
+/// saying which write (its anchor) made it where `write` names one; the ack
+/// future.
 async fn publish_kv(
-    js: &jetstream::Context,
-    bucket: &kv::Store,
-    key: &str,
-    value: Option<Bytes>,
-    expect: Option<u64>,
-) -> Result<jetstream::context::PublishAckFuture> {
-    publish_written(js, bucket, key, value, expect, None).await
-}
-
-/// [`publish_kv`], saying which write (its anchor) put the value.
-async fn publish_written(
     js: &jetstream::Context,
     bucket: &kv::Store,
     key: &str,
@@ -1381,7 +1371,7 @@ impl Store for Nats {
                 for id in &removed {
                     for k in [format!("node.{id}"), format!("live.{id}")] {
                         let by = if k.starts_with("node.") { write } else { None };
-                        publish_written(js, state, &k, None, None, by)
+                        publish_kv(js, state, &k, None, None, by)
                             .await?
                             .await
                             .op("delete a node")?;
@@ -1389,7 +1379,7 @@ impl Store for Nats {
                 }
                 let results: Vec<Result<()>> = futures::stream::iter(puts)
                     .map(|(k, v)| async move {
-                        publish_written(js, state, &k, Some(v), None, write)
+                        publish_kv(js, state, &k, Some(v), None, write)
                             .await?
                             .await
                             .op("write node state")
@@ -1402,10 +1392,17 @@ impl Store for Nats {
                 // The mark once every record of the step is written: a step taken
                 // again from a state only partly written draws this write's ids again.
                 if let Some(mark) = &mark {
-                    publish_kv(js, state, "mark", Some(Bytes::from(mark.clone())), None)
-                        .await?
-                        .await
-                        .op("write node state")?;
+                    publish_kv(
+                        js,
+                        state,
+                        "mark",
+                        Some(Bytes::from(mark.clone())),
+                        None,
+                        None,
+                    )
+                    .await?
+                    .await
+                    .op("write node state")?;
                 }
                 // The ledger last, each key against the revision this writer knows: a
                 // rival writer's change is a conflict, never overwritten.
@@ -1417,7 +1414,7 @@ impl Store for Nats {
                     if v.is_none() && rev.is_none() {
                         continue;
                     }
-                    let outcome = match publish_kv(js, &shared.ledger, &k, v, Some(expect))
+                    let outcome = match publish_kv(js, &shared.ledger, &k, v, Some(expect), None)
                         .await?
                         .await
                     {
@@ -1604,7 +1601,7 @@ impl Store for Nats {
         let shared = self.shared.clone();
         let value = Bytes::from(voided.clone());
         self.run(async move {
-            publish_kv(&shared.js, &shared.state, "mark", Some(value), None)
+            publish_kv(&shared.js, &shared.state, "mark", Some(value), None, None)
                 .await?
                 .await
                 .op("write node state")
@@ -2405,7 +2402,7 @@ mod tests {
                 let record = Bytes::from(serde_json::to_vec(&Node::new("n3")).unwrap());
                 for (node, value) in [("n3", Some(record)), ("n4", None)] {
                     let k = format!("node.{}", key(node));
-                    publish_written(&shared.js, &shared.state, &k, value, None, Some(&anchor))
+                    publish_kv(&shared.js, &shared.state, &k, value, None, Some(&anchor))
                         .await
                         .unwrap()
                         .await
