@@ -14,6 +14,7 @@ use backon::{ExponentialBuilder, Retryable};
 use hmac::{Hmac, KeyInit, Mac};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 use sha2::Sha256;
@@ -38,6 +39,9 @@ pub struct WebhookMetrics {
     /// Events given up: `overflow` (queue full), `exhausted` (attempts used up),
     /// `rejected` (a 4xx that retrying cannot fix).
     pub dropped: Counters,
+    /// Events waiting for delivery, per endpoint: 0 on a replica that does not
+    /// lead.
+    pub backlog: Family<Vec<(&'static str, String)>, Gauge>,
     /// The endpoints configured and the series made so far, so that a reload can
     /// take away those of the endpoints it drops.
     made: Arc<std::sync::Mutex<Made>>,
@@ -80,6 +84,11 @@ impl WebhookMetrics {
             "Node events dropped, per endpoint and reason (overflow, exhausted, rejected)",
             self.dropped.clone(),
         );
+        registry.register(
+            "hale_webhook_backlog",
+            "Node events waiting for delivery, per endpoint, the one under way included",
+            self.backlog.clone(),
+        );
     }
 
     /// The endpoints of the running configuration are `kept`: every series of
@@ -96,6 +105,7 @@ impl WebhookMetrics {
                 let (family, key) = self.family(*family);
                 family.remove(&labels(endpoint, key, value));
             }
+            self.backlog.remove(&vec![("endpoint", endpoint.clone())]);
             false
         });
         made.configured = kept;
@@ -114,6 +124,19 @@ impl WebhookMetrics {
         for reason in ["timeout", "transport"] {
             self.touch(Series::AttemptFailures, endpoint, reason);
         }
+        self.waiting(endpoint);
+    }
+
+    /// The backlog gauge of a configured endpoint (a detached one for an endpoint
+    /// a reload dropped, so its series does not come back).
+    fn waiting(&self, endpoint: &str) -> Gauge {
+        let made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
+        if !made.configured.contains(endpoint) {
+            return Gauge::default();
+        }
+        self.backlog
+            .get_or_create(&vec![("endpoint", endpoint.to_string())])
+            .clone()
     }
 
     fn family(&self, series: Series) -> (&Counters, &'static str) {
@@ -524,6 +547,7 @@ impl DurableTask {
         };
         let mut feed = None;
         let mut idle = tokio::time::Instant::now();
+        let backlog = self.endpoint.metrics.waiting(&self.endpoint.shown);
         loop {
             // Dropped on reload: the next configuration's task takes over.
             if stop.has_changed().is_err() {
@@ -541,6 +565,7 @@ impl DurableTask {
             };
             if !(self.durable.leads)() {
                 // What this replica records meanwhile is not its to deliver.
+                backlog.set(0);
                 if let Ok(mut f) = opened {
                     if let Err(e) = f.pass().await {
                         warn!(endpoint = %self.endpoint.shown, error = %e,
@@ -581,6 +606,9 @@ impl DurableTask {
                 m.touch(Series::Dropped, &self.endpoint.shown, "overflow")
                     .inc_by(fetched.overflowed);
             }
+            backlog.set(
+                i64::try_from(fetched.waiting + fetched.events.len() as u64).unwrap_or(i64::MAX),
+            );
             if fetched.events.is_empty() && idle.elapsed() >= IDLE_BEAT {
                 beat.beat();
                 idle = tokio::time::Instant::now();
@@ -597,6 +625,7 @@ impl DurableTask {
                     warn!(endpoint = %self.endpoint.shown, error = %e,
                         "could not acknowledge a delivery; it may be delivered again");
                 }
+                backlog.dec();
                 beat.beat();
                 idle = tokio::time::Instant::now();
             }
@@ -655,13 +684,23 @@ mod tests {
             };
             family.get(&labels(endpoint, key, value)).is_some()
         };
+        let backlog = |endpoint: &str| {
+            m.backlog
+                .get(&vec![("endpoint", endpoint.to_string())])
+                .map(|g| g.get())
+        };
+        m.waiting(&a).set(7);
         assert!(has(&a, "reason", "status_500") && has(&a, "result", "delivered"));
+        assert_eq!((backlog(&a), backlog(&b)), (Some(7), Some(0)));
         m.keep_only([b.clone()].into());
         assert!(!has(&a, "reason", "status_500") && !has(&a, "result", "delivered"));
         assert!(!has(&a, "reason", "timeout"));
+        assert_eq!(backlog(&a), None);
         m.touch(Series::AttemptFailures, &a, "status_500").inc();
         m.touch(Series::Deliveries, &a, "failed").inc();
+        m.waiting(&a).set(3);
         assert!(!has(&a, "reason", "status_500") && !has(&a, "result", "failed"));
+        assert_eq!(backlog(&a), None);
         // The kept endpoint's series carry on.
         m.touch(Series::Deliveries, &b, "delivered").inc();
         assert_eq!(

@@ -303,6 +303,10 @@ async fn a_hanging_receiver_does_not_slow_ingest_and_overflow_is_counted() {
         )
         .unwrap_or(0.0)
     };
+    let backlog = |text: &str| metric(text, "hale_webhook_backlog", &[("endpoint", &endpoint)]);
+    // The one under way and those waiting behind it.
+    let behind = backlog(&hale.metrics().await).expect("the backlog gauge");
+    assert!(behind >= 1.0, "{behind} waiting");
     let (overflow, exhausted) = eventually(
         "every event tried or dropped",
         Duration::from_secs(60),
@@ -314,6 +318,10 @@ async fn a_hanging_receiver_does_not_slow_ingest_and_overflow_is_counted() {
     )
     .await;
     assert!(overflow >= 69.0, "{overflow} overflow, {exhausted} tried");
+    eventually("nothing waiting", Duration::from_secs(30), || async {
+        (backlog(&hale.metrics().await) == Some(0.0)).then_some(())
+    })
+    .await;
     assert!(
         hale.log()
             .contains("webhook queue full; the oldest events waiting dropped")

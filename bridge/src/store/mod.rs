@@ -360,11 +360,13 @@ pub trait Feed: Send + Sync {
 }
 
 /// What a feed handed out: events to deliver, each acknowledged once delivered or
-/// given up, and how many waiting events it skipped past its backlog.
+/// given up, how many waiting events it skipped past its backlog, and how many
+/// more wait behind those handed out.
 #[derive(Default)]
 pub struct Fetched {
     pub events: Vec<Box<dyn Pending>>,
     pub overflowed: u64,
+    pub waiting: u64,
 }
 
 /// An event handed out for delivery.

@@ -549,7 +549,11 @@ impl super::Feed for Feed {
             let mut out = Fetched::default();
             while let Some(m) = batch.next().await {
                 let message = m.map_err(nats("read a webhook delivery"))?;
-                let seq = message.info().ok().map(|i| i.stream_sequence);
+                let info = message.info().ok();
+                // Every event behind it, those the endpoint's types leave out
+                // included: they are read and passed over as the feed reaches them.
+                out.waiting = info.as_ref().map_or(0, |i| i.pending);
+                let seq = info.map(|i| i.stream_sequence);
                 // An unreadable record cannot be delivered: it is acknowledged unsent.
                 let event = seq.and_then(|seq| {
                     let event = serde_json::from_slice::<Event>(&message.payload).ok()?;
@@ -2539,7 +2543,8 @@ mod tests {
     }
 
     /// A webhook feed hands events out in order, each as soon as it is there — not
-    /// once the wait for more ran out — and the next once it is acknowledged.
+    /// once the wait for more ran out — and the next once it is acknowledged,
+    /// saying how many wait behind it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_webhook_feed_hands_out_each_event_at_once() {
         use crate::store::Outbox as _;
@@ -2555,6 +2560,7 @@ mod tests {
         let since = now - chrono::TimeDelta::minutes(1);
         let mut feed = outbox.feed("a", since, None, 100).await.unwrap();
         let mut delivered = Vec::new();
+        let mut waiting = Vec::new();
         while delivered.len() < 3 {
             // Were the feed to wait out its wait, this would give up first.
             let fetched = tokio::time::timeout(
@@ -2564,12 +2570,14 @@ mod tests {
             .await
             .expect("handed out at once")
             .unwrap();
+            waiting.push(fetched.waiting);
             for p in &fetched.events {
                 delivered.push(p.event().unwrap().event.node_id.clone());
                 p.ack().await.unwrap();
             }
         }
         assert_eq!(delivered, ["n0", "n1", "n2"]);
+        assert_eq!(waiting, [2, 1, 0]);
     }
 
     /// A leader that published a step's events and died before its state was

@@ -1229,8 +1229,9 @@ impl FeedDb {
             .collect()
     }
 
-    /// Skip what waits beyond the backlog, oldest first; then up to 8 events.
-    fn fetch(&mut self, db: &Arc<Mutex<FeedDb>>) -> Result<(Vec<Pending>, u64)> {
+    /// Skip what waits beyond the backlog, oldest first; then up to 8 events, how
+    /// many were skipped, and how many more wait behind them.
+    fn fetch(&mut self, db: &Arc<Mutex<FeedDb>>) -> Result<(Vec<Pending>, u64, u64)> {
         // Everything up to the newest event now stored is looked at, and no further:
         // with none the endpoint takes among them, its place moves past them all,
         // so a rare type is not looked for again among the same events.
@@ -1327,7 +1328,17 @@ impl FeedDb {
             }
             None => {}
         }
-        Ok((out, overflowed))
+        let mut args = self.after(self.handed);
+        args.push(last.into());
+        let waiting: i64 = self
+            .events
+            .prepare_cached(&format!(
+                "SELECT COUNT(*) FROM events WHERE seq > ?1{} AND seq <= ?{n}",
+                self.types_sql
+            ))
+            .and_then(|mut stmt| stmt.query_row(rusqlite::params_from_iter(args), |r| r.get(0)))
+            .op("read webhook deliveries")?;
+        Ok((out, overflowed, waiting as u64))
     }
 }
 
@@ -1341,7 +1352,7 @@ impl super::Feed for Feed {
                 tokio::pin!(woken);
                 woken.as_mut().enable();
                 let db = self.db.clone();
-                let (events, overflowed) = off_runtime(move || {
+                let (events, overflowed, waiting) = off_runtime(move || {
                     let mut feed = db.lock().expect("webhook feed lock");
                     feed.fetch(&db)
                 })
@@ -1353,6 +1364,7 @@ impl super::Feed for Feed {
                             .map(|p| Box::new(p) as Box<dyn super::Pending>)
                             .collect(),
                         overflowed,
+                        waiting,
                     });
                 }
                 if tokio::time::timeout_at(until, woken).await.is_err() {
@@ -1638,6 +1650,37 @@ mod tests {
         write(&mut store, &[event("n7", false, later)]);
         outbox.written();
         assert_eq!(waiting.await.unwrap(), (vec!["n7".into()], 0));
+    }
+
+    /// A feed says how many of the endpoint's events wait behind those it hands
+    /// out: what the backlog gauge shows.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn webhook_feeds_count_what_waits() {
+        use crate::store::Outbox as _;
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Sqlite::open(dir.path()).unwrap();
+        let t0 = Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap();
+        let events: Vec<Event> = (0..20)
+            .map(|i| event(&format!("n{i}"), i % 2 == 1, t0))
+            .collect();
+        write(&mut store, &events);
+        let outbox = Outbox::new(dir.path());
+        let quick = Duration::from_millis(10);
+        let mut counts = Vec::new();
+        let mut feed = outbox.feed("all", t0, None, 100).await.unwrap();
+        for _ in 0..4 {
+            let fetched = feed.next(quick).await.unwrap();
+            counts.push((fetched.events.len(), fetched.waiting));
+            for p in &fetched.events {
+                p.ack().await.unwrap();
+            }
+        }
+        assert_eq!(counts, [(8, 12), (8, 4), (4, 0), (0, 0)]);
+        // Only the endpoint's types count.
+        let missed = BTreeSet::from(["HEARTBEAT_MISSED".to_string()]);
+        let mut only = outbox.feed("missed", t0, Some(&missed), 100).await.unwrap();
+        let fetched = only.next(quick).await.unwrap();
+        assert_eq!((fetched.events.len(), fetched.waiting), (8, 2));
     }
 
     /// A replica that follows for a while — a restarted one before it wins the
