@@ -54,6 +54,10 @@ fn main() -> anyhow::Result<()> {
     hale::init_tls();
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     const USAGE: &str = "usage: bench [ingest|stores|live|first] [NODES]";
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("{USAGE}");
+        return Ok(());
+    }
     let section = args
         .first()
         .filter(|a| matches!(a.as_str(), "ingest" | "stores" | "live" | "first"))
