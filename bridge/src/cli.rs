@@ -1492,6 +1492,10 @@ pub fn node_table(list: &NodeList) -> String {
     )
 }
 
+/// Why a node with `heartbeat_missed`, `telemetry_stale` or `collector_failed` has
+/// no policy decided for it.
+const HELD: &str = "hale neither acts on nor decides for a node it cannot fully see";
+
 fn title(ctype: &str) -> String {
     ctype
         .split('_')
@@ -1584,7 +1588,22 @@ pub fn node_detail(n: &NodeView) -> String {
             )
         })
         .unwrap_or_default();
+    let lifts = if n.policy_held_by.is_empty() {
+        lifts
+    } else {
+        format!(
+            "{lifts}; on hold while {}: {HELD}, so this is the last decided",
+            n.policy_held_by.join(", ")
+        )
+    };
     match &n.policy {
+        None if !n.policy_held_by.is_empty() => {
+            let _ = writeln!(
+                o,
+                "Policy:    on hold while {}: {HELD}",
+                n.policy_held_by.join(", ")
+            );
+        }
         Some(Conclusion::Recommended { action }) => {
             let _ = writeln!(o, "Policy:    would {} (observe){lifts}", action.as_str());
         }
@@ -2036,6 +2055,24 @@ mod tests {
         let text = node_detail(&cordoned);
         assert!(
             text.contains("Pending:   cordon (not done yet; the try at 2026-12-01T00:00:01+00:00 failed: node n1: cordon: refused\\nforged)\nPending:   drain (not done yet)\n"),
+            "{text}"
+        );
+        // A node hale cannot see has no policy decided: said so, with the last
+        // conclusion as the last decided, not as what holds it now.
+        let mut blind = view("heartbeat_missed");
+        blind.policy_held_by = vec!["heartbeat_missed".into()];
+        let text = node_detail(&blind);
+        assert!(
+            text.contains("Policy:    on hold while heartbeat_missed: hale neither acts on nor decides for a node it cannot fully see\n"),
+            "{text}"
+        );
+        blind.policy = serde_json::from_value(serde_json::json!(
+            {"kind": "halted", "action": "cordon", "guardrail": "maxUnavailablePercent"}
+        ))
+        .unwrap();
+        let text = node_detail(&blind);
+        assert!(
+            text.contains("Policy:    cordon halted by maxUnavailablePercent; on hold while heartbeat_missed: hale neither acts on nor decides for a node it cannot fully see, so this is the last decided\n"),
             "{text}"
         );
     }

@@ -70,6 +70,11 @@ pub struct NodeView {
     /// first (a recovery must hold 15 minutes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy_lifts_at: Option<Time>,
+    /// The conditions that hold the policy back (`heartbeat_missed`,
+    /// `telemetry_stale`, `collector_failed`): hale neither acts on nor decides
+    /// for a node it cannot fully see, so `policy` is the last one decided.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policy_held_by: Vec<String>,
     /// The reboot flow, queued or under way (DESIGN §8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remediation: Option<Flow>,
@@ -162,6 +167,11 @@ impl NodeView {
                 .recovered_since
                 .filter(|_| node.policy.conclusion.is_some())
                 .map(|since| since + RECOVERY_HOLD),
+            policy_held_by: crate::core::BLIND_CONDITIONS
+                .iter()
+                .filter(|c| node.conditions.contains_key(**c))
+                .map(|c| c.to_string())
+                .collect(),
             remediation: node.policy.flow.clone(),
             fence: node.policy.fence.clone(),
             orchestrator_health: node.policy.orchestrator_health.clone(),

@@ -1257,8 +1257,11 @@ impl Hale {
                     }
                     Health::Unknown => unknown += 1,
                 }
+                // A halt the node recovered from, or one standing while hale cannot
+                // see the node, is not what holds it back now.
+                let live = n.policy.recovered_since.is_none() && !crate::core::policy::blind(n);
                 if let Some(crate::core::policy::Conclusion::Halted { action, guardrail }) =
-                    &n.policy.conclusion
+                    n.policy.conclusion.as_ref().filter(|_| live)
                 {
                     halts.push(Halt {
                         node: n.id.clone(),
@@ -2380,6 +2383,44 @@ mod tests {
         let more = deliver(&["n1", "n3", "n4", "n5"]);
         assert_eq!((more.alerts, more.unmatched, more.refused), (4, 0, 2));
         assert!(hale.node("n3").is_some() && hale.node("n4").is_none());
+    }
+
+    /// The overview lists the halts that hold a node back now: not one the node
+    /// recovered from, nor one standing while hale cannot see the node — whose
+    /// view says what holds its policy instead.
+    #[tokio::test]
+    async fn the_overview_lists_only_live_halts() {
+        use crate::core::policy::{Conclusion, Guardrail, Verdict};
+        let dir = tempfile::tempdir().unwrap();
+        let hale = opened(
+            dir.path(),
+            "alertmanager: { pollInterval: 0, requireWatchdog: false }
+",
+        );
+        let body = r#"{"version":"4","status":"firing","receiver":"hale","groupKey":"g","truncatedAlerts":0,"alerts":[
+            {"status":"firing","labels":{"alertname":"SmartWarning","node":"n1"},"annotations":{},"startsAt":"2026-12-01T00:00:00Z","fingerprint":"a1"},
+            {"status":"firing","labels":{"alertname":"SmartWarning","node":"n2"},"annotations":{},"startsAt":"2026-12-01T00:00:00Z","fingerprint":"a2"},
+            {"status":"firing","labels":{"alertname":"NodeCollectorFailed","hale_signal":"collector_failed","node":"n3"},"annotations":{},"startsAt":"2026-12-01T00:00:00Z","fingerprint":"a3"}]}"#;
+        hale.ingest_webhook(body.as_bytes()).unwrap();
+        {
+            let mut fleet = hale.lock_fleet();
+            for id in ["n1", "n2", "n3"] {
+                fleet.nodes.get_mut(id).unwrap().policy.conclusion = Some(Conclusion::Halted {
+                    action: Verdict::Cordon,
+                    guardrail: Guardrail::MaxUnavailable,
+                });
+            }
+            fleet.nodes.get_mut("n2").unwrap().policy.recovered_since = Some(Utc::now());
+        }
+        let halts = hale.cluster().health.unwrap().halts;
+        let nodes: Vec<&str> = halts.iter().map(|h| h.node.as_str()).collect();
+        assert_eq!(nodes, ["n1"]);
+        assert_eq!(
+            hale.node("n3").unwrap().policy_held_by,
+            ["collector_failed"]
+        );
+        assert!(hale.node("n1").unwrap().policy_held_by.is_empty());
+        assert!(hale.node("n2").unwrap().policy_lifts_at.is_some());
     }
 
     /// The act loop sleeps until the first rest after failed tries ends, at most

@@ -564,6 +564,20 @@ pub fn node(p: &NodePage<'_>) -> String {
     if let Some(t) = n.policy_lifts_at {
         fact("Policy lifts", when(Some(t)));
     }
+    if !n.policy_held_by.is_empty() {
+        fact(
+            "Policy held",
+            format!(
+                "while {}: hale neither acts on nor decides for a node it cannot fully see{}",
+                esc(&n.policy_held_by.join(", ")),
+                if n.policy.is_some() {
+                    "; the policy above is the last decided"
+                } else {
+                    ""
+                }
+            ),
+        );
+    }
     if let Some(f) = &n.remediation {
         fact(
             "Reboot flow",
@@ -976,7 +990,9 @@ mod tests {
             "lastReport": null, "lastHeartbeat": null, "unavailableSignals": [],
             "jobs": 0, "gated": false,
             "pending": [{"action": "cordon", "lastError": "refused <b>x</b>",
-                         "lastTry": "2026-12-01T00:00:01Z"}]
+                         "lastTry": "2026-12-01T00:00:01Z"}],
+            "policy": {"kind": "halted", "action": "cordon", "guardrail": "maxUnavailablePercent"},
+            "policyHeldBy": ["collector_failed"]
         }))
         .unwrap();
         let at = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
@@ -1000,6 +1016,10 @@ mod tests {
         );
         assert!(
             page.contains("failed: refused &lt;b&gt;x&lt;/b&gt;</dd>"),
+            "{page}"
+        );
+        assert!(
+            page.contains("<dt>Policy held</dt><dd>while collector_failed: hale neither acts on nor decides for a node it cannot fully see; the policy above is the last decided</dd>"),
             "{page}"
         );
     }
