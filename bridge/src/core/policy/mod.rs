@@ -232,6 +232,20 @@ impl Pool {
     fn admits(&self, max_percent: u32) -> bool {
         u64::from(self.out + 1) * 100 <= u64::from(max_percent) * u64::from(self.size)
     }
+
+    /// Why `maxUnavailablePercent` halts one more node, with the numbers it was
+    /// decided on.
+    pub(super) fn full(&self, settings: &Settings) -> String {
+        let allowed = u64::from(settings.max_unavailable_percent) * u64::from(self.size) / 100;
+        format!(
+            "it would take more than {}% of pool {} out of service: {} of its {} node(s) are out, and {}% allows {allowed}",
+            settings.max_unavailable_percent,
+            settings.name,
+            self.out,
+            self.size,
+            settings.max_unavailable_percent
+        )
+    }
 }
 
 pub(super) struct Policy<'a, 'o> {
@@ -473,8 +487,7 @@ impl Policy<'_, '_> {
             },
             (_, conclusion) => conclusion,
         };
-        let replaced = pool.replaced;
-        self.conclude(node, settings, score, replaced, conclusion);
+        self.conclude(node, settings, score, pool, conclusion);
     }
 
     /// Observe mode: what enforcing `verdict` would meet. The same guardrails stand,
@@ -722,7 +735,7 @@ impl Policy<'_, '_> {
         node: &mut Node,
         settings: &Settings,
         score: u8,
-        spent: u32,
+        pool: &Pool,
         conclusion: Conclusion,
     ) {
         if node.policy.conclusion.as_ref() == Some(&conclusion) {
@@ -780,14 +793,11 @@ impl Policy<'_, '_> {
             Conclusion::Halted { action, guardrail } => {
                 let why = match guardrail {
                     Guardrail::ReplacementBudget => format!(
-                        "{spent} node(s) of pool {} replaced in the last hour \
+                        "{} node(s) of pool {} replaced in the last hour \
                          (maxReplacementsPerHour {})",
-                        settings.name, settings.max_replacements_per_hour
+                        pool.replaced, settings.name, settings.max_replacements_per_hour
                     ),
-                    Guardrail::MaxUnavailable => format!(
-                        "it would take more than {}% of pool {} out of service",
-                        settings.max_unavailable_percent, settings.name
-                    ),
+                    Guardrail::MaxUnavailable => pool.full(settings),
                     Guardrail::Suppressed => format!(
                         "an operator uncordoned it less than {} minutes ago",
                         settings.cordon_suppression.as_secs() / 60

@@ -525,12 +525,7 @@ impl Fleet {
                 now,
                 action.as_str(),
                 Some(Guardrail::MaxUnavailable.as_str()),
-                format!(
-                    "{} halted: it would take more than {}% of pool {} out of service",
-                    action.as_str(),
-                    settings.max_unavailable_percent,
-                    settings.name
-                ),
+                format!("{} halted: {}", action.as_str(), pool.full(settings)),
             ));
             out.dirty.insert(id);
         }
@@ -661,7 +656,8 @@ impl Fleet {
             node,
             settings,
             score,
-            0,
+            // A refused termination's halt names no pool figure.
+            &super::Pool::default(),
             Conclusion::Halted {
                 action: Verdict::Replace,
                 guardrail: Guardrail::TerminationRejected,

@@ -4382,7 +4382,7 @@ fn an_eviction_the_ceiling_stops_is_one_event() {
     assert_eq!(halted.len(), 1, "{halted:?}");
     assert_eq!(
         halted[0].message,
-        "evict halted: it would take more than 20% of pool cluster out of service",
+        "evict halted: it would take more than 20% of pool cluster out of service: 2 of its 10 node(s) are out, and 20% allows 2",
         "an eviction acts in every mode: halted, not 'would be' (the pool observes)"
     );
     assert_eq!(
@@ -5658,6 +5658,10 @@ fn queued_cordons_a_pool_can_no_longer_take_are_withdrawn() {
             "withdrawn before it was done: pool gpu has 2 of its 10 node(s) out of service"
         ),
         "{said}"
+    );
+    assert_eq!(
+        s.last.events[1].message,
+        "cordon halted: it would take more than 10% of pool gpu out of service: 1 of its 10 node(s) are out, and 10% allows 1"
     );
 }
 
