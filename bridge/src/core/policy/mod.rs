@@ -751,10 +751,18 @@ impl Policy<'_, '_> {
                     scored_by,
                     score: Some(score),
                 },
-                format!(
-                    "would {}: score {score} (observe mode changes nothing)",
-                    action.as_str()
-                ),
+                match node.policy.cordon.as_ref() {
+                    // Someone else's cordon already keeps the node out: enforced,
+                    // the verdict would hold without hale doing anything.
+                    Some(c) if *action == Verdict::Cordon && c.by != Actor::Hale => format!(
+                        "would cordon: score {score}; cordoned by {} already, so nothing would be done (observe mode changes nothing)",
+                        c.by.as_str()
+                    ),
+                    _ => format!(
+                        "would {}: score {score} (observe mode changes nothing)",
+                        action.as_str()
+                    ),
+                },
             ),
             Conclusion::Acted { action, waiting } => {
                 let waiting_on = waiting.then_some(node.policy.allocations);

@@ -2681,34 +2681,46 @@ fn a_halted_drain_does_not_step_down_to_a_halted_cordon() {
 
 /// A node an operator cordoned that then scores below cordonBelow: the policy's
 /// verdict holds with nothing done, and its event says so rather than claim the
-/// cordon as the policy's.
+/// cordon as the policy's — in observe mode too, where it would do nothing.
 #[test]
 fn the_policy_claims_no_cordon_an_operator_made() {
-    let mut s = pool_script("cordon");
-    let ids = s.pool("g", 10, "gpu");
-    s.at(0).report(&ids, &[], low);
-    s.at(30).report(&ids, &[], low);
-    s.fleet.cordon(s.now, "g-0", "bios").unwrap();
-    s.at(60).report(&ids, &["g-0", "g-1"], low);
-    s.at(90).report(&ids, &["g-0", "g-1"], low);
-    let acted: Vec<(String, String)> = s
-        .events
-        .iter()
-        .filter(|e| e.kind.name() == "POLICY_ACTED")
-        .map(|e| (e.node_id.clone(), e.message.clone()))
-        .collect();
-    assert_eq!(acted.len(), 2, "{acted:?}");
-    assert!(
-        acted.contains(&(
-            "g-0".into(),
-            "cordon: score 55; cordoned by operator already, so nothing done".into()
-        )),
-        "{acted:?}"
-    );
-    assert!(
-        acted.contains(&("g-1".into(), "cordon: score 55".into())),
-        "{acted:?}"
-    );
+    let table = [
+        (
+            "cordon",
+            "POLICY_ACTED",
+            "cordon: score 55; cordoned by operator already, so nothing done",
+            "cordon: score 55",
+        ),
+        (
+            "observe",
+            "POLICY_RECOMMENDED",
+            "would cordon: score 55; cordoned by operator already, so nothing would be done (observe mode changes nothing)",
+            "would cordon: score 55 (observe mode changes nothing)",
+        ),
+    ];
+    for (mode, kind, operators, other) in table {
+        let mut s = pool_script(mode);
+        let ids = s.pool("g", 10, "gpu");
+        s.at(0).report(&ids, &[], low);
+        s.at(30).report(&ids, &[], low);
+        s.fleet.cordon(s.now, "g-0", "bios").unwrap();
+        s.at(60).report(&ids, &["g-0", "g-1"], low);
+        s.at(90).report(&ids, &["g-0", "g-1"], low);
+        let concluded: Vec<(String, String)> = s
+            .events
+            .iter()
+            .filter(|e| e.kind.name() == kind)
+            .map(|e| (e.node_id.clone(), e.message.clone()))
+            .collect();
+        assert_eq!(
+            concluded,
+            [
+                ("g-0".into(), operators.into()),
+                ("g-1".into(), other.into())
+            ],
+            "{mode}"
+        );
+    }
 }
 
 /// An operator's verb without a reason says so without a dangling colon.
