@@ -1854,6 +1854,7 @@ fn check_settings(
     if s.cordon_below > s.degraded_at_or_below + 1
         && (written.degraded_at_or_below.is_some() || written.cordon_below.is_some())
     {
+        let cluster = inherited.unwrap_or(&NodeHealthOverrides::default()).clone();
         let key = if written.degraded_at_or_below.is_some() {
             "degradedAtOrBelow"
         } else {
@@ -1862,9 +1863,17 @@ fn check_settings(
         odd.push((
             format!("{at}.{key}"),
             format!(
-                "degradedAtOrBelow {} is under cordonBelow {} less one: a node scoring {} is cordoned while it shows Healthy",
+                "degradedAtOrBelow {}{} is under cordonBelow {}{} less one: a node scoring {} is cordoned while it shows Healthy",
                 s.degraded_at_or_below,
+                origin(
+                    written.degraded_at_or_below.is_some(),
+                    cluster.degraded_at_or_below.is_some()
+                ),
                 s.cordon_below,
+                origin(
+                    written.cordon_below.is_some(),
+                    cluster.cordon_below.is_some()
+                ),
                 s.cordon_below - 1
             ),
         ));
@@ -2564,6 +2573,36 @@ mod tests {
             e.to_string()
                 .starts_with("hale.yaml:9: pools[1].nodeHealth.drainBelow:")
         );
+    }
+
+    /// The warning for a cordon below Degraded says where each value came from.
+    #[test]
+    fn a_cordon_above_degraded_says_where_each_value_came_from() {
+        for (text, says) in [
+            (
+                "nodeHealth: { degradedAtOrBelow: 70, cordonBelow: 75 }",
+                "degradedAtOrBelow 70 is under cordonBelow 75 less one",
+            ),
+            (
+                "nodeHealth: { degradedAtOrBelow: 50 }",
+                "degradedAtOrBelow 50 is under cordonBelow 60 (the default) less one",
+            ),
+            (
+                "nodeHealth: { degradedAtOrBelow: 70 }\npools:\n  - { name: a, selector: {p: a}, nodeHealth: { cordonBelow: 75 } }",
+                "degradedAtOrBelow 70 (from nodeHealth) is under cordonBelow 75 less one",
+            ),
+            (
+                "pools:\n  - { name: a, selector: {p: a}, nodeHealth: { cordonBelow: 97 } }",
+                "degradedAtOrBelow 95 (the default) is under cordonBelow 97 less one",
+            ),
+        ] {
+            let l = load(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            let said: Vec<&str> = l.warnings.iter().map(|w| w.message.as_str()).collect();
+            assert!(
+                said.len() == 1 && said[0].starts_with(says),
+                "{text}: {said:?}"
+            );
+        }
     }
 
     #[test]
