@@ -1370,8 +1370,7 @@ async fn reload(
     headers: HeaderMap,
 ) -> ApiResult<Json<serde_json::Value>> {
     authorize(&hale, &headers)?;
-    let h = hale.clone();
-    blocking(move || h.reload())
+    hale.reload_bounded()
         .await
         .map(|warnings| Json(serde_json::json!({"reloaded": true, "warnings": warnings})))
         .map_err(|e| {

@@ -43,7 +43,13 @@ fn main() -> std::process::ExitCode {
         .enable_all()
         .build()
         .context("starting the runtime")
-        .and_then(|runtime| runtime.block_on(run()));
+        .and_then(|runtime| {
+            let ran = runtime.block_on(run());
+            // A read that never returns (a file on a mount that hangs, behind a
+            // reload) holds no stop: the runtime waits this long for it, no more.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+            ran
+        });
     flush_log();
     match ran {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -376,7 +382,7 @@ async fn reload_on_hangup(hale: Arc<Hale>) {
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .expect("SIGHUP handler");
     while hup.recv().await.is_some() {
-        if let Err(e) = hale.off_runtime(Hale::reload).await {
+        if let Err(e) = hale.reload_bounded().await {
             tracing::error!(error = %e, "reload refused; the running configuration stays");
         }
     }

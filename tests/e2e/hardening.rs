@@ -1714,3 +1714,62 @@ async fn a_clock_stepped_forward_or_back_keeps_every_window() {
     let n1 = types(&hale.events("n1", "").await);
     assert!(!n1.contains(&"HEARTBEAT_MISSED".to_string()), "{n1:?}");
 }
+
+/// A reload whose files do not answer (a secret on a mount that hangs; here a
+/// FIFO no one writes) is refused after 30 s, the running configuration kept, and
+/// one stuck behind a SIGHUP holds no stop: SIGTERM still ends hale.
+#[tokio::test]
+async fn a_reload_that_cannot_read_its_files_is_refused_and_holds_no_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut hale = Hale::webhook_only(dir.path(), "").await;
+    let fifo = dir.path().join("secret");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let port: u16 = hale.url.rsplit(':').next().unwrap().parse().unwrap();
+    let hooks = format!(
+        "nodeEventWebhooks:\n  - url: http://127.0.0.1:9/hook\n    secretFile: {}\n",
+        fifo.display()
+    );
+    std::fs::write(
+        dir.path().join("hale.yaml"),
+        webhook_only_config(dir.path(), port, &hooks),
+    )
+    .unwrap();
+    let r = reqwest::Client::new()
+        .post(format!("{}/-/reload", hale.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let said = r.text().await.unwrap();
+    assert!(said.contains("took longer than 30 s"), "{said}");
+    let metrics = reqwest::get(format!("{}/metrics", hale.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        metric(&metrics, "hale_config_last_reload_successful", &[]),
+        Some(0.0)
+    );
+    hale.signal("HUP");
+    eventually(
+        "the SIGHUP's reload under way",
+        Duration::from_secs(20),
+        || async { (hale.log().matches("reloading the configuration").count() == 2).then_some(()) },
+    )
+    .await;
+    hale.signal("TERM");
+    let status = hale
+        .exited_within(Duration::from_secs(60))
+        .expect("hale exits with a reload stuck");
+    assert!(status.success(), "{status}");
+    assert!(!hale.log().contains("configuration reloaded"));
+}

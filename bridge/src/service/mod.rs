@@ -9,6 +9,7 @@ pub use power::{PowerError, PowerReport};
 
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
@@ -66,6 +67,8 @@ const ALERTS_FRESH: Duration = Duration::from_secs(10);
 const FOLLOW_EVERY: Duration = Duration::from_millis(500);
 /// How often a loop with nothing to do still goes round, to show it is alive.
 const IDLE_BEAT: Duration = Duration::from_secs(60);
+/// How long a reload waits for its file and the files it names.
+const RELOAD_READ: Duration = Duration::from_secs(30);
 
 /// How long a poll waits for the orchestrator's inventory before it: half the
 /// poll interval, between 1 s and 5 s.
@@ -1590,7 +1593,48 @@ impl Hale {
     /// endpoints, filters, penalties and policy settings apply to the next report;
     /// `listen` and `store` need a restart. Returns the new file's warnings.
     pub fn reload(&self) -> Result<Vec<String>, ConfigError> {
-        let taken = self.reload_file();
+        let read = self
+            .config()
+            .source
+            .clone()
+            .map(|path| Config::load_text(&path).map(|read| (path, read)));
+        self.take_reload(read)
+    }
+
+    /// [`Hale::reload`] for a SIGHUP or `POST /-/reload`: a file that does not
+    /// answer (on a mount that hangs) is given up after `RELOAD_READ`, the reload
+    /// refused and never applied later — it holds neither the caller nor a stop.
+    pub async fn reload_bounded(self: &Arc<Self>) -> Result<Vec<String>, ConfigError> {
+        let read = match self.config().source.clone() {
+            None => None,
+            Some(path) => {
+                info!(config = %path.display(), "reloading the configuration");
+                let at = path.clone();
+                let reading = tokio::task::spawn_blocking(move || Config::load_text(&at)).joined();
+                Some(match tokio::time::timeout(RELOAD_READ, reading).await {
+                    Ok(read) => read.map(|read| (path, read)),
+                    Err(_) => Err(ConfigError {
+                        file: path.display().to_string(),
+                        line: None,
+                        key: "-".into(),
+                        message: format!(
+                            "reading it and the files it names took longer than {} s (a mount that does not answer?); nothing was reloaded",
+                            RELOAD_READ.as_secs()
+                        ),
+                    }),
+                })
+            }
+        };
+        self.off_runtime(move |h| h.take_reload(read)).await
+    }
+
+    /// Apply a reload's reading of the file (`None`: hale runs on built-in
+    /// defaults), and say whether it was taken.
+    fn take_reload(
+        &self,
+        read: Option<Result<(PathBuf, (Loaded, String)), ConfigError>>,
+    ) -> Result<Vec<String>, ConfigError> {
+        let taken = self.reload_file(read);
         self.metrics
             .config_reload_successful
             .set(i64::from(taken.is_ok()));
@@ -1602,13 +1646,16 @@ impl Hale {
         taken
     }
 
-    fn reload_file(&self) -> Result<Vec<String>, ConfigError> {
+    fn reload_file(
+        &self,
+        read: Option<Result<(PathBuf, (Loaded, String)), ConfigError>>,
+    ) -> Result<Vec<String>, ConfigError> {
         let current = self.config();
-        let Some(path) = current.source.clone() else {
+        let Some(read) = read else {
             info!("running on built-in defaults: nothing to reload");
             return Ok(Vec::new());
         };
-        let (next, text) = Config::load_text(&path)?;
+        let (path, (next, text)) = read?;
         // What only a restart changes refuses the reload, so what runs is always one
         // file's configuration, never a mix of two.
         let needs_restart = restart_only(&current.config, &next.config);
