@@ -69,6 +69,8 @@ const FOLLOW_EVERY: Duration = Duration::from_millis(500);
 const IDLE_BEAT: Duration = Duration::from_secs(60);
 /// How long a reload waits for its file and the files it names.
 const RELOAD_READ: Duration = Duration::from_secs(30);
+/// What a reload read: the file, its configuration and its text.
+type Read = Result<(PathBuf, (Loaded, String)), ConfigError>;
 
 /// How long a poll waits for the orchestrator's inventory before it: half the
 /// poll interval, between 1 s and 5 s.
@@ -1632,7 +1634,7 @@ impl Hale {
     /// defaults), and say whether it was taken.
     fn take_reload(
         &self,
-        read: Option<Result<(PathBuf, (Loaded, String)), ConfigError>>,
+        read: Option<Read>,
     ) -> Result<Vec<String>, ConfigError> {
         let taken = self.reload_file(read);
         self.metrics
@@ -1648,7 +1650,7 @@ impl Hale {
 
     fn reload_file(
         &self,
-        read: Option<Result<(PathBuf, (Loaded, String)), ConfigError>>,
+        read: Option<Read>,
     ) -> Result<Vec<String>, ConfigError> {
         let current = self.config();
         let Some(read) = read else {
