@@ -881,7 +881,8 @@ enum Settled {
     /// Still queued when the wait ended: the action, and why its last try failed.
     Pending(NodeView, PendingView),
     /// Taken off the queue without the node being as asked: the orchestrator
-    /// refused it (why is in the node's POLICY_HALTED event).
+    /// refused it (why is in the node's POLICY_HALTED event), or a later change
+    /// (another request, or someone outside hale) undid it ([`undone`] tells).
     Refused(NodeView),
 }
 
@@ -929,17 +930,42 @@ async fn settled_all(
         .collect())
 }
 
-/// Why the orchestrator refused what was asked of `node`: its latest halt.
-async fn refusal(client: &Client, node: &str) -> String {
+/// What took a verb's action off the queue without the node being as asked.
+enum Undone {
+    /// The orchestrator refused it: its halt says why.
+    Refused(String),
+    /// A later change undid it (another request, concurrent with the verb, or
+    /// someone outside hale): its event says which.
+    Changed(String),
+}
+
+/// What took a verb's action on `node` off the queue: the latest of its halts,
+/// cordons and uncordons — an orchestrator's refusal, or the change that undid it.
+async fn undone(client: &Client, node: &str) -> Undone {
     let mut url = client.url(&["api", "v1", "nodes", node, "events"]);
     url.query_pairs_mut()
         .append_pair("type", "POLICY_HALTED")
+        .append_pair("type", "NODE_CORDONED")
+        .append_pair("type", "NODE_UNCORDONED")
         .append_pair("latest", "true")
         .append_pair("pageSize", "1");
     let page: anyhow::Result<EventsView> = client.send(client.http.get(url)).await;
-    page.ok()
-        .and_then(|p| p.events.last().map(|e| e.event.message.clone()))
-        .unwrap_or_else(|| format!("see `hale node events {node} --type POLICY_HALTED`"))
+    let latest = page
+        .ok()
+        .and_then(|p| p.events.last().map(|e| e.event.clone()));
+    match latest {
+        Some(e) => match &e.kind {
+            hale::core::EventKind::PolicyHalted { guardrail, .. }
+                if guardrail == "orchestrator" =>
+            {
+                Undone::Refused(e.message)
+            }
+            _ => Undone::Changed(e.message),
+        },
+        None => Undone::Refused(format!(
+            "see `hale node events {node} --type POLICY_HALTED`"
+        )),
+    }
 }
 
 /// After a verb: wait up to `wait` for the orchestrator to do the `action` the
@@ -973,14 +999,23 @@ async fn conclude(
             report(json, &node, done);
             Ok(())
         }
-        Settled::Refused(node) => {
-            report(json, &node, &format!("{}: {action} refused", node.id));
-            let why = refusal(client, &node.id).await;
-            bail!(
-                "the orchestrator refused the {action} of {}: {why}",
-                node.id
-            )
-        }
+        Settled::Refused(node) => match undone(client, &node.id).await {
+            Undone::Refused(why) => {
+                report(json, &node, &format!("{}: {action} refused", node.id));
+                bail!(
+                    "the orchestrator refused the {action} of {}: {why}",
+                    node.id
+                )
+            }
+            Undone::Changed(what) => {
+                report(json, &node, &format!("{}: {action} undone since", node.id));
+                bail!(
+                    "the {action} of {} was undone by a later change: {what} (`hale node events {}`)",
+                    node.id,
+                    node.id
+                )
+            }
+        },
         Settled::Pending(node, pending) if wait.is_zero() => {
             let queued = format!(
                 "{}: {} recorded, not waited for (`hale node show {}` lists it until done)",
@@ -1221,22 +1256,28 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                     Err(e) => return Err(e),
                 }
             }
-            let (mut drained, mut refused, mut pending) = (Vec::new(), Vec::new(), Vec::new());
+            let (mut drained, mut refused, mut pending, mut changed) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for settled in settled_all(&client, asked, "cordon", wait, out_of_service).await? {
                 match settled {
                     Settled::Done(n) => drained.push(n.id),
-                    Settled::Refused(n) => {
-                        let why = refusal(&client, &n.id).await;
-                        eprintln!("refused {}: {}", n.id, terminal(&why));
-                        refused.push(n.id);
-                    }
+                    Settled::Refused(n) => match undone(&client, &n.id).await {
+                        Undone::Refused(why) => {
+                            eprintln!("refused {}: {}", n.id, terminal(&why));
+                            refused.push(n.id);
+                        }
+                        Undone::Changed(what) => {
+                            eprintln!("undone since {}: {}", n.id, terminal(&what));
+                            changed.push(n.id);
+                        }
+                    },
                     Settled::Pending(n, _) => pending.push(n.id),
                 }
             }
             if json {
                 print_json(&serde_json::json!({
                     "drained": drained.len(), "nodes": drained,
-                    "refused": refused, "pending": pending,
+                    "refused": refused, "pending": pending, "undone": changed,
                 }));
             } else {
                 println!("Cordoned {} node(s)", drained.len());
@@ -1248,10 +1289,12 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                     );
                 }
             }
-            if !(refused.is_empty() && (pending.is_empty() || wait.is_zero())) {
+            if !(refused.is_empty() && changed.is_empty() && (pending.is_empty() || wait.is_zero()))
+            {
                 bail!(
-                    "{} node(s) refused by the orchestrator, {} not cordoned within {wait:?}",
+                    "{} node(s) refused by the orchestrator, {} undone by a later change, {} not cordoned within {wait:?}",
                     refused.len(),
+                    changed.len(),
                     pending.len()
                 );
             }
@@ -1953,6 +1996,77 @@ mod tests {
             last_report: None,
             jobs: 0,
         }
+    }
+
+    /// A verb's action taken off the queue without the node as asked: refused by
+    /// the orchestrator where its latest halt, cordon or uncordon is the
+    /// orchestrator's refusal; undone by a later change where it is that change.
+    #[tokio::test]
+    async fn an_action_undone_is_told_from_one_refused() {
+        use hale::core::{Event, EventKind};
+        use hale::store::StoredEvent;
+        let at = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let latest = move |node: &str| {
+            let (kind, message) = match node {
+                "refused" => (
+                    EventKind::PolicyHalted {
+                        action: "cordon".into(),
+                        guardrail: "orchestrator".into(),
+                        policy_mode: "observe".into(),
+                        scored_by: "cluster".into(),
+                        score: None,
+                    },
+                    "the operator's cordon was refused: not ready",
+                ),
+                _ => (
+                    EventKind::NodeUncordoned {
+                        by: "operator".into(),
+                        reason: "back".into(),
+                    },
+                    "uncordoned by operator: back",
+                ),
+            };
+            let event = Event {
+                node_id: node.into(),
+                kind,
+                occurred_at: at,
+                message: message.into(),
+            };
+            axum::Json(EventsView {
+                events: vec![StoredEvent {
+                    id: "x-1".into(),
+                    event,
+                }],
+                next_page_token: None,
+            })
+        };
+        let app =
+            axum::Router::new().route(
+                "/api/v1/nodes/{id}/events",
+                axum::routing::get(
+                    move |axum::extract::Path(id): axum::extract::Path<String>| async move {
+                        latest(&id)
+                    },
+                ),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}/", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        hale::init_tls();
+        let client = Client {
+            http: reqwest::Client::new(),
+            base: reqwest::Url::parse(&base).unwrap(),
+            timeout: Duration::from_secs(10),
+            token: None,
+        };
+        assert!(matches!(
+            undone(&client, "refused").await,
+            Undone::Refused(why) if why == "the operator's cordon was refused: not ready"
+        ));
+        assert!(matches!(
+            undone(&client, "changed").await,
+            Undone::Changed(what) if what == "uncordoned by operator: back"
+        ));
     }
 
     #[test]

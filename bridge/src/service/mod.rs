@@ -1632,10 +1632,7 @@ impl Hale {
 
     /// Apply a reload's reading of the file (`None`: hale runs on built-in
     /// defaults), and say whether it was taken.
-    fn take_reload(
-        &self,
-        read: Option<Read>,
-    ) -> Result<Vec<String>, ConfigError> {
+    fn take_reload(&self, read: Option<Read>) -> Result<Vec<String>, ConfigError> {
         let taken = self.reload_file(read);
         self.metrics
             .config_reload_successful
@@ -1648,10 +1645,7 @@ impl Hale {
         taken
     }
 
-    fn reload_file(
-        &self,
-        read: Option<Read>,
-    ) -> Result<Vec<String>, ConfigError> {
+    fn reload_file(&self, read: Option<Read>) -> Result<Vec<String>, ConfigError> {
         let current = self.config();
         let Some(read) = read else {
             info!("running on built-in defaults: nothing to reload");
