@@ -1196,6 +1196,20 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
             wait,
             ..
         } => {
+            let before: NodeView = client.get(&["api", "v1", "nodes", &id]).await?;
+            // As the server judges it: a passive drain an operator made already,
+            // for this reason, records nothing new.
+            let same = !active
+                && before.cordon.as_ref().is_some_and(|c| {
+                    c.by == Actor::Operator
+                        && c.drained
+                        && !c.drain_refused
+                        && (reason.is_empty() || c.reason == reason)
+                })
+                && !before
+                    .pending
+                    .iter()
+                    .any(|p| p.action == "drain" || p.action == "cordon");
             let node = client
                 .operate(&id, "drain", &DrainRequest { active, reason })
                 .await?;
@@ -1228,7 +1242,13 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                 }
                 other => (other, "cordon"),
             };
-            let done = format!("{id} drained ({how})");
+            let done = if same {
+                format!(
+                    "{id} was drained (passive) by an operator already, for this reason: nothing new recorded"
+                )
+            } else {
+                format!("{id} drained ({how})")
+            };
             conclude(&client, json, settled, action, wait, &done).await?;
         }
         NodeVerb::Drain {

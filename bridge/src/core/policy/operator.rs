@@ -81,6 +81,9 @@ impl Fleet {
             });
         }
         let mut out = Outcome::default();
+        if !active && drained_already(node, reason) {
+            return Ok(out);
+        }
         // hale's own cordon (the policy's or a reboot flow's) is the operator's
         // now, as with `hale node cordon`: a drain is a cordon and more — the node
         // is never replaced behind the operator's back, and a flow under way leaves
@@ -221,6 +224,21 @@ impl Fleet {
 /// An operator's cordon given a reason again by a second cordon: a new one
 /// replaces the old, on the node too; the same one, or none, changes nothing.
 /// Whether it changed.
+/// Whether a passive drain would change nothing: an operator drained the node
+/// already, for this reason (or none given), and it is not refused or queued.
+fn drained_already(node: &Node, reason: &str) -> bool {
+    node.policy.cordon.as_ref().is_some_and(|c| {
+        c.by == Actor::Operator
+            && c.drained
+            && !c.drain_refused
+            && (reason.is_empty() || c.reason == reason)
+    }) && !node
+        .policy
+        .pending
+        .iter()
+        .any(|p| matches!(p.action, Action::Drain { .. } | Action::Cordon { .. }))
+}
+
 fn new_reason(node: &mut Node, reason: &str) -> bool {
     let Some(cordon) = node
         .policy

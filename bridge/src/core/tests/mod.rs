@@ -2747,6 +2747,56 @@ fn operator_verbs_name_their_reason_when_given() {
     );
 }
 
+/// A passive drain an operator made already, for the reason of their cordon (or
+/// none given), changes nothing and records nothing; another reason (recorded
+/// as the drain's: the cordon keeps its own), an active drain, or one not done
+/// yet is recorded as asked.
+#[test]
+fn a_passive_drain_done_already_records_nothing() {
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &[], low);
+    let out = s.fleet.drain(s.now, "g-0", false, "disk swap").unwrap();
+    s.record(out);
+    // Queued, not done yet: asked again, it is recorded again.
+    let out = s.fleet.drain(s.now, "g-0", false, "disk swap").unwrap();
+    assert!(!out.events.is_empty());
+    while s.fleet.pending().iter().any(|(n, _)| n == "g-0") {
+        s.do_next("g-0");
+    }
+    s.took();
+    for reason in ["disk swap", ""] {
+        let out = s.fleet.drain(s.now, "g-0", false, reason).unwrap();
+        assert!(
+            out.events.is_empty() && out.dirty.is_empty(),
+            "{reason:?}: {:?}",
+            out.events
+        );
+        assert!(s.fleet.pending().is_empty());
+    }
+    let out = s.fleet.drain(s.now, "g-0", false, "rack move").unwrap();
+    s.record(out);
+    assert_eq!(s.took(), ["g-0 NODE_DRAINED"]);
+    assert_eq!(
+        s.node("g-0").policy.cordon.as_ref().unwrap().reason,
+        "disk swap"
+    );
+    while s.fleet.pending().iter().any(|(n, _)| n == "g-0") {
+        s.do_next("g-0");
+    }
+    s.took();
+    let out = s.fleet.drain(s.now, "g-0", true, "rack move").unwrap();
+    assert!(
+        s.fleet
+            .pending()
+            .iter()
+            .any(|(n, p)| n == "g-0"
+                && matches!(p.action, policy::Action::Drain { active: true, .. })),
+        "{:?}",
+        out.events
+    );
+}
+
 /// An operator's cordon the orchestrator refuses is said in the history beside
 /// its NODE_CORDONED, with why: the node stays as the orchestrator shows it.
 #[test]
