@@ -339,7 +339,6 @@ fn regex_quoted(name: &str) -> String {
 
 impl Client {
     pub fn new(cfg: &AlertmanagerConfig) -> Client {
-        crate::init_tls();
         let base = reqwest::Url::parse(&cfg.url).expect("validated by config");
         let under = |segments: &[&str]| {
             let mut url = base.clone();
@@ -356,7 +355,7 @@ impl Client {
             .append_pair("silenced", "true")
             .append_pair("inhibited", "true")
             .append_pair("unprocessed", "true");
-        let builder = reqwest::Client::builder()
+        let builder = crate::http_client()
             .timeout(cfg.timeout)
             .connect_timeout(cfg.timeout.min(Duration::from_secs(5)))
             .user_agent(crate::USER_AGENT);
@@ -403,7 +402,11 @@ impl Client {
             .await
             .map_err(|e| IngestError::Unreachable {
                 url: url.clone(),
-                reason: crate::error_chain(&e.without_url()),
+                reason: format!(
+                    "{}{}",
+                    crate::error_chain(&e.without_url()),
+                    crate::proxy_note(&self.alerts_url)
+                ),
             })?;
         self.answered(&resp, url)?;
         let malformed = |reason: String| IngestError::Malformed {
@@ -488,12 +491,20 @@ impl Client {
             .await
             .map_err(|e| IngestError::Unreachable {
                 url: shown.clone(),
-                reason: crate::error_chain(&e.without_url()),
+                reason: format!(
+                    "{}{}",
+                    crate::error_chain(&e.without_url()),
+                    crate::proxy_note(&self.alerts_url)
+                ),
             })?;
         self.answered(&resp, shown.clone())?;
         let body = resp.bytes().await.map_err(|e| IngestError::Unreachable {
             url: shown,
-            reason: crate::error_chain(&e.without_url()),
+            reason: format!(
+                "{}{}",
+                crate::error_chain(&e.without_url()),
+                crate::proxy_note(&self.alerts_url)
+            ),
         })?;
         let alerts = parse_v2(&body)?;
         Ok(alerts
@@ -515,7 +526,11 @@ impl Client {
             } else {
                 IngestError::Unreachable {
                     url: self.shown_url(),
-                    reason: crate::error_chain(&e.without_url()),
+                    reason: format!(
+                        "{}{}",
+                        crate::error_chain(&e.without_url()),
+                        crate::proxy_note(&self.alerts_url)
+                    ),
                 }
             }
         };

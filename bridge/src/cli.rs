@@ -731,7 +731,6 @@ struct Client {
 
 impl Client {
     fn new(args: &ClientArgs) -> anyhow::Result<Client> {
-        hale::init_tls();
         let base = reqwest::Url::parse(&args.server)
             .with_context(|| format!("--server {:?} is not a URL", args.server))?;
         let token = match &args.token_file {
@@ -739,7 +738,7 @@ impl Client {
             None => None,
         };
         Ok(Client {
-            http: reqwest::Client::builder()
+            http: hale::http_client()
                 .user_agent(hale::USER_AGENT)
                 .connect_timeout(args.timeout.min(Duration::from_secs(10)))
                 .build()
@@ -786,7 +785,8 @@ impl Client {
                 anyhow::anyhow!("hale at {at} did not answer within {limit:?} (--timeout)")
             } else {
                 let why = hale::error_chain(&e.without_url());
-                anyhow::anyhow!("{doing} hale at {at}: {why}")
+                let proxy = hale::proxy_note(&self.base);
+                anyhow::anyhow!("{doing} hale at {at}: {why}{proxy}")
             }
         };
         let mut attempt = 1;
@@ -917,7 +917,15 @@ async fn settled_all(
         }
         tokio::time::sleep(left.min(Duration::from_millis(200))).await;
         for n in nodes.iter_mut().filter(|n| held(n).is_some()) {
-            *n = client.get(&["api", "v1", "nodes", &n.id]).await?;
+            *n = client
+                .get(&["api", "v1", "nodes", &n.id])
+                .await
+                .with_context(|| {
+                    format!(
+                        "the {action} of {} was recorded; waiting for it to be done (`hale node show {}` says where it stands)",
+                        n.id, n.id
+                    )
+                })?;
         }
     }
     Ok(nodes

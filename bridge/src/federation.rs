@@ -62,13 +62,12 @@ pub enum MemberError {
 
 impl Federation {
     pub fn new(cfg: &Loaded) -> Federation {
-        crate::init_tls();
         let timeout = cfg.config.federation.timeout;
         let members = cfg
             .members
             .iter()
             .map(|m: &Member| {
-                let builder = reqwest::Client::builder()
+                let builder = crate::http_client()
                     .user_agent(crate::USER_AGENT)
                     .timeout(timeout)
                     .connect_timeout(timeout)

@@ -167,8 +167,7 @@ pub struct Fuzzball {
 
 impl Fuzzball {
     pub fn new(cfg: &Config) -> std::result::Result<Fuzzball, String> {
-        crate::init_tls();
-        let mut builder = reqwest::Client::builder()
+        let mut builder = crate::http_client()
             .user_agent(crate::USER_AGENT)
             .timeout(cfg.timeout)
             .connect_timeout(cfg.timeout.min(Duration::from_secs(5)));

@@ -56,12 +56,152 @@ impl<T: Send + 'static> Joined<T> for tokio::task::JoinHandle<T> {
 }
 
 /// Install the TLS crypto provider reqwest uses (ring: aws-lc-rs would add a long C
-/// build). Idempotent; every HTTP client constructor calls it.
+/// build). Idempotent; [`http_client`] calls it, as must any other client.
 pub fn init_tls() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let _ = rustls::crypto::ring::default_provider().install_default();
     });
+}
+
+/// A client builder for hale's outbound HTTP, TLS set up and the proxy variables
+/// read as curl and Go read them: `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and
+/// `NO_PROXY`, upper or lower case; a loopback host (`localhost`, 127.0.0.0/8,
+/// `::1`) is never proxied, `NO_PROXY=*` proxies nothing, and a `NO_PROXY` entry in
+/// brackets (`[::1]`) is read without them. A proxy hale cannot speak to (not
+/// http or https) is left out, and [`proxies`] says so.
+pub fn http_client() -> reqwest::ClientBuilder {
+    init_tls();
+    let mut builder = reqwest::Client::builder().no_proxy();
+    let env = process_env;
+    for p in proxies_in(&env).into_iter().filter(|p| p.usable) {
+        let proxy = match p.scheme {
+            "http" => reqwest::Proxy::http(p.url.as_str()),
+            _ => reqwest::Proxy::https(p.url.as_str()),
+        };
+        if let Ok(proxy) = proxy {
+            let bypass = reqwest::NoProxy::from_string(&no_proxy_in(&env));
+            builder = builder.proxy(proxy.no_proxy(bypass));
+        }
+    }
+    builder
+}
+
+/// Where the proxy variables are read from: this process's environment.
+type Env<'a> = &'a dyn Fn(&'static str) -> Option<String>;
+
+fn process_env(var: &'static str) -> Option<String> {
+    std::env::var(var).ok()
+}
+
+/// A proxy the environment names for one scheme.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvProxy {
+    /// `http` or `https`: the requests it takes.
+    pub scheme: &'static str,
+    /// The variable that named it.
+    pub var: &'static str,
+    pub url: reqwest::Url,
+    /// Whether hale can speak to it (an http or https proxy).
+    pub usable: bool,
+}
+
+impl EnvProxy {
+    /// As a log line names it, without credentials.
+    pub fn shown(&self) -> String {
+        format!(
+            "{} {}",
+            self.var,
+            shown_url(&self.url).trim_end_matches('/')
+        )
+    }
+}
+
+/// The value of `name` or of its lower-case spelling, set and not empty.
+fn env_var(env: Env, name: &'static str) -> Option<(&'static str, String)> {
+    let lower: &'static str = match name {
+        "HTTP_PROXY" => "http_proxy",
+        "HTTPS_PROXY" => "https_proxy",
+        "ALL_PROXY" => "all_proxy",
+        _ => "no_proxy",
+    };
+    [name, lower].into_iter().find_map(|var| {
+        env(var)
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+            .map(|v| (var, v))
+    })
+}
+
+/// The proxies the environment names for http and https requests (none where
+/// `NO_PROXY` is `*`). A value without a scheme is taken as `http://`.
+pub fn proxies() -> Vec<EnvProxy> {
+    proxies_in(&process_env)
+}
+
+fn proxies_in(env: Env) -> Vec<EnvProxy> {
+    if env_var(env, "NO_PROXY").is_some_and(|(_, v)| v == "*") {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (scheme, var) in [("http", "HTTP_PROXY"), ("https", "HTTPS_PROXY")] {
+        let Some((var, value)) = env_var(env, var).or_else(|| env_var(env, "ALL_PROXY")) else {
+            continue;
+        };
+        let text = if value.contains("://") {
+            value
+        } else {
+            format!("http://{value}")
+        };
+        if let Ok(url) = reqwest::Url::parse(&text) {
+            let usable = matches!(url.scheme(), "http" | "https");
+            out.push(EnvProxy {
+                scheme,
+                var,
+                url,
+                usable,
+            });
+        }
+    }
+    out
+}
+
+/// `NO_PROXY` as the proxies take it: brackets off IPv6 entries, and loopback.
+fn no_proxy_in(env: Env) -> String {
+    let mut entries: Vec<String> = env_var(env, "NO_PROXY")
+        .map(|(_, v)| {
+            v.split(',')
+                .map(|e| e.trim().trim_start_matches('[').replace("]", ""))
+                .filter(|e| !e.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    entries.extend(["localhost", "127.0.0.0/8", "::1"].map(String::from));
+    entries.join(",")
+}
+
+/// What an error reaching `url` should add: the proxy the request went through,
+/// where the environment names one for its scheme and its host is not loopback.
+pub fn proxy_note(url: &reqwest::Url) -> String {
+    let host = url.host_str().unwrap_or("localhost");
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if loopback {
+        return String::new();
+    }
+    proxies()
+        .into_iter()
+        .find(|p| p.scheme == url.scheme() && p.usable)
+        .map(|p| {
+            format!(
+                " (through the proxy {}, unless NO_PROXY names this host)",
+                p.shown()
+            )
+        })
+        .unwrap_or_default()
 }
 
 /// The certificates of a PEM bundle, to verify a server by instead of the system's
@@ -308,6 +448,85 @@ mod tests {
             .catch_unwind()
             .await;
         assert!(carried.is_err());
+    }
+
+    /// The proxy variables as curl and Go read them: either case, ALL_PROXY
+    /// behind the per-scheme ones, a bare host:port taken as http, `NO_PROXY=*`
+    /// none, a socks proxy named as one hale cannot use; loopback and bracketed
+    /// IPv6 entries added to what bypasses them.
+    #[test]
+    fn proxy_variables_are_read_as_curl_reads_them() {
+        let read = |vars: &[(&str, &str)]| {
+            let vars: Vec<(String, String)> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let env = move |var: &'static str| {
+                vars.iter().find(|(k, _)| k == var).map(|(_, v)| v.clone())
+            };
+            let shown: Vec<String> = super::proxies_in(&env)
+                .iter()
+                .map(|p| format!("{} {} {}", p.scheme, p.shown(), p.usable))
+                .collect();
+            (shown, super::no_proxy_in(&env))
+        };
+        let loopback = "localhost,127.0.0.0/8,::1";
+        let table: &[(&[(&str, &str)], &[&str], String)] = &[
+            (&[], &[], loopback.into()),
+            (
+                &[
+                    ("http_proxy", "proxy:3128"),
+                    ("HTTPS_PROXY", "https://u:p@p2:443"),
+                ],
+                &[
+                    "http http_proxy http://proxy:3128 true",
+                    "https HTTPS_PROXY https://p2 true",
+                ],
+                loopback.into(),
+            ),
+            (
+                &[
+                    ("ALL_PROXY", "http://all:8080"),
+                    ("HTTP_PROXY", "http://h:1"),
+                ],
+                &[
+                    "http HTTP_PROXY http://h:1 true",
+                    "https ALL_PROXY http://all:8080 true",
+                ],
+                loopback.into(),
+            ),
+            (
+                &[("all_proxy", "socks5://s:1080")],
+                &[
+                    "http all_proxy socks5://s:1080 false",
+                    "https all_proxy socks5://s:1080 false",
+                ],
+                loopback.into(),
+            ),
+            (
+                &[("HTTP_PROXY", "http://h:1"), ("NO_PROXY", " * ")],
+                &[],
+                format!("*,{loopback}"),
+            ),
+            (
+                &[
+                    ("HTTP_PROXY", ""),
+                    ("no_proxy", "[::1], .corp.example ,10.0.0.0/8"),
+                ],
+                &[],
+                format!("::1,.corp.example,10.0.0.0/8,{loopback}"),
+            ),
+        ];
+        for (vars, proxies, bypass) in table {
+            assert_eq!(
+                read(vars),
+                (
+                    proxies.iter().map(|p| p.to_string()).collect(),
+                    bypass.clone()
+                ),
+                "{vars:?}"
+            );
+        }
     }
 }
 

@@ -344,6 +344,15 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
     for w in &cfg.warnings {
         warn!("{w}");
     }
+    for p in hale::proxies() {
+        if p.usable {
+            info!(scheme = p.scheme, proxy = %p.shown(),
+                "outbound requests go through this proxy, except to loopback and the hosts NO_PROXY names");
+        } else {
+            warn!(scheme = p.scheme, proxy = %p.shown(),
+                "not an http or https proxy, which is all hale speaks to: its requests go direct");
+        }
+    }
     tokio::spawn(Arc::clone(&hale).poll_loop());
     tokio::spawn(Arc::clone(&hale).tick_loop());
     tokio::spawn(Arc::clone(&hale).act_loop());

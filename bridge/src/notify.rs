@@ -309,7 +309,11 @@ impl Endpoint {
             Ok(resp) if resp.status().is_success() => return Ok(()),
             Ok(resp) => AttemptError::Status(resp.status().as_u16()),
             Err(e) if e.is_timeout() => AttemptError::Timeout,
-            Err(e) => AttemptError::Transport(crate::error_chain(&e.without_url())),
+            Err(e) => AttemptError::Transport(format!(
+                "{}{}",
+                crate::error_chain(&e.without_url()),
+                crate::proxy_note(&self.hook.url)
+            )),
         };
         self.metrics
             .touch(Series::AttemptFailures, &self.shown, &error.metric_label())
@@ -457,7 +461,6 @@ impl Notifier {
         liveness: &Arc<Liveness>,
         durable: &Durable,
     ) -> Notifier {
-        crate::init_tls();
         let (stop, stopped) = tokio::sync::watch::channel(());
         let keys: Vec<String> = hooks
             .iter()
@@ -475,7 +478,7 @@ impl Notifier {
             let endpoint = Endpoint {
                 shown: hook.shown(),
                 // A redirect could take the signed event to another host.
-                http: reqwest::Client::builder()
+                http: crate::http_client()
                     .redirect(reqwest::redirect::Policy::none())
                     .timeout(hook.timeout)
                     .user_agent(crate::USER_AGENT)

@@ -1773,3 +1773,27 @@ async fn a_reload_that_cannot_read_its_files_is_refused_and_holds_no_stop() {
     assert!(status.success(), "{status}");
     assert!(!hale.log().contains("configuration reloaded"));
 }
+
+/// Proxy variables set for the site (a dead proxy here) are not used for
+/// loopback: the CLI reaches hale on 127.0.0.1 and on localhost, as curl and Go
+/// tools do.
+#[tokio::test]
+async fn a_proxy_in_the_environment_is_not_used_for_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let hale = Hale::webhook_only(dir.path(), "").await;
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let localhost = hale.url.replace("127.0.0.1", "localhost");
+    for server in [hale.url.as_str(), localhost.as_str()] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+            .args(["node", "list", "--server", server])
+            .env("HTTP_PROXY", &dead)
+            .env("all_proxy", &dead)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{server}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -43,10 +43,9 @@ impl Redfish {
         let super::Address::Redfish { origin, system } = &target.address else {
             unreachable!("connect dispatches by address kind")
         };
-        crate::init_tls();
         // No redirects: a POST turned into a GET would "succeed" without a reset,
         // and a login resent elsewhere would carry the password there.
-        let mut builder = reqwest::Client::builder()
+        let mut builder = crate::http_client()
             .redirect(reqwest::redirect::Policy::none())
             .user_agent(crate::USER_AGENT)
             .timeout(timing.timeout)
