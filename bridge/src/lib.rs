@@ -471,7 +471,10 @@ mod tests {
             (shown, super::no_proxy_in(&env))
         };
         let loopback = "localhost,127.0.0.0/8,::1";
-        let table: &[(&[(&str, &str)], &[&str], String)] = &[
+        // The variables set; the proxies read (scheme, variable, URL, usable);
+        // what bypasses them.
+        type Case<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str], String);
+        let table: &[Case] = &[
             (&[], &[], loopback.into()),
             (
                 &[
