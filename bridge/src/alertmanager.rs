@@ -27,6 +27,14 @@ pub enum IngestError {
         /// The key holding the credentials hale sent, if any.
         auth: Option<&'static str>,
     },
+    #[error(
+        "Alertmanager at {url} answered HTTP {status}, a redirect to {to}: hale follows none (its credentials would go wherever it points); set alertmanager.url to the address that answers"
+    )]
+    Redirected {
+        url: String,
+        status: u16,
+        to: String,
+    },
     #[error("not a valid {what}: {reason}")]
     Malformed { what: &'static str, reason: String },
     #[error("cannot send Alertmanager the credentials of {key}: {reason}")]
@@ -73,7 +81,7 @@ impl IngestError {
         match self {
             IngestError::Unreachable { .. } => "unreachable",
             IngestError::Timeout { .. } => "timeout",
-            IngestError::Status { .. } => "status",
+            IngestError::Status { .. } | IngestError::Redirected { .. } => "status",
             IngestError::Malformed { .. } => "malformed",
             IngestError::Version(_) | IngestError::NotV2(_) => "version",
             IngestError::Credentials { .. } => "credentials",
@@ -355,7 +363,10 @@ impl Client {
             .append_pair("silenced", "true")
             .append_pair("inhibited", "true")
             .append_pair("unprocessed", "true");
+        // No redirects: the credentials would follow them, or a poll be trusted
+        // from another host than the one configured.
         let builder = crate::http_client()
+            .redirect(reqwest::redirect::Policy::none())
             .timeout(cfg.timeout)
             .connect_timeout(cfg.timeout.min(Duration::from_secs(5)))
             .user_agent(crate::USER_AGENT);
@@ -458,8 +469,36 @@ impl Client {
 
     /// A refusal or error status as the error it is.
     fn answered(&self, resp: &reqwest::Response, url: String) -> Result<()> {
+        // hale asks for no encoding: one there is a proxy's between, which hale
+        // does not undo.
+        if let Some(encoding) = resp
+            .headers()
+            .get(reqwest::header::CONTENT_ENCODING)
+            .filter(|e| !e.as_bytes().eq_ignore_ascii_case(b"identity"))
+        {
+            return Err(IngestError::Malformed {
+                what: "Alertmanager answer",
+                reason: format!(
+                    "it came with Content-Encoding {}, which hale did not ask for (a proxy between?)",
+                    String::from_utf8_lossy(encoding.as_bytes())
+                ),
+            });
+        }
         if resp.status().is_success() {
             return Ok(());
+        }
+        if resp.status().is_redirection() {
+            let to = resp
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|l| l.to_str().ok())
+                .and_then(|l| resp.url().join(l).ok())
+                .map_or_else(|| "nowhere it says".to_string(), |to| crate::shown_url(&to));
+            return Err(IngestError::Redirected {
+                url,
+                status: resp.status().as_u16(),
+                to,
+            });
         }
         Err(IngestError::Status {
             url,
@@ -848,5 +887,46 @@ mod tests {
             .await
             .expect("0.7 s fits the stretched allowance");
         assert_eq!(parse_v2(&answer.body).unwrap().len(), 0);
+    }
+    /// A redirect is not followed — the poll is trusted from the address
+    /// configured or not at all — and says where it pointed; an answer in an
+    /// encoding hale did not ask for says so, not that its bytes are bad.
+    #[tokio::test]
+    async fn a_redirect_or_an_encoding_is_said_as_such() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let answers: [&[u8]; 3] = [
+            b"HTTP/1.1 302 Found\r\nlocation: http://localhost:1/api/v2/alerts?x=1\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: 2\r\nconnection: close\r\n\r\n[]",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n[]",
+        ];
+        tokio::spawn(async move {
+            for answer in answers {
+                let (mut conn, _) = listener.accept().await.unwrap();
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = conn.read(&mut buf).await.unwrap();
+                    request.extend_from_slice(&buf[..n]);
+                }
+                conn.write_all(answer).await.unwrap();
+            }
+        });
+        let client = Client::new(&AlertmanagerConfig {
+            url,
+            ..AlertmanagerConfig::default()
+        });
+        let e = client.fetch().await.err().expect("not followed");
+        assert_eq!(e.metric_label(), "status");
+        assert!(
+            e.to_string()
+                .contains("answered HTTP 302, a redirect to http://localhost:1/api/v2/alerts"),
+            "{e}"
+        );
+        let e = client.fetch().await.err().expect("not decoded");
+        assert_eq!(e.metric_label(), "malformed");
+        assert!(e.to_string().contains("Content-Encoding gzip"), "{e}");
+        client.fetch().await.expect("a plain answer");
     }
 }
