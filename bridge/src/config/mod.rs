@@ -1564,12 +1564,31 @@ impl Config {
                 ));
             }
         }
-        if self.store.path.is_file() {
+        let path = &self.store.path;
+        if path.exists() && !path.is_dir() {
+            let what = if path.is_file() {
+                "a file"
+            } else {
+                "not a directory"
+            };
             return Err(err(
                 "store.path",
                 format!(
-                    "{} is a file: it must name the store's directory",
-                    self.store.path.display()
+                    "{} is {what}: it must name the store's directory",
+                    path.display()
+                ),
+            ));
+        }
+        // The directory is made at start, under the nearest one that exists.
+        if let Some(above) = path.ancestors().skip(1).find(|a| a.exists())
+            && !above.is_dir()
+        {
+            return Err(err(
+                "store.path",
+                format!(
+                    "{} is inside {}, which is not a directory: the store's directory cannot be made there",
+                    path.display(),
+                    above.display()
                 ),
             ));
         }
@@ -3461,6 +3480,18 @@ pools:
                 2,
                 "store.path",
                 "is a file",
+            ),
+            (
+                "store:\n  path: /dev/null\n".into(),
+                2,
+                "store.path",
+                "/dev/null is not a directory",
+            ),
+            (
+                "store:\n  path: /etc/passwd/data\n".into(),
+                2,
+                "store.path",
+                "is inside /etc/passwd, which is not a directory",
             ),
             (
                 format!("nodeEventWebhooks:\n  - {{ url: 'https://x.example/h', secretFile: {}, queueSize: 9223372036854775808 }}\n", token.display()),
