@@ -293,6 +293,16 @@ fn log(format: LogFormat) -> anyhow::Result<()> {
     } else {
         filter.add_directive(format!("{KUBE_CLIENT}=info").parse().expect("a directive"))
     };
+    // The NATS client says at info each reconnection try and which port it
+    // reached, naming no server; hale's own lines name the store and what failed.
+    let nats_named = spec
+        .as_ref()
+        .is_ok_and(|s| s.split(',').any(|d| d.trim().starts_with("async_nats")));
+    let filter = if nats_named {
+        filter
+    } else {
+        filter.add_directive("async_nats=warn".parse().expect("a directive"))
+    };
     let log = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(|| LogOut);

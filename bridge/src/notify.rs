@@ -537,6 +537,9 @@ struct DurableTask {
     since: chrono::DateTime<chrono::Utc>,
 }
 
+/// How often a full queue is said again while it drops.
+const OVERFLOW_SAID: Duration = Duration::from_secs(60);
+
 /// How long a feed waits for the next event per request.
 const FETCH_WAIT: Duration = Duration::from_secs(5);
 
@@ -551,6 +554,9 @@ impl DurableTask {
         let mut feed = None;
         let mut idle = tokio::time::Instant::now();
         let backlog = self.endpoint.metrics.waiting(&self.endpoint.shown);
+        // Overflow is said at once, then at most once a minute with how many
+        // since: a burst behind a slow receiver is one line, not one per read.
+        let (mut said_full, mut unsaid) = (None::<tokio::time::Instant>, 0);
         loop {
             // Dropped on reload: the next configuration's task takes over.
             if stop.has_changed().is_err() {
@@ -602,9 +608,14 @@ impl DurableTask {
                 }
             };
             if fetched.overflowed > 0 {
-                warn!(endpoint = %self.endpoint.shown, dropped = fetched.overflowed,
-                    queue_size = self.endpoint.hook.queue_size,
-                    "webhook queue full; the oldest events waiting dropped");
+                unsaid += fetched.overflowed;
+                if said_full.is_none_or(|at| at.elapsed() >= OVERFLOW_SAID) {
+                    warn!(endpoint = %self.endpoint.shown, dropped = unsaid,
+                        queue_size = self.endpoint.hook.queue_size,
+                        "webhook queue full; the oldest events waiting dropped");
+                    said_full = Some(tokio::time::Instant::now());
+                    unsaid = 0;
+                }
                 let m = &self.endpoint.metrics;
                 m.touch(Series::Dropped, &self.endpoint.shown, "overflow")
                     .inc_by(fetched.overflowed);

@@ -1728,7 +1728,11 @@ impl Hale {
             Ok(out)
         })
         .expect("registering cannot fail");
-        info!(config = %path.display(), applied = %applied.join(", "), "configuration reloaded");
+        if applied.is_empty() {
+            info!(config = %path.display(), "configuration reloaded: nothing changed");
+        } else {
+            info!(config = %path.display(), applied = %applied.join(", "), "configuration reloaded");
+        }
         Ok(warnings)
     }
 
