@@ -18,6 +18,7 @@ import hashlib
 import hmac
 import json
 import os
+import socket
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -98,8 +99,13 @@ def main():
         sys.exit("set HALE_WEBHOOK_SECRET_FILE to the file holding the shared secret")
     with open(path, "rb") as f:
         secret = f.read().strip()
-    server = ThreadingHTTPServer((args.host, args.port), handler(secret, Seen(REMEMBERED_IDS)))
-    print(f"listening on {args.host}:{server.server_port}", file=sys.stderr, flush=True)
+    # An IPv6 address (`--host ::1`) needs an IPv6 socket.
+    server_class = ThreadingHTTPServer
+    if ":" in args.host:
+        server_class = type("ThreadingHTTPServer6", (ThreadingHTTPServer,), {"address_family": socket.AF_INET6})
+    server = server_class((args.host, args.port), handler(secret, Seen(REMEMBERED_IDS)))
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"listening on {shown}:{server.server_port}", file=sys.stderr, flush=True)
     server.serve_forever()
 
 
