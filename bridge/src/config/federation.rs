@@ -134,8 +134,10 @@ impl FederationConfig {
                 _ => {
                     return Err((
                         at("url"),
-                        "is not an http(s) URL without credentials or query (a token goes in tokenFile)"
-                            .into(),
+                        format!(
+                            "is not an http(s) URL without credentials or query (a token goes in tokenFile){}",
+                            super::bracket_hint(&m.url)
+                        ),
                     ));
                 }
             }

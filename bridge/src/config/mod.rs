@@ -976,7 +976,10 @@ impl Config {
         let Ok(listen) = self.listen.parse::<SocketAddr>() else {
             return Err(err(
                 "listen",
-                format!("`{}` is not an address like 127.0.0.1:9470", self.listen),
+                format!(
+                    "`{}` is not an address like 127.0.0.1:9470 or [::1]:9470",
+                    self.listen
+                ),
             ));
         };
         let am = &self.alertmanager;
@@ -985,7 +988,11 @@ impl Config {
             _ => {
                 return Err(err(
                     "alertmanager.url",
-                    format!("`{}` is not an http(s) URL", crate::shown_address(&am.url)),
+                    format!(
+                        "`{}` is not an http(s) URL{}",
+                        crate::shown_address(&am.url),
+                        bracket_hint(&am.url)
+                    ),
                 ));
             }
         };
@@ -1604,7 +1611,10 @@ impl Config {
             let url = match reqwest::Url::parse(&w.url) {
                 Ok(u) if matches!(u.scheme(), "http" | "https") => u,
                 _ => {
-                    return Err(err(&format!("{at}.url"), "is not an http(s) URL".into()));
+                    return Err(err(
+                        &format!("{at}.url"),
+                        format!("is not an http(s) URL{}", bracket_hint(&w.url)),
+                    ));
                 }
             };
             // Two entries for one URL would send it every event twice, under one
@@ -1810,6 +1820,21 @@ fn plain(said: &str) -> Option<&'static str> {
         "unexpected value for unit enum variant" => "expected the name alone, with no value",
         _ => return None,
     })
+}
+
+/// What a URL that failed to parse lacks where its host is an IPv6 address
+/// written without brackets (`http://::1:9093`).
+pub(crate) fn bracket_hint(url: &str) -> &'static str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    if host.matches(':').count() >= 2 && !host.contains('[') {
+        " (an IPv6 address goes in brackets: http://[::1]:9093)"
+    } else {
+        ""
+    }
 }
 
 /// Range and consistency checks for one resolved settings block; the error is
@@ -3480,6 +3505,18 @@ pools:
                 2,
                 "store.path",
                 "is a file",
+            ),
+            (
+                "alertmanager:\n  url: 'http://::1:9093'\n".into(),
+                2,
+                "alertmanager.url",
+                "an IPv6 address goes in brackets: http://[::1]:9093",
+            ),
+            (
+                "listen: '::1:9470'\n".into(),
+                1,
+                "listen",
+                "like 127.0.0.1:9470 or [::1]:9470",
             ),
             (
                 "store:\n  path: /dev/null\n".into(),
