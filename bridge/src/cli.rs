@@ -525,7 +525,7 @@ fn backtest_table(r: &hale::core::replay::Backtest, candidate: &str) -> String {
         o,
         "{} event(s) since {} replayed with {candidate}",
         r.events_replayed,
-        r.since.map_or("the start".into(), |t| t.to_rfc3339())
+        r.since.map_or("the start".into(), hale::core::shown_time)
     );
     let _ = writeln!(
         o,
@@ -1601,7 +1601,7 @@ pub fn node_detail(n: &NodeView) -> String {
             o,
             "Cordoned:  by {} at {}{reason}{drained}",
             c.by.as_str(),
-            c.at.to_rfc3339(),
+            hale::core::shown_time(c.at),
         );
     }
     for p in &n.pending {
@@ -1610,7 +1610,7 @@ pub fn node_detail(n: &NodeView) -> String {
                 o,
                 "Pending:   {} (not done yet; the try at {} failed: {e})",
                 p.action,
-                at.to_rfc3339()
+                hale::core::shown_time(*at)
             ),
             (None, Some(e)) => writeln!(o, "Pending:   {} ({e})", p.action),
             _ => writeln!(o, "Pending:   {} (not done yet)", p.action),
@@ -1627,7 +1627,7 @@ pub fn node_detail(n: &NodeView) -> String {
             o,
             "Reboot:    {} since {} (by {}, priority {}): {}",
             f.step.as_str(),
-            f.since.to_rfc3339(),
+            hale::core::shown_time(f.since),
             f.by.as_str(),
             f.priority,
             f.reason
@@ -1647,7 +1647,7 @@ pub fn node_detail(n: &NodeView) -> String {
             o,
             "Fence:     {} since {}",
             f.step.as_str(),
-            f.since.to_rfc3339()
+            hale::core::shown_time(f.since)
         );
     }
     let lifts = n
@@ -1655,7 +1655,7 @@ pub fn node_detail(n: &NodeView) -> String {
         .map(|t| {
             format!(
                 "; recovered, stands until {} unless it degrades again",
-                t.to_rfc3339()
+                hale::core::shown_time(t)
             )
         })
         .unwrap_or_default();
@@ -1702,7 +1702,7 @@ pub fn node_detail(n: &NodeView) -> String {
                 o,
                 "Health:    {:?} (last reported {})",
                 n.health,
-                t.to_rfc3339()
+                hale::core::shown_time(t)
             );
         }
         None => {
@@ -1767,7 +1767,7 @@ pub fn node_detail(n: &NodeView) -> String {
             let _ = writeln!(
                 o,
                 "    first seen {}, {} observation{}",
-                c.first_seen.to_rfc3339(),
+                hale::core::shown_time(c.first_seen),
                 c.observations,
                 if c.observations == 1 { "" } else { "s" }
             );
@@ -1780,7 +1780,7 @@ pub fn node_detail(n: &NodeView) -> String {
                 o,
                 "Attributed job failures: {} (last {}), costing {} points now",
                 f.total,
-                last.to_rfc3339(),
+                hale::core::shown_time(last),
                 f.deduction
             );
             // Reasons as sent (a job's own words): not titled as condition types are.
@@ -1809,9 +1809,7 @@ pub fn events_table(page: &EventsView) -> String {
         .iter()
         .map(|e| {
             vec![
-                e.event
-                    .occurred_at
-                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                hale::core::shown_time(e.event.occurred_at),
                 e.event.kind.name().to_string(),
                 e.event.message.clone(),
             ]
@@ -1828,7 +1826,7 @@ pub fn alerts_table(v: &AlertsView) -> String {
         (true, _) => "DOWN".to_string(),
         (false, Some(t)) => format!(
             "webhook only, last trusted delivery {}",
-            t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            hale::core::shown_time(t)
         ),
         (false, None) => "webhook only, no trusted delivery yet".to_string(),
     };
@@ -1845,7 +1843,7 @@ pub fn alerts_table(v: &AlertsView) -> String {
         let _ = writeln!(
             o,
             "Holding:   an alert's absence ends nothing until {} ({})",
-            until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            hale::core::shown_time(until),
             s.hold_reason
                 .as_deref()
                 .unwrap_or("the pipeline restarted lately")
@@ -2166,8 +2164,8 @@ mod tests {
         // A cordon asked for without a reason shows none, not an empty one.
         let mut cordoned = view("disk_degraded");
         for (reason, shown) in [
-            ("", "+00:00, drained\n"),
-            ("BIOS update", "+00:00: BIOS update, drained\n"),
+            ("", "00:00:00Z, drained\n"),
+            ("BIOS update", "00:00:00Z: BIOS update, drained\n"),
         ] {
             cordoned.cordon = serde_json::from_value(serde_json::json!({
                 "by": "operator", "reason": reason, "at": "2026-12-01T00:00:00Z", "drained": true
@@ -2196,7 +2194,7 @@ mod tests {
         .unwrap();
         let text = node_detail(&cordoned);
         assert!(
-            text.contains("Pending:   cordon (not done yet; the try at 2026-12-01T00:00:01+00:00 failed: node n1: cordon: refused\\nforged)\nPending:   drain (not done yet)\n"),
+            text.contains("Pending:   cordon (not done yet; the try at 2026-12-01T00:00:01Z failed: node n1: cordon: refused\\nforged)\nPending:   drain (not done yet)\n"),
             "{text}"
         );
         // A node hale cannot see has no policy decided: said so, with the last

@@ -133,6 +133,7 @@ pub(super) fn apply_alerts(
         {
             rec.dirty();
         }
+        let previous = node.heartbeat.as_ref().map(|h| h.last);
         node.heartbeat = Some(Heartbeat {
             last: now,
             interval,
@@ -142,10 +143,16 @@ pub(super) fn apply_alerts(
                 EventKind::HeartbeatResumed {
                     last_heartbeat: now,
                 },
-                format!(
-                    "heartbeat resumed (missing since {})",
-                    missed.first_seen.to_rfc3339()
-                ),
+                {
+                    // Missing since the last heartbeat, not since the miss was
+                    // seen a threshold later.
+                    let since = previous.unwrap_or(missed.first_seen);
+                    format!(
+                        "heartbeat resumed (missing since its last heartbeat at {}, {}s without one)",
+                        super::shown_time(since),
+                        (now - since).num_seconds().max(0)
+                    )
+                },
             );
         }
     }

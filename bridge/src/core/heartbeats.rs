@@ -134,7 +134,7 @@ impl<'f> Step<'f> {
                 Condition {
                     reason: HEARTBEAT_MISSED.into(),
                     severity: Severity::Warning,
-                    message: format!("no heartbeat since {}", last.to_rfc3339()),
+                    message: format!("no heartbeat since {}", crate::core::shown_time(last)),
                     charged_message: String::new(),
                     first_seen: now,
                     last_seen: now,
@@ -156,7 +156,7 @@ impl<'f> Step<'f> {
                 },
                 format!(
                     "node {id} stopped reporting: last heartbeat {} ({}s ago; missed after {}s without one)",
-                    last.to_rfc3339(),
+                    crate::core::shown_time(last),
                     (now - last).num_seconds().max(0),
                     after.as_secs()
                 ),

@@ -271,6 +271,12 @@ pub struct Failures {
 /// millisecond. Alertmanager's API gives `startsAt` to the millisecond and its
 /// webhook to the nanosecond; cut to the API's precision, an instance polled and the
 /// same instance delivered are one. A time that does not read stays as sent.
+/// A time as messages and the CLI write it: RFC 3339 in UTC to the second
+/// (`2026-12-07T12:03:15Z`), as `hale node events` shows an event's time.
+pub fn shown_time(t: Time) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
 pub fn failure_instance(fingerprint: &str, starts_at: &str) -> String {
     match labels::rfc3339(starts_at) {
         // Written to the millisecond, the rest cut off.

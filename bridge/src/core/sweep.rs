@@ -91,7 +91,7 @@ impl Step<'_> {
                 },
                 format!(
                     "retired: known only from alerts, and none has named it since {} (nodeIdentity.forgetAfter)",
-                    since.to_rfc3339()
+                    crate::core::shown_time(since)
                 ),
             );
         }

@@ -207,7 +207,7 @@ impl<'f> Step<'f> {
                     },
                     format!(
                         "telemetry stale: no trusted alert data since {} ({why})",
-                        since.to_rfc3339()
+                        crate::core::shown_time(since)
                     ),
                 );
             }
@@ -483,7 +483,7 @@ impl Trust {
                 trust.watchdog_expires = None;
                 let why = format!(
                     "Alertmanager restarted at {} and keeps no alerts across a restart",
-                    started.to_rfc3339()
+                    crate::core::shown_time(started)
                 );
                 if trust.hold(now, until, why.clone()) {
                     held = trust.hold_reason.clone();
