@@ -1715,6 +1715,13 @@ pub fn node_detail(n: &NodeView) -> String {
             for d in &n.breakdown {
                 let _ = writeln!(o, "  -{:<4}{}", d.points, d.reason);
             }
+            let charged: u64 = n.breakdown.iter().map(|d| u64::from(d.points)).sum();
+            if charged > 100 {
+                let _ = writeln!(
+                    o,
+                    "  (the penalties add up to {charged}: the score stops at 0)"
+                );
+            }
         }
         // An alert fed one of its conditions (hale's own, a missed heartbeat or
         // stale telemetry, need none).
@@ -2093,6 +2100,32 @@ mod tests {
             undone(&client, "changed").await,
             Undone::Changed(what) if what == "uncordoned by operator: back"
         ));
+    }
+
+    /// Penalties past 100 are said to stop at 0, so the breakdown adds up.
+    #[test]
+    fn a_breakdown_past_100_says_the_score_stops_at_0() {
+        let view = |points: [u32; 2]| -> hale::view::NodeView {
+            serde_json::from_value(serde_json::json!({
+                "id": "n1", "cluster": "default", "hostname": "n1", "status": "Ready",
+                "health": "Degraded", "score": 100u32.saturating_sub(points[0] + points[1]),
+                "scoredBy": "cluster",
+                "breakdown": [{"reason": "SmartFailing", "points": points[0]},
+                              {"reason": "GpuXidHardware", "points": points[1]}],
+                "conditions": [],
+                "failures": { "total": 0, "last": null, "deduction": 0, "byReason": {} },
+                "lastReport": null, "lastHeartbeat": null, "unavailableSignals": [],
+                "jobs": 0, "gated": false
+            }))
+            .unwrap()
+        };
+        let said = "the score stops at 0";
+        let text = node_detail(&view([60, 45]));
+        assert!(
+            text.contains("  (the penalties add up to 105: the score stops at 0)\n"),
+            "{text}"
+        );
+        assert!(!node_detail(&view([60, 40])).contains(said));
     }
 
     #[test]

@@ -657,6 +657,13 @@ pub fn node(p: &NodePage<'_>) -> String {
                     d.points
                 );
             }
+            let charged: u64 = n.breakdown.iter().map(|d| u64::from(d.points)).sum();
+            if charged > 100 {
+                let _ = write!(
+                    out,
+                    r#"<tr><td>The penalties add up to {charged}: the score stops at 0</td><td class="n"></td></tr>"#
+                );
+            }
             let _ = write!(
                 out,
                 r#"<tr class="total"><td>Score{}</td><td class="n">{total}</td></tr></tbody></table>"#,
@@ -984,7 +991,9 @@ mod tests {
     fn a_pending_action_shows_with_its_failed_try() {
         let view: NodeView = serde_json::from_value(serde_json::json!({
             "id": "n1", "cluster": "default", "hostname": "n1", "status": "Cordoned",
-            "health": "Healthy", "score": 100, "scoredBy": "cluster", "breakdown": [],
+            "health": "Degraded", "score": 0, "scoredBy": "cluster",
+            "breakdown": [{"reason": "SmartFailing", "points": 60},
+                          {"reason": "GpuXidHardware", "points": 45}],
             "conditions": [],
             "failures": { "total": 0, "last": null, "deduction": 0, "byReason": {} },
             "lastReport": null, "lastHeartbeat": null, "unavailableSignals": [],
@@ -1016,6 +1025,10 @@ mod tests {
         );
         assert!(
             page.contains("failed: refused &lt;b&gt;x&lt;/b&gt;</dd>"),
+            "{page}"
+        );
+        assert!(
+            page.contains("<td>The penalties add up to 105: the score stops at 0</td>"),
             "{page}"
         );
         assert!(

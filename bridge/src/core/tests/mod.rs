@@ -1092,10 +1092,7 @@ fn heartbeat_missed_and_resumed() {
     assert_eq!(s.took(), ["n1 HEARTBEAT_MISSED"]);
     assert_eq!(s.health("n1"), Health::Degraded, "SMART at 60 still shows");
     let missed = s.fleet.nodes["n1"].conditions[HEARTBEAT_MISSED].clone();
-    assert_eq!(
-        missed.message,
-        "no heartbeat since 2026-08-05T12:00:00Z"
-    );
+    assert_eq!(missed.message, "no heartbeat since 2026-08-05T12:00:00Z");
     s.at(120).tick();
     assert_eq!(
         s.took(),
