@@ -11,7 +11,9 @@ use super::outcome::Outcome;
 use super::policy::{Policy, asks_reboot};
 use super::settings::CoreSettings;
 use super::trust::Keep;
-use super::{Event, EventKind, FAILURE_DEDUCTION, Fleet, Node, Severity, TELEMETRY_STALE, Time};
+use super::{
+    Deduction, Event, EventKind, FAILURE_DEDUCTION, Fleet, Node, Severity, TELEMETRY_STALE, Time,
+};
 
 /// How often a tick passes the whole policy over the fleet (polls always do).
 pub(super) const WHOLE_PASS_EVERY: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
@@ -317,20 +319,47 @@ pub(super) fn rescore(node: &mut Node, rec: &mut Recorder<'_, '_>, cfg: &CoreSet
         return;
     }
     let score = node.compute_score(settings, rec.now);
-    let previous = node.score.as_ref().map_or(100, |s| s.value);
     let value = score.value;
     let scored_by = score.scored_by.clone();
-    node.score = Some(score);
+    let old = node.score.replace(score);
+    let previous = old.as_ref().map_or(100, |s| s.value);
     rec.dirty();
     if value != previous {
+        let now = node.score.as_ref().map_or(&[][..], |s| &s.breakdown[..]);
+        let was = old.as_ref().map_or(&[][..], |s| &s.breakdown[..]);
         rec.event(
             EventKind::ScoreChanged {
                 score: value,
                 previous_score: previous,
                 scored_by: scored_by.into_string(),
             },
-            format!("score {previous} -> {value}"),
+            format!("score {previous} -> {value}{}", penalties_moved(was, now)),
         );
+    }
+}
+
+/// The penalties that moved between two breakdowns, as a score change says them
+/// (` (penalties: SmartFailing 0 -> 40, attributed job failures 15 -> 8)`): a
+/// change the conditions do not explain — a reload's new penalty table, a
+/// failure tally decaying — is explained too.
+fn penalties_moved(was: &[Deduction], now: &[Deduction]) -> String {
+    let points = |list: &[Deduction], reason: &str| {
+        list.iter()
+            .find(|d| d.reason == reason)
+            .map_or(0, |d| d.points)
+    };
+    let mut moved = Vec::new();
+    for d in was.iter().chain(now) {
+        let (a, b) = (points(was, &d.reason), points(now, &d.reason));
+        let said = format!("{} {a} -> {b}", d.reason);
+        if a != b && !moved.contains(&said) {
+            moved.push(said);
+        }
+    }
+    if moved.is_empty() {
+        String::new()
+    } else {
+        format!(" (penalties: {})", moved.join(", "))
     }
 }
 

@@ -816,6 +816,32 @@ fn a_reload_that_moves_the_charge_leads_with_its_message() {
     assert!(c.message.starts_with(lead), "{}", c.message);
 }
 
+/// A score change says which penalties moved: a condition raised, and a reload
+/// that prices a reason anew — which no condition event explains.
+#[test]
+fn a_score_change_says_which_penalties_moved() {
+    let mut s = script("");
+    let alerts = [watchdog(), heartbeat("n1"), smart_failing("n1")];
+    s.at(0).poll(&[watchdog(), heartbeat("n1")]);
+    s.at(30).poll(&alerts);
+    let said: Vec<String> = s
+        .recorded("SCORE_CHANGED")
+        .iter()
+        .map(|e| e.message.clone())
+        .collect();
+    assert_eq!(said, ["score 100 -> 60 (penalties: SmartFailing 0 -> 40)"]);
+    s.events.clear();
+    s.cfg = config("nodeHealth: { penalties: { SmartFailing: 30 } }");
+    s.fleet.reconfigured();
+    s.at(60).poll(&alerts);
+    let said: Vec<String> = s
+        .recorded("SCORE_CHANGED")
+        .iter()
+        .map(|e| e.message.clone())
+        .collect();
+    assert_eq!(said, ["score 60 -> 70 (penalties: SmartFailing 40 -> 30)"]);
+}
+
 /// One of several alerts silenced, or no longer: recorded as `CONDITION_UPDATED`.
 #[test]
 fn a_silence_over_one_of_several_alerts_is_recorded() {
