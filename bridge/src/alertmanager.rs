@@ -812,23 +812,32 @@ mod tests {
         }
     }
 
+    /// A request's line and headers, read off `conn`.
+    async fn request_head(conn: &mut tokio::net::TcpStream) -> Vec<u8> {
+        use tokio::io::AsyncReadExt;
+        let mut request = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = conn.read(&mut buf).await.unwrap();
+            request.extend_from_slice(&buf[..n]);
+        }
+        request
+    }
+
     /// An Alertmanager on 127.0.0.1 that sends each alerts answer's headers at once
     /// and its body (`[]`) after the next of `delays`; other paths get 404.
     async fn slow_alertmanager(delays: Vec<Duration>) -> String {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::io::AsyncWriteExt;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move {
             let mut delays = delays.into_iter();
             loop {
                 let (mut conn, _) = listener.accept().await.unwrap();
-                let mut request = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                    let n = conn.read(&mut buf).await.unwrap();
-                    request.extend_from_slice(&buf[..n]);
-                }
-                if !request.starts_with(b"GET /api/v2/alerts") {
+                if !request_head(&mut conn)
+                    .await
+                    .starts_with(b"GET /api/v2/alerts")
+                {
                     let _ = conn
                         .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
                         .await;
@@ -893,7 +902,7 @@ mod tests {
     /// encoding hale did not ask for says so, not that its bytes are bad.
     #[tokio::test]
     async fn a_redirect_or_an_encoding_is_said_as_such() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::io::AsyncWriteExt;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let answers: [&[u8]; 3] = [
@@ -904,12 +913,7 @@ mod tests {
         tokio::spawn(async move {
             for answer in answers {
                 let (mut conn, _) = listener.accept().await.unwrap();
-                let mut request = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                    let n = conn.read(&mut buf).await.unwrap();
-                    request.extend_from_slice(&buf[..n]);
-                }
+                request_head(&mut conn).await;
                 conn.write_all(answer).await.unwrap();
             }
         });

@@ -560,12 +560,7 @@ async fn sighup_reloads_endpoints_and_penalties_and_a_bad_file_changes_nothing()
     .unwrap();
     // A reload through the API: its status and its JSON answer.
     let reload = || async {
-        let r = reqwest::Client::new()
-            .post(format!("{}/-/reload", hale.url))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap();
+        let r = hale.ask_reload().await;
         (r.status(), r.json::<Value>().await.unwrap())
     };
     assert_eq!(

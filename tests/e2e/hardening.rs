@@ -1740,12 +1740,7 @@ async fn a_reload_that_cannot_read_its_files_is_refused_and_holds_no_stop() {
         webhook_only_config(dir.path(), port, &hooks),
     )
     .unwrap();
-    let r = reqwest::Client::new()
-        .post(format!("{}/-/reload", hale.url))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let r = hale.ask_reload().await;
     assert_eq!(r.status(), 400);
     let said = r.text().await.unwrap();
     assert!(said.contains("took longer than 30 s"), "{said}");

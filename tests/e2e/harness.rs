@@ -683,13 +683,18 @@ impl Hale {
 
     /// `POST /-/reload` with the token: the config file read again, applied.
     pub async fn reload(&self) {
-        let r = reqwest::Client::new()
+        let r = self.ask_reload().await;
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
+    }
+
+    /// `POST /-/reload` with the token, and its answer whatever it is.
+    pub async fn ask_reload(&self) -> reqwest::Response {
+        reqwest::Client::new()
             .post(format!("{}/-/reload", self.url))
             .bearer_auth(TOKEN)
             .send()
             .await
-            .unwrap();
-        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
+            .unwrap()
     }
 
     pub fn log(&self) -> String {
