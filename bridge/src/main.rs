@@ -285,24 +285,21 @@ fn log(format: LogFormat) -> anyhow::Result<()> {
     // the token it refused: at info unless kube is asked for by name.
     // Named: a directive for one of kube's crates (`kube=debug`, `kube_client=trace`),
     // not hale's own module (`hale::kubernetes`).
-    let kube_named = spec
-        .as_ref()
-        .is_ok_and(|s| s.split(',').any(|d| d.trim().starts_with("kube")));
-    let filter = if kube_named {
-        filter
-    } else {
-        filter.add_directive(format!("{KUBE_CLIENT}=info").parse().expect("a directive"))
+    let directs = |prefix: &str| {
+        spec.as_ref()
+            .is_ok_and(|s| s.split(',').any(|d| d.trim().starts_with(prefix)))
     };
     // The NATS client says at info each reconnection try and which port it
     // reached, naming no server; hale's own lines name the store and what failed.
-    let nats_named = spec
-        .as_ref()
-        .is_ok_and(|s| s.split(',').any(|d| d.trim().starts_with("async_nats")));
-    let filter = if nats_named {
-        filter
-    } else {
-        filter.add_directive("async_nats=warn".parse().expect("a directive"))
-    };
+    let mut filter = filter;
+    for (prefix, quieted) in [
+        ("kube", format!("{KUBE_CLIENT}=info")),
+        ("async_nats", "async_nats=warn".to_string()),
+    ] {
+        if !directs(prefix) {
+            filter = filter.add_directive(quieted.parse().expect("a directive"));
+        }
+    }
     let log = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(|| LogOut);

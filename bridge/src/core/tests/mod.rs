@@ -821,25 +821,29 @@ fn a_reload_that_moves_the_charge_leads_with_its_message() {
 #[test]
 fn a_score_change_says_which_penalties_moved() {
     let mut s = script("");
+    let said = |s: &mut Script| -> Vec<String> {
+        let said = s
+            .recorded("SCORE_CHANGED")
+            .iter()
+            .map(|e| e.message.clone())
+            .collect();
+        s.events.clear();
+        said
+    };
     let alerts = [watchdog(), heartbeat("n1"), smart_failing("n1")];
     s.at(0).poll(&[watchdog(), heartbeat("n1")]);
     s.at(30).poll(&alerts);
-    let said: Vec<String> = s
-        .recorded("SCORE_CHANGED")
-        .iter()
-        .map(|e| e.message.clone())
-        .collect();
-    assert_eq!(said, ["score 100 -> 60 (penalties: SmartFailing 0 -> 40)"]);
-    s.events.clear();
+    assert_eq!(
+        said(&mut s),
+        ["score 100 -> 60 (penalties: SmartFailing 0 -> 40)"]
+    );
     s.cfg = config("nodeHealth: { penalties: { SmartFailing: 30 } }");
     s.fleet.reconfigured();
     s.at(60).poll(&alerts);
-    let said: Vec<String> = s
-        .recorded("SCORE_CHANGED")
-        .iter()
-        .map(|e| e.message.clone())
-        .collect();
-    assert_eq!(said, ["score 60 -> 70 (penalties: SmartFailing 40 -> 30)"]);
+    assert_eq!(
+        said(&mut s),
+        ["score 60 -> 70 (penalties: SmartFailing 40 -> 30)"]
+    );
 }
 
 /// One of several alerts silenced, or no longer: recorded as `CONDITION_UPDATED`.
