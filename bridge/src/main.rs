@@ -281,16 +281,16 @@ fn log(format: LogFormat) -> anyhow::Result<()> {
     } else {
         filter.add_directive(format!("{QUIET}=off").parse().expect("a directive"))
     };
-    // kube's client logs at debug what the API server answered, which may echo
-    // the token it refused: at info unless kube is asked for by name.
-    // Named: a directive for one of kube's crates (`kube=debug`, `kube_client=trace`),
-    // not hale's own module (`hale::kubernetes`).
+    // Two clients are quieter unless a directive names their crate (`kube=debug`,
+    // `kube_client=trace`, `async_nats=info`; hale's own `hale::kubernetes` is
+    // not kube's): kube's logs at debug what the API server answered, which may
+    // echo the token it refused; the NATS client says at info each reconnection
+    // try and which port it reached, naming no server, where hale's own lines
+    // name the store and what failed.
     let directs = |prefix: &str| {
         spec.as_ref()
             .is_ok_and(|s| s.split(',').any(|d| d.trim().starts_with(prefix)))
     };
-    // The NATS client says at info each reconnection try and which port it
-    // reached, naming no server; hale's own lines name the store and what failed.
     let mut filter = filter;
     for (prefix, quieted) in [
         ("kube", format!("{KUBE_CLIENT}=info")),
