@@ -421,7 +421,7 @@ pub fn run_backtest(verb: PolicyVerb) -> anyhow::Result<()> {
         store,
         output,
     } = verb;
-    let loaded = hale::config::Config::load(Some(&config))?;
+    let loaded = hale::config::Config::load_bounded(Some(&config))?;
     for w in &loaded.warnings {
         eprintln!("warning: {w}");
     }
@@ -731,8 +731,13 @@ struct Client {
 
 impl Client {
     fn new(args: &ClientArgs) -> anyhow::Result<Client> {
-        let base = reqwest::Url::parse(&args.server)
-            .with_context(|| format!("--server {:?} is not a URL", args.server))?;
+        let base = reqwest::Url::parse(&args.server).with_context(|| {
+            format!(
+                "--server {:?} is not a URL{}",
+                args.server,
+                hale::bracket_hint(&args.server)
+            )
+        })?;
         let token = match &args.token_file {
             Some(p) => Some(hale::token_text(p).map_err(|e| anyhow::anyhow!("token file: {e}"))?),
             None => None,
@@ -947,29 +952,28 @@ enum Undone {
     Changed(String),
 }
 
-/// What took a verb's action on `node` off the queue: the latest of its halts,
-/// cordons and uncordons — an orchestrator's refusal, or the change that undid it.
+/// What took a verb's action on `node` off the queue: the latest of its cordons,
+/// uncordons and the orchestrator's refusals — a refusal, or the change that
+/// undid it (a guardrail's halt recorded after that change is not it).
 async fn undone(client: &Client, node: &str) -> Undone {
+    use hale::core::EventKind;
     let mut url = client.url(&["api", "v1", "nodes", node, "events"]);
     url.query_pairs_mut()
         .append_pair("type", "POLICY_HALTED")
         .append_pair("type", "NODE_CORDONED")
         .append_pair("type", "NODE_UNCORDONED")
         .append_pair("latest", "true")
-        .append_pair("pageSize", "1");
+        .append_pair("pageSize", "20");
     let page: anyhow::Result<EventsView> = client.send(client.http.get(url)).await;
-    let latest = page
-        .ok()
-        .and_then(|p| p.events.last().map(|e| e.event.clone()));
+    let refusal = |kind: &EventKind| matches!(kind, EventKind::PolicyHalted { guardrail, .. } if guardrail == "orchestrator");
+    let latest = page.ok().and_then(|p| {
+        p.events.into_iter().rev().find(|e| {
+            refusal(&e.event.kind) || !matches!(e.event.kind, EventKind::PolicyHalted { .. })
+        })
+    });
     match latest {
-        Some(e) => match &e.kind {
-            hale::core::EventKind::PolicyHalted { guardrail, .. }
-                if guardrail == "orchestrator" =>
-            {
-                Undone::Refused(e.message)
-            }
-            _ => Undone::Changed(e.message),
-        },
+        Some(e) if refusal(&e.event.kind) => Undone::Refused(e.event.message),
+        Some(e) => Undone::Changed(e.event.message),
         None => Undone::Refused(format!(
             "see `hale node events {node} --type POLICY_HALTED`"
         )),
@@ -1212,7 +1216,9 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                     c.by == Actor::Operator
                         && c.drained
                         && !c.drain_refused
-                        && (reason.is_empty() || c.reason == reason)
+                        && (reason.is_empty()
+                            || c.reason == reason
+                            || c.drain_reason.as_deref() == Some(reason.as_str()))
                 })
                 && !before
                     .pending
@@ -1252,7 +1258,7 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
             };
             let done = if same {
                 format!(
-                    "{id} was drained (passive) by an operator already, for this reason: nothing new recorded"
+                    "{id} was drained by an operator already, for this reason: nothing new recorded"
                 )
             } else {
                 format!("{id} drained ({how})")
@@ -2032,44 +2038,55 @@ mod tests {
     }
 
     /// A verb's action taken off the queue without the node as asked: refused by
-    /// the orchestrator where its latest halt, cordon or uncordon is the
-    /// orchestrator's refusal; undone by a later change where it is that change.
+    /// the orchestrator where the latest of its cordons, uncordons and refusals
+    /// is a refusal; undone by a later change where it is that change — a
+    /// guardrail's halt recorded after the change is passed over.
     #[tokio::test]
     async fn an_action_undone_is_told_from_one_refused() {
         use hale::core::{Event, EventKind};
         use hale::store::StoredEvent;
         let at = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let halted = |guardrail: &str| EventKind::PolicyHalted {
+            action: "cordon".into(),
+            guardrail: guardrail.into(),
+            policy_mode: "observe".into(),
+            scored_by: "cluster".into(),
+            score: None,
+        };
         let latest = move |node: &str| {
-            let (kind, message) = match node {
-                "refused" => (
-                    EventKind::PolicyHalted {
-                        action: "cordon".into(),
-                        guardrail: "orchestrator".into(),
-                        policy_mode: "observe".into(),
-                        scored_by: "cluster".into(),
-                        score: None,
-                    },
+            let events = match node {
+                "refused" => vec![(
+                    halted("orchestrator"),
                     "the operator's cordon was refused: not ready",
-                ),
-                _ => (
-                    EventKind::NodeUncordoned {
-                        by: "operator".into(),
-                        reason: "back".into(),
-                    },
-                    "uncordoned by operator: back",
-                ),
-            };
-            let event = Event {
-                node_id: node.into(),
-                kind,
-                occurred_at: at,
-                message: message.into(),
+                )],
+                _ => vec![
+                    (
+                        EventKind::NodeUncordoned {
+                            by: "operator".into(),
+                            reason: "back".into(),
+                        },
+                        "uncordoned by operator: back",
+                    ),
+                    (
+                        halted("cordonSuppressionMinutes"),
+                        "cordon would be halted: an operator uncordoned it less than 30 minutes ago",
+                    ),
+                ],
             };
             axum::Json(EventsView {
-                events: vec![StoredEvent {
-                    id: "x-1".into(),
-                    event,
-                }],
+                events: events
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, (kind, message))| StoredEvent {
+                        id: format!("x-{i}"),
+                        event: Event {
+                            node_id: node.into(),
+                            kind,
+                            occurred_at: at,
+                            message: message.into(),
+                        },
+                    })
+                    .collect(),
                 next_page_token: None,
             })
         };

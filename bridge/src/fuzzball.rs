@@ -105,8 +105,9 @@ impl Config {
                 return fail(
                     "url",
                     format!(
-                        "`{}` is not the API's http(s) base, like https://fuzzball.example.com/v4",
-                        crate::shown_address(&self.url)
+                        "`{}` is not the API's http(s) base, like https://fuzzball.example.com/v4{}",
+                        crate::shown_address(&self.url),
+                        crate::bracket_hint(&self.url)
                     ),
                 );
             }

@@ -181,27 +181,77 @@ fn no_proxy_in(env: Env) -> String {
 }
 
 /// What an error reaching `url` should add: the proxy the request went through,
-/// where the environment names one for its scheme and its host is not loopback.
+/// where the environment names one for its scheme and neither loopback nor
+/// `NO_PROXY` sends it direct.
 pub fn proxy_note(url: &reqwest::Url) -> String {
+    proxy_note_in(url, &process_env)
+}
+
+fn proxy_note_in(url: &reqwest::Url, env: Env) -> String {
     let host = url.host_str().unwrap_or("localhost");
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    let loopback = host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
-    if loopback {
+    if bypassed(host, &no_proxy_in(env)) {
         return String::new();
     }
-    proxies()
+    proxies_in(env)
         .into_iter()
         .find(|p| p.scheme == url.scheme() && p.usable)
-        .map(|p| {
-            format!(
-                " (through the proxy {}, unless NO_PROXY names this host)",
-                p.shown()
-            )
-        })
+        .map(|p| format!(" (through the proxy {})", p.shown()))
         .unwrap_or_default()
+}
+
+/// Whether a `NO_PROXY` list (as [`no_proxy_in`] makes it, loopback included)
+/// sends requests to `host` direct: `*`; an address, or a CIDR holding it; a
+/// name, or a domain it is under (`example.com` and `.example.com` alike).
+fn bypassed(host: &str, list: &str) -> bool {
+    use std::net::IpAddr;
+    let ip = host.parse::<IpAddr>().ok();
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    list.split(',').map(str::trim).any(|entry| {
+        if entry == "*" {
+            return true;
+        }
+        match (ip, entry.split_once('/')) {
+            (Some(ip), Some((net, bits))) => match (net.parse::<IpAddr>(), bits.parse::<u32>()) {
+                (Ok(IpAddr::V4(net)), Ok(bits)) if bits <= 32 => match ip {
+                    IpAddr::V4(ip) => {
+                        let mask = u32::MAX.checked_shl(32 - bits).unwrap_or(0);
+                        u32::from(ip) & mask == u32::from(net) & mask
+                    }
+                    IpAddr::V6(_) => false,
+                },
+                (Ok(IpAddr::V6(net)), Ok(bits)) if bits <= 128 => match ip {
+                    IpAddr::V6(ip) => {
+                        let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
+                        u128::from(ip) & mask == u128::from(net) & mask
+                    }
+                    IpAddr::V4(_) => false,
+                },
+                _ => false,
+            },
+            (Some(ip), None) => entry.parse::<IpAddr>().is_ok_and(|e| e == ip),
+            (None, _) => {
+                let domain = entry.trim_start_matches("*.").trim_start_matches('.');
+                let domain = domain.to_ascii_lowercase();
+                !domain.is_empty() && (host == domain || host.ends_with(&format!(".{domain}")))
+            }
+        }
+    })
+}
+
+/// What a URL that failed to parse lacks where its host is an IPv6 address
+/// written without brackets (`http://::1:9093`).
+pub fn bracket_hint(url: &str) -> &'static str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    if host.matches(':').count() >= 2 && !host.contains('[') {
+        " (an IPv6 address goes in brackets, as in http://[::1]:9093)"
+    } else {
+        ""
+    }
 }
 
 /// The certificates of a PEM bundle, to verify a server by instead of the system's
@@ -448,6 +498,43 @@ mod tests {
             .catch_unwind()
             .await;
         assert!(carried.is_err());
+    }
+
+    /// An error names the proxy only where the request went through it: not to
+    /// loopback, nor to a host `NO_PROXY` names (a domain, an address, a CIDR,
+    /// a bracketed IPv6 address, `*`).
+    #[test]
+    fn an_error_names_the_proxy_only_where_it_was_used() {
+        let note = |no_proxy: &str, url: &str| {
+            let no_proxy = no_proxy.to_string();
+            let env = move |var: &'static str| match var {
+                "HTTP_PROXY" => Some("http://proxy:3128".to_string()),
+                "NO_PROXY" => Some(no_proxy.clone()),
+                _ => None,
+            };
+            super::proxy_note_in(&reqwest::Url::parse(url).unwrap(), &env)
+        };
+        let through = " (through the proxy HTTP_PROXY http://proxy:3128)";
+        for (no_proxy, url, proxied) in [
+            ("", "http://am.example:9093/", true),
+            ("", "https://am.example:9093/", false),
+            ("", "http://127.0.0.2:9093/", false),
+            ("", "http://[::1]:9093/", false),
+            ("", "http://LocalHost:9093/", false),
+            (".example", "http://am.example:9093/", false),
+            ("example", "http://am.example:9093/", false),
+            ("*.example", "http://am.example:9093/", false),
+            ("ample", "http://am.example:9093/", true),
+            ("10.0.0.0/8", "http://10.2.3.4/", false),
+            ("10.0.0.0/8", "http://11.2.3.4/", true),
+            ("[2001:db8::1]", "http://[2001:db8::1]:9093/", false),
+            ("2001:db8::/32", "http://[2001:db8::5]/", false),
+            ("2001:db8::/32", "http://[2001:db9::5]/", true),
+            ("*", "http://am.example:9093/", false),
+        ] {
+            let expected = if proxied { through } else { "" };
+            assert_eq!(note(no_proxy, url), expected, "{no_proxy:?} {url}");
+        }
     }
 
     /// The proxy variables as curl and Go read them: either case, ALL_PROXY

@@ -85,10 +85,10 @@ async fn run() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve { config, log_format } => {
             log(log_format)?;
-            serve(Config::load(config.as_deref())?).await
+            serve(Config::load_bounded(config.as_deref())?).await
         }
         Command::CheckConfig { file } => {
-            let loaded = Config::load(Some(&file))?;
+            let loaded = Config::load_bounded(Some(&file))?;
             for w in &loaded.warnings {
                 eprintln!("warning: {w}");
             }

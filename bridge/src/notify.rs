@@ -607,15 +607,17 @@ impl DurableTask {
                     continue;
                 }
             };
+            unsaid += fetched.overflowed;
+            // Said at once, and what was dropped since once its minute is over,
+            // whether or not more is dropped then.
+            if unsaid > 0 && said_full.is_none_or(|at| at.elapsed() >= OVERFLOW_SAID) {
+                warn!(endpoint = %self.endpoint.shown, dropped = unsaid,
+                    queue_size = self.endpoint.hook.queue_size,
+                    "webhook queue full; the oldest events waiting dropped");
+                said_full = Some(tokio::time::Instant::now());
+                unsaid = 0;
+            }
             if fetched.overflowed > 0 {
-                unsaid += fetched.overflowed;
-                if said_full.is_none_or(|at| at.elapsed() >= OVERFLOW_SAID) {
-                    warn!(endpoint = %self.endpoint.shown, dropped = unsaid,
-                        queue_size = self.endpoint.hook.queue_size,
-                        "webhook queue full; the oldest events waiting dropped");
-                    said_full = Some(tokio::time::Instant::now());
-                    unsaid = 0;
-                }
                 let m = &self.endpoint.metrics;
                 m.touch(Series::Dropped, &self.endpoint.shown, "overflow")
                     .inc_by(fetched.overflowed);

@@ -1792,3 +1792,52 @@ async fn a_proxy_in_the_environment_is_not_used_for_loopback() {
         );
     }
 }
+
+/// A configuration naming a file that never answers (a FIFO here; a secret on
+/// a mount that hangs in life) stops `check-config` after 30 s with an error
+/// naming the file, rather than a wait without end.
+#[tokio::test]
+async fn check_config_gives_up_on_a_file_that_never_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("secret");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let config = dir.path().join("hale.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "nodeEventWebhooks:\n  - url: http://127.0.0.1:9/hook\n    secretFile: {}\n",
+            fifo.display()
+        ),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+        .arg("check-config")
+        .arg(&config)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "check-config still waits"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut said).unwrap();
+    assert!(!status.success());
+    assert!(
+        said.contains(&config.display().to_string()) && said.contains("took longer than 30 s"),
+        "{said}"
+    );
+}

@@ -136,7 +136,7 @@ impl FederationConfig {
                         at("url"),
                         format!(
                             "is not an http(s) URL without credentials or query (a token goes in tokenFile){}",
-                            super::bracket_hint(&m.url)
+                            crate::bracket_hint(&m.url)
                         ),
                     ));
                 }

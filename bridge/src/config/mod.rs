@@ -762,6 +762,10 @@ fn read_token(path: &Path) -> Result<Secret, String> {
     crate::token_text(path).map(Secret)
 }
 
+/// How long a start, a check or a reload waits for the configuration file and
+/// the files it names.
+pub const READ_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
 impl Config {
     /// Read, parse and validate `path`; `None` means the built-in defaults.
     pub fn load(path: Option<&Path>) -> Result<Loaded, ConfigError> {
@@ -769,6 +773,33 @@ impl Config {
             return Config::default().resolve("<defaults>", "");
         };
         Ok(Self::load_text(path)?.0)
+    }
+
+    /// [`Config::load`], given up after [`READ_WITHIN`]: a file on a mount that
+    /// does not answer (a secret, a CA) stops a start or a check with an error
+    /// naming the file, not a wait without end. The read left behind ends with
+    /// the process.
+    pub fn load_bounded(path: Option<&Path>) -> Result<Loaded, ConfigError> {
+        let limit = READ_WITHIN;
+        let Some(path) = path.map(Path::to_path_buf) else {
+            return Config::load(None);
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reading = path.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(Config::load(Some(&reading)));
+        });
+        rx.recv_timeout(limit).unwrap_or_else(|_| {
+            Err(ConfigError {
+                file: path.display().to_string(),
+                line: None,
+                key: "-".into(),
+                message: format!(
+                    "reading it and the files it names took longer than {} s (a mount that does not answer?)",
+                    limit.as_secs()
+                ),
+            })
+        })
     }
 
     /// As [`Config::load`] reads `path`, with the text it read, to name a line in
@@ -991,7 +1022,7 @@ impl Config {
                     format!(
                         "`{}` is not an http(s) URL{}",
                         crate::shown_address(&am.url),
-                        bracket_hint(&am.url)
+                        crate::bracket_hint(&am.url)
                     ),
                 ));
             }
@@ -1572,6 +1603,15 @@ impl Config {
             }
         }
         let path = &self.store.path;
+        if path.symlink_metadata().is_ok() && !path.exists() {
+            return Err(err(
+                "store.path",
+                format!(
+                    "{} is a symbolic link to nothing: it must name the store's directory",
+                    path.display()
+                ),
+            ));
+        }
         if path.exists() && !path.is_dir() {
             let what = if path.is_file() {
                 "a file"
@@ -1613,7 +1653,7 @@ impl Config {
                 _ => {
                     return Err(err(
                         &format!("{at}.url"),
-                        format!("is not an http(s) URL{}", bracket_hint(&w.url)),
+                        format!("is not an http(s) URL{}", crate::bracket_hint(&w.url)),
                     ));
                 }
             };
@@ -1820,21 +1860,6 @@ fn plain(said: &str) -> Option<&'static str> {
         "unexpected value for unit enum variant" => "expected the name alone, with no value",
         _ => return None,
     })
-}
-
-/// What a URL that failed to parse lacks where its host is an IPv6 address
-/// written without brackets (`http://::1:9093`).
-pub(crate) fn bracket_hint(url: &str) -> &'static str {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let host = authority
-        .rsplit_once('@')
-        .map_or(authority, |(_, host)| host);
-    if host.matches(':').count() >= 2 && !host.contains('[') {
-        " (an IPv6 address goes in brackets: http://[::1]:9093)"
-    } else {
-        ""
-    }
 }
 
 /// Range and consistency checks for one resolved settings block; the error is
@@ -3369,6 +3394,8 @@ pools:
         std::fs::write(&token, "west-t0k3n\n").unwrap();
         let pem = dir.path().join("not-a-ca.pem");
         std::fs::write(&pem, "hello\n").unwrap();
+        let dangling = dir.path().join("dangling");
+        std::os::unix::fs::symlink(dir.path().join("nothing"), &dangling).unwrap();
         let l = load(&format!(
             "cluster: east\nfederation:\n  timeout: 2s\n  members:\n    - {{ name: west, url: 'https://west:9470', tokenFile: {} }}\n    - {{ name: north, url: 'http://north:9470/' }}\n",
             token.display()
@@ -3510,7 +3537,7 @@ pools:
                 "alertmanager:\n  url: 'http://::1:9093'\n".into(),
                 2,
                 "alertmanager.url",
-                "an IPv6 address goes in brackets: http://[::1]:9093",
+                "an IPv6 address goes in brackets, as in http://[::1]:9093",
             ),
             (
                 "listen: '::1:9470'\n".into(),
@@ -3529,6 +3556,12 @@ pools:
                 2,
                 "store.path",
                 "is inside /etc/passwd, which is not a directory",
+            ),
+            (
+                format!("store:\n  path: {}\n", dangling.display()),
+                2,
+                "store.path",
+                "is a symbolic link to nothing",
             ),
             (
                 format!("nodeEventWebhooks:\n  - {{ url: 'https://x.example/h', secretFile: {}, queueSize: 9223372036854775808 }}\n", token.display()),

@@ -67,8 +67,6 @@ const ALERTS_FRESH: Duration = Duration::from_secs(10);
 const FOLLOW_EVERY: Duration = Duration::from_millis(500);
 /// How often a loop with nothing to do still goes round, to show it is alive.
 const IDLE_BEAT: Duration = Duration::from_secs(60);
-/// How long a reload waits for its file and the files it names.
-const RELOAD_READ: Duration = Duration::from_secs(30);
 /// What a reload read: the file, its configuration and its text.
 type Read = Result<(PathBuf, (Loaded, String)), ConfigError>;
 
@@ -1604,7 +1602,7 @@ impl Hale {
     }
 
     /// [`Hale::reload`] for a SIGHUP or `POST /-/reload`: a file that does not
-    /// answer (on a mount that hangs) is given up after `RELOAD_READ`, the reload
+    /// answer (on a mount that hangs) is given up after [`crate::config::READ_WITHIN`], the reload
     /// refused and never applied later — it holds neither the caller nor a stop.
     pub async fn reload_bounded(self: &Arc<Self>) -> Result<Vec<String>, ConfigError> {
         let read = match self.config().source.clone() {
@@ -1613,18 +1611,20 @@ impl Hale {
                 info!(config = %path.display(), "reloading the configuration");
                 let at = path.clone();
                 let reading = tokio::task::spawn_blocking(move || Config::load_text(&at)).joined();
-                Some(match tokio::time::timeout(RELOAD_READ, reading).await {
-                    Ok(read) => read.map(|read| (path, read)),
-                    Err(_) => Err(ConfigError {
-                        file: path.display().to_string(),
-                        line: None,
-                        key: "-".into(),
-                        message: format!(
-                            "reading it and the files it names took longer than {} s (a mount that does not answer?); nothing was reloaded",
-                            RELOAD_READ.as_secs()
-                        ),
-                    }),
-                })
+                Some(
+                    match tokio::time::timeout(crate::config::READ_WITHIN, reading).await {
+                        Ok(read) => read.map(|read| (path, read)),
+                        Err(_) => Err(ConfigError {
+                            file: path.display().to_string(),
+                            line: None,
+                            key: "-".into(),
+                            message: format!(
+                                "reading it and the files it names took longer than {} s (a mount that does not answer?); nothing was reloaded",
+                                crate::config::READ_WITHIN.as_secs()
+                            ),
+                        }),
+                    },
+                )
             }
         };
         self.off_runtime(move |h| h.take_reload(read)).await

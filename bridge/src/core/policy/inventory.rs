@@ -234,6 +234,7 @@ impl Fleet {
                     at: now,
                     drained: false,
                     drain_refused: false,
+                    drain_reason: None,
                 });
                 out.events.push(event(
                     &o.id,

@@ -901,6 +901,7 @@ fn take_out(node: &mut Node, by: Actor, reason: &str, now: Time) {
         at: now,
         drained: false,
         drain_refused: false,
+        drain_reason: None,
     });
     node.policy.push(Action::Cordon {
         by,

@@ -106,6 +106,11 @@ impl Fleet {
         }
         let cordon = node.policy.cordon.as_mut().expect("taken out above");
         cordon.drain();
+        // The cordon keeps its own reason; the drain's, where another, is kept
+        // beside it, so the same drain asked again records nothing.
+        if !reason.is_empty() {
+            cordon.drain_reason = (reason != cordon.reason).then(|| reason.into());
+        }
         node.policy.push(Action::Drain {
             active,
             reason: reason.into(),
@@ -225,13 +230,16 @@ impl Fleet {
 /// replaces the old, on the node too; the same one, or none, changes nothing.
 /// Whether it changed.
 /// Whether a passive drain would change nothing: an operator drained the node
-/// already, for this reason (or none given), and it is not refused or queued.
+/// already, for this reason — their cordon's or their drain's — or none given,
+/// and it is not refused or queued.
 fn drained_already(node: &Node, reason: &str) -> bool {
     node.policy.cordon.as_ref().is_some_and(|c| {
         c.by == Actor::Operator
             && c.drained
             && !c.drain_refused
-            && (reason.is_empty() || c.reason == reason)
+            && (reason.is_empty()
+                || c.reason == reason
+                || c.drain_reason.as_deref() == Some(reason))
     }) && !node
         .policy
         .pending

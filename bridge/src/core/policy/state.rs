@@ -181,6 +181,9 @@ pub struct Cordon {
     /// operator's drain does).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub drain_refused: bool,
+    /// The reason an operator gave their drain, where it is not the cordon's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_reason: Option<String>,
 }
 
 impl Cordon {

@@ -2780,10 +2780,10 @@ fn operator_verbs_name_their_reason_when_given() {
     );
 }
 
-/// A passive drain an operator made already, for the reason of their cordon (or
-/// none given), changes nothing and records nothing; another reason (recorded
-/// as the drain's: the cordon keeps its own), an active drain, or one not done
-/// yet is recorded as asked.
+/// A passive drain an operator made already, for the reason of their cordon or
+/// of their last drain (or none given), changes nothing and records nothing;
+/// another reason (recorded as the drain's: the cordon keeps its own), an active
+/// drain, or one not done yet is recorded as asked.
 #[test]
 fn a_passive_drain_done_already_records_nothing() {
     let mut s = pool_script("cordon");
@@ -2817,6 +2817,9 @@ fn a_passive_drain_done_already_records_nothing() {
     while s.fleet.pending().iter().any(|(n, _)| n == "g-0") {
         s.do_next("g-0");
     }
+    // The same drain again, for its own reason: nothing.
+    let out = s.fleet.drain(s.now, "g-0", false, "rack move").unwrap();
+    assert!(out.events.is_empty(), "{:?}", out.events);
     s.took();
     let out = s.fleet.drain(s.now, "g-0", true, "rack move").unwrap();
     assert!(

@@ -1687,6 +1687,7 @@ fn a_cordon_left_by_an_unknown_flow_is_left_for_an_operator() {
         at: t0(),
         drained: true,
         drain_refused: false,
+        drain_reason: None,
     });
     s.at(5)
         .poll(&[watchdog(), beat("n1"), uptime("n1", "P3")])
