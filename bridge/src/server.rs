@@ -6,14 +6,19 @@
 //! and at most [`MAX_CONNECTIONS`] are open at once — past that, new ones wait in
 //! the kernel's queue rather than take the process's last file descriptors — an
 //! eighth of them from one client address ([`per_client`]), whose next are closed
-//! as they come once fewer than a quarter are free. A client that sends nothing, a
-//! header a byte at a time, or reads nothing holds one slot for a bounded time,
-//! not for ever, and one client cannot hold them all. On shutdown it stops accepting and
+//! as they come once fewer than a quarter are free — and then every kept-alive
+//! connection idle between requests is closed too (the busy ones after their
+//! answer), so a client's pool of idle connections (Alertmanager's, after a burst
+//! of deliveries) gives its slots back at once rather than lock out every client
+//! on its address until they time out. A client that sends nothing, a header a
+//! byte at a time, or reads nothing holds one slot for a bounded time, not for
+//! ever, and one client cannot hold them all. On shutdown it stops accepting and
 //! lets the requests under way finish, for [`SHUTDOWN_WAIT`] at most.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,7 +29,6 @@ use axum::middleware::Next;
 use axum::response::Response;
 use futures::StreamExt;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -45,14 +49,37 @@ pub const MAX_CONNECTIONS: usize = 1024;
 pub const WRITE_STALL: Duration = Duration::from_secs(30);
 /// How long a stop waits for the requests under way.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(20);
+/// How often idle connections are closed while slots run short, at most.
+const SHED_EVERY: Duration = Duration::from_secs(1);
+
+/// What the connections are asked: those that have served a request to close,
+/// each time `shed` moves (slots run short), or all of them for good (`stop`:
+/// shutdown). Asked, a kept-alive connection idle between requests closes at
+/// once, a busy one after its answer; one whose first request has not come yet
+/// is left to [`HEADER_READ`], as before slots ran short.
+#[derive(Debug, Clone, Copy, Default)]
+struct Close {
+    shed: u64,
+    stop: bool,
+}
 
 /// Serve `app` on `listener` until `shutdown` completes.
 pub async fn serve(listener: TcpListener, app: Router, shutdown: impl Future<Output = ()>) {
+    serve_within(listener, app, shutdown, connection_cap()).await;
+}
+
+/// [`serve`] with `cap` connections at most.
+async fn serve_within(
+    listener: TcpListener,
+    app: Router,
+    shutdown: impl Future<Output = ()>,
+    cap: usize,
+) {
     let app = app.layer(axum::middleware::from_fn(body_in_time));
-    let cap = connection_cap();
     let slots = Arc::new(Semaphore::new(cap));
     let clients = Clients::new(per_client(cap));
-    let graceful = GracefulShutdown::new();
+    let (close, _) = tokio::sync::watch::channel(Close::default());
+    let mut shed_at: Option<Instant> = None;
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let slot = tokio::select! {
@@ -73,25 +100,51 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: impl Future<Out
         // back to the others. With room to spare, a client behind which many
         // stand (an ingress controller's kept-alive pool) is not cut short.
         let short = slots.available_permits() < cap / 4;
+        if short && shed_at.is_none_or(|at| at.elapsed() >= SHED_EVERY) {
+            shed_at = Some(Instant::now());
+            close.send_modify(|c| c.shed += 1);
+        }
         let Some(share) = clients.take(peer.ip(), short) else {
             continue;
         };
-        let service = TowerToHyperService::new(app.clone());
+        let tower = TowerToHyperService::new(app.clone());
+        let served = Arc::new(AtomicBool::new(false));
+        let serving = served.clone();
+        let service = hyper::service::service_fn(move |request| {
+            serving.store(true, Ordering::Relaxed);
+            hyper::service::Service::call(&tower, request)
+        });
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(TokioTimer::new())
             .header_read_timeout(HEADER_READ);
-        let connection = graceful.watch(
-            http.serve_connection(TokioIo::new(Stalling::new(stream, WRITE_STALL)), service),
-        );
+        let connection =
+            http.serve_connection(TokioIo::new(Stalling::new(stream, WRITE_STALL)), service);
+        // Subscribed now: a shed asked before it was accepted is not its.
+        let mut asked = close.subscribe();
         tokio::spawn(async move {
-            // Its end is the client's or the timeouts' doing: nothing to report.
-            let _ = connection.await;
+            let mut connection = std::pin::pin!(connection);
+            let mut closing = false;
+            loop {
+                tokio::select! {
+                    // Its end is the client's or the timeouts' doing: nothing to report.
+                    _ = connection.as_mut() => break,
+                    changed = asked.changed(), if !closing => {
+                        let stop = changed.is_err() || asked.borrow_and_update().stop;
+                        if stop || served.load(Ordering::Relaxed) {
+                            connection.as_mut().graceful_shutdown();
+                            closing = true;
+                        }
+                    }
+                }
+            }
             drop(share);
             drop(slot);
         });
     }
     drop(listener);
-    if tokio::time::timeout(SHUTDOWN_WAIT, graceful.shutdown())
+    close.send_modify(|c| c.stop = true);
+    let every = u32::try_from(cap).unwrap_or(u32::MAX);
+    if tokio::time::timeout(SHUTDOWN_WAIT, slots.acquire_many(every))
         .await
         .is_err()
     {
@@ -403,5 +456,54 @@ mod tests {
         assert!(clients.take(other, true).is_some());
         drop(shares);
         assert!(clients.take(ip, true).is_some(), "given back, taken again");
+    }
+    /// Slots running short close the kept-alive connections idle between
+    /// requests: a client whose idle pool holds its whole share (Alertmanager
+    /// after a burst of deliveries) gives the slots back, and a new connection
+    /// from its address is served within a moment, not once they time out.
+    #[tokio::test]
+    async fn idle_connections_are_closed_when_slots_run_short() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = listener.local_addr().unwrap();
+        let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        tokio::spawn(serve_within(listener, app, std::future::pending(), 16));
+        let request = b"GET / HTTP/1.1\r\nhost: hale\r\n\r\n";
+        // One request on a new connection, left open: its answer's first line.
+        let ask = |mut conn: tokio::net::TcpStream| async move {
+            conn.write_all(request).await.ok()?;
+            let mut answer = [0u8; 64];
+            let n = conn.read(&mut answer).await.ok()?;
+            (n > 0).then(|| (conn, String::from_utf8_lossy(&answer[..n]).to_string()))
+        };
+        // 12 of 16 slots held by one address, idle after one request each: the
+        // next, taking its own, leaves fewer than a quarter free.
+        let mut idle = Vec::new();
+        for _ in 0..12 {
+            let (conn, answer) = ask(tokio::net::TcpStream::connect(at).await.unwrap())
+                .await
+                .expect("room to spare: served");
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+            idle.push(conn);
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let conn = tokio::net::TcpStream::connect(at).await.unwrap();
+            if let Some((_, answer)) = ask(conn).await {
+                assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "a new connection from the address is still refused"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // The idle ones were closed by the server: read to their end.
+        let mut rest = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), idle[0].read_to_end(&mut rest))
+            .await
+            .expect("closed, not left open")
+            .ok();
     }
 }
