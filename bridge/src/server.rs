@@ -7,10 +7,10 @@
 //! the kernel's queue rather than take the process's last file descriptors — an
 //! eighth of them from one client address ([`per_client`]), whose next are closed
 //! as they come once fewer than a quarter are free — and then every kept-alive
-//! connection idle between requests is closed too (the busy ones after their
-//! answer), so a client's pool of idle connections (Alertmanager's, after a burst
-//! of deliveries) gives its slots back at once rather than lock out every client
-//! on its address until they time out. A client that sends nothing, a header a
+//! connection that has served a request is closed too (at once where idle
+//! between requests, after its answer where busy), so a client's pool of idle
+//! connections (Alertmanager's, after a burst of deliveries) gives its slots
+//! back rather than lock out every client on its address until they time out. A client that sends nothing, a header a
 //! byte at a time, or reads nothing holds one slot for a bounded time, not for
 //! ever, and one client cannot hold them all. On shutdown it stops accepting and
 //! lets the requests under way finish, for [`SHUTDOWN_WAIT`] at most.
@@ -457,6 +457,7 @@ mod tests {
         drop(shares);
         assert!(clients.take(ip, true).is_some(), "given back, taken again");
     }
+
     /// Slots running short close the kept-alive connections idle between
     /// requests: a client whose idle pool holds its whole share (Alertmanager
     /// after a burst of deliveries) gives the slots back, and a new connection
