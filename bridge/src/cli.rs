@@ -779,6 +779,17 @@ impl Client {
         req: reqwest::RequestBuilder,
         limit: Duration,
     ) -> anyhow::Result<T> {
+        self.answered_within(req, limit)
+            .await
+            .map(|(answer, _)| answer)
+    }
+
+    /// [`Client::send_within`], with the answer's headers.
+    async fn answered_within<T: DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+        limit: Duration,
+    ) -> anyhow::Result<(T, reqwest::header::HeaderMap)> {
         let req = req.timeout(limit);
         let mut req = match &self.token {
             Some(t) => req.bearer_auth(t),
@@ -795,10 +806,11 @@ impl Client {
             }
         };
         let mut attempt = 1;
-        let (status, text) = loop {
+        let (status, headers, text) = loop {
             let again = req.try_clone();
             let resp = req.send().await.map_err(|e| failed(e, "cannot reach"))?;
             let status = resp.status();
+            let headers = resp.headers().clone();
             let text = resp
                 .text()
                 .await
@@ -811,7 +823,7 @@ impl Client {
                     attempt += 1;
                     req = next;
                 }
-                _ => break (status, text),
+                _ => break (status, headers, text),
             }
         };
         // What is not hale's answer is said without the token: a proxy (or a
@@ -843,13 +855,15 @@ impl Client {
         }
         // Said by where it fails to parse, not by what it holds; one that parses
         // is taken without the token in it.
-        serde_json::from_str(&secrets.scrub_known_in_json(&text)).map_err(|e| {
-            anyhow::anyhow!(
-                "{} answered, not as hale answers (is it hale?): {}",
-                hale::shown_url(&self.base),
-                secrets.scrub(&hale::redact::unquoted(&e.to_string()))
-            )
-        })
+        serde_json::from_str(&secrets.scrub_known_in_json(&text))
+            .map(|answer| (answer, headers))
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "{} answered, not as hale answers (is it hale?): {}",
+                    hale::shown_url(&self.base),
+                    secrets.scrub(&hale::redact::unquoted(&e.to_string()))
+                )
+            })
     }
 
     async fn get<T: DeserializeOwned>(&self, segments: &[&str]) -> anyhow::Result<T> {
@@ -862,9 +876,18 @@ impl Client {
         id: &str,
         verb: &str,
         body: &impl serde::Serialize,
-    ) -> anyhow::Result<NodeView> {
+    ) -> anyhow::Result<(NodeView, Option<bool>)> {
         let url = self.url(&["api", "v1", "nodes", id, verb]);
-        self.send(self.http.post(url).json(body)).await
+        let (node, headers) = self
+            .answered_within(self.http.post(url).json(body), self.timeout)
+            .await?;
+        // Whether this verb changed the node, as the server judged it under its
+        // lock (an earlier hale says nothing).
+        let changed = headers
+            .get(hale::http::CHANGED)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        Ok((node, changed))
     }
 }
 
@@ -1176,10 +1199,12 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
             let same = before.cordon.as_ref().is_some_and(|c| {
                 c.by == Actor::Operator && (reason.is_empty() || c.reason == reason)
             });
-            let node = client
+            let (node, changed) = client
                 .operate(&id, "cordon", &OperateRequest { reason })
                 .await?;
-            let done = if same {
+            // The server's word where it says (it judged under its lock, after any
+            // request racing this one); the node read before, where it does not.
+            let done = if changed.map_or(same, |changed| !changed) {
                 format!(
                     "{id} was cordoned by an operator already, for this reason: nothing new recorded"
                 )
@@ -1190,15 +1215,15 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
         }
         NodeVerb::Uncordon { id, reason, wait } => {
             let before: NodeView = client.get(&["api", "v1", "nodes", &id]).await?;
-            let cordoned = out_of_service_or_leaving(&before);
-            let node = client
+            let (node, changed) = client
                 .operate(&id, "uncordon", &OperateRequest { reason })
                 .await?;
-            let done = if cordoned {
-                format!("{id} uncordoned")
-            } else {
-                format!("{id} was not cordoned: nothing done")
-            };
+            if !changed.unwrap_or_else(|| out_of_service_or_leaving(&before)) {
+                // Nothing to wait for: a cordon made after it is not its business.
+                report(json, &node, &format!("{id} was not cordoned: nothing done"));
+                return Ok(());
+            }
+            let done = format!("{id} uncordoned");
             settle(&client, json, node, "uncordon", wait, in_service, &done).await?;
         }
         NodeVerb::Drain {
@@ -1224,9 +1249,10 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                     .pending
                     .iter()
                     .any(|p| p.action == "drain" || p.action == "cordon");
-            let node = client
+            let (node, changed) = client
                 .operate(&id, "drain", &DrainRequest { active, reason })
                 .await?;
+            let same = changed.map_or(same, |changed| !changed);
             let how = if active { "active" } else { "passive" };
             // The cordon, then the drain after it, within the same --wait: the
             // drain may go on past it (an active drain waits for its work to
@@ -1283,7 +1309,7 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
                 };
                 // A node that left Ready since the listing is skipped, not fatal.
                 match client.operate(&n.id, "drain", &req).await {
-                    Ok(node) => asked.push(node),
+                    Ok((node, _)) => asked.push(node),
                     Err(e) if e.to_string().contains("(409)") => {
                         eprintln!("skipped {}: {}", n.id, terminal(&e.to_string()));
                     }
@@ -1373,7 +1399,7 @@ pub async fn run_node(verb: NodeVerb, args: ClientArgs) -> anyhow::Result<()> {
             }
         }
         NodeVerb::Reboot { id, reason, force } => {
-            let node = client
+            let (node, _) = client
                 .operate(&id, "reboot", &RebootRequest { reason, force })
                 .await?;
             report(json, &node, &format!("{id} queued for a reboot"));

@@ -1104,7 +1104,7 @@ async fn with_reason(
     headers: &HeaderMap,
     body: Sent,
     verb: fn(&mut Fleet, Time, &str, &str) -> Result<Outcome, CoreError>,
-) -> ApiResult<Json<crate::view::NodeView>> {
+) -> ApiResult<Operated> {
     authorize(&hale, headers)?;
     let OperateRequest { reason } = optional_body(body)?;
     operate(hale, id, move |fleet, now, node| {
@@ -1212,17 +1212,35 @@ fn leader(hale: &Hale) -> ApiResult<()> {
 }
 
 /// Apply an operator's verb to node `id` and answer with the node as it now is.
+/// Run an operator's verb on node `id`: the node as it is after, and in
+/// [`CHANGED`] whether this verb changed it (a client cannot tell from the node
+/// alone where another request changed it meanwhile).
 async fn operate(
     hale: Arc<Hale>,
     id: String,
     verb: impl FnOnce(&mut Fleet, Time, &str) -> Result<Outcome, CoreError> + Send + 'static,
-) -> ApiResult<Json<crate::view::NodeView>> {
+) -> ApiResult<Operated> {
     leader(&hale)?;
     let h = hale.clone();
     let node = id.clone();
-    blocking(move || h.apply_durable(|fleet, _, now| verb(fleet, now, &node))).await?;
-    Ok(Json(view(hale, id).await?))
+    let outcome =
+        blocking(move || h.apply_durable(|fleet, _, now| verb(fleet, now, &node))).await?;
+    let changed = if outcome.dirty.contains(&id) {
+        "true"
+    } else {
+        "false"
+    };
+    Ok(([(CHANGED, changed)], Json(view(hale, id).await?)))
 }
+
+/// The header of a verb's answer that says whether the verb changed the node.
+pub const CHANGED: &str = "hale-changed";
+
+/// A verb's answer: [`CHANGED`], and the node.
+type Operated = (
+    [(&'static str, &'static str); 1],
+    Json<crate::view::NodeView>,
+);
 
 /// Largest `pageSize` accepted; the default is 100.
 const MAX_PAGE_SIZE: usize = 1000;

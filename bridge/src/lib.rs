@@ -166,12 +166,20 @@ fn proxies_in(env: Env) -> Vec<EnvProxy> {
     out
 }
 
-/// `NO_PROXY` as the proxies take it: brackets off IPv6 entries, and loopback.
+/// `NO_PROXY` as the proxies take it: brackets off IPv6 entries, `*.` read as a
+/// domain, and loopback.
 fn no_proxy_in(env: Env) -> String {
     let mut entries: Vec<String> = env_var(env, "NO_PROXY")
         .map(|(_, v)| {
             v.split(',')
-                .map(|e| e.trim().trim_start_matches('[').replace("]", ""))
+                // `*.example.com` as Go reads it: the domain, as `.example.com`.
+                .map(|e| {
+                    let e = e.trim().trim_start_matches('[').replace("]", "");
+                    match e.strip_prefix("*.") {
+                        Some(domain) => format!(".{domain}"),
+                        None => e,
+                    }
+                })
                 .filter(|e| !e.is_empty())
                 .collect()
         })
@@ -601,7 +609,7 @@ mod tests {
             (
                 &[
                     ("HTTP_PROXY", ""),
-                    ("no_proxy", "[::1], .corp.example ,10.0.0.0/8"),
+                    ("no_proxy", "[::1], *.corp.example ,10.0.0.0/8"),
                 ],
                 &[],
                 format!("::1,.corp.example,10.0.0.0/8,{loopback}"),

@@ -412,6 +412,34 @@ async fn node_ids_with_slash_and_colon_and_operator_verbs() {
         .unwrap();
     assert_eq!(r.status(), 404);
     assert_eq!(r.json::<Value>().await.unwrap()["error"], "not_found");
+    // A verb's answer says whether this request changed the node.
+    let verb = |verb: &str, reason: &str| {
+        let (client, url) = (client.clone(), format!("{}/{verb}", hale.node_url(id)));
+        let reason = reason.to_string();
+        async move {
+            let r = client
+                .post(url)
+                .bearer_auth(TOKEN)
+                .json(&json!({"reason": reason}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            r.headers()["hale-changed"].to_str().unwrap().to_string()
+        }
+    };
+    for (name, reason, changed) in [
+        ("uncordon", "", "false"),
+        ("cordon", "bios", "true"),
+        ("cordon", "bios", "false"),
+        ("cordon", "firmware", "true"),
+        ("drain", "firmware", "true"),
+        ("drain", "firmware", "false"),
+        ("uncordon", "", "true"),
+        ("uncordon", "", "false"),
+    ] {
+        assert_eq!(verb(name, reason).await, changed, "{name} {reason:?}");
+    }
     // Reads that take no parameters say so of one given, as every other.
     for path in ["alerts", "remediations"] {
         let r = client
