@@ -1722,14 +1722,7 @@ async fn a_clock_stepped_forward_or_back_keeps_every_window() {
 async fn a_reload_that_cannot_read_its_files_is_refused_and_holds_no_stop() {
     let dir = tempfile::tempdir().unwrap();
     let mut hale = Hale::webhook_only(dir.path(), "").await;
-    let fifo = dir.path().join("secret");
-    assert!(
-        std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
+    let fifo = never_answers(dir.path());
     let port: u16 = hale.url.rsplit(':').next().unwrap().parse().unwrap();
     let hooks = format!(
         "nodeEventWebhooks:\n  - url: http://127.0.0.1:9/hook\n    secretFile: {}\n",
@@ -1799,14 +1792,7 @@ async fn a_proxy_in_the_environment_is_not_used_for_loopback() {
 #[tokio::test]
 async fn check_config_gives_up_on_a_file_that_never_answers() {
     let dir = tempfile::tempdir().unwrap();
-    let fifo = dir.path().join("secret");
-    assert!(
-        std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
+    let fifo = never_answers(dir.path());
     let config = dir.path().join("hale.yaml");
     std::fs::write(
         &config,
@@ -1840,4 +1826,18 @@ async fn check_config_gives_up_on_a_file_that_never_answers() {
         said.contains(&config.display().to_string()) && said.contains("took longer than 30 s"),
         "{said}"
     );
+}
+
+/// A file under `dir` that never answers a read: a FIFO no one writes, as a
+/// secret on a mount that hangs stands in life.
+fn never_answers(dir: &std::path::Path) -> std::path::PathBuf {
+    let fifo = dir.join("secret");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    fifo
 }
