@@ -766,6 +766,21 @@ fn read_token(path: &Path) -> Result<Secret, String> {
 /// the files it names.
 pub const READ_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
 
+impl ConfigError {
+    /// `path`, or a file it names, did not answer within [`READ_WITHIN`].
+    pub fn unanswered(path: &Path) -> ConfigError {
+        ConfigError {
+            file: path.display().to_string(),
+            line: None,
+            key: "-".into(),
+            message: format!(
+                "reading it and the files it names took longer than {} s (a mount that does not answer?)",
+                READ_WITHIN.as_secs()
+            ),
+        }
+    }
+}
+
 impl Config {
     /// Read, parse and validate `path`; `None` means the built-in defaults.
     pub fn load(path: Option<&Path>) -> Result<Loaded, ConfigError> {
@@ -780,7 +795,6 @@ impl Config {
     /// naming the file, not a wait without end. The read left behind ends with
     /// the process.
     pub fn load_bounded(path: Option<&Path>) -> Result<Loaded, ConfigError> {
-        let limit = READ_WITHIN;
         let Some(path) = path.map(Path::to_path_buf) else {
             return Config::load(None);
         };
@@ -789,17 +803,8 @@ impl Config {
         std::thread::spawn(move || {
             let _ = tx.send(Config::load(Some(&reading)));
         });
-        rx.recv_timeout(limit).unwrap_or_else(|_| {
-            Err(ConfigError {
-                file: path.display().to_string(),
-                line: None,
-                key: "-".into(),
-                message: format!(
-                    "reading it and the files it names took longer than {} s (a mount that does not answer?)",
-                    limit.as_secs()
-                ),
-            })
-        })
+        rx.recv_timeout(READ_WITHIN)
+            .unwrap_or_else(|_| Err(ConfigError::unanswered(&path)))
     }
 
     /// As [`Config::load`] reads `path`, with the text it read, to name a line in

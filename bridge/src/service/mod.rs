@@ -1614,15 +1614,11 @@ impl Hale {
                 Some(
                     match tokio::time::timeout(crate::config::READ_WITHIN, reading).await {
                         Ok(read) => read.map(|read| (path, read)),
-                        Err(_) => Err(ConfigError {
-                            file: path.display().to_string(),
-                            line: None,
-                            key: "-".into(),
-                            message: format!(
-                                "reading it and the files it names took longer than {} s (a mount that does not answer?); nothing was reloaded",
-                                crate::config::READ_WITHIN.as_secs()
-                            ),
-                        }),
+                        Err(_) => {
+                            let mut e = ConfigError::unanswered(&path);
+                            e.message.push_str("; nothing was reloaded");
+                            Err(e)
+                        }
                     },
                 )
             }
