@@ -115,6 +115,151 @@ struct V2Status<'a> {
 /// The longest fingerprint a webhook delivery's alert may carry, in bytes.
 pub const MAX_FINGERPRINT: usize = 128;
 
+/// How deep a poll's answer may nest its lists and objects: Alertmanager's nest
+/// four deep. The parser skips what it does not read (a field it does not know,
+/// a value of the wrong type) recursively, one stack frame a level: a value
+/// nested deeper than the stack holds would end the process.
+const MAX_NESTING: usize = 128;
+
+/// Whether no list or object of the JSON `text` lies more than `limit` deep; if
+/// one does, the byte offset of its opening bracket. Brackets inside strings do
+/// not count. Malformed JSON is left to the parser, which stops at its first
+/// fault: up to it, this reads strings and brackets as the parser does.
+///
+/// 64 bytes at a time, as simdjson finds a document's structure: a bit per byte
+/// for each quote, backslash, opening and closing bracket; the escaped bytes from
+/// the backslashes; the bytes inside strings from the unescaped quotes (a running
+/// XOR); then the brackets outside strings counted. A block whose openings could
+/// pass the limit is walked bracket by bracket.
+fn nested_within(text: &[u8], limit: usize) -> std::result::Result<(), usize> {
+    let limit = limit as i64;
+    let mut depth = 0i64;
+    // Whether the byte after the last block is escaped, and whether that block
+    // ended inside a string.
+    let (mut escape_next, mut in_string) = (false, 0u64);
+    let mut padded = [b' '; 64];
+    for (n, chunk) in text.chunks(64).enumerate() {
+        let block: &[u8; 64] = match chunk.try_into() {
+            Ok(block) => block,
+            Err(_) => {
+                padded[..chunk.len()].copy_from_slice(chunk);
+                &padded
+            }
+        };
+        let Bits {
+            quotes,
+            backslashes,
+            opens,
+            closes,
+        } = Bits::of(block);
+        // Each backslash not itself escaped escapes the byte after it.
+        let mut escaped = u64::from(escape_next);
+        let mut escapers = backslashes & !escaped;
+        escape_next = false;
+        while escapers != 0 {
+            let at = escapers.trailing_zeros();
+            if at == 63 {
+                escape_next = true;
+            } else {
+                escaped |= 1 << (at + 1);
+                escapers &= !(1 << (at + 1));
+            }
+            escapers &= escapers - 1;
+        }
+        // Inside a string: from an unescaped quote to the next.
+        let mut inside = quotes & !escaped;
+        for shift in [1, 2, 4, 8, 16, 32] {
+            inside ^= inside << shift;
+        }
+        inside ^= in_string;
+        in_string = if inside >> 63 == 1 { u64::MAX } else { 0 };
+        let (opens, closes) = (opens & !inside, closes & !inside);
+        if depth + i64::from(opens.count_ones()) <= limit {
+            depth += i64::from(opens.count_ones()) - i64::from(closes.count_ones());
+            continue;
+        }
+        let mut brackets = opens | closes;
+        while brackets != 0 {
+            let at = brackets.trailing_zeros();
+            if opens >> at & 1 == 1 {
+                depth += 1;
+                if depth > limit {
+                    return Err(n * 64 + at as usize);
+                }
+            } else {
+                depth -= 1;
+            }
+            brackets &= brackets - 1;
+        }
+    }
+    Ok(())
+}
+
+/// A 64-byte block's quotes, backslashes, opening (`[`, `{`) and closing (`]`,
+/// `}`) brackets: bit `i` for byte `i`.
+struct Bits {
+    quotes: u64,
+    backslashes: u64,
+    opens: u64,
+    closes: u64,
+}
+
+impl Bits {
+    /// With SSE2, which every x86-64 processor has: 16 bytes compared at once.
+    #[cfg(target_arch = "x86_64")]
+    fn of(block: &[u8; 64]) -> Bits {
+        use std::arch::x86_64::{
+            _mm_and_si128, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8,
+        };
+        let mut bits = [0u64; 4];
+        for (i, part) in block.chunks_exact(16).enumerate() {
+            // SAFETY: SSE2 is part of x86-64; `part` holds the 16 bytes read.
+            let found = unsafe {
+                let v = _mm_loadu_si128(part.as_ptr().cast());
+                // `[` and `{`, `]` and `}` differ by one bit (0x20).
+                let folded = _mm_and_si128(v, _mm_set1_epi8(0xDFu8 as i8));
+                [
+                    _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8))),
+                    _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8))),
+                    _mm_movemask_epi8(_mm_cmpeq_epi8(folded, _mm_set1_epi8(b'[' as i8))),
+                    _mm_movemask_epi8(_mm_cmpeq_epi8(folded, _mm_set1_epi8(b']' as i8))),
+                ]
+            };
+            for (b, m) in bits.iter_mut().zip(found) {
+                *b |= u64::from(m as u16) << (16 * i);
+            }
+        }
+        let [quotes, backslashes, opens, closes] = bits;
+        Bits {
+            quotes,
+            backslashes,
+            opens,
+            closes,
+        }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn of(block: &[u8; 64]) -> Bits {
+        let mut bits = Bits {
+            quotes: 0,
+            backslashes: 0,
+            opens: 0,
+            closes: 0,
+        };
+        for (i, b) in block.iter().enumerate() {
+            let bit = 1u64 << i;
+            match b {
+                b'"' => bits.quotes |= bit,
+                b'\\' => bits.backslashes |= bit,
+                b'[' | b'{' => bits.opens |= bit,
+                b']' | b'}' => bits.closes |= bit,
+                _ => {}
+            }
+        }
+        bits
+    }
+}
+
 /// Parse a `GET /api/v2/alerts` answer. `unprocessed` alerts have not been routed yet
 /// and are treated as active: they are firing.
 pub fn parse_v2(body: &[u8]) -> Result<Vec<Alert<'_>>> {
@@ -139,26 +284,68 @@ pub fn parse_v2(body: &[u8]) -> Result<Vec<Alert<'_>>> {
             ));
         }
     }
+    if let Err(at) = nested_within(body, MAX_NESTING) {
+        return Err(malformed(format!(
+            "nested more than {MAX_NESTING} deep at byte {at}: no Alertmanager answer is"
+        )));
+    }
     // What the error quotes is left out: an answer that is not Alertmanager's may
     // be a proxy's echo of the request, credentials and all, and the error is
     // logged and served without a token.
     let raw: Vec<V2Alert> =
         sonic_rs::from_str(text).map_err(|e| malformed(crate::redact::unquoted(&e.to_string())))?;
-    Ok(raw
-        .into_iter()
-        .map(|a| Alert {
+    let mut alerts = Vec::with_capacity(raw.len());
+    for a in raw {
+        checked(&a.fingerprint, &a.starts_at, &a.ends_at).map_err(malformed)?;
+        let state = match a.status.state.as_ref() {
+            "active" | "unprocessed" => AlertState::Active,
+            "suppressed" => AlertState::Suppressed,
+            other => {
+                return Err(malformed(format!(
+                    "alert {}: state {other:?} is none of active, suppressed and unprocessed",
+                    a.fingerprint
+                )));
+            }
+        };
+        alerts.push(Alert {
             labels: a.labels,
             annotations: a.annotations,
             fingerprint: a.fingerprint,
             starts_at: a.starts_at.map(|t| t.0),
             ends_at: a.ends_at.map(|t| t.0),
-            state: if a.status.state == "suppressed" {
-                AlertState::Suppressed
-            } else {
-                AlertState::Active
-            },
-        })
-        .collect())
+            state,
+        });
+    }
+    Ok(alerts)
+}
+
+/// What a poll's alert and a delivery's must be alike: a fingerprint (kept in
+/// each condition it feeds and in the job failures it counts: Alertmanager's are
+/// 16 hex digits), and its times in RFC 3339, which the conditions, their holds
+/// and the trust in the source are reckoned from.
+fn checked(
+    fingerprint: &str,
+    starts_at: &Option<Text<'_>>,
+    ends_at: &Option<Text<'_>>,
+) -> std::result::Result<(), String> {
+    if fingerprint.is_empty() {
+        return Err("an alert has no fingerprint".into());
+    }
+    if fingerprint.len() > MAX_FINGERPRINT {
+        return Err(format!(
+            "an alert's fingerprint is {} bytes, over the {MAX_FINGERPRINT} hale takes (Alertmanager's are 16 hex digits)",
+            fingerprint.len()
+        ));
+    }
+    for (field, time) in [("startsAt", starts_at), ("endsAt", ends_at)] {
+        if let Some(time) = time.as_ref().filter(|t| rfc3339(&t.0).is_none()) {
+            return Err(format!(
+                "alert {fingerprint}: {field} {:?} is not an RFC 3339 time",
+                time.0
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[derive(Deserialize)]
@@ -230,34 +417,7 @@ pub fn parse_webhook(body: &[u8]) -> Result<Delivery<'_>> {
                 });
             }
         };
-        if a.fingerprint.is_empty() {
-            return Err(IngestError::Malformed {
-                what: "Alertmanager webhook payload",
-                reason: "an alert has no fingerprint".into(),
-            });
-        }
-        // A sender's own fingerprint is kept in each condition it feeds and in the
-        // job failures it counts: Alertmanager's are 16 hex digits.
-        if a.fingerprint.len() > MAX_FINGERPRINT {
-            return Err(IngestError::Malformed {
-                what: "Alertmanager webhook payload",
-                reason: format!(
-                    "an alert's fingerprint is {} bytes, over the {MAX_FINGERPRINT} hale takes (Alertmanager's are 16 hex digits)",
-                    a.fingerprint.len()
-                ),
-            });
-        }
-        for (field, time) in [("startsAt", &a.starts_at), ("endsAt", &a.ends_at)] {
-            if let Some(time) = time.as_ref().filter(|t| rfc3339(&t.0).is_none()) {
-                return Err(IngestError::Malformed {
-                    what: "Alertmanager webhook payload",
-                    reason: format!(
-                        "alert {}: {field} {:?} is not an RFC 3339 time",
-                        a.fingerprint, time.0
-                    ),
-                });
-            }
-        }
+        checked(&a.fingerprint, &a.starts_at, &a.ends_at).map_err(malformed)?;
         alerts.push(Alert {
             labels: a.labels,
             annotations: a.annotations,
@@ -720,6 +880,176 @@ mod tests {
             "the silenced SMART alert is suppressed: {states:?}"
         );
         assert!(alerts.iter().all(|a| !a.fingerprint.is_empty()));
+    }
+
+    /// A poll's alerts are held to what a delivery's are: a fingerprint of at
+    /// most 128 bytes, RFC 3339 times, a state Alertmanager gives.
+    #[test]
+    fn a_polls_alerts_are_checked_as_a_deliverys_are() {
+        let answer = |fingerprint: &str, starts: &str, ends: &str, state: &str| {
+            format!(
+                r#"[{{"labels":{{"alertname":"A","node":"n1"}},"fingerprint":"{fingerprint}","startsAt":"{starts}","endsAt":"{ends}","status":{{"state":"{state}"}}}}]"#
+            )
+        };
+        let t = "2026-12-07T10:00:00.123Z";
+        let parse = |body: String| {
+            parse_v2(body.as_bytes())
+                .map(|a| a[0].state)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(parse(answer("f1", t, t, "active")), Ok(AlertState::Active));
+        assert_eq!(
+            parse(answer("f1", t, t, "unprocessed")),
+            Ok(AlertState::Active)
+        );
+        assert_eq!(
+            parse(answer("f1", t, t, "suppressed")),
+            Ok(AlertState::Suppressed)
+        );
+        for (body, said) in [
+            (
+                answer("f1", t, "garbage", "active"),
+                r#"alert f1: endsAt "garbage" is not an RFC 3339 time"#,
+            ),
+            (
+                answer("f1", "0000-01-01", t, "active"),
+                "startsAt \"0000-01-01\" is not",
+            ),
+            (
+                answer(&"f".repeat(129), t, t, "active"),
+                "fingerprint is 129 bytes",
+            ),
+            (answer("", t, t, "active"), "an alert has no fingerprint"),
+            (
+                answer("f1", t, t, "weird"),
+                r#"state "weird" is none of active"#,
+            ),
+        ] {
+            let e = parse(body).unwrap_err();
+            assert!(
+                e.contains("not a valid Alertmanager v2 alerts answer") && e.contains(said),
+                "{e}"
+            );
+        }
+        assert!(parse(answer(&"f".repeat(128), t, t, "active")).is_ok());
+    }
+
+    /// Nesting as deep as the parser's stack cannot hold, in a field hale does
+    /// not read or a value of the wrong type: a malformed answer, not the end
+    /// of the process (the parser skips such values recursively).
+    #[test]
+    fn an_answer_nested_past_the_limit_is_malformed() {
+        let deep = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let extra = |depth: usize| {
+            let end = SAMPLE_V2.rfind('}').unwrap();
+            format!(
+                "{}, \"extra\": {}{}",
+                &SAMPLE_V2[..end],
+                deep(depth),
+                &SAMPLE_V2[end..]
+            )
+        };
+        // On a thread of the runtime's stack size.
+        let parse = |body: String| {
+            std::thread::Builder::new()
+                .stack_size(2 << 20)
+                .spawn(move || {
+                    parse_v2(body.as_bytes())
+                        .map(|a| a.len())
+                        .map_err(|e| e.to_string())
+                })
+                .unwrap()
+                .join()
+                .unwrap()
+        };
+        assert_eq!(parse(extra(MAX_NESTING - 2)), Ok(4));
+        for body in [extra(MAX_NESTING - 1), extra(100_000), deep(100_000)] {
+            let e = parse(body).unwrap_err();
+            assert!(e.contains("nested more than 128 deep at byte"), "{e}");
+        }
+    }
+
+    /// The block-wise count against a byte-by-byte one, on bodies of quotes,
+    /// escapes and brackets that cross the 64-byte blocks at every offset, each
+    /// up to its first backslash outside a string (where the parser stops).
+    #[test]
+    fn nesting_is_counted_as_a_byte_by_byte_walk_counts_it() {
+        fn unquoted_backslash(text: &[u8]) -> Option<usize> {
+            let (mut inside, mut escaped) = (false, false);
+            text.iter().position(|&b| {
+                match (inside, b) {
+                    _ if escaped => escaped = false,
+                    (true, b'\\') => escaped = true,
+                    (_, b'"') => inside = !inside,
+                    (false, b'\\') => return true,
+                    _ => {}
+                }
+                false
+            })
+        }
+        fn walk(text: &[u8], limit: usize) -> std::result::Result<(), usize> {
+            // A closing bracket too many is the parser's fault to find: no floor.
+            let (mut depth, mut inside, mut escaped) = (0i64, false, false);
+            for (i, &b) in text.iter().enumerate() {
+                if inside {
+                    match b {
+                        _ if escaped => escaped = false,
+                        b'\\' => escaped = true,
+                        b'"' => inside = false,
+                        _ => {}
+                    }
+                    continue;
+                }
+                match b {
+                    b'"' => inside = true,
+                    b'[' | b'{' => {
+                        depth += 1;
+                        if depth > limit as i64 {
+                            return Err(i);
+                        }
+                    }
+                    b']' | b'}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            Ok(())
+        }
+        let alphabet = b"[]{}\"\\\\ax,:";
+        let mut rng: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut over = 0;
+        for case in 0..4000 {
+            let len = 1 + case % 300;
+            // Mostly openings at first, so some cases pass the limit.
+            let body: Vec<u8> = (0..len)
+                .map(|i| {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    if i < len / 2 && rng % 3 == 0 {
+                        b'['
+                    } else {
+                        alphabet[(rng >> 8) as usize % alphabet.len()]
+                    }
+                })
+                .collect();
+            let body = &body[..unquoted_backslash(&body).unwrap_or(body.len())];
+            for limit in [4, 16] {
+                let want = walk(body, limit);
+                over += usize::from(want.is_err());
+                assert_eq!(
+                    nested_within(body, limit),
+                    want,
+                    "{}",
+                    String::from_utf8_lossy(body)
+                );
+            }
+        }
+        assert!(over > 500, "{over} cases passed a limit");
+        // A string, then 40 lists in one: 41 deep.
+        let string = |inner: &str| format!("[\"{inner}\", {}{}]", "[".repeat(40), "]".repeat(40));
+        assert_eq!(nested_within(string("[[[").as_bytes(), 41), Ok(()));
+        assert_eq!(nested_within(string(r#"\"[["#).as_bytes(), 41), Ok(()));
+        assert_eq!(nested_within(string(r"\\").as_bytes(), 40), Err(46));
     }
 
     #[test]
