@@ -262,10 +262,68 @@ pub fn bracket_hint(url: &str) -> &'static str {
     }
 }
 
+/// The most a file hale reads for a secret, a token, credentials or a CA bundle
+/// may hold (the largest CA bundles are a few hundred KiB).
+pub const MAX_SMALL_FILE: u64 = 4 << 20;
+
+/// `path` opened, where it is a regular file of at most [`MAX_SMALL_FILE`]: a
+/// secret's or a certificate's path set to `/dev/zero`, a pipe, a log or a disk
+/// image would otherwise be read until memory runs out, or waited on for ever.
+/// An error names the file, never its text.
+pub fn small_file(path: &std::path::Path) -> Result<std::fs::File, String> {
+    let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
+    let meta = std::fs::metadata(path).map_err(cannot)?;
+    if meta.is_dir() {
+        return Err(format!("{} is a directory, not a file", path.display()));
+    }
+    if !meta.is_file() {
+        return Err(format!(
+            "{} is not a regular file (a device, a pipe?)",
+            path.display()
+        ));
+    }
+    if meta.len() > MAX_SMALL_FILE {
+        return Err(too_large(path));
+    }
+    std::fs::File::open(path).map_err(cannot)
+}
+
+fn too_large(path: &std::path::Path) -> String {
+    format!(
+        "{} holds more than {} MiB: not a secret, a token, credentials or a CA bundle",
+        path.display(),
+        MAX_SMALL_FILE >> 20
+    )
+}
+
+/// The bytes of [`small_file`] `path`, read no further than its limit.
+pub fn read_small(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    small_file(path)?
+        .take(MAX_SMALL_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if bytes.len() as u64 > MAX_SMALL_FILE {
+        return Err(too_large(path));
+    }
+    Ok(bytes)
+}
+
+/// [`read_small`], as UTF-8 text.
+pub fn read_small_text(path: &std::path::Path) -> Result<String, String> {
+    String::from_utf8(read_small(path)?).map_err(|_| {
+        format!(
+            "cannot read {}: it is not UTF-8 text (a binary file?)",
+            path.display()
+        )
+    })
+}
+
 /// The certificates of a PEM bundle, to verify a server by instead of the system's
 /// roots; an error names the file.
 pub fn certificates(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, String> {
-    let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let pem = read_small(path)?;
     match reqwest::Certificate::from_pem_bundle(&pem) {
         Ok(c) if !c.is_empty() => Ok(c),
         _ => Err(format!("{} holds no PEM certificate", path.display())),
@@ -350,8 +408,7 @@ fn trimmed_text(path: &std::path::Path) -> Result<String, String> {
     if path.as_os_str().is_empty() {
         return Err("must name a file".into());
     }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = read_small_text(path)?;
     // A byte-order mark is what some editors write before the text, not part of it.
     match text.strip_prefix('\u{feff}').unwrap_or(&text).trim() {
         "" => Err(format!("{} is empty", path.display())),

@@ -82,7 +82,7 @@ pub struct Directory {
 /// A CA file must be readable PEM holding a certificate: found at load, not at
 /// the first reboot.
 fn read_ca(path: &std::path::Path) -> Result<(), String> {
-    let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let pem = crate::read_small(path)?;
     match reqwest::Certificate::from_pem_bundle(&pem) {
         Ok(certs) if !certs.is_empty() => Ok(()),
         _ => Err(format!("{} holds no PEM certificate", path.display())),

@@ -324,9 +324,7 @@ impl Credentials {
     /// `username:password` in a file, or a mounted Secret: a directory holding
     /// `username` and `password` files. The error names the path, never the text.
     pub fn read(path: &Path) -> std::result::Result<Credentials, String> {
-        let read = |p: &Path| {
-            std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
-        };
+        let read = |p: &Path| crate::read_small_text(p);
         let (username, password) = if path.is_dir() {
             let user = read(&path.join("username"))?;
             let pass = read(&path.join("password"))?;

@@ -51,12 +51,7 @@ impl Redfish {
             .timeout(timing.timeout)
             .connect_timeout(timing.timeout.min(Duration::from_secs(5)));
         if let Some(ca) = &target.tls.ca_file {
-            let pem = std::fs::read(ca).map_err(|e| {
-                BmcError::new(
-                    Failure::Missing,
-                    format!("cannot read {}: {e}", ca.display()),
-                )
-            })?;
+            let pem = crate::read_small(ca).map_err(|e| BmcError::new(Failure::Missing, e))?;
             let certs = reqwest::Certificate::from_pem_bundle(&pem)
                 .map_err(|e| BmcError::new(Failure::Missing, format!("{}: {e}", ca.display())))?;
             builder = builder.tls_certs_only(certs);

@@ -1482,18 +1482,16 @@ impl Config {
                     .chain(ca.map(|p| (format!("inventory[{i}].bmc.caFile"), p)))
             }))
             .map(|(key, path)| {
-                // A directory opens as a file does; only BMC credentials may be one
-                // (holding `username` and `password`).
-                let directory = !key.ends_with("credentialsFile")
+                // Only BMC credentials may be a directory (holding `username` and
+                // `password`).
+                let directory = key.ends_with("credentialsFile")
                     && std::fs::metadata(path).is_ok_and(|m| m.is_dir());
                 let unreadable = if path.as_os_str().is_empty() {
                     Some("must name a file".to_string())
                 } else if directory {
-                    Some(format!("{} is a directory, not a file", path.display()))
+                    None
                 } else {
-                    std::fs::File::open(path)
-                        .err()
-                        .map(|e| format!("cannot read {}: {e}", path.display()))
+                    crate::small_file(path).err()
                 };
                 (key, unreadable)
             })
@@ -2966,10 +2964,6 @@ mod tests {
                 "store.nats.leaseDuration",
             ),
             (
-                "store: { kind: nats, nats: { urls: ['tls://a:4222'], tls: { certFile: /dev/null } } }",
-                "store.nats.tls",
-            ),
-            (
                 "store: { kind: nats, nats: { urls: ['nats://a:4222'], credsFile: '' } }",
                 "store.nats.credsFile",
             ),
@@ -2998,6 +2992,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let readable = dir.path().join("secret");
         std::fs::write(&readable, "s3cret\n").unwrap();
+        let half = format!(
+            "store: {{ kind: nats, nats: {{ urls: ['tls://a:4222'], tls: {{ certFile: {} }} }} }}",
+            readable.display()
+        );
+        assert_eq!(load(&half).unwrap_err().key, "store.nats.tls");
         let e = load(&format!(
             "nodeEventWebhooks: [{{ url: 'x', secretFile: {} }}]",
             readable.display()
@@ -3279,6 +3278,63 @@ pools:
         std::fs::write(dir.path().join("username"), "admin").unwrap();
         std::fs::write(dir.path().join("password"), "pw").unwrap();
         load(&format!("bmc: {{ credentialsFile: {d} }}")).unwrap();
+    }
+
+    /// A secret's, credentials' or certificate's path set to a device, a pipe or
+    /// a file larger than any of them is refused at once, naming its key: read,
+    /// `/dev/zero` took memory until none was left, and a pipe with no writer
+    /// held a start for the 30 s of [`READ_WITHIN`].
+    #[test]
+    fn a_device_a_pipe_or_a_huge_file_is_no_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let pipe = dir.path().join("pipe");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&pipe)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let huge = dir.path().join("huge");
+        let file = std::fs::File::create(&huge).unwrap();
+        file.set_len(crate::MAX_SMALL_FILE + 1).unwrap();
+        for (key, text, said) in [
+            (
+                "apiTokenFile",
+                "apiTokenFile: /dev/zero".to_string(),
+                "is not a regular file",
+            ),
+            (
+                "apiTokenFile",
+                format!("apiTokenFile: {}", pipe.display()),
+                "is not a regular file",
+            ),
+            (
+                "apiTokenFile",
+                format!("apiTokenFile: {}", huge.display()),
+                "holds more than 4 MiB",
+            ),
+            (
+                "nodeEventWebhooks[0].secretFile",
+                "nodeEventWebhooks:\n  - url: http://127.0.0.1:1/a\n    secretFile: /dev/urandom"
+                    .to_string(),
+                "is not a regular file",
+            ),
+            (
+                "alertmanager.caFile",
+                "alertmanager: { url: https://127.0.0.1:1, caFile: /dev/zero }".to_string(),
+                "is not a regular file",
+            ),
+            (
+                "bmc.credentialsFile",
+                format!("bmc: {{ credentialsFile: {} }}", pipe.display()),
+                "is not a regular file",
+            ),
+        ] {
+            let started = std::time::Instant::now();
+            let e = load(&text).unwrap_err();
+            assert_eq!(e.key, key, "{e}");
+            assert!(e.message.contains(said), "{e}");
+            assert!(started.elapsed() < std::time::Duration::from_secs(5), "{e}");
+        }
     }
 
     #[test]

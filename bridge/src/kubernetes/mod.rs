@@ -493,7 +493,7 @@ fn said(e: &dyn std::fmt::Display) -> String {
     // A token file (a service account's) is rotated under the running hale:
     // read again for what it holds now.
     for file in TOKEN_FILES.read().expect("token files lock").iter() {
-        if let Ok(token) = std::fs::read_to_string(file) {
+        if let Ok(token) = crate::read_small_text(std::path::Path::new(file)) {
             known.add(token.trim());
         }
     }

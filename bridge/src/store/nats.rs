@@ -274,8 +274,7 @@ impl<T, E: std::error::Error + Send + Sync + 'static> Op<T> for std::result::Res
 /// Whether `path` holds NATS credentials as `hale serve` reads them (a user JWT
 /// and its seed); the error names the file and what is wrong, never its text.
 pub fn check_creds(path: &std::path::Path) -> std::result::Result<(), String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = crate::read_small_text(path)?;
     async_nats::ConnectOptions::with_credentials(&text)
         .map(drop)
         .map_err(|e| format!("{} is not a NATS credentials file: {e}", path.display()))
@@ -288,13 +287,14 @@ pub async fn connect(cfg: &NatsConfig) -> Result<async_nats::Client> {
         .connection_timeout(REQUEST_TIMEOUT)
         .request_timeout(Some(REQUEST_TIMEOUT));
     if let Some(creds) = &cfg.creds_file {
+        let unread = |cause| StoreError::Nats {
+            op: "read store.nats.credsFile",
+            cause,
+        };
+        let text = crate::read_small_text(creds).map_err(unread)?;
         options = options
-            .credentials_file(creds)
-            .await
-            .map_err(|e| StoreError::Nats {
-                op: "read store.nats.credsFile",
-                cause: format!("{}: {e}", creds.display()),
-            })?;
+            .credentials(&text)
+            .map_err(|e| unread(format!("{}: {e}", creds.display())))?;
     }
     if let Some(tls) = &cfg.tls {
         options = options.require_tls(true);
