@@ -298,8 +298,9 @@ pub enum Collect {
         #[arg(long, default_value = "10s", value_parser = duration)]
         timeout: Duration,
         /// Run every INTERVAL instead of once (for a container or a service
-        /// without a timer): at least 1s, and under 5m (a textfile older than
-        /// that fails the collector).
+        /// without a timer): at least 1s; keep it under 5m (a textfile older
+        /// than that fails the collector: from 5m up it runs, and says so on
+        /// standard error).
         #[arg(long, value_parser = collect_interval)]
         interval: Option<Duration>,
     },
@@ -704,7 +705,8 @@ pub struct ClientArgs {
         global = true
     )]
     server: String,
-    /// File holding the bearer token for mutating verbs.
+    /// File holding the bearer token: for the verbs that change a node, and for
+    /// reads too where hale sets `ui.requireToken`.
     #[arg(long, env = "HALE_TOKEN_FILE", global = true)]
     token_file: Option<PathBuf>,
     /// Output format.
