@@ -849,11 +849,9 @@ async fn clusters(
     authorize_read(&hale, &headers)?;
     let mut local = None;
     for (key, value) in form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
-        let given = match (key.as_ref(), value.as_ref()) {
-            ("local", "true" | "1" | "") => true,
-            ("local", "false" | "0") => false,
-            ("local", _) => return Err(bad_request("local must be true or false")),
-            (other, _) => return Err(bad_request(format!("unknown parameter {other:?}"))),
+        let given = match key.as_ref() {
+            "local" => flag("local", &value)?,
+            other => return Err(bad_request(format!("unknown parameter {other:?}"))),
         };
         if local.replace(given).is_some() {
             return Err(bad_request("local is given once"));
@@ -867,6 +865,20 @@ async fn clusters(
     }))
 }
 
+/// A yes-or-no query parameter: `true` or `false` in any case, `1` or `0`, or
+/// given bare (`?total`) for true.
+fn flag(key: &str, value: &str) -> ApiResult<bool> {
+    match value {
+        "" | "1" => Ok(true),
+        "0" => Ok(false),
+        v if v.eq_ignore_ascii_case("true") => Ok(true),
+        v if v.eq_ignore_ascii_case("false") => Ok(false),
+        _ => Err(bad_request(format!(
+            "{key}={value:?} is not a yes or no: true or false, 1 or 0, or {key} alone for true"
+        ))),
+    }
+}
+
 /// Default and largest `pageSize` of `GET /api/v1/nodes`.
 const NODE_PAGE: usize = 500;
 
@@ -877,11 +889,6 @@ pub fn node_query(raw: &str) -> ApiResult<NodeQuery> {
     let mut q = NodeQuery {
         page_size: NODE_PAGE,
         ..NodeQuery::default()
-    };
-    let flag = |key: &str, value: &str| match value {
-        "" | "true" | "1" => Ok(true),
-        "false" | "0" => Ok(false),
-        _ => Err(bad_request(format!("{key} must be true or false"))),
     };
     let one_of = |key: &str, value: &str, names: &[&str]| {
         names
@@ -1330,13 +1337,7 @@ pub fn event_query(node: &str, raw: &str, now: Time) -> ApiResult<EventQuery> {
             }
             "pageSize" => q.page_size = page_size(&value)?,
             "pageToken" => q.after = Some(events_after(node, &value)?),
-            "latest" => {
-                q.latest = match value.as_ref() {
-                    "" | "true" | "1" => true,
-                    "false" | "0" => false,
-                    _ => return Err(bad_request("latest must be true or false")),
-                }
-            }
+            "latest" => q.latest = flag("latest", &value)?,
             other => return Err(bad_request(format!("unknown parameter {other:?}"))),
         }
     }
@@ -1579,6 +1580,12 @@ async fn receive(
                 "request_timeout",
                 e.to_string(),
             )
+        } else if crate::server::unreadable(&e) {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!("the request body could not be read: {e}"),
+            )
         } else {
             too_large()
         }
@@ -1659,6 +1666,32 @@ pub(crate) fn token_hale(dir: &std::path::Path) -> Arc<Hale> {
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;
+
+    /// `?total`, `total=1`, `total=TRUE` and `total=true` alike; anything else
+    /// is refused, naming the forms taken.
+    #[test]
+    fn a_yes_or_no_is_read_one_way_everywhere() {
+        for (value, want) in [
+            ("", true),
+            ("1", true),
+            ("true", true),
+            ("TRUE", true),
+            ("0", false),
+            ("False", false),
+        ] {
+            assert_eq!(flag("total", value).unwrap(), want, "{value:?}");
+            assert_eq!(node_query(&format!("total={value}")).unwrap().count, want);
+        }
+        for value in ["yes", "2", "tru"] {
+            let e = flag("latest", value).unwrap_err();
+            assert!(
+                e.detail.contains("true or false, 1 or 0, or latest alone"),
+                "{}",
+                e.detail
+            );
+        }
+        assert!(node_query("total").unwrap().count);
+    }
 
     use super::*;
 

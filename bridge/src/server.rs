@@ -422,6 +422,19 @@ pub fn timed_out(e: &axum::Error) -> bool {
     false
 }
 
+/// Whether a body's read failed on the connection's side (a chunk size that is
+/// no number, a body cut off), not on a limit hale set.
+pub fn unreadable(e: &axum::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if c.downcast_ref::<hyper::Error>().is_some() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
