@@ -762,6 +762,10 @@ fn read_token(path: &Path) -> Result<Secret, String> {
     crate::token_text(path).map(Secret)
 }
 
+/// The most a configuration file may hold (an inventory of 100,000 labelled
+/// nodes is about 10 MiB).
+const MAX_CONFIG_BYTES: u64 = 64 << 20;
+
 /// How long a start, a check or a reload waits for the configuration file and
 /// the files it names.
 pub const READ_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
@@ -810,12 +814,36 @@ impl Config {
     /// As [`Config::load`] reads `path`, with the text it read, to name a line in
     /// it later (a reload refused for a key that needs a restart).
     pub fn load_text(path: &Path) -> Result<(Loaded, String), ConfigError> {
+        use std::io::Read as _;
         let file = path.display().to_string();
-        let source = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        let refused = |line, message| ConfigError {
             file: file.clone(),
-            line: None,
+            line,
             key: "-".into(),
-            message: format!("cannot read: {e}"),
+            message,
+        };
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes))
+            .map_err(|e| refused(None, format!("cannot read: {e}")))?;
+        if bytes.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(refused(
+                None,
+                format!(
+                    "holds more than {} MiB: no configuration is that large (a device, a log?)",
+                    MAX_CONFIG_BYTES >> 20
+                ),
+            ));
+        }
+        let source = String::from_utf8(bytes).map_err(|e| {
+            let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+            let line = valid.iter().filter(|&&b| b == b'\n').count() as u64 + 1;
+            let column =
+                valid.len() - valid.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1) + 1;
+            refused(
+                Some(line),
+                format!("byte {column} of the line is not UTF-8: a configuration is UTF-8 text"),
+            )
         })?;
         // An empty file is a file written halfway far more often than a wish for
         // every default, which `{}` says.
@@ -1144,11 +1172,22 @@ impl Config {
                 (None, None) => None,
             };
             if let Some(key) = key {
+                let what = if key == "alertmanager.url" {
+                    "its user and password are"
+                } else {
+                    "is"
+                };
                 odd.push((
                     key.into(),
-                    "is sent in the clear: alertmanager.url is http".into(),
+                    format!("{what} sent in the clear: alertmanager.url is http"),
                 ));
             }
+        }
+        if self.bmc.cipher_suite == 0 {
+            odd.push((
+                "bmc.cipherSuite".into(),
+                "0: IPMI's cipher suite zero authenticates nothing, and a BMC that takes it lets anyone in with any password; use 17 (or 3 where the BMC has no better)".into(),
+            ));
         }
         // A node (and a job failure) is kept as long as an alert names it again
         // within forgetAfter: a poll names every firing alert; without polling,
@@ -2390,6 +2429,7 @@ mod tests {
                 "alertmanager.pollInterval",
             ),
             ("listen: 0.0.0.0:9470", "listen"),
+            ("bmc: { cipherSuite: 0 }", "bmc.cipherSuite"),
             (
                 "nodeIdentity: { forgetAfter: 1m }",
                 "nodeIdentity.forgetAfter",
@@ -3278,6 +3318,23 @@ pools:
         std::fs::write(dir.path().join("username"), "admin").unwrap();
         std::fs::write(dir.path().join("password"), "pw").unwrap();
         load(&format!("bmc: {{ credentialsFile: {d} }}")).unwrap();
+    }
+
+    /// A file that is not UTF-8 names the line and byte; one without end (a
+    /// device named by mistake) is read no further than any configuration goes.
+    #[test]
+    fn a_configuration_is_utf8_text_of_bounded_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hale.yaml");
+        std::fs::write(&path, b"listen: 127.0.0.1:9470\nmode: obs\xffrve\n").unwrap();
+        let e = Config::load(Some(&path)).unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(
+            e.message.contains("byte 10 of the line is not UTF-8"),
+            "{e}"
+        );
+        let e = Config::load(Some(Path::new("/dev/zero"))).unwrap_err();
+        assert!(e.message.contains("holds more than 64 MiB"), "{e}");
     }
 
     /// A secret's, credentials' or certificate's path set to a device, a pipe or
