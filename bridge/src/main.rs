@@ -345,7 +345,7 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
         listen = %listener.local_addr()?,
         alertmanager = %hale::shown_url(&reqwest::Url::parse(&cfg.config.alertmanager.url)?),
         receiver = %cfg.config.alertmanager.receiver,
-        mode = hale::core::policy::mode_name(cfg.core.cluster.mode),
+        mode = %hale::core::policy::mode_name(cfg.core.cluster.mode),
         "hale serving"
     );
     for w in &cfg.warnings {

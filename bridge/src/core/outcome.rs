@@ -84,9 +84,18 @@ impl Outcome {
     }
 }
 
+/// `node X is not known`; an empty id (`/api/v1/nodes//events`) said as such.
+fn unknown_node(id: &str) -> String {
+    if id.is_empty() {
+        "no node is named: the id is empty".into()
+    } else {
+        format!("node {id} is not known")
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum CoreError {
-    #[error("node {0} is not known")]
+    #[error("{}", unknown_node(.0))]
     UnknownNode(String),
     #[error("node {node} has no condition {condition}")]
     UnknownCondition { node: String, condition: String },
