@@ -314,6 +314,61 @@ async fn heartbeat_missed_when_a_node_goes_quiet() {
         .await;
 }
 
+/// hale stopped (`SIGSTOP`) past `staleAfter` and its nodes' heartbeat window,
+/// then let go on: it says it did not run, and takes its silence for its own —
+/// no node stale, no heartbeat missed, no hold — once the next poll answers.
+#[tokio::test]
+async fn a_hale_stopped_and_let_go_takes_the_silence_for_its_own() {
+    let am = Alertmanager::start(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let hale = Hale::start(
+        dir.path(),
+        &am.url,
+        "nodeHealth: { reportIntervalSeconds: 1 }\n",
+    )
+    .await;
+    let fast = |node: &str| {
+        let mut hb = heartbeat(node);
+        hb["labels"]["hale_report_interval"] = "1s".into();
+        hb
+    };
+    am.fire(&[watchdog(), fast("n1"), fast("n2")]).await;
+    hale.wait_node("reporting", "n1", |n| n["score"] == 100)
+        .await;
+    let trusted = |metrics: &str| {
+        metric(
+            metrics,
+            "hale_alertmanager_polls_total",
+            &[("result", "trusted")],
+        )
+        .unwrap_or(0.0)
+    };
+    // Past the 15 s window a 1 s heartbeat has, and the 3 s staleAfter.
+    hale.signal("STOP");
+    tokio::time::sleep(Duration::from_secs(17)).await;
+    hale.signal("CONT");
+    let before = trusted(&hale.metrics().await);
+    eventually(
+        "two polls answered since",
+        Duration::from_secs(20),
+        || async { (trusted(&hale.metrics().await) >= before + 2.0).then_some(()) },
+    )
+    .await;
+    let log = hale.log();
+    let (_, after) = log
+        .split_once("hale did not run for")
+        .unwrap_or_else(|| panic!("the stop is said: {log}"));
+    assert!(!after.contains("no trusted alert data"), "{log}");
+    assert!(!after.contains("stopped reporting"), "{log}");
+    assert!(!after.contains("holdAfterRestart"), "{log}");
+    for node in ["n1", "n2"] {
+        let events = hale
+            .events(node, "type=HEARTBEAT_MISSED&type=CONDITION_RAISED")
+            .await;
+        assert_eq!(events["events"], serde_json::json!([]), "{node}: {events}");
+    }
+}
+
 #[tokio::test]
 async fn state_survives_kill_9() {
     let am = Alertmanager::start(None).await;

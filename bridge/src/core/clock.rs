@@ -154,10 +154,11 @@ fn trust_instants(trust: &mut Trust) -> impl Iterator<Item = &mut Time> {
         &mut trust.hold_began,
         &mut trust.hold_since,
         &mut trust.interval_shortened,
+        &mut trust.applied,
     ]
     .into_iter()
     .flatten()
-    .chain([&mut trust.watching_since])
+    .chain([&mut trust.watching_since, &mut trust.watching_from])
 }
 
 /// `f` on a node's instants; whether it changed any.

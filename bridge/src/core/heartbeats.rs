@@ -90,10 +90,11 @@ impl<'f> Step<'f> {
             return;
         }
         // And only as far as trusted input has shown it: a node is late once input
-        // that proved the pipeline alive arrived after its deadline without its
-        // heartbeat. The watchdog and the heartbeats stopping together leave every
-        // node as last seen until the source goes stale, however long that is.
-        let Some(seen) = trust.last_trusted.map(|t| t.min(self.now)) else {
+        // that proved the pipeline alive, applied whole, arrived after its deadline
+        // without its heartbeat. The watchdog and the heartbeats stopping together
+        // leave every node as last seen until the source goes stale, however long
+        // that is.
+        let Some(seen) = trust.applied.map(|t| t.min(self.now)) else {
             return;
         };
         // Nobody can be late before the earliest deadline the last look found, as

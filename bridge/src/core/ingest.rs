@@ -67,6 +67,8 @@ pub struct PollSlices {
     gaps: usize,
     silent: Vec<String>,
     answered: Time,
+    /// When the answer was judged: what its heartbeats show, once applied.
+    begun: Time,
     refreshes: Option<u64>,
     trusted: bool,
     /// The labels that named the nodes, kept for the slices: a reload between two
@@ -239,6 +241,7 @@ impl Fleet {
             gaps: 0,
             silent: Vec::new(),
             answered: answer.answered,
+            begun: now,
             refreshes,
             trusted,
             identity: groups.identity,
@@ -374,6 +377,9 @@ impl Fleet {
     /// The last step of a poll applied in slices: time's work (missed heartbeats, the
     /// sweep), every node rescored where it has to be, and the whole policy.
     pub fn poll_end(&mut self, cfg: &CoreSettings, now: Time, slices: &PollSlices) -> Outcome {
+        if slices.trusted {
+            self.trust.applied = Some(slices.begun.min(now));
+        }
         let mut step = Step::new(self, cfg, now);
         step.out.trusted = slices.trusted;
         step.finish(Scope::All)
@@ -401,6 +407,7 @@ impl Fleet {
             .any(|a| a.state != AlertState::Resolved && a.signal() == Signal::Watchdog);
         if !polling && (watchdog || !am.require_watchdog) {
             self.trust.trusted(now);
+            self.trust.applied = Some(now);
         }
         // With polling on, a delivery's resolutions wait for the polls to show the
         // watchdog moving (see `Keep`); without it nothing can tell them from expiries.
@@ -437,6 +444,7 @@ impl Fleet {
         reported: &BTreeSet<String>,
     ) -> Outcome {
         self.trust.trusted(now);
+        self.trust.applied = Some(now);
         let mut step = Step::new(self, cfg, now);
         for id in reported {
             if let Some(node) = step.fleet.nodes.get_mut(id) {

@@ -155,9 +155,9 @@ impl<'f> Step<'f> {
         // often than that still goes stale.
         let grace = self.cfg.source.polling && !trust.asked_since_start;
         let since = match trust.last_trusted {
-            Some(t) if grace => t.max(trust.watching_since),
+            Some(t) if grace => t.max(trust.watching_from),
             Some(t) => t,
-            None => trust.watching_since,
+            None => trust.watching_from,
         };
         let since = trust.interval_shortened.map_or(since, |at| since.max(at));
         // At 500,000 alerts Alertmanager takes half a minute to answer: polls then
@@ -253,6 +253,19 @@ pub struct Trust {
     /// gives the first poll `staleAfter` to land.
     #[serde(skip, default = "super::epoch")]
     pub watching_since: Time,
+    /// When this process last began to watch: its start, or its return from a
+    /// time it did not run (stopped, its runtime starved; [`Trust::watch_again`]).
+    /// What it did not watch is no evidence: staleness, and whether trusted input
+    /// has arrived to judge heartbeats by, count from here. Memory only.
+    #[serde(skip, default = "super::epoch")]
+    pub watching_from: Time,
+    /// The last trusted input whose alerts are all applied: a poll's once its last
+    /// slice is, a delivery's (without polling) at once. What a heartbeat's absence
+    /// is judged by — a poll judged trusted but not yet applied (or cut short: the
+    /// store refused its first write, the lead was lost) shows no heartbeat yet.
+    /// Memory only.
+    #[serde(skip)]
+    pub applied: Option<Time>,
     /// Whether a poll was answered since this process started, or failed twice in
     /// a row (one failure may be Alertmanager starting alongside).
     #[serde(skip)]
@@ -330,6 +343,8 @@ impl Trust {
         Trust {
             last_trusted: None,
             watching_since,
+            watching_from: watching_since,
+            applied: None,
             asked_since_start: false,
             failed_since_start: 0,
             source_up: false,
@@ -361,9 +376,23 @@ impl Trust {
         let before = now - TimeDelta::milliseconds(1);
         Trust {
             watching_since: now,
+            watching_from: now,
+            applied: None,
             last_trusted: self.last_trusted.map(|t| t.min(before)),
             ..self
         }
+    }
+
+    /// This process did not run from a while before `now` (stopped, a virtual
+    /// machine paused with its monotonic clock running, a runtime starved): it did
+    /// not ask the source meanwhile, so the time is no evidence of the
+    /// pipeline's or any node's silence. As after a restart, staleness counts from
+    /// `now` until a poll is answered (or two fail), and no heartbeat is missed
+    /// before trusted input arrives.
+    pub fn watch_again(&mut self, now: Time) {
+        self.watching_from = now;
+        self.asked_since_start = false;
+        self.failed_since_start = 0;
     }
 
     /// Taken up by a process that asks the source itself (a start, a replica just
@@ -414,7 +443,7 @@ impl Trust {
     /// Whether trusted input arrived since this process started watching: until
     /// then what the store kept is the only evidence, hours old after a long stop.
     pub fn trusted_since_start(&self) -> bool {
-        self.last_trusted.is_some_and(|t| t >= self.watching_since)
+        self.last_trusted.is_some_and(|t| t >= self.watching_from)
     }
 
     /// Trusted input arrived now. It starts a new run of trust (heartbeat windows

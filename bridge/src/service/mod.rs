@@ -101,6 +101,9 @@ pub struct Hale {
     /// The wall and monotonic clocks at the last step, to tell a step of the wall
     /// clock from time passing.
     clock: Mutex<Option<(std::time::Instant, Time)>>,
+    /// When the last step let the fleet go: a step that finds it long ago (the
+    /// tick takes one every second) finds hale did not run meanwhile.
+    stepped: Mutex<Option<std::time::Instant>>,
     orchestrator: Arc<dyn Orchestrator>,
     /// Nodes whose pending actions are being performed right now.
     acting: Mutex<BTreeSet<String>>,
@@ -324,6 +327,7 @@ impl Hale {
             near_full: AtomicBool::new(false),
             delivered_during_poll: Mutex::new(None),
             clock: Mutex::new(None),
+            stepped: Mutex::new(None),
             orchestrator,
             acting: Mutex::new(BTreeSet::new()),
             tried: Mutex::new(HashMap::new()),
@@ -437,12 +441,24 @@ impl Hale {
         // this replica's to apply again when it leads.
         if !self.writes() {
             self.clock.lock().expect("clock lock").take();
+            self.stepped.lock().expect("stepped lock").take();
             return Ok((Outcome::default(), None));
         }
         let mut fleet = self.lock_fleet();
+        // Declared after the fleet's guard, so dropped before it: the time is taken
+        // as the step lets the fleet go, however it returns.
+        let _done = StepDone(&self.stepped);
         // Read under the fleet lock, which a reload holds while it swaps them.
         let cfg = self.config();
         let now = Utc::now();
+        if let Some(gap) = self.did_not_run() {
+            warn!(
+                seconds = gap.as_secs(),
+                "hale did not run for {} s (the process was stopped, or starved of CPU): what it did not watch is no evidence, so staleness and missed heartbeats wait for the next poll, as after a restart",
+                gap.as_secs()
+            );
+            fleet.trust.watch_again(now);
+        }
         let stepped = self.clock_stepped(now).map(|by| {
             warn!(
                 by_seconds = by.num_seconds(),
@@ -2151,7 +2167,28 @@ impl Hale {
 /// steps before it is taken as stepped (NTP slews by 0.05 % at most).
 const CLOCK_STEP: TimeDelta = TimeDelta::seconds(2);
 
+/// How long past the last step's end the next may start before hale is taken
+/// not to have run meanwhile: the tick steps every second.
+const DID_NOT_RUN: Duration = Duration::from_secs(5);
+
+/// Takes the time a step lets the fleet go, when dropped.
+struct StepDone<'a>(&'a Mutex<Option<std::time::Instant>>);
+
+impl Drop for StepDone<'_> {
+    fn drop(&mut self) {
+        *self.0.lock().expect("stepped lock") = Some(std::time::Instant::now());
+    }
+}
+
 impl Hale {
+    /// How long no step ran before this one, when longer than [`DID_NOT_RUN`]
+    /// (measured on the monotonic clock, which a stopped process's keeps running).
+    fn did_not_run(&self) -> Option<Duration> {
+        let last = (*self.stepped.lock().expect("stepped lock"))?;
+        let gap = last.elapsed();
+        (gap > DID_NOT_RUN).then_some(gap)
+    }
+
     /// How far the wall clock stepped (back when negative) since this
     /// replica's last step, when it did by more than [`CLOCK_STEP`] beside the
     /// time that passed.

@@ -5833,3 +5833,81 @@ fn a_queued_fault_eviction_is_withdrawn_when_its_fault_ends_first() {
     s.at(120).report(&ids, &["g-0"], flapping);
     assert!(queued(&s).contains(&"evict"), "{:?}", queued(&s));
 }
+
+/// A poll judged trusted is no evidence of a heartbeat's absence until its alerts
+/// are applied: a tick between its first step and its slices (hale resumed from a
+/// stop, both due at once) misses no node the answer carries — nor does one after
+/// a poll cut short (the store refused its first write, the lead was lost).
+#[test]
+fn a_poll_not_yet_applied_misses_no_heartbeat() {
+    let mut s = script("");
+    let beats = || [watchdog(), heartbeat("n1"), heartbeat("n2")];
+    s.at(0).poll(&beats());
+    s.took();
+    // 100 s later (past the 90 s window): begun and judged, not yet applied.
+    let alerts = answer_of([watchdog(), heartbeat("n1")]);
+    s.at(100);
+    let none = BTreeSet::new();
+    let mut slices = begin_poll(&mut s, &alerts);
+    s.at(101).tick();
+    assert_eq!(s.took(), Vec::<String>::new(), "nothing applied yet");
+    while !slices.done() {
+        s.fleet
+            .poll_slice(&s.cfg, s.now, &mut slices, &alerts, &none, 1);
+    }
+    let out = s.fleet.poll_end(&s.cfg, s.now, &slices);
+    s.record(out);
+    assert_eq!(s.took(), ["n2 HEARTBEAT_MISSED"], "the answer without n2's");
+    // A poll cut short after its first step: the ticks wait for one applied.
+    s.at(120).poll(&beats());
+    s.took();
+    s.at(300);
+    let alerts = answer_of(beats());
+    let _cut = begin_poll(&mut s, &alerts);
+    s.at(301).tick().at(330).tick();
+    assert_eq!(
+        s.took(),
+        Vec::<String>::new(),
+        "{:?}",
+        s.fleet.trust.applied
+    );
+}
+
+/// hale did not run for longer than `staleAfter` (stopped, a paused machine
+/// whose monotonic clock ran on): its own silence is no evidence. Told so, it
+/// neither marks the fleet stale nor holds absences when the next poll answers,
+/// and misses no heartbeat before it; a source that then fails twice is stale.
+#[test]
+fn a_time_hale_did_not_run_is_no_evidence() {
+    let mut s = script("alertmanager: { pollInterval: 30s }");
+    let beats = || [watchdog(), heartbeat("n1"), smart_failing("n2")];
+    s.at(0).poll(&beats());
+    s.took();
+    // Stopped from 1 s to 600 s.
+    s.at(600);
+    s.fleet.trust.watch_again(s.now);
+    s.tick();
+    assert!(!s.fleet.trust.stale);
+    assert_eq!(s.took(), Vec::<String>::new());
+    s.at(601).poll(&beats());
+    assert_eq!(s.took(), Vec::<String>::new());
+    assert_eq!(
+        s.fleet.trust.hold_until, None,
+        "no hold: the pipeline had no gap"
+    );
+    // Stopped again, and Alertmanager down this time: stale once two polls fail.
+    s.at(1300);
+    s.fleet.trust.watch_again(s.now);
+    s.tick().fail().at(1330).fail().at(1331).tick();
+    assert!(s.fleet.trust.stale);
+    let took = s.took();
+    assert!(
+        took.contains(&"n1 CONDITION_RAISED".to_string()),
+        "{took:?}"
+    );
+    // Without being told, the same stop reads as the pipeline's silence.
+    let mut t = script("alertmanager: { pollInterval: 30s }");
+    t.at(0).poll(&beats());
+    t.at(600).tick();
+    assert!(t.fleet.trust.stale);
+}
