@@ -1238,6 +1238,7 @@ fn am_version(bin: &Path) -> String {
 /// What one store kind measured, for the ratios against SQLite.
 struct StoreFigures {
     appends: f64,
+    page_p50: Duration,
     page_p99: Duration,
 }
 
@@ -1350,6 +1351,7 @@ fn events(
     );
     Ok(StoreFigures {
         appends: batched,
+        page_p50: p(0.5),
         page_p99: p(0.99),
     })
 }
@@ -1386,10 +1388,11 @@ fn bench_event(start: chrono::DateTime<Utc>, node: &str, i: usize) -> hale::core
 /// in flight per write, each with a message id (as the store publishes an event,
 /// without its node records and marks); then 1,000 pages of 100 from random
 /// points of that subject, each one batched direct get on its own inbox.
+/// Returns its figures and the median wait for a page's first message.
 fn bare_jetstream(
     cfg: &hale::store::nats::NatsConfig,
     replicas: usize,
-) -> anyhow::Result<StoreFigures> {
+) -> anyhow::Result<(StoreFigures, Duration)> {
     use async_nats::jetstream::{self, stream};
     use futures::StreamExt;
     let body = bytes::Bytes::from(serde_json::to_vec(&bench_event(
@@ -1436,6 +1439,7 @@ fn bare_jetstream(
         }
         let appends = total as f64 / t.elapsed().as_secs_f64();
         let mut reads = Vec::new();
+        let mut firsts = Vec::new();
         for point in page_points(total as u64 - 400) {
             let seq = 1 + point;
             let t = Instant::now();
@@ -1448,6 +1452,9 @@ fn bare_jetstream(
             let mut read = 0;
             while let Some(m) = tokio::time::timeout(Duration::from_secs(5), replies.next()).await?
             {
+                if read == 0 {
+                    firsts.push(t.elapsed());
+                }
                 if m.status.is_some() {
                     break;
                 }
@@ -1457,11 +1464,77 @@ fn bare_jetstream(
             anyhow::ensure!(read == 101, "a bare page read {read} messages, not 101");
         }
         reads.sort();
+        firsts.sort();
         js.delete_stream("BARE").await?;
-        Ok(StoreFigures {
-            appends,
-            page_p99: reads[((reads.len() - 1) as f64 * 0.99).round() as usize],
+        let p = |q: f64| reads[((reads.len() - 1) as f64 * q).round() as usize];
+        Ok((
+            StoreFigures {
+                appends,
+                page_p50: p(0.5),
+                page_p99: p(0.99),
+            },
+            firsts[firsts.len() / 2],
+        ))
+    })
+}
+
+/// Bare JetStream's appends as the store makes them on a stream of several
+/// copies: the same 200,000 messages, each with a message id, as atomic batches
+/// of 1,000 (each message but the last published unacknowledged, the last
+/// committing the batch), one batch at a time.
+fn bare_batches(cfg: &hale::store::nats::NatsConfig, replicas: usize) -> anyhow::Result<f64> {
+    use async_nats::jetstream::{self, stream};
+    let body = bytes::Bytes::from(serde_json::to_vec(&bench_event(
+        Utc::now(),
+        "node-0001",
+        7,
+    ))?);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let client = hale::store::nats::connect(cfg).await?;
+        let js = jetstream::new(client.clone());
+        js.create_stream(stream::Config {
+            name: "BARE_BATCHES".into(),
+            subjects: vec!["batches.>".into()],
+            num_replicas: replicas,
+            allow_direct: true,
+            allow_atomic_publish: true,
+            ..Default::default()
         })
+        .await?;
+        let total = 200_000;
+        let t = Instant::now();
+        for chunk in 0..total / 1000 {
+            let batch = format!("bench-{chunk}");
+            for k in 0..1000 {
+                let i = chunk * 1000 + k;
+                let subject = if i % 2 == 0 {
+                    "batches.big".to_string()
+                } else {
+                    format!("batches.node-{:04}", i % 1000)
+                };
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert(async_nats::header::NATS_MESSAGE_ID, i.to_string().as_str());
+                headers.insert("Nats-Batch-Id", batch.as_str());
+                headers.insert("Nats-Batch-Sequence", (k + 1).to_string().as_str());
+                if k == 999 {
+                    headers.insert("Nats-Batch-Commit", "1");
+                    js.publish_with_headers(subject, headers, body.clone())
+                        .await?
+                        .await?;
+                } else {
+                    client
+                        .publish_with_headers(subject, headers, body.clone())
+                        .await?;
+                }
+            }
+        }
+        let appends = total as f64 / t.elapsed().as_secs_f64();
+        js.delete_stream("BARE_BATCHES").await?;
+        Ok(appends)
     })
 }
 
@@ -1594,17 +1667,29 @@ fn stores(work: &Path, fleet: &Fleet, report: &mut Report) -> anyhow::Result<()>
     for servers in [3, 1] {
         let cluster = NatsCluster::start(&server, &work.join(format!("nats{servers}")), servers)?;
         let cfg = cluster.config();
-        let floor = bare_jetstream(&cfg, servers)?;
+        let (floor, first) = bare_jetstream(&cfg, servers)?;
         let mut nats = hale::store::Nats::open(&cfg, "bench-events", 90)?;
         let kind = format!("NATS JetStream, {servers} server(s), {servers} cop(ies)");
         let hale = events(&mut nats, &kind, Some(&base), report)?;
         println!(
-            "  bare JetStream on the same servers (the floor): appends {:.0}/s, page p99 {:.2} ms; the store: {:.2}x its appends, {:.1}x its page p99",
+            "  bare JetStream on the same servers (the floor): appends {:.0}/s, page p50 {:.2} ms, p99 {:.2} ms; the store: {:.2}x its appends, {:.1}x its page p99",
             floor.appends,
+            ms(floor.page_p50),
             ms(floor.page_p99),
             hale.appends / floor.appends,
             ratio(hale.page_p99, floor.page_p99)
         );
+        println!(
+            "  of a bare page's p50, {:.2} ms pass before its first message: a batched direct get first counts the subject's messages from the page's start, one by one through the block it lies in",
+            ms(first)
+        );
+        if servers > 1 {
+            let batches = bare_batches(&cfg, servers)?;
+            println!(
+                "  bare JetStream in atomic batches of 1,000, as the store sends a large write to several copies: appends {batches:.0}/s; the store: {:.2}x it",
+                hale.appends / batches
+            );
+        }
         restart(
             fleet,
             &|| Ok(Box::new(hale::store::Nats::open(&cfg, "bench-restart", 90)?) as Box<dyn Store>),

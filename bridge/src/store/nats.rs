@@ -13,7 +13,10 @@
 //! the stored mark), its node and its type, and from the node's event before it
 //! in the write: a batch retried after a failure publishes the same ids, which
 //! the stream's duplicate window drops, so an event is neither lost nor recorded
-//! twice. A write its process never finished (stopped between the events and the
+//! twice. A large write to a stream of several copies sends its events as
+//! atomic batches ([`ATOMIC_FROM`]): each stored whole or not at all, one that
+//! JetStream refuses (ids it has seen) sent again event by event. A write its
+//! process never finished (stopped between the events and the
 //! mark) may have left events whose state was never written: the next leader, on
 //! taking the lead, removes every event past the mark's sequence of a node whose
 //! record that write did not put or remove (each record, and each delete, says
@@ -62,6 +65,14 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// Publishes in flight at once in a batch: a whole step of 1,000 events at once, as
 /// bare JetStream publishes them (512 held every step back by half a round trip).
 const IN_FLIGHT: usize = 1024;
+/// Writes of at least this many events, to a stream kept in more than one copy,
+/// go as JetStream atomic batches (2.12+): a batch's messages are replicated and
+/// acknowledged as one, where each event was one. Fewer go one by one, as on a
+/// stream of one copy: a batch's commit costs a few milliseconds of its own,
+/// more than replicating 256 events one by one saves (`bench stores`).
+const ATOMIC_FROM: usize = 256;
+/// The most messages JetStream takes in one atomic batch.
+const ATOMIC_MOST: usize = 1000;
 /// A node record's message carries a subject and headers beside it.
 const RECORD_HEADROOM: usize = 4096;
 
@@ -644,6 +655,9 @@ struct Shared {
     /// Opened as it is, to be read ([`Nats::open_existing`]): loading it cleans
     /// nothing up either.
     as_is: bool,
+    /// Whether a large write's events go as atomic batches ([`ATOMIC_FROM`]): the
+    /// stream takes them (JetStream 2.12+) and keeps more than one copy.
+    atomic: bool,
     /// The settings this replica's configuration asks of the store, made the
     /// store's when it leads (`None`: opened as it is).
     wanted: Option<Wanted>,
@@ -799,6 +813,8 @@ impl Nats {
                     num_replicas: kept.as_ref().map_or(cfg.replicas, |c| c.num_replicas),
                     duplicate_window: DUPLICATE_WINDOW.min(retention),
                     allow_direct: true,
+                    // Ignored by a server before 2.12, which has no atomic batches.
+                    allow_atomic_publish: true,
                     storage: stream::StorageType::File,
                     description: Some("hale: node events, one subject per node".into()),
                     ..stream::Config::default()
@@ -881,6 +897,8 @@ impl Nats {
             .server_info()
             .max_payload
             .saturating_sub(RECORD_HEADROOM);
+        let config = &events.cached_info().config;
+        let atomic = config.allow_atomic_publish && config.num_replicas > 1;
         let nats = Nats {
             shared: Arc::new(Shared {
                 _runtime: runtime,
@@ -897,6 +915,7 @@ impl Nats {
                 limit: AtomicU64::new(0),
                 record_limit,
                 as_is: wanted.is_none(),
+                atomic,
                 wanted,
             }),
             mark: Mutex::default(),
@@ -1212,6 +1231,103 @@ async fn publish_kv(
         .op("publish")
 }
 
+/// An event on its way to the stream: subject, message id, body.
+type Message = (String, String, Bytes);
+
+/// Publish one event with its message id; the ack future.
+async fn publish_event(
+    js: &jetstream::Context,
+    (subject, id, body): &Message,
+) -> Result<jetstream::context::PublishAckFuture> {
+    let mut headers = HeaderMap::new();
+    headers.insert(header::NATS_MESSAGE_ID, id.as_str());
+    js.publish_with_headers(subject.clone(), headers, body.clone())
+        .await
+        .op("publish an event")
+}
+
+/// A new atomic batch's id: never one a batch before it had, even one retried
+/// with the same events (JetStream keeps an unfinished batch for 10 s).
+fn batch_id(first: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    hex(&Sha256::digest(format!("{first}-{nanos}-{}", std::process::id()))[..12])
+}
+
+/// Publish the `seq`th message of atomic batch `batch`: without an
+/// acknowledgement, but for the commit's, whose future is returned.
+async fn publish_batched(
+    js: &jetstream::Context,
+    batch: &str,
+    seq: usize,
+    commit: bool,
+    (subject, id, body): &Message,
+) -> Result<Option<jetstream::context::PublishAckFuture>> {
+    let mut headers = HeaderMap::new();
+    headers.insert(header::NATS_MESSAGE_ID, id.as_str());
+    headers.insert("Nats-Batch-Id", batch);
+    headers.insert("Nats-Batch-Sequence", HeaderValue::from(seq));
+    if !commit {
+        return js
+            .client()
+            .publish_with_headers(subject.clone(), headers, body.clone())
+            .await
+            .op("publish an event")
+            .map(|()| None);
+    }
+    headers.insert("Nats-Batch-Commit", "1");
+    js.publish_with_headers(subject.clone(), headers, body.clone())
+        .await
+        .op("publish an event")
+        .map(Some)
+}
+
+/// The stream sequences of an atomic batch's messages, from its commit's
+/// acknowledgement. A batch JetStream refused stored none of them (a message id
+/// it has seen already — a write retried after its commit was stored —, a batch
+/// too large for the server's limit, atomic batches turned off): its events go
+/// one by one, as on a stream without batches, each id stored once.
+async fn committed(
+    js: &jetstream::Context,
+    commit: jetstream::context::PublishAckFuture,
+    chunk: &[Message],
+) -> Result<Vec<u64>> {
+    let n = chunk.len() as u64;
+    match commit.await {
+        Ok(ack) if ack.sequence >= n => Ok((ack.sequence + 1 - n..=ack.sequence).collect()),
+        Ok(ack) => Err(StoreError::Nats {
+            op: "store an event",
+            cause: format!(
+                "an atomic batch of {n} acknowledged at sequence {}",
+                ack.sequence
+            ),
+        }),
+        Err(e) if refused_batch(&e) => {
+            tracing::debug!(error = %e, events = n, "JetStream refused an atomic batch: publishing its events one by one");
+            let mut pending = Vec::with_capacity(chunk.len());
+            for message in chunk {
+                pending.push(publish_event(js, message).await?);
+            }
+            let mut seqs = Vec::with_capacity(chunk.len());
+            for p in pending {
+                seqs.push(p.await.op("store an event")?.sequence);
+            }
+            Ok(seqs)
+        }
+        Err(e) => Err(nats("store an event")(Box::new(e))),
+    }
+}
+
+/// Whether an atomic batch's commit was answered with JetStream's refusal (an
+/// API error), not lost on the way (a timeout, a connection gone).
+fn refused_batch(e: &jetstream::context::PublishError) -> bool {
+    e.kind() == jetstream::context::PublishErrorKind::Other
+        && std::error::Error::source(e)
+            .and_then(|s| s.downcast_ref::<jetstream::Error>())
+            .is_some()
+}
+
 impl Store for Nats {
     fn load(&self, now: Time) -> Result<Fleet> {
         let shared = self.shared.clone();
@@ -1347,24 +1463,38 @@ impl Store for Nats {
                 // At most IN_FLIGHT unacknowledged: the client lets 5,000 be, and a
                 // publish past them waits for an acknowledgement nobody reads yet.
                 let mut acks = Vec::with_capacity(count);
-                let mut pending = std::collections::VecDeque::with_capacity(IN_FLIGHT);
-                while let Some((node, id, body)) = fed.recv().await {
-                    if pending.len() == IN_FLIGHT {
-                        let oldest: jetstream::context::PublishAckFuture =
-                            pending.pop_front().expect("full");
-                        acks.push(oldest.await.op("store an event")?.sequence);
+                let subject = |node: &str| format!("{}.{}", shared.names.subjects, key(node));
+                if shared.atomic && count >= ATOMIC_FROM {
+                    let mut chunk = Vec::with_capacity(ATOMIC_MOST);
+                    let mut batch = String::new();
+                    while let Some((node, id, body)) = fed.recv().await {
+                        if chunk.is_empty() {
+                            batch = batch_id(&id);
+                        }
+                        let commit =
+                            chunk.len() + 1 == ATOMIC_MOST || acks.len() + chunk.len() + 1 == count;
+                        let message = (subject(&node), id, body);
+                        let ack =
+                            publish_batched(js, &batch, chunk.len() + 1, commit, &message).await?;
+                        chunk.push(message);
+                        if let Some(ack) = ack {
+                            acks.extend(committed(js, ack, &chunk).await?);
+                            chunk.clear();
+                        }
                     }
-                    let subject = format!("{}.{}", shared.names.subjects, key(&node));
-                    let mut headers = HeaderMap::new();
-                    headers.insert(header::NATS_MESSAGE_ID, id.as_str());
-                    pending.push_back(
-                        js.publish_with_headers(subject, headers, body)
-                            .await
-                            .op("publish an event")?,
-                    );
-                }
-                for p in pending {
-                    acks.push(p.await.op("store an event")?.sequence);
+                } else {
+                    let mut pending = std::collections::VecDeque::with_capacity(IN_FLIGHT);
+                    while let Some((node, id, body)) = fed.recv().await {
+                        if pending.len() == IN_FLIGHT {
+                            let oldest: jetstream::context::PublishAckFuture =
+                                pending.pop_front().expect("full");
+                            acks.push(oldest.await.op("store an event")?.sequence);
+                        }
+                        pending.push_back(publish_event(js, &(subject(&node), id, body)).await?);
+                    }
+                    for p in pending {
+                        acks.push(p.await.op("store an event")?.sequence);
+                    }
                 }
                 let mark = mark.map(|anchor| marked(&anchor, acks.iter().max().copied()));
                 // Deletes before puts: a node removed and re-created ends up present.
@@ -2614,6 +2744,114 @@ mod tests {
             .map(|e| e.event.message.as_str())
             .collect();
         assert_eq!(messages, ["first", "next"]);
+    }
+
+    /// A large write's events as atomic batches, as on a stream of three copies,
+    /// here on one server's single copy.
+    fn batched(mut store: Nats) -> Nats {
+        let shared = Arc::get_mut(&mut store.shared).expect("just opened");
+        assert!(shared.events.cached_info().config.allow_atomic_publish);
+        shared.atomic = true;
+        store
+    }
+
+    /// `n` events over three nodes, in order per node.
+    fn many(n: usize, now: Time, tag: &str) -> Vec<Event> {
+        (0..n)
+            .map(|i| decommissioned(&format!("n{}", i % 3), now, &format!("{tag} {i}")))
+            .collect()
+    }
+
+    /// A write of 1,500 events goes as two atomic batches (1,000 and 500), one of
+    /// 100 event by event: every event stored once, each id the one its page
+    /// names, each node's in order.
+    #[test]
+    fn a_large_write_is_stored_whole_as_atomic_batches() {
+        let server = server::Server::start();
+        let now = chrono::Utc::now();
+        let mut store = batched(Nats::open(&server.config(), "c", 90).unwrap());
+        store.load(now).unwrap();
+        let events = many(1500, now, "e");
+        let ids = store.write(&batch_of(&events, None)).unwrap();
+        assert_eq!(ids.len(), 1500);
+        let again = store.write(&batch_of(&many(100, now, "f"), None)).unwrap();
+        assert_eq!(again.len(), 100);
+        for node in 0..3 {
+            let page = store
+                .events(
+                    &format!("n{node}"),
+                    &EventQuery {
+                        page_size: 1000,
+                        ..EventQuery::default()
+                    },
+                )
+                .unwrap();
+            let got: Vec<(&str, &str)> = page
+                .events
+                .iter()
+                .map(|e| (e.id.as_str(), e.event.message.as_str()))
+                .collect();
+            let written: Vec<(&str, String)> = ids
+                .iter()
+                .zip(&events)
+                .chain(again.iter().zip(&many(100, now, "f")))
+                .filter(|(_, e)| e.node_id == format!("n{node}"))
+                .map(|(id, e)| (id.as_str(), e.message.clone()))
+                .collect();
+            let written: Vec<(&str, &str)> =
+                written.iter().map(|(id, m)| (*id, m.as_str())).collect();
+            assert_eq!(got, written, "node n{node}");
+        }
+        // JetStream keeps a batched message's batch id: the large write went as
+        // batches, the small one event by event.
+        let batch = |id: &str| {
+            let shared = store.shared.clone();
+            let seq: u64 = id.rsplit('-').next().unwrap().parse().unwrap();
+            let stored = store
+                .run(async move { shared.events.direct_get(seq).await })
+                .unwrap()
+                .unwrap();
+            stored
+                .headers
+                .get("Nats-Batch-Id")
+                .map(|v| v.as_str().to_string())
+        };
+        let (first, last) = (batch(&ids[0]), batch(&ids[1499]));
+        assert!(
+            first.is_some() && last.is_some() && first != last,
+            "{first:?} {last:?}"
+        );
+        assert_eq!(batch(&again[0]), None);
+    }
+
+    /// A large write taken again after its batches were stored (its commit's
+    /// acknowledgement lost, a new leader): JetStream refuses a batch holding ids
+    /// it has seen, and the events, sent one by one, are each recorded once.
+    #[test]
+    fn a_large_write_taken_again_is_recorded_once() {
+        let server = server::Server::start();
+        let now = chrono::Utc::now();
+        let mut first = batched(Nats::open(&server.config(), "c", 90).unwrap());
+        first.load(now).unwrap();
+        let mut second = batched(Nats::open(&server.config(), "c", 90).unwrap());
+        second.load(now).unwrap();
+        let a = first.write(&batch_of(&many(1200, now, "e"), None)).unwrap();
+        let b = second
+            .write(&batch_of(&many(1200, now, "e"), None))
+            .unwrap();
+        assert_eq!(a, b, "the same records, by the same ids");
+        let info = server.config();
+        let reader = Nats::open(&info, "c", 90).unwrap();
+        let page = reader
+            .events(
+                "n0",
+                &EventQuery {
+                    page_size: 1000,
+                    ..EventQuery::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(page.events.len(), 400);
     }
 
     /// Earlier versions kept a mark per node: the first load removes them.
