@@ -2099,7 +2099,7 @@ impl Hale {
                 })
             }
             Err(e) => {
-                error!(node, action = name, error = %e, "refused; dropped");
+                error!(node, action = name, error = %e, "failed; not tried again");
                 let why = e.to_string();
                 this.apply(|fleet, cfg, now| {
                     this.actions_recorded.fetch_add(1, Ordering::AcqRel);
