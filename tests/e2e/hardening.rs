@@ -1715,24 +1715,17 @@ async fn a_clock_stepped_forward_or_back_keeps_every_window() {
     assert!(!n1.contains(&"HEARTBEAT_MISSED".to_string()), "{n1:?}");
 }
 
-/// A reload whose files do not answer (a secret on a mount that hangs; here a
-/// FIFO no one writes) is refused after 30 s, the running configuration kept, and
-/// one stuck behind a SIGHUP holds no stop: SIGTERM still ends hale.
+/// A reload whose file does not answer (a configuration on a mount that hangs;
+/// here a FIFO no one writes put in its place) is refused after 30 s, the running
+/// configuration kept, and one stuck behind a SIGHUP holds no stop: SIGTERM
+/// still ends hale.
 #[tokio::test]
 async fn a_reload_that_cannot_read_its_files_is_refused_and_holds_no_stop() {
     let dir = tempfile::tempdir().unwrap();
     let mut hale = Hale::webhook_only(dir.path(), "").await;
-    let fifo = never_answers(dir.path());
-    let port: u16 = hale.url.rsplit(':').next().unwrap().parse().unwrap();
-    let hooks = format!(
-        "nodeEventWebhooks:\n  - url: http://127.0.0.1:9/hook\n    secretFile: {}\n",
-        fifo.display()
-    );
-    std::fs::write(
-        dir.path().join("hale.yaml"),
-        webhook_only_config(dir.path(), port, &hooks),
-    )
-    .unwrap();
+    let config = dir.path().join("hale.yaml");
+    std::fs::remove_file(&config).unwrap();
+    never_answers(&config);
     let r = hale.ask_reload().await;
     assert_eq!(r.status(), 400);
     let said = r.text().await.unwrap();
@@ -1786,22 +1779,15 @@ async fn a_proxy_in_the_environment_is_not_used_for_loopback() {
     }
 }
 
-/// A configuration naming a file that never answers (a FIFO here; a secret on
-/// a mount that hangs in life) stops `check-config` after 30 s with an error
-/// naming the file, rather than a wait without end.
+/// A configuration that never answers (a FIFO here; a file on a mount that
+/// hangs in life) stops `check-config` after 30 s with an error naming the file,
+/// rather than a wait without end. (A secret, a credential or a CA named by the
+/// configuration must be a regular file: a FIFO there is refused at once.)
 #[tokio::test]
 async fn check_config_gives_up_on_a_file_that_never_answers() {
     let dir = tempfile::tempdir().unwrap();
-    let fifo = never_answers(dir.path());
     let config = dir.path().join("hale.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "nodeEventWebhooks:\n  - url: http://127.0.0.1:9/hook\n    secretFile: {}\n",
-            fifo.display()
-        ),
-    )
-    .unwrap();
+    never_answers(&config);
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
         .arg("check-config")
         .arg(&config)
@@ -1828,16 +1814,14 @@ async fn check_config_gives_up_on_a_file_that_never_answers() {
     );
 }
 
-/// A file under `dir` that never answers a read: a FIFO no one writes, as a
-/// secret on a mount that hangs stands in life.
-fn never_answers(dir: &std::path::Path) -> std::path::PathBuf {
-    let fifo = dir.join("secret");
+/// A file at `path` that never answers a read: a FIFO no one writes, as a file
+/// on a mount that hangs stands in life.
+fn never_answers(path: &std::path::Path) {
     assert!(
         std::process::Command::new("mkfifo")
-            .arg(&fifo)
+            .arg(path)
             .status()
             .unwrap()
             .success()
     );
-    fifo
 }
