@@ -286,7 +286,7 @@ pub fn parse_v2(body: &[u8]) -> Result<Vec<Alert<'_>>> {
     }
     if let Err(at) = nested_within(body, MAX_NESTING) {
         return Err(malformed(format!(
-            "nested more than {MAX_NESTING} deep at byte {at}: no Alertmanager answer is"
+            "nested more than {MAX_NESTING} deep at byte {at} (Alertmanager's answers nest four deep)"
         )));
     }
     // What the error quotes is left out: an answer that is not Alertmanager's may
@@ -295,8 +295,8 @@ pub fn parse_v2(body: &[u8]) -> Result<Vec<Alert<'_>>> {
     let raw: Vec<V2Alert> =
         sonic_rs::from_str(text).map_err(|e| malformed(crate::redact::unquoted(&e.to_string())))?;
     let mut alerts = Vec::with_capacity(raw.len());
-    for a in raw {
-        checked(&a.fingerprint, &a.starts_at, &a.ends_at).map_err(malformed)?;
+    for (i, a) in raw.into_iter().enumerate() {
+        checked(i, &a.labels, &a.fingerprint, &a.starts_at, &a.ends_at).map_err(malformed)?;
         let state = match a.status.state.as_ref() {
             "active" | "unprocessed" => AlertState::Active,
             "suppressed" => AlertState::Suppressed,
@@ -323,17 +323,26 @@ pub fn parse_v2(body: &[u8]) -> Result<Vec<Alert<'_>>> {
 /// each condition it feeds and in the job failures it counts: Alertmanager's are
 /// 16 hex digits), and its times in RFC 3339, which the conditions, their holds
 /// and the trust in the source are reckoned from.
+/// `i`: the alert's place in its list, which with its name finds an alert whose
+/// fingerprint cannot.
 fn checked(
+    i: usize,
+    labels: &Labels<'_>,
     fingerprint: &str,
     starts_at: &Option<Text<'_>>,
     ends_at: &Option<Text<'_>>,
 ) -> std::result::Result<(), String> {
+    let which = || {
+        let name = labels.get("alertname").unwrap_or("unnamed");
+        format!("alert {name:?} (number {} in the list)", i + 1)
+    };
     if fingerprint.is_empty() {
-        return Err("an alert has no fingerprint".into());
+        return Err(format!("{} has no fingerprint", which()));
     }
     if fingerprint.len() > MAX_FINGERPRINT {
         return Err(format!(
-            "an alert's fingerprint is {} bytes, over the {MAX_FINGERPRINT} hale takes (Alertmanager's are 16 hex digits)",
+            "{}: its fingerprint is {} bytes, over the {MAX_FINGERPRINT} hale takes (Alertmanager's are 16 hex digits)",
+            which(),
             fingerprint.len()
         ));
     }
@@ -406,7 +415,7 @@ pub fn parse_webhook(body: &[u8]) -> Result<Delivery<'_>> {
         return Err(IngestError::Version(msg.version.into_owned()));
     }
     let mut alerts = Vec::with_capacity(msg.alerts.len());
-    for a in msg.alerts {
+    for (i, a) in msg.alerts.into_iter().enumerate() {
         let state = match a.status.as_ref() {
             "firing" => AlertState::Active,
             "resolved" => AlertState::Resolved,
@@ -417,7 +426,7 @@ pub fn parse_webhook(body: &[u8]) -> Result<Delivery<'_>> {
                 });
             }
         };
-        checked(&a.fingerprint, &a.starts_at, &a.ends_at).map_err(malformed)?;
+        checked(i, &a.labels, &a.fingerprint, &a.starts_at, &a.ends_at).map_err(malformed)?;
         alerts.push(Alert {
             labels: a.labels,
             annotations: a.annotations,
@@ -540,7 +549,9 @@ impl Client {
         let auth = match (&cfg.basic_auth, &cfg.bearer_token_file) {
             (Some(basic), _) => Some(Auth::Basic(basic.clone())),
             (None, Some(file)) => Some(Auth::Bearer(file.clone())),
-            (None, None) if !base.username().is_empty() => Some(Auth::InUrl),
+            (None, None) if !base.username().is_empty() || base.password().is_some() => {
+                Some(Auth::InUrl)
+            }
             (None, None) => None,
         };
         Client {
@@ -919,7 +930,10 @@ mod tests {
                 answer(&"f".repeat(129), t, t, "active"),
                 "fingerprint is 129 bytes",
             ),
-            (answer("", t, t, "active"), "an alert has no fingerprint"),
+            (
+                answer("", t, t, "active"),
+                r#"alert "A" (number 1 in the list) has no fingerprint"#,
+            ),
             (
                 answer("f1", t, t, "weird"),
                 r#"state "weird" is none of active"#,

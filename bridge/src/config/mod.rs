@@ -1082,7 +1082,7 @@ impl Config {
                 };
                 return Err(err(
                     key,
-                    "given while alertmanager.url holds a user too: keep the credentials in one place (the files)".into(),
+                    "given while alertmanager.url holds credentials too: keep the credentials in one place (the files)".into(),
                 ));
             }
             (Some(auth), None)
@@ -1163,8 +1163,10 @@ impl Config {
             ));
         }
         let am = &self.alertmanager;
-        if am.url.starts_with("http:") {
-            let in_url = reqwest::Url::parse(&am.url).is_ok_and(|u| !u.username().is_empty());
+        // The parser reads the scheme in any case (`HTTP://` is http).
+        let parsed = reqwest::Url::parse(&am.url).ok();
+        if let Some(url) = parsed.filter(|u| u.scheme() == "http") {
+            let in_url = !url.username().is_empty() || url.password().is_some();
             let key = match (&am.basic_auth, &am.bearer_token_file) {
                 (Some(_), _) => Some("alertmanager.basicAuth"),
                 (None, Some(_)) => Some("alertmanager.bearerTokenFile"),
@@ -1172,10 +1174,10 @@ impl Config {
                 (None, None) => None,
             };
             if let Some(key) = key {
-                let what = if key == "alertmanager.url" {
-                    "its user and password are"
-                } else {
-                    "is"
+                let what = match key {
+                    "alertmanager.url" if url.password().is_some() => "its credentials are",
+                    "alertmanager.url" => "its user is",
+                    _ => "is",
                 };
                 odd.push((
                     key.into(),
@@ -2460,7 +2462,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let token = dir.path().join("token");
         std::fs::write(&token, "t0k3n\n").unwrap();
-        for (url, warned) in [("http://am:9093", true), ("https://am:9093", false)] {
+        for (url, warned) in [
+            ("http://am:9093", true),
+            ("Http://am:9093", true),
+            ("https://am:9093", false),
+        ] {
             let l = load(&format!(
                 "alertmanager:\n  url: {url}\n  bearerTokenFile: {}\n",
                 token.display()
@@ -2476,6 +2482,9 @@ mod tests {
         }
         for (url, warned) in [
             ("http://hale:pw@am:9093", true),
+            ("HTTP://hale:pw@am:9093", true),
+            ("http://:pw@am:9093", true),
+            ("http://hale@am:9093", true),
             ("https://hale:pw@am:9093", false),
         ] {
             let l = load(&format!("alertmanager:\n  url: {url}\n")).unwrap();
@@ -3291,6 +3300,39 @@ pools:
         )
         .unwrap();
         kube("").unwrap();
+        // The files the context's cluster and user name are held to what hale's
+        // own are; another context's are the client's to meet only if used.
+        for (from, to, field) in [
+            (
+                "{server: 'https://k:6443'}",
+                "{server: 'https://k:6443', certificate-authority: /dev/zero}",
+                "certificate-authority",
+            ),
+            ("{token: t}", "{tokenFile: /dev/zero}", "tokenFile"),
+            (
+                "{token: t}",
+                "{client-certificate: /dev/urandom, client-key: /dev/zero}",
+                "client-certificate",
+            ),
+        ] {
+            let text = good.replace("kind: Config\n", "kind: Config\ncurrent-context: prod\n");
+            std::fs::write(&kubeconfig, text.replace(from, to)).unwrap();
+            let e = kube("").unwrap_err();
+            assert_eq!(e.key, "orchestrator.kubeconfig", "{e}");
+            assert!(
+                e.message.contains(&format!("its {field}: /dev/"))
+                    && e.message.contains("is not a regular file"),
+                "{e}"
+            );
+        }
+        let other = good
+            .replace("kind: Config\n", "kind: Config\ncurrent-context: prod\n")
+            .replace(
+                "{server: 'https://k:6443'}}]",
+                "{server: 'https://k:6443'}}, {name: o, cluster: {server: 'https://o:6443', certificate-authority: /dev/zero}}]",
+            );
+        std::fs::write(&kubeconfig, other).unwrap();
+        kube("").unwrap();
         std::fs::write(&kubeconfig, "clusters: [[[").unwrap();
         let e = kube("").unwrap_err();
         assert_eq!(e.key, "orchestrator.kubeconfig", "{e}");
@@ -3883,7 +3925,7 @@ pools:
                 ),
                 3,
                 "alertmanager.basicAuth",
-                "holds a user too",
+                "holds credentials too",
             ),
             (
                 format!(

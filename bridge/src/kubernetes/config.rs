@@ -98,6 +98,40 @@ impl Config {
                 let names: Vec<&str> = file.contexts.iter().map(|c| c.name.as_str()).collect();
                 names.join(", ")
             };
+            let chosen = self.context.as_ref().or(file.current_context.as_ref());
+            if let Some(context) = chosen
+                .and_then(|c| file.contexts.iter().find(|n| &n.name == c))
+                .and_then(|n| n.context.as_ref())
+            {
+                // The files the context's cluster and user name are read by the
+                // client: held to what hale's own such files are.
+                let cluster = file
+                    .clusters
+                    .iter()
+                    .filter(|c| c.name == context.cluster)
+                    .filter_map(|c| c.cluster.as_ref())
+                    .filter_map(|c| {
+                        Some(("certificate-authority", c.certificate_authority.as_deref()?))
+                    });
+                let user = file
+                    .auth_infos
+                    .iter()
+                    .filter(|a| context.user.as_ref() == Some(&a.name))
+                    .filter_map(|a| a.auth_info.as_ref())
+                    .flat_map(|a| {
+                        [
+                            ("client-certificate", a.client_certificate.as_deref()),
+                            ("client-key", a.client_key.as_deref()),
+                            ("tokenFile", a.token_file.as_deref()),
+                        ]
+                    })
+                    .filter_map(|(field, path)| Some((field, path?)));
+                for (field, path) in cluster.chain(user) {
+                    if let Err(e) = crate::small_file(std::path::Path::new(path)) {
+                        return fail("kubeconfig", format!("{}: its {field}: {e}", p.display()));
+                    }
+                }
+            }
             match (&self.context, &file.current_context) {
                 (Some(c), _) | (None, Some(c)) if !file.contexts.iter().any(|n| &n.name == c) => {
                     let key = if self.context.is_some() {
