@@ -1573,6 +1573,25 @@ async fn receive(
     if declared_length(&headers).is_some_and(|n| n > limit) {
         return Err(too_large());
     }
+    // Alertmanager sends its webhooks as they are: a body encoded on the way (a
+    // proxy's gzip) would read as text it is not.
+    if let Some(coding) = headers
+        .get(header::CONTENT_ENCODING)
+        .map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .filter(|c| !c.is_empty() && c != "identity")
+    {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!(
+                "Content-Encoding {coding:?} is not taken: Alertmanager sends webhooks unencoded (a proxy between should pass them as they are)"
+            ),
+        ));
+    }
     let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| {
         if crate::server::timed_out(&e) {
             ApiError::new(

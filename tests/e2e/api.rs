@@ -318,6 +318,26 @@ async fn bad_webhook_input_changes_nothing() {
             && answer.contains("the request body could not be read"),
         "{answer}"
     );
+    // A body encoded on the way (a proxy's gzip) is refused as such, not read as
+    // the text it is not.
+    let r = reqwest::Client::new()
+        .post(format!("{}/api/v1/alertmanager", hale.url))
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json")
+        .header("content-encoding", "gzip")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 415);
+    let e: Value = r.json().await.unwrap();
+    assert!(
+        e["detail"]
+            .as_str()
+            .unwrap()
+            .contains(r#"Content-Encoding "gzip" is not taken"#),
+        "{e}"
+    );
 
     let after = hale.nodes().await;
     assert_eq!(before, after, "state untouched");
