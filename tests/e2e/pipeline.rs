@@ -284,15 +284,11 @@ async fn heartbeat_missed_when_a_node_goes_quiet() {
         "nodeHealth: { reportIntervalSeconds: 1 }\n",
     )
     .await;
-    let fast = |node: &str| {
-        let mut hb = heartbeat(node);
-        hb["labels"]["hale_report_interval"] = "1s".into();
-        hb
-    };
-    am.fire(&[watchdog(), fast("n1"), fast("n2")]).await;
+    am.fire(&[watchdog(), fast_heartbeat("n1"), fast_heartbeat("n2")])
+        .await;
     hale.wait_node("reporting", "n1", |n| n["score"] == 100)
         .await;
-    am.resolve(&[fast("n1")]).await;
+    am.resolve(&[fast_heartbeat("n1")]).await;
     // The 15 s floor applies to a 1 s interval.
     let n1 = hale
         .wait_node("heartbeat missed", "n1", |n| {
@@ -309,7 +305,7 @@ async fn heartbeat_missed_when_a_node_goes_quiet() {
         log.contains("node stopped reporting") && log.contains("n1"),
         "a warning names the node: {log}"
     );
-    am.fire(&[fast("n1")]).await;
+    am.fire(&[fast_heartbeat("n1")]).await;
     hale.wait_node("resumed", "n1", |n| !has_condition(n, "heartbeat_missed"))
         .await;
 }
@@ -327,12 +323,8 @@ async fn a_hale_stopped_and_let_go_takes_the_silence_for_its_own() {
         "nodeHealth: { reportIntervalSeconds: 1 }\n",
     )
     .await;
-    let fast = |node: &str| {
-        let mut hb = heartbeat(node);
-        hb["labels"]["hale_report_interval"] = "1s".into();
-        hb
-    };
-    am.fire(&[watchdog(), fast("n1"), fast("n2")]).await;
+    am.fire(&[watchdog(), fast_heartbeat("n1"), fast_heartbeat("n2")])
+        .await;
     hale.wait_node("reporting", "n1", |n| n["score"] == 100)
         .await;
     let trusted = |metrics: &str| {
@@ -624,4 +616,11 @@ async fn an_alertmanager_behind_tls_and_basic_auth_is_polled_with_the_password_r
     );
     let log = untrusting.log();
     assert!(!log.contains("rustls_platform_verifier"), "{log}");
+}
+
+/// `node`'s heartbeat, every second: missed after the 15 s floor of a window.
+fn fast_heartbeat(node: &str) -> Value {
+    let mut hb = heartbeat(node);
+    hb["labels"]["hale_report_interval"] = "1s".into();
+    hb
 }

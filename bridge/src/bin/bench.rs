@@ -1395,15 +1395,7 @@ fn bare_jetstream(
 ) -> anyhow::Result<(StoreFigures, Duration)> {
     use async_nats::jetstream::{self, stream};
     use futures::StreamExt;
-    let body = bytes::Bytes::from(serde_json::to_vec(&bench_event(
-        Utc::now(),
-        "node-0001",
-        7,
-    ))?);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let (body, rt) = bare_setup()?;
     rt.block_on(async move {
         let client = hale::store::nats::connect(cfg).await?;
         let js = jetstream::new(client.clone());
@@ -1421,11 +1413,7 @@ fn bare_jetstream(
             let mut acks = Vec::with_capacity(1000);
             for k in 0..1000 {
                 let i = chunk * 1000 + k;
-                let subject = if i % 2 == 0 {
-                    "bare.big".to_string()
-                } else {
-                    format!("bare.node-{:04}", i % 1000)
-                };
+                let subject = bare_subject("bare", i);
                 let mut headers = async_nats::HeaderMap::new();
                 headers.insert(async_nats::header::NATS_MESSAGE_ID, i.to_string().as_str());
                 acks.push(
@@ -1478,12 +1466,9 @@ fn bare_jetstream(
     })
 }
 
-/// Bare JetStream's appends as the store makes them on a stream of several
-/// copies: the same 200,000 messages, each with a message id, as atomic batches
-/// of 1,000 (each message but the last published unacknowledged, the last
-/// committing the batch), one batch at a time.
-fn bare_batches(cfg: &hale::store::nats::NatsConfig, replicas: usize) -> anyhow::Result<f64> {
-    use async_nats::jetstream::{self, stream};
+/// What bare JetStream publishes, a message of an event's size, and the runtime
+/// its client runs on.
+fn bare_setup() -> anyhow::Result<(bytes::Bytes, tokio::runtime::Runtime)> {
     let body = bytes::Bytes::from(serde_json::to_vec(&bench_event(
         Utc::now(),
         "node-0001",
@@ -1493,6 +1478,26 @@ fn bare_batches(cfg: &hale::store::nats::NatsConfig, replicas: usize) -> anyhow:
         .worker_threads(2)
         .enable_all()
         .build()?;
+    Ok((body, rt))
+}
+
+/// The subject of bare JetStream's `i`th message: every other one on one node's
+/// subject, the rest over 1,000 others, as the store's benchmark writes them.
+fn bare_subject(prefix: &str, i: usize) -> String {
+    if i % 2 == 0 {
+        format!("{prefix}.big")
+    } else {
+        format!("{prefix}.node-{:04}", i % 1000)
+    }
+}
+
+/// Bare JetStream's appends as the store makes them on a stream of several
+/// copies: the same 200,000 messages, each with a message id, as atomic batches
+/// of 1,000 (each message but the last published unacknowledged, the last
+/// committing the batch), one batch at a time.
+fn bare_batches(cfg: &hale::store::nats::NatsConfig, replicas: usize) -> anyhow::Result<f64> {
+    use async_nats::jetstream::{self, stream};
+    let (body, rt) = bare_setup()?;
     rt.block_on(async move {
         let client = hale::store::nats::connect(cfg).await?;
         let js = jetstream::new(client.clone());
@@ -1511,11 +1516,7 @@ fn bare_batches(cfg: &hale::store::nats::NatsConfig, replicas: usize) -> anyhow:
             let batch = format!("bench-{chunk}");
             for k in 0..1000 {
                 let i = chunk * 1000 + k;
-                let subject = if i % 2 == 0 {
-                    "batches.big".to_string()
-                } else {
-                    format!("batches.node-{:04}", i % 1000)
-                };
+                let subject = bare_subject("batches", i);
                 let mut headers = async_nats::HeaderMap::new();
                 headers.insert(async_nats::header::NATS_MESSAGE_ID, i.to_string().as_str());
                 headers.insert("Nats-Batch-Id", batch.as_str());
