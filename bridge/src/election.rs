@@ -230,8 +230,15 @@ async fn run(me: Arc<NatsLease>) {
                     s.create_unanswered = false;
                 }
                 Ok(Ok(Round::Other(holder))) => {
-                    if s.until.take().is_some_and(|t| Instant::now() < t) {
-                        warn!("the NATS lease is held by another replica: stepping down");
+                    match s.until.take() {
+                        Some(t) if Instant::now() < t => {
+                            warn!("the NATS lease is held by another replica: stepping down");
+                        }
+                        // Lapsed with no round between to say so: this replica did
+                        // not run (stopped, starved of CPU), or NATS answered late.
+                        Some(_) => warn!(identity = %me.identity,
+                            "no longer leading: the NATS lease lapsed before this replica renewed it, and another replica holds it now; this replica stopped acting at its deadline"),
+                        None => {}
                     }
                     s.revision = None;
                     s.chained = false;

@@ -13,15 +13,15 @@ use serde_json::{Value, json};
 
 use crate::harness::*;
 
-const FUZZBALL_TOKEN: &str = "fz-token-e2e-5b1c";
+pub(crate) const FUZZBALL_TOKEN: &str = "fz-token-e2e-5b1c";
 
 fn here() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fuzzball"))
 }
 
 /// The fake API, on a free port, stopped on drop.
-struct FakeFuzzball {
-    url: String,
+pub(crate) struct FakeFuzzball {
+    pub(crate) url: String,
     port: u16,
     state: PathBuf,
     child: Child,
@@ -29,7 +29,7 @@ struct FakeFuzzball {
 }
 
 impl FakeFuzzball {
-    async fn start(nodes: Value) -> FakeFuzzball {
+    pub(crate) async fn start(nodes: Value) -> FakeFuzzball {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("state.json");
         std::fs::write(&state, json!({ "nodes": nodes }).to_string()).unwrap();
@@ -95,7 +95,7 @@ impl FakeFuzzball {
         assert!(r.status().is_success());
     }
 
-    async fn node(&self, id: &str) -> Value {
+    pub(crate) async fn node(&self, id: &str) -> Value {
         self.state().await["nodes"]
             .as_array()
             .unwrap()
@@ -123,7 +123,7 @@ impl FakeFuzzball {
     }
 
     /// A `fuzzball` for hale: the stand-in CLI pointed at this fake.
-    fn cli(&self, dir: &Path) -> PathBuf {
+    pub(crate) fn cli(&self, dir: &Path) -> PathBuf {
         let path = dir.join("fuzzball");
         std::fs::write(
             &path,
@@ -148,7 +148,7 @@ impl Drop for FakeFuzzball {
 }
 
 /// A node as the fake keeps it: the spec's ListNodeInfo fields, its jobs apart.
-fn fz_node(id: &str, host: &str, status: &str, jobs: usize) -> Value {
+pub(crate) fn fz_node(id: &str, host: &str, status: &str, jobs: usize) -> Value {
     let jobs: Vec<Value> = (0..jobs)
         .map(|j| {
             json!({"jobId": format!("{id}-job-{j}"), "jobName": "train", "workflowId": format!("wf-{j}"),

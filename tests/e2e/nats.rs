@@ -1038,3 +1038,134 @@ async fn a_leader_that_leads_again_with_no_other_between_keeps_what_it_could_not
         hale.log()
     );
 }
+
+/// A leader stopped past its lease (a paused VM, `SIGSTOP`) while one of its
+/// actions is under way: on resume it says it no longer leads, and what came of
+/// the action is neither recorded nor counted there — the next leader holds the
+/// action, does it, and records it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_stopped_past_its_lease_mid_action_leaves_the_action_to_the_next() {
+    use crate::fuzzball::{FUZZBALL_TOKEN, FakeFuzzball, fz_node};
+    let cluster = Cluster::start().await;
+    let fake = FakeFuzzball::start(serde_json::json!([fz_node("fz-1", "c1", "READY", 0)])).await;
+    let am = Alertmanager::start(None).await;
+    am.fire(&[watchdog(), heartbeat("c1")]).await;
+    // A `fuzzball` whose drain (hale's cordon) says it was called, then waits for
+    // `go` before it acts.
+    let gate = tempfile::tempdir().unwrap();
+    let real = fake.cli(gate.path());
+    let cli = gate.path().join("gated");
+    std::fs::write(
+        &cli,
+        format!(
+            "#!/bin/sh\ncase \"$*\" in *drain*) echo \"$$\" >> {calls}; while [ ! -e {go} ]; do sleep 0.1; done;; esac\nexec {real} \"$@\"\n",
+            calls = gate.path().join("calls").display(),
+            go = gate.path().join("go").display(),
+            real = real.display(),
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&cli, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(gate.path().join("fz-token"), FUZZBALL_TOKEN).unwrap();
+    let extra = format!(
+        "orchestrator: {{ kind: fuzzball, url: '{}/v4', tokenFile: {}, cli: {}, cliTimeout: 120s }}\n",
+        fake.url,
+        gate.path().join("fz-token").display(),
+        cli.display()
+    );
+    let mut dirs = Vec::new();
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let cfg = replica_config(dir.path(), port, &am.url, &cluster.urls(), &extra)
+            .replace("replicas: 3 }", "replicas: 3, leaseDuration: 6s }");
+        replicas.push(Hale::start_with(dir.path(), port, &cfg).await);
+        dirs.push(dir);
+    }
+    let leader = one_leader(&replicas, &[0, 1], Duration::from_secs(30)).await;
+    let next = 1 - leader;
+    replicas[leader]
+        .wait_node("c1 known", "c1", |n| n["status"] == "Ready")
+        .await;
+    replicas[next]
+        .wait_node("c1 followed", "c1", |n| n["status"] == "Ready")
+        .await;
+
+    // An operator's cordon; the leader's drain is under way when it stops.
+    let cordon = reqwest::Client::new()
+        .post(format!("{}/cordon", replicas[leader].node_url("c1")))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({"reason": "disk swap"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(cordon.status().is_success(), "{}", cordon.status());
+    let calls = || std::fs::read_to_string(gate.path().join("calls")).unwrap_or_default();
+    eventually(
+        "the leader's drain under way",
+        Duration::from_secs(20),
+        || async { (calls().lines().count() == 1).then_some(()) },
+    )
+    .await;
+    replicas[leader].signal("STOP");
+    let taken = one_leader(&replicas, &[next], Duration::from_secs(30)).await;
+    assert_eq!(taken, next);
+    eventually(
+        "the new leader's drain under way",
+        Duration::from_secs(30),
+        || async { (calls().lines().count() == 2).then_some(()) },
+    )
+    .await;
+    std::fs::write(gate.path().join("go"), "").unwrap();
+    let cordon_done = [("action", "cordon"), ("result", "done")];
+    eventually(
+        "the cordon done by the new leader",
+        Duration::from_secs(30),
+        || async {
+            let done = metric(
+                &replicas[next].metrics().await,
+                "hale_policy_actions_total",
+                &cordon_done,
+            );
+            (done == Some(1.0)).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(fake.node("fz-1").await["status"], "NODE_STATUS_CORDONED");
+    let c1 = replicas[next].node("c1").await.unwrap();
+    assert!(c1.get("pending").is_none(), "nothing left to do: {c1}");
+
+    // Let go on, the old leader finds its lease lapsed and another holding it,
+    // and its drain done.
+    replicas[leader].signal("CONT");
+    let old = &replicas[leader];
+    eventually(
+        "the old leader says it no longer leads",
+        Duration::from_secs(20),
+        || async {
+            let log = old.log();
+            // (Stopped in the middle of a renewal, it says the renewal went unanswered.)
+            (log.contains("no longer leading: the NATS lease")
+                && log.contains("finished after this replica stopped leading: not recorded here"))
+            .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        metric(
+            &old.metrics().await,
+            "hale_policy_actions_total",
+            &cordon_done
+        )
+        .unwrap_or(0.0),
+        0.0,
+        "the old leader counts nothing of an action it no longer holds"
+    );
+    let new = &replicas[next];
+    let types = event_types(new, "c1").await;
+    let cordoned = types.iter().filter(|t| *t == "NODE_CORDONED").count();
+    assert_eq!(cordoned, 1, "{types:?}");
+    assert_eq!(leads(old).await, Some(false));
+}

@@ -1989,6 +1989,7 @@ impl Hale {
         use backon::{ExponentialBuilder, Retryable};
         let orchestrator = self.orchestrator.clone();
         let action = &pending.action;
+        let term = orchestrator.term();
         // Asked again only while still queued: an operator's uncordon withdraws a
         // cordon whose first try is still under way (an orchestrator slow to answer).
         let still_queued = || {
@@ -2035,6 +2036,26 @@ impl Hale {
                 .await
             }
         };
+        // On a shared store, a replica that stopped leading while the action was
+        // under way (its lease lapsed: it did not run, or NATS did not answer)
+        // neither records nor counts its outcome: the leader holds the action and
+        // finds out for itself what came of it.
+        if self.shared && !(self.writes() && self.orchestrator.term() == term) {
+            let outcome = match &result {
+                Ok(Some(_)) => "done".to_string(),
+                Ok(None) => "withdrawn".to_string(),
+                Err(e) => e.to_string(),
+            };
+            warn!(
+                node,
+                action = action.name(),
+                outcome,
+                "finished after this replica stopped leading: not recorded here; the leader holds the action"
+            );
+            self.tried.lock().expect("tried lock").remove(node);
+            self.end_action(node, pending.id).await;
+            return false;
+        }
         let result = match result {
             Ok(Some(done)) => Ok(done),
             Ok(None) => {
