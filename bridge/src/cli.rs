@@ -202,13 +202,25 @@ pub fn run_store_copy(verb: StoreVerb) -> anyhow::Result<()> {
     let full = |store: &dyn hale::store::Store| -> anyhow::Result<bool> {
         Ok(!store.load(now)?.nodes.is_empty() || !store.history(0)?.is_empty())
     };
-    if let Ok(existing) = open_store(&to, nats, false)
-        && full(existing.as_ref())?
-    {
-        bail!(
-            "{} already holds nodes or events: copy into an empty store",
-            shown_store(&to)
-        );
+    // What to empty before copying into `to` again.
+    let empty = || match to.strip_prefix("sqlite:") {
+        Some(path) => format!("remove {path}"),
+        None => hale::store::nats::Names::of(&cluster).to_empty(),
+    };
+    if let Ok(existing) = open_store(&to, nats, false) {
+        if existing.copying()? {
+            bail!(
+                "{} holds part of a copy that did not finish: {} before copying again",
+                shown_store(&to),
+                empty()
+            );
+        }
+        if full(existing.as_ref())? {
+            bail!(
+                "{} already holds nodes or events: copy into an empty store",
+                shown_store(&to)
+            );
+        }
     }
     if source.copying()? {
         bail!(
@@ -228,13 +240,10 @@ pub fn run_store_copy(verb: StoreVerb) -> anyhow::Result<()> {
     // A copy that stops part-way leaves the target holding part of it, which the
     // next try would refuse: say what to empty.
     let partly = |e: hale::store::StoreError| {
-        let empty = match to.strip_prefix("sqlite:") {
-            Some(path) => format!("remove {path}"),
-            None => hale::store::nats::Names::of(&cluster).to_empty(),
-        };
         anyhow::anyhow!(
-            "{e}\nthe copy stopped part-way: {} holds part of it; {empty} before copying again",
-            shown_store(&to)
+            "{e}\nthe copy stopped part-way: {} holds part of it; {} before copying again",
+            shown_store(&to),
+            empty()
         )
     };
     // Marked until all is written: `hale serve` refuses a store holding part of a copy.

@@ -247,7 +247,8 @@ async fn run(me: Arc<NatsLease>) {
                     }
                 }
                 // Leadership, if held, lapses at its deadline unless a renewal lands.
-                Ok(Err(e)) => warn!(error = %e, "could not read or renew the NATS lease"),
+                Ok(Err(e)) => warn!(error = %crate::store::nats::explained(e),
+                    "could not read or renew the NATS lease"),
                 Err(_) => warn!("NATS did not answer about the lease in time"),
             }
             // A term whose renewals went unanswered ended at its deadline: said once.

@@ -825,6 +825,17 @@ async fn a_store_holding_part_of_a_copy_is_refused() {
         said.contains("holds part of a copy that did not finish"),
         "{said}"
     );
+    // A copy into it again says what to empty first, not only that it is not.
+    let out = exits_within(hale_cmd().args(["store", "copy", "--from", &from, "--to", &to]));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!(
+            "{to} holds part of a copy that did not finish: remove {} before copying again",
+            copied.path().join("data").display()
+        )),
+        "{said}"
+    );
 }
 
 /// A line break in an alert's text or an operator's reason is written into the

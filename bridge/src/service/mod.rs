@@ -65,6 +65,10 @@ const ALERTS_WANTED: Duration = Duration::from_secs(600);
 const ALERTS_FRESH: Duration = Duration::from_secs(10);
 /// How often a replica on a shared store looks for what the leader wrote.
 const FOLLOW_EVERY: Duration = Duration::from_millis(500);
+
+/// How long a replica elected but unable to take over (the last leader's
+/// unfinished write could not be removed) waits before it tries again.
+const TAKEOVER_RETRY: Duration = Duration::from_secs(2);
 /// How often a loop with nothing to do still goes round, to show it is alive.
 const IDLE_BEAT: Duration = Duration::from_secs(60);
 /// What a reload read: the file, its configuration and its text.
@@ -143,6 +147,8 @@ pub struct Hale {
     /// The leadership term whose state this replica took in from the shared store
     /// (`u64::MAX`: none yet).
     synced: AtomicU64,
+    /// A takeover that failed is not tried again before this.
+    takeover_after: Mutex<Option<Instant>>,
     /// Whether the shared store answered the last read or write.
     store_ok: AtomicBool,
     /// Webhooks delivered from the store's record of events.
@@ -346,6 +352,7 @@ impl Hale {
             facts_now: Notify::new(),
             shared,
             synced: AtomicU64::new(u64::MAX),
+            takeover_after: Mutex::new(None),
             store_ok: AtomicBool::new(true),
             durable,
             poll_streak: Mutex::default(),
@@ -1009,6 +1016,14 @@ impl Hale {
             if self.synced.load(Ordering::Acquire) == term {
                 return seen;
             }
+            if self
+                .takeover_after
+                .lock()
+                .expect("takeover lock")
+                .is_some_and(|t| Instant::now() < t)
+            {
+                return None;
+            }
             let mut fleet = self.lock_fleet();
             let mut writer = self.writer.lock().expect("writer lock");
             match writer.store.load(now) {
@@ -1019,10 +1034,20 @@ impl Hale {
                             voided,
                             "the last leader stopped in the middle of a write: the events it recorded without their state are removed"
                         ),
-                        Err(e) => warn!(
-                            error = %e,
-                            "could not remove the events of the last leader's unfinished write: the history may hold events its state does not"
-                        ),
+                        // Taking over now would leave the history holding events
+                        // its state does not, for good: a step taken again past the
+                        // duplicate window would record them twice.
+                        Err(e) => {
+                            self.store_ok.store(false, Ordering::Relaxed);
+                            *self.takeover_after.lock().expect("takeover lock") =
+                                Some(Instant::now() + TAKEOVER_RETRY);
+                            warn!(
+                                error = %e,
+                                "elected, but the events of the last leader's unfinished write could not be removed: not writing or acting until they are (tried again every {} s)",
+                                TAKEOVER_RETRY.as_secs()
+                            );
+                            return None;
+                        }
                     }
                     loaded.trust.take_up();
                     // The configuration's inventory is this process's, not the

@@ -245,13 +245,7 @@ fn unkey(k: &str) -> Option<String> {
 
 fn nats(op: &'static str) -> impl FnOnce(Box<dyn std::error::Error + Send + Sync>) -> StoreError {
     move |e| {
-        let mut cause = e.to_string();
-        // The client's words for a JetStream API nobody answers.
-        if cause.contains("requested JetStream resource does not exist") {
-            cause.push_str(
-                " (no JetStream answers on these servers: is it enabled? `nats-server -js`, or `jetstream {}` in its configuration and the account's)",
-            );
-        }
+        let cause = explained(e.to_string());
         // JetStream's "insufficient resources" (10023), "resource limits exceeded
         // for account" (10002: the account's max_file) and the stream's limits: the
         // store is full, which must be said, not retried quietly.
@@ -270,6 +264,34 @@ fn nats(op: &'static str) -> impl FnOnce(Box<dyn std::error::Error + Send + Sync
             StoreError::Nats { op, cause }
         }
     }
+}
+
+/// A NATS client's error as hale says it: said once (the client's errors may
+/// repeat their cause after themselves), with what its words leave out.
+pub(crate) fn explained(text: String) -> String {
+    let half = text.len().saturating_sub(2) / 2;
+    let mut cause = match text.split_at_checked(half) {
+        Some((first, rest)) if rest.strip_prefix(": ") == Some(first) => first.to_string(),
+        _ => text,
+    };
+    // The client's words for a JetStream API nobody answers.
+    if cause.contains("requested JetStream resource does not exist") {
+        cause.push_str(
+            " (no JetStream answers on these servers: is it enabled? `nats-server -js`, or `jetstream {}` in its configuration and the account's)",
+        );
+    }
+    // The client's words for a request to a stream no server answered for.
+    if cause.contains("no stream found for given subject") {
+        cause.push_str(
+            " (no JetStream server answered for the stream: it may be electing a leader, out of space, or gone)",
+        );
+    }
+    if cause.contains("no suitable peers for placement") {
+        cause.push_str(
+            " (`replicas` asks for more copies than the cluster has JetStream servers up: at most the servers)",
+        );
+    }
+    cause
 }
 
 trait Op<T> {
@@ -1047,6 +1069,21 @@ impl Nats {
     fn run<T: Send + 'static>(&self, f: impl Future<Output = T> + Send + 'static) -> Result<T> {
         run(&self.shared.handle, f)
     }
+
+    /// Write the mark alone (no write's records with it), and keep it.
+    fn put_mark(&self, mark: String) -> Result<()> {
+        let shared = self.shared.clone();
+        let value = Bytes::from(mark.clone());
+        self.run(async move {
+            publish_kv(&shared.js, &shared.state, "mark", Some(value), None, None)
+                .await?
+                .await
+                .op("write node state")
+                .map(drop)
+        })??;
+        *self.mark.lock().expect("mark lock") = mark;
+        Ok(())
+    }
 }
 
 /// Run `f` on the client's runtime and wait for it: the port is synchronous and may
@@ -1098,6 +1135,11 @@ fn marked(anchor: &str, last: Option<u64>) -> String {
         None => anchor.to_string(),
     }
 }
+
+/// What a mark says between it and the last stream sequence of a removal of an
+/// unfinished write's events begun and not yet done (see
+/// [`Nats::void_unfinished`]); ` voided ` once it is done.
+const VOID: &str = " void ";
 
 /// The last stream sequence the writes up to `mark` took, where it says (marks
 /// written by earlier versions do not).
@@ -1705,12 +1747,19 @@ impl Store for Nats {
 
     fn void_unfinished(&mut self) -> Result<u64> {
         let mark = self.mark.lock().expect("mark lock").clone();
-        let Some(covered) = covered(&mark) else {
+        // A removal begun and cut short (the stream without a leader, NATS gone)
+        // is taken up again from the mark it began from, over the same range: no
+        // write came after it, as none comes before the removal is done.
+        let (base, begun) = match mark.split_once(VOID) {
+            Some((base, last)) => (base.to_string(), last.parse::<u64>().ok()),
+            None => (mark, None),
+        };
+        let Some(covered) = covered(&base) else {
             return Ok(0);
         };
         // The unfinished write was anchored after the mark: a node whose record
         // it did write keeps its events (its state has them); the others' go.
-        let unfinished = next_anchor(&mark);
+        let unfinished = next_anchor(&base);
         let kept: BTreeSet<String> = self
             .written
             .lock()
@@ -1719,29 +1768,25 @@ impl Store for Nats {
             .filter(|(_, w)| **w == unfinished)
             .map(|(id, _)| key(id))
             .collect();
-        let shared = self.shared.clone();
-        let last = self.run(async move {
-            let info = shared.events.get_info().await.op("read the event stream")?;
-            Ok::<_, StoreError>(info.state.last_sequence)
-        })??;
-        if last <= covered {
-            return Ok(0);
-        }
-        // Anchored anew, and kept, before anything goes: a step taken again
-        // publishes under ids of its own (the duplicate window would take them
-        // for the removed ones'), and a leader after this one removes nothing
-        // this one kept, even if this one stops before its first write.
-        let voided = format!("{mark} void {last}");
-        let shared = self.shared.clone();
-        let value = Bytes::from(voided.clone());
-        self.run(async move {
-            publish_kv(&shared.js, &shared.state, "mark", Some(value), None, None)
-                .await?
-                .await
-                .op("write node state")
-                .map(drop)
-        })??;
-        *self.mark.lock().expect("mark lock") = voided;
+        let last = match begun {
+            Some(last) => last,
+            None => {
+                let shared = self.shared.clone();
+                let last = self.run(async move {
+                    let info = shared.events.get_info().await.op("read the event stream")?;
+                    Ok::<_, StoreError>(info.state.last_sequence)
+                })??;
+                if last <= covered {
+                    return Ok(0);
+                }
+                // Anchored anew, and kept, before anything goes: a step taken
+                // again publishes under ids of its own (the duplicate window
+                // would take them for the removed ones'), and the range is kept
+                // for a removal cut short to be taken up again.
+                self.put_mark(format!("{base}{VOID}{last}"))?;
+                last
+            }
+        };
         let shared = self.shared.clone();
         let voided = self.run(async move {
             let stream = &shared.events;
@@ -1778,6 +1823,9 @@ impl Store for Nats {
                 })?;
             Ok::<_, StoreError>(gone.into_iter().filter(|g| *g).count() as u64)
         })??;
+        // Done: a leader after this one, even before this one's first write,
+        // removes nothing this one kept.
+        self.put_mark(format!("{base} voided {last}"))?;
         Ok(voided)
     }
 
@@ -2512,21 +2560,16 @@ mod tests {
         }
     }
 
-    /// A write whose process stopped between its events and its mark left events
-    /// the state never took: the next leader removes them, and the step taken
-    /// again records its own — not dropped as repeats of the removed ones' ids.
-    /// A node whose record the write did put keeps its events: its state has them.
-    #[test]
-    fn an_unfinished_writes_events_are_removed_by_the_next_leader() {
-        let server = server::Server::start();
-        let now = chrono::Utc::now();
+    /// A store in which a write stopped between its events and its mark: after a
+    /// first event (n1's "first"), "unfinished" events of n1 to n4 published as
+    /// a write publishes them, under the ids the next write draws; n3's record
+    /// was written before the process stopped, and n4's removed; no mark.
+    fn cut_short(server: &server::Server, now: Time) -> Nats {
         let mut store = Nats::open(&server.config(), "c", 90).unwrap();
         store.load(now).unwrap();
         store
             .write(&batch_of(&[decommissioned("n1", now, "first")], None))
             .unwrap();
-        // The stopped write's events, published as a write publishes them, under
-        // the ids the next write draws; no state, no mark.
         let anchor = next_anchor(&store.mark.lock().unwrap());
         let shared = store.shared.clone();
         store
@@ -2558,10 +2601,23 @@ mod tests {
                 }
             })
             .unwrap();
-        let said = |store: &Nats| -> Vec<String> {
-            let history = store.history(0).unwrap();
-            history.into_iter().map(|e| e.message).collect()
-        };
+        store
+    }
+
+    fn said(store: &Nats) -> Vec<String> {
+        let history = store.history(0).unwrap();
+        history.into_iter().map(|e| e.message).collect()
+    }
+
+    /// A write whose process stopped between its events and its mark left events
+    /// the state never took: the next leader removes them, and the step taken
+    /// again records its own — not dropped as repeats of the removed ones' ids.
+    /// A node whose record the write did put keeps its events: its state has them.
+    #[test]
+    fn an_unfinished_writes_events_are_removed_by_the_next_leader() {
+        let server = server::Server::start();
+        let now = chrono::Utc::now();
+        let store = cut_short(&server, now);
         assert_eq!(
             said(&store),
             [
@@ -2617,6 +2673,59 @@ mod tests {
         let mut after = Nats::open(&server.config(), "c", 90).unwrap();
         after.load(now).unwrap();
         assert_eq!(after.void_unfinished().unwrap(), 0);
+    }
+
+    /// A client error is said once, with what its words leave out: a cause the
+    /// client repeats after itself, a stream no server answered for, a placement
+    /// past the servers up.
+    #[test]
+    fn client_errors_are_said_once_and_explained() {
+        let peers = "jetstream error: no suitable peers for placement (code 400, error code 10005)";
+        let placement = " (`replicas` asks for more copies than the cluster has JetStream servers up: at most the servers)";
+        let stream = "failed getting entry: no stream found for given subject";
+        let table: &[(String, String)] = &[
+            (format!("{peers}: {peers}"), format!("{peers}{placement}")),
+            (peers.to_string(), format!("{peers}{placement}")),
+            (
+                stream.to_string(),
+                format!(
+                    "{stream} (no JetStream server answered for the stream: it may be electing a leader, out of space, or gone)"
+                ),
+            ),
+            ("timed out: timed out".into(), "timed out".into()),
+            ("a: b".into(), "a: b".into()),
+            ("é: é".into(), "é".into()),
+        ];
+        for (text, said) in table {
+            assert_eq!(&explained(text.clone()), said);
+        }
+    }
+
+    /// A removal cut short — its range marked, its deletes refused (the stream
+    /// without a leader, NATS full or gone) — is taken up again by the next try,
+    /// of this leader or another: the same events go, those kept stay, and once
+    /// it is done a leader after it removes nothing.
+    #[test]
+    fn a_removal_cut_short_is_taken_up_again() {
+        let server = server::Server::start();
+        let now = chrono::Utc::now();
+        let store = cut_short(&server, now);
+        let mark = store.mark.lock().unwrap().clone();
+        let last = store.history(0).unwrap().len() as u64;
+        store.put_mark(format!("{mark}{VOID}{last}")).unwrap();
+        assert_eq!(said(&store).len(), 5, "begun: nothing removed yet");
+
+        let mut next = Nats::open(&server.config(), "c", 90).unwrap();
+        next.load(now).unwrap();
+        assert_eq!(next.void_unfinished().unwrap(), 2);
+        assert_eq!(said(&next), ["first", "unfinished", "unfinished"]);
+        let done = next.mark.lock().unwrap().clone();
+        assert_eq!(done, format!("{mark} voided {last}"));
+        assert_eq!(next.void_unfinished().unwrap(), 0, "once");
+        let mut third = Nats::open(&server.config(), "c", 90).unwrap();
+        third.load(now).unwrap();
+        assert_eq!(third.void_unfinished().unwrap(), 0);
+        assert_eq!(said(&third), ["first", "unfinished", "unfinished"]);
     }
 
     /// With every server gone a write fails, saying so, once the client has found
