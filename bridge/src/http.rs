@@ -1612,7 +1612,54 @@ async fn receive(
     Ok(blocking(move || hale.ingest_webhook(&bytes)).await?)
 }
 
-async fn metrics(State(hale): State<Arc<Hale>>) -> impl IntoResponse {
+/// The bytes of `/metrics` answers rendered or being sent at once, all scrapes
+/// together: one is about 1.2 KiB a node (12 MiB at 10,000 nodes), and a
+/// hundred clients that ask and then read nothing would otherwise hold a GiB.
+const ANSWER_ROOM: usize = 64 << 20;
+
+/// How long a scrape waits for room for its answer: Prometheus's default
+/// `scrape_timeout`.
+const ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Room for the `/metrics` answers under way, in KiB: each takes what the last
+/// render took (all of the room when it is larger) before it is rendered, and
+/// gives it back once its answer is sent or its connection gone.
+static ANSWERS: std::sync::LazyLock<Arc<tokio::sync::Semaphore>> =
+    std::sync::LazyLock::new(|| Arc::new(tokio::sync::Semaphore::new(ANSWER_ROOM / 1024)));
+
+/// When the last scrape that found no room was said in the log.
+static ANSWERLESS_SAID: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+
+async fn metrics(State(hale): State<Arc<Hale>>) -> Response {
+    let kib = hale
+        .metrics
+        .last_size()
+        .div_ceil(1024)
+        .clamp(1, ANSWER_ROOM / 1024);
+    let wait = tokio::time::timeout(ANSWER_WAIT, ANSWERS.clone().acquire_many_owned(kib as u32));
+    let Ok(Ok(taken)) = wait.await else {
+        let now = std::time::Instant::now();
+        let mut said = ANSWERLESS_SAID.lock().expect("answerless lock");
+        if said.is_none_or(|t| now.duration_since(t) >= std::time::Duration::from_secs(60)) {
+            *said = Some(now);
+            tracing::warn!(
+                room_bytes = ANSWER_ROOM,
+                "the /metrics answers under way fill their room (clients that ask and read slowly, or not at all): scrapes wait {}s, then are answered 503",
+                ANSWER_WAIT.as_secs()
+            );
+        }
+        drop(said);
+        let mut response = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            "too many /metrics answers are being sent at once; try again",
+        )
+        .into_response();
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+        return response;
+    };
     let text = tokio::task::spawn_blocking(move || {
         hale.refresh_gauges();
         hale.metrics.render()
@@ -1624,8 +1671,24 @@ async fn metrics(State(hale): State<Arc<Hale>>) -> impl IntoResponse {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        text,
+        held(Bytes::from(text), taken),
     )
+        .into_response()
+}
+
+/// A body that holds `taken` until it is sent, or dropped with its connection:
+/// sent 64 KiB at a time, each part taken only when the connection has room for
+/// it, so the room is given back once the answer is out, not when it is queued.
+fn held(bytes: Bytes, taken: tokio::sync::OwnedSemaphorePermit) -> Body {
+    const PART: usize = 64 << 10;
+    let parts = futures::stream::unfold((bytes, taken), |(mut rest, taken)| async move {
+        if rest.is_empty() {
+            return None;
+        }
+        let part = rest.split_to(rest.len().min(PART));
+        Some((Ok::<_, std::convert::Infallible>(part), (rest, taken)))
+    });
+    Body::from_stream(parts)
 }
 
 /// Liveness: 503 once a panic poisoned the state or a loop stopped going round, so a

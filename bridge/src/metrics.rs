@@ -352,6 +352,11 @@ impl Metrics {
 
     /// The Prometheus text exposition: hale's own metrics, then the node series when
     /// this replica leads.
+    /// The bytes the last render took (0 before the first).
+    pub fn last_size(&self) -> usize {
+        self.rendered.load(Ordering::Relaxed)
+    }
+
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(self.rendered.load(Ordering::Relaxed) * 9 / 8);
         let leads = self.nodes.orchestrator.leads();
