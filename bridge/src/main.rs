@@ -383,6 +383,7 @@ async fn serve(loaded: Loaded) -> anyhow::Result<()> {
     .await;
     // A last step writes what is held only in memory, and anything a failed write
     // left pending; what the store will not take now is lost, and the exit says so.
+    hale.write_now();
     let last = hale.apply_durable(|fleet, cfg, now| Ok(fleet.stop(cfg, now)));
     hale.step_down().await;
     match last {

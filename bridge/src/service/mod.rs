@@ -66,6 +66,10 @@ const ALERTS_FRESH: Duration = Duration::from_secs(10);
 /// How often a replica on a shared store looks for what the leader wrote.
 const FOLLOW_EVERY: Duration = Duration::from_millis(500);
 
+/// How long after a failed write the next is tried: the steps between keep their
+/// changes in memory, with the failed one's (the tick steps every second).
+const WRITE_RETRY: Duration = Duration::from_secs(1);
+
 /// How long a replica elected but unable to take over (the last leader's
 /// unfinished write could not be removed) waits before it tries again.
 const TAKEOVER_RETRY: Duration = Duration::from_secs(2);
@@ -227,6 +231,10 @@ struct Writer {
     pending: Option<Outcome>,
     /// Writes that failed in a row, said as a run.
     failing: streak::Streak,
+    /// After a write failed, the next is not tried before this, and why the last
+    /// failed: each try writes all that is pending, so a try per step would cost
+    /// each delivery the whole backlog while the store refuses.
+    resting: Option<(std::time::Instant, String)>,
 }
 
 /// What a webhook delivery did, for the HTTP answer.
@@ -322,6 +330,7 @@ impl Hale {
                 store,
                 pending: None,
                 failing: streak::Streak::default(),
+                resting: None,
             }),
             poll_now: Notify::new(),
             first_poll_done: AtomicBool::new(false),
@@ -571,6 +580,13 @@ impl Hale {
                 Some("this replica stopped leading before it could write it".into()),
             ));
         }
+        if let Some((until, why)) = &writer.resting
+            && std::time::Instant::now() < *until
+        {
+            let why = why.clone();
+            writer.pending = Some(todo);
+            return Ok((outcome, Some(why)));
+        }
         let batch = Batch::of(&fleet, &todo);
         drop(fleet);
         let (nodes, events) = (batch.nodes.len(), batch.events.len());
@@ -578,6 +594,7 @@ impl Hale {
         match writer.store.write(&batch) {
             Ok(_) => {
                 self.store_ok.store(true, Ordering::Relaxed);
+                writer.resting = None;
                 if let Some(run) = writer.failing.succeeded(std::time::Instant::now()) {
                     info!(
                         failed_writes = run.failures,
@@ -618,7 +635,7 @@ impl Hale {
                 let now = std::time::Instant::now();
                 if let Some(run) = writer.failing.failed(e.metric_label(), now) {
                     error!(error = %e, nodes, events, failed_writes = run.failures, for_s = run.for_s,
-                        "store write failed; the change is kept in memory and retried with the next one");
+                        "store write failed; the change is kept in memory and retried with the next step at least a second later");
                 }
                 self.metrics
                     .store_write_failures
@@ -627,6 +644,7 @@ impl Hale {
                     })
                     .inc();
                 unwritten = Some(e.to_string());
+                writer.resting = Some((now + WRITE_RETRY, e.to_string()));
                 writer.pending = Some(todo);
                 if self.shared {
                     self.store_ok.store(false, Ordering::Relaxed);
@@ -1055,6 +1073,7 @@ impl Hale {
                     loaded.listed = std::mem::take(&mut fleet.listed);
                     loaded.under_way = std::mem::take(&mut fleet.under_way);
                     *fleet = loaded;
+                    writer.resting = None;
                     if writer.pending.take().is_some() {
                         warn!(
                             "a change this replica could not write in its last term is dropped: it leads in a new term, which may follow another replica's, so the store's record stands"
@@ -1930,6 +1949,12 @@ impl Hale {
                 "this replica does not lead and no leader is elected yet; try again shortly".into()
             }
         })
+    }
+
+    /// The next step tries its write at once, however recently one failed: the
+    /// last step before exiting has no later one to leave it to.
+    pub fn write_now(&self) {
+        self.writer.lock().expect("writer lock").resting = None;
     }
 
     /// At shutdown: let another replica lead at once.
