@@ -12,12 +12,22 @@ use crate::core::labels::{Alert, AlertState, Annotations, Labels, Text, rfc3339}
 
 pub type Result<T, E = IngestError> = std::result::Result<T, E>;
 
+/// A wait as an operator reads it: `60.0 s`, or `250 ms` under a second.
+fn seconds(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{} ms", d.as_millis())
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
+    }
+}
+
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum IngestError {
     #[error("cannot reach Alertmanager at {url}: {reason}")]
     Unreachable { url: String, reason: String },
     #[error(
-        "Alertmanager at {url} sent no whole answer within {after:?} (alertmanager.timeout, or 3x the last answer's time when longer)"
+        "Alertmanager at {url} sent no whole answer within {} (alertmanager.timeout, or 3x the last answer's time when longer)",
+        seconds(*after)
     )]
     Timeout { url: String, after: Duration },
     #[error("Alertmanager at {url} answered HTTP {status}{}", refused_hint(*status, auth))]
@@ -1220,7 +1230,7 @@ mod tests {
             .err()
             .expect("1.5 s is past the 0.5 s timeout");
         assert_eq!(e.metric_label(), "timeout", "{e}");
-        assert!(e.to_string().contains("within 500ms"), "{e}");
+        assert!(e.to_string().contains("within 500 ms ("), "{e}");
         assert_eq!(
             client.allowance(),
             ms(500),

@@ -238,10 +238,21 @@ impl Drop for Share {
     }
 }
 
+/// The files hale keeps for its own use beside its clients' connections: the
+/// store's, the log's, Alertmanager's, NATS's, the BMCs' and the webhooks'
+/// (about 20 at rest).
+const OWN_FILES: usize = 64;
+
+/// The connections' cap under an open-file limit of `files`: half of what the
+/// limit leaves after hale's own, eight at least, [`MAX_CONNECTIONS`] at most.
+fn cap_for(files: usize) -> usize {
+    (files.saturating_sub(OWN_FILES) / 2).clamp(8, MAX_CONNECTIONS)
+}
+
 /// The process's open-file limit raised to what it may be (as Go's runtime does):
 /// a soft limit of 1,024, systemd's default, is soon met by connections beside
-/// the store's, Alertmanager's and the BMCs' own. The connections' cap is half
-/// of what remains, at most [`MAX_CONNECTIONS`].
+/// the store's, Alertmanager's and the BMCs' own. The connections' cap is
+/// [`cap_for`] it; a limit that leaves hale fewer than 64 connections is said.
 fn connection_cap() -> usize {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
@@ -263,7 +274,15 @@ fn connection_cap() -> usize {
         }
     }
     let files = usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX);
-    (files / 2).clamp(16, MAX_CONNECTIONS)
+    let cap = cap_for(files);
+    if cap < 64 {
+        tracing::warn!(
+            open_files = files,
+            connections = cap,
+            "the open-file limit is low: hale keeps {OWN_FILES} files for its own use and serves at most {cap} connections at once; raise it (systemd: LimitNOFILE, a container's ulimit)"
+        );
+    }
+    cap
 }
 
 /// A stream whose writes fail once one has made no progress for its limit.
@@ -438,6 +457,24 @@ pub fn unreadable(e: &axum::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Hale's own files come first: the connections take half of what the
+    /// open-file limit leaves after them (at 32, half the limit left hale's
+    /// own store and poll without a descriptor), eight at least, 1,024 at most.
+    #[test]
+    fn connections_leave_hale_its_own_files() {
+        for (files, cap) in [
+            (16, 8),
+            (32, 8),
+            (128, 32),
+            (256, 96),
+            (1024, 480),
+            (2112, 1024),
+            (1 << 20, 1024),
+        ] {
+            assert_eq!(cap_for(files), cap, "{files}");
+        }
+    }
 
     #[test]
     fn a_client_is_its_address_an_ipv6_client_its_64() {

@@ -1409,8 +1409,8 @@ async fn a_client_that_never_finishes_its_request_is_cut_off() {
 /// One client opening connection after connection and finishing no request
 /// holds its share of the server's connections, not all of them: once slots run
 /// short its next are closed as they come, and another client is served
-/// meanwhile. (hale runs with 128 files, so 64 connections: the share is 8, and
-/// it is held to once fewer than 16 are free.)
+/// meanwhile. (hale runs with 192 files, so 64 connections beside its own 64
+/// files: the share is 8, and it is held to once fewer than 16 are free.)
 #[tokio::test]
 async fn one_client_holds_its_share_of_connections_not_all() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -1422,7 +1422,7 @@ async fn one_client_holds_its_share_of_connections_not_all() {
         dir.path(),
         &url,
         &config,
-        &["prlimit", "--nofile=128:128", "--"],
+        &["prlimit", "--nofile=192:192", "--"],
     )
     .await;
     let addr = format!("127.0.0.1:{port}");
