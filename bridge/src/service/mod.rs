@@ -1096,7 +1096,7 @@ impl Hale {
                             }
                         }
                         Err(e) => {
-                            warn!(error = %e, "could not make the shared store's settings this configuration's")
+                            warn!(error = %e, "could not make the shared store's settings this configuration's: the stream keeps its retention and copies as they were (tried again when a replica next takes the lead)")
                         }
                     }
                     drop(writer);
