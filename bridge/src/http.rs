@@ -377,6 +377,29 @@ impl Room {
     }
 }
 
+/// A 503 `busy` with `Retry-After: 5` for a request that found no room, said in
+/// the log by `say` once a minute at most (`said` keeps when it last was).
+fn busy(
+    said: &std::sync::Mutex<Option<std::time::Instant>>,
+    say: impl FnOnce(),
+    detail: &'static str,
+) -> Response {
+    let now = std::time::Instant::now();
+    {
+        let mut said = said.lock().expect("said lock");
+        if said.is_none_or(|t| now.duration_since(t) >= std::time::Duration::from_secs(60)) {
+            *said = Some(now);
+            say();
+        }
+    }
+    let mut response =
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", detail).into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+    response
+}
+
 /// When the last request that found no room was said in the log.
 static ROOMLESS_SAID: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
 
@@ -396,27 +419,17 @@ async fn wait_for_room(
         room.kib.clone().acquire_many_owned(need),
     );
     let Ok(Ok(taken)) = wait.await else {
-        let now = std::time::Instant::now();
-        let mut said = ROOMLESS_SAID.lock().expect("roomless lock");
-        if said.is_none_or(|t| now.duration_since(t) >= std::time::Duration::from_secs(60)) {
-            *said = Some(now);
-            tracing::warn!(
-                room_bytes = u64::from(room.total) * 1024,
-                "the request bodies being read fill their room: requests wait {}s, then are answered 503",
-                crate::server::BODY_READ.as_secs()
-            );
-        }
-        drop(said);
-        let mut response = ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "busy",
+        return busy(
+            &ROOMLESS_SAID,
+            || {
+                tracing::warn!(
+                    room_bytes = u64::from(room.total) * 1024,
+                    "the request bodies being read fill their room: requests wait {}s, then are answered 503",
+                    crate::server::BODY_READ.as_secs()
+                );
+            },
             "too many request bodies are being read at once; try again",
-        )
-        .into_response();
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
-        return response;
+        );
     };
     let response = next.run(request).await;
     drop(taken);
@@ -1621,9 +1634,10 @@ const ANSWER_ROOM: usize = 64 << 20;
 /// `scrape_timeout`.
 const ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Room for the `/metrics` answers under way, in KiB: each takes what the last
-/// render took (all of the room when it is larger) before it is rendered, and
-/// gives it back once its answer is sent or its connection gone.
+/// Room for the `/metrics` answers under way, in KiB: each takes what it will
+/// take, as the last render and the fleet since say (all of the room when it is
+/// larger), before it is rendered, and gives it back once its answer is sent or
+/// its connection gone.
 static ANSWERS: std::sync::LazyLock<Arc<tokio::sync::Semaphore>> =
     std::sync::LazyLock::new(|| Arc::new(tokio::sync::Semaphore::new(ANSWER_ROOM / 1024)));
 
@@ -1633,32 +1647,22 @@ static ANSWERLESS_SAID: std::sync::Mutex<Option<std::time::Instant>> = std::sync
 async fn metrics(State(hale): State<Arc<Hale>>) -> Response {
     let kib = hale
         .metrics
-        .last_size()
+        .size_hint()
         .div_ceil(1024)
         .clamp(1, ANSWER_ROOM / 1024);
     let wait = tokio::time::timeout(ANSWER_WAIT, ANSWERS.clone().acquire_many_owned(kib as u32));
     let Ok(Ok(taken)) = wait.await else {
-        let now = std::time::Instant::now();
-        let mut said = ANSWERLESS_SAID.lock().expect("answerless lock");
-        if said.is_none_or(|t| now.duration_since(t) >= std::time::Duration::from_secs(60)) {
-            *said = Some(now);
-            tracing::warn!(
-                room_bytes = ANSWER_ROOM,
-                "the /metrics answers under way fill their room (clients that ask and read slowly, or not at all): scrapes wait {}s, then are answered 503",
-                ANSWER_WAIT.as_secs()
-            );
-        }
-        drop(said);
-        let mut response = ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "busy",
+        return busy(
+            &ANSWERLESS_SAID,
+            || {
+                tracing::warn!(
+                    room_bytes = ANSWER_ROOM,
+                    "the /metrics answers under way fill their room (clients that ask and read slowly, or not at all): scrapes wait {}s, then are answered 503",
+                    ANSWER_WAIT.as_secs()
+                );
+            },
             "too many /metrics answers are being sent at once; try again",
-        )
-        .into_response();
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
-        return response;
+        );
     };
     let text = tokio::task::spawn_blocking(move || {
         hale.refresh_gauges();

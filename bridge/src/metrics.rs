@@ -106,6 +106,8 @@ pub struct Metrics {
     nodes: NodeSeries,
     /// The last exposition's length: the next one is allocated at once.
     rendered: AtomicUsize,
+    /// The nodes whose series the last render wrote.
+    rendered_nodes: AtomicUsize,
     registry: Registry,
 }
 
@@ -176,6 +178,7 @@ impl Metrics {
                 orchestrator,
             },
             rendered: AtomicUsize::new(0),
+            rendered_nodes: AtomicUsize::new(0),
             registry: Registry::default(),
         };
         registry.register(
@@ -352,9 +355,20 @@ impl Metrics {
 
     /// The Prometheus text exposition: hale's own metrics, then the node series when
     /// this replica leads.
-    /// The bytes the last render took (0 before the first).
-    pub fn last_size(&self) -> usize {
-        self.rendered.load(Ordering::Relaxed)
+    /// The bytes the next render will take, about: the last one's, or more where
+    /// the fleet grew since (or none was rendered yet), at the last render's bytes
+    /// a node — [`NODE_BYTES`] before the first.
+    pub fn size_hint(&self) -> usize {
+        let last = self.rendered.load(Ordering::Relaxed);
+        if !self.nodes.orchestrator.leads() {
+            return last;
+        }
+        let nodes = self.nodes.fleet.lock().nodes.len();
+        let per_node = match self.rendered_nodes.load(Ordering::Relaxed) {
+            0 => NODE_BYTES,
+            n => last / n,
+        };
+        last.max(nodes * per_node)
     }
 
     pub fn render(&self) -> String {
@@ -363,10 +377,9 @@ impl Metrics {
         self.leader.set(i64::from(leads));
         prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
-        if leads {
-            self.nodes.write(&mut out);
-        }
+        let nodes = if leads { self.nodes.write(&mut out) } else { 0 };
         self.rendered.store(out.len(), Ordering::Relaxed);
+        self.rendered_nodes.store(nodes, Ordering::Relaxed);
         out
     }
 }
@@ -457,6 +470,10 @@ impl std::fmt::Debug for NodeSeries {
     }
 }
 
+/// A node's series in `/metrics`, about, before one was rendered: its score,
+/// health and condition series with short ids (1.2 KiB measured at 8,691 nodes).
+const NODE_BYTES: usize = 1280;
+
 /// Nodes copied per hold of the fleet lock by a scrape.
 const COPY_SLICE: usize = 2048;
 
@@ -488,7 +505,8 @@ impl NodeSeries {
         }
     }
 
-    fn write(&self, out: &mut String) {
+    /// Write every node's series; how many nodes they were.
+    fn write(&self, out: &mut String) -> usize {
         let config = self.config.read().expect("config lock").clone();
         let nodes = self.copy(&config);
         let cluster = label_value(&config.config.cluster);
@@ -560,6 +578,7 @@ impl NodeSeries {
         for (node, id) in nodes.iter().zip(&ids) {
             sample(out, failures, id, &cluster, None, node.failures);
         }
+        nodes.len()
     }
 }
 

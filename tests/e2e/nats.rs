@@ -171,12 +171,26 @@ async fn start_replicas(
     urls: &str,
     extra: &str,
 ) -> (Vec<tempfile::TempDir>, Vec<Hale>) {
+    start_replicas_leasing(n, am, urls, extra, "20s").await
+}
+
+/// [`start_replicas`] with a lease of `lease`.
+async fn start_replicas_leasing(
+    n: usize,
+    am: &Alertmanager,
+    urls: &str,
+    extra: &str,
+    lease: &str,
+) -> (Vec<tempfile::TempDir>, Vec<Hale>) {
     let mut dirs = Vec::new();
     let mut replicas = Vec::new();
     for _ in 0..n {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
-        let cfg = replica_config(dir.path(), port, &am.url, urls, extra);
+        let cfg = replica_config(dir.path(), port, &am.url, urls, extra).replace(
+            "replicas: 3 }",
+            &format!("replicas: 3, leaseDuration: {lease} }}"),
+        );
         replicas.push(Hale::start_with(dir.path(), port, &cfg).await);
         dirs.push(dir);
     }
@@ -1074,16 +1088,7 @@ async fn a_leader_stopped_past_its_lease_mid_action_leaves_the_action_to_the_nex
         gate.path().join("fz-token").display(),
         cli.display()
     );
-    let mut dirs = Vec::new();
-    let mut replicas = Vec::new();
-    for _ in 0..2 {
-        let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let cfg = replica_config(dir.path(), port, &am.url, &cluster.urls(), &extra)
-            .replace("replicas: 3 }", "replicas: 3, leaseDuration: 6s }");
-        replicas.push(Hale::start_with(dir.path(), port, &cfg).await);
-        dirs.push(dir);
-    }
+    let (_dirs, replicas) = start_replicas_leasing(2, &am, &cluster.urls(), &extra, "6s").await;
     let leader = one_leader(&replicas, &[0, 1], Duration::from_secs(30)).await;
     let next = 1 - leader;
     replicas[leader]
