@@ -1711,7 +1711,7 @@ async fn readyz(State(hale): State<Arc<Hale>>) -> ApiResult<&'static str> {
             StatusCode::SERVICE_UNAVAILABLE,
             "not_ready",
             if hale.shared() {
-                "the shared store does not answer, or this leader's first Alertmanager poll has not completed yet"
+                "the shared store does not answer, this replica is still taking over from the last leader (see its log), or its first Alertmanager poll as leader has not completed yet"
             } else {
                 "the first Alertmanager poll has not completed yet"
             },

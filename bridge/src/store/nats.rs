@@ -1136,6 +1136,14 @@ fn marked(anchor: &str, last: Option<u64>) -> String {
     }
 }
 
+/// Whether a JetStream error says the message is not there: deleted already
+/// (by a removal cut short), or aged out — "sequence N not found", "no message
+/// found".
+fn gone(e: &dyn std::fmt::Display) -> bool {
+    let e = e.to_string();
+    e.contains("not found") || e.contains("no message found")
+}
+
 /// What a mark says between it and the last stream sequence of a removal of an
 /// unfinished write's events begun and not yet done (see
 /// [`Nats::void_unfinished`]); ` voided ` once it is done.
@@ -1789,23 +1797,67 @@ impl Store for Nats {
         };
         let shared = self.shared.clone();
         let voided = self.run(async move {
+            let failed = |cause: String| StoreError::Nats {
+                op: "remove an unfinished write's events",
+                cause,
+            };
             let stream = &shared.events;
             let prefix = format!("{}.", shared.names.subjects);
             let (prefix, kept) = (&prefix, &kept);
-            let gone: Vec<bool> = futures::stream::iter(covered + 1..=last)
+            // The events past the mark of nodes whose records, as loaded, that
+            // write did not reach (each read from the stream's leader).
+            let found: Vec<Option<(u64, String)>> = futures::stream::iter(covered + 1..=last)
                 .map(|seq| async move {
-                    let gone = |e: &dyn std::fmt::Display| e.to_string().contains("not found");
                     let message = match stream.get_raw_message(seq).await {
                         Ok(m) => m,
-                        // Deleted already, or aged out ("sequence N not found",
-                        // "no message found").
-                        Err(e) if gone(&e) => return Ok(false),
+                        Err(e) if gone(&e) => return Ok(None),
                         Err(e) => return Err(e.to_string()),
                     };
-                    let node = message.subject.strip_prefix(prefix.as_str());
-                    if node.is_some_and(|n| kept.contains(n)) {
-                        return Ok(false);
+                    Ok(message
+                        .subject
+                        .strip_prefix(prefix.as_str())
+                        .filter(|n| !kept.contains(*n))
+                        .map(|n| (seq, n.to_string())))
+                })
+                .buffer_unordered(IN_FLIGHT)
+                .collect::<Vec<_>>()
+                .await
+                .into_iter()
+                .collect::<std::result::Result<_, _>>()
+                .map_err(failed)?;
+            let candidates: Vec<(u64, String)> = found.into_iter().flatten().collect();
+            // Each such node's record read again, from the bucket's leader: a load
+            // that read a copy behind (a server just back, catching up) must not
+            // remove events a record it did reach holds.
+            let nodes: BTreeSet<String> = candidates.iter().map(|(_, n)| n.clone()).collect();
+            let state = &shared.state;
+            let unfinished = &unfinished;
+            let reached: Vec<Option<String>> = futures::stream::iter(nodes)
+                .map(|node| async move {
+                    let subject = format!("{}node.{node}", state.prefix);
+                    match state.stream.get_last_raw_message_by_subject(&subject).await {
+                        Ok(m) => {
+                            let write = m.headers.get(WRITE).map(|w| w.as_str().to_string());
+                            Ok((write.as_deref() == Some(unfinished.as_str())).then_some(node))
+                        }
+                        Err(e) if gone(&e) => Ok(None),
+                        Err(e) => Err(e.to_string()),
                     }
+                })
+                .buffer_unordered(IN_FLIGHT)
+                .collect::<Vec<_>>()
+                .await
+                .into_iter()
+                .collect::<std::result::Result<_, _>>()
+                .map_err(failed)?;
+            let reached: BTreeSet<String> = reached.into_iter().flatten().collect();
+            let doomed: Vec<u64> = candidates
+                .into_iter()
+                .filter(|(_, n)| !reached.contains(n))
+                .map(|(seq, _)| seq)
+                .collect();
+            let gone: Vec<bool> = futures::stream::iter(doomed)
+                .map(|seq| async move {
                     match stream.delete_message(seq).await {
                         Ok(deleted) => Ok(deleted),
                         Err(e) if gone(&e) => Ok(false),
@@ -1817,10 +1869,7 @@ impl Store for Nats {
                 .await
                 .into_iter()
                 .collect::<std::result::Result<_, _>>()
-                .map_err(|cause| StoreError::Nats {
-                    op: "remove an unfinished write's events",
-                    cause,
-                })?;
+                .map_err(failed)?;
             Ok::<_, StoreError>(gone.into_iter().filter(|g| *g).count() as u64)
         })??;
         // Done: a leader after this one, even before this one's first write,
@@ -2713,11 +2762,17 @@ mod tests {
         let mark = store.mark.lock().unwrap().clone();
         let last = store.history(0).unwrap().len() as u64;
         store.put_mark(format!("{mark}{VOID}{last}")).unwrap();
-        assert_eq!(said(&store).len(), 5, "begun: nothing removed yet");
+        // n1's unfinished event (the second message) removed before it stopped.
+        let shared = store.shared.clone();
+        let deleted = store
+            .run(async move { shared.events.delete_message(2).await.unwrap() })
+            .unwrap();
+        assert!(deleted);
+        assert_eq!(said(&store).len(), 4, "begun: one removed");
 
         let mut next = Nats::open(&server.config(), "c", 90).unwrap();
         next.load(now).unwrap();
-        assert_eq!(next.void_unfinished().unwrap(), 2);
+        assert_eq!(next.void_unfinished().unwrap(), 1, "the rest: n2's");
         assert_eq!(said(&next), ["first", "unfinished", "unfinished"]);
         let done = next.mark.lock().unwrap().clone();
         assert_eq!(done, format!("{mark} voided {last}"));
@@ -2726,6 +2781,42 @@ mod tests {
         third.load(now).unwrap();
         assert_eq!(third.void_unfinished().unwrap(), 0);
         assert_eq!(said(&third), ["first", "unfinished", "unfinished"]);
+    }
+
+    /// A record the unfinished write reached, read by the next leader's load
+    /// from a copy behind (a server just back, catching up), is read again from
+    /// the bucket's leader before its node's events go: they stay.
+    #[test]
+    fn a_record_the_load_missed_keeps_its_events() {
+        let server = server::Server::start();
+        let now = chrono::Utc::now();
+        let store = cut_short(&server, now);
+        let anchor = next_anchor(&store.mark.lock().unwrap());
+        let mut next = Nats::open(&server.config(), "c", 90).unwrap();
+        next.load(now).unwrap();
+        // n2's record, by the unfinished write, lands after the load read the bucket.
+        let shared = next.shared.clone();
+        next.run(async move {
+            let record = Bytes::from(serde_json::to_vec(&Node::new("n2")).unwrap());
+            let k = format!("node.{}", key("n2"));
+            publish_kv(
+                &shared.js,
+                &shared.state,
+                &k,
+                Some(record),
+                None,
+                Some(&anchor),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        })
+        .unwrap();
+        assert_eq!(next.void_unfinished().unwrap(), 1, "n1's alone");
+        let history = next.history(0).unwrap();
+        let nodes: Vec<&str> = history.iter().map(|e| e.node_id.as_str()).collect();
+        assert_eq!(nodes, ["n1", "n2", "n3", "n4"]);
     }
 
     /// With every server gone a write fails, saying so, once the client has found
