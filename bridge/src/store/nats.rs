@@ -1207,7 +1207,25 @@ async fn entries(bucket: &kv::Store) -> Result<Vec<Entry>> {
     let name = consumer.cached_info().name.clone();
     let read = read_entries(consumer, &bucket.prefix).await;
     let _ = bucket.stream.delete_consumer(&name).await;
-    read
+    // Keys are never purged but once (an upgrade's old marks): a read that found
+    // fewer than the bucket held before it began ended early, and a state loaded
+    // from it would lack nodes.
+    let read = read?;
+    let keys = read
+        .iter()
+        .map(|e| e.key.as_str())
+        .collect::<BTreeSet<_>>()
+        .len() as u64;
+    if keys < info.state.subjects_count {
+        return Err(StoreError::Nats {
+            op: "read a bucket",
+            cause: format!(
+                "read {keys} of the {} keys it holds: the read ended early (a server catching up?); read again",
+                info.state.subjects_count
+            ),
+        });
+    }
+    Ok(read)
 }
 
 async fn read_entries(
