@@ -1645,11 +1645,12 @@ static ANSWERS: std::sync::LazyLock<Arc<tokio::sync::Semaphore>> =
 static ANSWERLESS_SAID: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
 
 async fn metrics(State(hale): State<Arc<Hale>>) -> Response {
-    let kib = hale
-        .metrics
-        .size_hint()
-        .div_ceil(1024)
-        .clamp(1, ANSWER_ROOM / 1024);
+    // Off the async workers: counting the nodes takes the fleet lock.
+    let counted = Arc::clone(&hale);
+    let hint = tokio::task::spawn_blocking(move || counted.metrics.size_hint())
+        .await
+        .unwrap_or(ANSWER_ROOM);
+    let kib = hint.div_ceil(1024).clamp(1, ANSWER_ROOM / 1024);
     let wait = tokio::time::timeout(ANSWER_WAIT, ANSWERS.clone().acquire_many_owned(kib as u32));
     let Ok(Ok(taken)) = wait.await else {
         return busy(
