@@ -39,7 +39,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, consumer, kv, stream};
 use async_nats::{HeaderMap, HeaderValue, header};
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
@@ -1838,10 +1838,8 @@ impl Store for Nats {
                         .map(|n| (seq, n.to_string())))
                 })
                 .buffer_unordered(IN_FLIGHT)
-                .collect::<Vec<_>>()
+                .try_collect()
                 .await
-                .into_iter()
-                .collect::<std::result::Result<_, _>>()
                 .map_err(failed)?;
             let candidates: Vec<(u64, String)> = found.into_iter().flatten().collect();
             // Each such node's record read again, from the bucket's leader: a load
@@ -1863,10 +1861,8 @@ impl Store for Nats {
                     }
                 })
                 .buffer_unordered(IN_FLIGHT)
-                .collect::<Vec<_>>()
+                .try_collect()
                 .await
-                .into_iter()
-                .collect::<std::result::Result<_, _>>()
                 .map_err(failed)?;
             let reached: BTreeSet<String> = reached.into_iter().flatten().collect();
             let doomed: Vec<u64> = candidates
@@ -1883,10 +1879,8 @@ impl Store for Nats {
                     }
                 })
                 .buffer_unordered(IN_FLIGHT)
-                .collect::<Vec<_>>()
+                .try_collect()
                 .await
-                .into_iter()
-                .collect::<std::result::Result<_, _>>()
                 .map_err(failed)?;
             Ok::<_, StoreError>(gone.into_iter().filter(|g| *g).count() as u64)
         })??;
