@@ -624,3 +624,70 @@ fn fast_heartbeat(node: &str) -> Value {
     hb["labels"]["hale_report_interval"] = "1s".into();
     hb
 }
+
+/// A poll's answer that arrived in time but waits to be applied — behind
+/// deliveries holding the fleet, on a loaded machine — is not a silent source: a
+/// step taken meanwhile, past `staleAfter` since the last trusted answer, leaves
+/// the fleet trusted, and the answer, once applied, raises nothing and starts no
+/// hold. (In process, so the wait between the answer's arrival and its
+/// application is the test's to choose.)
+#[tokio::test]
+async fn a_poll_answer_waiting_to_be_applied_is_not_a_silent_source() {
+    use hale::store::EventQuery;
+    let am = Alertmanager::start(None).await;
+    am.fire(&[watchdog(), heartbeat("n1")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hale.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "store: {{ path: {} }}\nalertmanager: {{ url: '{}', pollInterval: 1s, staleAfter: 4s }}\n",
+            dir.path().join("data").display(),
+            am.url
+        ),
+    )
+    .unwrap();
+    let loaded = hale::config::Config::load(Some(&path)).unwrap();
+    let hale = hale::service::Hale::open(
+        loaded,
+        std::sync::Arc::new(hale::orchestrator::NoOrchestrator),
+    )
+    .unwrap();
+    hale.poll_once().await;
+    let source = hale.source();
+    assert!(source.up && !source.stale, "{source:?}");
+    let last = source.last_trusted.unwrap();
+    let after = |ms: i64| {
+        let at = last + chrono::TimeDelta::milliseconds(ms) - chrono::Utc::now();
+        tokio::time::sleep(at.to_std().unwrap_or_default())
+    };
+    // The next answer arrives two seconds on and waits until `staleAfter` has
+    // passed since the last one (less than that since it arrived).
+    after(2000).await;
+    let fetched = hale.fetch_poll().await;
+    after(4500).await;
+    hale.apply(|fleet, cfg, now| Ok(fleet.tick(cfg, now)))
+        .unwrap();
+    let source = hale.source();
+    assert!(!source.stale, "stale with an answer in hand: {source:?}");
+    hale.apply_poll(fetched).await;
+    let source = hale.source();
+    assert!(
+        source.up && !source.stale && source.hold_until.is_none(),
+        "{source:?}"
+    );
+    let query = EventQuery {
+        page_size: 100,
+        ..EventQuery::default()
+    };
+    let page = hale.events("n1", &query).unwrap().unwrap();
+    let kinds: Vec<String> = page
+        .events
+        .iter()
+        .map(|e| format!("{:?}", e.event.kind))
+        .collect();
+    assert!(
+        !kinds.iter().any(|k| k.contains("telemetry_stale")),
+        "{kinds:?}"
+    );
+}

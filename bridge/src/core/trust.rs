@@ -172,7 +172,13 @@ impl<'f> Step<'f> {
             .and_then(|t| t.to_std().ok())
             .unwrap_or_default();
         let stale_after = self.cfg.source.stale_after + 3 * slow;
-        let mut stale = (self.now - since).to_std().unwrap_or_default() >= stale_after;
+        let past = |since: Time| (self.now - since).to_std().unwrap_or_default() >= stale_after;
+        let mut stale = past(since);
+        // An answer in hand is one the source gave: hale's own time to apply it
+        // (behind deliveries, on a loaded machine) is not the pipeline's silence.
+        if stale && !trust.stale && trust.answer_waiting.is_some_and(|at| !past(at)) {
+            stale = false;
+        }
         // The restart grace only delays becoming stale; leaving it takes trusted input
         // seen by this process, never just a restart.
         if trust.stale && !trust.trusted_since_start() {
@@ -328,6 +334,13 @@ pub struct Trust {
     /// counts from then, not from an answer the old interval spaced out.
     #[serde(skip)]
     pub interval_shortened: Option<Time>,
+    /// A poll's answer that arrived then and waits to be applied (behind
+    /// deliveries holding the fleet): the source answered, so the fleet does not go
+    /// stale for want of an answer hale holds — for `staleAfter` past its arrival
+    /// at most. It proves nothing yet: it is judged when applied, and ends no
+    /// staleness before. Set by whoever holds the answer, before each step.
+    #[serde(skip)]
+    pub answer_waiting: Option<Time>,
     /// When the hold running (or the last one) began — not moved by a hold that
     /// extends it (an unreadable status renews one at every poll): where heartbeat
     /// windows start at the earliest. Memory only: a restart starts them again.
@@ -362,6 +375,7 @@ impl Trust {
             held_resolutions: false,
             answer_took: None,
             interval_shortened: None,
+            answer_waiting: None,
             hold_began: None,
             run_ended: true,
         }

@@ -106,6 +106,9 @@ pub struct Hale {
     /// While a poll is in flight: fingerprints webhook deliveries named meanwhile,
     /// whose word is newer than the answer the poll will bring.
     delivered_during_poll: Mutex<Option<BTreeSet<String>>>,
+    /// When the poll's answer now on its way to the fleet arrived
+    /// ([`crate::core::Trust::answer_waiting`]).
+    answer_in_hand: Mutex<Option<Time>>,
     /// The wall and monotonic clocks at the last step, to tell a step of the wall
     /// clock from time passing.
     clock: Mutex<Option<(std::time::Instant, Time)>>,
@@ -341,6 +344,7 @@ impl Hale {
             maintenance: Mutex::new(maintenance),
             near_full: AtomicBool::new(false),
             delivered_during_poll: Mutex::new(None),
+            answer_in_hand: Mutex::new(None),
             clock: Mutex::new(None),
             stepped: Mutex::new(None),
             orchestrator,
@@ -467,6 +471,7 @@ impl Hale {
         // Read under the fleet lock, which a reload holds while it swaps them.
         let cfg = self.config();
         let now = Utc::now();
+        fleet.trust.answer_waiting = *self.answer_in_hand.lock().expect("answer lock");
         if let Some(gap) = self.did_not_run() {
             warn!(
                 seconds = gap.as_secs(),
@@ -712,19 +717,38 @@ impl Hale {
     /// trusted (the core decides).
     pub async fn poll_once(self: &Arc<Self>) {
         let start = Instant::now();
-        let client = self.client.read().expect("client lock").clone();
-        *self.delivered_during_poll.lock().expect("poll lock") = Some(BTreeSet::new());
-        let fetched = client.fetch().await;
-        let took = start.elapsed();
-        let this = self.clone();
-        let result = tokio::task::spawn_blocking(move || this.ingest_poll(fetched, took)).await;
-        if let Err(e) = result {
-            error!(error = %e, "poll ingest task failed");
-        }
+        let fetched = self.fetch_poll().await;
+        self.apply_poll(fetched).await;
         self.metrics
             .poll_duration
             .observe(start.elapsed().as_secs_f64());
         self.first_poll_done.store(true, Ordering::Release);
+    }
+
+    /// Ask Alertmanager for its alerts. An answer that arrives is in hand until
+    /// [`Hale::apply_poll`] has the core judge it: steps meanwhile do not take the
+    /// source for silent ([`crate::core::Trust::answer_waiting`]).
+    pub async fn fetch_poll(&self) -> Fetched {
+        let start = Instant::now();
+        let client = self.client.read().expect("client lock").clone();
+        *self.delivered_during_poll.lock().expect("poll lock") = Some(BTreeSet::new());
+        let answer = client.fetch().await;
+        let took = start.elapsed();
+        if answer.is_ok() {
+            *self.answer_in_hand.lock().expect("answer lock") = Some(Utc::now());
+        }
+        Fetched { answer, took }
+    }
+
+    /// Parse and ingest what [`Hale::fetch_poll`] brought, off the async workers.
+    pub async fn apply_poll(self: &Arc<Self>, fetched: Fetched) {
+        let this = self.clone();
+        let result =
+            tokio::task::spawn_blocking(move || this.ingest_poll(fetched.answer, fetched.took))
+                .await;
+        if let Err(e) = result {
+            error!(error = %e, "poll ingest task failed");
+        }
     }
 
     /// Apply one poll's answer, which took `took` to arrive.
@@ -746,7 +770,10 @@ impl Hale {
         }
         let alerts = match alertmanager::parse_v2(&body) {
             Ok(alerts) => alerts,
-            Err(e) => return self.poll_failed(e),
+            Err(e) => {
+                self.answer_judged();
+                return self.poll_failed(e);
+            }
         };
         // Applied a slice of nodes at a time, the fleet released between slices, so a
         // delivery waits for one slice, not for the whole fleet's poll. Each delivery
@@ -758,6 +785,8 @@ impl Hale {
         let mut slices = None;
         let mut outcome = self
             .apply(|fleet, cfg, now| {
+                self.answer_judged();
+                fleet.trust.answer_waiting = None;
                 let newer = self.delivered_during_poll.lock().expect("poll lock");
                 let answer = PollAnswer {
                     alerts: &alerts,
@@ -776,6 +805,7 @@ impl Hale {
         // meanwhile (its lease lapsed during the fetch, or between slices) leaves
         // the answer to the next leader, whole.
         let Some(mut slices) = slices else {
+            self.answer_judged();
             self.delivered_during_poll.lock().expect("poll lock").take();
             return;
         };
@@ -850,6 +880,12 @@ impl Hale {
         drop(alerts);
         drop(body);
         release_freed_memory();
+    }
+
+    /// The answer in hand was judged by the core, or dropped: steps from now on
+    /// go by what the fleet's trust says.
+    fn answer_judged(&self) {
+        self.answer_in_hand.lock().expect("answer lock").take();
     }
 
     /// The nodes `alerts` name that hale does not know and, without
@@ -2232,6 +2268,12 @@ impl Hale {
             }
         }
     }
+}
+
+/// A poll's answer as it arrived ([`Hale::fetch_poll`]), and how long it took.
+pub struct Fetched {
+    answer: Result<Answer, IngestError>,
+    took: Duration,
 }
 
 /// How far the wall clock may move apart from the monotonic one between two

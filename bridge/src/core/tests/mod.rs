@@ -2283,6 +2283,40 @@ fn slow_answers_are_not_a_stale_source() {
     assert!(fast.fleet.trust.stale);
 }
 
+/// A poll's answer that arrived in time but waits to be applied (behind big
+/// deliveries, on a loaded machine) is not a silent source: no step goes stale
+/// while it waits, for `staleAfter` past its arrival at most; it ends no
+/// staleness before it is judged.
+#[test]
+fn an_answer_waiting_to_be_applied_is_not_a_stale_source() {
+    let mut s = script("alertmanager: { pollInterval: 2s, staleAfter: 6s }");
+    let at = |secs: i64| t0() + TimeDelta::seconds(secs);
+    s.at(0).poll(&[watchdog(), heartbeat("n1")]);
+    // The next answer arrived at 3 and waits: a tick and a delivery at 7 and 8,
+    // past `staleAfter` since the last trusted poll, leave the fleet as it was.
+    s.fleet.trust.answer_waiting = Some(at(3));
+    s.at(7).tick();
+    s.at(8).webhook(&[heartbeat("n2")]);
+    assert!(!s.fleet.trust.stale);
+    // Applied at 8: trusted, nothing raised, no hold begun.
+    s.fleet.trust.answer_waiting = None;
+    s.at(8).poll(&[watchdog(), heartbeat("n1")]);
+    assert!(!s.fleet.trust.stale && s.fleet.trust.hold_until.is_none());
+    assert!(!s.took().iter().any(|e| e.contains(TELEMETRY_STALE)));
+    // An answer waiting `staleAfter` since it arrived no longer stands in.
+    s.fleet.trust.answer_waiting = Some(at(10));
+    s.at(15).tick();
+    assert!(!s.fleet.trust.stale);
+    s.at(16).tick();
+    assert!(s.fleet.trust.stale);
+    // Nor does one that arrives while stale end it: only its judgement can.
+    s.took();
+    s.fleet.trust.answer_waiting = Some(at(17));
+    s.at(17).tick();
+    assert!(s.fleet.trust.stale);
+    assert_eq!(s.took(), Vec::<String>::new());
+}
+
 /// What a steady poll holds in memory between saves — observation counts, the
 /// policy's count of scored reports — is written by a clean stop: those nodes
 /// whole, a node that only reported its report times; a node never reported is
