@@ -271,7 +271,13 @@ pub const MAX_SMALL_FILE: u64 = 4 << 20;
 /// image would otherwise be read until memory runs out, or waited on for ever.
 /// An error names the file, never its text.
 pub fn small_file(path: &std::path::Path) -> Result<std::fs::File, String> {
-    let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
+    let cannot = |e: std::io::Error| {
+        format!(
+            "cannot read {}: {e}{}",
+            path.display(),
+            unexpanded(path).unwrap_or_default()
+        )
+    };
     let meta = std::fs::metadata(path).map_err(cannot)?;
     if meta.is_dir() {
         return Err(format!("{} is a directory, not a file", path.display()));
@@ -286,6 +292,16 @@ pub fn small_file(path: &std::path::Path) -> Result<std::fs::File, String> {
         return Err(too_large(path));
     }
     std::fs::File::open(path).map_err(cannot)
+}
+
+/// What to say of a path that begins with `~` or `$`, which a shell would expand
+/// and hale takes as written (a directory of that name under the one hale runs
+/// in); `None` for any other.
+pub fn unexpanded(path: &std::path::Path) -> Option<&'static str> {
+    let first = path.components().next()?.as_os_str().to_string_lossy();
+    (first.starts_with('~') || first.starts_with('$')).then_some(
+        " (hale does not expand `~` or environment variables: write the path out in full, or `./` before a name that does begin so)",
+    )
 }
 
 fn too_large(path: &std::path::Path) -> String {

@@ -691,3 +691,19 @@ async fn a_poll_answer_waiting_to_be_applied_is_not_a_silent_source() {
         "{kinds:?}"
     );
 }
+
+/// New nodes refused past `nodeIdentity.maxNodes` are counted at every poll that
+/// names them, and said in the log once a minute, not at every poll.
+#[tokio::test]
+async fn nodes_refused_past_max_nodes_are_said_once_a_minute() {
+    let am = Alertmanager::start(None).await;
+    am.fire(&[watchdog(), heartbeat("n1"), heartbeat("n2")])
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let hale = Hale::start(dir.path(), &am.url, "nodeIdentity: { maxNodes: 1 }\n").await;
+    hale.after_polls(4.0).await;
+    let refused = metric(&hale.metrics().await, "hale_nodes_refused_total", &[]).unwrap();
+    assert!(refused >= 4.0, "each poll's refusal counted: {refused}");
+    let said = hale.log().matches("more nodes than nodeIdentity.maxNodes").count();
+    assert_eq!(said, 1, "{}", hale.log());
+}

@@ -1647,6 +1647,12 @@ impl Config {
             }
         }
         let path = &self.store.path;
+        if let Some(note) = crate::unexpanded(path) {
+            return Err(err(
+                "store.path",
+                format!("{} would be made as written{note}", path.display()),
+            ));
+        }
         if path.symlink_metadata().is_ok() && !path.exists() {
             return Err(err(
                 "store.path",
@@ -2918,6 +2924,8 @@ mod tests {
                 "store.eventRetentionDays",
             ),
             ("store: { path: '' }", "store.path"),
+            ("store: { path: ~/hale-data }", "store.path"),
+            ("store: { path: '$HOME/hale-data' }", "store.path"),
             (
                 "alertmanager: { pollInterval: 1ms }",
                 "alertmanager.pollInterval",
@@ -3434,6 +3442,25 @@ pools:
             assert!(e.message.contains(said), "{e}");
             assert!(started.elapsed() < std::time::Duration::from_secs(5), "{e}");
         }
+    }
+
+    /// A path a shell would expand is taken as written, and said to be: a store
+    /// under `~` would be a directory named `~` where hale runs.
+    #[test]
+    fn paths_are_not_expanded_and_say_so() {
+        let e = load("apiTokenFile: ~/token\n").unwrap_err();
+        assert_eq!(e.key, "apiTokenFile", "{e}");
+        assert!(e.message.contains("does not expand `~`"), "{e}");
+        let e = load("store: { path: ~/hale-data }\n").unwrap_err();
+        assert!(
+            e.message.starts_with("~/hale-data would be made as written")
+                && e.message.contains("does not expand `~`"),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let unusual = dir.path().join("~data");
+        let l = load(&format!("store: {{ path: {} }}\n", unusual.display())).unwrap();
+        assert_eq!(l.config.store.path, unusual);
     }
 
     #[test]

@@ -167,6 +167,9 @@ pub struct Hale {
     /// Nodes holding more condition types than they may, said as a run that
     /// never ends: at once, then once a minute.
     crowded_streak: Mutex<streak::Streak>,
+    /// New nodes refused past `nodeIdentity.maxNodes`: said once a minute, as
+    /// every poll names them again.
+    refused_streak: Mutex<streak::Streak>,
 }
 
 /// The keys a reload from `current` to `next` changes that only a restart may.
@@ -371,6 +374,7 @@ impl Hale {
             poll_streak: Mutex::default(),
             upkeep_streak: Mutex::default(),
             crowded_streak: Mutex::default(),
+            refused_streak: Mutex::default(),
         });
         hale.register_inventory();
         Ok(hale)
@@ -526,13 +530,22 @@ impl Hale {
             self.metrics
                 .nodes_refused
                 .inc_by(outcome.refused.len() as u64);
-            let some: Vec<&str> = outcome.refused.iter().take(5).map(String::as_str).collect();
-            warn!(
-                refused = outcome.refused.len(),
-                first = %some.join(", "),
-                max = cfg.config.node_identity.max_nodes,
-                "alerts name more nodes than nodeIdentity.maxNodes allows: the new ones are refused"
-            );
+            let said = self
+                .refused_streak
+                .lock()
+                .expect("refused streak lock")
+                .failed("refused", std::time::Instant::now());
+            if let Some(said) = said {
+                let some: Vec<&str> =
+                    outcome.refused.iter().take(5).map(String::as_str).collect();
+                warn!(
+                    refused = outcome.refused.len(),
+                    first = %some.join(", "),
+                    max = cfg.config.node_identity.max_nodes,
+                    steps_refusing = said.failures,
+                    "alerts name more nodes than nodeIdentity.maxNodes allows: the new ones are refused (said once a minute; hale_nodes_refused_total counts each)"
+                );
+            }
         }
         let say_crowded = || {
             self.crowded_streak
