@@ -981,6 +981,14 @@ impl Config {
             } else if said.starts_with("cannot deserialize null") {
                 // serde's advice to the program ("use Option<…>") is not the user's.
                 "empty: give it a value (a key with a default may be left out)"
+            } else if said == "invalid u32"
+                && (key.contains(".penalties.")
+                    || key
+                        .rsplit('.')
+                        .next()
+                        .is_some_and(|k| SCORE_KEYS.contains(&k)))
+            {
+                "expected a whole number from 0 to 100"
             } else if let Some(plain) = plain(said) {
                 plain
             } else {
@@ -1893,6 +1901,15 @@ fn shadowed<'a>(
     Some((j, what))
 }
 
+/// The settings read on the score's scale, 0..=100, in the order
+/// [`check_settings`] reads them.
+const SCORE_KEYS: [&str; 4] = [
+    "cordonBelow",
+    "drainBelow",
+    "degradedAtOrBelow",
+    "maxUnavailablePercent",
+];
+
 /// The YAML reader's words for a value of the wrong shape, said as a user
 /// reads them (the reader names Rust's types and its own parse states).
 fn plain(said: &str) -> Option<&'static str> {
@@ -1932,12 +1949,13 @@ fn check_settings(
         (false, Some(_)) if cluster => " (from nodeHealth)",
         _ => " (the default)",
     };
-    for (key, value) in [
-        ("cordonBelow", s.cordon_below),
-        ("drainBelow", s.drain_below),
-        ("degradedAtOrBelow", s.degraded_at_or_below),
-        ("maxUnavailablePercent", s.max_unavailable_percent),
-    ] {
+    let values = [
+        s.cordon_below,
+        s.drain_below,
+        s.degraded_at_or_below,
+        s.max_unavailable_percent,
+    ];
+    for (key, value) in SCORE_KEYS.into_iter().zip(values) {
         if value > 100 {
             return fail(key, format!("{value} is outside 0..=100"));
         }
@@ -1995,6 +2013,12 @@ fn check_settings(
                 ),
                 s.cordon_below - 1
             ),
+        ));
+    }
+    if s.degraded_at_or_below == 100 && written.degraded_at_or_below.is_some() {
+        odd.push((
+            format!("{at}.degradedAtOrBelow"),
+            "100 shows every node Degraded, a perfect score (100) too".into(),
         ));
     }
     if s.evict_on_fault_classes.iter().any(String::is_empty) {
@@ -2597,12 +2621,22 @@ mod tests {
             (
                 "nodeHealth: { cordonBelow: -1 }",
                 "nodeHealth.cordonBelow",
-                "expected a whole number from 0 to 4294967295",
+                "expected a whole number from 0 to 100",
             ),
             (
                 "nodeHealth: { cordonBelow: 60.5 }",
                 "nodeHealth.cordonBelow",
-                "expected a whole number from 0 to 4294967295",
+                "expected a whole number from 0 to 100",
+            ),
+            (
+                "pools: [{ name: g, selector: { pool: g }, nodeHealth: { degradedAtOrBelow: -1 } }]",
+                "pools[0].nodeHealth.degradedAtOrBelow",
+                "expected a whole number from 0 to 100",
+            ),
+            (
+                "nodeHealth: { penalties: { SmartFailing: -1 } }",
+                "nodeHealth.penalties.SmartFailing",
+                "expected a whole number from 0 to 100",
             ),
             (
                 "bmc: { cipherSuite: 300 }",
