@@ -704,6 +704,9 @@ async fn nodes_refused_past_max_nodes_are_said_once_a_minute() {
     hale.after_polls(4.0).await;
     let refused = metric(&hale.metrics().await, "hale_nodes_refused_total", &[]).unwrap();
     assert!(refused >= 4.0, "each poll's refusal counted: {refused}");
-    let said = hale.log().matches("more nodes than nodeIdentity.maxNodes").count();
+    let said = hale
+        .log()
+        .matches("more nodes than nodeIdentity.maxNodes")
+        .count();
     assert_eq!(said, 1, "{}", hale.log());
 }

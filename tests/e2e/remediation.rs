@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::bmc_sim::{IpmiSim, Sushy};
+use crate::bmc_sim::{IpmiSim, Sushy, ipmitool};
 use crate::harness::*;
 use crate::kube_fake::{FakeApi, kubeconfig, ready_node};
 
@@ -913,4 +913,56 @@ async fn a_kubernetes_node_is_cordoned_drained_through_evictions_rebooted_and_pu
         .collect::<Vec<_>>();
     assert_eq!(drained[0]["by"], "hale");
     assert_eq!(drained[0]["moved"], 1);
+}
+
+/// A machine someone switched off outside hale (a repair, a PSU swap) is left
+/// off by a reboot hale's policy starts: the flow fails at its reboot, saying
+/// why, and nothing is sent to the BMC — a reboot would only have powered it on.
+/// An operator's `hale node reboot` of the same machine starts it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reboot_the_policy_started_leaves_a_machine_switched_off_outside_hale_off() {
+    let ipmi = IpmiSim::start("n1", PASSWORD).await;
+    let am = Alertmanager::start(None).await;
+    am.fire(&[watchdog(), beat("n1")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let creds = credentials(dir.path(), PASSWORD);
+    let extra = format!(
+        "nodeHealth: {{ mode: cordon, maxUnavailablePercent: 100 }}\n\
+         bmc: {{ credentialsFile: {}, cipherSuite: 3, gracefulTimeout: 20s, timeout: 5s }}\n\
+         remediation: {{ returnTimeout: 3m, verifyTimeout: 20s }}\n\
+         inventory:\n\
+         - {{ id: n1, bmc: {{ address: '{}' }} }}\n",
+        creds.display(),
+        ipmi.address(),
+    );
+    let hale = Hale::start(dir.path(), &am.url, &extra).await;
+    hale.wait_node("reported", "n1", |n| n["score"] == 100)
+        .await;
+    // Switched off by hand; its heartbeat stops with it.
+    let out = ipmitool(ipmi.port, PASSWORD, &["chassis", "power", "off"]).await;
+    assert!(out.status.success(), "{out:?}");
+    eventually("chassis off", Duration::from_secs(30), || async {
+        (!ipmi.powered()).then_some(())
+    })
+    .await;
+    am.resolve(&[beat("n1")]).await;
+    am.fire(&[uptime("n1", "P9")]).await;
+    let failed = wait_event(&hale, "n1", "REMEDIATION_FAILED", Duration::from_secs(120)).await;
+    assert_eq!(failed["step"], "reboot", "{failed}");
+    assert!(
+        failed["message"]
+            .as_str()
+            .unwrap()
+            .contains("switched off outside hale, so it is left off"),
+        "{failed}"
+    );
+    assert!(!ipmi.powered());
+    assert_eq!(ipmi.commands(), ["power 0"], "only the operator's off");
+    // The operator's own reboot, asked of hale, starts it.
+    hale.cli_ok(&["node", "reboot", "n1", "--reason", "back from repair"]);
+    eventually("chassis on", Duration::from_secs(60), || async {
+        ipmi.powered().then_some(())
+    })
+    .await;
+    assert_eq!(ipmi.commands(), ["power 0", "power 1"]);
 }

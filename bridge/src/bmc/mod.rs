@@ -455,6 +455,8 @@ pub struct Controller {
     /// Asked before a graceful off that went unconfirmed is forced: whether the
     /// action is still wanted.
     wanted: Option<Wanted>,
+    /// A reboot of a machine that reads off is refused ([`Controller::leaving_off`]).
+    leave_off: bool,
 }
 
 /// Whether an action under way is still wanted (an operator may have withdrawn it).
@@ -467,7 +469,16 @@ impl Controller {
             timing,
             observer,
             wanted: None,
+            leave_off: false,
         }
+    }
+
+    /// Refuse a reboot of a machine that reads off before anything is sent:
+    /// someone switched it off, and a reboot would only power it on (hale's own
+    /// flows; an operator's `reboot` of an off machine starts it).
+    pub fn leaving_off(mut self) -> Self {
+        self.leave_off = true;
+        self
     }
 
     /// Force a graceful off that went unconfirmed only while `wanted` says so: an
@@ -547,6 +558,12 @@ impl Controller {
     async fn run_open(&self, verb: Verb, force: bool) -> Result<Outcome> {
         let before = self.read().await?;
         let mut sent = Vec::new();
+        if verb == Verb::Reboot && self.leave_off && before == PowerState::Off {
+            return Err(BmcError::new(
+                Failure::Refused,
+                "the machine reads Off before its reboot: switched off outside hale, so it is left off",
+            ));
+        }
         let after = match verb {
             Verb::Status => before,
             Verb::On => self.on(before, &mut sent).await?,

@@ -3487,7 +3487,8 @@ pools:
         assert!(e.message.contains("does not expand `~`"), "{e}");
         let e = load("store: { path: ~/hale-data }\n").unwrap_err();
         assert!(
-            e.message.starts_with("~/hale-data would be made as written")
+            e.message
+                .starts_with("~/hale-data would be made as written")
                 && e.message.contains("does not expand `~`"),
             "{e}"
         );

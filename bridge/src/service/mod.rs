@@ -536,8 +536,7 @@ impl Hale {
                 .expect("refused streak lock")
                 .failed("refused", std::time::Instant::now());
             if let Some(said) = said {
-                let some: Vec<&str> =
-                    outcome.refused.iter().take(5).map(String::as_str).collect();
+                let some: Vec<&str> = outcome.refused.iter().take(5).map(String::as_str).collect();
                 warn!(
                     refused = outcome.refused.len(),
                     first = %some.join(", "),

@@ -401,21 +401,30 @@ impl Hale {
             })
         });
         // A power-on that takes up a reboot a stopped process sent: that
-        // process may have stopped while the graceful off was under way.
+        // process may have stopped while the graceful off was under way. A reboot
+        // hale's policy started leaves a machine someone switched off as it is
+        // (an operator's `hale node reboot` starts it).
         let id = node.to_string();
-        let finishing = op == PowerOp::On
-            && self
-                .off_runtime(move |this| {
-                    this.lock_fleet()
-                        .nodes
-                        .get(&id)
-                        .and_then(|n| n.policy.flow.as_ref())
-                        .is_some_and(|f| f.sent.is_some())
-                })
-                .await;
+        let (sent, automated) = self
+            .off_runtime(move |this| {
+                let fleet = this.lock_fleet();
+                let flow = fleet.nodes.get(&id).and_then(|n| n.policy.flow.as_ref());
+                (
+                    flow.is_some_and(|f| f.sent.is_some()),
+                    flow.is_some_and(|f| f.by == Actor::Hale),
+                )
+            })
+            .await;
+        let finishing = op == PowerOp::On && sent;
         let result = match self.controller(&cfg, &target) {
             Ok(c) if finishing => c.finish_reboot().await,
             Ok(c) if resumed_off => c.finish_off().await,
+            Ok(c) if automated => {
+                c.forcing_only_while(wanted)
+                    .leaving_off()
+                    .run(verb, force)
+                    .await
+            }
             Ok(c) => c.forcing_only_while(wanted).run(verb, force).await,
             Err(e) => Err(e),
         }
@@ -426,6 +435,10 @@ impl Hale {
             Ok(o) => Ok(Done {
                 by_bmc: true,
                 from_off: o.sent.contains(&"on"),
+                found_off: op == PowerOp::Off
+                    && !resumed_off
+                    && o.before == crate::bmc::PowerState::Off
+                    && o.sent.is_empty(),
                 ..Done::default()
             }),
             Err(e) if e.class == crate::bmc::Failure::Unconfirmed => {

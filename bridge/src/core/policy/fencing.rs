@@ -33,6 +33,10 @@ pub struct Fence {
     /// take back once it reports.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unreleased: bool,
+    /// Its power-off found the machine off already (nothing sent): switched off
+    /// outside hale, so it is left off — never powered on by the fence.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub found_off: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -122,6 +126,13 @@ fn off_ended(node: &mut Node, now: Time, cancelled: bool, message: &str, out: &m
         },
         message.into(),
     ));
+}
+
+/// What a fence whose machine was off before it says instead of powering on.
+fn left_off(id: &str) -> String {
+    format!(
+        "left off, as it was found (switched off outside hale): power it on when it should return (hale node power {id} on)"
+    )
 }
 
 fn step_event(id: &str, now: Time, step: FenceStep, message: String) -> crate::core::Event {
@@ -307,6 +318,15 @@ impl Fleet {
             // Switched off by an operator on purpose, or without a BMC to reach; or
             // a name hale just replaced, its machine gone on purpose.
             .filter(|n| !n.policy.powered_off && facts.missing_bmc(&n.id).is_none())
+            // Taken out of service by an operator: in their hands (a firmware
+            // update, a repair) — silence is theirs to judge, and a power-off
+            // could cut their work short.
+            .filter(|n| {
+                n.policy
+                    .cordon
+                    .as_ref()
+                    .is_none_or(|c| c.by != super::Actor::Operator)
+            })
             .filter(|n| !super::just_replaced(n, now))
             .filter_map(|n| {
                 Some((
@@ -395,6 +415,7 @@ impl Fleet {
             node.policy.fence = Some(Fence {
                 sent: None,
                 unreleased: false,
+                found_off: false,
                 step: FenceStep::Off,
                 since: now,
             });
@@ -442,6 +463,7 @@ impl Fleet {
         now: Time,
         id: &str,
         action: &Action,
+        done: &super::Done,
         out: &mut Outcome,
     ) {
         let Some(node) = self.nodes.get_mut(id) else {
@@ -460,9 +482,19 @@ impl Fleet {
                 // Counted once it is off: an attempt that never got there is not one.
                 node.policy.fences.push(now);
                 node.policy.push(Action::Release { on: true });
+                if done.found_off
+                    && let Some(fence) = node.policy.fence.as_mut()
+                {
+                    fence.found_off = true;
+                }
                 Some((
                     FenceStep::Release,
-                    "off, confirmed: releasing its work".to_string(),
+                    if done.found_off {
+                        "off already (switched off outside hale, nothing sent): releasing its work; it is left off"
+                    } else {
+                        "off, confirmed: releasing its work"
+                    }
+                    .to_string(),
                 ))
             }
             (FenceStep::Release, Action::Release { on: true }) => {
@@ -474,11 +506,15 @@ impl Fleet {
                     },
                     "fenced: powered off (confirmed) and its work released to run elsewhere".into(),
                 ));
-                node.policy.push(Action::Power {
-                    op: PowerOp::On,
-                    force: false,
-                });
-                Some((FenceStep::On, "powering on again".to_string()))
+                if node.policy.fence.as_ref().is_some_and(|f| f.found_off) {
+                    Some((FenceStep::Fenced, left_off(id)))
+                } else {
+                    node.policy.push(Action::Power {
+                        op: PowerOp::On,
+                        force: false,
+                    });
+                    Some((FenceStep::On, "powering on again".to_string()))
+                }
             }
             (
                 FenceStep::On,
@@ -596,6 +632,7 @@ impl Fleet {
             return false;
         };
         let step = fence.step;
+        let found_off = fence.found_off;
         let ours = matches!(
             (step, action),
             (
@@ -631,6 +668,13 @@ impl Fleet {
                 fence.step = FenceStep::Fenced;
                 fence.since = now;
             }
+            FenceStep::Release if fence.found_off => {
+                // Off before hale came, its work not released: left as found,
+                // waiting for it to report.
+                fence.step = FenceStep::Fenced;
+                fence.since = now;
+                fence.unreleased = true;
+            }
             FenceStep::Release => {
                 // Off, but its work not released: on again all the same, so the
                 // machine is not left off for want of a taint.
@@ -658,6 +702,9 @@ impl Fleet {
                 FenceStep::On => format!(
                     "fence failed at on: {why}; left off and fenced until it reports: power it on (hale node power {id} on)"
                 ),
+                FenceStep::Release if found_off => {
+                    format!("fence failed at release: {why}; {}", left_off(id))
+                }
                 _ => format!("fence failed at {}: {why}", step.as_str()),
             },
         ));

@@ -131,6 +131,9 @@ pub struct Done {
     /// A power-on the BMC confirmed on a machine it read off: the machine was off
     /// and is on again (a reboot a stopped process sent, taken up).
     pub from_off: bool,
+    /// A power-off the BMC found done already (the machine read Off, nothing
+    /// sent): someone else switched it off.
+    pub found_off: bool,
 }
 
 impl Fleet {

@@ -1138,7 +1138,7 @@ impl Fleet {
         done: &super::Done,
         out: &mut Outcome,
     ) {
-        self.fence_step_done(now, id, action, out);
+        self.fence_step_done(now, id, action, done, out);
         let Some(node) = self.nodes.get_mut(id) else {
             return;
         };

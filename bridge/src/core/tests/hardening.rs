@@ -785,6 +785,7 @@ fn nodes_known_only_from_alerts_retire_after_forget_after() {
     s.fleet.nodes.get_mut("fenced").unwrap().policy.fence = Some(policy::Fence {
         sent: None,
         unreleased: false,
+        found_off: false,
         step: policy::FenceStep::Fenced,
         since: s.now,
     });

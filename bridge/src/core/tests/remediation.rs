@@ -1172,14 +1172,30 @@ impl Script {
     /// named `refused` refused for `why`, with a pass of the flows after each; the
     /// actions' names in order.
     fn fence_through(&mut self, id: &str, refused: &str, why: &str) -> Vec<&'static str> {
+        self.fence_through_as(id, refused, why, &Done::default())
+    }
+
+    /// [`Script::fence_through`], the power-off answered `off` (the machine read
+    /// off already, say).
+    fn fence_through_as(
+        &mut self,
+        id: &str,
+        refused: &str,
+        why: &str,
+        off: &Done,
+    ) -> Vec<&'static str> {
         let mut done = Vec::new();
         while let Some(p) = self.fleet.next_action(id) {
             done.push(p.action.name());
+            let answer = if p.action.name() == "power_off" {
+                off
+            } else {
+                &Done::default()
+            };
             let out = if p.action.name() == refused {
                 self.fleet.action_failed(&self.cfg, self.now, id, p.id, why)
             } else {
-                self.fleet
-                    .action_done(&self.cfg, self.now, id, &p, &Done::default())
+                self.fleet.action_done(&self.cfg, self.now, id, &p, answer)
             };
             self.record(out);
             self.flows();
@@ -1256,6 +1272,87 @@ fn a_fence_whose_release_fails_takes_nothing_back() {
         s.took_of(&["REMEDIATION_FAILED"]),
         [format!("{id} REMEDIATION_FAILED")],
         "failed once, at release"
+    );
+}
+
+/// A machine the BMC reads off before the fence's power-off (switched off outside
+/// hale: an operator's repair, a PSU swap) is fenced as found — its work released
+/// where the orchestrator can — and left off: the fence never powers it on, whether
+/// the release is done or refused, and says so.
+#[test]
+fn a_fence_that_finds_the_machine_off_leaves_it_off() {
+    let found_off = Done {
+        found_off: true,
+        ..Done::default()
+    };
+    for (refused, fenced) in [("none", true), ("release", false)] {
+        let (mut s, id) = rack_with_one_fenced();
+        let done = s.fence_through_as(
+            &id,
+            refused,
+            "this orchestrator cannot release a fenced node's work",
+            &found_off,
+        );
+        assert_eq!(done, ["power_off", "release"], "no power-on ({refused})");
+        let fence = s.node(&id).policy.fence.clone().unwrap();
+        assert_eq!(fence.step, FenceStep::Fenced);
+        assert_eq!(fence.unreleased, !fenced);
+        assert!(
+            s.events.iter().any(|e| e.message.contains(&format!(
+                "left off, as it was found (switched off outside hale): power it on when it should return (hale node power {id} on)"
+            ))),
+            "{refused}: the event says it is left off"
+        );
+        // Powered on by its operator, it reports: the fence is over, its release
+        // (if any) taken back.
+        let others: Vec<&str> = RACK.iter().copied().filter(|n| **n != id).collect();
+        s.at(410).poll(&beating(&others)).flows();
+        let back: Vec<String> = s
+            .act()
+            .into_iter()
+            .filter(|a| a.starts_with(&format!("{id}:")))
+            .collect();
+        let taken_back = if fenced {
+            vec![format!("{id}:unrelease")]
+        } else {
+            Vec::new()
+        };
+        assert_eq!(back, taken_back);
+        assert!(s.node(&id).policy.fence.is_none());
+    }
+}
+
+/// A node an operator took out of service (a cordon or drain of theirs: a
+/// firmware update, a repair) is theirs: silent and not ready, it is never
+/// fenced — a power-off could cut their work short — and its silence holds no
+/// other node back.
+#[test]
+fn a_node_an_operator_took_out_of_service_is_never_fenced() {
+    let mut s = script(
+        "nodeHealth: { mode: cordon }\nfencing: { after: 1m, maxPercent: 50 }\norchestrator: { kind: kubernetes }\n",
+    );
+    let seen = |not_ready: bool| {
+        let mut k1 = super::shown("k1", Status::Cordoned);
+        k1.not_ready = not_ready;
+        k1.cordoned_by = Some((crate::core::policy::Actor::Operator, "bios update".into()));
+        vec![k1, super::shown("k2", Status::Ready)]
+    };
+    let out = s.fleet.observe(&s.cfg, s.now, &seen(false));
+    s.record(out);
+    s.at(0).poll(&[watchdog(), beat("k1"), beat("k2")]);
+    s.at(5)
+        .poll(&[watchdog(), beat("k2")])
+        .at(30)
+        .poll(&[watchdog(), beat("k2")]);
+    let out = s.fleet.observe(&s.cfg, s.now, &seen(true));
+    s.record(out);
+    s.at(100).poll(&[watchdog(), beat("k2")]).flows();
+    s.at(400).poll(&[watchdog(), beat("k2")]).flows();
+    assert_eq!(s.act(), Vec::<String>::new());
+    assert!(s.node("k1").policy.fence.is_none());
+    assert!(
+        s.took_of(&["REMEDIATION_STARTED", "POLICY_HALTED"])
+            .is_empty()
     );
 }
 
@@ -1726,9 +1823,16 @@ fn a_cordoned_node_that_stops_being_ready_is_fenced_and_restored_when_ready() {
     let mut s = script(
         "nodeHealth: { mode: cordon }\nfencing: { after: 1m, maxPercent: 50 }\norchestrator: { kind: kubernetes }\n",
     );
+    // Cordoned by hale (an operator's cordon is theirs: never fenced).
     let seen = |id: &str, status: Status, not_ready: bool| {
         let mut o = super::shown(id, status);
         o.not_ready = not_ready;
+        if status == Status::Cordoned {
+            o.cordoned_by = Some((
+                crate::core::policy::Actor::Hale,
+                "score below cordonBelow 60".into(),
+            ));
+        }
         o
     };
     let out = s.fleet.observe(
