@@ -316,16 +316,15 @@ fn enqueue_node(
             out.dirty.insert(node.id.clone());
         }
     }
-    // Cordoned by a flow this store has no record of (another replica's, or a
-    // store lost): what it did is unknown, so an operator decides.
-    let orphan = node.policy.flow_failed_at.is_none() && flow_cordon(node.policy.cordon.as_ref());
+    // Out of service in someone else's hands: what they do is theirs.
+    let not_ours = not_ours(node);
     // Recommended (observe) or refused: said once per episode, not queued.
     let guardrail = if observe {
         Some(None)
     } else if node.policy.reboots.len() >= REBOOTS_PER_DAY {
         Some(Some("remediation.rebootsPerDay"))
-    } else if orphan {
-        Some(Some("remediation.unknownFlow"))
+    } else if let Some((guardrail, _)) = &not_ours {
+        Some(Some(*guardrail))
     } else {
         None
     };
@@ -342,7 +341,7 @@ fn enqueue_node(
                 "not rebooted: {} reboots for its alerts in the last day did not cure it; left for an operator",
                 node.policy.reboots.len()
             ),
-            Some(_) => "not rebooted: a reboot flow this hale has no record of left it cordoned (another replica's, or a lost store); an operator decides".to_string(),
+            Some(_) => not_ours.map(|(_, why)| why).unwrap_or_default(),
         };
         node.policy.recommended_reboot = Some(ctype.to_string());
         out.events.push(policy_verdict(
@@ -360,6 +359,29 @@ fn enqueue_node(
         false,
     ));
     out.dirty.insert(node.id.clone());
+}
+
+/// Why a reboot hale's policy asks for is not its to start on `node`: a cordon
+/// a reboot flow this store has no record of left (another replica's, another
+/// hale's on the same cluster, or a lost store: what it did is unknown), or an
+/// operator's (a repair, their own maintenance). The guardrail and the verdict.
+fn not_ours(node: &Node) -> Option<(&'static str, String)> {
+    let cordon = node.policy.cordon.as_ref()?;
+    if node.policy.flow_failed_at.is_none() && flow_cordon(Some(cordon)) {
+        return Some((
+            "remediation.unknownFlow",
+            "not rebooted: a reboot flow this hale has no record of left it cordoned (another replica's or another hale's, or a lost store); an operator decides".into(),
+        ));
+    }
+    (cordon.by == Actor::Operator).then(|| {
+        (
+            "remediation.operatorCordon",
+            format!(
+                "not rebooted: an operator took it out of service ({}); theirs to reboot (hale node reboot {})",
+                cordon.reason, node.id
+            ),
+        )
+    })
 }
 
 /// The start of every cordon reason a reboot flow writes.
@@ -997,6 +1019,31 @@ impl Fleet {
         let (mut pools, _) = count(cfg, now, &self.ledger, self.nodes.values().map(Box::as_ref));
         for id in queue {
             let node = &self.nodes[&id];
+            // Queued before someone else took the node out (another hale's flow
+            // cordoned it first, an operator drained it): the policy's flow
+            // gives way, said once.
+            if node
+                .policy
+                .flow
+                .as_ref()
+                .is_some_and(|f| f.by == Actor::Hale)
+                && let Some((guardrail, why)) = not_ours(node)
+            {
+                let node = self.nodes.get_mut(&id).expect("queued nodes exist");
+                let flow = node.policy.flow.take().expect("queued");
+                node.policy.recommended_reboot = flow.trigger;
+                let settings = cfg.settings_for(&node.labels);
+                out.events.push(policy_verdict(
+                    node,
+                    settings,
+                    now,
+                    REBOOT,
+                    Some(guardrail),
+                    why,
+                ));
+                out.dirty.insert(id);
+                continue;
+            }
             if self
                 .held_back(cfg, now, facts, node, &active, &pools)
                 .is_some()

@@ -277,9 +277,10 @@ fn an_operators_drain_during_a_flow_is_the_operators() {
     );
 }
 
-/// A reboot of a node an operator had cordoned, verified while the node's score is
-/// below cordonBelow, leaves the operator's cordon as the operator's: not said on
-/// the node as hale's (which would let `replace` terminate it).
+/// An operator's reboot of a node they had cordoned, verified while the node's
+/// score is below cordonBelow, leaves the operator's cordon as the operator's:
+/// not said on the node as hale's (which would let `replace` terminate it). (A
+/// reboot the policy asks for gives such a node way: below.)
 #[test]
 fn a_verified_reboot_leaves_an_operators_cordon_the_operators() {
     let mut s = fleet(RACKS);
@@ -292,8 +293,13 @@ fn a_verified_reboot_leaves_an_operators_cordon_the_operators() {
     let out = s.fleet.cordon(s.now, "n1", "disk swap").unwrap();
     s.record(out);
     s.act();
-    s.at(10)
-        .poll(&all_beating(&[], &[ecc.clone(), uptime("n1", "P5")]))
+    s.at(10);
+    let out = s
+        .fleet
+        .request_reboot(s.now, "n1", "after the disk swap", false)
+        .unwrap();
+    s.record(out);
+    s.poll(&all_beating(&[], std::slice::from_ref(&ecc)))
         .flows();
     assert!(s.step("n1").is_some());
     assert_eq!(s.act(), ["n1:drain", "n1:reboot"]);
@@ -1816,6 +1822,85 @@ fn a_cordon_left_by_an_unknown_flow_is_left_for_an_operator() {
         "{:?}",
         s.events.iter().map(|e| &e.message).collect::<Vec<_>>()
     );
+}
+
+/// A reboot the policy queued gives way, when its turn comes, to whoever took the
+/// node out meanwhile: another hale's flow on the same cluster that cordoned it
+/// first (`remediation.unknownFlow`: it would have rebooted the node twice), or an
+/// operator's drain (`remediation.operatorCordon`: their job cancelled, their
+/// machine power-cycled). Said once each; nothing is sent. An operator's own
+/// request still goes ahead.
+#[test]
+fn a_queued_policy_reboot_gives_way_to_whoever_took_the_node_out_first() {
+    use crate::core::policy::{Actor, Cordon};
+    for (by, reason, guardrail) in [
+        (
+            Actor::Hale,
+            "hale reboot: WorkerUptimeTooHigh [root@2026-12-07T21:37:37]",
+            "remediation.unknownFlow",
+        ),
+        (
+            Actor::Operator,
+            "disk swap - bob",
+            "remediation.operatorCordon",
+        ),
+    ] {
+        // t0 is 12:00 UTC: queued outside the window, its turn at 12:01.
+        let mut s = fleet(
+            "nodeHealth: { mode: cordon, maxUnavailablePercent: 100 }\ninventory: [ { id: n1 } ]\nremediation: { window: { start: '12:01', end: '14:00', timeZone: UTC } }\n",
+        );
+        s.at(0).poll(&[watchdog(), beat("n1")]);
+        s.at(5)
+            .poll(&[watchdog(), beat("n1"), uptime("n1", "P9")])
+            .flows();
+        assert_eq!(s.step("n1"), Some(FlowStep::Queued), "{guardrail}");
+        // Taken out by someone else before the flow's turn.
+        let node = s.fleet.nodes.get_mut("n1").unwrap();
+        node.status = Status::Cordoned;
+        node.policy.cordon = Some(Cordon {
+            by,
+            reason: reason.into(),
+            at: s.now,
+            drained: true,
+            drain_refused: false,
+            drain_reason: None,
+        });
+        for t in [30, 60, 65, 90] {
+            s.at(t)
+                .poll(&[watchdog(), beat("n1"), uptime("n1", "P9")])
+                .flows();
+        }
+        assert_eq!(s.step("n1"), None, "{guardrail}");
+        assert!(s.act().is_empty(), "{guardrail}: nothing sent");
+        let halted: Vec<&Event> = s
+            .events
+            .iter()
+            .filter(|e| e.kind.name() == "POLICY_HALTED")
+            .collect();
+        assert_eq!(halted.len(), 1, "{guardrail}: said once");
+        assert!(
+            matches!(&halted[0].kind, EventKind::PolicyHalted { guardrail: g, .. } if g == guardrail),
+            "{:?}",
+            halted[0]
+        );
+        assert!(
+            !s.events
+                .iter()
+                .any(|e| e.kind.name() == "REMEDIATION_STARTED"),
+            "{guardrail}"
+        );
+        // The operator's own reboot of the node goes ahead.
+        let out = s
+            .fleet
+            .request_reboot(s.now, "n1", "kernel update", false)
+            .unwrap();
+        s.record(out);
+        s.at(100).poll(&[watchdog(), beat("n1")]).flows();
+        assert!(
+            s.step("n1").is_some_and(|st| st != FlowStep::Queued),
+            "{guardrail}"
+        );
+    }
 }
 
 #[test]
