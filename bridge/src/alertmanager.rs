@@ -59,6 +59,15 @@ pub enum IngestError {
         "Alertmanager at {url} sent an answer past alertmanager.maxAnswerBytes ({limit} bytes): cut off there, nothing applied"
     )]
     TooLarge { url: String, limit: usize },
+    #[error(
+        "Alertmanager at {url} has no receiver named {receiver:?} (alertmanager.receiver; its configuration names {}): it lists no alerts for it, so nothing is taken from its answers",
+        known.join(", ")
+    )]
+    NoReceiver {
+        url: String,
+        receiver: String,
+        known: Vec<String>,
+    },
 }
 
 /// What a refusal says about the credentials hale sent (`auth`: their key).
@@ -77,7 +86,7 @@ fn refused_hint(status: u16, auth: &Option<&'static str>) -> String {
 impl IngestError {
     /// Low-cardinality label for failure counters.
     /// Every value [`IngestError::metric_label`] returns.
-    pub const METRIC_LABELS: [&'static str; 7] = [
+    pub const METRIC_LABELS: [&'static str; 8] = [
         "unreachable",
         "timeout",
         "status",
@@ -85,6 +94,7 @@ impl IngestError {
         "version",
         "credentials",
         "too_large",
+        "receiver",
     ];
 
     pub fn metric_label(&self) -> &'static str {
@@ -96,6 +106,7 @@ impl IngestError {
             IngestError::Version(_) | IngestError::NotV2(_) => "version",
             IngestError::Credentials { .. } => "credentials",
             IngestError::TooLarge { .. } => "too_large",
+            IngestError::NoReceiver { .. } => "receiver",
         }
     }
 }
@@ -477,6 +488,8 @@ pub struct Client {
     timeout: Duration,
     /// Largest answer read (`alertmanager.maxAnswerBytes`).
     max_answer: usize,
+    /// The receiver asked for (`alertmanager.receiver`).
+    receiver: String,
     /// How long the last whole answer took to arrive.
     last_answer: std::sync::Arc<std::sync::Mutex<Option<Duration>>>,
 }
@@ -507,6 +520,41 @@ impl Auth {
 struct Status {
     /// When this Alertmanager process started (RFC 3339).
     uptime: String,
+    #[serde(default)]
+    config: Option<StatusConfig>,
+}
+
+#[derive(Deserialize)]
+struct StatusConfig {
+    /// The configuration it runs, as YAML.
+    original: String,
+}
+
+/// The part of Alertmanager's configuration hale reads: its receivers' names.
+#[derive(Deserialize)]
+struct Receivers {
+    #[serde(default)]
+    receivers: Vec<Named>,
+}
+
+#[derive(Deserialize)]
+struct Named {
+    name: String,
+}
+
+/// What `GET /api/v2/status` says.
+struct StatusRead {
+    started: chrono::DateTime<chrono::Utc>,
+    /// The receivers its configuration names; `None` where it could not be read
+    /// (no configuration shown, or one hale cannot parse: nothing is judged by it).
+    receivers: Option<Vec<String>>,
+}
+
+/// The receivers Alertmanager's configuration (`original`) names.
+fn receivers(original: &str) -> Option<Vec<String>> {
+    let read: Receivers = serde_saphyr::from_str(original).ok()?;
+    let names: Vec<String> = read.receivers.into_iter().map(|r| r.name).collect();
+    (!names.is_empty()).then_some(names)
 }
 
 /// Alertmanager reads `receiver` as a regular expression, anchored (`^(?:…)$`): a
@@ -571,6 +619,7 @@ impl Client {
             status_url: under(&["api", "v2", "status"]),
             timeout: cfg.timeout,
             max_answer: cfg.max_answer_bytes,
+            receiver: cfg.receiver.clone(),
             last_answer: Default::default(),
         }
     }
@@ -584,9 +633,10 @@ impl Client {
         })
     }
 
-    /// When the Alertmanager answering now started (`/api/v2/status` uptime). Asked
-    /// after the alerts, so a restart between the two reads as one.
-    pub async fn started(&self) -> Result<chrono::DateTime<chrono::Utc>> {
+    /// When the Alertmanager answering now started (`/api/v2/status` uptime), and the
+    /// receivers it has. Asked after the alerts, so a restart between the two reads
+    /// as one.
+    async fn status(&self) -> Result<StatusRead> {
         let url = crate::shown_url(&self.status_url);
         let resp = self
             .get(self.status_url.clone(), &url)?
@@ -611,9 +661,13 @@ impl Client {
             .map_err(|e| malformed(crate::error_chain(&e.without_url())))?;
         let status: Status = serde_json::from_slice(&body)
             .map_err(|e| malformed(crate::redact::unquoted(&e.to_string())))?;
-        chrono::DateTime::parse_from_rfc3339(&status.uptime)
+        let started = chrono::DateTime::parse_from_rfc3339(&status.uptime)
             .map(|t| t.with_timezone(&chrono::Utc))
-            .map_err(|e| malformed(format!("its uptime is not an RFC 3339 time: {e}")))
+            .map_err(|e| malformed(format!("its uptime is not an RFC 3339 time: {e}")))?;
+        Ok(StatusRead {
+            started,
+            receivers: status.config.and_then(|c| receivers(&c.original)),
+        })
     }
 
     fn shown_url(&self) -> String {
@@ -775,7 +829,23 @@ impl Client {
             },
         })?;
         *self.last_answer.lock().expect("answer time lock") = Some(began.elapsed());
-        let started = self.started().await.map_err(|e| e.to_string());
+        let status = self.status().await.map_err(|e| e.to_string());
+        // A receiver Alertmanager does not have is asked for in vain: its answer
+        // is empty, and taken as trusted (without the watchdog required) it would
+        // end every condition.
+        if let Ok(StatusRead {
+            receivers: Some(known),
+            ..
+        }) = &status
+            && !known.contains(&self.receiver)
+        {
+            return Err(IngestError::NoReceiver {
+                url: self.shown_url(),
+                receiver: self.receiver.clone(),
+                known: known.clone(),
+            });
+        }
+        let started = status.map(|s| s.started);
         Ok(Answer {
             body,
             date,
@@ -869,6 +939,19 @@ mod tests {
         };
         assert_eq!(unread.metric_label(), "credentials");
         assert!(!unread.to_string().contains("reach"), "{unread}");
+    }
+
+    #[test]
+    fn the_receivers_are_read_from_the_configuration_alertmanager_shows() {
+        // As Alertmanager 0.25's /api/v2/status shows its configuration.
+        let original = "global:\n  resolve_timeout: 5m\nroute:\n  receiver: hale\n  routes:\n  - receiver: hale (gpu)\n    matchers:\n    - x=\"y\"\nreceivers:\n- name: hale\n  webhook_configs:\n  - send_resolved: true\n    url: <secret>\n- name: hale (gpu)\ntemplates: []\n";
+        assert_eq!(
+            receivers(original),
+            Some(vec!["hale".to_string(), "hale (gpu)".to_string()])
+        );
+        // Nothing to judge by: no receivers shown, or no YAML.
+        assert_eq!(receivers("route: { receiver: x }\n"), None);
+        assert_eq!(receivers("{{ not yaml"), None);
     }
 
     #[test]

@@ -50,15 +50,28 @@ fn main() -> std::process::ExitCode {
             runtime.shutdown_timeout(std::time::Duration::from_secs(5));
             ran
         });
+    // Logging JSON, the error that ends the process is a line of the log like
+    // the others, for a collector that reads only JSON (the crash loop's cause).
+    let json = LOGS_JSON.load(std::sync::atomic::Ordering::Relaxed);
+    if let Err(e) = &ran
+        && json
+    {
+        tracing::error!("{}", format!("{e:#}"));
+    }
     flush_log();
     match ran {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", cli::terminal(&format!("{e:#}")));
+            if !json {
+                eprintln!("error: {}", cli::terminal(&format!("{e:#}")));
+            }
             std::process::ExitCode::FAILURE
         }
     }
 }
+
+/// The log is JSON (`--log-format json`), set up.
+static LOGS_JSON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// `HALE_CONFIG` was set, and empty.
 static EMPTY_CONFIG_VAR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -304,7 +317,10 @@ fn log(format: LogFormat) -> anyhow::Result<()> {
         .with_env_filter(filter)
         .with_writer(|| LogOut);
     match format {
-        LogFormat::Json => log.json().with_current_span(false).init(),
+        LogFormat::Json => {
+            log.json().with_current_span(false).init();
+            LOGS_JSON.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         LogFormat::Text => log
             .fmt_fields(hale::logline::Logfmt)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))

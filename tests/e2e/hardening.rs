@@ -691,6 +691,36 @@ async fn logs_are_plain_off_a_terminal_and_json_when_asked() {
         assert_eq!(code, Some(1), "{said}");
         assert!(said.contains(&format!("`{word}` is no level")), "{said}");
     }
+    // Logging JSON, the error that stops the start is a JSON line of the log,
+    // not plain text a JSON-only collector would drop.
+    std::fs::write(
+        dir.path().join("typo.yaml"),
+        "alertmanager: { pollIntervall: 1s }\n",
+    )
+    .unwrap();
+    let out = exits_within(
+        std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+            .args(["serve", "--log-format", "json", "--config"])
+            .arg(dir.path().join("typo.yaml")),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let said: Vec<Value> = [out.stdout, out.stderr]
+        .iter()
+        .flat_map(|o| {
+            String::from_utf8_lossy(o)
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .map(|l| serde_json::from_str(&l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(
+        said.iter().any(|l| l["level"] == "ERROR"
+            && l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("alertmanager.pollIntervall"))),
+        "{said:?}"
+    );
     // So is a log format, naming the variable as well as the flag.
     let (code, said) = refused("HALE_LOG_FORMAT", "xml");
     assert_eq!(code, Some(2), "{said}");

@@ -710,3 +710,47 @@ async fn nodes_refused_past_max_nodes_are_said_once_a_minute() {
         .count();
     assert_eq!(said, 1, "{}", hale.log());
 }
+
+/// A receiver Alertmanager does not have (a typo, a rename on its side) is
+/// asked for in vain: its answers are empty, and taken as trusted — without the
+/// watchdog required — they would end every condition. hale reads the receivers
+/// from Alertmanager's status, takes nothing from such answers, and says why.
+#[tokio::test]
+async fn a_receiver_alertmanager_does_not_have_clears_nothing_and_is_named() {
+    let am = Alertmanager::start(None).await;
+    am.fire(&[watchdog(), heartbeat("n1"), smart_failing("n1")])
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let hale = Hale::start(dir.path(), &am.url, "").await;
+    hale.wait_node("SMART failing scored", "n1", |n| {
+        has_condition(n, "disk_degraded")
+    })
+    .await;
+    // The receiver renamed by mistake, the watchdog no longer required.
+    let path = dir.path().join("hale.yaml");
+    let config = std::fs::read_to_string(&path).unwrap().replace(
+        "pollInterval: 1s",
+        "pollInterval: 1s, receiver: hael, requireWatchdog: false",
+    );
+    std::fs::write(&path, config).unwrap();
+    hale.reload().await;
+    let error = eventually("the receiver named", Duration::from_secs(20), || async {
+        let log = hale.log();
+        let line = log.lines().find(|l| l.contains("no receiver named"))?;
+        Some(line.to_string())
+    })
+    .await;
+    assert!(
+        error.contains("hael")
+            && error.contains("(alertmanager.receiver; its configuration names hale)"),
+        "{error}"
+    );
+    let polls = metric(
+        &hale.metrics().await,
+        "hale_alertmanager_polls_total",
+        &[("result", "receiver")],
+    );
+    assert!(polls.is_some_and(|n| n >= 1.0), "counted as failed polls");
+    let n1 = hale.node("n1").await.unwrap();
+    assert!(has_condition(&n1, "disk_degraded"), "nothing cleared: {n1}");
+}

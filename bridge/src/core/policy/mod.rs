@@ -559,7 +559,13 @@ impl Policy<'_, '_> {
             self.record_cordon(node, Actor::Hale, &reason);
         }
         let cordon = node.policy.cordon.as_mut().expect("cordoned above");
-        if verdict >= Verdict::Drain && !cordon.drained && !cordon.drain_refused {
+        // Someone else's cordon is theirs to drain or not: a drain of hale's
+        // would only write its reason over theirs (Slurm's drain is the cordon).
+        if verdict >= Verdict::Drain
+            && cordon.by == Actor::Hale
+            && !cordon.drained
+            && !cordon.drain_refused
+        {
             // Automated drains are passive: running work is left to finish.
             cordon.drain();
             let reason = format!("score below drainBelow {}", settings.drain_below);
@@ -754,10 +760,16 @@ impl Policy<'_, '_> {
                 match node.policy.cordon.as_ref() {
                     // Someone else's cordon already keeps the node out: enforced,
                     // the verdict would hold without hale doing anything.
-                    Some(c) if *action == Verdict::Cordon && c.by != Actor::Hale => format!(
-                        "would cordon: score {score}; cordoned by {} already, so nothing would be done (observe mode changes nothing)",
-                        c.by.as_str()
-                    ),
+                    Some(c)
+                        if matches!(action, Verdict::Cordon | Verdict::Drain)
+                            && c.by != Actor::Hale =>
+                    {
+                        format!(
+                            "would {}: score {score}; cordoned by {} already, so nothing would be done (observe mode changes nothing)",
+                            action.as_str(),
+                            c.by.as_str()
+                        )
+                    }
                     _ => format!(
                         "would {}: score {score} (observe mode changes nothing)",
                         action.as_str()
@@ -776,12 +788,13 @@ impl Policy<'_, '_> {
                     }
                     // Someone else's cordon already keeps the node out: the
                     // policy's verdict holds without hale doing anything.
-                    None if *action == Verdict::Cordon
+                    None if matches!(action, Verdict::Cordon | Verdict::Drain)
                         && let Some(c) = node.policy.cordon.as_ref()
                         && c.by != Actor::Hale =>
                     {
                         format!(
-                            "cordon: score {score}; cordoned by {} already, so nothing done",
+                            "{}: score {score}; cordoned by {} already, so nothing done",
+                            action.as_str(),
                             c.by.as_str()
                         )
                     }
@@ -819,10 +832,7 @@ impl Policy<'_, '_> {
                     Guardrail::TerminationRejected => {
                         format!("the orchestrator refused to terminate it{}", refusal(node))
                     }
-                    Guardrail::CordonRefused => format!(
-                        "the orchestrator refused to take it out of service{}; asked again in 10 minutes",
-                        refusal(node)
-                    ),
+                    Guardrail::CordonRefused => cordon_refused(node),
                 };
                 // A fault eviction acts in every mode: its halt is one.
                 let message = if settings.mode == Mode::Observe && *action != Verdict::Evict {
@@ -994,6 +1004,14 @@ fn taken_over(node: &mut Node, reason: &str) {
 }
 
 /// Why the orchestrator refused what the node waits to ask again, as ` (…)`.
+/// Why a cordon of hale's stands refused ([`Guardrail::CordonRefused`]).
+fn cordon_refused(node: &Node) -> String {
+    format!(
+        "the orchestrator refused to take it out of service{}; asked again in 10 minutes",
+        refusal(node)
+    )
+}
+
 fn refusal(node: &Node) -> String {
     node.policy
         .refusal

@@ -574,11 +574,37 @@ impl Fleet {
             // hale's own cordon not before `TERMINATE_RETRY`: a refusal is not
             // something to ask again every second.
             node.policy.cordon = None;
-            node.policy.conclusion = None;
+            let concluded = node.policy.conclusion.take();
             if by == Actor::Hale {
                 node.policy.retry_after =
                     Some(now + chrono::TimeDelta::from_std(TERMINATE_RETRY).expect("minutes"));
                 node.policy.refusal = Some(crate::core::labels::clip(why).to_string());
+                // Said now, answering the NODE_CORDONED the policy recorded: the next
+                // decision, which would say it, may find the node taken out by
+                // someone else meanwhile (the reason of the refusal) and conclude
+                // otherwise. Kept as the conclusion, so that decision does not say
+                // it twice.
+                let action = match concluded {
+                    Some(Conclusion::Acted { action, .. }) => action,
+                    _ => Verdict::Cordon,
+                };
+                let settings = cfg.settings_for(&node.labels);
+                out.events.push(super::policy_verdict(
+                    node,
+                    settings,
+                    now,
+                    action.as_str(),
+                    Some(Guardrail::CordonRefused.as_str()),
+                    format!(
+                        "{} halted: {}",
+                        action.as_str(),
+                        super::cordon_refused(node)
+                    ),
+                ));
+                node.policy.conclusion = Some(Conclusion::Halted {
+                    action,
+                    guardrail: Guardrail::CordonRefused,
+                });
             } else {
                 // Hale's own is said by the halt its next decision records; an
                 // operator's, whose NODE_CORDONED stands in the history, here.

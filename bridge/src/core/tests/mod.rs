@@ -2790,6 +2790,44 @@ fn the_policy_claims_no_cordon_an_operator_made() {
     }
 }
 
+/// A node an operator cordoned (in Slurm, drained: the drain is the cordon) that
+/// then scores below drainBelow: hale does not drain it over them — no drain
+/// sent to write its reason over theirs, no `NODE_DRAINED` claiming one — and
+/// its verdict says so.
+#[test]
+fn the_policy_drains_no_node_an_operator_took_out() {
+    let mut s = pool_script("drain");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &[], very_low);
+    s.at(30).report(&ids, &[], very_low);
+    s.fleet.cordon(s.now, "g-0", "disk swap - bob").unwrap();
+    s.took();
+    s.at(60).report(&ids, &["g-0"], very_low);
+    s.at(90).report(&ids, &["g-0"], very_low);
+    let score = s.score("g-0").unwrap();
+    let messages: Vec<String> = s
+        .events
+        .iter()
+        .filter(|e| e.node_id == "g-0" && e.kind.name() == "POLICY_ACTED")
+        .map(|e| e.message.clone())
+        .collect();
+    let took = s.took();
+    assert!(!took.iter().any(|e| e.contains("NODE_DRAINED")), "{took:?}");
+    assert_eq!(
+        messages.last().unwrap(),
+        &format!("drain: score {score}; cordoned by operator already, so nothing done"),
+        "{messages:?}"
+    );
+    assert!(
+        !s.node("g-0")
+            .policy
+            .pending
+            .iter()
+            .any(|p| matches!(p.action, policy::Action::Drain { .. })),
+        "no drain sent"
+    );
+}
+
 /// An operator's verb without a reason says so without a dangling colon.
 #[test]
 fn operator_verbs_name_their_reason_when_given() {
@@ -4882,20 +4920,17 @@ fn a_refused_cordon_leaves_the_node_in_service_and_is_not_an_uncordon() {
     assert_eq!(s.node("g-0").status, Status::Ready);
     assert!(s.node("g-0").policy.cordon.is_none());
     assert!(s.fleet.pending().is_empty());
-    assert_eq!(
-        s.policy_events(),
-        Vec::<String>::new(),
-        "no uncordon recorded"
-    );
-    // The next report decides again: halted, said once with the orchestrator's
-    // reason, not asked again at once.
-    s.at(60).report(&ids, &["g-0"], low);
+    // Halted at once, answering the cordon the history holds, with the
+    // orchestrator's reason; no uncordon recorded; not asked again at once.
     let halt = s.events.last().unwrap().message.clone();
     assert!(halt.contains(&format!("out of service ({why})")), "{halt}");
     assert_eq!(
         s.policy_events(),
         ["g-0 POLICY_HALTED cordon cordonRefused"]
     );
+    // The next report decides again, and does not say it twice.
+    s.at(60).report(&ids, &["g-0"], low);
+    assert_eq!(s.policy_events(), Vec::<String>::new());
     s.at(90).report(&ids, &["g-0"], low);
     assert_eq!(s.policy_events(), Vec::<String>::new());
     assert!(s.fleet.pending().is_empty());
@@ -4904,6 +4939,50 @@ fn a_refused_cordon_leaves_the_node_in_service_and_is_not_an_uncordon() {
     assert_eq!(
         s.policy_events(),
         ["g-0 NODE_CORDONED hale", "g-0 POLICY_ACTED cordon"]
+    );
+}
+
+/// A cordon refused because someone drained the node between hale's read and its
+/// write (Slurm: `drained outside hale meanwhile`): the history answers the
+/// `NODE_CORDONED` hale recorded with the halt at once — the next decision finds
+/// the node the operator's and says only that — so its cordons add up to what
+/// the cluster saw.
+#[test]
+fn a_cordon_refused_for_someone_elses_drain_is_answered_in_the_history() {
+    let mut s = pool_script("cordon");
+    let ids = s.pool("g", 10, "gpu");
+    s.at(0).report(&ids, &["g-0"], low);
+    s.at(30).report(&ids, &["g-0"], low);
+    assert_eq!(
+        s.policy_events(),
+        ["g-0 NODE_CORDONED hale", "g-0 POLICY_ACTED cordon"]
+    );
+    let cordon = s.node("g-0").policy.pending[0].id;
+    let why = "node g-0 was drained outside hale meanwhile (reason: bios - gina): the drain is the operator's";
+    let out = s.fleet.action_failed(&s.cfg, s.now, "g-0", cordon, why);
+    s.record(out);
+    let mut drained = shown("g-0", Status::Cordoned);
+    drained.cordoned_by = Some((policy::Actor::Operator, "bios - gina".into()));
+    let out = s.fleet.observe(&s.cfg, s.now, &[drained]);
+    s.record(out);
+    s.at(60).report(&ids, &["g-0"], low);
+    let acted = s
+        .events
+        .iter()
+        .rfind(|e| e.kind.name() == "POLICY_ACTED")
+        .map(|e| e.message.clone())
+        .unwrap();
+    assert!(
+        acted.ends_with("cordoned by operator already, so nothing done"),
+        "{acted}"
+    );
+    assert_eq!(
+        s.policy_events(),
+        [
+            "g-0 POLICY_HALTED cordon cordonRefused",
+            "g-0 NODE_CORDONED operator",
+            "g-0 POLICY_ACTED cordon"
+        ]
     );
 }
 
