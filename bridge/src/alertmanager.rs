@@ -60,7 +60,7 @@ pub enum IngestError {
     )]
     TooLarge { url: String, limit: usize },
     #[error(
-        "Alertmanager at {url} has no receiver named {receiver:?} (alertmanager.receiver; its configuration names {}): it lists no alerts for it, so nothing is taken from its answers",
+        "Alertmanager at {url} routes no alerts to a receiver named {receiver:?} (alertmanager.receiver; its routes send to {}): it lists none for it, so nothing is taken from its answers",
         known.join(", ")
     )]
     NoReceiver {
@@ -530,31 +530,52 @@ struct StatusConfig {
     original: String,
 }
 
-/// The part of Alertmanager's configuration hale reads: its receivers' names.
+/// The part of Alertmanager's configuration hale reads: the receivers its routes
+/// send to (a receiver no route names gets no alerts: Alertmanager does not even
+/// create it).
 #[derive(Deserialize)]
-struct Receivers {
+struct Routing {
     #[serde(default)]
-    receivers: Vec<Named>,
+    route: Option<Route>,
 }
 
 #[derive(Deserialize)]
-struct Named {
-    name: String,
+struct Route {
+    #[serde(default)]
+    receiver: Option<String>,
+    #[serde(default)]
+    routes: Vec<Route>,
+}
+
+impl Route {
+    /// The receivers this route and those under it name, each once, in order.
+    fn receivers<'a>(&'a self, into: &mut Vec<&'a str>) {
+        if let Some(r) = &self.receiver
+            && !into.contains(&r.as_str())
+        {
+            into.push(r);
+        }
+        for route in &self.routes {
+            route.receivers(into);
+        }
+    }
 }
 
 /// What `GET /api/v2/status` says.
 struct StatusRead {
     started: chrono::DateTime<chrono::Utc>,
-    /// The receivers its configuration names; `None` where it could not be read
-    /// (no configuration shown, or one hale cannot parse: nothing is judged by it).
+    /// The receivers its routes send to; `None` where they could not be read (no
+    /// configuration shown, or one hale cannot parse: nothing is judged by it).
     receivers: Option<Vec<String>>,
 }
 
-/// The receivers Alertmanager's configuration (`original`) names.
+/// The receivers the routes of Alertmanager's configuration (`original`) send to.
 fn receivers(original: &str) -> Option<Vec<String>> {
-    let read: Receivers = serde_saphyr::from_str(original).ok()?;
-    let names: Vec<String> = read.receivers.into_iter().map(|r| r.name).collect();
-    (!names.is_empty()).then_some(names)
+    let read: Routing = serde_saphyr::from_str(original).ok()?;
+    let route = read.route?;
+    let mut names = Vec::new();
+    route.receivers(&mut names);
+    (!names.is_empty()).then(|| names.into_iter().map(str::to_string).collect())
 }
 
 /// Alertmanager reads `receiver` as a regular expression, anchored (`^(?:…)$`): a
@@ -943,14 +964,20 @@ mod tests {
 
     #[test]
     fn the_receivers_are_read_from_the_configuration_alertmanager_shows() {
-        // As Alertmanager 0.25's /api/v2/status shows its configuration.
-        let original = "global:\n  resolve_timeout: 5m\nroute:\n  receiver: hale\n  routes:\n  - receiver: hale (gpu)\n    matchers:\n    - x=\"y\"\nreceivers:\n- name: hale\n  webhook_configs:\n  - send_resolved: true\n    url: <secret>\n- name: hale (gpu)\ntemplates: []\n";
+        // As Alertmanager 0.25's /api/v2/status shows its configuration: the
+        // receivers routed to, nested ones too, each once; `spare` no route
+        // names (Alertmanager does not create it).
+        let original = "global:\n  resolve_timeout: 5m\nroute:\n  receiver: hale\n  routes:\n  - receiver: hale (gpu)\n    matchers:\n    - x=\"y\"\n    routes:\n    - receiver: deep\n    - receiver: hale\nreceivers:\n- name: hale\n  webhook_configs:\n  - send_resolved: true\n    url: <secret>\n- name: hale (gpu)\n- name: deep\n- name: spare\ntemplates: []\n";
         assert_eq!(
             receivers(original),
-            Some(vec!["hale".to_string(), "hale (gpu)".to_string()])
+            Some(vec![
+                "hale".to_string(),
+                "hale (gpu)".to_string(),
+                "deep".to_string()
+            ])
         );
-        // Nothing to judge by: no receivers shown, or no YAML.
-        assert_eq!(receivers("route: { receiver: x }\n"), None);
+        // Nothing to judge by: no route shown, or no YAML.
+        assert_eq!(receivers("receivers: [{ name: x }]\n"), None);
         assert_eq!(receivers("{{ not yaml"), None);
     }
 

@@ -52,7 +52,8 @@ fn main() -> std::process::ExitCode {
         });
     // Logging JSON, the error that ends the process is a line of the log like
     // the others, for a collector that reads only JSON (the crash loop's cause).
-    let json = LOGS_JSON.load(std::sync::atomic::Ordering::Relaxed);
+    let json = LOGS_JSON.load(std::sync::atomic::Ordering::Relaxed)
+        && tracing::enabled!(tracing::Level::ERROR);
     if let Err(e) = &ran
         && json
     {

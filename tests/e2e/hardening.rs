@@ -721,6 +721,19 @@ async fn logs_are_plain_off_a_terminal_and_json_when_asked() {
                 .is_some_and(|m| m.contains("alertmanager.pollIntervall"))),
         "{said:?}"
     );
+    // With the log off, the error is said on stderr all the same.
+    let out = exits_within(
+        std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+            .args(["serve", "--log-format", "json", "--config"])
+            .arg(dir.path().join("typo.yaml"))
+            .env("HALE_LOG", "off"),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.starts_with("error: ") && said.contains("pollIntervall"),
+        "{said}"
+    );
     // So is a log format, naming the variable as well as the flag.
     let (code, said) = refused("HALE_LOG_FORMAT", "xml");
     assert_eq!(code, Some(2), "{said}");

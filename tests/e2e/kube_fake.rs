@@ -107,6 +107,8 @@ struct Cluster {
     requests: Vec<Request>,
     /// Tokens refused on Leases only (their Role taken away).
     lease_forbidden: BTreeSet<String>,
+    /// Tokens refused every request on Nodes (a Role that lacks them).
+    nodes_forbidden: BTreeSet<String>,
     /// Leases (namespace, name) another writer changes right before their next
     /// update is served.
     lease_races: BTreeSet<(String, String)>,
@@ -892,6 +894,15 @@ async fn gate(
         .join(", ");
     let index = {
         let mut c = fake.state.lock().unwrap();
+        if resource == "nodes" && c.nodes_forbidden.contains(&user) {
+            return status(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                &format!(
+                    "nodes is forbidden: User \"{user}\" cannot {verb} resource \"nodes\" in API group \"\" at the cluster scope"
+                ),
+            );
+        }
         if resource == "leases" && c.lease_forbidden.contains(&user) {
             return status(
                 StatusCode::FORBIDDEN,
@@ -1403,6 +1414,16 @@ impl FakeApi {
             .lock()
             .unwrap()
             .lease_forbidden
+            .insert(token.into());
+    }
+
+    /// From now on, refuse `token` every request on Nodes (403): a ClusterRole
+    /// that lacks them.
+    pub fn forbid_nodes(&self, token: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .nodes_forbidden
             .insert(token.into());
     }
 

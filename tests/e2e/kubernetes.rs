@@ -1834,3 +1834,46 @@ async fn two_replicas_one_leader_and_a_handover_without_double_action() -> Serve
     assert_eq!(released["spec"]["leaseDurationSeconds"], 1, "{released}");
     served(&fake)
 }
+
+/// A ClusterRole without Nodes (403 at every list): the start waits its 30 s for
+/// the first list, says the watch's failure once rather than at every retry, and
+/// stops naming the refusal — the cause, not only the wait.
+#[tokio::test]
+async fn nodes_forbidden_stop_the_start_naming_the_refusal() {
+    let fake = FakeApi::start(vec![ready_node("k1", json!({}))]).await;
+    fake.forbid_nodes("no-nodes");
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = kubeconfig_as(dir.path(), &fake.url, "no-nodes");
+    let port = free_port();
+    let config = webhook_only_config(
+        dir.path(),
+        port,
+        &format!(
+            "orchestrator: {{ kind: kubernetes, kubeconfig: {} }}\n",
+            kubeconfig.display()
+        ),
+    );
+    std::fs::write(dir.path().join("hale.yaml"), config).unwrap();
+    let out = tokio::task::spawn_blocking({
+        let path = dir.path().join("hale.yaml");
+        move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_hale"))
+                .args(["serve", "--config"])
+                .arg(path)
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("the API server did not list the Nodes within 30s (the last try:")
+            && said.contains("forbidden"),
+        "{said}"
+    );
+    let log = String::from_utf8_lossy(&out.stdout);
+    let warned = log.matches("watch on Nodes interrupted").count();
+    assert_eq!(warned, 1, "said once, not at every retry: {log}");
+}

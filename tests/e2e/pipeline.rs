@@ -736,13 +736,13 @@ async fn a_receiver_alertmanager_does_not_have_clears_nothing_and_is_named() {
     hale.reload().await;
     let error = eventually("the receiver named", Duration::from_secs(20), || async {
         let log = hale.log();
-        let line = log.lines().find(|l| l.contains("no receiver named"))?;
+        let line = log.lines().find(|l| l.contains("routes no alerts to"))?;
         Some(line.to_string())
     })
     .await;
     assert!(
         error.contains("hael")
-            && error.contains("(alertmanager.receiver; its configuration names hale)"),
+            && error.contains("(alertmanager.receiver; its routes send to hale)"),
         "{error}"
     );
     let polls = metric(

@@ -981,6 +981,8 @@ impl Config {
             } else if said.starts_with("cannot deserialize null") {
                 // serde's advice to the program ("use Option<…>") is not the user's.
                 "empty: give it a value (a key with a default may be left out)"
+            } else if said == "invalid u32" && key == "fencing.maxPercent" {
+                "expected a whole number from 1 to 100"
             } else if said == "invalid u32"
                 && (key.contains(".penalties.")
                     || key
@@ -2015,12 +2017,6 @@ fn check_settings(
             ),
         ));
     }
-    if s.degraded_at_or_below == 100 && written.degraded_at_or_below.is_some() {
-        odd.push((
-            format!("{at}.degradedAtOrBelow"),
-            "100 shows every node Degraded, a perfect score (100) too".into(),
-        ));
-    }
     if s.evict_on_fault_classes.iter().any(String::is_empty) {
         return fail(
             "evictOnFaultClasses",
@@ -2637,6 +2633,11 @@ mod tests {
                 "nodeHealth: { penalties: { SmartFailing: -1 } }",
                 "nodeHealth.penalties.SmartFailing",
                 "expected a whole number from 0 to 100",
+            ),
+            (
+                "fencing: { maxPercent: -1 }",
+                "fencing.maxPercent",
+                "expected a whole number from 1 to 100",
             ),
             (
                 "bmc: { cipherSuite: 300 }",

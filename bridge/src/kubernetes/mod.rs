@@ -51,6 +51,8 @@ pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
 pub const BMC_ADDRESS: &str = "hale.dev/bmc-address";
 /// How long the first list of Nodes may take before `serve` gives up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often the same failure of the Nodes' watch is said again.
+const WATCH_ERROR_SAID: Duration = Duration::from_secs(60);
 /// How long a shutdown waits to hand the Lease over before leaving it to expire.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long one read (a GET or a LIST that is no watch) may take: kube bounds no
@@ -78,8 +80,8 @@ pub enum ConnectError {
     Infer(String),
     #[error("the Kubernetes client: {0}")]
     Client(String),
-    #[error("the API server did not list the Nodes within {0}s")]
-    NoNodes(u64),
+    #[error("the API server did not list the Nodes within {0}s{last}", last = .1.as_ref().map(|e| format!(" (the last try: {e})")).unwrap_or_default())]
+    NoNodes(u64, Option<String>),
 }
 
 /// What the adapter needs from the configuration, fixed at start.
@@ -167,8 +169,14 @@ impl Kubernetes {
             .reflect(writer);
         let changed = Arc::new(tokio::sync::Notify::new());
         let notify = changed.clone();
+        let last_error: Arc<Mutex<Option<String>>> = Arc::default();
+        let noted = last_error.clone();
         tokio::spawn(async move {
             futures::pin_mut!(stream);
+            // The same failure again (an RBAC 403 at every retry) said once a
+            // minute with how many, a new one at once.
+            let mut said_at: Option<(Instant, String)> = None;
+            let mut unsaid = 0u64;
             while let Some(event) = stream.next().await {
                 match event {
                     // Additions, changes, deletions, and a relist complete.
@@ -178,14 +186,30 @@ impl Kubernetes {
                         | watcher::Event::InitDone,
                     ) => notify.notify_one(),
                     Ok(_) => {}
-                    Err(e) => warn!(error = %said(&e), "watch on Nodes interrupted; resuming"),
+                    Err(e) => {
+                        let error = said(&e);
+                        *noted.lock().expect("watch error lock") = Some(error.clone());
+                        let due = said_at.as_ref().is_none_or(|(at, last)| {
+                            *last != error || at.elapsed() >= WATCH_ERROR_SAID
+                        });
+                        if due {
+                            warn!(error = %error, again = unsaid, "watch on Nodes interrupted; resuming");
+                            said_at = Some((Instant::now(), error));
+                            unsaid = 0;
+                        } else {
+                            unsaid += 1;
+                        }
+                    }
                 }
             }
         });
         // A cluster that never answers fails the start, rather than hanging it.
         tokio::time::timeout(CONNECT_TIMEOUT, store.wait_until_ready())
             .await
-            .map_err(|_| ConnectError::NoNodes(CONNECT_TIMEOUT.as_secs()))?
+            .map_err(|_| {
+                let last = last_error.lock().expect("watch error lock").clone();
+                ConnectError::NoNodes(CONNECT_TIMEOUT.as_secs(), last)
+            })?
             .map_err(|e| ConnectError::Client(said(&e)))?;
         info!(nodes = store.state().len(), "watching Kubernetes Nodes");
         let namespace = cfg

@@ -1328,6 +1328,23 @@ fn a_fence_that_finds_the_machine_off_leaves_it_off() {
     }
 }
 
+impl Script {
+    /// k1 and k2 report, then k1 falls silent while the orchestrator shows
+    /// `seen(false)`, then `seen(true)` (not ready); looked at 100 s in.
+    fn k1_falls_silent(&mut self, seen: impl Fn(bool) -> Vec<crate::core::policy::Observed>) {
+        let out = self.fleet.observe(&self.cfg, self.now, &seen(false));
+        self.record(out);
+        self.at(0).poll(&[watchdog(), beat("k1"), beat("k2")]);
+        self.at(5)
+            .poll(&[watchdog(), beat("k2")])
+            .at(30)
+            .poll(&[watchdog(), beat("k2")]);
+        let out = self.fleet.observe(&self.cfg, self.now, &seen(true));
+        self.record(out);
+        self.at(100).poll(&[watchdog(), beat("k2")]).flows();
+    }
+}
+
 /// A node an operator took out of service (a cordon or drain of theirs: a
 /// firmware update, a repair) is theirs: silent and not ready, it is never
 /// fenced — a power-off could cut their work short — and its silence holds no
@@ -1343,16 +1360,7 @@ fn a_node_an_operator_took_out_of_service_is_never_fenced() {
         k1.cordoned_by = Some((crate::core::policy::Actor::Operator, "bios update".into()));
         vec![k1, super::shown("k2", Status::Ready)]
     };
-    let out = s.fleet.observe(&s.cfg, s.now, &seen(false));
-    s.record(out);
-    s.at(0).poll(&[watchdog(), beat("k1"), beat("k2")]);
-    s.at(5)
-        .poll(&[watchdog(), beat("k2")])
-        .at(30)
-        .poll(&[watchdog(), beat("k2")]);
-    let out = s.fleet.observe(&s.cfg, s.now, &seen(true));
-    s.record(out);
-    s.at(100).poll(&[watchdog(), beat("k2")]).flows();
+    s.k1_falls_silent(seen);
     s.at(400).poll(&[watchdog(), beat("k2")]).flows();
     assert_eq!(s.act(), Vec::<String>::new());
     assert!(s.node("k1").policy.fence.is_none());
@@ -1975,16 +1983,7 @@ fn an_unreleased_fence_ends_when_the_node_reports_not_when_ready() {
         o.not_ready = not_ready;
         vec![o, super::shown("k2", Status::Ready)]
     };
-    let out = s.fleet.observe(&s.cfg, s.now, &seen(false));
-    s.record(out);
-    s.at(0).poll(&[watchdog(), beat("k1"), beat("k2")]);
-    s.at(5)
-        .poll(&[watchdog(), beat("k2")])
-        .at(30)
-        .poll(&[watchdog(), beat("k2")]);
-    let out = s.fleet.observe(&s.cfg, s.now, &seen(true));
-    s.record(out);
-    s.at(100).poll(&[watchdog(), beat("k2")]).flows();
+    s.k1_falls_silent(seen);
     let done = s.fence_through(
         "k1",
         "release",
