@@ -475,6 +475,12 @@ async fn node_ids_with_slash_and_colon_and_operator_verbs() {
         ("uncordon", "", "false"),
     ] {
         assert_eq!(verb(name, reason).await, changed, "{name} {reason:?}");
+        // Done before the next verb: the same verb asked again while the last is
+        // still queued for the orchestrator is a change of its own.
+        hale.wait_node("the verb's actions done", id, |n| {
+            n.get("pending").is_none()
+        })
+        .await;
     }
     // Reads that take no parameters say so of one given, as every other.
     for path in ["alerts", "remediations"] {
