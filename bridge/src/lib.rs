@@ -23,6 +23,7 @@ pub mod server;
 pub mod service;
 pub mod slurm;
 pub mod store;
+pub mod streak;
 pub mod ui;
 pub mod view;
 
@@ -744,6 +745,7 @@ mod layers {
             "server",
             "redact",
             "logline",
+            "streak",
         ],
         &[
             "kubernetes",

@@ -51,8 +51,6 @@ pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
 pub const BMC_ADDRESS: &str = "hale.dev/bmc-address";
 /// How long the first list of Nodes may take before `serve` gives up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-/// How often the same failure of the Nodes' watch is said again.
-const WATCH_ERROR_SAID: Duration = Duration::from_secs(60);
 /// How long a shutdown waits to hand the Lease over before leaving it to expire.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long one read (a GET or a LIST that is no watch) may take: kube bounds no
@@ -175,8 +173,7 @@ impl Kubernetes {
             futures::pin_mut!(stream);
             // The same failure again (an RBAC 403 at every retry) said once a
             // minute with how many, a new one at once.
-            let mut said_at: Option<(Instant, String)> = None;
-            let mut unsaid = 0u64;
+            let mut failing = crate::streak::Streak::default();
             while let Some(event) = stream.next().await {
                 match event {
                     // Additions, changes, deletions, and a relist complete.
@@ -184,20 +181,17 @@ impl Kubernetes {
                         watcher::Event::Apply(_)
                         | watcher::Event::Delete(_)
                         | watcher::Event::InitDone,
-                    ) => notify.notify_one(),
+                    ) => {
+                        failing.succeeded(Instant::now());
+                        notify.notify_one();
+                    }
                     Ok(_) => {}
                     Err(e) => {
                         let error = said(&e);
                         *noted.lock().expect("watch error lock") = Some(error.clone());
-                        let due = said_at.as_ref().is_none_or(|(at, last)| {
-                            *last != error || at.elapsed() >= WATCH_ERROR_SAID
-                        });
-                        if due {
-                            warn!(error = %error, again = unsaid, "watch on Nodes interrupted; resuming");
-                            said_at = Some((Instant::now(), error));
-                            unsaid = 0;
-                        } else {
-                            unsaid += 1;
+                        if let Some(run) = failing.failed(&error, Instant::now()) {
+                            warn!(error = %error, failures = run.failures, for_s = run.for_s,
+                                "watch on Nodes interrupted; resuming");
                         }
                     }
                 }

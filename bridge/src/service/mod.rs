@@ -3,7 +3,6 @@
 //! events before anyone sees a newer one.
 
 mod power;
-mod streak;
 
 pub use power::{PowerError, PowerReport};
 
@@ -38,6 +37,7 @@ use crate::metrics::{ActionLabel, Metrics, OperationLabel, PathLabel, ReasonLabe
 use crate::notify::{Durable, Notifier};
 use crate::orchestrator::{self, Orchestrator, OrchestratorError, Report, most_urgent};
 use crate::store::{Batch, EventPage, EventQuery, Opened, Store, StoreError};
+use crate::streak;
 use crate::view::{
     ClusterHealth, ClusterView, Halt, Key, NodeList, NodeQuery, NodeSummary, NodeView, Place,
     SeenAlert, Sort, SourceView, holds, page_token, worst_state,

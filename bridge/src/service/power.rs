@@ -405,8 +405,8 @@ impl Hale {
         // hale's policy started leaves a machine someone switched off as it is
         // (an operator's `hale node reboot` starts it).
         let id = node.to_string();
-        let (sent, automated) = self
-            .off_runtime(move |this| {
+        let (sent, automated) = if matches!(op, PowerOp::On | PowerOp::Reboot) {
+            self.off_runtime(move |this| {
                 let fleet = this.lock_fleet();
                 let flow = fleet.nodes.get(&id).and_then(|n| n.policy.flow.as_ref());
                 (
@@ -414,7 +414,10 @@ impl Hale {
                     flow.is_some_and(|f| f.by == Actor::Hale),
                 )
             })
-            .await;
+            .await
+        } else {
+            (false, false)
+        };
         let finishing = op == PowerOp::On && sent;
         let result = match self.controller(&cfg, &target) {
             Ok(c) if finishing => c.finish_reboot().await,
